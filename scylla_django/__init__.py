@@ -1,0 +1,7 @@
+"""scylla_django: a reliable task scheduler in your Django project's own database.
+
+Clients submit tasks; workers lease, heartbeat and finish them; a monitor resets expired leases
+and purges old terminal tasks. See the README for a tour.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,68 @@
+"""System checks: bad `SCYLLA` settings, and SQLite configured in a way that would break leases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+
+from .conf import DEFAULTS, scylla_settings
+
+
+@register()
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """scylla_django.E001: a SCYLLA value is invalid; W001: an unknown SCYLLA key (a typo?)."""
+    messages: list[CheckMessage] = []
+    for name in DEFAULTS:
+        try:
+            getattr(scylla_settings, name)
+        except ImproperlyConfigured as exc:
+            messages.append(
+                Error(
+                    str(exc),
+                    hint=f"See the settings table in scylla_django/conf.py; default {DEFAULTS[name]!r}.",
+                    id="scylla_django.E001",
+                )
+            )
+    for name in scylla_settings.unknown_keys():
+        messages.append(
+            Warning(
+                f"SCYLLA[{name!r}] is not a scylla_django setting and is ignored.",
+                hint=f"Known settings: {', '.join(DEFAULTS)}.",
+                id="scylla_django.W001",
+            )
+        )
+    return messages
+
+
+@register()
+def check_sqlite(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """scylla_django.W002: a SQLite database without IMMEDIATE transactions or a busy timeout.
+
+    Several processes (workers, a monitor, the web server) write the task table at once. SQLite
+    serialises them only if each write transaction takes the write lock when it begins and waits
+    for it instead of failing with "database is locked".
+    """
+    messages: list[CheckMessage] = []
+    for alias, config in settings.DATABASES.items():
+        if "sqlite" not in config.get("ENGINE", ""):
+            continue
+        options = config.get("OPTIONS", {})
+        missing = []
+        if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+            missing.append('"transaction_mode": "IMMEDIATE"')
+        if not options.get("timeout"):
+            missing.append('"timeout": 20')
+        if "journal_mode=wal" not in str(options.get("init_command", "")).lower().replace(" ", ""):
+            missing.append('"init_command": "PRAGMA journal_mode=WAL;"')
+        if missing:
+            messages.append(
+                Warning(
+                    f"SQLite database {alias!r} is not set up for concurrent workers.",
+                    hint=f"Add {', '.join(missing)} to DATABASES[{alias!r}]['OPTIONS'].",
+                    id="scylla_django.W002",
+                )
+            )
+    return messages

@@ -1,0 +1,109 @@
+"""Settings, read live from `settings.SCYLLA` (a dict) so that `override_settings` works.
+
+| key | default | meaning |
+|---|---|---|
+| `LEASE_TIMEOUT` | 10 s | lease length given by `lease()` and `heartbeat()` when none is passed |
+| `RETENTION` | 10 days | terminal tasks older than this (by `updated`) are purged by the monitor |
+| `MAX_ATTEMPTS` | `None` (off) | a task that times out after this many assignments is aborted with `max_attempts_exceeded` |
+| `SPEC_SIZE_LIMIT` | 1 MiB | largest `spec` (and `result`) accepted, in bytes of compact JSON |
+| `DEFAULT_PRIORITY` | 0 | priority of a submitted task that names none |
+| `PURGE_BATCH_SIZE` | 1000 | rows deleted per transaction by `purge()` |
+| `RESET_BATCH_SIZE` | 500 | expired leases reset per transaction by `reset_expired()` |
+| `HEARTBEAT_FAILURES` | 3 | consecutive failed heartbeats after which a worker gives a task up |
+
+Durations may be given as `timedelta` or as a number of seconds.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+
+DEFAULTS: dict[str, Any] = {
+    "LEASE_TIMEOUT": timedelta(seconds=10),
+    "RETENTION": timedelta(days=10),
+    "MAX_ATTEMPTS": None,
+    "SPEC_SIZE_LIMIT": 1024 * 1024,
+    "DEFAULT_PRIORITY": 0,
+    "PURGE_BATCH_SIZE": 1000,
+    "RESET_BATCH_SIZE": 500,
+    "HEARTBEAT_FAILURES": 3,
+}
+
+
+def as_duration(value: object, name: str) -> timedelta:
+    """A positive `timedelta` from a timedelta or a number of seconds, else ImproperlyConfigured."""
+    if isinstance(value, bool):
+        raise ImproperlyConfigured(f"SCYLLA[{name!r}] must be a timedelta or seconds, not a bool")
+    if isinstance(value, int | float):
+        value = timedelta(seconds=value)
+    if not isinstance(value, timedelta):
+        raise ImproperlyConfigured(
+            f"SCYLLA[{name!r}] must be a timedelta or a number of seconds, got {value!r}"
+        )
+    if value <= timedelta(0):
+        raise ImproperlyConfigured(f"SCYLLA[{name!r}] must be positive, got {value!r}")
+    return value
+
+
+def as_int(value: object, name: str, *, minimum: int, maximum: int | None = None) -> int:
+    """An int within bounds, else ImproperlyConfigured."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ImproperlyConfigured(f"SCYLLA[{name!r}] must be an integer, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bounds = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
+        raise ImproperlyConfigured(f"SCYLLA[{name!r}] must be {bounds}, got {value}")
+    return value
+
+
+class ScyllaSettings:
+    """Typed access to the `SCYLLA` setting; every attribute is read from settings on access."""
+
+    def _raw(self, name: str) -> Any:
+        user = getattr(django_settings, "SCYLLA", None) or {}
+        if not isinstance(user, dict):
+            raise ImproperlyConfigured("settings.SCYLLA must be a dict")
+        return user.get(name, DEFAULTS[name])
+
+    def unknown_keys(self) -> list[str]:
+        user = getattr(django_settings, "SCYLLA", None) or {}
+        return sorted(set(user) - set(DEFAULTS)) if isinstance(user, dict) else []
+
+    @property
+    def LEASE_TIMEOUT(self) -> timedelta:
+        return as_duration(self._raw("LEASE_TIMEOUT"), "LEASE_TIMEOUT")
+
+    @property
+    def RETENTION(self) -> timedelta:
+        return as_duration(self._raw("RETENTION"), "RETENTION")
+
+    @property
+    def MAX_ATTEMPTS(self) -> int | None:
+        value = self._raw("MAX_ATTEMPTS")
+        return None if value is None else as_int(value, "MAX_ATTEMPTS", minimum=1)
+
+    @property
+    def SPEC_SIZE_LIMIT(self) -> int:
+        return as_int(self._raw("SPEC_SIZE_LIMIT"), "SPEC_SIZE_LIMIT", minimum=2)
+
+    @property
+    def DEFAULT_PRIORITY(self) -> int:
+        return as_int(self._raw("DEFAULT_PRIORITY"), "DEFAULT_PRIORITY", minimum=0, maximum=255)
+
+    @property
+    def PURGE_BATCH_SIZE(self) -> int:
+        return as_int(self._raw("PURGE_BATCH_SIZE"), "PURGE_BATCH_SIZE", minimum=1)
+
+    @property
+    def RESET_BATCH_SIZE(self) -> int:
+        return as_int(self._raw("RESET_BATCH_SIZE"), "RESET_BATCH_SIZE", minimum=1)
+
+    @property
+    def HEARTBEAT_FAILURES(self) -> int:
+        return as_int(self._raw("HEARTBEAT_FAILURES"), "HEARTBEAT_FAILURES", minimum=1)
+
+
+scylla_settings = ScyllaSettings()

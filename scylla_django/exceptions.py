@@ -1,0 +1,60 @@
+"""The distinct errors of the state machine (SPEC §3).
+
+Each carries a machine-readable `code`, which the HTTP API returns as `{"code": ..., "detail": ...}`.
+"""
+
+from __future__ import annotations
+
+
+class ScyllaError(Exception):
+    """Base class of every scylla_django error."""
+
+    code = "scylla_error"
+
+    def __init__(self, detail: str, *, rn: str | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.rn = rn
+
+
+class TaskNotFound(ScyllaError):
+    """No task has this rn (it never existed, or it was purged)."""
+
+    code = "task_not_found"
+
+
+class WorkerNotFound(ScyllaError):
+    """No registered worker has this name."""
+
+    code = "worker_not_found"
+
+
+class DuplicateTask(ScyllaError):
+    """A task with this rn already exists; submission is idempotent per rn."""
+
+    code = "duplicate_task"
+
+
+class InvalidTransition(ScyllaError):
+    """The task's current status does not allow the operation."""
+
+    code = "invalid_transition"
+
+    def __init__(self, detail: str, *, rn: str | None = None, status: str | None = None) -> None:
+        super().__init__(detail, rn=rn)
+        self.status = status
+
+
+class LeaseLost(InvalidTransition):
+    """The worker no longer holds the task's lease (it was reset, or another worker holds it).
+
+    The worker must stop working on the task and write nothing more for it.
+    """
+
+    code = "lease_lost"
+
+
+class TaskCancelled(InvalidTransition):
+    """The task was cancelled by a client; the worker should stop working on it."""
+
+    code = "task_cancelled"

@@ -1,0 +1,174 @@
+"""Validation of everything a client or a worker hands the scheduler (SPEC §2).
+
+Each function raises `django.core.exceptions.ValidationError` with a `code`, and returns the
+normalised value. Nothing is written before validation has passed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
+
+from .conf import scylla_settings
+
+RN_MAX_LENGTH = 128
+QUEUE_MAX_LENGTH = 100
+JSON_MAX_DEPTH = 64
+
+rn_validator = RegexValidator(
+    r"\A[A-Za-z0-9._:-]{1,128}\Z",
+    "An rn is 1 to 128 characters of letters, digits, '.', '_', ':' and '-'.",
+    code="invalid_rn",
+)
+queue_validator = RegexValidator(
+    r"\A[A-Za-z0-9][A-Za-z0-9._:-]{0,99}\Z",
+    "A queue name is 1 to 100 characters of letters, digits, '.', '_', ':' and '-', "
+    "starting with a letter or a digit.",
+    code="invalid_queue",
+)
+_NUL = re.compile("\x00")
+
+
+def validate_rn(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValidationError("An rn must be a string.", code="invalid_rn")
+    rn_validator(value)
+    return value
+
+
+def validate_queue(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValidationError("A queue name must be a string.", code="invalid_queue")
+    queue_validator(value)
+    return value
+
+
+def validate_queues(values: object) -> list[str]:
+    """A non-empty list of queue names, deduplicated and in the given order."""
+    if isinstance(values, str) or not isinstance(values, list | tuple | set | frozenset):
+        raise ValidationError("Queues must be a list of queue names.", code="invalid_queue")
+    queues = list(dict.fromkeys(validate_queue(q) for q in values))
+    if not queues:
+        raise ValidationError("At least one queue is required.", code="invalid_queue")
+    return queues
+
+
+def validate_priority(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
+        raise ValidationError(
+            "Priority must be an integer from 0 to 255.", code="invalid_priority"
+        )
+    return value
+
+
+def validate_progress(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError("Progress must be a number from 0 to 1.", code="invalid_progress")
+    progress = float(value)
+    if not (math.isfinite(progress) and 0.0 <= progress <= 1.0):
+        raise ValidationError("Progress must be a number from 0 to 1.", code="invalid_progress")
+    return progress
+
+
+def validate_timeout(value: object) -> timedelta:
+    """A positive lease length, from a timedelta or a number of seconds."""
+    if isinstance(value, bool):
+        raise ValidationError("A timeout must be a positive duration.", code="invalid_timeout")
+    if isinstance(value, int | float):
+        if not math.isfinite(value) or value > 10**9:
+            raise ValidationError("A timeout must be a positive duration.", code="invalid_timeout")
+        value = timedelta(seconds=value)
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise ValidationError("A timeout must be a positive duration.", code="invalid_timeout")
+    return value
+
+
+def validate_limit(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
+        raise ValidationError("A lease limit must be an integer from 1 to 10000.", code="invalid_limit")
+    return value
+
+
+def _check_json(value: Any, what: str, depth: int = 0) -> None:
+    """Reject what the databases cannot store as JSON: NUL characters, NaN, deep nesting."""
+    if depth > JSON_MAX_DEPTH:
+        raise ValidationError(
+            f"{what} is nested deeper than {JSON_MAX_DEPTH} levels.", code="invalid_json"
+        )
+    if isinstance(value, str):
+        if _NUL.search(value):
+            raise ValidationError(f"{what} contains a NUL character.", code="invalid_json")
+    elif isinstance(value, bool) or value is None or isinstance(value, int):
+        return
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValidationError(f"{what} contains NaN or infinity.", code="invalid_json")
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _check_json(item, what, depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValidationError(f"{what} has a non-string key.", code="invalid_json")
+            _check_json(key, what, depth + 1)
+            _check_json(item, what, depth + 1)
+    else:
+        raise ValidationError(
+            f"{what} holds a {type(value).__name__}, which is not JSON.", code="invalid_json"
+        )
+
+
+def validate_json(value: Any, what: str = "spec", *, allow_null: bool = False) -> Any:
+    """Any JSON document within the size limit (`SCYLLA['SPEC_SIZE_LIMIT']` bytes)."""
+    if value is None and not allow_null:
+        raise ValidationError(f"{what} must not be null.", code="required")
+    _check_json(value, what)
+    try:
+        encoded = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    except (ValueError, TypeError) as exc:  # e.g. an int too long to print
+        raise ValidationError(f"{what} is not valid JSON: {exc}", code="invalid_json") from exc
+    limit = scylla_settings.SPEC_SIZE_LIMIT
+    if len(encoded) > limit:
+        raise ValidationError(
+            f"{what} is {len(encoded)} bytes; the limit is {limit}.", code="too_large"
+        )
+    return value
+
+
+def validate_errors(errors: object) -> list[dict[str, Any]]:
+    """A non-empty list of `{"code": str, "args": object, "description": str}`.
+
+    A bare dict is taken as a list of one. `args` defaults to `{}` and `description` to `""`.
+    """
+    if isinstance(errors, dict):
+        errors = [errors]
+    if not isinstance(errors, list | tuple) or not errors:
+        raise ValidationError("An abort needs at least one error.", code="invalid_errors")
+    cleaned = []
+    for error in errors:
+        if not isinstance(error, dict):
+            raise ValidationError(
+                'Each error is an object {"code", "args", "description"}.', code="invalid_errors"
+            )
+        unknown = set(error) - {"code", "args", "description"}
+        code = error.get("code")
+        description = error.get("description", "")
+        if unknown:
+            raise ValidationError(
+                f"Unknown error keys: {', '.join(sorted(unknown))}.", code="invalid_errors"
+            )
+        if not isinstance(code, str) or not code.strip() or len(code) > 200:
+            raise ValidationError(
+                "Each error needs a non-empty code (at most 200 characters).", code="invalid_errors"
+            )
+        if not isinstance(description, str):
+            raise ValidationError("An error's description must be a string.", code="invalid_errors")
+        cleaned.append({"code": code, "args": error.get("args", {}), "description": description})
+    validate_json(cleaned, "errors")
+    return cleaned
