@@ -22,7 +22,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             messages.append(
                 Error(
                     str(exc),
-                    hint=f"See the settings table in scylla_django/conf.py; default {DEFAULTS[name]!r}.",
+                    hint=f"The default is {DEFAULTS[name]!r}; see scylla_django/conf.py.",
                     id="scylla_django.E001",
                 )
             )

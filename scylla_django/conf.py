@@ -4,7 +4,7 @@
 |---|---|---|
 | `LEASE_TIMEOUT` | 10 s | lease length given by `lease()` and `heartbeat()` when none is passed |
 | `RETENTION` | 10 days | terminal tasks older than this (by `updated`) are purged by the monitor |
-| `MAX_ATTEMPTS` | `None` (off) | a task that times out after this many assignments is aborted with `max_attempts_exceeded` |
+| `MAX_ATTEMPTS` | `None` (off) | abort a task that times out after this many assignments |
 | `SPEC_SIZE_LIMIT` | 1 MiB | largest `spec` (and `result`) accepted, in bytes of compact JSON |
 | `DEFAULT_PRIORITY` | 0 | priority of a submitted task that names none |
 | `PURGE_BATCH_SIZE` | 1000 | rows deleted per transaction by `purge()` |

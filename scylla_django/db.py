@@ -100,19 +100,18 @@ def insert_ignoring_duplicates(using: str, tasks: Sequence[Task]) -> set[str]:
 
     connection = connections[using]
     # Every column but the key and those the database fills in itself (created, updated).
-    fields = [
-        f for f in Task._meta.concrete_fields if not f.primary_key and not f.has_db_default()
-    ]
-    rows, params = [], []
-    for obj in tasks:
-        rows.append("(" + ", ".join(["%s"] * len(fields)) + ")")
-        params.extend(
-            field.get_db_prep_save(getattr(obj, field.attname), connection) for field in fields
-        )
+    fields = [f for f in Task._meta.concrete_fields if not f.primary_key and not f.has_db_default()]
     quote = connection.ops.quote_name
+    columns = ", ".join(quote(str(f.column)) for f in fields)
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    params = [
+        field.get_db_prep_save(getattr(obj, field.attname), connection)
+        for obj in tasks
+        for field in fields
+    ]
     sql = (
-        f"INSERT INTO {quote(Task._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
-        f"VALUES {', '.join(rows)} ON CONFLICT (rn) DO NOTHING RETURNING rn"
+        f"INSERT INTO {quote(Task._meta.db_table)} ({columns}) "
+        f"VALUES {', '.join([row] * len(tasks))} ON CONFLICT (rn) DO NOTHING RETURNING rn"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

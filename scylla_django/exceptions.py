@@ -1,6 +1,6 @@
 """The distinct errors of the state machine (SPEC §3).
 
-Each carries a machine-readable `code`, which the HTTP API returns as `{"code": ..., "detail": ...}`.
+Each carries a machine-readable `code`; an HTTP API returns `{"code": ..., "detail": ...}`.
 """
 
 from __future__ import annotations

@@ -370,7 +370,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         """
         with transaction.atomic(using=self.db):
             History.objects.using(self.db).filter(task__in=self.order_by().values("pk")).delete()
-            deleted, per_model = super().delete()
+            _, per_model = super().delete()
         count = per_model.get(self.model._meta.label, 0)
         return count, {self.model._meta.label: count}
 
@@ -412,7 +412,8 @@ class Task(models.Model):
     not_before = models.DateTimeField(null=True, blank=True)
     errors = models.JSONField(default=list, blank=True)
     result = models.JSONField(null=True, blank=True)
-    owner = models.CharField(max_length=64, null=True, blank=True)
+    # Null, not "": SPEC §2 has no owner until the first lease, and CHECKs test IS NULL.
+    owner = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     deadline = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
 
@@ -506,7 +507,10 @@ class Task(models.Model):
         missing = {"queue", "spec"} - set(item)
         if missing:
             raise ValidationError(
-                {key: ValidationError("This field is required.", code="required") for key in missing}
+                {
+                    key: ValidationError("This field is required.", code="required")
+                    for key in missing
+                }
             )
         return cls.build(
             item["queue"],
@@ -556,7 +560,7 @@ class Task(models.Model):
         self._apply(Operation.ABORT, worker, values)
 
     def yield_lease(self, worker: Worker | str) -> None:
-        """Give the task back: `deadline = now − 1 s` and a TaskYield{worker, progress} row.
+        """Give the task back: `deadline = now - 1 s` and a TaskYield{worker, progress} row.
 
         The task stays running until the monitor's next pass makes it ready, without writing a
         TaskTimeout. Used by a worker shutting down gracefully.
@@ -657,7 +661,7 @@ class History(models.Model):
     # DO_NOTHING: tasks are deleted in bulk by TaskQuerySet.delete(), which removes these first.
     task = models.ForeignKey(Task, on_delete=models.DO_NOTHING, related_name="history")
     typ = models.CharField(max_length=32, choices=EventType.choices)
-    worker = models.CharField(max_length=64, null=True, blank=True)
+    worker = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     progress = models.FloatField(null=True, blank=True)
     time = models.DateTimeField(db_default=Now())
 
@@ -689,7 +693,11 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
     ) -> Worker:
         """Register a worker process; its name `worker-<id>` comes from the database sequence."""
         queues = validate_queues(queues)
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or not 1 <= capacity <= 10_000:
+        if (
+            isinstance(capacity, bool)
+            or not isinstance(capacity, int)
+            or not 1 <= capacity <= 10_000
+        ):
             raise ValidationError(
                 {"capacity": ValidationError("Capacity must be 1..10000.", code="invalid")}
             )

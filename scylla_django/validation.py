@@ -61,9 +61,7 @@ def validate_queues(values: object) -> list[str]:
 
 def validate_priority(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
-        raise ValidationError(
-            "Priority must be an integer from 0 to 255.", code="invalid_priority"
-        )
+        raise ValidationError("Priority must be an integer from 0 to 255.", code="invalid_priority")
     return value
 
 
@@ -91,7 +89,9 @@ def validate_timeout(value: object) -> timedelta:
 
 def validate_limit(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
-        raise ValidationError("A lease limit must be an integer from 1 to 10000.", code="invalid_limit")
+        raise ValidationError(
+            "A lease limit must be an integer from 1 to 10000.", code="invalid_limit"
+        )
     return value
 
 

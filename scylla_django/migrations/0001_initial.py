@@ -7,68 +7,188 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Worker',
+            name="Worker",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('hostname', models.CharField(blank=True, max_length=255)),
-                ('pid', models.PositiveIntegerField(blank=True, null=True)),
-                ('queues', models.JSONField(default=list)),
-                ('capacity', models.PositiveIntegerField(default=1)),
-                ('started', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), editable=False)),
-                ('last_seen', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('stopped', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("hostname", models.CharField(blank=True, max_length=255)),
+                ("pid", models.PositiveIntegerField(blank=True, null=True)),
+                ("queues", models.JSONField(default=list)),
+                ("capacity", models.PositiveIntegerField(default=1)),
+                (
+                    "started",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(), editable=False
+                    ),
+                ),
+                (
+                    "last_seen",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                ("stopped", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['-id'],
+                "ordering": ["-id"],
             },
         ),
         migrations.CreateModel(
-            name='Task',
+            name="Task",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('rn', models.CharField(max_length=128, unique=True, validators=[django.core.validators.RegexValidator('\\A[A-Za-z0-9._:-]{1,128}\\Z', "An rn is 1 to 128 characters of letters, digits, '.', '_', ':' and '-'.", code='invalid_rn')])),
-                ('queue', models.CharField(max_length=100, validators=[django.core.validators.RegexValidator('\\A[A-Za-z0-9][A-Za-z0-9._:-]{0,99}\\Z', "A queue name is 1 to 100 characters of letters, digits, '.', '_', ':' and '-', starting with a letter or a digit.", code='invalid_queue')])),
-                ('spec', models.JSONField()),
-                ('priority', models.PositiveSmallIntegerField(default=0)),
-                ('status', models.CharField(choices=[('ready', 'Ready'), ('running', 'Running'), ('completed', 'Completed'), ('aborted', 'Aborted'), ('cancelled', 'Cancelled')], default='ready', max_length=16)),
-                ('progress', models.FloatField(default=0.0)),
-                ('created', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), editable=False)),
-                ('updated', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), editable=False)),
-                ('not_before', models.DateTimeField(blank=True, null=True)),
-                ('errors', models.JSONField(blank=True, default=list)),
-                ('result', models.JSONField(blank=True, null=True)),
-                ('owner', models.CharField(blank=True, max_length=64, null=True)),
-                ('deadline', models.DateTimeField(blank=True, null=True)),
-                ('attempts', models.PositiveIntegerField(default=0)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                (
+                    "rn",
+                    models.CharField(
+                        max_length=128,
+                        unique=True,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "\\A[A-Za-z0-9._:-]{1,128}\\Z",
+                                "An rn is 1 to 128 characters of letters, digits, '.', '_', ':' and '-'.",
+                                code="invalid_rn",
+                            )
+                        ],
+                    ),
+                ),
+                (
+                    "queue",
+                    models.CharField(
+                        max_length=100,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "\\A[A-Za-z0-9][A-Za-z0-9._:-]{0,99}\\Z",
+                                "A queue name is 1 to 100 characters of letters, digits, '.', '_', ':' and '-', starting with a letter or a digit.",
+                                code="invalid_queue",
+                            )
+                        ],
+                    ),
+                ),
+                ("spec", models.JSONField()),
+                ("priority", models.PositiveSmallIntegerField(default=0)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("ready", "Ready"),
+                            ("running", "Running"),
+                            ("completed", "Completed"),
+                            ("aborted", "Aborted"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="ready",
+                        max_length=16,
+                    ),
+                ),
+                ("progress", models.FloatField(default=0.0)),
+                (
+                    "created",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(), editable=False
+                    ),
+                ),
+                (
+                    "updated",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(), editable=False
+                    ),
+                ),
+                ("not_before", models.DateTimeField(blank=True, null=True)),
+                ("errors", models.JSONField(blank=True, default=list)),
+                ("result", models.JSONField(blank=True, null=True)),
+                ("owner", models.CharField(blank=True, max_length=64, null=True)),
+                ("deadline", models.DateTimeField(blank=True, null=True)),
+                ("attempts", models.PositiveIntegerField(default=0)),
             ],
             options={
-                'ordering': ['-created', '-id'],
-                'indexes': [models.Index(condition=models.Q(('status', 'ready')), fields=['queue', '-priority', 'created', 'id'], name='scylla_task_ready_idx'), models.Index(condition=models.Q(('status', 'running')), fields=['deadline'], name='scylla_task_running_idx'), models.Index(condition=models.Q(('status__in', ['aborted', 'cancelled', 'completed'])), fields=['updated'], name='scylla_task_terminal_idx'), models.Index(fields=['queue', 'status'], name='scylla_task_queue_status_idx')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('priority__gte', 0), ('priority__lte', 255)), name='scylla_task_priority_range'), models.CheckConstraint(condition=models.Q(('progress__gte', 0.0), ('progress__lte', 1.0)), name='scylla_task_progress_range'), models.CheckConstraint(condition=models.Q(('status__in', ['ready', 'running', 'completed', 'aborted', 'cancelled'])), name='scylla_task_status_valid'), models.CheckConstraint(condition=models.Q(models.Q(('status', 'running'), _negated=True), models.Q(('deadline__isnull', False), ('owner__isnull', False)), _connector='OR'), name='scylla_task_running_has_lease')],
+                "ordering": ["-created", "-id"],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("status", "ready")),
+                        fields=["queue", "-priority", "created", "id"],
+                        name="scylla_task_ready_idx",
+                    ),
+                    models.Index(
+                        condition=models.Q(("status", "running")),
+                        fields=["deadline"],
+                        name="scylla_task_running_idx",
+                    ),
+                    models.Index(
+                        condition=models.Q(("status__in", ["aborted", "cancelled", "completed"])),
+                        fields=["updated"],
+                        name="scylla_task_terminal_idx",
+                    ),
+                    models.Index(fields=["queue", "status"], name="scylla_task_queue_status_idx"),
+                ],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("priority__gte", 0), ("priority__lte", 255)),
+                        name="scylla_task_priority_range",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("progress__gte", 0.0), ("progress__lte", 1.0)),
+                        name="scylla_task_progress_range",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            (
+                                "status__in",
+                                ["ready", "running", "completed", "aborted", "cancelled"],
+                            )
+                        ),
+                        name="scylla_task_status_valid",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            models.Q(("status", "running"), _negated=True),
+                            models.Q(("deadline__isnull", False), ("owner__isnull", False)),
+                            _connector="OR",
+                        ),
+                        name="scylla_task_running_has_lease",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='History',
+            name="History",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('typ', models.CharField(choices=[('TaskAssignment', 'Assignment'), ('TaskTimeout', 'Timeout'), ('TaskYield', 'Yield'), ('TaskCompletion', 'Completion'), ('TaskAbort', 'Abort'), ('TaskCancellation', 'Cancellation')], max_length=32)),
-                ('worker', models.CharField(blank=True, max_length=64, null=True)),
-                ('progress', models.FloatField(blank=True, null=True)),
-                ('time', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('task', models.ForeignKey(on_delete=django.db.models.deletion.DO_NOTHING, related_name='history', to='scylla_django.task')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                (
+                    "typ",
+                    models.CharField(
+                        choices=[
+                            ("TaskAssignment", "Assignment"),
+                            ("TaskTimeout", "Timeout"),
+                            ("TaskYield", "Yield"),
+                            ("TaskCompletion", "Completion"),
+                            ("TaskAbort", "Abort"),
+                            ("TaskCancellation", "Cancellation"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("worker", models.CharField(blank=True, max_length=64, null=True)),
+                ("progress", models.FloatField(blank=True, null=True)),
+                (
+                    "time",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                (
+                    "task",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="history",
+                        to="scylla_django.task",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'history',
-                'ordering': ['id'],
-                'indexes': [models.Index(fields=['task', 'id'], name='scylla_history_task_idx')],
+                "verbose_name_plural": "history",
+                "ordering": ["id"],
+                "indexes": [models.Index(fields=["task", "id"], name="scylla_history_task_idx")],
             },
         ),
     ]

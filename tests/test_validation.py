@@ -1,0 +1,126 @@
+"""Bad input gets a clear ValidationError with a code, and nothing is written."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from scylla_django.models import Task
+from scylla_django.validation import validate_json
+from tests.factories import TaskFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(
+    "rn",
+    ["", "x" * 129, "has space", "slash/", "percent%", "ünïcode", "nul\x00", 42],
+)
+def test_bad_rns_are_rejected(rn):
+    with pytest.raises(ValidationError) as raised:
+        Task.objects.submit("q", {}, rn=rn)
+    assert "rn" in raised.value.error_dict
+    assert Task.objects.count() == 0
+
+
+@pytest.mark.parametrize("rn", ["a", "x" * 128, "orders:eu-1.233_b", "2e822247-e4f5-480d"])
+def test_good_rns_are_accepted(rn):
+    assert Task.objects.submit("q", {}, rn=rn).rn == rn
+
+
+@pytest.mark.parametrize(
+    "queue", ["", "q" * 101, "_leading", "-leading", "a b", "a%b", "a/b", None, ["q"]]
+)
+def test_bad_queues_are_rejected(queue):
+    with pytest.raises(ValidationError) as raised:
+        Task.objects.submit(queue, {})
+    assert "queue" in raised.value.error_dict
+
+
+@pytest.mark.parametrize("queue", ["q", "Q" * 100, "reports.daily:eu-1", "a_c", "0"])
+def test_good_queues_are_accepted(queue):
+    assert Task.objects.submit(queue, {}).queue == queue
+
+
+@pytest.mark.parametrize("priority", [-1, 256, 10**20, 1.5, "5", True, None])
+def test_bad_priorities_are_rejected(priority, settings):
+    if priority is None:
+        settings.SCYLLA = {"DEFAULT_PRIORITY": 300}  # a bad default is caught as well
+        with pytest.raises(Exception):  # noqa: B017 (ImproperlyConfigured)
+            Task.objects.submit("q", {}, priority=priority)
+        return
+    with pytest.raises(ValidationError) as raised:
+        Task.objects.submit("q", {}, priority=priority)
+    assert raised.value.error_dict["priority"][0].code == "invalid_priority"
+
+
+@pytest.mark.parametrize(
+    ("spec", "code"),
+    [
+        (None, "required"),
+        ({"s": "nul \x00 inside"}, "invalid_json"),
+        ({"k\x00": 1}, "invalid_json"),
+        ({"f": float("nan")}, "invalid_json"),
+        ({"f": float("inf")}, "invalid_json"),
+        ({1: "non-string key"}, "invalid_json"),
+        ({"set": {1, 2}}, "invalid_json"),
+        ({"big": "x" * (1024 * 1024)}, "too_large"),
+    ],
+)
+def test_bad_specs_are_rejected(spec, code):
+    with pytest.raises(ValidationError) as raised:
+        Task.objects.submit("q", spec)
+    assert raised.value.error_dict["spec"][0].code == code
+    assert Task.objects.count() == 0
+
+
+def test_deep_nesting_is_rejected_not_a_crash():
+    spec: list = []
+    for _ in range(10_000):
+        spec = [spec]
+    with pytest.raises(ValidationError):
+        Task.objects.submit("q", spec)
+
+
+def test_huge_integers_are_rejected_or_stored_intact():
+    with pytest.raises(ValidationError):
+        validate_json(10**5000)
+    assert Task.objects.submit("q", {"n": 10**30}).spec == {"n": 10**30}
+
+
+def test_spec_size_limit_follows_the_setting(settings):
+    settings.SCYLLA = {"SPEC_SIZE_LIMIT": 20}
+    Task.objects.submit("q", {"a": "x" * 10})
+    with pytest.raises(ValidationError):
+        Task.objects.submit("q", {"a": "x" * 20})
+
+
+@pytest.mark.parametrize("spec", [0, False, "", [], {}, "text", [1, {"a": None}], {"u": "☃"}])
+def test_any_json_but_null_is_a_spec(spec):
+    assert Task.objects.get(pk=Task.objects.submit("q", spec).pk).spec == spec
+
+
+def test_not_before_must_be_an_aware_datetime():
+    from datetime import datetime
+
+    with pytest.raises(ValidationError):
+        Task.objects.submit("q", {}, not_before=datetime(2030, 1, 1))
+    with pytest.raises(ValidationError):
+        Task.objects.submit("q", {}, not_before="2030-01-01")
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"priority": 256},
+        {"progress": 1.5},
+        {"progress": -0.1},
+        {"status": "paused"},
+        {"status": "running"},  # running without owner and deadline
+    ],
+)
+def test_database_check_constraints_hold_without_the_orm_validation(values):
+    task = TaskFactory()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Task.objects.filter(pk=task.pk).update(**values)
