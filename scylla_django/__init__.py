@@ -4,4 +4,8 @@ Clients submit tasks; workers lease, heartbeat and finish them; a monitor resets
 and purges old terminal tasks. See the README for a tour.
 """
 
+from .exceptions import Abort
+from .handlers import handler
+
+__all__ = ["Abort", "handler"]
 __version__ = "0.1.0"

@@ -58,3 +58,28 @@ class TaskCancelled(InvalidTransition):
     """The task was cancelled by a client; the worker should stop working on it."""
 
     code = "task_cancelled"
+
+
+class WorkerStopping(ScyllaError):
+    """The worker is shutting down and has yielded the task; the handler should return."""
+
+    code = "worker_stopping"
+
+
+class Abort(Exception):
+    """Raised by a handler to abort its task on purpose, with an error code.
+
+    `raise Abort("empty", "no rows matched", args={"day": 3})` aborts the task with the error
+    `{"code": "empty", "args": {"day": 3}, "description": "no rows matched"}`.
+    """
+
+    def __init__(
+        self, code: str, description: str = "", *, args: dict[str, object] | None = None
+    ) -> None:
+        super().__init__(f"{code}: {description}" if description else code)
+        self.code = code
+        self.description = description
+        self.error_args = args or {}
+
+    def as_error(self) -> dict[str, object]:
+        return {"code": self.code, "args": self.error_args, "description": self.description}

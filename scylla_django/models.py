@@ -6,7 +6,7 @@ status (and owner, for worker operations), with its History row in the same tran
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
@@ -343,22 +343,28 @@ class TaskQuerySet(models.QuerySet["Task"]):
         queue: str | None = None,
         *,
         batch_size: int | None = None,
+        on_batch: Callable[[int], object] | None = None,
     ) -> int:
         """Delete purgeable tasks (and their History) in batches; return how many were deleted.
 
         Each batch is its own transaction of at most `batch_size` (default
         `SCYLLA['PURGE_BATCH_SIZE']`) tasks, and no row is loaded into Python. Only terminal
         tasks are ever deleted: `statuses` must be a subset of completed/aborted/cancelled.
+        `on_batch(n)` is called after each committed batch with the number it deleted.
         """
         size = batch_size or scylla_settings.PURGE_BATCH_SIZE
         candidates = self.purgeable(older_than, statuses, queue)
+        terminal = self.model.objects.using(self.db).terminal()
         total = 0
         while True:
             with db.write_atomic(self.db):
                 ids = list(candidates.order_by().values_list("pk", flat=True)[:size])
                 if not ids:
                     return total
-                total += self.model.objects.using(self.db).terminal().filter(pk__in=ids).delete()[0]
+                deleted = terminal.filter(pk__in=ids).delete()[0]
+            total += deleted
+            if on_batch is not None:
+                on_batch(deleted)
             if len(ids) < size:
                 return total
 

@@ -1,0 +1,104 @@
+"""What the scylla_* commands share: argument types, logging from --verbosity, stop signals."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from types import FrameType
+
+from django.core.exceptions import ValidationError
+
+from ..validation import validate_queue
+
+logger = logging.getLogger("scylla_django")
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"\A\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*\Z")
+
+
+def duration(text: str) -> timedelta:
+    """argparse type: a positive duration such as `30`, `30s`, `5m`, `12h`, `7d`, `2w`.
+
+    A bare number is seconds.
+    """
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration; use a number with a unit, e.g. 30s, 5m, 12h, 7d"
+        )
+    value = float(match[1]) * _UNITS[match[2] or "s"]
+    if value <= 0 or value > 100 * 365 * 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive and under 100 years")
+    return timedelta(seconds=value)
+
+
+def seconds(text: str) -> float:
+    """argparse type: a positive number of seconds (a duration with a unit is accepted too)."""
+    return duration(text).total_seconds()
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def queue_name(text: str) -> str:
+    """argparse type: a valid queue name."""
+    try:
+        return validate_queue(text)
+    except ValidationError as exc:
+        raise argparse.ArgumentTypeError(" ".join(exc.messages)) from None
+
+
+def configure_logging(verbosity: int) -> None:
+    """Send the `scylla_django` logger to stderr at a level chosen by --verbosity.
+
+    0 → warnings, 1 (the default) → info, 2 and 3 → debug. A logger the project already
+    configured (it has handlers) is left alone apart from its level.
+    """
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+    logger.setLevel(level)
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        logger.addHandler(handler)
+
+
+class StopSignals:
+    """First SIGTERM/SIGINT: call `on_stop` (graceful). Second: exit at once with status 1.
+
+    Installed from the main thread; `requested` is an Event the loops wait on.
+    """
+
+    def __init__(self, on_stop: Callable[[], None] | None = None) -> None:
+        self.requested = threading.Event()
+        self._on_stop = on_stop
+
+    def install(self) -> StopSignals:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self.requested.is_set():
+            logger.warning("second %s: exiting now", name)
+            sys.stderr.flush()
+            os._exit(1)
+        logger.info("%s received: stopping gracefully (send it again to exit now)", name)
+        self.requested.set()
+        if self._on_stop is not None:
+            self._on_stop()

@@ -1,0 +1,224 @@
+"""The worker runtime driven in-process (TaskWorker in threads), and the command's arguments."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import OperationalError
+
+from scylla_django.enums import EventType, Status
+from scylla_django.exceptions import LeaseLost, TaskCancelled
+from scylla_django.handlers import HandlerAlreadyRegistered, HandlerRegistry, handler
+from scylla_django.models import History, Task, Worker
+from scylla_django.worker import TaskContext, TaskWorker
+from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
+from tests.processes import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_in_thread(worker: TaskWorker, **kwargs) -> threading.Thread:
+    thread = threading.Thread(target=worker.run, kwargs=kwargs, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_returned_value_completes_the_task():
+    task = Task.objects.submit("t-echo", {"x": [1, 2]})
+    TaskWorker(["t-echo"], poll_interval=0.05).run(once=True)
+    task.refresh_from_db()
+    assert (task.status, task.progress) == (Status.COMPLETED, 1.0)
+    assert task.result == {"echo": {"x": [1, 2]}}
+    worker = Worker.objects.get()
+    assert task.owner == worker.name and worker.stopped is not None
+    assert worker.queues == ["t-echo"]
+
+
+def test_an_exception_aborts_with_its_type_message_and_traceback():
+    task = Task.objects.submit("t-fail", {"n": 1})
+    TaskWorker(["t-fail"]).run(once=True)
+    task.refresh_from_db()
+    [error] = task.errors
+    assert task.status == Status.ABORTED
+    assert error["code"] == "exception"
+    assert error["args"]["type"] == "builtins.ValueError"
+    assert error["args"]["message"] == "bad input {'n': 1}"
+    assert "worker_handlers.py" in error["args"]["traceback"]
+    assert error["description"].startswith("ValueError: bad input")
+
+
+def test_abort_records_its_code_description_and_args():
+    task = Task.objects.submit("t-abort", {"day": 3})
+    TaskWorker(["t-abort"]).run(once=True)
+    task.refresh_from_db()
+    assert task.status == Status.ABORTED
+    assert task.errors == [{"code": "empty", "args": {"day": 3}, "description": "no rows matched"}]
+
+
+def test_a_result_that_is_not_json_aborts_instead_of_crashing():
+    task = Task.objects.submit("t-bad-result", {})
+    TaskWorker(["t-bad-result"]).run(once=True)
+    task.refresh_from_db()
+    assert task.status == Status.ABORTED
+    assert task.errors[0]["code"] == "invalid_result"
+
+
+def test_it_leases_only_up_to_its_concurrency_and_sends_progress():
+    for n in range(5):
+        Task.objects.submit("t-sleep", {"seconds": 0.6}, rn=f"s{n}")
+    worker = TaskWorker(["t-sleep"], concurrency=2, heartbeat_interval=0.1, poll_interval=0.05)
+    thread = run_in_thread(worker)
+    wait_until(lambda: Task.objects.filter(status=Status.RUNNING).count() == 2, what="2 running")
+    wait_until(
+        lambda: Task.objects.filter(status=Status.RUNNING, progress__gt=0).exists(),
+        what="progress from a heartbeat",
+    )
+    for _ in range(10):
+        assert Task.objects.filter(status=Status.RUNNING).count() <= 2
+        threading.Event().wait(0.05)
+    wait_until(lambda: Task.objects.filter(status=Status.COMPLETED).count() == 5, what="all done")
+    worker.stop()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert set(Task.objects.values_list("attempts", flat=True)) == {1}
+
+
+def test_max_tasks_stops_after_that_many():
+    for n in range(4):
+        Task.objects.submit("t-echo", n)
+    TaskWorker(["t-echo"], concurrency=3, max_tasks=2, poll_interval=0.05).run()
+    assert Task.objects.filter(status=Status.COMPLETED).count() == 2
+    assert Task.objects.filter(status=Status.READY).count() == 2
+
+
+def test_cancel_reaches_the_handler_on_the_next_heartbeat():
+    task = Task.objects.submit("t-sleep", {"seconds": 30})
+    worker = TaskWorker(["t-sleep"], heartbeat_interval=0.2, poll_interval=0.05)
+    thread = run_in_thread(worker)
+    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="running")
+    Task.objects.get(pk=task.pk).cancel()
+    wait_until(lambda: worker.in_flight_count() == 0, timeout=3, what="the handler to stop")
+    worker.stop()
+    thread.join(10)
+    task.refresh_from_db()
+    assert task.status == Status.CANCELLED
+    assert History.objects.filter(task=task).last().typ == EventType.CANCELLATION
+
+
+def test_stop_yields_running_tasks_and_marks_the_worker_stopped():
+    task = Task.objects.submit("t-sleep", {"seconds": 30})
+    worker = TaskWorker(["t-sleep"], heartbeat_interval=0.2, poll_interval=0.05, grace_period=5)
+    thread = run_in_thread(worker)
+    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="running")
+    worker.stop()
+    thread.join(10)
+    assert not thread.is_alive()
+    task.refresh_from_db()
+    assert task.status == Status.RUNNING  # until the monitor's next pass
+    assert History.objects.filter(task=task).last().typ == EventType.YIELD
+    assert Task.objects.reset_expired() == 1
+    task.refresh_from_db()
+    assert task.status == Status.READY
+    assert not History.objects.filter(task=task, typ=EventType.TIMEOUT).exists()
+    assert Worker.objects.get().stopped is not None
+
+
+def test_failed_heartbeats_make_the_worker_give_the_task_up(monkeypatch, settings):
+    settings.SCYLLA = {"HEARTBEAT_FAILURES": 2}
+    task = Task.objects.submit("t-sleep", {"seconds": 30})
+
+    def broken(self, *args, **kwargs):
+        raise OperationalError("connection refused")
+
+    worker = TaskWorker(["t-sleep"], heartbeat_interval=0.1, poll_interval=0.05)
+    thread = run_in_thread(worker)
+    wait_until(lambda: worker.in_flight_count() == 1, what="leased")
+    monkeypatch.setattr(Task, "heartbeat", broken)
+    wait_until(lambda: worker.in_flight_count() == 0, timeout=5, what="the task to be given up")
+    worker.stop()
+    thread.join(10)
+    task.refresh_from_db()
+    # Nothing more was written: the lease runs out and the monitor will reset it.
+    assert (task.status, task.owner) == (Status.RUNNING, Worker.objects.get().name)
+
+
+def test_the_context_raises_the_reason_it_was_stopped():
+    task = Task.objects.submit("t-echo", 1)
+    worker = Worker.objects.register(["t-echo"])
+    [task] = Task.objects.lease(worker, ["t-echo"])
+    ctx = TaskContext(task, worker)
+    ctx.check()
+    ctx.set_progress(0.5)
+    assert ctx.progress == 0.5
+    ctx.stop(TaskCancelled("cancelled"))
+    ctx.stop(LeaseLost("later reasons do not replace the first"))
+    with pytest.raises(TaskCancelled):
+        ctx.check()
+
+
+def test_a_queue_without_a_handler_is_refused():
+    with pytest.raises(ValueError, match="no-such-queue"):
+        TaskWorker(["t-echo", "no-such-queue"])
+    with pytest.raises(CommandError, match="no-such-queue"):
+        call_command("scylla_worker", "--queue", "no-such-queue", "--once")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--queue", "bad queue"],
+        ["--queue", "t-echo", "--concurrency", "0"],
+        ["--queue", "t-echo", "--lease-timeout", "soon"],
+        ["--queue", "t-echo", "--lease-timeout", "10s", "--heartbeat-interval", "20"],
+        ["--queue", "t-echo", "--handlers", "no.such.module"],
+    ],
+)
+def test_bad_worker_arguments_are_command_errors(args):
+    with pytest.raises(CommandError):
+        call_command("scylla_worker", *args, "--once")
+
+
+def test_the_command_runs_a_batch_with_once():
+    for n in range(3):
+        Task.objects.submit("t-echo", n)
+    call_command(
+        "scylla_worker",
+        "--queue=t-echo",
+        "--concurrency=3",
+        "--once",
+        "--handlers=tests.worker_handlers",
+        verbosity=0,
+    )
+    assert Task.objects.filter(status=Status.COMPLETED).count() == 3
+
+
+def test_one_handler_per_queue():
+    registry = HandlerRegistry()
+
+    @handler("q1", "q2", registry=registry)
+    def first(ctx):
+        return 1
+
+    def second(ctx):
+        return 2
+
+    assert registry.queues() == ["q1", "q2"]
+    with pytest.raises(HandlerAlreadyRegistered):
+        registry.register("q1", second)
+    with pytest.raises(TypeError):
+        handler()
+
+
+def test_lease_timeout_from_the_worker():
+    task = Task.objects.submit("t-sleep", {"seconds": 1})
+    worker = TaskWorker(["t-sleep"], lease_timeout=timedelta(seconds=42), poll_interval=0.05)
+    thread = run_in_thread(worker)
+    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="leased")
+    running = Task.objects.get(pk=task.pk)
+    assert running.deadline - running.updated == timedelta(seconds=42)
+    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.COMPLETED, what="done")
+    worker.stop()
+    thread.join(10)

@@ -1,0 +1,218 @@
+"""scylla_worker and scylla_monitor as real processes: signals, crashes, cancellation, load."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+
+from scylla_django.enums import EventType, Status
+from scylla_django.exceptions import LeaseLost
+from scylla_django.models import History, Task, Worker
+from tests.processes import finish, start, wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
+
+FAST = ["--poll-interval", "0.1", "--heartbeat-interval", "0.3", "-v", "2"]
+
+
+def worker(*queues: str, lease: str = "5s", extra: tuple[str, ...] = ()):
+    return start(
+        "scylla_worker",
+        *(f"--queue={q}" for q in queues),
+        f"--lease-timeout={lease}",
+        "--handlers=tests.worker_handlers",
+        *FAST,
+        *extra,
+    )
+
+
+def statuses() -> Counter[str]:
+    return Counter(Task.objects.values_list("status", flat=True))
+
+
+def typs(task: Task) -> list[str]:
+    return list(History.objects.filter(task=task).order_by("id").values_list("typ", flat=True))
+
+
+def test_sigterm_yields_running_tasks_and_another_worker_finishes_them():
+    tasks = [Task.objects.submit("t-sleep", {"seconds": 1.5}, rn=f"y{n}") for n in range(3)]
+    first = worker("t-sleep", extra=("--concurrency", "3"))
+    wait_until(lambda: statuses()[Status.RUNNING] == 3, what="3 running tasks")
+    first.send_signal(signal.SIGTERM)
+    code, output = finish(first)
+    assert code == 0, output
+    assert "yielded" in output
+    for task in tasks:
+        assert typs(task) == [EventType.ASSIGNMENT, EventType.YIELD]
+    assert Worker.objects.get_by_name(Task.objects.get(rn="y0").owner).stopped
+    assert Task.objects.reset_expired() == 3  # the monitor's next pass
+    assert statuses() == {Status.READY: 3}
+    assert not History.objects.filter(typ=EventType.TIMEOUT).exists()
+
+    second = worker("t-sleep", extra=("--concurrency", "3", "--once"))
+    code, output = finish(second)
+    assert code == 0, output
+    assert statuses() == {Status.COMPLETED: 3}
+    for task in tasks:
+        assert typs(task) == [
+            EventType.ASSIGNMENT,
+            EventType.YIELD,
+            EventType.ASSIGNMENT,
+            EventType.COMPLETION,
+        ]
+
+
+def test_a_second_signal_exits_at_once():
+    Task.objects.submit("t-stubborn", {"seconds": 60})
+    process = worker("t-stubborn", extra=("--grace-period", "60"))
+    wait_until(lambda: statuses()[Status.RUNNING] == 1, what="a running task")
+    process.send_signal(signal.SIGTERM)
+    wait_until(lambda: History.objects.filter(typ=EventType.YIELD).exists(), what="the yield")
+    process.send_signal(signal.SIGTERM)
+    code, output = finish(process, timeout=5)
+    assert code == 1, output
+    assert "exiting now" in output
+
+
+def test_sigkill_leaves_the_lease_to_expire_and_the_monitor_resets_it():
+    task = Task.objects.submit("t-sleep", {"seconds": 1})
+    victim = worker("t-sleep", lease="1s")
+    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="leased")
+    victim_name = Task.objects.get(pk=task.pk).owner
+    victim.kill()
+    victim.wait()
+    wait_until(lambda: Task.objects.reset_expired() == 1, timeout=5, what="the lease to expire")
+    task.refresh_from_db()
+    assert (task.status, task.owner) == (Status.READY, None)
+    assert typs(task) == [EventType.ASSIGNMENT, EventType.TIMEOUT]
+    timeout = History.objects.filter(task=task).last()
+    assert timeout.worker == victim_name
+
+    code, output = finish(worker("t-sleep", extra=("--once",)))
+    assert code == 0, output
+    task.refresh_from_db()
+    assert task.status == Status.COMPLETED and task.owner != victim_name
+    # The killed worker's late writes are rejected and change nothing.
+    for late_write in (
+        lambda: task.heartbeat(victim_name, progress=0.1),
+        lambda: task.complete(victim_name, result="late"),
+        lambda: task.abort(victim_name, {"code": "late"}),
+    ):
+        with pytest.raises(LeaseLost):
+            late_write()
+    task.refresh_from_db()
+    assert (task.status, task.result, task.errors) == (Status.COMPLETED, {"slept": 1}, [])
+
+
+def test_cancel_reaches_the_handler_within_a_heartbeat_interval():
+    task = Task.objects.submit("t-sleep", {"seconds": 60})
+    process = worker("t-sleep", extra=("--max-tasks", "1"))
+    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="leased")
+    Task.objects.get(pk=task.pk).cancel()
+    cancelled_at = time.monotonic()
+    code, output = finish(process, timeout=10)
+    took = time.monotonic() - cancelled_at
+    assert code == 0, output
+    assert "was cancelled" in output
+    # One heartbeat interval (0.3 s), plus the handler's step and the process's exit.
+    assert took < 3, took
+    assert Task.objects.get(pk=task.pk).status == Status.CANCELLED
+
+
+def test_handler_errors_and_aborts_are_recorded():
+    failing = Task.objects.submit("t-fail", {"n": 1})
+    aborting = Task.objects.submit("t-abort", {"day": 4})
+    code, output = finish(worker("t-fail", "t-abort", extra=("--concurrency", "2", "--once")))
+    assert code == 0, output
+    failing.refresh_from_db()
+    aborting.refresh_from_db()
+    assert failing.status == aborting.status == Status.ABORTED
+    assert failing.errors[0]["code"] == "exception"
+    assert failing.errors[0]["args"]["type"] == "builtins.ValueError"
+    assert aborting.errors == [
+        {"code": "empty", "args": {"day": 4}, "description": "no rows matched"}
+    ]
+
+
+def test_max_attempts_aborts_a_task_that_keeps_killing_its_worker(settings):
+    settings.SCYLLA = {"MAX_ATTEMPTS": 2}
+    task = Task.objects.submit("t-kill", {})
+    for attempt in (1, 2):
+        code, _ = finish(worker("t-kill", lease="1s", extra=("--once",)))
+        assert code == -signal.SIGKILL
+        assert Task.objects.get(pk=task.pk).attempts == attempt
+        wait_until(lambda: Task.objects.reset_expired() == 1, timeout=5, what="expiry")
+    task.refresh_from_db()
+    assert task.status == Status.ABORTED
+    assert task.errors[0]["code"] == "max_attempts_exceeded"
+    assert typs(task)[-2:] == [EventType.TIMEOUT, EventType.ABORT]
+
+
+def test_two_workers_and_two_monitors_complete_every_task_exactly_once(tmp_path):
+    path = tmp_path / "runs.log"
+    outcomes = Task.objects.submit_many(
+        [{"queue": "t-record", "spec": {"path": str(path)}, "rn": f"r{n}"} for n in range(500)]
+    )
+    assert all(o.outcome == "inserted" for o in outcomes)
+    processes = [
+        worker("t-record", extra=("--concurrency", "4")),
+        worker("t-record", extra=("--concurrency", "4")),
+        start("scylla_monitor", "--interval", "0.2"),
+        start("scylla_monitor", "--interval", "0.2"),
+    ]
+    try:
+        wait_until(
+            lambda: statuses()[Status.COMPLETED] == 500, timeout=120, what="500 completed tasks"
+        )
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        results = [finish(process) for process in processes]
+    for code, output in results:
+        assert code == 0, output
+    runs = Counter(line.split()[0] for line in path.read_text().splitlines())
+    assert len(runs) == 500
+    assert set(runs.values()) == {1}, [rn for rn, n in runs.items() if n > 1]
+    assert set(Task.objects.values_list("attempts", flat=True)) == {1}
+    owners = Counter(Task.objects.values_list("owner", flat=True))
+    assert len(owners) == 2, owners  # both workers took part
+    assert History.objects.filter(typ=EventType.ASSIGNMENT).count() == 500
+    assert not History.objects.filter(typ=EventType.TIMEOUT).exists()
+
+
+def test_a_worker_survives_the_database_going_away_briefly(settings):
+    """Closing the worker's connections from the server side: it reconnects and carries on."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("terminating backends is a PostgreSQL feature")
+    process = worker("t-echo")
+    wait_until(lambda: Worker.objects.filter(stopped__isnull=True).exists(), what="registered")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    task = Task.objects.submit("t-echo", {"after": "outage"})
+    wait_until(
+        lambda: Task.objects.get(pk=task.pk).status == Status.COMPLETED,
+        timeout=15,
+        what="the task leased after the outage",
+    )
+    process.send_signal(signal.SIGTERM)
+    code, output = finish(process)
+    assert code == 0, output
+
+
+def test_lease_deadlines_use_the_database_clock():
+    task = Task.objects.submit("t-sleep", {"seconds": 2})
+    process = worker("t-sleep", lease="7s")
+    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="leased")
+    running = Task.objects.get(pk=task.pk)
+    assert running.deadline - running.updated == timedelta(seconds=7)
+    process.send_signal(signal.SIGTERM)
+    assert finish(process)[0] == 0

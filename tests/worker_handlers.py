@@ -1,0 +1,61 @@
+"""Handlers used by the worker tests (imported in-process, or with --handlers by subprocesses)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from scylla_django import Abort, handler
+
+
+@handler("t-echo")
+def echo(ctx):
+    return {"echo": ctx.spec}
+
+
+@handler("t-sleep")
+def sleep(ctx):
+    """Work for spec["seconds"] in small steps, reporting progress and checking for a stop."""
+    steps = max(1, int(ctx.spec.get("seconds", 1) / 0.05))
+    for step in range(steps):
+        ctx.check()
+        time.sleep(0.05)
+        ctx.set_progress((step + 1) / steps)
+    return {"slept": ctx.spec.get("seconds", 1)}
+
+
+@handler("t-fail")
+def fail(ctx):
+    raise ValueError(f"bad input {ctx.spec!r}")
+
+
+@handler("t-abort")
+def abort(ctx):
+    raise Abort("empty", "no rows matched", args={"day": ctx.spec.get("day")})
+
+
+@handler("t-kill")
+def kill(ctx):
+    """Kill the whole worker process, as an out-of-memory kill would."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@handler("t-record")
+def record(ctx):
+    """Append "rn worker" to the file spec["path"], then sleep spec["sleep"] seconds."""
+    with open(ctx.spec["path"], "a") as out:
+        out.write(f"{ctx.task.rn} {ctx.worker.name}\n")
+    time.sleep(ctx.spec.get("sleep", 0))
+    return None
+
+
+@handler("t-bad-result")
+def bad_result(ctx):
+    return {"not json": {1, 2}}
+
+
+@handler("t-stubborn")
+def stubborn(ctx):
+    """Sleep without ever checking for a stop."""
+    time.sleep(ctx.spec.get("seconds", 60))
