@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, ClassVar, Literal
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models import F, Max, Q, Value
@@ -233,6 +234,44 @@ class TaskQuerySet(models.QuerySet["Task"]):
             )
             return list(self.model.objects.using(self.db).filter(pk__in=ids).order_by(*order))
 
+    # -- clients ----------------------------------------------------------------------------
+
+    def cancel(self) -> int:
+        """Cancel every ready or running task of this queryset; return how many were cancelled.
+
+        Tasks in other statuses are skipped (the count tells how many). Each cancelled task gets
+        a TaskCancellation row, as with `Task.cancel()`; the rows are locked first, so a
+        concurrent completion either commits before (the task is skipped) or fails after.
+        """
+        manager = self.model.objects.using(self.db)
+        active = sources(Operation.CANCEL)
+        with db.write_atomic(self.db):
+            rows = list(
+                self.filter(status__in=active)
+                .select_for_update()
+                .order_by("pk")
+                .values("pk", "owner", "progress")
+            )
+            if not rows:
+                return 0
+            ids = [row["pk"] for row in rows]
+            cancelled = manager.filter(pk__in=ids, status__in=active).update(
+                status=Status.CANCELLED, deadline=None, updated=Now()
+            )
+            History.objects.using(self.db).bulk_create(
+                History(
+                    task_id=row["pk"],
+                    typ=EventType.CANCELLATION,
+                    worker=row["owner"],
+                    progress=row["progress"],
+                )
+                for row in rows
+            )
+        if signals.task_finished.has_listeners(Task):
+            for task in manager.filter(pk__in=ids):
+                _later(signals.task_finished, self.db, task=task, status=task.status)
+        return cancelled
+
     # -- monitor ----------------------------------------------------------------------------
 
     def reset_expired(self, *, batch_size: int | None = None) -> int:
@@ -427,6 +466,11 @@ class Task(models.Model):
 
     class Meta:
         ordering = ["-created", "-id"]
+        permissions = [
+            ("submit_task", "Can submit tasks"),
+            ("cancel_task", "Can cancel tasks"),
+            ("work_task", "Can lease and finish tasks as a worker"),
+        ]
         indexes = [
             models.Index(
                 fields=["queue", "-priority", "created", "id"],
@@ -735,6 +779,14 @@ class Worker(models.Model):
     started = models.DateTimeField(db_default=Now(), editable=False)
     last_seen = models.DateTimeField(db_default=Now())
     stopped = models.DateTimeField(null=True, blank=True)
+    # Who registered the worker over HTTP; only they may act as it (null for local workers).
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
 
     objects: ClassVar[WorkerQuerySet] = WorkerQuerySet.as_manager()  # type: ignore[assignment]
 

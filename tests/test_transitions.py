@@ -460,3 +460,19 @@ def test_transition_table(worker, status, operation):
 def test_only_ready_tasks_are_leased(worker, status):
     put_in(status, worker)
     assert Task.objects.lease(worker, ["default"]) == []
+
+
+def test_cancel_a_selection_skips_terminal_tasks_and_records_each(worker):
+    running = running_task(worker)
+    done = running_task(worker)
+    done.complete(worker)
+    ready = TaskFactory()
+    selection = Task.objects.filter(pk__in=[ready.pk, running.pk, done.pk])
+    assert selection.cancel() == 2
+    assert reload(ready).status == reload(running).status == Status.CANCELLED
+    assert reload(done).status == Status.COMPLETED
+    assert events(running)[-1] == (EventType.CANCELLATION, worker.name)
+    assert events(ready) == [(EventType.CANCELLATION, None)]
+    assert selection.cancel() == 0
+    with pytest.raises(TaskCancelled):
+        running.complete(worker)
