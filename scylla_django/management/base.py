@@ -9,7 +9,8 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from types import FrameType
 
@@ -87,10 +88,25 @@ class StopSignals:
         self.requested = threading.Event()
         self._on_stop = on_stop
 
-    def install(self) -> StopSignals:
-        for signum in (signal.SIGTERM, signal.SIGINT):
+    @contextmanager
+    def installed(self) -> Iterator[StopSignals]:
+        """Handle SIGTERM/SIGINT within the block, then restore the previous handlers.
+
+        Handlers can only be set from the main thread; elsewhere (a command called from a
+        thread) nothing is installed and only `on_stop`/`requested` stop the work.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        signums = (signal.SIGTERM, signal.SIGINT)
+        previous = {signum: signal.getsignal(signum) for signum in signums}
+        for signum in signums:
             signal.signal(signum, self._handle)
-        return self
+        try:
+            yield self
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name

@@ -95,5 +95,5 @@ class Command(BaseCommand):
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        StopSignals(on_stop=worker.stop).install()
-        worker.run(once=options["once"])
+        with StopSignals(on_stop=worker.stop).installed():
+            worker.run(once=options["once"])

@@ -15,7 +15,7 @@ from scylla_django.models import Task
 
 QUEUES = {
     "reports": lambda n: {"report": "daily-sales", "day": n % 28 + 1, "parts": 5},
-    "emails": lambda n: {"to": f"user{n}@example.com", "template": "welcome"},
+    "emails": lambda n: {"to": f"user{n}@example.{'org' if n % 4 == 0 else 'com'}"},
     "flaky": lambda n: {"fail_ratio": 0.3, "n": n},
 }
 

@@ -1,0 +1,73 @@
+"""`manage.py scylla_monitor`: reset expired leases and purge old terminal tasks, in a loop."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import Error as DatabaseError
+
+from ...conf import scylla_settings
+from ...monitor import Monitor, format_duration
+from ..base import StopSignals, configure_logging, duration, seconds
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the scylla_django monitor: every --interval seconds, give expired leases back "
+        "(running tasks whose deadline passed become ready again, with a TaskTimeout in their "
+        "history, or are aborted after MAX_ATTEMPTS), then delete completed, aborted and "
+        "cancelled tasks not updated for --retention. Any number of monitors may run at once. "
+        "It keeps going through database outages, retrying with a backoff. SIGTERM or SIGINT "
+        "stops it after the current pass (exit status 0); a second one stops it at once."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--interval",
+            type=seconds,
+            default=5.0,
+            metavar="SECONDS",
+            help="Time between the starts of two passes: seconds, or with a unit (500ms, 1m). "
+            "Default: 5.",
+        )
+        parser.add_argument(
+            "--retention",
+            type=duration,
+            default=None,
+            metavar="DURATION",
+            help="Purge terminal tasks not updated for this long, e.g. 12h, 7d, 2w. Default: "
+            f"the RETENTION setting, read at every pass (now {_current_retention()}).",
+        )
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            help="Make one pass, print 'reset N, purged M' and exit; a database error fails it.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        configure_logging(options["verbosity"])
+        retention: timedelta | None = options["retention"]
+        if retention is None:
+            try:
+                scylla_settings.RETENTION  # noqa: B018 - fail now, not at the first pass
+            except ImproperlyConfigured as exc:
+                raise CommandError(str(exc)) from exc
+        monitor = Monitor(interval=options["interval"], retention=retention)
+        signals = StopSignals()
+        with signals.installed():
+            try:
+                monitor.run(stop=signals.requested, once=options["once"])
+            except DatabaseError as exc:  # only with --once: the loop retries
+                raise CommandError(f"database error: {type(exc).__name__}: {exc}") from exc
+        if options["once"] and monitor.last_pass is not None:
+            self.stdout.write(f"reset {monitor.last_pass.reset}, purged {monitor.last_pass.purged}")
+
+
+def _current_retention() -> str:
+    try:
+        return format_duration(scylla_settings.RETENTION)
+    except ImproperlyConfigured:
+        return "invalid"

@@ -1,0 +1,210 @@
+"""The monitor (SPEC §5): reset expired leases, then purge terminal tasks past their retention.
+
+`Monitor.run()` loops until told to stop; `manage.py scylla_monitor` is a thin wrapper around it.
+Any number of monitors may run at once, on one host or many: `Task.objects.reset_expired()` locks
+the expired rows it handles (SKIP LOCKED), so each expiry is handled by exactly one of them, and
+`Task.objects.purge()` deletes only rows that are still terminal, so concurrent purges cannot
+delete anything twice or anything they should not. Nothing here needs to coordinate.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import Error as DatabaseError
+from django.db import close_old_connections, connections
+
+from .conf import scylla_settings
+from .models import Task
+
+logger = logging.getLogger("scylla_django")
+
+
+def format_duration(value: timedelta) -> str:
+    """`value` for people: "10 days", "12 hours", "90 seconds", "1.5 seconds"."""
+    total = value.total_seconds()
+    for unit, size in (("week", 604800), ("day", 86400), ("hour", 3600), ("minute", 60)):
+        if total >= size and total % size == 0:
+            return plural(int(total // size), unit)
+    if total == int(total):
+        return plural(int(total), "second")
+    return f"{total:g} seconds"
+
+
+def plural(count: int, noun: str) -> str:
+    """`count` and `noun`, plural when needed: "1 task", "2 tasks"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+@dataclass(frozen=True)
+class MonitorPass:
+    """What one monitor pass did: `reset` expired leases were dealt with, `purged` tasks deleted.
+
+    `reset` counts tasks made ready again and tasks aborted for `MAX_ATTEMPTS` alike, as
+    `Task.objects.reset_expired()` does.
+    """
+
+    reset: int
+    purged: int
+
+
+class Monitor:
+    """Resets expired leases and purges old terminal tasks, once or every `interval` seconds.
+
+    - `interval`: seconds from the start of one pass to the start of the next.
+    - `retention`: terminal tasks not updated for this long are purged. `None` means the
+      `SCYLLA["RETENTION"]` setting, read again at every pass.
+    - `using`: the database alias.
+    - `reset_batch_size`, `purge_batch_size`: rows per transaction; `None` means the
+      `RESET_BATCH_SIZE` and `PURGE_BATCH_SIZE` settings.
+
+    Any number of monitors may run at once, against the same database: the model methods they
+    call are safe under concurrency (each expired lease is reset exactly once, and only terminal
+    tasks are ever deleted), so no leader election or locking is needed here.
+
+    `run()` survives database outages: a pass that fails with a database error is logged, the
+    broken connection is closed, and the pass is retried after an exponential backoff
+    (`backoff_initial` doubling up to `backoff_max` seconds), which a successful pass resets.
+    """
+
+    backoff_initial: float = 1.0
+    backoff_max: float = 30.0
+
+    def __init__(
+        self,
+        interval: float = 5.0,
+        retention: timedelta | None = None,
+        using: str = "default",
+        reset_batch_size: int | None = None,
+        purge_batch_size: int | None = None,
+    ) -> None:
+        if not (isinstance(interval, int | float) and math.isfinite(interval) and interval > 0):
+            raise ValueError(f"interval must be a positive number of seconds, not {interval!r}")
+        if retention is not None and (
+            not isinstance(retention, timedelta) or retention <= timedelta(0)
+        ):
+            raise ValueError(f"retention must be a positive timedelta, not {retention!r}")
+        for name, size in (
+            ("reset_batch_size", reset_batch_size),
+            ("purge_batch_size", purge_batch_size),
+        ):
+            if size is not None and (
+                isinstance(size, bool) or not isinstance(size, int) or size < 1
+            ):
+                raise ValueError(f"{name} must be a positive integer, not {size!r}")
+        self.interval = float(interval)
+        self.retention = retention
+        self.using = using
+        self.reset_batch_size = reset_batch_size
+        self.purge_batch_size = purge_batch_size
+        self.last_pass: MonitorPass | None = None
+        """The result of the latest successful pass (None before the first)."""
+
+    # -- one pass -------------------------------------------------------------------------------
+
+    def run_once(self) -> MonitorPass:
+        """One pass: reset every expired lease, then purge terminal tasks past retention.
+
+        Database errors propagate; `run()` is the one that retries.
+        """
+        retention = scylla_settings.RETENTION if self.retention is None else self.retention
+        tasks = Task.objects.using(self.using)
+        reset = tasks.reset_expired(batch_size=self.reset_batch_size)
+        if reset:
+            logger.info("reset %s", plural(reset, "expired lease"))
+        else:
+            logger.debug("no expired leases")
+        purged = tasks.purge(older_than=retention, batch_size=self.purge_batch_size)
+        age = format_duration(retention)
+        if purged:
+            logger.info("purged %s older than %s", plural(purged, "task"), age)
+        else:
+            logger.debug("no terminal tasks older than %s to purge", age)
+        self.last_pass = MonitorPass(reset=reset, purged=purged)
+        return self.last_pass
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None, once: bool = False) -> None:
+        """Run a pass every `interval` seconds until `stop` is set (forever if it is None).
+
+        A stop is noticed at once, between passes or during a backoff; a pass under way is
+        finished first. A database error in a pass is logged as a warning and the pass retried
+        after a backoff (1 s, 2 s, 4 s, … up to `backoff_max`), on a fresh connection.
+
+        With `once=True`, a single pass is made and a database error is raised, not retried, so
+        that a one-shot run fails loudly.
+        """
+        if once:
+            self._refresh_connections()
+            self.run_once()
+            return
+        stop = stop if stop is not None else threading.Event()
+        logger.info(
+            "monitor started: a pass every %s, purging terminal tasks older than %s",
+            format_duration(timedelta(seconds=self.interval)),
+            f"{format_duration(scylla_settings.RETENTION)} (the RETENTION setting)"
+            if self.retention is None
+            else format_duration(self.retention),
+        )
+        backoff = self.backoff_initial
+        failures = 0
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    self._refresh_connections()
+                    self.run_once()
+                except DatabaseError as exc:
+                    failures += 1
+                    logger.warning(
+                        "monitor pass failed (%s: %s); retrying in %s",
+                        type(exc).__name__,
+                        " ".join(str(exc).split()) or "no message",
+                        format_duration(timedelta(seconds=backoff)),
+                    )
+                    self._discard_connection()
+                    if self._wait(stop, backoff):
+                        break
+                    backoff = min(backoff * 2, self.backoff_max)
+                    continue
+                if failures:
+                    logger.info("database back after %s", plural(failures, "failed attempt"))
+                    failures = 0
+                backoff = self.backoff_initial
+                if self._wait(stop, max(0.0, started + self.interval - time.monotonic())):
+                    break
+        finally:
+            self._discard_connection()
+            logger.info("monitor stopped")
+
+    def _wait(self, stop: threading.Event, timeout: float) -> bool:
+        """Wait up to `timeout` seconds; True if `stop` was set (at once, not after the timeout)."""
+        return stop.wait(timeout)
+
+    # -- connections ----------------------------------------------------------------------------
+
+    def _in_transaction(self) -> bool:
+        """Whether the caller holds our connection inside `atomic()` (closing it would break it).
+
+        The monitor never runs so in production; a test case calling it does.
+        """
+        return connections[self.using].in_atomic_block
+
+    def _refresh_connections(self) -> None:
+        """Replace connections that are broken or past CONN_MAX_AGE, as Django does per request."""
+        if not self._in_transaction():
+            close_old_connections()
+
+    def _discard_connection(self) -> None:
+        """Close our connection (after an error, or when the loop ends); the next query reopens."""
+        if not self._in_transaction():
+            try:
+                connections[self.using].close()
+            except DatabaseError as exc:  # closing a broken connection may itself fail
+                logger.debug("closing the database connection failed: %s", exc)

@@ -1,0 +1,369 @@
+"""The monitor: a pass resets expired leases and purges old terminal tasks; the loop stops at once
+when asked, survives database errors with a backoff, and runs as `manage.py scylla_monitor`."""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import OperationalError, connection, connections
+from django.db.models.functions import Now
+
+from scylla_django.enums import EventType, Status
+from scylla_django.management.commands.scylla_monitor import Command as MonitorCommand
+from scylla_django.models import History, Task, TaskQuerySet
+from scylla_django.monitor import Monitor, MonitorPass, format_duration
+from tests.conftest import expire
+from tests.factories import TaskFactory, running_task
+from tests.processes import finish, start
+
+
+def age(*rns: str, days: int = 30) -> None:
+    """Make tasks look last updated `days` ago."""
+    Task.objects.filter(rn__in=rns).update(updated=Now() - timedelta(days=days))
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
+    """Poll `predicate` until it is true, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(0.02)
+
+
+def scripted_wait(monitor: Monitor, stop: threading.Event, passes: int) -> list[float]:
+    """Replace `monitor._wait`: record each wait, return at once; stop after `passes` successes."""
+    waits: list[float] = []
+    good = 0
+
+    def fake_wait(event: threading.Event, timeout: float) -> bool:
+        nonlocal good
+        waits.append(timeout)
+        if len(waits) >= 50:  # a monitor that never recovers: end the test, not hang it
+            event.set()
+        if monitor.last_pass is not None:  # a pass succeeded: this is the interval wait
+            good += 1
+            monitor.last_pass = None
+            if good >= passes:
+                event.set()
+        return event.is_set()
+
+    monitor._wait = fake_wait  # type: ignore[method-assign]
+    return waits
+
+
+# -- one pass ------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_run_once_resets_expired_leases_and_purges_old_terminal_tasks(worker, caplog):
+    expired = running_task(worker, rn="expired", queue="q-expired")
+    expire(expired)
+    running_task(worker, rn="alive", queue="q-alive")
+    running_task(worker, rn="old-completed", queue="q-old").complete(worker)
+    TaskFactory(rn="old-cancelled", queue="q-old").cancel()
+    running_task(worker, rn="young-completed", queue="q-young").complete(worker)
+    TaskFactory(rn="old-ready", queue="q-old-ready")
+    age("old-completed", "old-cancelled", "old-ready")
+    caplog.set_level(logging.DEBUG, logger="scylla_django")
+
+    result = Monitor(retention=timedelta(days=10)).run_once()
+
+    assert result == MonitorPass(reset=1, purged=2)
+    assert set(Task.objects.values_list("rn", "status")) == {
+        ("expired", Status.READY),
+        ("alive", Status.RUNNING),
+        ("young-completed", Status.COMPLETED),
+        ("old-ready", Status.READY),
+    }
+    expired.refresh_from_db()
+    assert expired.owner is None
+    assert expired.history.last().typ == EventType.TIMEOUT
+    assert not History.objects.filter(task__rn__startswith="old-c").exists()
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert infos == ["reset 1 expired lease", "purged 2 tasks older than 10 days"]
+
+    caplog.clear()
+    assert Monitor(retention=timedelta(days=10)).run_once() == MonitorPass(reset=0, purged=0)
+    assert {r.levelno for r in caplog.records} == {logging.DEBUG}
+
+
+@pytest.mark.django_db
+def test_run_once_reads_the_retention_setting_at_every_pass(settings):
+    TaskFactory(rn="old").cancel()
+    age("old", days=30)
+    monitor = Monitor()
+    settings.SCYLLA = {"RETENTION": timedelta(days=40)}
+    assert monitor.run_once().purged == 0
+    settings.SCYLLA = {"RETENTION": 20 * 86400}
+    assert monitor.run_once().purged == 1
+
+
+@pytest.mark.django_db
+def test_run_once_handles_more_than_a_batch(worker):
+    for n in range(5):
+        expire(running_task(worker, rn=f"expired-{n}"))
+        TaskFactory(rn=f"old-{n}", queue="other").cancel()
+    age(*(f"old-{n}" for n in range(5)))
+    monitor = Monitor(retention=timedelta(days=1), reset_batch_size=2, purge_batch_size=2)
+    assert monitor.run_once() == MonitorPass(reset=5, purged=5)
+    assert Task.objects.filter(status=Status.READY).count() == 5
+    assert not Task.objects.filter(queue="other").exists()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"interval": 0},
+        {"interval": -1},
+        {"interval": math.nan},
+        {"retention": timedelta(0)},
+        {"reset_batch_size": 0},
+        {"purge_batch_size": True},
+    ],
+)
+def test_monitor_rejects_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        Monitor(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (864000, "10 days"),
+        (86400, "1 day"),
+        (7200, "2 hours"),
+        (90, "90 seconds"),
+        (0.2, "0.2 seconds"),
+    ],
+)
+def test_format_duration(seconds, text):
+    assert format_duration(timedelta(seconds=seconds)) == text
+
+
+# -- the loop ------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_repeats_passes_and_stops_promptly_when_the_event_is_set(worker):
+    """A loop in a thread keeps resetting leases that expire, and returns at once on stop."""
+    monitor = Monitor(interval=0.05)
+    stop = threading.Event()
+    thread = threading.Thread(target=monitor.run, kwargs={"stop": stop}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: monitor.last_pass is not None, what="the first pass")
+        task = running_task(worker)
+        expire(task)
+        wait_for(lambda: Task.objects.get(pk=task.pk).status == Status.READY, what="a later pass")
+        monitor.interval = 3600.0  # now it sits in a long wait
+        time.sleep(0.2)
+    finally:
+        started = time.monotonic()
+        stop.set()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.django_db
+def test_run_survives_a_database_error_and_retries(worker, monkeypatch, caplog):
+    expire(running_task(worker, rn="expired"))
+    original = TaskQuerySet.reset_expired
+    calls = []
+
+    def flaky(self, **kwargs):
+        calls.append(kwargs)
+        if len(calls) == 1:
+            raise OperationalError("server closed the connection unexpectedly\n\tHINT: ...")
+        return original(self, **kwargs)
+
+    monkeypatch.setattr(TaskQuerySet, "reset_expired", flaky)
+    monitor, stop = Monitor(interval=5), threading.Event()
+    waits = scripted_wait(monitor, stop, passes=1)
+    caplog.set_level(logging.INFO, logger="scylla_django")
+
+    monitor.run(stop=stop)
+
+    assert len(calls) == 2
+    assert waits[0] == 1.0  # the first backoff
+    assert 0 < waits[1] <= 5  # then the normal interval
+    assert Task.objects.get(rn="expired").status == Status.READY
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.getMessage() == (
+        "monitor pass failed (OperationalError: server closed the connection unexpectedly "
+        "HINT: ...); retrying in 1 second"
+    )
+    assert "database back after 1 failed attempt" in caplog.messages
+
+
+@pytest.mark.django_db
+def test_backoff_doubles_up_to_its_cap_and_a_success_resets_it(monkeypatch):
+    outcomes = iter([False] * 7 + [True] + [False] + [True])
+    monitor, stop = Monitor(interval=5), threading.Event()
+
+    def run_once():
+        if not next(outcomes):
+            raise OperationalError("down")
+        monitor.last_pass = MonitorPass(0, 0)
+        return monitor.last_pass
+
+    monkeypatch.setattr(monitor, "run_once", run_once)
+    waits = scripted_wait(monitor, stop, passes=2)
+    monitor.run(stop=stop)
+    assert len(waits) == 10
+    assert waits[:7] == [1, 2, 4, 8, 16, 30, 30]  # doubling, capped at backoff_max
+    assert 0 < waits[7] <= 5  # after a success: the interval
+    assert waits[8] == 1  # the success reset the backoff
+    assert 0 < waits[9] <= 5
+
+
+@pytest.mark.django_db
+def test_a_stop_during_a_backoff_ends_the_run(monkeypatch):
+    """The backoff waits on the stop event: a stop ends it at once (here: before it began)."""
+    monitor, stop = Monitor(), threading.Event()
+
+    def down():
+        stop.set()
+        raise OperationalError("down")
+
+    monkeypatch.setattr(monitor, "run_once", down)
+    started = time.monotonic()
+    monitor.run(stop=stop)
+    assert time.monotonic() - started < 0.5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_replaces_a_broken_connection(worker, monkeypatch, caplog):
+    """The real thing: the connection dies under the monitor; the next pass reconnects.
+
+    With persistent connections, `close_old_connections()` keeps a connection that errored if it
+    still looks usable (SQLite's always does), so the monitor must close it itself.
+    """
+    monkeypatch.setitem(connections["default"].settings_dict, "CONN_MAX_AGE", None)
+    expire(running_task(worker, rn="expired"))
+    original = TaskQuerySet.reset_expired
+    broken = []
+
+    def break_first(self, **kwargs):
+        if not broken:
+            connections["default"].ensure_connection()
+            broken.append(connections["default"].connection)
+            broken[0].close()  # the DB-API connection, under Django's feet
+        return original(self, **kwargs)
+
+    monkeypatch.setattr(TaskQuerySet, "reset_expired", break_first)
+    monitor, stop = Monitor(interval=5), threading.Event()
+    waits = scripted_wait(monitor, stop, passes=1)
+    caplog.set_level(logging.INFO, logger="scylla_django")
+
+    monitor.run(stop=stop)
+
+    assert len(waits) == 2
+    assert waits[0] == 1.0
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+    assert Task.objects.get(rn="expired").status == Status.READY
+    assert connection.connection is not broken[0]
+
+
+@pytest.mark.django_db
+def test_once_raises_database_errors_instead_of_retrying(monkeypatch):
+    calls = []
+
+    def down(self, **kwargs):
+        calls.append(1)
+        raise OperationalError("down")
+
+    monkeypatch.setattr(TaskQuerySet, "reset_expired", down)
+    with pytest.raises(OperationalError):
+        Monitor().run(once=True)
+    assert calls == [1]
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_command_once_prints_a_summary_and_restores_signal_handlers(worker):
+    expire(running_task(worker, rn="expired"))
+    TaskFactory(rn="old", queue="other").cancel()
+    age("old", days=11)
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    out = io.StringIO()
+    call_command("scylla_monitor", "--once", stdout=out)
+    assert out.getvalue() == "reset 1, purged 1\n"
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    out = io.StringIO()
+    call_command("scylla_monitor", "--once", "--retention", "1h", stdout=out)
+    assert out.getvalue() == "reset 0, purged 0\n"
+
+
+@pytest.mark.django_db
+def test_command_once_fails_loudly_on_a_database_error(monkeypatch):
+    def down(self, **kwargs):
+        raise OperationalError("could not connect to server")
+
+    monkeypatch.setattr(TaskQuerySet, "reset_expired", down)
+    with pytest.raises(CommandError, match="OperationalError: could not connect to server"):
+        call_command("scylla_monitor", "--once", stdout=io.StringIO())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--interval", "0"], ["--interval", "soon"], ["--retention", "7x"], ["--retention", "0"]],
+)
+def test_command_rejects_bad_arguments(args):
+    with pytest.raises(CommandError, match=args[0]):
+        call_command("scylla_monitor", "--once", *args)
+
+
+def test_command_help_shows_the_retention_setting(settings):
+    settings.SCYLLA = {"RETENTION": timedelta(days=3)}
+    text = " ".join(
+        MonitorCommand().create_parser("manage.py", "scylla_monitor").format_help().split()
+    )
+    assert "the RETENTION setting, read at every pass (now 3 days)" in text
+
+
+@pytest.mark.django_db
+def test_command_reports_a_bad_retention_setting(settings):
+    settings.SCYLLA = {"RETENTION": -5}
+    with pytest.raises(CommandError, match="RETENTION"):
+        call_command("scylla_monitor", "--once")
+
+
+# -- a real process ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_monitor_process_resets_a_lease_and_exits_0_on_sigterm(worker):
+    task = running_task(worker, rn="expired")
+    expire(task)
+    process = start("scylla_monitor", "--interval", "0.2")
+    try:
+        wait_for(
+            lambda: (
+                process.poll() is not None
+                or History.objects.filter(task=task, typ=EventType.TIMEOUT).exists()
+            ),
+            timeout=15,
+            what="the monitor process to reset the lease",
+        )
+        assert process.poll() is None
+        assert Task.objects.get(pk=task.pk).status == Status.READY
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code, text = finish(process, timeout=5)
+    assert code == 0, text
+    assert "reset 1 expired lease" in text
+    assert "SIGTERM received" in text
