@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote
 
 from django.db import connection
 
@@ -15,30 +16,40 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def database_url() -> str:
-    """A DATABASE_URL for the test database pytest-django created."""
+    """A DATABASE_URL for the test database pytest-django created (for child processes).
+
+    For SQLite it is the test database file itself: only the TEST dict of tests/settings.py
+    adds ".test", and a child does not create a test database.
+    """
     settings = connection.settings_dict
     if connection.vendor == "sqlite":
-        return f"sqlite:///{settings['NAME']}"
-    user = settings.get("USER") or "postgres"
-    password = f":{settings['PASSWORD']}" if settings.get("PASSWORD") else ""
-    host = settings.get("HOST") or "127.0.0.1"
-    port = settings.get("PORT") or 5432
-    return f"postgres://{user}{password}@{host}:{port}/{settings['NAME']}"
+        return "sqlite:///" + os.path.abspath(str(settings["NAME"]))
+    assert connection.vendor == "postgresql", connection.vendor
+    user = quote(settings["USER"] or "", safe="")
+    if settings["PASSWORD"]:
+        user += ":" + quote(settings["PASSWORD"], safe="")
+    host = settings["HOST"] or "localhost"
+    port = f":{settings['PORT']}" if settings["PORT"] else ""
+    return f"postgres://{user}@{host}{port}/{quote(settings['NAME'], safe='')}"
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child process: the test settings and the test database."""
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": database_url(),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def start(*args: str, **popen) -> subprocess.Popen:
     """Start `manage.py <args>` with the test settings and database."""
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": database_url(),
-        "PYTHONPATH": str(ROOT),
-        "PYTHONUNBUFFERED": "1",
-    }
     return subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), *args],
         cwd=ROOT,
-        env=env,
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

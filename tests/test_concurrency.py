@@ -1,0 +1,451 @@
+"""The state machine under real concurrency: separate connections in threads and processes.
+
+Every thread uses Django's per-thread connection (so its own database session) and closes it when
+it ends. The threaded tests need PostgreSQL (row locks, SKIP LOCKED); the multi-process lease test
+runs on SQLite too, where writers are serialised by `BEGIN IMMEDIATE`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.models.functions import Now
+
+from scylla_django.enums import EventType, Status
+from scylla_django.exceptions import InvalidTransition, LeaseLost, TaskCancelled
+from scylla_django.models import History, Task, Worker
+from tests.conftest import expire
+from tests.processes import ROOT, child_env
+
+pytestmark = [pytest.mark.concurrency, pytest.mark.django_db(transaction=True)]
+
+THREAD_TIMEOUT = 120.0
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def run_in_threads(jobs: Sequence[Callable[[threading.Barrier], Any]]) -> list[Any]:
+    """Run each job in its own thread and return their results, in order.
+
+    Each thread opens its own connection first, then all wait on one barrier so that they start
+    together; the barrier is passed to the job for any further rendezvous. A job's exception is
+    re-raised here (after the barrier is broken so that the other jobs do not wait forever).
+    """
+    barrier = threading.Barrier(len(jobs))
+    results: dict[int, Any] = {}
+    errors: list[BaseException] = []
+
+    def run(index: int, job: Callable[[threading.Barrier], Any]) -> None:
+        try:
+            connection.ensure_connection()
+            barrier.wait()
+            results[index] = job(barrier)
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=run, args=(i, job), name=f"job-{i}") for i, job in enumerate(jobs)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(THREAD_TIMEOUT)
+    assert not any(t.is_alive() for t in threads), "a thread is still running (deadlock?)"
+    if errors:
+        # A BrokenBarrierError is only the echo of another thread's failure: report the cause.
+        errors.sort(key=lambda exc: isinstance(exc, threading.BrokenBarrierError))
+        raise errors[0]
+    return [results[i] for i in range(len(jobs))]
+
+
+def submit(queue: str, count: int) -> list[int]:
+    """Submit `count` ready tasks on `queue` in bulk; return their pks."""
+    outcomes = Task.objects.submit_many({"queue": queue, "spec": {"n": n}} for n in range(count))
+    assert [o.outcome for o in outcomes] == ["inserted"] * count
+    pks = list(Task.objects.filter(queue=queue).values_list("pk", flat=True))
+    assert len(pks) == count
+    return sorted(pks)
+
+
+def lease_all(worker: Worker, queue: str, count: int, timeout: float = 600) -> list[Task]:
+    """Lease every ready task of `queue` with `worker` (there must be exactly `count`)."""
+    tasks = Task.objects.lease(worker, [queue], limit=count, timeout=timeout)
+    assert len(tasks) == count
+    return tasks
+
+
+def events(pks: Iterable[int], typ: EventType) -> Counter[int]:
+    """How many History rows of type `typ` each task has."""
+    return Counter(
+        History.objects.filter(task_id__in=list(pks), typ=typ).values_list("task_id", flat=True)
+    )
+
+
+# -- 1. lease exclusivity, 8 threads ------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_concurrent_leases_hand_out_each_task_exactly_once() -> None:
+    """8 lessees racing over 2,000 tasks: every task is leased once, by one worker, ≤ limit each.
+
+    Proves the single-statement PostgreSQL lease (MATERIALIZED CTE + FOR UPDATE SKIP LOCKED) never
+    hands a row to two sessions, never returns more than `limit`, and writes one TaskAssignment.
+    """
+    limit, total, lessees = 7, 2000, 8
+    pks = submit("q", total)
+    workers = [Worker.objects.register(queues=["q"], capacity=limit) for _ in range(lessees)]
+
+    def lessee(worker: Worker) -> Callable[[threading.Barrier], list[list[Task]]]:
+        def job(_: threading.Barrier) -> list[list[Task]]:
+            batches: list[list[Task]] = []
+            empty = 0
+            while empty < 3:
+                leased = Task.objects.lease(worker, ["q"], limit=limit, timeout=60)
+                if leased:
+                    empty = 0
+                    batches.append(leased)
+                else:
+                    empty += 1
+            return batches
+
+        return job
+
+    per_worker = run_in_threads([lessee(w) for w in workers])
+
+    sizes = [len(batch) for batches in per_worker for batch in batches]
+    assert max(sizes) <= limit, f"a lease returned {max(sizes)} tasks, limit {limit}"
+    got: dict[int, str] = {}
+    duplicates: list[int] = []
+    for worker, batches in zip(workers, per_worker, strict=True):
+        for task in (task for batch in batches for task in batch):
+            assert task.status == Status.RUNNING and task.owner == worker.name
+            if task.pk in got:
+                duplicates.append(task.pk)
+            got[task.pk] = worker.name
+    assert duplicates == [], f"leased more than once: {duplicates[:20]}"
+    assert sorted(got) == pks, "some tasks were never leased"
+    print("tasks per lessee:", [sum(map(len, batches)) for batches in per_worker])
+
+    rows = Task.objects.filter(pk__in=pks).values_list("pk", "status", "attempts", "owner")
+    assert {pk: (status, attempts) for pk, status, attempts, _ in rows} == {
+        pk: (Status.RUNNING, 1) for pk in pks
+    }
+    assert {pk: owner for pk, _, _, owner in rows} == got
+    assignments = History.objects.filter(task_id__in=pks).values_list("task_id", "typ", "worker")
+    assert sorted(assignments) == sorted((pk, EventType.ASSIGNMENT, w) for pk, w in got.items())
+
+
+# -- 2. cancel racing complete ------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_cancel_racing_complete_has_exactly_one_winner() -> None:
+    """A client's cancel and the owner's complete, released together, never both succeed.
+
+    Either the task is cancelled (and complete raised TaskCancelled) or completed (and cancel
+    raised InvalidTransition), with exactly one terminal History row matching the final status.
+    """
+    rounds = 200
+    worker = Worker.objects.register(queues=["race"])
+    pks = [task.pk for task in lease_all(worker, "race", len(submit("race", rounds)))]
+
+    def racer(act: Callable[[Task], None]) -> Callable[[threading.Barrier], dict[int, Any]]:
+        def job(barrier: threading.Barrier) -> dict[int, Any]:
+            tasks = Task.objects.in_bulk(pks)
+            outcome: dict[int, Any] = {}
+            for pk in pks:
+                barrier.wait()
+                try:
+                    act(tasks[pk])
+                    outcome[pk] = None
+                except InvalidTransition as exc:
+                    outcome[pk] = exc
+            return outcome
+
+        return job
+
+    cancels, completes = run_in_threads(
+        [
+            racer(lambda task: task.cancel()),
+            racer(lambda task: task.complete(worker.name, result={"pk": task.pk})),
+        ]
+    )
+
+    final = dict(Task.objects.filter(pk__in=pks).values_list("pk", "status"))
+    terminal_events = History.objects.filter(
+        task_id__in=pks, typ__in=[EventType.CANCELLATION, EventType.COMPLETION]
+    ).values_list("task_id", "typ")
+    by_task: dict[int, list[str]] = {pk: [] for pk in pks}
+    for pk, typ in terminal_events:
+        by_task[pk].append(typ)
+    tally: Counter[str] = Counter()
+    for pk in pks:
+        cancel_error, complete_error = cancels[pk], completes[pk]
+        if final[pk] == Status.CANCELLED:
+            assert cancel_error is None, f"task {pk} cancelled but cancel raised {cancel_error!r}"
+            assert type(complete_error) is TaskCancelled, (pk, complete_error)
+            assert by_task[pk] == [EventType.CANCELLATION], (pk, by_task[pk])
+        else:
+            assert final[pk] == Status.COMPLETED, (pk, final[pk])
+            assert complete_error is None, f"task {pk} completed but complete raised"
+            assert type(cancel_error) is InvalidTransition, (pk, cancel_error)
+            assert by_task[pk] == [EventType.COMPLETION], (pk, by_task[pk])
+        tally[final[pk]] += 1
+    print("cancel vs complete outcomes:", dict(tally))
+    # Both orders are seen (about half each over 200 rounds in practice).
+    assert tally[Status.CANCELLED] and tally[Status.COMPLETED], dict(tally)
+
+    results = dict(Task.objects.filter(pk__in=pks).values_list("pk", "result"))
+    assert all(results[pk] == ({"pk": pk} if final[pk] == Status.COMPLETED else None) for pk in pks)
+
+
+# -- 3. heartbeat racing the monitor ------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_heartbeat_racing_reset_never_resurrects_a_lease() -> None:
+    """A heartbeat on an expired lease either beats the reset or is refused with LeaseLost.
+
+    Each round expires one of A's tasks and releases `reset_expired()` and `heartbeat(A)` together.
+    Afterwards a reset task is ready with one TaskTimeout and no owner; A can neither heartbeat nor
+    complete it again, even once B holds it, and B's complete succeeds.
+    """
+    rounds = 150
+    a = Worker.objects.register(queues=["hb"])
+    b = Worker.objects.register(queues=["hb"])
+    pks = [task.pk for task in lease_all(a, "hb", len(submit("hb", rounds + 1)))]
+    raced, control = pks[:-1], pks[-1]
+
+    def heartbeater(barrier: threading.Barrier) -> dict[int, Exception | None]:
+        tasks = Task.objects.in_bulk(raced)
+        outcome: dict[int, Exception | None] = {}
+        for pk in raced:
+            expire(tasks[pk])  # committed before the barrier opens
+            barrier.wait()
+            try:
+                tasks[pk].heartbeat(a, timeout=600)
+                outcome[pk] = None
+            except InvalidTransition as exc:
+                outcome[pk] = exc
+            barrier.wait()  # the round is over: the monitor cannot see the next expiry early
+        return outcome
+
+    def monitor(barrier: threading.Barrier) -> list[int]:
+        counts = []
+        for _ in raced:
+            barrier.wait()
+            counts.append(Task.objects.reset_expired())
+            barrier.wait()
+        return counts
+
+    heartbeats, resets = run_in_threads([heartbeater, monitor])
+
+    reset_won = [pk for pk in raced if heartbeats[pk] is not None]
+    beat_won = [pk for pk in raced if heartbeats[pk] is None]
+    print(f"heartbeat vs reset: heartbeat won {len(beat_won)}, reset won {len(reset_won)}")
+    assert all(type(heartbeats[pk]) is LeaseLost for pk in reset_won), [
+        heartbeats[pk] for pk in reset_won
+    ]
+    assert resets == [int(heartbeats[pk] is not None) for pk in raced]
+
+    timeouts = events(raced, EventType.TIMEOUT)
+    alive = Task.objects.filter(status=Status.RUNNING, owner=a.name, deadline__gt=Now())
+    assert set(alive.filter(pk__in=beat_won).values_list("pk", flat=True)) == set(beat_won)
+    assert not any(timeouts[pk] for pk in beat_won)
+    state = Task.objects.filter(pk__in=reset_won).values_list("pk", "status", "owner", "deadline")
+    assert sorted(state) == [(pk, Status.READY, None, None) for pk in sorted(reset_won)]
+    assert all(timeouts[pk] == 1 for pk in reset_won)
+    timed_out = History.objects.filter(task_id__in=reset_won, typ=EventType.TIMEOUT)
+    assert set(timed_out.values_list("worker", flat=True)) <= {a.name}
+
+    # The control task is reset with no race, so what follows is exercised on ≥ 1 task.
+    expire(Task.objects.get(pk=control))
+    assert Task.objects.reset_expired() == 1
+    reset = [*reset_won, control]
+    tasks = Task.objects.in_bulk(reset)
+    for pk in reset:
+        with pytest.raises(LeaseLost):
+            tasks[pk].heartbeat(a, timeout=600)
+    assert set(Task.objects.filter(pk__in=reset).values_list("status", flat=True)) == {"ready"}
+
+    assert sorted(t.pk for t in Task.objects.lease(b, ["hb"], limit=len(pks))) == sorted(reset)
+    for pk in reset:
+        with pytest.raises(LeaseLost):
+            tasks[pk].complete(a, result="stale")
+        tasks[pk].complete(b, result="fresh")
+    rows = Task.objects.filter(pk__in=reset).values_list("status", "owner", "result", "attempts")
+    assert set(rows) == {(Status.COMPLETED, b.name, "fresh", 2)}
+    expected = [
+        (EventType.ASSIGNMENT, a.name),
+        (EventType.TIMEOUT, a.name),
+        (EventType.ASSIGNMENT, b.name),
+        (EventType.COMPLETION, b.name),
+    ]
+    for pk in reset:
+        assert list(History.objects.filter(task_id=pk).values_list("typ", "worker")) == expected
+
+
+# -- 4. concurrent monitors ---------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("batch_size", [None, 25])
+def test_concurrent_resets_handle_each_expiry_exactly_once(batch_size: int | None) -> None:
+    """3 monitors running `reset_expired()` at once reset each of 300 expired leases exactly once.
+
+    Their return values add up to 300, each task has one TaskTimeout and is ready again.
+    """
+    total = 300
+    worker = Worker.objects.register(queues=["mon"])
+    pks = [task.pk for task in lease_all(worker, "mon", len(submit("mon", total)))]
+    Task.objects.filter(pk__in=pks).update(deadline=Now() - timedelta(seconds=5))
+
+    counts = run_in_threads(
+        [lambda _: Task.objects.reset_expired(batch_size=batch_size) for _ in range(3)]
+    )
+    print(f"reset_expired(batch_size={batch_size}) returned {counts}")
+
+    assert sum(counts) == total
+    assert events(pks, EventType.TIMEOUT) == Counter(pks)
+    rows = Task.objects.filter(pk__in=pks).values_list("status", "owner", "deadline", "attempts")
+    assert set(rows) == {(Status.READY, None, None, 1)}
+    assert Task.objects.reset_expired() == 0
+
+
+# -- 5. purge racing transitions ----------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_concurrent_purge_only_deletes_old_terminal_tasks() -> None:
+    """Two purgers and a client/worker finishing tasks at once: only old terminal tasks go.
+
+    Ready and running tasks survive (also those that became terminal during the purge: their
+    `updated` is fresh), deleted tasks take their History with them, and the purgers' return
+    values add up to the number of tasks that disappeared.
+    """
+    worker = Worker.objects.register(queues=["p"])
+    pks = submit("p", 700)
+    leased = {task.pk: task for task in lease_all(worker, "p", 450)}
+    running = sorted(leased)
+    ready = sorted(set(pks) - set(leased))
+    tasks = Task.objects.in_bulk(pks)
+    for pk in running[:150]:
+        tasks[pk].complete(worker)
+    for pk in running[150:250]:
+        tasks[pk].abort(worker, [{"code": "boom", "args": {}, "description": "Boom."}])
+    for pk in [*running[250:350], *ready[:50]]:
+        tasks[pk].cancel()
+    old_terminal = {*running[:350], *ready[:50]}
+    active = set(pks) - old_terminal
+    Task.objects.update(updated=Now() - timedelta(days=30))
+    history_before = History.objects.count()
+
+    def purger(_: threading.Barrier) -> int:
+        return Task.objects.purge(older_than=timedelta(days=1), batch_size=50)
+
+    def finisher(_: threading.Barrier) -> set[int]:
+        mine = Task.objects.in_bulk(list(active))
+        changed: set[int] = set()
+        for still_ready, still_running in zip(ready[50:100], running[350:400], strict=True):
+            mine[still_ready].cancel()
+            mine[still_running].complete(worker)
+            changed |= {still_ready, still_running}
+        return changed
+
+    first, second, changed = run_in_threads([purger, purger, finisher])
+    print(f"purged {first} + {second}; {len(changed)} tasks finished during the purge")
+
+    left = set(Task.objects.values_list("pk", flat=True))
+    assert active <= left, f"active tasks were purged: {sorted(active - left)[:20]}"
+    assert left == active, "old terminal tasks survived the purge"
+    assert first + second == len(pks) - len(left)
+    statuses = dict(Task.objects.filter(pk__in=changed).values_list("pk", "status"))
+    assert set(statuses.values()) == {Status.CANCELLED, Status.COMPLETED}
+    assert not History.objects.exclude(task_id__in=Task.objects.values("pk")).exists()
+    assert History.objects.filter(task_id__in=old_terminal).count() == 0
+    # The active tasks kept all their History: 1 assignment per leased task, 1 event per change.
+    kept = sum(1 for pk in active if pk in leased) + len(changed)
+    assert History.objects.count() == kept < history_before
+    assert Task.objects.purge(older_than=timedelta(days=1)) == 0
+
+
+# -- 6. lease exclusivity across processes (SQLite and PostgreSQL) ------------------------------
+
+
+def test_lease_is_exclusive_across_processes(tmp_path: Path) -> None:
+    """Two OS processes leasing 500 tasks 5 at a time: each task goes to exactly one of them.
+
+    Runs on SQLite too, where `BEGIN IMMEDIATE` must serialise the separate processes' leases.
+    """
+    total, processes = 500, 2
+    pks = submit("proc", total)
+    assert not connection.in_atomic_block  # autocommit: the children can see the tasks
+
+    go = tmp_path / "go"
+    env = child_env()
+    ready = [tmp_path / f"ready-{i}" for i in range(processes)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.lease_child", "proc", str(flag), str(go)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for flag in ready
+    ]
+    try:
+        give_up = time.monotonic() + 60
+        while not all(flag.exists() for flag in ready):
+            assert all(child.poll() is None for child in children), "a child died early"
+            assert time.monotonic() < give_up, "the children did not get ready"
+            time.sleep(0.01)
+        go.touch()
+        outputs = [child.communicate(timeout=120) for child in children]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    for child, (_, err) in zip(children, outputs, strict=True):
+        assert child.returncode == 0, err
+    reports = [json.loads(out) for out, _ in outputs]
+
+    owner: dict[int, str] = {}
+    duplicates: list[int] = []
+    for report in reports:
+        assert all(1 <= len(batch) <= 5 for batch in report["batches"])
+        for pk in (pk for batch in report["batches"] for pk in batch):
+            if pk in owner:
+                duplicates.append(pk)
+            owner[pk] = report["worker"]
+    shares = [sum(map(len, r["batches"])) for r in reports]
+    print(f"{connection.vendor}: tasks per process {shares}")
+    assert duplicates == [], f"leased by both processes: {duplicates[:20]}"
+    assert sorted(owner) == pks, "some tasks were never leased"
+    if connection.vendor == "postgresql":
+        # SKIP LOCKED lets both lease at once; on SQLite one process could in principle be
+        # starved by the write lock, so there only exclusivity and completeness are asserted.
+        assert all(shares), f"one process leased nothing: {shares}"
+
+    rows = Task.objects.filter(pk__in=pks).values_list("pk", "status", "owner", "attempts")
+    assert {pk: (status, who, n) for pk, status, who, n in rows} == {
+        pk: (Status.RUNNING, owner[pk], 1) for pk in pks
+    }
+    assert events(pks, EventType.ASSIGNMENT) == Counter(pks)
