@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import QuerySet, sql
 
 if TYPE_CHECKING:
     from .models import Task
@@ -49,8 +50,50 @@ def write_atomic(using: str) -> Iterator[None]:
         connection.transaction_mode = previous  # type: ignore[attr-defined]
 
 
-def uses_single_statement_lease(connection: BaseDatabaseWrapper) -> bool:
+def uses_single_statement_transitions(connection: BaseDatabaseWrapper) -> bool:
+    """PostgreSQL: each transition, History row included, is one statement (one round trip)."""
     return connection.vendor == "postgresql"
+
+
+def postgresql_transition(
+    fenced: QuerySet[Task], values: dict[str, Any], fields: Sequence[str], event: str | None
+) -> dict[str, Any] | None:
+    """Apply `values` to the one row `fenced` selects and write its History row, in one statement.
+
+    The fenced UPDATE (built by the ORM, so expressions such as `Now()` compile as usual) gets a
+    RETURNING clause; a data-modifying CTE inserts the History row `{event, owner, progress}`
+    from the updated row. Returns the new values of `fields`, or None if the fence matched no
+    row (then nothing was written).
+    """
+    from .models import History
+
+    model = fenced.model
+    query = cast(sql.UpdateQuery, fenced.query.chain(sql.UpdateQuery))
+    query.add_update_values(values)
+    compiler = query.get_compiler(fenced.db)
+    update_sql, params = compiler.as_sql()
+    quote = compiler.connection.ops.quote_name
+    by_name = {f.name: f for f in model._meta.concrete_fields}
+    returned = [by_name[name] for name in dict.fromkeys([*fields, "owner", "progress"])]
+    columns = ", ".join(quote(str(f.column)) for f in returned)
+    statement = f"WITH changed AS ({update_sql} RETURNING {quote('id')}, {columns})"
+    args = list(params)
+    if event is not None:
+        statement += (
+            f", logged AS (INSERT INTO {quote(History._meta.db_table)} "
+            "(task_id, typ, worker, progress, time) "
+            "SELECT id, %s, owner, progress, now() FROM changed)"
+        )
+        args.append(event)
+    statement += f" SELECT {columns} FROM changed"
+    with compiler.connection.cursor() as cursor:
+        cursor.execute(statement, args)
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    converters = compiler.get_converters([f.get_col(model._meta.db_table) for f in returned])
+    [row] = compiler.apply_converters(rows, converters) if converters else rows
+    return {f.attname: value for f, value in zip(returned, row, strict=True)}
 
 
 def can_insert_returning_on_conflict(connection: BaseDatabaseWrapper) -> bool:

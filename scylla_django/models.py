@@ -197,7 +197,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         queues = validate_queues(queues)
         limit = validate_limit(limit)
         lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
-        if db.uses_single_statement_lease(connections[self.db]):
+        if db.uses_single_statement_transitions(connections[self.db]):
             tasks = db.postgresql_lease(self.db, name, queues, limit, lease_for)
         else:
             tasks = self._lease_portable(name, queues, limit, lease_for)
@@ -637,17 +637,26 @@ class Task(models.Model):
         fenced = Task.objects.using(using).filter(pk=self.pk, status__in=sources(operation))
         if transition.owner_only:
             fenced = fenced.filter(owner=name)
-        with db.write_atomic(using):
-            if fenced.update(updated=Now(), **values) != 1:
+        fields = [*refresh, "updated"]
+        # The History row names the owner: the worker itself for a worker operation (the fence
+        # checked owner = worker), the worker it is taken from for a cancel.
+        if db.uses_single_statement_transitions(connections[using]):
+            row = db.postgresql_transition(
+                fenced, {"updated": Now(), **values}, fields, transition.event
+            )
+            if row is None:
                 raise self._refusal(operation, name, using)
-            self.refresh_from_db(using=using, fields=[*refresh, "updated"])
-            if transition.event is not None:
-                History.objects.using(using).create(
-                    task=self,
-                    typ=transition.event,
-                    worker=name if transition.owner_only else self.owner,
-                    progress=self.progress,
-                )
+            for field_name, value in row.items():
+                setattr(self, field_name, value)
+        else:
+            with db.write_atomic(using):
+                if fenced.update(updated=Now(), **values) != 1:
+                    raise self._refusal(operation, name, using)
+                self.refresh_from_db(using=using, fields=[*fields, "owner", "progress"])
+                if transition.event is not None:
+                    History.objects.using(using).create(
+                        task=self, typ=transition.event, worker=self.owner, progress=self.progress
+                    )
         if transition.target in TERMINAL_STATUSES:
             _later(signals.task_finished, using, task=self, status=self.status)
 
