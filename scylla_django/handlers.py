@@ -76,8 +76,14 @@ def handler(*queues: str, registry: HandlerRegistry = registry) -> Callable[[H],
 
 
 def autodiscover() -> None:
-    """Import `handlers.py` of every installed app, registering their handlers."""
+    """Import `handlers.py` of every installed app, registering their handlers.
+
+    The queues of a `django.tasks` ScyllaBackend (its QUEUES) get the Django-task handler.
+    """
+    from .backends import register_handlers
+
     autodiscover_modules("handlers")
+    register_handlers()
 
 
 def _qualname(func: Handler) -> str:

@@ -61,3 +61,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": DATABASES["default"]["NAME"] + ".test"}
 
 SCYLLA: dict[str, object] = {}
+
+# Django 6+: django.tasks on Scylla (ignored by Django 5.2).
+TASKS = {
+    "default": {
+        "BACKEND": "scylla_django.backends.ScyllaBackend",
+        "QUEUES": ["default", "dj-mail"],
+    }
+}

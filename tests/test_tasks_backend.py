@@ -1,0 +1,110 @@
+"""Django's Tasks framework on Scylla: enqueue, run with scylla_worker, read the result."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import django
+import pytest
+from django.utils import timezone
+
+from scylla_django.backends import django_priority
+from scylla_django.enums import Status
+from scylla_django.handlers import autodiscover
+from scylla_django.models import Task
+from scylla_django.worker import TaskWorker
+
+pytestmark = [
+    pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks is new in Django 6.0"),
+    pytest.mark.django_db(transaction=True),
+]
+
+
+@pytest.fixture(autouse=True)
+def handlers():
+    autodiscover()
+
+
+def run_worker(*queues: str) -> None:
+    TaskWorker(list(queues), concurrency=4, poll_interval=0.05).run(once=True)
+
+
+def test_priorities_map_linearly_onto_0_to_255():
+    assert [django_priority(p) for p in (-100, -1, 0, 1, 50, 100)] == [0, 126, 128, 129, 191, 255]
+
+
+def test_enqueue_submits_a_scylla_task_and_the_worker_runs_it():
+    from django.tasks import TaskResultStatus
+
+    from tests.django_tasks import add
+
+    result = add.enqueue(2, b=3)
+    task = Task.objects.get(rn=result.id)
+    assert (task.queue, task.priority, task.status) == ("default", 128, Status.READY)
+    assert task.spec == {"django_task": "tests.django_tasks.add", "args": [2], "kwargs": {"b": 3}}
+    assert result.status == TaskResultStatus.READY and result.enqueued_at == task.created
+
+    run_worker("default")
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 5
+    assert result.started_at is not None and result.finished_at >= result.started_at
+    assert result.worker_ids == [task.__class__.objects.get(pk=task.pk).owner]
+    assert add.get_result(result.id).return_value == 5
+
+
+def test_queue_priority_and_run_after():
+    from tests.django_tasks import send
+
+    later = timezone.now() + timedelta(hours=1)
+    result = send.using(run_after=later).enqueue("a@b.c")
+    task = Task.objects.get(rn=result.id)
+    assert (task.queue, task.priority, task.not_before) == ("dj-mail", 255, later)
+    run_worker("dj-mail")
+    assert Task.objects.get(pk=task.pk).status == Status.READY  # not before its time
+    Task.objects.filter(pk=task.pk).update(not_before=timezone.now() - timedelta(seconds=1))
+    run_worker("dj-mail")
+    assert send.get_result(result.id).return_value == {"to": "a@b.c", "subject": "hello"}
+
+
+def test_an_exception_is_a_failed_result_with_its_class_and_traceback():
+    from django.tasks import TaskResultStatus
+
+    from tests.django_tasks import explode
+
+    result = explode.enqueue()
+    run_worker("default")
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    [error] = result.errors
+    assert error.exception_class is KeyError
+    assert "missing" in error.traceback
+    with pytest.raises(ValueError):
+        result.return_value  # noqa: B018
+
+
+def test_a_cancelled_task_is_failed_and_context_counts_attempts():
+    from django.tasks import TaskResultStatus
+
+    from tests.django_tasks import add, attempt
+
+    cancelled = add.enqueue(1, 1)
+    Task.objects.get(rn=cancelled.id).cancel()
+    assert add.get_result(cancelled.id).status == TaskResultStatus.FAILED
+    counted = attempt.enqueue()
+    run_worker("default")
+    assert attempt.get_result(counted.id).return_value == 1
+
+
+def test_unknown_results_and_invalid_queues():
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+
+    from tests.django_tasks import add
+
+    with pytest.raises(TaskResultDoesNotExist):
+        add.get_result("no-such-id")
+    plain = Task.objects.submit("default", {"not": "a django task"})
+    with pytest.raises(TaskResultDoesNotExist):
+        add.get_result(plain.rn)
+    with pytest.raises(InvalidTask):
+        add.using(queue_name="elsewhere").enqueue(1, 2)
