@@ -486,6 +486,12 @@ class Task(models.Model):
                 condition=Q(status__in=["aborted", "cancelled", "completed"]),
             ),
             models.Index(fields=["queue", "status"], name="scylla_task_queue_status_idx"),
+            # The admin's owner filter and worker-name search; unleased tasks are not indexed.
+            models.Index(
+                fields=["owner", "-id"],
+                name="scylla_task_owner_idx",
+                condition=Q(owner__isnull=False),
+            ),
         ]
         constraints = [
             models.CheckConstraint(

@@ -1,0 +1,660 @@
+"""The admin console through Django's test client: list, filters, search, detail, actions,
+the bulk purge page and permissions."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from html import unescape
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.db.models.functions import Now
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from scylla_django import admin as scylla_admin
+from scylla_django.enums import EventType, Status
+from scylla_django.models import History, Task, TaskQuerySet, Worker
+from tests.factories import TaskFactory, running_task
+
+pytestmark = pytest.mark.django_db
+
+LIST = reverse("admin:scylla_django_task_changelist")
+DASHBOARD = reverse("admin:scylla_django_task_dashboard")
+PURGE = reverse("admin:scylla_django_task_purge")
+
+
+def task_in(status: str, worker: Worker, **kwargs) -> Task:
+    """A task brought to `status` through the real transitions (no other task may be ready)."""
+    if status == Status.READY:
+        return TaskFactory(**kwargs)
+    if status == Status.CANCELLED:
+        task = TaskFactory(**kwargs)
+        task.cancel()
+        return task
+    task = running_task(worker, **kwargs)
+    if status == Status.COMPLETED:
+        task.complete(worker, {"sent": 3})
+    elif status == Status.ABORTED:
+        task.abort(worker, [{"code": "boom", "args": {"n": 1}, "description": "it broke"}])
+    return task
+
+
+@pytest.fixture
+def tasks(worker, other_worker) -> dict[str, Task]:
+    """One task per status over three queues, two workers and spread priorities."""
+    made = {
+        "run": task_in(Status.RUNNING, worker, rn="run", queue="alpha", priority=10),
+        "run2": task_in(Status.RUNNING, other_worker, rn="run2", queue="beta", priority=60),
+        "done": task_in(Status.COMPLETED, worker, rn="done", queue="alpha", priority=60),
+        "fail": task_in(Status.ABORTED, worker, rn="fail", queue="beta", priority=120),
+        "gone": task_in(Status.CANCELLED, worker, rn="gone", queue="beta", priority=0),
+        "wait": task_in(Status.READY, worker, rn="wait", queue="gamma", priority=220),
+        "wait2": task_in(Status.READY, worker, rn="wait2", queue="alpha", priority=0),
+    }
+    for task in made.values():
+        task.refresh_from_db()
+    return made
+
+
+def listed(response) -> list[str]:
+    """The rns on a changelist page, in order."""
+    assert response.status_code == 200, response.status_code
+    return [task.rn for task in response.context["cl"].result_list]
+
+
+def messages_of(response) -> list[str]:
+    return [str(m) for m in response.context["messages"]]
+
+
+def staff(*codenames: str) -> Client:
+    """A client logged in as a staff user holding only these scylla_django permissions."""
+    user = User.objects.create_user(f"staff-{'-'.join(codenames) or 'none'}", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="scylla_django", codename__in=codenames)
+    )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def act(client: Client, action: str, *tasks: Task, **extra: str):
+    """POST an action on the changelist for `tasks`, following the redirect."""
+    url = extra.pop("url", LIST)
+    data = {"action": action, "index": "0", "_selected_action": [t.pk for t in tasks], **extra}
+    return client.post(url, data, follow=True)
+
+
+# -- the list --------------------------------------------------------------------------------
+
+
+def test_list_shows_badges_progress_owner_and_links(admin_client, tasks):
+    response = admin_client.get(LIST)
+    html = response.content.decode()
+    assert set(listed(response)) == set(tasks)
+    assert listed(response)[0] == "wait2"  # newest first
+    for status in Status:
+        assert f'class="scylla-badge scylla-{status.value}"' in html
+    assert '<progress class="scylla-progress" value="1.000" max="1">' in html  # completed
+    assert f'href="{LIST}?owner={tasks["run"].owner}"' in html
+    assert f'href="{LIST}?queue=gamma"' in html
+    assert "scylla_django/admin.css" in html
+    assert f'href="{DASHBOARD}"' in html
+    assert f'href="{PURGE}"' in html
+
+
+def test_list_marks_running_tasks_past_their_deadline(admin_client, tasks):
+    Task.objects.filter(pk=tasks["run"].pk).update(deadline=Now() - timedelta(minutes=5))
+    html = admin_client.get(LIST).content.decode()
+    assert html.count('class="scylla-badge scylla-expired"') == 1
+    assert re.search(r'scylla-expired" title="[0-9-]+ [0-9:]+ UTC, 5 min ago">expired<', html)
+
+
+def test_list_never_counts_the_whole_table_nor_queries_per_row(admin_client, worker):
+    for n in range(3):
+        TaskFactory(rn=f"a{n}")
+    with CaptureQueriesContext(connection) as few:
+        admin_client.get(LIST)
+    for n in range(30):
+        TaskFactory(rn=f"b{n}", spec={"big": "x" * 1000})
+    with CaptureQueriesContext(connection) as many:
+        assert len(listed(admin_client.get(LIST))) == 33
+    assert len(many) == len(few)
+    task_queries = [q["sql"] for q in many if '"scylla_django_task"' in q["sql"]]
+    counts = [sql for sql in task_queries if "COUNT(" in sql.upper()]
+    assert counts and all("LIMIT" in sql.upper() for sql in counts)
+    # The rows are loaded without their payloads.
+    assert not any('"scylla_django_task"."spec"' in sql for sql in task_queries)
+
+
+def test_list_count_is_exact_up_to_the_cap(admin_client, worker, monkeypatch):
+    monkeypatch.setattr(scylla_admin, "COUNT_CAP", 3)
+    for n in range(3):
+        TaskFactory(rn=f"t{n}")
+    response = admin_client.get(LIST)
+    assert response.context["cl"].result_count == 3
+    assert type(response.context["cl"].result_count) is int
+
+
+def test_list_count_past_the_cap(admin_client, worker, monkeypatch):
+    """Past the cap PostgreSQL shows its estimate ("about N"); other databases count."""
+    monkeypatch.setattr(scylla_admin, "COUNT_CAP", 3)
+    for n in range(5):
+        TaskFactory(rn=f"t{n}")
+    count = admin_client.get(LIST).context["cl"].result_count
+    if connection.vendor == "postgresql":
+        assert isinstance(count, scylla_admin.ApproximateCount)
+        assert count >= 4
+        assert str(count) == f"about {int(count):,}"
+    else:
+        assert count == 5
+
+
+def test_approximate_count_reads_as_about():
+    count = scylla_admin.ApproximateCount(765432)
+    assert str(count) == "about 765,432"
+    assert count + 1 == 765433
+    assert count > 10_000
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("status=ready", {"wait", "wait2"}),
+        ("status=running", {"run", "run2"}),
+        ("status=completed", {"done"}),
+        ("status=aborted", {"fail"}),
+        ("status=cancelled", {"gone"}),
+        ("status=expired", {"run"}),
+        ("queue=beta", {"run2", "fail", "gone"}),
+        ("queue=beta&status=running", {"run2"}),
+        ("priority=0", {"gone", "wait2"}),
+        ("priority=50-99", {"run2", "done"}),
+        ("priority=200-255", {"wait"}),
+        ("priority=120", {"fail"}),
+        ("owner=OTHER", {"run2"}),
+        ("owner=nobody", set()),
+        ("owner=&queue=alpha", {"run", "done", "wait2"}),
+    ],
+)
+def test_filters(admin_client, tasks, other_worker, query, expected):
+    Task.objects.filter(pk=tasks["run"].pk).update(deadline=Now() - timedelta(seconds=1))
+    query = query.replace("OTHER", other_worker.name)
+    assert set(listed(admin_client.get(f"{LIST}?{query}"))) == expected
+
+
+def test_time_range_filters(admin_client, tasks):
+    Task.objects.filter(rn__in=["done", "fail"]).update(
+        created=Now() - timedelta(days=3), updated=Now() - timedelta(days=2)
+    )
+    old = {"done", "fail"}
+    two_days_ago = f"{(Task.objects.get(rn='done').updated):%Y-%m-%dT%H:%M}"
+    one_day_ago = f"{Task.objects.get(rn='wait').created - timedelta(days=1):%Y-%m-%d}"
+    assert set(listed(admin_client.get(f"{LIST}?created__lt={one_day_ago}"))) == old
+    recent = set(listed(admin_client.get(f"{LIST}?created__gte={one_day_ago}")))
+    assert recent == set(tasks) - old
+    between = f"updated__gte={two_days_ago}&updated__lt={one_day_ago}"
+    assert set(listed(admin_client.get(f"{LIST}?{between}"))) == old
+    # The filter shows the range it applies, for the datetime-local inputs.
+    html = admin_client.get(f"{LIST}?{between}").content.decode()
+    assert f'name="updated__gte" value="{two_days_ago}"' in html
+
+
+def test_time_range_presets_link_to_their_range(admin_client, tasks):
+    html = admin_client.get(LIST).content.decode()
+    links = re.findall(r'href="\?(created__gte=[^"]+)">Past 24 hours', html)
+    assert len(links) == 1
+    assert set(listed(admin_client.get(f"{LIST}?{links[0]}"))) == set(tasks)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "priority=abc",
+        "priority=300",
+        "priority=50-10",
+        "priority=-1",
+        "status=bogus",
+        "queue=%00",
+        "queue=a%20b",
+        "owner=%00",
+        "owner=" + "w" * 65,
+        "created__gte=garbage",
+        "created__gte=2026-13-01",
+        "updated__lt=2026-02-30T10:00",
+        "updated__lt=%00",
+    ],
+)
+def test_bad_filter_values_redirect_instead_of_failing(admin_client, tasks, query):
+    response = admin_client.get(f"{LIST}?{query}")
+    assert response.status_code == 302
+    assert response["Location"].endswith("?e=1")
+
+
+def test_times_out_of_range_once_in_utc_are_bad_lookups(admin_client, tasks, settings):
+    settings.TIME_ZONE = "Asia/Tokyo"
+    response = admin_client.get(f"{LIST}?created__lt=0001-01-01T01:00")
+    assert response.status_code == 302
+    assert set(listed(admin_client.get(f"{LIST}?created__gte=0001-01-02"))) == set(tasks)
+
+
+def test_odd_page_and_order_parameters_are_ignored(admin_client, tasks):
+    for query in ("p=abc", "p=999999", "o=abc", "o=99", "o=1.x"):
+        assert set(listed(admin_client.get(f"{LIST}?{query}"))) == set(tasks)
+
+
+@pytest.mark.parametrize(
+    ("q", "expected"),
+    [
+        ("done", {"done"}),
+        ("beta", {"run2", "fail", "gone"}),
+        ("WORKER", {"run", "done", "fail"}),
+        ("alpha WORKER", {"run", "done"}),
+        ("nothing-like-this", set()),
+        ("don", set()),  # exact matches only
+        ("a b", set()),
+        ("%00", None),  # Django's search form rejects it and shows everything
+        ("<script>", set()),
+        ("  ", None),
+    ],
+)
+def test_search_by_rn_queue_or_owner(admin_client, tasks, worker, q, expected):
+    response = admin_client.get(LIST, {"q": q.replace("WORKER", worker.name).replace("%00", "\0")})
+    assert set(listed(response)) == (set(tasks) if expected is None else expected)
+
+
+def test_only_indexed_columns_sort(admin_client, tasks):
+    response = admin_client.get(f"{LIST}?o=-1")  # rn, descending
+    assert listed(response) == sorted(tasks, reverse=True)
+    newest_first = listed(admin_client.get(LIST))
+    assert listed(admin_client.get(f"{LIST}?o=8")) == newest_first[::-1]  # created
+    assert listed(admin_client.get(f"{LIST}?o=-8")) == newest_first
+    # priority (column 4) is not sortable: ?o=4 falls back to the default order.
+    assert listed(admin_client.get(f"{LIST}?o=4")) == newest_first
+    html = admin_client.get(LIST).content.decode()
+    sortable = re.findall(r'<th scope="col" class="sortable[^"]*column-(\w+)', html)
+    assert sortable == ["rn", "created_at"]
+
+
+# -- the detail ------------------------------------------------------------------------------
+
+
+def test_detail_is_read_only_and_pretty(admin_client, tasks):
+    task = tasks["fail"]
+    url = reverse("admin:scylla_django_task_change", args=[task.pk])
+    response = admin_client.get(url)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert '<pre class="scylla-json">{\n  &quot;n&quot;: ' in html  # spec, indented
+    assert "<td><code>boom</code></td><td>it broke</td>" in html  # errors table
+    assert "scylla-badge scylla-aborted" in html
+    assert re.search(r"<time datetime=[^>]+>[0-9-]+ [0-9:]+ UTC</time> <span", html)
+    assert re.search(r"\(\d+ s ago\)", html)
+    assert 'name="_save"' not in html
+    assert admin_client.post(url, {"queue": "other"}).status_code == 403
+    assert admin_client.get(f"{url}delete/").status_code == 403
+    assert admin_client.get(reverse("admin:scylla_django_task_add")).status_code == 403
+    assert Task.objects.get(pk=task.pk).queue == "beta"
+
+
+def test_detail_shows_history_newest_first(admin_client, tasks):
+    task = tasks["done"]
+    response = admin_client.get(reverse("admin:scylla_django_task_change", args=[task.pk]))
+    [formset] = response.context["inline_admin_formsets"]
+    shown = [form.instance.typ for form in formset.formset.forms]
+    assert shown == [EventType.COMPLETION, EventType.ASSIGNMENT]
+    assert "2 events, shown below." in response.content.decode()
+
+
+def test_detail_shows_only_the_latest_history(admin_client, tasks):
+    task = tasks["run"]
+    History.objects.bulk_create(
+        History(task=task, typ=EventType.TIMEOUT, worker=f"worker-{n}") for n in range(204)
+    )
+    response = admin_client.get(reverse("admin:scylla_django_task_change", args=[task.pk]))
+    [formset] = response.context["inline_admin_formsets"]
+    forms = formset.formset.forms
+    assert len(forms) == scylla_admin.HISTORY_LIMIT == 200
+    assert forms[0].instance.worker == "worker-203"
+    assert "205 events; the latest 200 are shown below." in response.content.decode()
+
+
+def test_detail_folds_long_payloads(admin_client, worker):
+    spec = {"lines": [f"line {n:05d}" for n in range(2000)]}
+    task = TaskFactory(spec=spec)
+    html = admin_client.get(
+        reverse("admin:scylla_django_task_change", args=[task.pk])
+    ).content.decode()
+    head, rest = map(unescape, re.findall(r'<pre class="scylla-json">(.*?)</pre>', html, re.S)[:2])
+    assert len(head) <= scylla_admin.PAYLOAD_PREVIEW
+    assert '<details class="scylla-more"><summary>Show all: ' in html
+    assert head.count("line ") + rest.count("line ") == 2000  # nothing lost, nothing twice
+
+
+# -- actions ---------------------------------------------------------------------------------
+
+
+def test_cancel_selected_cancels_ready_and_running_and_skips_the_rest(admin_client, tasks):
+    chosen = [tasks[k] for k in ("run", "wait", "done", "fail", "gone")]
+    response = act(admin_client, "cancel_selected", *chosen)
+    assert messages_of(response) == ["2 cancelled, 3 skipped (not ready or running)."]
+    statuses = dict(Task.objects.values_list("rn", "status"))
+    assert statuses["run"] == statuses["wait"] == Status.CANCELLED
+    assert (statuses["done"], statuses["fail"]) == (Status.COMPLETED, Status.ABORTED)
+    assert (statuses["wait2"], statuses["run2"]) == (Status.READY, Status.RUNNING)
+    cancellations = History.objects.filter(typ=EventType.CANCELLATION)
+    assert set(cancellations.values_list("task__rn", flat=True)) == {"run", "wait", "gone"}
+
+
+def test_cancel_selected_across_a_filtered_list(admin_client, tasks):
+    """ "Select all" posts the page's boxes and select_across: the whole filtered list."""
+    response = act(
+        admin_client,
+        "cancel_selected",
+        tasks["wait"],
+        url=f"{LIST}?status=ready",
+        select_across="1",
+    )
+    assert messages_of(response) == ["2 cancelled, 0 skipped (not ready or running)."]
+    assert not Task.objects.filter(status=Status.READY).exists()
+    assert Task.objects.filter(status=Status.RUNNING).count() == 2
+
+
+def test_purge_selected_deletes_terminal_tasks_only(admin_client, tasks):
+    chosen = [tasks[k] for k in ("run", "wait", "done", "fail", "gone")]
+    response = act(admin_client, "purge_selected", *chosen)
+    assert messages_of(response) == ["3 purged, 2 skipped (not terminal)."]
+    assert set(Task.objects.values_list("rn", flat=True)) == {"run", "run2", "wait", "wait2"}
+    assert not History.objects.exclude(task__in=Task.objects.all()).exists()
+    assert History.objects.filter(task__rn="run").exists()
+
+
+def test_purge_selected_runs_in_batches_through_purge(admin_client, tasks, settings, monkeypatch):
+    settings.SCYLLA = {"PURGE_BATCH_SIZE": 1}
+    calls = spy_on_purge(monkeypatch)
+    chosen = [tasks[k] for k in ("done", "fail", "gone", "wait")]
+    assert messages_of(act(admin_client, "purge_selected", *chosen)) == [
+        "3 purged, 1 skipped (not terminal)."
+    ]
+    assert calls == [3]  # one purge() call, three one-task batches
+
+
+def test_purge_selected_stops_at_its_time_budget(admin_client, tasks, settings, monkeypatch):
+    settings.SCYLLA = {"PURGE_BATCH_SIZE": 1}
+    monkeypatch.setattr(scylla_admin.TaskAdmin, "purge_time_budget", timedelta(0))
+    [message] = messages_of(act(admin_client, "purge_selected", tasks["done"], tasks["fail"]))
+    assert message.startswith("1 purged, then stopped after 0 s")
+    assert Task.objects.filter(rn__in=["done", "fail"]).count() == 1
+
+
+def test_delete_selected_is_not_offered(admin_client, tasks):
+    choices = dict(admin_client.get(LIST).context["action_form"].fields["action"].choices)
+    assert set(choices) == {"", "cancel_selected", "purge_selected"}
+    response = act(admin_client, "delete_selected", tasks["done"], post="yes")
+    assert response.status_code == 403
+    assert Task.objects.filter(pk=tasks["done"].pk).exists()
+
+
+def spy_on_purge(monkeypatch) -> list[int]:
+    """Record, for each TaskQuerySet.purge() call, how many batches it reported."""
+    calls: list[int] = []
+    original = TaskQuerySet.purge
+
+    def purge(self, *args, on_batch=None, **kwargs):
+        calls.append(0)
+
+        def counted(n):
+            calls[-1] += 1
+            if on_batch is not None:
+                on_batch(n)
+
+        return original(self, *args, on_batch=counted, **kwargs)
+
+    monkeypatch.setattr(TaskQuerySet, "purge", purge)
+    return calls
+
+
+# -- the bulk purge page ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def aged(tasks) -> dict[str, Task]:
+    """The tasks of `tasks`, with "done", "fail", "gone" and "run" not updated for 30 days."""
+    Task.objects.filter(rn__in=["done", "fail", "gone", "run"]).update(
+        updated=Now() - timedelta(days=30)
+    )
+    worker = Worker.objects.first()
+    fresh = task_in(Status.COMPLETED, worker, rn="fresh", queue="alpha", priority=255)
+    return {**tasks, "fresh": fresh}
+
+
+def test_purge_page_shows_the_form(admin_client, aged):
+    response = admin_client.get(PURGE)
+    assert response.status_code == 200
+    form = response.context["form"]
+    assert form.initial["older_than_days"] == 10
+    assert response.context["count"] is None
+    assert "Yes, purge" not in response.content.decode()
+
+
+def test_purge_page_confirms_the_count_then_purges(admin_client, aged, settings, monkeypatch):
+    settings.SCYLLA = {"PURGE_BATCH_SIZE": 1}
+    query = {"older_than_days": "10", "statuses": ["completed", "cancelled"], "queue": ""}
+    response = admin_client.get(PURGE, query)
+    html = response.content.decode()
+    assert response.context["count"] == 2  # done, gone: not fail (aborted), not fresh
+    assert "This deletes <strong>2</strong> tasks" in html
+    assert 'value="Yes, purge 2 tasks"' in html
+    assert html.count('type="hidden" name="statuses"') == 2
+
+    calls = spy_on_purge(monkeypatch)
+    confirm = {**query, "confirm": "Yes"}
+    response = admin_client.post(PURGE, confirm, follow=True)
+    assert response.redirect_chain == [(LIST, 302)]
+    assert messages_of(response) == ["Purged 2 tasks."]
+    assert calls == [2]  # one purge() call, two batches
+    remaining = set(Task.objects.values_list("rn", flat=True))
+    assert remaining == {"run", "run2", "fail", "wait", "wait2", "fresh"}
+
+
+def test_purge_page_filters_by_queue(admin_client, aged):
+    query = {"older_than_days": "10", "statuses": ["completed", "aborted", "cancelled"]}
+    assert admin_client.get(PURGE, {**query, "queue": "beta"}).context["count"] == 2
+    admin_client.post(PURGE, {**query, "queue": "beta"})
+    assert not Task.objects.filter(rn__in=["fail", "gone"]).exists()
+    assert Task.objects.filter(rn="done").exists()
+
+
+def test_purge_page_says_when_nothing_matches(admin_client, aged):
+    response = admin_client.get(PURGE, {"older_than_days": "365", "statuses": ["completed"]})
+    assert response.context["count"] == 0
+    assert "there is nothing to purge" in response.content.decode()
+
+
+def test_purge_page_stops_at_its_time_budget(admin_client, aged, settings, monkeypatch):
+    settings.SCYLLA = {"PURGE_BATCH_SIZE": 1}
+    monkeypatch.setattr(scylla_admin.TaskAdmin, "purge_time_budget", timedelta(0))
+    query = {"older_than_days": "10", "statuses": ["completed", "aborted", "cancelled"]}
+    [message] = messages_of(admin_client.post(PURGE, query, follow=True))
+    assert message.startswith("Purged 1 task in 0 s, then stopped; 2 more match")
+    assert Task.objects.filter(rn__in=["done", "fail", "gone"]).count() == 2
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"older_than_days": "0", "statuses": ["completed"]}, "older_than_days"),
+        ({"older_than_days": "abc", "statuses": ["completed"]}, "older_than_days"),
+        ({"older_than_days": "99999999999999999999", "statuses": ["completed"]}, "older_than_days"),
+        ({"older_than_days": "10", "statuses": ["running"]}, "statuses"),
+        ({"older_than_days": "10"}, "statuses"),
+        ({"older_than_days": "10", "statuses": ["completed"], "queue": "\0"}, "queue"),
+        ({"older_than_days": "10", "statuses": ["completed"], "queue": "a b"}, "queue"),
+    ],
+)
+def test_purge_page_rejects_bad_input(admin_client, aged, query, field):
+    before = Task.objects.count()
+    for response in (admin_client.get(PURGE, query), admin_client.post(PURGE, query)):
+        assert response.status_code == 400
+        assert field in response.context["form"].errors
+    assert Task.objects.count() == before
+
+
+# -- permissions -----------------------------------------------------------------------------
+
+
+def test_view_only_staff_can_look_but_not_act(tasks):
+    client = staff("view_task")
+    response = client.get(LIST)
+    assert set(listed(response)) == set(tasks)
+    assert response.context["action_form"] is None
+    html = response.content.decode()
+    assert f'href="{DASHBOARD}"' in html
+    assert f'href="{PURGE}"' not in html
+    detail = client.get(reverse("admin:scylla_django_task_change", args=[tasks["run"].pk]))
+    [history] = detail.context["inline_admin_formsets"]  # without view_history
+    assert len(history.formset.forms) == 1
+    assert client.get(DASHBOARD).status_code == 200
+    for action in ("cancel_selected", "purge_selected", "delete_selected"):
+        assert act(client, action, tasks["run"], tasks["done"]).status_code == 403
+    assert client.get(PURGE).status_code == 403
+    query = {"older_than_days": "1", "statuses": ["completed"]}
+    assert client.post(PURGE, query).status_code == 403
+    assert Task.objects.get(rn="run").status == Status.RUNNING
+    assert Task.objects.filter(rn="done").exists()
+
+
+def test_cancel_needs_the_cancel_permission(tasks):
+    client = staff("view_task", "cancel_task")
+    choices = dict(client.get(LIST).context["action_form"].fields["action"].choices)
+    assert set(choices) == {"", "cancel_selected"}
+    assert messages_of(act(client, "cancel_selected", tasks["run"])) == [
+        "1 cancelled, 0 skipped (not ready or running)."
+    ]
+    assert act(client, "purge_selected", tasks["done"]).status_code == 403
+    assert client.get(PURGE).status_code == 403
+
+
+def test_purge_needs_the_delete_permission(tasks):
+    client = staff("view_task", "delete_task")
+    choices = dict(client.get(LIST).context["action_form"].fields["action"].choices)
+    assert set(choices) == {"", "purge_selected"}
+    assert messages_of(act(client, "purge_selected", tasks["done"])) == [
+        "1 purged, 0 skipped (not terminal)."
+    ]
+    assert act(client, "cancel_selected", tasks["run"]).status_code == 403
+    assert client.get(PURGE).status_code == 200
+
+
+def test_staff_without_task_permissions_see_nothing(tasks):
+    client = staff()
+    assert client.get(LIST).status_code == 403
+    assert client.get(DASHBOARD).status_code == 403
+    assert client.get(PURGE).status_code == 403
+
+
+def test_anonymous_users_are_sent_to_the_login(client, tasks):
+    for url in (LIST, DASHBOARD, PURGE):
+        response = client.get(url)
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("admin:login"))
+
+
+# -- the index pages -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url", [reverse("admin:index"), reverse("admin:app_list", args=["scylla_django"])]
+)
+def test_index_pages_link_to_the_console(admin_client, url):
+    html = admin_client.get(url).content.decode()
+    assert f'<a href="{DASHBOARD}">Dashboard</a>' in html
+    assert f'<a href="{PURGE}">Bulk purge</a>' in html
+    assert reverse("admin:scylla_django_task_changelist") in html
+
+
+def test_index_pages_link_only_to_what_the_user_may_use():
+    client = staff("view_task")
+    html = client.get(reverse("admin:index")).content.decode()
+    assert f'href="{DASHBOARD}"' in html
+    assert f'href="{PURGE}"' not in html
+    assert f'href="{DASHBOARD}"' not in staff().get(reverse("admin:index")).content.decode()
+
+
+# -- the dashboard page ----------------------------------------------------------------------
+
+
+def test_dashboard_page(admin_client, tasks, worker):
+    Task.objects.filter(pk=tasks["run"].pk).update(deadline=Now() - timedelta(seconds=5))
+    response = admin_client.get(DASHBOARD)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert '<meta http-equiv="refresh" content="10">' in html
+    assert f'href="{LIST}?queue=beta&amp;status=aborted">1</a>' in html
+    assert "<h2>Expired leases: 1</h2>" in html
+    assert '<svg class="scylla-chart"' in html
+    assert html.count('<rect class="scylla-bar-') >= 2  # completed, aborted, cancelled
+    assert f'href="{LIST}?owner={worker.name}&amp;status=running">{worker.name}</a>' in html
+    assert "<code>boom</code> it broke" in html
+    assert "<h2>Live workers: 2</h2>" in html
+
+
+@pytest.mark.parametrize(
+    ("refresh", "meta"), [("0", None), ("30", "30"), ("abc", "10"), ("-5", "10")]
+)
+def test_dashboard_refresh(admin_client, refresh, meta):
+    html = admin_client.get(DASHBOARD, {"refresh": refresh}).content.decode()
+    found = re.findall(r'<meta http-equiv="refresh" content="(\d+)">', html)
+    assert found == ([meta] if meta else [])
+
+
+# -- workers ---------------------------------------------------------------------------------
+
+
+def test_worker_list(admin_client, tasks, worker, other_worker):
+    stopped = Worker.objects.register(["alpha"], hostname="gone-host")
+    stopped.stop()
+    silent = Worker.objects.register(["alpha"], hostname="quiet-host")
+    Worker.objects.filter(pk=silent.pk).update(last_seen=Now() - timedelta(hours=1))
+    url = reverse("admin:scylla_django_worker_changelist")
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(url)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert [w.name for w in response.context["cl"].result_list] == [
+        silent.name,
+        stopped.name,
+        other_worker.name,
+        worker.name,
+    ]
+    running = f'href="{LIST}?owner={worker.name}&amp;status=running">1 / 4</a>'
+    assert running in html
+    assert 'class="scylla-badge scylla-stopped"' in html
+    assert 'class="scylla-badge scylla-silent"' in html
+    assert html.count('class="scylla-badge scylla-alive"') == 2
+    assert sum('"scylla_django_task"' in q["sql"] for q in queries) == 1  # one GROUP BY
+    assert f'href="{DASHBOARD}"' in html
+
+    def names(query: str) -> set[str]:
+        response = admin_client.get(f"{url}?{query}")
+        assert response.status_code == 200
+        return {w.name for w in response.context["cl"].result_list}
+
+    assert names("state=alive") == {worker.name, other_worker.name}
+    assert names("state=silent") == {silent.name}
+    assert names("state=stopped") == {stopped.name}
+    assert names(f"q={worker.name}") == {worker.name}
+    assert names("q=quiet") == {silent.name}
+    assert names("q=%00") == {worker.name, other_worker.name, stopped.name, silent.name}
+    assert admin_client.get(f"{url}?state=bogus").status_code == 302
+
+
+def test_worker_detail_is_read_only(admin_client, tasks, worker):
+    url = reverse("admin:scylla_django_worker_change", args=[worker.pk])
+    html = admin_client.get(url).content.decode()
+    assert "1 / 4</a>" in html
+    assert admin_client.post(url, {"capacity": 9}).status_code == 403
+    assert admin_client.get(reverse("admin:scylla_django_worker_add")).status_code == 403

@@ -1,0 +1,190 @@
+"""The admin console end to end in a real browser: Debian's chromium driven by Playwright.
+
+Runs against pytest-django's live server when /usr/bin/chromium and Playwright for Python are
+installed, and is skipped (saying why) otherwise. With SCYLLA_SCREENSHOTS=1 it also writes the
+screenshots shown in the README: docs/admin-task-list.png, -task-detail.png, -dashboard.png.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connections
+from django.db.models.functions import Now
+
+from scylla_django.enums import Status
+from scylla_django.models import Task, Worker
+from tests.factories import TaskFactory, running_task
+
+CHROMIUM = Path("/usr/bin/chromium")
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="needs Playwright for Python")
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"
+)
+
+
+def screenshot(page, name: str, full_page: bool = False) -> None:
+    """Save a screenshot into docs/ when SCYLLA_SCREENSHOTS=1 (so test runs leave no files)."""
+    if os.environ.get("SCYLLA_SCREENSHOTS") == "1":
+        page.screenshot(path=str(DOCS / f"admin-{name}.png"), full_page=full_page)
+
+
+@pytest.fixture
+def console(transactional_db, django_user_model, monkeypatch):
+    """A superuser, three workers and tasks in every state over three queues.
+
+    Three terminal tasks were last updated 30 days ago; "report-nov" is running.
+    """
+    # Playwright's sync API keeps an event loop in this thread; the ORM calls made between
+    # browser steps are still plain synchronous calls.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    django_user_model.objects.create_superuser("admin", "admin@example.com", "secret")
+    mail = Worker.objects.register(["emails", "images"], capacity=8, hostname="web-1", pid=4242)
+    batch = Worker.objects.register(["reports"], capacity=2, hostname="batch-1", pid=77)
+    Worker.objects.register(["emails"], hostname="web-2", pid=99).stop()
+
+    for n in range(36):  # finished over the last hour, for the chart
+        worker, queue = (mail, "emails") if n % 3 else (mail, "images")
+        task = running_task(worker, rn=f"job-{n:03d}", queue=queue, spec={"n": n})
+        if n % 9 == 4:
+            task.abort(
+                worker,
+                [{"code": "smtp_timeout", "args": {"n": n}, "description": "SMTP timed out"}],
+            )
+        else:
+            task.complete(worker, {"sent": 1})
+        Task.objects.filter(pk=task.pk).update(updated=Now() - timedelta(minutes=(n * 7) % 58))
+    for n, status in enumerate([Status.COMPLETED, Status.ABORTED, Status.CANCELLED]):
+        task = running_task(mail, rn=f"old-{n}", queue="emails")
+        if status == Status.COMPLETED:
+            task.complete(mail)
+        elif status == Status.ABORTED:
+            task.abort(mail, [{"code": "bounce", "args": {}, "description": "mailbox full"}])
+        else:
+            task.cancel()
+    Task.objects.filter(rn__startswith="old-").update(updated=Now() - timedelta(days=30))
+
+    report = running_task(
+        batch,
+        rn="report-nov",
+        queue="reports",
+        priority=200,
+        timeout=600,
+        spec={
+            "report": "revenue",
+            "period": {"from": "2026-11-01", "to": "2026-11-30"},
+            "format": "pdf",
+            "recipients": ["finance@example.com", "ops@example.com"],
+        },
+    )
+    report.heartbeat(batch, progress=0.42, timeout=600)
+    for n in range(3):
+        thumb = running_task(mail, rn=f"image-{n}", queue="images", timeout=600)
+        thumb.heartbeat(mail, progress=0.25 * (n + 1), timeout=600)
+    stuck = running_task(mail, rn="stuck-email", queue="emails")
+    Task.objects.filter(pk=stuck.pk).update(deadline=Now() - timedelta(minutes=3))
+    for n in range(6):
+        TaskFactory(rn=f"welcome-{n}", queue="emails", priority=50 * (n % 3))
+    return {"report": report}
+
+
+@pytest.fixture
+def page(live_server):
+    """A logged-in chromium page at 1280x800, in light mode."""
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        context = browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme="light")
+        page = context.new_page()
+        page.set_default_timeout(20_000)
+        page.goto(f"{live_server.url}/admin/")
+        page.fill("#id_username", "admin")
+        page.fill("#id_password", "secret")
+        page.click("input[type=submit]")
+        sync_api.expect(page.locator("#scylla-console")).to_contain_text("Dashboard")
+        yield page
+        browser.close()
+        # ORM calls made while Playwright's loop ran had connections of their own: close them.
+        connections.close_all()
+
+
+def test_operator_session(console, page, live_server):
+    expect = sync_api.expect
+    # The task list, with the navigation sidebar folded away.
+    page.click("#scylla-console >> text=Dashboard")
+    page.click(".object-tools >> text=Tasks")
+    page.wait_for_url("**/admin/scylla_django/task/")
+    page.click("#toggle-nav-sidebar")
+    page.evaluate("window.scrollTo(0, 0)")
+    expect(page.locator("#result_list")).to_contain_text("report-nov")
+    expect(page.locator("#result_list .scylla-badge.scylla-expired")).to_have_count(1)
+    screenshot(page, "task-list")
+
+    # Find the running report by filter, and cancel it.
+    page.click("#changelist-filter >> a:text-is('Running')")
+    page.fill("#changelist-filter input[name=queue]", "reports")
+    page.press("#changelist-filter input[name=queue]", "Enter")
+    row = page.locator("#result_list tbody tr", has_text="report-nov")
+    expect(row).to_have_count(1)
+    expect(page.locator("#result_list tbody tr")).to_have_count(1)
+    assert "status=running" in page.url and "queue=reports" in page.url
+    expect(row.locator(".scylla-badge")).to_have_text("running")
+    row.locator("input.action-select").check()
+    page.select_option("select[name=action]", "cancel_selected")
+    page.click(".actions button[type=submit]")
+    expect(page.locator(".messagelist")).to_contain_text("1 cancelled, 0 skipped")
+    expect(page.locator("#result_list tbody tr", has_text="report-nov")).to_have_count(0)
+    assert Task.objects.get(rn="report-nov").status == Status.CANCELLED
+
+    # Its status changed, and its history says so.
+    page.click("#changelist-filter-extra-actions >> text=Clear all filters")
+    page.fill("#searchbar", "report-nov")
+    page.press("#searchbar", "Enter")
+    row = page.locator("#result_list tbody tr", has_text="report-nov")
+    expect(row.locator(".scylla-badge")).to_have_text("cancelled")
+    row.locator("a", has_text="report-nov").click()
+    expect(page.locator(".field-status_badge .scylla-badge")).to_have_text("cancelled")
+    expect(page.locator(".field-spec_json pre")).to_contain_text('"recipients": [')
+    history = page.locator(".inline-related tbody tr.form-row")
+    expect(history.first).to_contain_text("Cancellation")
+    expect(history.last).to_contain_text("Assignment")
+    screenshot(page, "task-detail", full_page=True)
+
+    # A bulk purge through its confirmation page.
+    page.goto(f"{live_server.url}/admin/scylla_django/task/")
+    page.click(".object-tools >> text=Bulk purge")
+    page.fill("input[name=older_than_days]", "10")
+    page.click("#scylla-purge-form input[type=submit]")
+    expect(page.locator("#scylla-purge-confirm")).to_contain_text("This deletes 3 tasks")
+    page.click("#scylla-purge-confirm input[type=submit]")
+    expect(page.locator(".messagelist")).to_contain_text("Purged 3 tasks.")
+    assert not Task.objects.filter(rn__startswith="old-").exists()
+    assert Task.objects.filter(rn__startswith="job-").count() == 36
+
+    # The dashboard.
+    page.click(".object-tools >> text=Dashboard")
+    queues = page.locator("#scylla-queues tbody tr")
+    expect(queues).to_have_count(3)
+    expect(queues.filter(has_text="reports")).to_contain_text("1")
+    expect(page.locator("#scylla-expired")).to_contain_text("stuck-email")
+    expect(page.locator("#scylla-workers")).to_contain_text("Live workers: 2")
+    expect(page.locator("#scylla-workers")).to_contain_text("web-1:4242")
+    expect(page.locator("#scylla-throughput rect")).not_to_have_count(0)
+    expect(page.locator("#scylla-failures")).to_contain_text("smtp_timeout")
+    assert page.locator('meta[http-equiv="refresh"]').get_attribute("content") == "10"
+    screenshot(page, "dashboard")
+
+    # Dark mode: the badges take the dark palette.
+    badge = page.locator("#scylla-queues thead .scylla-ready")
+    light = badge.evaluate("element => getComputedStyle(element).backgroundColor")
+    page.emulate_media(color_scheme="dark")
+    dark = badge.evaluate("element => getComputedStyle(element).backgroundColor")
+    assert light == "rgb(224, 239, 255)"
+    assert dark == "rgb(23, 58, 94)"

@@ -1,0 +1,225 @@
+"""The dashboard's numbers (scylla_django.dashboard), without the admin around them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from scylla_django import dashboard
+from scylla_django.enums import Status
+from scylla_django.models import Task, Worker
+from tests.factories import TaskFactory, running_task
+
+pytestmark = pytest.mark.django_db
+
+
+def finish(task: Task, worker: Worker, status: str) -> None:
+    if status == Status.COMPLETED:
+        task.complete(worker)
+    elif status == Status.ABORTED:
+        task.abort(worker, [{"code": "boom", "args": {}, "description": "it broke"}])
+    else:
+        task.cancel()
+
+
+def test_queue_table_counts_every_status_per_queue(worker):
+    for n, status in enumerate(["completed", "aborted", "running", "cancelled"]):
+        task = running_task(worker, rn=f"a{n}", queue="a")
+        if status != "running":
+            finish(task, worker, status)
+    TaskFactory(rn="b1", queue="b")
+    TaskFactory(rn="b2", queue="b")
+
+    rows = dashboard.queue_table()
+    assert [row.queue for row in rows] == ["a", "b"]
+    a, b = rows
+    assert a.cells == [
+        ("ready", 0),
+        ("running", 1),
+        ("completed", 1),
+        ("aborted", 1),
+        ("cancelled", 1),
+    ]
+    assert (a.total, b.total) == (4, 2)
+    assert dict(b.cells)["ready"] == 2
+    total = dashboard.totals(rows)
+    assert total.total == 6
+    assert dict(total.cells) == {
+        "ready": 2,
+        "running": 1,
+        "completed": 1,
+        "aborted": 1,
+        "cancelled": 1,
+    }
+
+
+def test_queue_table_measures_the_longest_wait_of_leasable_tasks(worker):
+    old = TaskFactory(rn="old", queue="a")
+    TaskFactory(rn="new", queue="a")
+    Task.objects.filter(pk=old.pk).update(created=Now() - timedelta(hours=2))
+    # Created long ago but only leasable since 10 minutes: it has waited 10 minutes.
+    delayed = TaskFactory(rn="delayed", queue="b")
+    Task.objects.filter(pk=delayed.pk).update(
+        created=Now() - timedelta(days=1), not_before=Now() - timedelta(minutes=10)
+    )
+    # Not leasable yet: not waiting at all.
+    TaskFactory(rn="later", queue="c", not_before=timezone.now() + timedelta(hours=1))
+
+    waits = {row.queue: row.waiting_since for row in dashboard.queue_table()}
+    now = timezone.now()
+    assert timedelta(hours=2) <= now - waits["a"] < timedelta(hours=2, minutes=1)
+    assert timedelta(minutes=10) <= now - waits["b"] < timedelta(minutes=11)
+    assert waits["c"] is None
+    assert dashboard.totals(dashboard.queue_table()).waiting_since == waits["a"]
+
+
+def test_throughput_counts_finished_tasks_per_minute_and_status(worker):
+    statuses = ["completed", "completed", "aborted", "cancelled", "completed"]
+    for n, status in enumerate(statuses):
+        finish(running_task(worker, rn=f"t{n}"), worker, status)
+    aged = running_task(worker, rn="aged")
+    aged.complete(worker)
+    running_task(worker, rn="busy")  # not finished
+    # Pin the times, so that no minute ends between finishing and charting.
+    now = timezone.now().replace(second=30, microsecond=0)
+    Task.objects.filter(rn__startswith="t").update(updated=now - timedelta(seconds=5))
+    Task.objects.filter(pk=aged.pk).update(updated=now - timedelta(hours=1))
+
+    chart = dashboard.throughput(now)
+    assert len(chart.bars) == dashboard.CHART_MINUTES
+    assert chart.total == chart.peak == 5
+    assert dict(chart.by_status) == {"completed": 3, "aborted": 1, "cancelled": 1}
+    last = chart.bars[-1]
+    assert [(s.status, s.count) for s in last.segments] == [
+        ("completed", 3),
+        ("aborted", 1),
+        ("cancelled", 1),
+    ]
+    # The peak minute fills the chart's height, its segments stacked from the bottom.
+    assert last.segments[0].y + last.segments[0].height == dashboard.CHART_HEIGHT
+    assert last.segments[-1].y == 0
+    assert sum(s.height for s in last.segments) == pytest.approx(dashboard.CHART_HEIGHT)
+    assert all(bar.segments == [] for bar in chart.bars[:-2])
+    assert [bar.x for bar in chart.bars] == sorted(bar.x for bar in chart.bars)
+    assert "3 completed, 1 aborted, 1 cancelled" in last.label
+    since = timezone.localtime(chart.since)
+    assert chart.ticks == [
+        (chart.bars[n].x, f"{since + timedelta(minutes=n):%H:%M}") for n in (0, 15, 30, 45)
+    ]
+
+
+def test_throughput_of_a_quiet_hour():
+    chart = dashboard.throughput()
+    assert (chart.total, chart.peak) == (0, 0)
+    assert "none finished" in chart.bars[0].label
+
+
+def test_expired_leases_oldest_first_and_counted_past_the_limit(worker):
+    tasks = [running_task(worker, rn=f"r{n}") for n in range(4)]
+    for minutes, task in zip([3, 1, 2], tasks, strict=False):
+        Task.objects.filter(pk=task.pk).update(deadline=Now() - timedelta(minutes=minutes))
+
+    expired = dashboard.expired_leases()
+    assert expired.count == 3
+    assert [t.rn for t in expired.rows] == ["r0", "r2", "r1"]
+    assert expired.rows[0].age == "3 min ago"
+    assert (expired.rows[0].owner, expired.rows[0].queue) == (worker.name, "default")
+    limited = dashboard.expired_leases(limit=2)
+    assert (limited.count, len(limited.rows)) == (3, 2)
+
+
+def test_recent_failures_newest_first(worker):
+    for n in range(3):
+        finish(running_task(worker, rn=f"f{n}"), worker, Status.ABORTED)
+    finish(running_task(worker, rn="ok"), worker, Status.COMPLETED)
+    failures = dashboard.recent_failures(limit=2)
+    assert [t.rn for t in failures] == ["f2", "f1"]
+    assert (failures[0].error, failures[0].description) == ("boom", "it broke")
+
+
+def test_running_counts(worker, other_worker):
+    running_task(worker, rn="a")
+    running_task(worker, rn="b")
+    finish(running_task(worker, rn="c"), worker, Status.COMPLETED)
+    running_task(other_worker, rn="d")
+    counts = dashboard.running_counts([worker.name, other_worker.name, "worker-999"])
+    assert counts == {worker.name: 2, other_worker.name: 1}
+    assert dashboard.running_counts([]) == {}
+
+
+def test_live_workers(worker, other_worker, django_assert_num_queries):
+    running_task(worker, rn="a")
+    stopped = Worker.objects.register(["q"])
+    stopped.stop()
+    silent = Worker.objects.register(["q"])
+    Worker.objects.filter(pk=silent.pk).update(last_seen=Now() - timedelta(minutes=10))
+
+    with django_assert_num_queries(2):  # the workers, then one GROUP BY of their tasks
+        live = dashboard.live_workers()
+    assert [row.name for row in live.rows] == [worker.name, other_worker.name]
+    first = live.rows[0]
+    assert (first.running, first.capacity, first.load) == (1, 4, 0.25)
+    assert (first.hostname, first.pid, first.queues) == ("test", 1, ["default"])
+    assert (live.count, live.running, live.capacity) == (2, 1, 8)
+    assert dashboard.live_workers(limit=1).count == 2
+    assert dashboard.known_workers() == [other_worker.name, worker.name]
+
+
+@pytest.mark.parametrize(
+    ("offset", "expected"),
+    [
+        (timedelta(seconds=-12.4), "12 s ago"),
+        (timedelta(0), "0 s ago"),
+        (timedelta(minutes=-3, seconds=-59), "3 min ago"),
+        (timedelta(hours=-2, minutes=-5), "2 h ago"),
+        (timedelta(days=-30), "30 d ago"),
+        (timedelta(seconds=20), "in 20 s"),
+        (timedelta(hours=2, minutes=1), "in 2 h"),
+    ],
+)
+def test_age(offset, expected):
+    now = timezone.now()
+    assert dashboard.age(now + offset, now) == expected
+
+
+@pytest.mark.parametrize(
+    ("offset", "expected"),
+    [
+        (timedelta(seconds=-45), "45 s"),
+        (timedelta(hours=-2, minutes=-12), "2\xa0hours, 12\xa0minutes"),
+        (timedelta(minutes=5), "5\xa0minutes"),
+    ],
+)
+def test_span(offset, expected):
+    now = timezone.now()
+    assert dashboard.span(now + offset, now) == expected
+
+
+def test_worker_silence_follows_the_lease_timeout(settings):
+    assert dashboard.worker_silence() == dashboard.WORKER_SILENCE
+    settings.SCYLLA = {"LEASE_TIMEOUT": 300}
+    assert dashboard.worker_silence() == timedelta(minutes=15)
+
+
+def test_known_queues_come_from_live_workers(worker):
+    Worker.objects.register(["emails", "reports"])
+    gone = Worker.objects.register(["archive"])
+    gone.stop()
+    assert dashboard.known_queues() == ["default", "emails", "reports"]
+
+
+def test_build_is_a_handful_of_queries(worker, django_assert_max_num_queries):
+    finish(running_task(worker, rn="x"), worker, Status.ABORTED)
+    TaskFactory(rn="y")
+    with django_assert_max_num_queries(8):
+        board = dashboard.build()
+    assert [row.queue for row in board.queues] == ["default"]
+    assert board.total.total == 2
+    assert board.throughput.total == 1
+    assert board.expired.count == 0
+    assert [t.rn for t in board.failures] == ["x"]
+    assert board.workers.count == 1
+    assert board.statuses == dashboard.STATUSES
