@@ -1,6 +1,10 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
+from drf_spectacular.views import SpectacularSwaggerView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/scylla/", include("scylla_django.api.urls")),
+    # Swagger UI over the API's schema; log in at /admin/ first (the schema needs a user).
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="scylla:schema"), name="api-docs"),
 ]

@@ -1,0 +1,378 @@
+"""What the API reads and writes. JSON shapes use the field names of SPEC §2 and §4.
+
+Request serializers only parse and check input, with the validators of `validation.py`; the
+views hand the result to the model methods, which validate again and do the writing. Request
+serializers reject keys they do not declare (400 `unknown_field`), so a client can never set a
+server-owned field (status, owner, deadline, history, errors, attempts, created, updated).
+Types are strict: `"5"` is not a number, `1` is not a string and `true` is not an integer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from django.core.validators import RegexValidator
+from django.utils import timezone
+from rest_framework import serializers
+from rest_framework.exceptions import ErrorDetail
+
+from ..enums import EventType, Status
+from ..models import History, Task, Worker
+from ..validation import (
+    QUEUE_MAX_LENGTH,
+    RN_MAX_LENGTH,
+    queue_validator,
+    rn_validator,
+    validate_json,
+)
+
+WORKER_NAME_MAX_LENGTH = 64
+FIRST_INSTANT = datetime.min.replace(tzinfo=UTC)
+LAST_INSTANT = datetime.max.replace(microsecond=0, tzinfo=UTC)
+MAX_LEASE_LIMIT = 100
+MAX_LEASE_SECONDS = 10**9
+
+
+# -- strict fields --------------------------------------------------------------------------
+
+
+class StrictCharField(serializers.CharField):
+    """A string, never a number or a boolean turned into one; whitespace is kept."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        if not kwargs.get("allow_blank", False):
+            kwargs.setdefault("min_length", 1)  # so that the schema says what "blank" refuses
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer: not a boolean, a float or a string of digits."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictFloatField(serializers.FloatField):
+    """A finite JSON number: not a boolean or a string."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+def clamp_utc(value: datetime) -> datetime:
+    """`value` in UTC; an instant beyond the years 1..9999 in UTC becomes the nearest end.
+
+    `0001-01-01T00:00:00+01:00` is valid ISO 8601, but falls before the first instant Python
+    can represent in UTC. As a bound (a filter, a delayed start) the nearest end means the same.
+    The last instant is a whole second: SQLite's date functions reject 9999-12-31 23:59:59.9999.
+    """
+    try:
+        return min(value.astimezone(UTC), LAST_INSTANT)
+    except OverflowError:
+        return FIRST_INSTANT if value.year == 1 else LAST_INSTANT
+
+
+class UTCDateTimeField(serializers.DateTimeField):
+    """An ISO 8601 timestamp, in UTC (see `clamp_utc`); one without an offset is local time."""
+
+    def enforce_timezone(self, value: datetime) -> datetime:
+        return clamp_utc(timezone.make_aware(value) if timezone.is_naive(value) else value)
+
+
+class JSONValueField(serializers.JSONField):
+    """Any JSON document the scheduler can store (`validation.validate_json`).
+
+    No NUL characters, NaN or nesting past 64 levels, and at most `SCYLLA['SPEC_SIZE_LIMIT']`
+    bytes of compact JSON (else code `too_large`).
+    """
+
+    def to_internal_value(self, data: Any) -> Any:
+        return validate_json(data, self.field_name or "value", allow_null=self.allow_null)
+
+
+class StrictSerializer(serializers.Serializer[Any]):
+    """A request body: a JSON object with only the declared keys (else 400 `unknown_field`)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        unknown = {
+            key: [ErrorDetail("Unknown field.", code="unknown_field")]
+            for key in (data if isinstance(data, Mapping) else ())
+            if key not in self.fields
+        }
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if unknown and isinstance(exc.detail, dict):
+                raise serializers.ValidationError({**exc.detail, **unknown}) from None
+            raise
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return value
+
+
+def worker_field() -> StrictCharField:
+    """The `worker` of a worker operation: the name `POST /workers/` gave it."""
+    return StrictCharField(
+        max_length=WORKER_NAME_MAX_LENGTH, help_text="The acting worker's name, `worker-<n>`."
+    )
+
+
+# -- tasks ----------------------------------------------------------------------------------
+
+
+# Some character that `str.isspace()` does not match, as the model's `code.strip()` requires.
+# Spelled out: a pattern's `\s` means other characters in Python and in JSON Schema.
+not_blank = RegexValidator(
+    r"[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]",
+    "An error code cannot be blank.",
+    code="blank",
+)
+
+
+class TaskErrorSerializer(StrictSerializer):
+    """One error of an aborted task: `{"code", "args", "description"}`."""
+
+    code = StrictCharField(max_length=200, validators=[not_blank])
+    args = JSONValueField(required=False, help_text="Any JSON; `{}` when omitted.")
+    description = StrictCharField(required=False, allow_blank=True)
+
+
+class TaskSerializer(serializers.ModelSerializer[Task]):
+    """A task, as SPEC §2 names its fields. Every field is read-only."""
+
+    spec = JSONValueField(read_only=True)
+    result = JSONValueField(read_only=True, allow_null=True)
+    # A field called `errors`: DRF's metaclass takes it out of the class, so the property
+    # `Serializer.errors` still works, which the stubs cannot know.
+    errors = TaskErrorSerializer(many=True, read_only=True)  # type: ignore[assignment]
+    status = serializers.ChoiceField(choices=Status.choices, read_only=True)
+    rn = serializers.CharField(read_only=True)
+    queue = serializers.CharField(read_only=True)
+    owner = serializers.CharField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = Task
+        fields = [
+            "rn",
+            "queue",
+            "spec",
+            "priority",
+            "status",
+            "progress",
+            "created",
+            "updated",
+            "not_before",
+            "errors",
+            "result",
+            "owner",
+            "deadline",
+            "attempts",
+        ]
+        read_only_fields = fields
+
+
+class HistorySerializer(serializers.Serializer[History]):
+    """A History entry in the seed's shape, as `History.as_json()` renders it.
+
+    `progress` is always present: null for an event that recorded none.
+    """
+
+    _typ = serializers.ChoiceField(choices=EventType.choices, read_only=True, label="Event type")
+    worker = serializers.CharField(read_only=True, allow_null=True)
+    progress = serializers.FloatField(read_only=True, allow_null=True)
+    time = serializers.DateTimeField(read_only=True)
+
+    def to_representation(self, instance: History) -> dict[str, Any]:
+        entry = instance.as_json()
+        return {
+            "_typ": entry["_typ"],
+            "worker": entry["worker"],
+            "progress": entry.get("progress"),
+            "time": entry["time"],
+        }
+
+
+class TaskDetailSerializer(TaskSerializer):
+    """A task with its History, oldest entry first."""
+
+    history = HistorySerializer(many=True, read_only=True)
+
+    class Meta(TaskSerializer.Meta):
+        fields = [*TaskSerializer.Meta.fields, "history"]
+        read_only_fields = fields
+
+
+class SubmitSerializer(StrictSerializer):
+    """A task to submit: `queue` and `spec`, optionally `rn`, `priority` and `not_before`."""
+
+    rn = StrictCharField(
+        required=False,
+        max_length=RN_MAX_LENGTH,
+        validators=[rn_validator],
+        help_text="Your id for the task (idempotent submission); a UUID when omitted.",
+    )
+    queue = StrictCharField(max_length=QUEUE_MAX_LENGTH, validators=[queue_validator])
+    spec = JSONValueField(help_text="Any JSON but null, opaque to the scheduler.")
+    priority = StrictIntegerField(
+        required=False, min_value=0, max_value=255, help_text="0..255, higher first."
+    )
+    not_before = UTCDateTimeField(
+        required=False, allow_null=True, help_text="Not leased before this time."
+    )
+
+
+class FieldErrorSerializer(serializers.Serializer[Any]):
+    """One problem with one field."""
+
+    code = serializers.CharField()
+    detail = serializers.CharField()
+
+
+class BulkOutcomeSerializer(serializers.Serializer[Any]):
+    """What happened to one item of a bulk submission."""
+
+    index = serializers.IntegerField(help_text="The item's position in the request.")
+    rn = serializers.CharField(allow_null=True)
+    outcome = serializers.ChoiceField(choices=["inserted", "duplicate", "invalid"])
+    errors = serializers.DictField(  # type: ignore[assignment]  # see TaskSerializer
+        child=FieldErrorSerializer(many=True),
+        help_text="An invalid item's errors per field, as in a 400 response.",
+    )
+
+
+class CancelSerializer(StrictSerializer):
+    """A cancellation has no parameters: the body is empty or `{}`."""
+
+
+class WorkerActionSerializer(StrictSerializer):
+    """A worker operation on a task, naming the worker that holds its lease."""
+
+    worker = worker_field()
+
+
+class HeartbeatSerializer(WorkerActionSerializer):
+    """Extend the lease, optionally reporting progress."""
+
+    progress = StrictFloatField(required=False, min_value=0.0, max_value=1.0)
+    timeout = StrictFloatField(
+        required=False,
+        min_value=0.001,
+        max_value=MAX_LEASE_SECONDS,
+        help_text="Seconds until the new deadline; `SCYLLA['LEASE_TIMEOUT']` when omitted.",
+    )
+
+
+class CompleteSerializer(WorkerActionSerializer):
+    """Finish the task, optionally with a JSON result."""
+
+    result = JSONValueField(required=False, allow_null=True)
+
+
+class AbortSerializer(WorkerActionSerializer):
+    """Abort the task, recording at least one error."""
+
+    errors = serializers.ListField(  # type: ignore[assignment]  # see TaskSerializer
+        child=TaskErrorSerializer(), min_length=1, max_length=100
+    )
+
+
+# -- workers and queues ---------------------------------------------------------------------
+
+
+def queues_field(**kwargs: Any) -> serializers.ListField:
+    """1 to 100 queue names."""
+    return serializers.ListField(
+        child=StrictCharField(max_length=QUEUE_MAX_LENGTH, validators=[queue_validator]),
+        min_length=1,
+        max_length=100,
+        **kwargs,
+    )
+
+
+class RegisterSerializer(StrictSerializer):
+    """A worker process to register; its name is given by the server."""
+
+    queues = queues_field()
+    capacity = StrictIntegerField(required=False, min_value=1, max_value=10_000)
+    hostname = StrictCharField(required=False, allow_blank=True, max_length=255)
+    pid = StrictIntegerField(required=False, allow_null=True, min_value=0, max_value=2**31 - 1)
+
+
+class WorkerSerializer(serializers.ModelSerializer[Worker]):
+    """A registered worker. Its `name` is what worker operations pass as `worker`."""
+
+    name = serializers.CharField(read_only=True)
+    queues = serializers.ListField(child=serializers.CharField(), read_only=True)
+
+    class Meta:
+        model = Worker
+        fields = [
+            "name",
+            "queues",
+            "capacity",
+            "hostname",
+            "pid",
+            "started",
+            "last_seen",
+            "stopped",
+        ]
+        read_only_fields = fields
+
+
+class LeaseSerializer(StrictSerializer):
+    """What to lease: up to `limit` tasks from `queues` (the worker's own when omitted)."""
+
+    queues = queues_field(required=False)
+    limit = StrictIntegerField(required=False, min_value=1, max_value=MAX_LEASE_LIMIT)
+    timeout = StrictFloatField(
+        required=False,
+        min_value=0.001,
+        max_value=MAX_LEASE_SECONDS,
+        help_text="Lease length in seconds; `SCYLLA['LEASE_TIMEOUT']` when omitted.",
+    )
+
+
+class LeasedSerializer(serializers.Serializer[Any]):
+    """The leased tasks, highest priority first, then oldest; possibly none."""
+
+    tasks = TaskSerializer(many=True)
+
+
+class QueueSerializer(serializers.Serializer[Any]):
+    """One queue: how many tasks it has in each status, and how old its oldest ready task is."""
+
+    queue = serializers.CharField()
+    counts = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Tasks per status; every status is present."
+    )
+    oldest_ready = serializers.DateTimeField(allow_null=True)
+    oldest_ready_age = serializers.FloatField(
+        allow_null=True, help_text="Seconds since the oldest ready task was created (DB clock)."
+    )
+
+
+# -- errors (for the schema) ----------------------------------------------------------------
+
+
+class ErrorSerializer(serializers.Serializer[Any]):
+    """Every error response: a machine-readable `code` and a human-readable `detail`."""
+
+    code = serializers.CharField()
+    detail = serializers.CharField()
+    errors = serializers.DictField(  # type: ignore[assignment]  # see TaskSerializer
+        child=FieldErrorSerializer(many=True),
+        required=False,
+        help_text="400 only: the errors of each field, by field name or path.",
+    )

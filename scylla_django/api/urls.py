@@ -1,0 +1,26 @@
+"""Routes of the API. Include them under a prefix of your choice:
+
+    path("api/scylla/", include("scylla_django.api.urls"))
+
+Route names are namespaced `scylla:` (e.g. `scylla:task-detail`, `scylla:schema`).
+"""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, URLResolver, path, re_path
+from rest_framework.routers import SimpleRouter
+
+from .views import QueueView, SchemaView, TaskViewSet, WorkerViewSet, not_found
+
+app_name = "scylla"
+
+router = SimpleRouter()
+router.register("tasks", TaskViewSet, basename="task")
+router.register("workers", WorkerViewSet, basename="worker")
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    *router.urls,
+    path("queues/", QueueView.as_view(), name="queues"),
+    path("schema/", SchemaView.as_view(), name="schema"),
+    re_path(r"^(?P<path>.*)$", not_found),
+]

@@ -1,0 +1,424 @@
+"""The views of SPEC §6. Each parses its input with a serializer and calls the model or manager
+method that every other caller uses (`Task.objects.submit`, `task.cancel`, `task.heartbeat`, …);
+none of them writes a task itself, and a task is never updated or deleted wholesale.
+
+Status codes: 200, or 201 for a submission or a registration; errors as in `exceptions.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
+from django.db.models import Count, DurationField, ExpressionWrapper, Min
+from django.db.models.functions import Now
+from django.http import HttpRequest, JsonResponse
+from django_filters.rest_framework import (  # type: ignore[import-untyped, unused-ignore]
+    DjangoFilterBackend,
+)
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework import status, viewsets
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.decorators import action
+from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ..enums import Status
+from ..exceptions import TaskNotFound
+from ..models import Task, Worker
+from ..validation import validate_rn
+from . import permissions
+from .authentication import ScyllaTokenAuthentication
+from .exceptions import exception_handler, field_errors
+from .filters import TaskFilter
+from .pagination import TaskCursorPagination
+from .parsers import ScyllaJSONParser
+from .permissions import ActsAsOwnWorker, HasActionPermission
+from .schema import SCHEMA_SETTINGS, document, errors
+from .serializers import (
+    AbortSerializer,
+    BulkOutcomeSerializer,
+    CancelSerializer,
+    CompleteSerializer,
+    HeartbeatSerializer,
+    LeasedSerializer,
+    LeaseSerializer,
+    QueueSerializer,
+    RegisterSerializer,
+    SubmitSerializer,
+    TaskDetailSerializer,
+    TaskSerializer,
+    WorkerActionSerializer,
+    WorkerSerializer,
+)
+
+MAX_BULK_ITEMS = 1000
+
+
+class ScyllaView(APIView):
+    """What every view of the API shares, so that it needs no `REST_FRAMEWORK` setting.
+
+    Token (`Authorization: Token <key>`) or session authentication, JSON in and out, the
+    `{code, detail}` errors of `exceptions.py`, and no OPTIONS introspection.
+    """
+
+    authentication_classes = [ScyllaTokenAuthentication, SessionAuthentication]
+    permission_classes = [HasActionPermission]
+    parser_classes = [ScyllaJSONParser]
+    renderer_classes = [JSONRenderer]
+    metadata_class = None
+    http_method_names = ["get", "post", "head"]
+    schema = AutoSchema()
+    required_permissions: ClassVar[dict[str, str]] = {}
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
+
+    def parse(self, serializer_class: type[Any]) -> dict[str, Any]:
+        """The request body, validated by `serializer_class`; else a 400."""
+        serializer = serializer_class(data=self.request.data)
+        serializer.is_valid(raise_exception=True)
+        return dict(serializer.validated_data)
+
+    def get_worker(self, name: str) -> Worker:
+        """The worker called `name` (404 `worker_not_found`), if the user may act as it (403)."""
+        worker = Worker.objects.get_by_name(name)
+        self.check_object_permissions(self.request, worker)
+        return worker
+
+
+def get_task(rn: str, *, with_history: bool = False) -> Task:
+    """The task with this rn, or TaskNotFound (also for a string that cannot be an rn)."""
+    try:
+        validate_rn(rn)  # else the database would be asked about, e.g., a NUL character
+    except DjangoValidationError:
+        raise TaskNotFound(f"No task has rn {rn!r}.", rn=rn) from None
+    tasks = Task.objects.prefetch_related("history") if with_history else Task.objects.all()
+    return tasks.get_by_rn(rn)
+
+
+WORKER_ERRORS = errors(400, 401, 403, 404, 409, 413)
+
+
+class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
+    """Tasks: list, submit (one or in bulk), read and cancel them, as a client; heartbeat,
+    complete, abort and yield them, as the worker that holds their lease.
+    """
+
+    queryset = Task.objects.all()
+    serializer_class = TaskSerializer
+    lookup_field = "rn"
+    lookup_value_regex = "[^/]+"
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = TaskFilter
+    pagination_class = TaskCursorPagination
+    permission_classes = [HasActionPermission, ActsAsOwnWorker]
+    required_permissions = {
+        "list": permissions.VIEW,
+        "retrieve": permissions.VIEW,
+        "retrieve_bulk": permissions.VIEW,
+        "create": permissions.SUBMIT,
+        "bulk": permissions.SUBMIT,
+        "cancel": permissions.CANCEL,
+        "heartbeat": permissions.WORK,
+        "complete": permissions.WORK,
+        "abort": permissions.WORK,
+        "yield_lease": permissions.WORK,
+    }
+
+    @document(
+        summary="List tasks",
+        description="Filtered, ordered, a cursor page at a time. History is left out.",
+        responses={200: TaskSerializer(many=True), **errors(400, 401, 403, 404)},
+    )
+    def list(self, request: Request) -> Response:
+        tasks = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(TaskSerializer(tasks, many=True).data)
+
+    @document(
+        summary="One task, with its history",
+        responses={200: TaskDetailSerializer, **errors(401, 403, 404)},
+    )
+    def retrieve(self, request: Request, rn: str) -> Response:
+        return Response(TaskDetailSerializer(get_task(rn, with_history=True)).data)
+
+    @document(
+        summary="Submit a task",
+        request=SubmitSerializer,
+        responses={201: TaskSerializer, **errors(400, 401, 403, 409, 413)},
+    )
+    def create(self, request: Request) -> Response:
+        task = Task.objects.submit(**self.parse(SubmitSerializer))
+        return Response(TaskSerializer(task).data, status=status.HTTP_201_CREATED)
+
+    @document(
+        summary="Submit many tasks",
+        description=(
+            f"1 to {MAX_BULK_ITEMS} tasks in one statement. The answer is 200 with one outcome "
+            "per item, in order: `inserted`, `duplicate` (the rn exists, or came earlier in "
+            "the request) or `invalid` (with `errors`). Valid items are inserted whatever "
+            "happens to the others."
+        ),
+        request={
+            "application/json": {
+                "type": "array",
+                "items": {"$ref": "#/components/schemas/Submit"},  # SubmitSerializer
+                "minItems": 1,
+                "maxItems": MAX_BULK_ITEMS,
+            }
+        },
+        responses={200: BulkOutcomeSerializer(many=True), **errors(400, 401, 403, 413)},
+    )
+    @action(detail=False, methods=["post"], filter_backends=[], pagination_class=None)
+    def bulk(self, request: Request) -> Response:
+        items = request.data
+        if not isinstance(items, list) or not 1 <= len(items) <= MAX_BULK_ITEMS:
+            raise ValidationError(
+                ErrorDetail(f"Send a list of 1 to {MAX_BULK_ITEMS} tasks.", code="invalid_bulk")
+            )
+        outcomes: dict[int, dict[str, Any]] = {}
+        valid: list[tuple[int, dict[str, Any]]] = []
+        for index, item in enumerate(items):
+            serializer = SubmitSerializer(data=item)
+            if serializer.is_valid():
+                valid.append((index, dict(serializer.validated_data)))
+            else:
+                rn = item.get("rn") if isinstance(item, dict) else None
+                outcomes[index] = {
+                    "index": index,
+                    "rn": rn if isinstance(rn, str) else None,
+                    "outcome": "invalid",
+                    "errors": field_errors(serializer.errors),
+                }
+        submitted = Task.objects.submit_many(data for _, data in valid)
+        for (index, _), outcome in zip(valid, submitted, strict=True):
+            outcomes[index] = {
+                "index": index,
+                "rn": outcome.rn,
+                "outcome": outcome.outcome,
+                "errors": {
+                    name: [{"code": "invalid", "detail": message} for message in messages]
+                    for name, messages in outcome.errors.items()
+                },
+            }
+        return Response(
+            BulkOutcomeSerializer([outcomes[i] for i in sorted(outcomes)], many=True).data
+        )
+
+    @document(
+        summary="The task whose rn is `bulk`",
+        description="`/tasks/bulk/` is also the address of the task with rn `bulk`.",
+        responses={200: TaskDetailSerializer, **errors(401, 403, 404)},
+    )
+    @bulk.mapping.get
+    def retrieve_bulk(self, request: Request) -> Response:
+        return self.retrieve(request, rn="bulk")
+
+    @document(
+        summary="Cancel a task",
+        description="ready or running → cancelled. A terminal task is a 409.",
+        request=CancelSerializer,
+        responses={200: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, rn: str) -> Response:
+        self.parse(CancelSerializer)
+        task = get_task(rn)
+        task.cancel()
+        return Response(TaskSerializer(task).data)
+
+    @document(
+        summary="Heartbeat: extend the lease",
+        description=(
+            "`deadline = now + timeout`, and `progress` if given. A 409 `task_cancelled` or "
+            "`lease_lost` means: stop working on the task."
+        ),
+        request=HeartbeatSerializer,
+        responses={200: TaskSerializer, **WORKER_ERRORS},
+    )
+    @action(detail=True, methods=["post"])
+    def heartbeat(self, request: Request, rn: str) -> Response:
+        data = self.parse(HeartbeatSerializer)
+        worker = self.get_worker(data.pop("worker"))
+        task = get_task(rn)
+        task.heartbeat(worker, **data)
+        worker.touch()
+        return Response(TaskSerializer(task).data)
+
+    @document(
+        summary="Complete a task",
+        description="running → completed, with progress 1.0 and an optional `result`.",
+        request=CompleteSerializer,
+        responses={200: TaskSerializer, **WORKER_ERRORS},
+    )
+    @action(detail=True, methods=["post"])
+    def complete(self, request: Request, rn: str) -> Response:
+        data = self.parse(CompleteSerializer)
+        worker = self.get_worker(data.pop("worker"))
+        task = get_task(rn)
+        task.complete(worker, **data)
+        return Response(TaskSerializer(task).data)
+
+    @document(
+        summary="Abort a task",
+        description="running → aborted, recording `errors`.",
+        request=AbortSerializer,
+        responses={200: TaskSerializer, **WORKER_ERRORS},
+    )
+    @action(detail=True, methods=["post"])
+    def abort(self, request: Request, rn: str) -> Response:
+        data = self.parse(AbortSerializer)
+        worker = self.get_worker(data["worker"])
+        task = get_task(rn)
+        task.abort(worker, [dict(error) for error in data["errors"]])
+        return Response(TaskSerializer(task).data)
+
+    @document(
+        summary="Yield a task",
+        description=(
+            "Give the lease back (`deadline = now - 1 s`, History `TaskYield`): the monitor's "
+            "next pass makes the task ready again, without counting a timeout."
+        ),
+        request=WorkerActionSerializer,
+        responses={200: TaskSerializer, **WORKER_ERRORS},
+    )
+    @action(detail=True, methods=["post"], url_path="yield")
+    def yield_lease(self, request: Request, rn: str) -> Response:
+        worker = self.get_worker(self.parse(WorkerActionSerializer)["worker"])
+        task = get_task(rn)
+        task.yield_lease(worker)
+        return Response(TaskSerializer(task).data)
+
+
+class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
+    """Workers: register one (the requesting user owns it), and lease tasks as it."""
+
+    queryset = Worker.objects.all()
+    serializer_class = WorkerSerializer
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+    permission_classes = [HasActionPermission, ActsAsOwnWorker]
+    required_permissions = {"create": permissions.WORK, "lease": permissions.WORK}
+
+    @document(
+        summary="Register a worker",
+        description="The answer's `name` is what the worker operations take as `worker`.",
+        request=RegisterSerializer,
+        responses={201: WorkerSerializer, **errors(400, 401, 403, 413)},
+    )
+    def create(self, request: Request) -> Response:
+        data = self.parse(RegisterSerializer)
+        with transaction.atomic():
+            worker = Worker.objects.register(**data)
+            Worker.objects.filter(pk=worker.pk).update(user=request.user)
+        return Response(WorkerSerializer(worker).data, status=status.HTTP_201_CREATED)
+
+    @document(
+        summary="Lease tasks",
+        description=(
+            "ready → running for up to `limit` tasks of `queues` (the worker's own when "
+            "omitted): highest priority first, then oldest. Possibly none."
+        ),
+        request=LeaseSerializer,
+        responses={200: LeasedSerializer, **errors(400, 401, 403, 404, 413)},
+    )
+    @action(detail=True, methods=["post"])
+    def lease(self, request: Request, name: str) -> Response:
+        data = self.parse(LeaseSerializer)
+        worker = self.get_worker(name)
+        tasks = Task.objects.lease(
+            worker,
+            data.get("queues", worker.queues),
+            limit=data.get("limit", 1),
+            timeout=data.get("timeout"),
+        )
+        worker.touch()
+        return Response(LeasedSerializer({"tasks": tasks}).data)
+
+
+class QueueView(ScyllaView):
+    """Per queue: how many tasks are in each status, and the age of the oldest ready task."""
+
+    required_permissions = {"get": permissions.VIEW}
+
+    @document(
+        summary="Queue counts",
+        description=(
+            "One aggregate query. `oldest_ready_age` is measured on the database clock and "
+            "counts tasks waiting for their `not_before` too."
+        ),
+        responses={200: QueueSerializer(many=True), **errors(401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        rows = (
+            Task.objects.order_by()
+            .values("queue", "status")
+            .annotate(
+                count=Count("id"),
+                oldest=Min("created"),
+                age=ExpressionWrapper(Now() - Min("created"), output_field=DurationField()),
+            )
+            .order_by("queue", "status")
+        )
+        queues: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            entry = queues.setdefault(
+                row["queue"],
+                {
+                    "queue": row["queue"],
+                    "counts": dict.fromkeys(Status.values, 0),
+                    "oldest_ready": None,
+                    "oldest_ready_age": None,
+                },
+            )
+            entry["counts"][row["status"]] = row["count"]
+            if row["status"] == Status.READY:
+                entry["oldest_ready"] = row["oldest"]
+                entry["oldest_ready_age"] = max(row["age"].total_seconds(), 0.0)
+        return Response(QueueSerializer(list(queues.values()), many=True).data)
+
+
+class SchemaView(SpectacularAPIView):
+    """The OpenAPI 3 schema of this API (YAML, or JSON with `?format=json`)."""
+
+    authentication_classes = ScyllaView.authentication_classes
+    permission_classes = [IsAuthenticated]
+    custom_settings = SCHEMA_SETTINGS
+    schema = AutoSchema()
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        """Errors are JSON, like the rest of the API's, whatever format was asked for."""
+        if response.status_code >= 400:
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
+
+    @document(
+        summary="The OpenAPI 3 schema",
+        responses={200: OpenApiTypes.OBJECT, **errors(401, 404)},
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        if request.query_params.get("format") == "":
+            raise NotFound("Choose a format: json or yaml.")
+        response: Response = super().get(request, *args, **kwargs)  # type: ignore[no-untyped-call]
+        return response
+
+
+def not_found(request: HttpRequest, path: str = "") -> JsonResponse:
+    """Any other path under the API: a 404 in the API's error format."""
+    detail = f"No API route matches {request.path!r}."
+    if not request.path.endswith("/"):
+        detail += " Routes end with a slash."
+    return JsonResponse({"code": "not_found", "detail": detail}, status=404)
