@@ -7,6 +7,9 @@
   this app begins with `BEGIN IMMEDIATE` (it takes the database write lock up front and waits up
   to the busy timeout for it), so a transaction that reads and then writes can never lose the
   lock race with "database is locked". Bulk submission uses the same ON CONFLICT statement.
+- SQLite keeps timestamps as text. `Now` below writes them with microseconds, as Django writes
+  datetime parameters, so that stored times and parameters compare correctly as text (Django's
+  own `Now()` writes milliseconds there).
 - Anything else (MySQL/MariaDB 10.6+): the portable ORM path, `SELECT … FOR UPDATE SKIP LOCKED`
   then a conditional UPDATE, and one savepoint per row for bulk submission.
 """
@@ -21,9 +24,19 @@ from typing import TYPE_CHECKING, Any, cast
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet, sql
+from django.db.models.functions import Now as DjangoNow
 
 if TYPE_CHECKING:
     from .models import Task
+
+
+class Now(DjangoNow):
+    """The database clock (Django's `Now()`), with microseconds on SQLite too."""
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
+        # %f is "SS.SSS": pad it to the six digits Django gives datetime parameters.
+        template = "STRFTIME('%%%%Y-%%%%m-%%%%d %%%%H:%%%%M:%%%%f000', 'NOW')"
+        return self.as_sql(compiler, connection, template=template, **extra_context)
 
 
 @contextmanager
@@ -82,7 +95,7 @@ def postgresql_transition(
         statement += (
             f", logged AS (INSERT INTO {quote(History._meta.db_table)} "
             "(task_id, typ, worker, progress, time) "
-            "SELECT id, %s, owner, progress, now() FROM changed)"
+            "SELECT id, %s, owner, progress, statement_timestamp() FROM changed)"
         )
         args.append(event)
     statement += f" SELECT {columns} FROM changed"
@@ -116,20 +129,20 @@ def postgresql_lease(
         WITH picked AS MATERIALIZED (
             SELECT id FROM {task}
             WHERE status = 'ready' AND queue = ANY(%(queues)s)
-              AND (not_before IS NULL OR not_before <= now())
+              AND (not_before IS NULL OR not_before <= statement_timestamp())
             ORDER BY priority DESC, created ASC, id ASC
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
         ), leased AS (
             UPDATE {task} AS t
-            SET status = 'running', owner = %(worker)s, deadline = now() + %(timeout)s,
-                attempts = t.attempts + 1, updated = now()
+            SET status = 'running', owner = %(worker)s, deadline = statement_timestamp() + %(timeout)s,
+                attempts = t.attempts + 1, updated = statement_timestamp()
             FROM picked
             WHERE t.id = picked.id AND t.status = 'ready'
             RETURNING t.*
         ), assigned AS (
             INSERT INTO {history} (task_id, typ, worker, progress, time)
-            SELECT id, 'TaskAssignment', %(worker)s, NULL, now() FROM leased
+            SELECT id, 'TaskAssignment', %(worker)s, NULL, statement_timestamp() FROM leased
         )
         SELECT * FROM leased ORDER BY priority DESC, created ASC, id ASC
     """

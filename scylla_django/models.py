@@ -16,11 +16,11 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models import F, Max, Q, Value
-from django.db.models.functions import Now
 from django.dispatch import Signal
 from django.utils import timezone
 
 from . import db, signals
+from .db import Now
 from .conf import scylla_settings
 from .enums import (
     TERMINAL_STATUSES,

@@ -476,3 +476,19 @@ def test_cancel_a_selection_skips_terminal_tasks_and_records_each(worker):
     assert selection.cancel() == 0
     with pytest.raises(TaskCancelled):
         running.complete(worker)
+
+
+def test_database_timestamps_compare_equal_to_themselves_as_parameters(worker):
+    """What the database clock wrote, read back and sent as a parameter, matches exactly.
+
+    SQLite stores timestamps as text: they must be written with microseconds, as Django writes
+    parameters, or equal instants would compare unequal.
+    """
+    task = running_task(worker)
+    stored = reload(task)
+    for field in ("created", "updated", "deadline"):
+        value = getattr(stored, field)
+        assert Task.objects.filter(pk=task.pk, **{field: value}).exists(), field
+        assert Task.objects.filter(pk=task.pk, **{f"{field}__gte": value}).exists(), field
+    time = History.objects.get(task=task).time
+    assert History.objects.filter(task=task, time=time).exists()

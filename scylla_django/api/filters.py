@@ -16,7 +16,6 @@ import django_filters  # type: ignore[import-untyped, unused-ignore]
 from django import forms
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
-from django.db import models
 from django.http import QueryDict
 from drf_spectacular.utils import extend_schema_field
 
@@ -45,43 +44,10 @@ class UTCDateTimeField(django_filters.fields.IsoDateTimeField):  # type: ignore[
         return None if parsed is None else clamp_utc(parsed)
 
 
-class StoredTimestamp(models.Func):
-    """A timestamp parameter, written the way the database stores `Now()`.
-
-    SQLite keeps timestamps as text and `Now()` writes milliseconds (`…:40.204`), while Django
-    writes parameters with microseconds (`…:40.204000`); compared as text, equal instants would
-    differ. `STRFTIME` rewrites the parameter like `Now()`. Other databases compare real
-    timestamps and take the parameter as it is.
-    """
-
-    arity = 1
-    output_field = models.DateTimeField()
-    template = "%(expressions)s"
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
-        return self.as_sql(
-            compiler,
-            connection,
-            template="STRFTIME('%%%%Y-%%%%m-%%%%d %%%%H:%%%%M:%%%%f', %(expressions)s)",
-            **extra_context,
-        )
-
-
-def stored_timestamp(value: datetime) -> StoredTimestamp:
-    """`value` as a parameter to compare with `created` or `updated`."""
-    return StoredTimestamp(models.Value(value, output_field=models.DateTimeField()))
-
-
 class TimestampFilter(django_filters.IsoDateTimeFilter):  # type: ignore[misc, unused-ignore]
-    """A bound on `created` or `updated`, compared the way the database stores them."""
+    """A bound on `created` or `updated`, in UTC."""
 
     field_class = UTCDateTimeField
-
-    def filter(self, qs: models.QuerySet[Task], value: datetime | None) -> models.QuerySet[Task]:
-        if value is None:
-            return qs
-        filtered: models.QuerySet[Task] = super().filter(qs, stored_timestamp(value))
-        return filtered
 
 
 @extend_schema_field({"type": "integer", "minimum": 0, "maximum": 255})

@@ -30,7 +30,6 @@ from rest_framework.views import APIView
 
 from ..models import Task
 from ..validation import RN_MAX_LENGTH
-from .filters import stored_timestamp
 
 ORDERING_FIELDS = ("created", "updated", "priority", "status", "queue", "rn")
 ORDERINGS = tuple(f"{sign}{field}" for field in ORDERING_FIELDS for sign in ("", "-"))
@@ -90,7 +89,7 @@ class TaskCursorPagination(BasePagination):
         queryset = queryset.order_by(*order)
         if cursor is not None:
             op = "lt" if descending else "gt"
-            value = stored_timestamp(cursor.value) if field in DATETIME_FIELDS else cursor.value
+            value = cursor.value
             # (field, id) beyond (value, id); the first term lets an index on the field bound
             # the scan, which the OR alone would not.
             queryset = queryset.filter(
