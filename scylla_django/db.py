@@ -135,7 +135,8 @@ def postgresql_lease(
             FOR UPDATE SKIP LOCKED
         ), leased AS (
             UPDATE {task} AS t
-            SET status = 'running', owner = %(worker)s, deadline = statement_timestamp() + %(timeout)s,
+            SET status = 'running', owner = %(worker)s,
+                deadline = statement_timestamp() + %(timeout)s,
                 attempts = t.attempts + 1, updated = statement_timestamp()
             FROM picked
             WHERE t.id = picked.id AND t.status = 'ready'

@@ -20,8 +20,8 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from . import db, signals
-from .db import Now
 from .conf import scylla_settings
+from .db import Now
 from .enums import (
     TERMINAL_STATUSES,
     TRANSITIONS,
@@ -755,8 +755,12 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
         *,
         hostname: str = "",
         pid: int | None = None,
+        user: Any = None,
     ) -> Worker:
-        """Register a worker process; its name `worker-<id>` comes from the database sequence."""
+        """Register a worker process; its name `worker-<id>` comes from the database sequence.
+
+        `user` is who registered it over HTTP: only they (or staff) may act as it there.
+        """
         queues = validate_queues(queues)
         if (
             isinstance(capacity, bool)
@@ -766,7 +770,9 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
             raise ValidationError(
                 {"capacity": ValidationError("Capacity must be 1..10000.", code="invalid")}
             )
-        return self.create(queues=queues, capacity=capacity, hostname=hostname[:255], pid=pid)
+        return self.create(
+            queues=queues, capacity=capacity, hostname=hostname[:255], pid=pid, user=user
+        )
 
     def get_by_name(self, name: str) -> Worker:
         """The worker called `name` (`worker-<id>`), or WorkerNotFound."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import transaction
 from django.db.models import Count, DurationField, ExpressionWrapper, Min
 from django.db.models.functions import Now
 from django.http import HttpRequest, JsonResponse
@@ -315,9 +314,7 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
     )
     def create(self, request: Request) -> Response:
         data = self.parse(RegisterSerializer)
-        with transaction.atomic():
-            worker = Worker.objects.register(**data)
-            Worker.objects.filter(pk=worker.pk).update(user=request.user)
+        worker = Worker.objects.register(**data, user=request.user)
         return Response(WorkerSerializer(worker).data, status=status.HTTP_201_CREATED)
 
     @document(
