@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import django
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
@@ -850,6 +851,9 @@ class TaskAdmin(TaskAdminBase):
             "title": title,
             "opts": self.opts,
             "app_label": self.opts.app_label,
+            # Django < 6 renders the object-tools block inside the content block, which our
+            # pages replace: they then render the tools themselves.
+            "scylla_tools_in_content": django.VERSION < (6, 0),
         }
 
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
