@@ -17,14 +17,13 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+
+import postgres  # benchmarks/postgres.py, beside this script
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/scylla_bench_admin"
 QUEUES = 10
@@ -39,20 +38,10 @@ def main() -> None:
     parser.add_argument("--no-purge", action="store_true", help="skip the purge timing")
     args = parser.parse_args()
 
-    os.environ.setdefault("DATABASE_URL", DEFAULT_URL)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    create_database(os.environ["DATABASE_URL"])
-
+    postgres.setup(parser, DEFAULT_URL)
     import django
-
-    django.setup()
-    from django.core.management import call_command
     from django.db import connection
 
-    if connection.vendor != "postgresql":
-        parser.error("the benchmark needs PostgreSQL: set DATABASE_URL=postgres://...")
-    call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute("SHOW server_version")
         (version,) = cursor.fetchone() or ("?",)
@@ -64,19 +53,6 @@ def main() -> None:
     time_pages(args.requests)
     if not args.no_purge:
         time_purge()
-
-
-def create_database(url: str) -> None:
-    """Create the database named in `url` unless it exists."""
-    import psycopg
-    from psycopg import sql
-
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    maintenance = urlunsplit(parts._replace(scheme="postgresql", path="/postgres"))
-    with psycopg.connect(maintenance, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 def seed(n: int) -> None:

@@ -13,13 +13,12 @@ plan of each list query.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
+
+import postgres  # benchmarks/postgres.py, beside this script
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/scylla_bench_api"
 QUEUES = 10
@@ -34,38 +33,13 @@ def main() -> None:
     parser.add_argument("--explain", action="store_true", help="print the list queries' plans")
     args = parser.parse_args()
 
-    os.environ.setdefault("DATABASE_URL", DEFAULT_URL)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    create_database(os.environ["DATABASE_URL"])
+    postgres.setup(parser, DEFAULT_URL)
 
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connection
-
-    if connection.vendor != "postgresql":
-        parser.error("the benchmark needs PostgreSQL: set DATABASE_URL=postgres://...")
-    call_command("migrate", verbosity=0)
     if not args.no_seed:
         started = time.perf_counter()
         seed(args.tasks)
         print(f"seeded {args.tasks:,} tasks in {time.perf_counter() - started:.1f} s")
     time_requests(args.requests, args.explain)
-
-
-def create_database(url: str) -> None:
-    """Create the database named in `url` unless it exists."""
-    import psycopg
-    from psycopg import sql
-
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    maintenance = urlunsplit(parts._replace(scheme="postgresql", path="/postgres"))
-    with psycopg.connect(maintenance, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 def seed(n: int) -> None:
