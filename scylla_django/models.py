@@ -63,8 +63,13 @@ def worker_name(worker: Worker | str) -> str:
 
 
 def _later(signal: Signal, using: str, **kwargs: Any) -> None:
-    """Send `signal` once the current transaction commits (at once outside a transaction)."""
-    transaction.on_commit(partial(signal.send, sender=Task, **kwargs), using=using)
+    """Send `signal` once the current transaction commits (at once outside a transaction).
+
+    Nothing is scheduled when no receiver is connected: leases and bulk submissions call this
+    once per task.
+    """
+    if signal.has_listeners(Task):
+        transaction.on_commit(partial(signal.send, sender=Task, **kwargs), using=using)
 
 
 def _now_plus(delta: timedelta) -> models.Expression:

@@ -492,3 +492,45 @@ def test_database_timestamps_compare_equal_to_themselves_as_parameters(worker):
         assert Task.objects.filter(pk=task.pk, **{f"{field}__gte": value}).exists(), field
     time = History.objects.get(task=task).time
     assert History.objects.filter(task=task, time=time).exists()
+
+
+def test_signals_are_sent_after_commit(worker, django_capture_on_commit_callbacks):
+    from scylla_django import signals
+
+    received: list[tuple[str, str, str | None]] = []
+
+    def receiver(signal_name):
+        def receive(sender, task, status=None, **kwargs):
+            received.append((signal_name, task.rn, status))
+
+        return receive
+
+    receivers = {
+        name: receiver(name)
+        for name in ("task_submitted", "task_leased", "task_finished", "task_reset")
+    }
+    for name, receive in receivers.items():
+        getattr(signals, name).connect(receive, sender=Task)
+    try:
+        with django_capture_on_commit_callbacks(execute=True) as callbacks:
+            Task.objects.submit("default", {}, rn="a")
+            Task.objects.submit_many([{"queue": "default", "spec": {}, "rn": "b"}])
+            [a, b] = Task.objects.lease(worker, ["default"], limit=2)
+            a.complete(worker)
+            expire(b)
+            Task.objects.reset_expired()
+        assert len(callbacks) == 6
+        assert received == [
+            ("task_submitted", "a", None),
+            ("task_submitted", "b", None),
+            ("task_leased", "a", None),
+            ("task_leased", "b", None),
+            ("task_finished", "a", "completed"),
+            ("task_reset", "b", "ready"),
+        ]
+    finally:
+        for name, receive in receivers.items():
+            getattr(signals, name).disconnect(receive, sender=Task)
+    with django_capture_on_commit_callbacks() as callbacks:
+        Task.objects.submit("default", {}, rn="c")  # no receiver: nothing is scheduled
+    assert callbacks == []
