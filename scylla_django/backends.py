@@ -35,8 +35,8 @@ from .exceptions import Abort
 from .handlers import registry
 
 if TYPE_CHECKING:
+    from .handlers import TaskContext as ScyllaContext
     from .models import Task as ScyllaTask
-    from .worker import TaskContext as ScyllaContext
 
 try:
     from django.tasks import TaskResultStatus

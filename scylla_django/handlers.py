@@ -12,18 +12,66 @@ def build_report(ctx):
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.utils.module_loading import autodiscover_modules
 
-from .validation import validate_queue
+from .exceptions import ScyllaError
+from .validation import validate_progress, validate_queue
 
 if TYPE_CHECKING:
-    from .worker import TaskContext
+    from .models import Task, Worker
 
 Handler = Callable[["TaskContext"], Any]
 H = TypeVar("H", bound=Handler)
+
+
+class TaskContext:
+    """What a handler gets: the task, its spec, the worker, progress and a stop check."""
+
+    def __init__(self, task: Task, worker: Worker) -> None:
+        self.task = task
+        self.worker = worker
+        self._progress = task.progress
+        self._stop: ScyllaError | None = None
+        self._lock = threading.Lock()
+        self.failed_heartbeats = 0
+        self.yielded = False
+
+    @property
+    def spec(self) -> Any:
+        return self.task.spec
+
+    @property
+    def progress(self) -> float:
+        return self._progress
+
+    def set_progress(self, progress: float) -> None:
+        """Record progress (0..1); it is sent with the next heartbeat."""
+        self._progress = validate_progress(progress)
+
+    def check(self) -> None:
+        """Raise if the handler should stop: TaskCancelled, LeaseLost or WorkerStopping.
+
+        Call it between steps of long work. The worker writes nothing more for a stopped task.
+        """
+        with self._lock:
+            if self._stop is not None:
+                raise self._stop
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop is not None
+
+    def stop(self, reason: ScyllaError) -> None:
+        with self._lock:
+            if self._stop is None:
+                self._stop = reason
+
+    def __repr__(self) -> str:
+        return f"<TaskContext {self.task.rn} on {self.worker.name}>"
 
 
 class HandlerAlreadyRegistered(Exception):

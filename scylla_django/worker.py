@@ -40,10 +40,10 @@ from .exceptions import (
     TaskCancelled,
     WorkerStopping,
 )
-from .handlers import HandlerRegistry
+from .handlers import HandlerRegistry, TaskContext
 from .handlers import registry as default_registry
 from .models import Task, Worker
-from .validation import validate_progress, validate_queues
+from .validation import validate_queues
 
 logger = logging.getLogger("scylla_django")
 
@@ -63,52 +63,6 @@ def exception_error(exc: BaseException) -> dict[str, Any]:
         },
         "description": f"{type(exc).__name__}: {message}"[:500],
     }
-
-
-class TaskContext:
-    """What a handler gets: the task, its spec, the worker, progress and a stop check."""
-
-    def __init__(self, task: Task, worker: Worker) -> None:
-        self.task = task
-        self.worker = worker
-        self._progress = task.progress
-        self._stop: ScyllaError | None = None
-        self._lock = threading.Lock()
-        self.failed_heartbeats = 0
-        self.yielded = False
-
-    @property
-    def spec(self) -> Any:
-        return self.task.spec
-
-    @property
-    def progress(self) -> float:
-        return self._progress
-
-    def set_progress(self, progress: float) -> None:
-        """Record progress (0..1); it is sent with the next heartbeat."""
-        self._progress = validate_progress(progress)
-
-    def check(self) -> None:
-        """Raise if the handler should stop: TaskCancelled, LeaseLost or WorkerStopping.
-
-        Call it between steps of long work. The worker writes nothing more for a stopped task.
-        """
-        with self._lock:
-            if self._stop is not None:
-                raise self._stop
-
-    @property
-    def stopped(self) -> bool:
-        return self._stop is not None
-
-    def stop(self, reason: ScyllaError) -> None:
-        with self._lock:
-            if self._stop is None:
-                self._stop = reason
-
-    def __repr__(self) -> str:
-        return f"<TaskContext {self.task.rn} on {self.worker.name}>"
 
 
 class TaskWorker:

@@ -11,9 +11,9 @@ from django.db import OperationalError
 
 from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import LeaseLost, TaskCancelled
-from scylla_django.handlers import HandlerAlreadyRegistered, HandlerRegistry, handler
+from scylla_django.handlers import HandlerAlreadyRegistered, HandlerRegistry, TaskContext, handler
 from scylla_django.models import History, Task, Worker
-from scylla_django.worker import TaskContext, TaskWorker
+from scylla_django.worker import TaskWorker
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
 from tests.processes import wait_until
 

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from scylla_django import Abort, handler
-from scylla_django.worker import TaskContext
+from scylla_django.handlers import TaskContext
 
 
 @handler("reports")
