@@ -30,6 +30,11 @@ if TYPE_CHECKING:
     from .models import Task
 
 
+# LISTEN/NOTIFY channels (PostgreSQL only; elsewhere workers poll). Payloads are plain text.
+READY_CHANNEL = "scylla_django_ready"  # payload: a queue whose tasks became leasable
+STOP_CHANNEL = "scylla_django_stop"  # payload: the worker name whose running task was cancelled
+
+
 class Now(DjangoNow):
     """The database clock (Django's `Now()`), with microseconds on SQLite too."""
 
