@@ -16,10 +16,12 @@ from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 
 from .conf import scylla_settings
+from .text import DurationError, positive_duration
 
 RN_MAX_LENGTH = 128
 QUEUE_MAX_LENGTH = 100
 JSON_MAX_DEPTH = 64
+TIMEOUT_MAX = timedelta(seconds=10**9)  # about 31 years: anything longer is a mistake
 
 rn_validator = RegexValidator(
     r"\A[A-Za-z0-9._:-]{1,128}\Z",
@@ -76,15 +78,12 @@ def validate_progress(value: object) -> float:
 
 def validate_timeout(value: object) -> timedelta:
     """A positive lease length, from a timedelta or a number of seconds."""
-    if isinstance(value, bool):
-        raise ValidationError("A timeout must be a positive duration.", code="invalid_timeout")
-    if isinstance(value, int | float):
-        if not math.isfinite(value) or value > 10**9:
-            raise ValidationError("A timeout must be a positive duration.", code="invalid_timeout")
-        value = timedelta(seconds=value)
-    if not isinstance(value, timedelta) or value <= timedelta(0):
-        raise ValidationError("A timeout must be a positive duration.", code="invalid_timeout")
-    return value
+    try:
+        return positive_duration(value, maximum=TIMEOUT_MAX)
+    except DurationError:
+        raise ValidationError(
+            "A timeout must be a positive duration.", code="invalid_timeout"
+        ) from None
 
 
 def validate_limit(value: object) -> int:

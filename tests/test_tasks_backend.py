@@ -8,7 +8,7 @@ import django
 import pytest
 from django.utils import timezone
 
-from scylla_django.backends import django_priority
+from scylla_django.backends import django_priority, register_handlers
 from scylla_django.enums import Status
 from scylla_django.handlers import autodiscover
 from scylla_django.models import Task
@@ -23,6 +23,7 @@ pytestmark = [
 @pytest.fixture(autouse=True)
 def handlers():
     autodiscover()
+    register_handlers()
 
 
 def run_worker(*queues: str) -> None:
