@@ -2,6 +2,11 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularSwaggerView
 
+from scylla_django.admin import INDEX_TEMPLATE
+
+# The "Scylla console" module (dashboard, bulk purge) on the admin index.
+admin.site.index_template = INDEX_TEMPLATE
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/scylla/", include("scylla_django.api.urls")),

@@ -28,6 +28,21 @@ rn_validator = RegexValidator(
     "An rn is 1 to 128 characters of letters, digits, '.', '_', ':' and '-'.",
     code="invalid_rn",
 )
+WORKER_PREFIX = "worker-"
+_WORKER_NAME = re.compile(rf"\A{WORKER_PREFIX}([0-9]{{1,18}})\Z")
+
+
+def worker_name_for(pk: int) -> str:
+    """The name of the worker whose id is `pk`: `worker-<pk>`."""
+    return f"{WORKER_PREFIX}{pk}"
+
+
+def worker_id(name: object) -> int | None:
+    """The id in a worker's name (`worker-<id>`), or None if `name` is not a worker name."""
+    match = _WORKER_NAME.match(name) if isinstance(name, str) else None
+    return int(match[1]) if match else None
+
+
 queue_validator = RegexValidator(
     r"\A[A-Za-z0-9][A-Za-z0-9._:-]{0,99}\Z",
     "A queue name is 1 to 100 characters of letters, digits, '.', '_', ':' and '-', "
