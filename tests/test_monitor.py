@@ -23,8 +23,8 @@ from scylla_django.management.commands.scylla_monitor import Command as MonitorC
 from scylla_django.models import History, Task, TaskQuerySet
 from scylla_django.monitor import Monitor, MonitorPass
 from scylla_django.text import format_duration
-from tests.conftest import expire
 from tests.factories import TaskFactory, running_task
+from tests.helpers import expire
 from tests.processes import finish, start
 
 
