@@ -1,4 +1,6 @@
-"""The monitor (SPEC §5): reset expired leases, then purge terminal tasks past their retention.
+"""The monitor: reset expired leases, then purge terminal tasks past their retention.
+
+See the README, "The monitor and cleanup".
 
 `Monitor.run()` loops until told to stop; `manage.py scylla_monitor` is a thin wrapper around it.
 Any number of monitors may run at once, on one host or many: `Task.objects.reset_expired()` locks

@@ -1,4 +1,4 @@
-"""Validation of everything a client or a worker hands the scheduler (SPEC §2).
+"""Validation of everything a client or a worker hands the scheduler (README, "The task").
 
 Each function raises `django.core.exceptions.ValidationError` with a `code`, and returns the
 normalised value. Nothing is written before validation has passed.
