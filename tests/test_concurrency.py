@@ -283,11 +283,14 @@ def test_heartbeat_racing_reset_never_resurrects_a_lease() -> None:
             tasks[pk].heartbeat(a, timeout=600)
     assert set(Task.objects.filter(pk__in=reset).values_list("status", flat=True)) == {"ready"}
 
-    assert sorted(t.pk for t in Task.objects.lease(b, ["hb"], limit=len(pks))) == sorted(reset)
+    leased_by_b = {t.pk: t for t in Task.objects.lease(b, ["hb"], limit=len(pks))}
+    assert sorted(leased_by_b) == sorted(reset)
     for pk in reset:
         with pytest.raises(LeaseLost):
             tasks[pk].complete(a, result="stale")
-        tasks[pk].complete(b, result="fresh")
+        with pytest.raises(LeaseLost):  # an object from an earlier lease is fenced out too
+            tasks[pk].complete(b, result="stale")
+        leased_by_b[pk].complete(b, result="fresh")
     rows = Task.objects.filter(pk__in=reset).values_list("status", "owner", "result", "attempts")
     assert set(rows) == {(Status.COMPLETED, b.name, "fresh", 2)}
     expected = [
