@@ -59,16 +59,21 @@ class Now(DjangoNow):
         return self.as_sql(compiler, connection, template=template, **extra_context)
 
 
-class Clock(Now):
-    """The database clock for the times a transition writes.
+CLOCK_CTE = "scylla_clock"
 
-    On PostgreSQL it is `clock_timestamp()`, taken while the statement runs, after its snapshot:
-    a write that saw another transaction's commit is stamped after that transaction's own writes.
-    (`statement_timestamp()` is taken when the statement arrives, possibly before that commit.)
+
+class Clock(Now):
+    """The database clock for the times a transition writes (`Task._apply`'s values).
+
+    On PostgreSQL it reads the `scylla_clock` CTE that `postgresql_transition` adds to its
+    statement: one `clock_timestamp()`, read after the task row is locked, so that every time
+    the statement writes is the same and a transition that waited for, or saw, another one's
+    commit is stamped after it (`statement_timestamp()` is taken when the statement arrives,
+    possibly before that commit). Elsewhere it is `Now()`.
     """
 
     def as_postgresql(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
-        return self.as_sql(compiler, connection, template="CLOCK_TIMESTAMP()", **extra_context)
+        return f"(SELECT now FROM {CLOCK_CTE})", []
 
 
 @contextmanager
@@ -137,6 +142,9 @@ def postgresql_transition(
     """
     model = fenced.model
     event = TRANSITIONS[operation].event
+    # Lock the row first (waiting for a concurrent writer if needed), then read the clock.
+    lock_sql, lock_params = fenced.order_by().values("pk").query.sql_with_params()
+    lock_sql += " FOR UPDATE"
     query = cast(sql.UpdateQuery, fenced.query.chain(sql.UpdateQuery))
     query.add_update_values(values)
     compiler = query.get_compiler(fenced.db)
@@ -145,8 +153,13 @@ def postgresql_transition(
     extra = ["owner", "progress", "updated"] + ([notify[1]] if notify else [])
     returned = _concrete(model, list(dict.fromkeys([*fields, *extra])))
     columns = ", ".join(quote(str(f.column)) for f in returned)
-    statement = f"WITH changed AS ({update_sql} RETURNING {quote('id')}, {columns})"
-    args = list(params)
+    statement = (
+        f"WITH locked AS MATERIALIZED ({lock_sql}), "
+        f"{CLOCK_CTE} AS MATERIALIZED (SELECT clock_timestamp() AS now "
+        "FROM (SELECT count(*) FROM locked) AS l), "
+        f"changed AS ({update_sql} RETURNING {quote('id')}, {columns})"
+    )
+    args = [*lock_params, *params]
     if event is not None:
         statement += (
             f", logged AS (INSERT INTO {quote(history._meta.db_table)} "
@@ -219,12 +232,15 @@ def postgresql_lease(
             ) AS c
             ORDER BY c.priority DESC, c.created ASC, c.id ASC
             LIMIT %(limit)s
+        ), clock AS MATERIALIZED (
+            -- Read once the rows are locked, so after every commit the lease could see.
+            SELECT clock_timestamp() AS now FROM (SELECT count(*) FROM picked) AS p
         ), leased AS (
             UPDATE {task_table} AS t
             SET status = %(target)s, owner = %(worker)s,
-                deadline = clock_timestamp() + %(timeout)s, lease_length = %(timeout)s,
-                attempts = t.attempts + 1, updated = clock_timestamp()
-            FROM picked
+                deadline = clock.now + %(timeout)s, lease_length = %(timeout)s,
+                attempts = t.attempts + 1, updated = clock.now
+            FROM picked, clock
             WHERE t.id = picked.id AND t.status = %(source)s
             RETURNING {columns}
         ), assigned AS (
@@ -300,54 +316,52 @@ def postgresql_submit(tasks: QuerySet[Task], task: Task) -> tuple[int, datetime,
 def postgresql_submit_many(tasks: QuerySet[Task], rows: Sequence[dict[str, Any]]) -> set[str]:
     """Insert validated rows (`rn`, `queue`, `spec`, `priority`, `not_before`) in one statement.
 
-    The rows travel as one array per column and are inserted with `INSERT … SELECT FROM
-    unnest(…) ON CONFLICT (rn) DO NOTHING`; the other columns take their defaults. Returns the
-    rns inserted, and notifies READY_CHANNEL once per queue that got leasable tasks.
+    The rows travel as one JSON array, expanded by `jsonb_to_recordset` into `INSERT … SELECT
+    … ON CONFLICT (rn) DO NOTHING` (no per-row parameters to bind); the other columns take
+    their defaults. Returns the rns inserted, and notifies READY_CHANNEL once per queue that
+    got leasable tasks.
     """
     connection = connections[tasks.db]
-    model = tasks.model
     quote = connection.ops.quote_name
     fields, columns = _insert_parts(tasks)
-    given = {"rn": "text", "queue": "text", "spec": "jsonb", "priority": "int", "not_before": None}
-    arrays: list[Any] = []
-    selected = []
+    given = {
+        "rn": "text",
+        "queue": "text",
+        "spec": "jsonb",
+        "priority": "integer",
+        "not_before": "timestamptz",
+    }
+    selected, constants = [], []
     for f in fields:
-        column = quote(str(f.column))
         if f.name in given:
-            values = [row[f.name] for row in rows]
-            if f.name == "spec":
-                values = [json.dumps(v) for v in values]
-                selected.append(f"{column}::jsonb")
-            else:
-                selected.append(column)
-            arrays.append(values)
+            selected.append(f"r.{quote(f.name)}")
         else:
             # The field's default, prepared as the ORM would, the same for every row.
             selected.append("%s")
-            arrays.append(f.get_db_prep_save(f.get_default(), connection))
-    unnested = [f for f in fields if f.name in given]
-    types = {"spec": "text[]", "not_before": "timestamptz[]", "priority": "int[]"}
-    unnest_args = ", ".join(f"%s::{types.get(f.name, 'text[]')}" for f in unnested)
-    names = ", ".join(quote(str(f.column)) for f in unnested)
-    # Constants are parameters in SELECT order; the arrays go inside unnest().
-    select_list = []
-    params: list[Any] = []
-    constants: list[Any] = []
-    for f, expression, value in zip(fields, selected, arrays, strict=True):
-        select_list.append(expression)
-        if f.name in given:
-            params.append(value)
-        else:
-            constants.append(value)
+            constants.append(f.get_db_prep_save(f.get_default(), connection))
+    record = ", ".join(f"{quote(name)} {kind}" for name, kind in given.items())
+    document = json.dumps(
+        [
+            {
+                "rn": row["rn"],
+                "queue": row["queue"],
+                "spec": row["spec"],
+                "priority": row["priority"],
+                "not_before": row["not_before"].isoformat() if row["not_before"] else None,
+            }
+            for row in rows
+        ],
+        separators=(",", ":"),
+    )
     statement = (
-        f"WITH inserted AS (INSERT INTO {quote(model._meta.db_table)} ({columns}) "
-        f"SELECT {', '.join(select_list)} FROM unnest({unnest_args}) AS u({names}) "
+        f"WITH inserted AS (INSERT INTO {quote(tasks.model._meta.db_table)} ({columns}) "
+        f"SELECT {', '.join(selected)} FROM jsonb_to_recordset(%s::jsonb) AS r({record}) "
         "ON CONFLICT (rn) DO NOTHING RETURNING rn, queue, not_before), "
         f"{_ready_notification('inserted')} "
         "SELECT rn, (SELECT n FROM notified) FROM inserted"
     )
     with connection.cursor() as cursor:
-        cursor.execute(statement, [*constants, *params, READY_CHANNEL])
+        cursor.execute(statement, [*constants, document, READY_CHANNEL])
         return {row[0] for row in cursor.fetchall()}
 
 

@@ -93,8 +93,10 @@ def _clock(using: str) -> datetime:
     """
     query = sql.Query(Task)
     compiler = query.get_compiler(using)
-    expression = Clock(output_field=models.DateTimeField())
+    expression = Now(output_field=models.DateTimeField())
     statement, params = compiler.compile(expression)
+    if db.uses_single_statement_transitions(connections[using]):
+        statement, params = "clock_timestamp()", []
     with connections[using].cursor() as cursor:
         cursor.execute(f"SELECT {statement}", params)
         [value] = cursor.fetchone() or [None]
@@ -182,57 +184,50 @@ class TaskQuerySet(models.QuerySet["Task"]):
         earlier in the same batch) are reported and skipped; the others are inserted.
         """
         outcomes: dict[int, SubmitOutcome] = {}
-        pending: list[tuple[int, Task]] = []
+        pending: list[tuple[int, dict[str, Any]]] = []
         seen: set[str] = set()
         for index, item in enumerate(items):
             try:
-                task = self.model.build_from(item)
+                task = self.model.validated_from(item)
             except ValidationError as exc:
                 rn = item.get("rn") if isinstance(item, Mapping) else None
                 outcomes[index] = SubmitOutcome(
                     index, rn if isinstance(rn, str) else None, "invalid", _error_dict(exc)
                 )
                 continue
-            if task.rn in seen:
-                outcomes[index] = SubmitOutcome(index, task.rn, "duplicate")
+            rn = task["rn"]
+            if rn in seen:
+                outcomes[index] = SubmitOutcome(index, rn, "duplicate")
                 continue
-            seen.add(task.rn)
+            seen.add(rn)
             pending.append((index, task))
 
         inserted: set[str] = set()
         connection = connections[self.db]
         if db.uses_single_statement_transitions(connection):
             for start in range(0, len(pending), 5000):
-                rows = [
-                    {
-                        "rn": task.rn,
-                        "queue": task.queue,
-                        "spec": task.spec,
-                        "priority": task.priority,
-                        "not_before": task.not_before,
-                    }
-                    for _, task in pending[start : start + 5000]
-                ]
+                rows = [values for _, values in pending[start : start + 5000]]
                 inserted |= db.postgresql_submit_many(self, rows)
         elif db.can_insert_returning_on_conflict(connection):
             for start in range(0, len(pending), 500):
-                chunk = [task for _, task in pending[start : start + 500]]
+                chunk = [self.model(**values) for _, values in pending[start : start + 500]]
                 inserted |= db.insert_ignoring_duplicates(self, chunk)
         else:
-            for _, task in pending:
+            for _, values in pending:
                 try:
                     with transaction.atomic(using=self.db):
-                        task.save(force_insert=True, using=self.db)
-                    inserted.add(task.rn)
+                        self.model(**values).save(force_insert=True, using=self.db)
+                    inserted.add(values["rn"])
                 except IntegrityError:
                     pass
-        for index, task in pending:
+        notify = signals.task_submitted.has_listeners(Task)
+        for index, values in pending:
             status: Literal["inserted", "duplicate"] = (
-                "inserted" if task.rn in inserted else "duplicate"
+                "inserted" if values["rn"] in inserted else "duplicate"
             )
-            outcomes[index] = SubmitOutcome(index, task.rn, status)
-            if status == "inserted":
-                _later(signals.task_submitted, self.db, task=task)
+            outcomes[index] = SubmitOutcome(index, values["rn"], status)
+            if status == "inserted" and notify:
+                _later(signals.task_submitted, self.db, task=self.model(**values))
         return [outcomes[i] for i in sorted(outcomes)]
 
     # -- leasing ----------------------------------------------------------------------------
@@ -620,6 +615,21 @@ class Task(models.Model):
         not_before: datetime | None = None,
     ) -> Task:
         """A validated, unsaved task. Raises ValidationError naming every bad field."""
+        return cls(**cls.validated(queue, spec, priority=priority, rn=rn, not_before=not_before))
+
+    @staticmethod
+    def validated(
+        queue: str,
+        spec: Any,
+        *,
+        priority: int | None = None,
+        rn: str | None = None,
+        not_before: datetime | None = None,
+    ) -> dict[str, Any]:
+        """The field values of a new task, validated (a generated rn if none is given).
+
+        Raises ValidationError naming every bad field.
+        """
         errors: dict[str, ValidationError] = {}
 
         def check(name: str, validator: Any, value: Any) -> Any:
@@ -629,7 +639,7 @@ class Task(models.Model):
                 errors[name] = exc
                 return None
 
-        task = cls(
+        values = dict(
             rn=check("rn", validate_rn, str(uuid.uuid4()) if rn is None else rn),
             queue=check("queue", validate_queue, queue),
             spec=check("spec", validate_json, spec),
@@ -642,11 +652,16 @@ class Task(models.Model):
         )
         if errors:
             raise ValidationError(errors)
-        return task
+        return values
 
     @classmethod
     def build_from(cls, item: Mapping[str, Any]) -> Task:
         """`build()` from a mapping, rejecting unknown keys (as a bulk submission item)."""
+        return cls(**cls.validated_from(item))
+
+    @classmethod
+    def validated_from(cls, item: Mapping[str, Any]) -> dict[str, Any]:
+        """`validated()` from a mapping, rejecting unknown keys (as a bulk submission item)."""
         if not isinstance(item, Mapping):
             raise ValidationError("Each item must be an object.", code="invalid")
         allowed = {"queue", "spec", "priority", "rn", "not_before"}
@@ -663,7 +678,7 @@ class Task(models.Model):
                     for key in missing
                 }
             )
-        return cls.build(
+        return cls.validated(
             item["queue"],
             item["spec"],
             priority=item.get("priority"),
