@@ -1,6 +1,7 @@
 """Task, History and Worker. The Task methods and the TaskQuerySet set operations are the state
-machine of SPEC §3: each transition is one conditional write on the database clock, fenced by
-status (and owner, for worker operations), with its History row in the same transaction.
+machine of `enums.TRANSITIONS` (README, "How it stays correct"): each transition is one
+conditional write on the database clock, fenced by status (and by the lease, owner and attempt,
+for worker operations), with its History row in the same transaction.
 """
 
 from __future__ import annotations
@@ -15,19 +16,20 @@ from typing import Any, ClassVar, Literal
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, models, transaction
-from django.db.models import F, Max, Q, Value
+from django.db.models import F, Max, Q, Value, sql
 from django.dispatch import Signal
 from django.utils import timezone
 
 from . import db, signals
 from .conf import scylla_settings
-from .db import Now
+from .db import Clock, Now
 from .enums import (
     TERMINAL_STATUSES,
     TRANSITIONS,
     EventType,
     Operation,
     Status,
+    event,
     sources,
 )
 from .exceptions import (
@@ -62,6 +64,14 @@ def worker_name(worker: Worker | str) -> str:
     return worker.name if isinstance(worker, Worker) else worker
 
 
+def worker_id(name: str) -> int:
+    """The primary key in the worker name `worker-<id>`, or WorkerNotFound if it is not one."""
+    number = name.removeprefix(WORKER_PREFIX) if isinstance(name, str) else ""
+    if not (name.startswith(WORKER_PREFIX) and number.isdigit() and len(number) < 19):
+        raise WorkerNotFound(f"{name!r} is not a worker name.")
+    return int(number)
+
+
 def _later(signal: Signal, using: str, **kwargs: Any) -> None:
     """Send `signal` once the current transaction commits (at once outside a transaction).
 
@@ -72,8 +82,28 @@ def _later(signal: Signal, using: str, **kwargs: Any) -> None:
         transaction.on_commit(partial(signal.send, sender=Task, **kwargs), using=using)
 
 
-def _now_plus(delta: timedelta) -> models.Expression:
-    return models.ExpressionWrapper(Now() + Value(delta), output_field=models.DateTimeField())
+def _now_plus(delta: timedelta, clock: type[Now] = Now) -> models.Expression:
+    return models.ExpressionWrapper(clock() + Value(delta), output_field=models.DateTimeField())
+
+
+def _clock(using: str) -> datetime:
+    """The database clock, read once (PostgreSQL: `clock_timestamp()`, after the caller's locks).
+
+    A set operation stamps its task rows and their History rows with this one value.
+    """
+    query = sql.Query(Task)
+    compiler = query.get_compiler(using)
+    expression = Now(output_field=models.DateTimeField())
+    statement, params = compiler.compile(expression)
+    if db.uses_single_statement_transitions(connections[using]):
+        statement, params = "clock_timestamp()", []
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"SELECT {statement}", params)
+        [value] = cursor.fetchone() or [None]
+    for converter in connections[using].ops.get_db_converters(expression):
+        value = converter(value, expression, connections[using])
+    assert isinstance(value, datetime)
+    return value
 
 
 @dataclass(frozen=True)
@@ -121,8 +151,21 @@ class TaskQuerySet(models.QuerySet["Task"]):
         rn: str | None = None,
         not_before: datetime | None = None,
     ) -> Task:
-        """Submit a new `ready` task. Raises ValidationError, or DuplicateTask if `rn` exists."""
+        """Submit a new `ready` task. Raises ValidationError, or DuplicateTask if `rn` exists.
+
+        On PostgreSQL this is one statement (one round trip in autocommit) that also detects
+        the duplicate rn and notifies listening workers.
+        """
         task = self.model.build(queue, spec, priority=priority, rn=rn, not_before=not_before)
+        if db.uses_single_statement_transitions(connections[self.db]):
+            inserted = db.postgresql_submit(self, task)
+            if inserted is None:
+                raise DuplicateTask(f"A task with rn {task.rn!r} exists.", rn=task.rn)
+            task.pk, task.created, task.updated = inserted
+            task._state.adding = False
+            task._state.db = self.db
+            _later(signals.task_submitted, self.db, task=task)
+            return task
         try:
             with transaction.atomic(using=self.db):
                 task.save(force_insert=True, using=self.db)
@@ -141,44 +184,50 @@ class TaskQuerySet(models.QuerySet["Task"]):
         earlier in the same batch) are reported and skipped; the others are inserted.
         """
         outcomes: dict[int, SubmitOutcome] = {}
-        pending: list[tuple[int, Task]] = []
+        pending: list[tuple[int, dict[str, Any]]] = []
         seen: set[str] = set()
         for index, item in enumerate(items):
             try:
-                task = self.model.build_from(item)
+                task = self.model.validated_from(item)
             except ValidationError as exc:
                 rn = item.get("rn") if isinstance(item, Mapping) else None
                 outcomes[index] = SubmitOutcome(
                     index, rn if isinstance(rn, str) else None, "invalid", _error_dict(exc)
                 )
                 continue
-            if task.rn in seen:
-                outcomes[index] = SubmitOutcome(index, task.rn, "duplicate")
+            rn = task["rn"]
+            if rn in seen:
+                outcomes[index] = SubmitOutcome(index, rn, "duplicate")
                 continue
-            seen.add(task.rn)
+            seen.add(rn)
             pending.append((index, task))
 
         inserted: set[str] = set()
         connection = connections[self.db]
-        if db.can_insert_returning_on_conflict(connection):
+        if db.uses_single_statement_transitions(connection):
+            for start in range(0, len(pending), 5000):
+                rows = [values for _, values in pending[start : start + 5000]]
+                inserted |= db.postgresql_submit_many(self, rows)
+        elif db.can_insert_returning_on_conflict(connection):
             for start in range(0, len(pending), 500):
-                chunk = [task for _, task in pending[start : start + 500]]
-                inserted |= db.insert_ignoring_duplicates(self.db, chunk)
+                chunk = [self.model(**values) for _, values in pending[start : start + 500]]
+                inserted |= db.insert_ignoring_duplicates(self, chunk)
         else:
-            for _, task in pending:
+            for _, values in pending:
                 try:
                     with transaction.atomic(using=self.db):
-                        task.save(force_insert=True, using=self.db)
-                    inserted.add(task.rn)
+                        self.model(**values).save(force_insert=True, using=self.db)
+                    inserted.add(values["rn"])
                 except IntegrityError:
                     pass
-        for index, task in pending:
+        notify = signals.task_submitted.has_listeners(Task)
+        for index, values in pending:
             status: Literal["inserted", "duplicate"] = (
-                "inserted" if task.rn in inserted else "duplicate"
+                "inserted" if values["rn"] in inserted else "duplicate"
             )
-            outcomes[index] = SubmitOutcome(index, task.rn, status)
-            if status == "inserted":
-                _later(signals.task_submitted, self.db, task=task)
+            outcomes[index] = SubmitOutcome(index, values["rn"], status)
+            if status == "inserted" and notify:
+                _later(signals.task_submitted, self.db, task=self.model(**values))
         return [outcomes[i] for i in sorted(outcomes)]
 
     # -- leasing ----------------------------------------------------------------------------
@@ -195,26 +244,37 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
         Highest priority first, then oldest `created`. Each leased task gets `owner`,
         `deadline = now + timeout` (default `SCYLLA['LEASE_TIMEOUT']`), `attempts + 1` and a
-        TaskAssignment History row. No task is ever leased twice: concurrent callers skip each
+        TaskAssignment History row; the lease length is kept on the task (`lease_length`) for
+        heartbeats given no timeout. No task is ever leased twice: concurrent callers skip each
         other's rows (PostgreSQL) or are serialised (SQLite).
+
+        Only a registered worker that has not stopped may lease (checked in the same statement
+        on PostgreSQL, the same transaction elsewhere); otherwise WorkerNotFound is raised.
         """
         name = worker_name(worker)
+        pk = worker_id(name)
         queues = validate_queues(queues)
         limit = validate_limit(limit)
         lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
         if db.uses_single_statement_transitions(connections[self.db]):
-            tasks = db.postgresql_lease(self.db, name, queues, limit, lease_for)
+            leased = db.postgresql_lease(self, History, Worker, pk, name, queues, limit, lease_for)
         else:
-            tasks = self._lease_portable(name, queues, limit, lease_for)
+            leased = self._lease_portable(pk, name, queues, limit, lease_for)
+        if leased is None:
+            raise WorkerNotFound(f"No registered, running worker is called {name!r}.")
+        tasks = leased
         for task in tasks:
             _later(signals.task_leased, self.db, task=task)
         return tasks
 
     def _lease_portable(
-        self, name: str, queues: list[str], limit: int, lease_for: timedelta
-    ) -> list[Task]:
+        self, pk: int, name: str, queues: list[str], limit: int, lease_for: timedelta
+    ) -> list[Task] | None:
+        transition = TRANSITIONS[Operation.LEASE]
         order = ("-priority", "created", "id")
         with db.write_atomic(self.db):
+            if not Worker.objects.using(self.db).filter(pk=pk, stopped__isnull=True).exists():
+                return None
             ids = list(
                 self.model.objects.using(self.db)
                 .ready(queues)
@@ -224,18 +284,23 @@ class TaskQuerySet(models.QuerySet["Task"]):
             )
             if not ids:
                 return []
-            base = self.model.objects.using(self.db).filter(pk__in=ids, status=Status.READY)
+            base = self.model.objects.using(self.db).filter(
+                pk__in=ids, status__in=sources(Operation.LEASE)
+            )
+            now = _clock(self.db)
             leased = base.update(
-                status=Status.RUNNING,
+                status=transition.target,
                 owner=name,
-                deadline=_now_plus(lease_for),
+                deadline=now + lease_for,
+                lease_length=lease_for,
                 attempts=F("attempts") + 1,
-                updated=Now(),
+                updated=now,
             )
             if leased != len(ids):  # only possible if the database ignored the row locks
                 raise RuntimeError("lease lost a race it should have been protected from")
             History.objects.using(self.db).bulk_create(
-                History(task_id=pk, typ=EventType.ASSIGNMENT, worker=name) for pk in ids
+                History(task_id=task_pk, typ=event(Operation.LEASE), worker=name, time=now)
+                for task_pk in ids
             )
             return list(self.model.objects.using(self.db).filter(pk__in=ids).order_by(*order))
 
@@ -249,29 +314,38 @@ class TaskQuerySet(models.QuerySet["Task"]):
         concurrent completion either commits before (the task is skipped) or fails after.
         """
         manager = self.model.objects.using(self.db)
+        transition = TRANSITIONS[Operation.CANCEL]
         active = sources(Operation.CANCEL)
         with db.write_atomic(self.db):
             rows = list(
                 self.filter(status__in=active)
                 .select_for_update()
                 .order_by("pk")
-                .values("pk", "owner", "progress")
+                .values("pk", "owner", "progress", "status")
             )
             if not rows:
                 return 0
             ids = [row["pk"] for row in rows]
+            now = _clock(self.db)
             cancelled = manager.filter(pk__in=ids, status__in=active).update(
-                status=Status.CANCELLED, deadline=None, updated=Now()
+                status=transition.target, deadline=None, updated=now
             )
             History.objects.using(self.db).bulk_create(
                 History(
                     task_id=row["pk"],
-                    typ=EventType.CANCELLATION,
+                    typ=event(Operation.CANCEL),
                     worker=row["owner"],
                     progress=row["progress"],
+                    time=now,
                 )
                 for row in rows
             )
+            if db.uses_single_statement_transitions(connections[self.db]):
+                db.postgresql_notify(
+                    self.db,
+                    db.STOP_CHANNEL,
+                    [r["owner"] for r in rows if r["status"] == Status.RUNNING and r["owner"]],
+                )
         if signals.task_finished.has_listeners(Task):
             for task in manager.filter(pk__in=ids):
                 _later(signals.task_finished, self.db, task=task, status=task.status)
@@ -303,7 +377,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 manager.expired()
                 .select_for_update(skip_locked=True)
                 .order_by("deadline")
-                .values("pk", "owner", "progress", "attempts")[:size]
+                .values("pk", "owner", "progress", "attempts", "queue")[:size]
             )
             if not rows:
                 return 0
@@ -330,13 +404,14 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 and max_attempts is not None
                 and row["attempts"] >= max_attempts
             }
-            running = manager.filter(status=Status.RUNNING)
-            running.filter(pk__in=set(ids) - exhausted).update(
-                status=Status.READY, owner=None, deadline=None, progress=0.0, updated=Now()
+            reset, exhaust = TRANSITIONS[Operation.RESET], TRANSITIONS[Operation.EXHAUST]
+            now = _clock(self.db)
+            manager.filter(pk__in=set(ids) - exhausted, status__in=sources(Operation.RESET)).update(
+                status=reset.target, owner=None, deadline=None, progress=0.0, updated=now
             )
             if exhausted:
-                running.filter(pk__in=exhausted).update(
-                    status=Status.ABORTED,
+                manager.filter(pk__in=exhausted, status__in=sources(Operation.EXHAUST)).update(
+                    status=exhaust.target,
                     deadline=None,
                     errors=[
                         {
@@ -345,7 +420,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
                             "description": f"The lease expired after {max_attempts} attempts.",
                         }
                     ],
-                    updated=Now(),
+                    updated=now,
                 )
             events = []
             for row in rows:
@@ -354,14 +429,19 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 events.append(
                     History(
                         task_id=row["pk"],
-                        typ=EventType.TIMEOUT,
+                        typ=event(Operation.RESET),
                         worker=row["owner"],
                         progress=row["progress"],
+                        time=now,
                     )
                 )
                 if row["pk"] in exhausted:
-                    events.append(History(task_id=row["pk"], typ=EventType.ABORT))
+                    aborted = event(Operation.EXHAUST)
+                    events.append(History(task_id=row["pk"], typ=aborted, time=now))
             History.objects.using(self.db).bulk_create(events)
+            if db.uses_single_statement_transitions(connections[self.db]):
+                made_ready = [row["queue"] for row in rows if row["pk"] not in exhausted]
+                db.postgresql_notify(self.db, db.READY_CHANNEL, made_ready)
         if signals.task_reset.has_listeners(Task) or signals.task_finished.has_listeners(Task):
             for task in manager.filter(pk__in=ids):
                 signal = signals.task_finished if task.pk in exhausted else signals.task_reset
@@ -448,7 +528,10 @@ def _error_dict(exc: ValidationError) -> dict[str, list[str]]:
 
 
 class Task(models.Model):
-    """A unit of work: submitted by a client, leased and finished by a worker (SPEC §2)."""
+    """A unit of work: submitted by a client, leased and finished by a worker.
+
+    Its fields are described in the README ("The task").
+    """
 
     id = models.BigAutoField(primary_key=True)
     rn = models.CharField(max_length=RN_MAX_LENGTH, unique=True, validators=[rn_validator])
@@ -462,10 +545,12 @@ class Task(models.Model):
     not_before = models.DateTimeField(null=True, blank=True)
     errors = models.JSONField(default=list, blank=True)
     result = models.JSONField(null=True, blank=True)
-    # Null, not "": SPEC §2 has no owner until the first lease, and CHECKs test IS NULL.
+    # Null, not "": a task has no owner until its first lease, and CHECKs test IS NULL.
     owner = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     deadline = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    # The timeout of the current lease: a heartbeat given none extends the lease by this much.
+    lease_length = models.DurationField(null=True, blank=True, editable=False)
 
     objects: ClassVar[TaskQuerySet] = TaskQuerySet.as_manager()  # type: ignore[assignment]
 
@@ -530,6 +615,21 @@ class Task(models.Model):
         not_before: datetime | None = None,
     ) -> Task:
         """A validated, unsaved task. Raises ValidationError naming every bad field."""
+        return cls(**cls.validated(queue, spec, priority=priority, rn=rn, not_before=not_before))
+
+    @staticmethod
+    def validated(
+        queue: str,
+        spec: Any,
+        *,
+        priority: int | None = None,
+        rn: str | None = None,
+        not_before: datetime | None = None,
+    ) -> dict[str, Any]:
+        """The field values of a new task, validated (a generated rn if none is given).
+
+        Raises ValidationError naming every bad field.
+        """
         errors: dict[str, ValidationError] = {}
 
         def check(name: str, validator: Any, value: Any) -> Any:
@@ -539,7 +639,7 @@ class Task(models.Model):
                 errors[name] = exc
                 return None
 
-        task = cls(
+        values = dict(
             rn=check("rn", validate_rn, str(uuid.uuid4()) if rn is None else rn),
             queue=check("queue", validate_queue, queue),
             spec=check("spec", validate_json, spec),
@@ -552,11 +652,16 @@ class Task(models.Model):
         )
         if errors:
             raise ValidationError(errors)
-        return task
+        return values
 
     @classmethod
     def build_from(cls, item: Mapping[str, Any]) -> Task:
         """`build()` from a mapping, rejecting unknown keys (as a bulk submission item)."""
+        return cls(**cls.validated_from(item))
+
+    @classmethod
+    def validated_from(cls, item: Mapping[str, Any]) -> dict[str, Any]:
+        """`validated()` from a mapping, rejecting unknown keys (as a bulk submission item)."""
         if not isinstance(item, Mapping):
             raise ValidationError("Each item must be an object.", code="invalid")
         allowed = {"queue", "spec", "priority", "rn", "not_before"}
@@ -573,7 +678,7 @@ class Task(models.Model):
                     for key in missing
                 }
             )
-        return cls.build(
+        return cls.validated(
             item["queue"],
             item["spec"],
             priority=item.get("priority"),
@@ -592,11 +697,15 @@ class Task(models.Model):
     ) -> None:
         """Extend the lease: `deadline = now + timeout`, and record `progress` if given.
 
-        Only the owner of a running task may heartbeat. Raises TaskCancelled if the task was
-        cancelled (stop working on it), LeaseLost if the lease was reset or taken over.
+        Without `timeout`, the lease is extended by its own length (the `timeout` it was leased
+        with). Only the holder of the lease (owner and attempt) may heartbeat. Raises
+        TaskCancelled if the task was cancelled (stop working on it), LeaseLost if the lease
+        was reset or taken over.
         """
-        lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
-        values: dict[str, Any] = {"deadline": _now_plus(lease_for)}
+        if timeout is None:
+            timeout = self.lease_length or scylla_settings.LEASE_TIMEOUT
+        lease_for = validate_timeout(timeout)
+        values: dict[str, Any] = {"deadline": _now_plus(lease_for, Clock)}
         if progress is not None:
             values["progress"] = validate_progress(progress)
         self._apply(Operation.HEARTBEAT, worker, values, refresh=["deadline", "progress"])
@@ -626,14 +735,22 @@ class Task(models.Model):
         The task stays running until the monitor's next pass makes it ready, without writing a
         TaskTimeout. Used by a worker shutting down gracefully.
         """
-        self._apply(Operation.YIELD, worker, {"deadline": _now_plus(timedelta(seconds=-1))})
+        self._apply(
+            Operation.YIELD,
+            worker,
+            {"deadline": _now_plus(timedelta(seconds=-1), Clock)},
+            notify=(db.READY_CHANNEL, "queue"),
+        )
 
     def cancel(self) -> None:
         """ready/running → cancelled (terminal). A running worker learns on its next write.
 
-        Raises InvalidTransition if the task is already terminal.
+        Raises InvalidTransition if the task is already terminal. On PostgreSQL, the worker
+        running it is notified on STOP_CHANNEL.
         """
-        self._apply(Operation.CANCEL, None, {"status": Status.CANCELLED, "deadline": None})
+        values = {"status": TRANSITIONS[Operation.CANCEL].target, "deadline": None}
+        # Only a running task has an owner (a reset clears it): notify that owner.
+        self._apply(Operation.CANCEL, None, values, notify=(db.STOP_CHANNEL, "owner"))
 
     def _apply(
         self,
@@ -641,19 +758,22 @@ class Task(models.Model):
         worker: Worker | str | None,
         values: dict[str, Any],
         refresh: Sequence[str] = ("status", "progress", "deadline", "owner", "errors", "result"),
+        notify: tuple[str, str] | None = None,
     ) -> None:
         transition = TRANSITIONS[operation]
         name = worker_name(worker) if worker is not None else None
         using = self._state.db or "default"
         fenced = Task.objects.using(using).filter(pk=self.pk, status__in=sources(operation))
         if transition.owner_only:
-            fenced = fenced.filter(owner=name)
+            # Fenced on the lease itself: a late call from an earlier lease of the same worker
+            # (reset, then leased again) carries an older attempt and matches nothing.
+            fenced = fenced.filter(owner=name, attempts=self.attempts)
         fields = [*refresh, "updated"]
         # The History row names the owner: the worker itself for a worker operation (the fence
         # checked owner = worker), the worker it is taken from for a cancel.
         if db.uses_single_statement_transitions(connections[using]):
             row = db.postgresql_transition(
-                fenced, {"updated": Now(), **values}, fields, transition.event
+                fenced, History, {"updated": Clock(), **values}, fields, operation, notify
             )
             if row is None:
                 raise self._refusal(operation, name, using)
@@ -661,32 +781,42 @@ class Task(models.Model):
                 setattr(self, field_name, value)
         else:
             with db.write_atomic(using):
-                if fenced.update(updated=Now(), **values) != 1:
+                if fenced.update(updated=Clock(), **values) != 1:
                     raise self._refusal(operation, name, using)
                 self.refresh_from_db(using=using, fields=[*fields, "owner", "progress"])
                 if transition.event is not None:
                     History.objects.using(using).create(
-                        task=self, typ=transition.event, worker=self.owner, progress=self.progress
+                        task=self,
+                        typ=transition.event,
+                        worker=self.owner,
+                        progress=self.progress,
+                        time=self.updated,
                     )
         if transition.target in TERMINAL_STATUSES:
             _later(signals.task_finished, using, task=self, status=self.status)
 
     def _refusal(self, operation: Operation, worker: str | None, using: str) -> Exception:
         """The specific error for a conditional write that matched no row."""
-        current = Task.objects.using(using).filter(pk=self.pk).values("status", "owner").first()
+        current = (
+            Task.objects.using(using)
+            .filter(pk=self.pk)
+            .values("status", "owner", "attempts")
+            .first()
+        )
         if current is None:
             return TaskNotFound(f"No task has rn {self.rn!r}.", rn=self.rn)
         status, owner = current["status"], current["owner"]
         if TRANSITIONS[operation].owner_only:
             if status == Status.CANCELLED:
                 return TaskCancelled(f"Task {self.rn} was cancelled.", rn=self.rn, status=status)
-            if status != Status.RUNNING and owner == worker:
+            same_lease = owner == worker and current["attempts"] == self.attempts
+            if status != Status.RUNNING and same_lease:
                 return InvalidTransition(
                     f"Task {self.rn} is already {status}.", rn=self.rn, status=status
                 )
             return LeaseLost(
-                f"{worker} does not hold the lease of task {self.rn} "
-                f"(status {status}, owner {owner}).",
+                f"{worker} does not hold lease {self.attempts} of task {self.rn} "
+                f"(status {status}, owner {owner}, attempt {current['attempts']}).",
                 rn=self.rn,
                 status=status,
             )
@@ -725,7 +855,10 @@ def _validate_not_before(value: object) -> datetime | None:
 
 
 class History(models.Model):
-    """One event in a task's life: TaskAssignment, TaskTimeout, TaskYield, … (SPEC §4)."""
+    """One event in a task's life: TaskAssignment, TaskTimeout, TaskYield, … (README, "The task").
+
+    `time` is the task row's `updated` of the same transition, so time order is causal order.
+    """
 
     id = models.BigAutoField(primary_key=True)
     # DO_NOTHING: tasks are deleted in bulk by TaskQuerySet.delete(), which removes these first.
@@ -744,7 +877,7 @@ class History(models.Model):
         return f"{self.typ} {self.worker or ''}".strip()
 
     def as_json(self) -> dict[str, Any]:
-        """The seed's rendering: `{"_typ", "worker", "progress", "time"}`."""
+        """The JSON rendering: `{"_typ", "worker", "progress", "time"}`."""
         entry: dict[str, Any] = {"_typ": self.typ, "worker": self.worker}
         if self.typ in (EventType.TIMEOUT, EventType.YIELD) or self.progress is not None:
             entry["progress"] = self.progress
@@ -781,11 +914,8 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
 
     def get_by_name(self, name: str) -> Worker:
         """The worker called `name` (`worker-<id>`), or WorkerNotFound."""
-        number = name.removeprefix(WORKER_PREFIX) if isinstance(name, str) else ""
-        if not (name.startswith(WORKER_PREFIX) and number.isdigit() and len(number) < 19):
-            raise WorkerNotFound(f"{name!r} is not a worker name.")
         try:
-            return self.get(pk=int(number))
+            return self.get(pk=worker_id(name))
         except self.model.DoesNotExist:
             raise WorkerNotFound(f"No worker is called {name!r}.") from None
 

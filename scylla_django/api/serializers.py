@@ -259,9 +259,17 @@ class CancelSerializer(StrictSerializer):
 
 
 class WorkerActionSerializer(StrictSerializer):
-    """A worker operation on a task, naming the worker that holds its lease."""
+    """A worker operation on a task, naming the lease it holds: the worker and the attempt."""
 
     worker = worker_field()
+    attempt = serializers.IntegerField(
+        min_value=1,
+        max_value=2**31 - 1,
+        help_text=(
+            "The task's `attempts` as the lease returned it: a call from an earlier lease of "
+            "the same worker is refused with 409 `lease_lost`."
+        ),
+    )
 
 
 class HeartbeatSerializer(WorkerActionSerializer):

@@ -105,6 +105,13 @@ def get_task(rn: str, *, with_history: bool = False) -> Task:
     return tasks.get_by_rn(rn)
 
 
+def held_task(rn: str, attempt: int) -> Task:
+    """The task with this rn, as the worker's lease number `attempt` sees it (for the fence)."""
+    task = get_task(rn)
+    task.attempts = attempt
+    return task
+
+
 WORKER_ERRORS = errors(400, 401, 403, 404, 409, 413)
 
 
@@ -248,7 +255,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     def heartbeat(self, request: Request, rn: str) -> Response:
         data = self.parse(HeartbeatSerializer)
         worker = self.get_worker(data.pop("worker"))
-        task = get_task(rn)
+        task = held_task(rn, data.pop("attempt"))
         task.heartbeat(worker, **data)
         worker.touch()
         return Response(TaskSerializer(task).data)
@@ -263,7 +270,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     def complete(self, request: Request, rn: str) -> Response:
         data = self.parse(CompleteSerializer)
         worker = self.get_worker(data.pop("worker"))
-        task = get_task(rn)
+        task = held_task(rn, data.pop("attempt"))
         task.complete(worker, **data)
         return Response(TaskSerializer(task).data)
 
@@ -277,7 +284,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     def abort(self, request: Request, rn: str) -> Response:
         data = self.parse(AbortSerializer)
         worker = self.get_worker(data["worker"])
-        task = get_task(rn)
+        task = held_task(rn, data["attempt"])
         task.abort(worker, [dict(error) for error in data["errors"]])
         return Response(TaskSerializer(task).data)
 
@@ -292,8 +299,9 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     )
     @action(detail=True, methods=["post"], url_path="yield")
     def yield_lease(self, request: Request, rn: str) -> Response:
-        worker = self.get_worker(self.parse(WorkerActionSerializer)["worker"])
-        task = get_task(rn)
+        data = self.parse(WorkerActionSerializer)
+        worker = self.get_worker(data["worker"])
+        task = held_task(rn, data["attempt"])
         task.yield_lease(worker)
         return Response(TaskSerializer(task).data)
 
