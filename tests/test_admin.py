@@ -422,13 +422,8 @@ def test_purge_selected_asks_first_with_a_count(admin_client, tasks):
 
 
 def test_purge_selected_confirms_a_selection_across_a_filtered_list(admin_client, tasks):
-    response = act(
-        admin_client,
-        "purge_selected",
-        tasks["fail"],
-        url=f"{LIST}?queue=beta",
-        select_across="1",
-    )
+    across = {"url": f"{LIST}?queue=beta", "select_across": "1"}  # "Select all" on this list
+    response = act(admin_client, "purge_selected", tasks["fail"], **across)
     html = response.content.decode()
     assert "This deletes <strong>2</strong> selected tasks" in html  # fail, gone; not run2
     assert "1 selected task is ready or running, and stays." in html
