@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 
 from .conf import scylla_settings
+from .exceptions import error_record
 from .text import DurationError, positive_duration
 
 RN_MAX_LENGTH = 128
@@ -183,6 +184,6 @@ def validate_errors(errors: object) -> list[dict[str, Any]]:
             )
         if not isinstance(description, str):
             raise ValidationError("An error's description must be a string.", code="invalid_errors")
-        cleaned.append({"code": code, "args": error.get("args", {}), "description": description})
+        cleaned.append(error_record(code, description, error.get("args")))
     validate_json(cleaned, "errors")
     return cleaned

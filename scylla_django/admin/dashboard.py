@@ -24,19 +24,14 @@ from django.db.models.functions import Coalesce, Greatest, TruncMinute
 from django.utils import timezone
 
 from ..conf import scylla_settings
-from ..enums import Status
+from ..enums import TERMINAL_STATUSES, Status
 from ..models import Task, Worker
 from ..text import age, span
 from ..validation import worker_name_for
 
-STATUSES: tuple[Status, ...] = (
-    Status.READY,
-    Status.RUNNING,
-    Status.COMPLETED,
-    Status.ABORTED,
-    Status.CANCELLED,
-)
-FINISHED: tuple[Status, ...] = (Status.COMPLETED, Status.ABORTED, Status.CANCELLED)
+STATUSES: tuple[Status, ...] = tuple(Status)
+# The terminal statuses of `enums`, in the order the pages show them.
+FINISHED: tuple[Status, ...] = tuple(s for s in Status if s in TERMINAL_STATUSES)
 CHART_MINUTES = 60
 CHART_WIDTH = 600
 CHART_HEIGHT = 120

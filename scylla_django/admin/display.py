@@ -13,7 +13,6 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
-from django.utils.text import Truncator
 
 from ..text import age, plural
 
@@ -64,7 +63,11 @@ def pretty_json(value: Any) -> SafeString | str:
     """JSON indented in a <pre>; past `PAYLOAD_PREVIEW` characters the rest folds away."""
     if value is None:
         return "-"
-    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return folded(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def folded(text: str) -> SafeString:
+    """Text in a <pre>; past `PAYLOAD_PREVIEW` characters the rest folds away."""
     if len(text) <= PAYLOAD_PREVIEW:
         return format_html('<pre class="scylla-json">{}</pre>', text)
     cut = text.rfind("\n", 0, PAYLOAD_PREVIEW)
@@ -81,6 +84,15 @@ def pretty_json(value: Any) -> SafeString | str:
     )
 
 
+def error_args(args: Any) -> SafeString | str:
+    """An error's args whole, folded when long; a traceback among them is shown as its lines."""
+    trace = args.get("traceback") if isinstance(args, dict) else None
+    if not isinstance(trace, str) or "\n" not in trace:
+        return pretty_json(args)
+    rest = pretty_json({key: value for key, value in args.items() if key != "traceback"})
+    return format_html('{}<div class="scylla-traceback">{}</div>', rest, folded(trace))
+
+
 def errors_table(errors: Any) -> SafeString | str:
     """A task's errors as a table of code, description and args."""
     if not errors:
@@ -89,12 +101,12 @@ def errors_table(errors: Any) -> SafeString | str:
         return pretty_json(errors)
     rows = format_html_join(
         "",
-        "<tr><td><code>{}</code></td><td>{}</td><td><code>{}</code></td></tr>",
+        "<tr><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
         (
             (
                 error.get("code", ""),
                 error.get("description", ""),
-                Truncator(json.dumps(error.get("args", {}), ensure_ascii=False)).chars(300),
+                error_args(error.get("args", {})),
             )
             for error in errors
         ),

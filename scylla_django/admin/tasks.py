@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import django
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
@@ -22,6 +23,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..conf import scylla_settings
+from ..enums import TERMINAL_STATUSES
 from ..models import History, Task, TaskQuerySet
 from ..text import age, plural
 from ..validation import queue_validator, rn_validator, worker_id
@@ -393,10 +395,18 @@ class TaskAdmin(TaskAdminBase):
         )
 
     @admin.action(permissions=["purge"], description="Purge selected (terminal only)")
-    def purge_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
-        """Delete the selected terminal tasks, with their History, by `TaskQuerySet.purge()`."""
+    def purge_selected(
+        self, request: HttpRequest, queryset: TaskQuerySet
+    ) -> TemplateResponse | None:
+        """Delete the selected terminal tasks, with their History, by `TaskQuerySet.purge()`.
+
+        As Django's own delete action does, it first shows how many tasks would go and asks for
+        a confirmation, which posts the same selection back with `post=yes`.
+        """
         selected = queryset.order_by()
         total = selected.count()
+        if request.POST.get("post") != "yes":
+            return self.purge_selected_confirmation(request, selected, total)
         run = TimedPurge(self.purge_time_budget)
         # Whatever their age: here the selection, not the retention, says what goes.
         finished = run.run(lambda **kw: selected.purge(older_than=timedelta.resolution, **kw))
@@ -414,6 +424,24 @@ class TaskAdmin(TaskAdminBase):
                 "again for the rest.",
                 messages.WARNING,
             )
+        return None
+
+    def purge_selected_confirmation(
+        self, request: HttpRequest, selected: TaskQuerySet, total: int
+    ) -> TemplateResponse:
+        """The page that counts what "Purge selected" would delete, and asks to go on."""
+        count = selected.filter(status__in=[s.value for s in TERMINAL_STATUSES]).count()
+        context = {
+            **self.page_context(request, "Purge selected tasks"),
+            "count": count,
+            "skipped": total - count,
+            "batch_size": scylla_settings.PURGE_BATCH_SIZE,
+            "selected": request.POST.getlist(ACTION_CHECKBOX_NAME),
+            "select_across": request.POST.get("select_across") == "1",
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+            "back_url": request.get_full_path(),
+        }
+        return TemplateResponse(request, "scylla_django/admin/purge_selected.html", context)
 
     # -- dashboard and bulk purge pages ----------------------------------------------------
 

@@ -32,7 +32,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..enums import Status
-from ..exceptions import TaskNotFound
+from ..exceptions import TaskNotFound, error_record
 from ..models import Task, Worker
 from ..validation import validate_rn
 from . import permissions
@@ -285,7 +285,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         data = self.parse(AbortSerializer)
         worker = self.get_worker(data["worker"])
         task = held_task(rn, data["attempt"])
-        task.abort(worker, [dict(error) for error in data["errors"]])
+        task.abort(worker, [error_record(**error) for error in data["errors"]])
         return Response(TaskSerializer(task).data)
 
     @document(

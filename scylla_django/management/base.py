@@ -13,9 +13,11 @@ from contextlib import contextmanager
 from datetime import timedelta
 from types import FrameType
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.management.base import CommandParser
 
-from ..text import DurationError, positive_duration
+from ..conf import scylla_settings
+from ..text import DurationError, format_duration, positive_duration
 from ..validation import validate_queue
 
 logger = logging.getLogger("scylla_django")
@@ -60,6 +62,38 @@ def queue_name(text: str) -> str:
         return validate_queue(text)
     except ValidationError as exc:
         raise argparse.ArgumentTypeError(" ".join(exc.messages)) from None
+
+
+def add_setting_option(
+    parser: CommandParser,
+    flag: str,
+    *,
+    setting: str,
+    type: Callable[[str], object],
+    metavar: str,
+    help: str,
+    read: str = "",
+) -> None:
+    """Add `flag`, whose default (None) means the SCYLLA `setting`, read when the command runs.
+
+    Its --help ends with "Default: the <setting> setting<read> (now <its current value>)."
+    """
+    parser.add_argument(
+        flag,
+        type=type,
+        default=None,
+        metavar=metavar,
+        help=f"{help} Default: the {setting} setting{read} (now {current_setting(setting)}).",
+    )
+
+
+def current_setting(name: str) -> str:
+    """The current value of SCYLLA setting `name` in words, for --help; "invalid" if it is."""
+    try:
+        value = getattr(scylla_settings, name)
+    except ImproperlyConfigured:
+        return "invalid"
+    return format_duration(value) if isinstance(value, timedelta) else str(value)
 
 
 def configure_logging(verbosity: int) -> None:
