@@ -10,4 +10,5 @@ class ScyllaConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
+        # The system checks, and (Django 6+) the receiver that sends django.tasks' task_finished.
+        from . import backends, checks  # noqa: F401
