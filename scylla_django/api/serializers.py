@@ -256,6 +256,33 @@ class CancelSerializer(StrictSerializer):
     """A cancellation has no parameters: the body is empty or `{}`."""
 
 
+class BulkCancelSerializer(StrictSerializer):
+    """What `POST /tasks/cancel/` cancels: `filter` (the list's filters) or `rns`, not both."""
+
+    filter = serializers.DictField(required=False)
+    rns = serializers.ListField(
+        child=StrictCharField(max_length=RN_MAX_LENGTH, validators=[rn_validator]),
+        required=False,
+        min_length=1,
+        max_length=10_000,
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("filter" in attrs) == ("rns" in attrs):
+            raise serializers.ValidationError(
+                ErrorDetail("Give either `filter` or `rns`.", code="invalid")
+            )
+        return attrs
+
+
+class CancelledSerializer(serializers.Serializer[Any]):
+    """What `POST /tasks/cancel/` did."""
+
+    cancelled = serializers.IntegerField(help_text="Ready or running tasks now cancelled.")
+    skipped = serializers.IntegerField(help_text="Selected tasks that were already finished.")
+    not_found = serializers.IntegerField(help_text="Given rns that name no task.")
+
+
 class WorkerActionSerializer(StrictSerializer):
     """A worker operation on a task, naming the worker that holds its lease."""
 
