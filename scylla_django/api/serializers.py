@@ -33,6 +33,7 @@ FIRST_INSTANT = datetime.min.replace(tzinfo=UTC)
 LAST_INSTANT = datetime.max.replace(microsecond=0, tzinfo=UTC)
 MAX_LEASE_LIMIT = 100
 MAX_LEASE_SECONDS = 10**9
+MAX_CANCEL_RNS = 10_000
 
 
 # -- strict fields --------------------------------------------------------------------------
@@ -264,7 +265,7 @@ class BulkCancelSerializer(StrictSerializer):
         child=StrictCharField(max_length=RN_MAX_LENGTH, validators=[rn_validator]),
         required=False,
         min_length=1,
-        max_length=10_000,
+        max_length=MAX_CANCEL_RNS,
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

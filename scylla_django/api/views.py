@@ -41,6 +41,7 @@ from .parsers import ScyllaJSONParser
 from .permissions import ActsAsOwnWorker, HasActionPermission
 from .schema import SCHEMA_SETTINGS, document, errors
 from .serializers import (
+    MAX_CANCEL_RNS,
     AbortSerializer,
     BulkCancelSerializer,
     BulkOutcomeSerializer,
@@ -60,7 +61,6 @@ from .serializers import (
 )
 
 MAX_BULK_ITEMS = 1000
-MAX_CANCEL_RNS = 10_000
 
 
 class ScyllaView(APIView):
@@ -189,7 +189,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
 
     @document(
         summary="One task, with its history",
-        responses={200: TaskDetailSerializer, **errors(401, 403, 404)},
+        responses={200: TaskDetailSerializer, **errors(400, 401, 403, 404)},
     )
     def retrieve(self, request: Request, rn: str) -> Response:
         return Response(TaskDetailSerializer(get_task(rn, with_history=True)).data)
