@@ -10,5 +10,4 @@ class ScyllaConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # The system checks, and (Django 6+) the receiver that sends django.tasks' task_finished.
-        from . import backends, checks  # noqa: F401
+        from . import checks  # noqa: F401  (registers the system checks)

@@ -21,7 +21,9 @@ ready → READY, running → RUNNING, completed → SUCCESSFUL (the return value
 result), aborted or cancelled → FAILED (with the recorded error).
 
 Django's `task_started` is sent before the function runs, and `task_finished` once the outcome
-is committed (completed, aborted, cancelled, or aborted by the monitor), with the final result.
+is committed (completed, aborted, cancelled, or aborted by the monitor), with the final result,
+in any process that has loaded this backend: the worker (which registers its handlers), and any
+process that enqueued, read a result or ran the system checks.
 
 `manage.py check` reports (through `django.tasks`' own check of every backend):
 `scylla_django.E010` scylla_django is not in INSTALLED_APPS, `E011` a queue in QUEUES is not a
@@ -44,7 +46,7 @@ from django.utils.module_loading import autodiscover_modules, import_string
 from . import signals
 from .enums import EventType, Status
 from .exceptions import Abort
-from .handlers import registry
+from .handlers import _qualname, registry
 from .validation import validate_queue
 
 if TYPE_CHECKING:
@@ -132,10 +134,6 @@ def send_task_finished(sender: Any, task: ScyllaTask, **kwargs: Any) -> None:
     except (ImportError, TaskResultDoesNotExist, InvalidTask):
         return  # the function is gone or the backend was reconfigured: nothing to describe
     task_finished.send(type(backend), task_result=result)
-
-
-def _qualname(func: Any) -> str:
-    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', func)}"
 
 
 def _backend_for(spec: dict[str, Any]) -> ScyllaBackend:
@@ -235,11 +233,10 @@ if HAS_DJANGO_TASKS:
                     )
                     continue
                 existing = registry.get(queue)
-                name = _qualname(existing)
-                if existing is not None and name != _qualname(run_django_task):
+                if existing is not None and _qualname(existing) != _qualname(run_django_task):
                     yield checks.Error(
                         f"Queue {queue!r} is in TASKS[{self.alias!r}]['QUEUES'] and also has "
-                        f"the handler {name}; a worker cannot serve it for both.",
+                        f"the handler {_qualname(existing)}; a worker cannot serve it for both.",
                         hint="Use different queues for django.tasks and for @handler functions.",
                         id="scylla_django.E012",
                     )
@@ -278,4 +275,5 @@ if HAS_DJANGO_TASKS:
         description = f"{error.get('code')}: {error.get('description', '')}"
         return TaskError(exception_class_path=f"{Abort.__module__}.Abort", traceback=description)
 
+    # Connected when django.tasks loads this backend (the module is imported then).
     signals.task_finished.connect(send_task_finished, dispatch_uid="scylla_django.backends")

@@ -1,4 +1,4 @@
-"""The distinct errors of the state machine (SPEC §3).
+"""The distinct errors of the state machine (README, "How it stays correct").
 
 Each carries a machine-readable `code`; an HTTP API returns `{"code": ..., "detail": ...}`.
 """

@@ -16,6 +16,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from scylla_django import admin as scylla_admin
+from scylla_django.admin import display as admin_display
+from scylla_django.admin import tasks as task_admin
 from scylla_django.enums import EventType, Status
 from scylla_django.models import History, Task, TaskQuerySet, Worker
 from tests.factories import TaskFactory, running_task
@@ -131,7 +133,7 @@ def test_list_never_counts_the_whole_table_nor_queries_per_row(admin_client, wor
 
 
 def test_list_count_is_exact_up_to_the_cap(admin_client, worker, monkeypatch):
-    monkeypatch.setattr(scylla_admin, "COUNT_CAP", 3)
+    monkeypatch.setattr(task_admin, "COUNT_CAP", 3)
     for n in range(3):
         TaskFactory(rn=f"t{n}")
     response = admin_client.get(LIST)
@@ -141,7 +143,7 @@ def test_list_count_is_exact_up_to_the_cap(admin_client, worker, monkeypatch):
 
 def test_list_count_past_the_cap(admin_client, worker, monkeypatch):
     """Past the cap PostgreSQL shows its estimate ("about N"); other databases count."""
-    monkeypatch.setattr(scylla_admin, "COUNT_CAP", 3)
+    monkeypatch.setattr(task_admin, "COUNT_CAP", 3)
     for n in range(5):
         TaskFactory(rn=f"t{n}")
     count = admin_client.get(LIST).context["cl"].result_count
@@ -329,7 +331,7 @@ def test_detail_folds_long_payloads(admin_client, worker):
         reverse("admin:scylla_django_task_change", args=[task.pk])
     ).content.decode()
     head, rest = map(unescape, re.findall(r'<pre class="scylla-json">(.*?)</pre>', html, re.S)[:2])
-    assert len(head) <= scylla_admin.PAYLOAD_PREVIEW
+    assert len(head) <= admin_display.PAYLOAD_PREVIEW
     assert '<details class="scylla-more"><summary>Show all: ' in html
     assert head.count("line ") + rest.count("line ") == 2000  # nothing lost, nothing twice
 

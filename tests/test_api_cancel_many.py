@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from scylla_django.enums import EventType, Status
 from scylla_django.models import History, Task
 from tests.factories import running_task
-from tests.test_api import (
+from tests.helpers import (
     assert_error,
     assert_field_error,
     client_for,

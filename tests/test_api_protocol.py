@@ -11,7 +11,7 @@ from django.test import Client
 from scylla_django.enums import Status
 from scylla_django.models import Task
 from tests.factories import TaskFactory
-from tests.test_api import (
+from tests.helpers import (
     API,
     CLIENT_PERMISSIONS,
     assert_error,

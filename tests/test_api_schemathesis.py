@@ -19,7 +19,7 @@ from schemathesis.specs.openapi.checks import allow_header_conformance, negative
 from scylla_django.api.schema import SCHEMA_SETTINGS
 from scylla_django.models import Task, Worker
 from tests.factories import running_task
-from tests.test_api import ALL_PERMISSIONS, make_user, token_header
+from tests.helpers import ALL_PERMISSIONS, make_user, token_header
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

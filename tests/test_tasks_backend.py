@@ -33,6 +33,7 @@ pytestmark = [
 @pytest.fixture(autouse=True)
 def handlers():
     autodiscover()
+    register_handlers()
 
 
 def run_worker(*queues: str) -> None:

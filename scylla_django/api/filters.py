@@ -1,4 +1,4 @@
-"""The filters of `GET /tasks/` (SPEC §6), as a django-filter FilterSet.
+"""The filters of `GET /tasks/` (README, "REST API"), as a django-filter FilterSet.
 
 Every value is checked before it reaches the database: a queue or rn that breaks the naming
 rules, a NUL character or an integer out of range is a 400 with a code per parameter, never a

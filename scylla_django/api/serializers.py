@@ -1,4 +1,6 @@
-"""What the API reads and writes. JSON shapes use the field names of SPEC §2 and §4.
+"""What the API reads and writes.
+
+JSON shapes use the field names of the README's "The task" and "REST API".
 
 Request serializers only parse and check input, with the validators of `validation.py`; the
 views hand the result to the model methods, which validate again and do the writing. Request
@@ -151,7 +153,7 @@ class TaskErrorSerializer(StrictSerializer):
 
 
 class TaskSerializer(serializers.ModelSerializer[Task]):
-    """A task, as SPEC §2 names its fields. Every field is read-only."""
+    """A task, with the field names of the README's "The task". Every field is read-only."""
 
     spec = JSONValueField(read_only=True)
     result = JSONValueField(read_only=True, allow_null=True)
@@ -185,7 +187,7 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
 
 
 class HistorySerializer(serializers.Serializer[History]):
-    """A History entry in the seed's shape, as `History.as_json()` renders it.
+    """A History entry, as `History.as_json()` renders it (README, "REST API").
 
     `progress` is always present: null for an event that recorded none.
     """

@@ -1,4 +1,6 @@
-"""The views of SPEC §6. Each parses its input with a serializer and calls the model or manager
+"""The views of the REST API (README, "REST API").
+
+Each parses its input with a serializer and calls the model or manager
 method that every other caller uses (`Task.objects.submit`, `task.cancel`, `task.heartbeat`, …);
 none of them writes a task itself, and a task is never updated or deleted wholesale.
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import signal
 import sys
 import threading
@@ -16,12 +15,12 @@ from types import FrameType
 
 from django.core.exceptions import ValidationError
 
+from ..text import DurationError, positive_duration
 from ..validation import validate_queue
 
 logger = logging.getLogger("scylla_django")
 
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"\A\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*\Z")
+DURATION_MAX = timedelta(days=100 * 365)
 
 
 def duration(text: str) -> timedelta:
@@ -29,15 +28,14 @@ def duration(text: str) -> timedelta:
 
     A bare number is seconds.
     """
-    match = _DURATION.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration; use a number with a unit, e.g. 30s, 5m, 12h, 7d"
-        )
-    value = float(match[1]) * _UNITS[match[2] or "s"]
-    if value <= 0 or value > 100 * 365 * 86400:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive and under 100 years")
-    return timedelta(seconds=value)
+    try:
+        return positive_duration(text, text=True, maximum=DURATION_MAX)
+    except DurationError as exc:
+        if exc.reason == "type":
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a duration; use a number with a unit, e.g. 30s, 5m, 12h, 7d"
+            ) from None
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive and under 100 years") from None
 
 
 def seconds(text: str) -> float:

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...conf import scylla_settings
 from ...enums import TERMINAL_STATUSES
 from ...models import Task
-from ...monitor import format_duration, plural
+from ...text import format_duration, plural
 from ..base import configure_logging, duration, positive_int, queue_name
 
 STATUS_CHOICES = sorted(status.value for status in TERMINAL_STATUSES)

@@ -10,7 +10,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import Error as DatabaseError
 
 from ...conf import scylla_settings
-from ...monitor import Monitor, format_duration
+from ...monitor import Monitor
+from ...text import format_duration
 from ..base import StopSignals, configure_logging, duration, seconds
 
 

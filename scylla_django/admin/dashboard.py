@@ -22,11 +22,12 @@ from datetime import datetime, timedelta
 from django.db.models import Count
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
-from django.utils.timesince import timesince, timeuntil
 
-from .conf import scylla_settings
-from .enums import Status
-from .models import SCHEDULED, WORKER_PREFIX, Task, Worker
+from ..conf import scylla_settings
+from ..enums import Status
+from ..models import SCHEDULED, Task, Worker
+from ..text import age, span
+from ..validation import worker_name_for
 
 STATUSES: tuple[Status, ...] = (
     Status.READY,
@@ -43,30 +44,6 @@ LIST_LIMIT = 20
 WORKER_LIMIT = 100
 # A worker touches `last_seen` every third of its lease timeout; give it a few beats of slack.
 WORKER_SILENCE = timedelta(minutes=2)
-
-
-def span(since: datetime, now: datetime | None = None, depth: int = 2) -> str:
-    """The time between `since` and now in words: "45 s", "2 hours, 12 minutes"."""
-    now = now or timezone.now()
-    seconds = (now - since).total_seconds()
-    if abs(seconds) < 60:  # leases last seconds: "0 minutes" would say nothing
-        return f"{abs(seconds):.0f} s"
-    if seconds > 0:
-        return timesince(since, now, depth=depth)
-    return timeuntil(since, now, depth=depth)
-
-
-def age(value: datetime, now: datetime | None = None) -> str:
-    """How long ago (or from now) `value` is, compactly: "12 s ago", "3 min ago", "in 2 h"."""
-    now = now or timezone.now()
-    seconds = (now - value).total_seconds()
-    magnitude = int(abs(seconds))
-    text = f"{magnitude} s"
-    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
-        if magnitude >= size:
-            text = f"{magnitude // size} {unit}"
-            break
-    return f"{text} ago" if seconds >= 0 else f"in {text}"
 
 
 @dataclass(frozen=True)
@@ -317,6 +294,15 @@ def worker_silence() -> timedelta:
     return max(WORKER_SILENCE, 3 * scylla_settings.LEASE_TIMEOUT)
 
 
+def alive_ids(pks: Iterable[int]) -> set[int]:
+    """Which of the workers `pks` are alive, judged on the database clock: one query."""
+    wanted = sorted(set(pks))
+    if not wanted:
+        return set()
+    alive = Worker.objects.alive(worker_silence()).filter(pk__in=wanted)
+    return set(alive.values_list("pk", flat=True))
+
+
 @dataclass(frozen=True)
 class Workers:
     """Live workers (not stopped, seen within `worker_silence()`), the first `WORKER_LIMIT`."""
@@ -358,7 +344,7 @@ def live_workers(limit: int = WORKER_LIMIT) -> Workers:
 def known_workers(limit: int = 200) -> list[str]:
     """The names of the live workers, newest first."""
     alive = Worker.objects.alive(worker_silence()).order_by("-id")
-    return [f"{WORKER_PREFIX}{pk}" for pk in alive.values_list("pk", flat=True)[:limit]]
+    return [worker_name_for(pk) for pk in alive.values_list("pk", flat=True)[:limit]]
 
 
 def known_queues(limit: int = 200) -> list[str]:
