@@ -90,6 +90,11 @@ class SubmitOutcome:
 SCHEDULED = "scheduled"
 
 
+def _due() -> Q:
+    """A task whose `not_before` has passed (or that has none): leasable if it is ready."""
+    return Q(not_before__isnull=True) | Q(not_before__lte=Now())
+
+
 @dataclass(frozen=True)
 class QueueSummary:
     """One queue, as `Task.objects.queue_summaries()` sees it.
@@ -111,14 +116,8 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
     def ready(self, queues: Sequence[str] | None = None) -> TaskQuerySet:
         """Ready tasks whose `not_before` has passed, optionally on `queues` (exact names)."""
-        qs = self.filter(status=Status.READY).filter(
-            Q(not_before__isnull=True) | Q(not_before__lte=Now())
-        )
+        qs = self.filter(status=Status.READY).filter(_due())
         return qs.filter(queue__in=list(queues)) if queues is not None else qs
-
-    def scheduled(self) -> TaskQuerySet:
-        """Ready tasks whose `not_before` is still ahead (not leasable yet)."""
-        return self.filter(status=Status.READY, not_before__gt=Now())
 
     def queue_summaries(self) -> list[QueueSummary]:
         """Every queue of this queryset that has tasks, by name: see `QueueSummary`.
@@ -137,7 +136,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         ):
             # Ready tasks are counted below, split into leasable and scheduled.
             row(queue)[status] = 0 if status == Status.READY else n
-        leasable = Q(not_before__isnull=True) | Q(not_before__lte=Now())
+        leasable = _due()
         since = models.Min(Greatest("created", Coalesce("not_before", "created")), filter=leasable)
         ready = (
             self.filter(status=Status.READY)
