@@ -191,16 +191,19 @@ class SubclassedBackend(ScyllaBackend if HAS_DJANGO_TASKS else object):  # type:
     """A project's own subclass of the backend."""
 
 
-def test_a_subclass_of_the_backend_gets_the_worker_handler(settings):
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    """The global handler registry, restored after the test."""
+    monkeypatch.setattr(registry, "_handlers", dict(registry._handlers))
+    return registry
+
+
+def test_a_subclass_of_the_backend_gets_the_worker_handler(settings, scratch_registry):
     settings.TASKS = {
         "default": {"BACKEND": f"{__name__}.SubclassedBackend", "QUEUES": ["sub-queue"]}
     }
-    registry.unregister("sub-queue")
-    try:
-        register_handlers()
-        assert registry.get("sub-queue") is run_django_task
-    finally:
-        registry.unregister("sub-queue")
+    register_handlers()
+    assert scratch_registry.get("sub-queue") is run_django_task
 
 
 def check_ids(settings, tasks, installed=None) -> list[str]:
@@ -219,20 +222,19 @@ def test_check_reports_scylla_django_missing_from_installed_apps(settings):
     assert check_ids(settings, tasks, apps_without) == ["scylla_django.E010"]
 
 
-def test_check_reports_a_queue_with_a_handler_of_its_own_and_a_bad_queue_name(settings):
+def test_check_reports_a_queue_with_a_handler_of_its_own_and_a_bad_queue_name(
+    settings, scratch_registry
+):
     def own_handler(ctx):
         return None
 
-    registry.register("reports-dj", own_handler)
-    try:
-        tasks = {
-            "default": {
-                "BACKEND": "scylla_django.backends.ScyllaBackend",
-                "QUEUES": ["reports-dj", "-bad", "fine"],
-            }
+    scratch_registry.register("reports-dj", own_handler)
+    tasks = {
+        "default": {
+            "BACKEND": "scylla_django.backends.ScyllaBackend",
+            "QUEUES": ["reports-dj", "-bad", "fine"],
         }
-        assert check_ids(settings, tasks) == ["scylla_django.E011", "scylla_django.E012"]
-        with pytest.raises(SystemCheckError, match="E012"):
-            call_command("scylla_worker", "--queue", "fine", "--once", skip_checks=False)
-    finally:
-        registry.unregister("reports-dj")
+    }
+    assert check_ids(settings, tasks) == ["scylla_django.E011", "scylla_django.E012"]
+    with pytest.raises(SystemCheckError, match="E012"):
+        call_command("scylla_worker", "--queue", "fine", "--once", skip_checks=False)
