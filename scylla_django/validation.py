@@ -25,8 +25,10 @@ JSON_MAX_DEPTH = 64
 TIMEOUT_MAX = timedelta(seconds=10**9)  # about 31 years: anything longer is a mistake
 
 rn_validator = RegexValidator(
-    r"\A[A-Za-z0-9._:-]{1,128}\Z",
-    "An rn is 1 to 128 characters of letters, digits, '.', '_', ':' and '-'.",
+    # Not "." or "..": clients normalise them away in a URL (/tasks/../ is /), so such a task
+    # could never be read or cancelled by its rn.
+    r"\A(?!\.\.?\Z)[A-Za-z0-9._:-]{1,128}\Z",
+    "An rn is 1 to 128 characters of letters, digits, '.', '_', ':' and '-', and not '.' or '..'.",
     code="invalid_rn",
 )
 WORKER_PREFIX = "worker-"

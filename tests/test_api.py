@@ -11,6 +11,7 @@ import pytest
 import yaml
 from django.contrib.auth.models import User
 from django.db.models.functions import Now
+from django.utils.dateparse import parse_datetime
 from rest_framework.test import APIClient
 
 from scylla_django.enums import EventType, Status
@@ -191,10 +192,11 @@ def test_bulk_takes_a_list_of_1_to_1000(api, body):
     assert not Task.objects.exists()
 
 
-def test_get_bulk_is_the_task_whose_rn_is_bulk(api):
-    assert_error(api.get(f"{API}/tasks/bulk/"), 404, "task_not_found")
-    TaskFactory(rn="bulk")
-    assert api.get(f"{API}/tasks/bulk/").json()["rn"] == "bulk"
+@pytest.mark.parametrize("rn", ["bulk", "cancel"])
+def test_get_bulk_and_cancel_are_the_tasks_with_those_rns(api, rn):
+    assert_error(api.get(f"{API}/tasks/{rn}/"), 404, "task_not_found")
+    TaskFactory(rn=rn)
+    assert api.get(f"{API}/tasks/{rn}/").json()["rn"] == rn
 
 
 # -- read ---------------------------------------------------------------------------------------
@@ -244,6 +246,7 @@ def test_queues_counts_tasks_by_status_and_ages_the_oldest_ready_one(api, worker
     by_queue = {entry["queue"]: entry for entry in response.json()}
     assert by_queue["default"]["counts"] == {
         "ready": 2,
+        "scheduled": 0,
         "running": 0,
         "completed": 0,
         "aborted": 0,
@@ -257,6 +260,39 @@ def test_queues_counts_tasks_by_status_and_ages_the_oldest_ready_one(api, worker
     assert (
         by_queue["default"]["oldest_ready"] == api.get(f"{API}/tasks/{old.rn}/").json()["created"]
     )
+
+
+def test_queues_counts_delayed_tasks_as_scheduled_and_ages_leasable_ones_only(api):
+    from scylla_django.admin import dashboard
+
+    delayed = TaskFactory(queue="default")
+    Task.objects.filter(pk=delayed.pk).update(
+        created=Now() - timedelta(hours=2), not_before=Now() + timedelta(hours=1)
+    )
+    due = TaskFactory(queue="default")  # waiting since its not_before, a minute ago
+    Task.objects.filter(pk=due.pk).update(
+        created=Now() - timedelta(hours=1), not_before=Now() - timedelta(minutes=1)
+    )
+    only_delayed = TaskFactory(queue="later")
+    Task.objects.filter(pk=only_delayed.pk).update(not_before=Now() + timedelta(hours=1))
+    by_queue = {entry["queue"]: entry for entry in api.get(f"{API}/queues/").json()}
+    assert (by_queue["default"]["counts"]["ready"], by_queue["default"]["counts"]["scheduled"]) == (
+        1,
+        1,
+    )
+    assert 59 <= by_queue["default"]["oldest_ready_age"] < 120
+    assert by_queue["later"]["counts"]["ready"] == 0
+    assert by_queue["later"]["counts"]["scheduled"] == 1
+    assert (
+        by_queue["later"]["oldest_ready"] is None and by_queue["later"]["oldest_ready_age"] is None
+    )
+    # The admin dashboard says the same.
+    rows = {row.queue: row for row in dashboard.queue_table()}
+    for queue, entry in by_queue.items():
+        assert rows[queue].counts == entry["counts"]
+        oldest = entry["oldest_ready"]
+        assert rows[queue].waiting_since == (oldest and parse_datetime(oldest))
+    assert rows["default"].waiting_since == reload(due).not_before
 
 
 def test_queues_is_empty_without_tasks(api):
@@ -596,6 +632,7 @@ def test_the_schema_is_openapi_3_with_every_route(api):
     assert set(schema["paths"]) == {
         f"{API}/tasks/",
         f"{API}/tasks/bulk/",
+        f"{API}/tasks/cancel/",
         f"{API}/tasks/{{rn}}/",
         f"{API}/tasks/{{rn}}/cancel/",
         f"{API}/tasks/{{rn}}/heartbeat/",
@@ -607,6 +644,9 @@ def test_the_schema_is_openapi_3_with_every_route(api):
         f"{API}/queues/",
         f"{API}/schema/",
     }
+    # GET /tasks/bulk/ and /tasks/cancel/ read the tasks with those rns: GET /tasks/{rn}/.
+    assert set(schema["paths"][f"{API}/tasks/bulk/"]) == {"post"}
+    assert set(schema["paths"][f"{API}/tasks/cancel/"]) == {"post"}
     assert set(schema["components"]["securitySchemes"]) == {"tokenAuth", "cookieAuth"}
     assert yaml.safe_load(api.get(f"{API}/schema/").content) == schema
 

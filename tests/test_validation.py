@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.mark.parametrize(
     "rn",
-    ["", "x" * 129, "has space", "slash/", "percent%", "ünïcode", "nul\x00", 42],
+    ["", "x" * 129, "has space", "slash/", "percent%", "ünïcode", "nul\x00", 42, ".", ".."],
 )
 def test_bad_rns_are_rejected(rn):
     with pytest.raises(ValidationError) as raised:
@@ -25,7 +25,9 @@ def test_bad_rns_are_rejected(rn):
     assert Task.objects.count() == 0
 
 
-@pytest.mark.parametrize("rn", ["a", "x" * 128, "orders:eu-1.233_b", "2e822247-e4f5-480d"])
+@pytest.mark.parametrize(
+    "rn", ["a", "x" * 128, "orders:eu-1.233_b", "2e822247-e4f5-480d", "...", ".a", "a.."]
+)
 def test_good_rns_are_accepted(rn):
     assert Task.objects.submit("q", {}, rn=rn).rn == rn
 

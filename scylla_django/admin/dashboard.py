@@ -19,13 +19,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Min
-from django.db.models.functions import Coalesce, Greatest, TruncMinute
+from django.db.models import Count
+from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from ..conf import scylla_settings
 from ..enums import TERMINAL_STATUSES, Status
-from ..models import Task, Worker
+from ..models import SCHEDULED, Task, Worker
 from ..text import age, span
 from ..validation import worker_name_for
 
@@ -59,6 +59,11 @@ class QueueRow:
         return span(self.waiting_since) if self.waiting_since is not None else ""
 
     @property
+    def scheduled(self) -> int:
+        """Ready tasks whose `not_before` is still ahead (not in the `ready` count)."""
+        return self.counts.get(SCHEDULED, 0)
+
+    @property
     def cells(self) -> list[tuple[str, int]]:
         """(status, count) in the order of `STATUSES`, zeros included."""
         return [(status.value, self.counts.get(status.value, 0)) for status in STATUSES]
@@ -67,22 +72,14 @@ class QueueRow:
 def queue_table() -> list[QueueRow]:
     """Every queue that has tasks, by name, with its counts per status and its longest wait.
 
-    The wait of a ready task starts at `created`, or at `not_before` for a delayed task; tasks
-    whose `not_before` is still ahead are not waiting yet and are left out of the wait.
+    As `GET /queues/` of the API (`Task.objects.queue_summaries()`): `ready` counts leasable
+    tasks only, `scheduled` the ready tasks whose `not_before` is still ahead; the wait of a
+    ready task starts at `created`, or at `not_before` for a delayed task.
     """
-    counts: dict[str, dict[str, int]] = {}
-    # COUNT(*), not COUNT(id): the queue/status index then answers without reading the table.
-    rows = Task.objects.order_by().values_list("queue", "status").annotate(n=Count("*"))
-    for queue, status, n in rows:
-        counts.setdefault(queue, {})[status] = n
-    waits = dict(
-        Task.objects.ready()
-        .order_by()
-        .values_list("queue")
-        .annotate(since=Min(Greatest("created", Coalesce("not_before", "created"))))
-        .values_list("queue", "since")
-    )
-    return [QueueRow(queue, counts[queue], waits.get(queue)) for queue in sorted(counts)]
+    return [
+        QueueRow(summary.queue, summary.counts, summary.waiting_since)
+        for summary in Task.objects.queue_summaries()
+    ]
 
 
 def totals(rows: Iterable[QueueRow]) -> QueueRow:
