@@ -29,6 +29,7 @@ Each figure is the median of --runs runs with the min-max in brackets.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shutil
@@ -37,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -84,6 +86,7 @@ class Run:
     rate: float
     worker_cpu: float  # ms of CPU of the worker processes
     postgres_cpu: float  # ms of CPU of the whole PostgreSQL server
+    backend_cpu: float  # ms of CPU of this database's backends, sampled (a lower bound)
     sessions: float  # connections opened to the database
     statement_ms: float  # ms spent executing statements in the database (pg_stat_database)
 
@@ -150,10 +153,12 @@ class Bench:
             results: list[Run] = []
             limits: list[float] = []
             pg_cpu: list[float] = []
+            backend_cpu: list[float] = []
             for _ in range(self.runs):
                 results.append(self.process_once(options))
                 limits.append(self.pgbench("lease_complete", self.workers))
                 pg_cpu.append(self.pg_cpu_per_transaction)
+                backend_cpu.append(self.backend_cpu_per_transaction)
             line(
                 f"process no-op, {self.workers} workers, {label}",
                 [r.rate for r in results],
@@ -167,6 +172,14 @@ class Bench:
                 [r.postgres_cpu for r in results],
                 "ms",
                 pg_cpu,
+                "pgbench's per lease+complete",
+                ratio_format="{:.1f}x",
+            )
+            line(
+                "  PostgreSQL CPU per task (this db's backends)",
+                [r.backend_cpu for r in results],
+                "ms",
+                backend_cpu,
                 "pgbench's per lease+complete",
                 ratio_format="{:.1f}x",
             )
@@ -231,6 +244,8 @@ class Bench:
         if submit:
             empty()
         with self.running_workers(self.workers, options, queues=[queue]) as pids:
+            sampler = BackendSampler()
+            sampler.start()
             before = cpu_of(pids), cpu_of_postgres(), database_stats()
             if submit:
                 for chunk in range(0, self.tasks, 1000):
@@ -242,6 +257,7 @@ class Bench:
                 what=f"{self.tasks} completed tasks",
             )
             after = cpu_of(pids), cpu_of_postgres()
+            backend_ms = sampler.finish() * 1000 / self.tasks
         time.sleep(0.5)  # the workers' backends have exited and reported their statistics
         sessions, active = (b - a for a, b in zip(before[2], database_stats(), strict=True))
         first = History.objects.filter(typ=EventType.ASSIGNMENT).aggregate(t=Min("time"))["t"]
@@ -251,7 +267,7 @@ class Bench:
         pg_ms = (after[1] - before[1]) * 1000 / self.tasks
         sessions /= self.tasks
         active /= self.tasks
-        return Run(self.tasks / span, worker_ms, pg_ms, sessions, active)
+        return Run(self.tasks / span, worker_ms, pg_ms, backend_ms, sessions, active)
 
     def start_latencies(self) -> list[float]:
         """Submit one task at a time to an idle worker; ms from submit to handler start."""
@@ -376,9 +392,12 @@ class Bench:
         command += ["-p", str(parts.port or 5432), "-U", parts.username or "postgres"]
         command += [parts.path.lstrip("/")]
         env = {**os.environ, "PGPASSWORD": parts.password or ""}
+        sampler = BackendSampler()
+        sampler.start()
         before = cpu_of_postgres()
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
         self.pg_cpu_per_transaction = (cpu_of_postgres() - before) * 1000 / (per_client * clients)
+        self.backend_cpu_per_transaction = sampler.finish() * 1000 / (per_client * clients)
         match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", done.stdout)
         if done.returncode != 0 or match is None:
             raise SystemExit(f"pgbench failed:\n{done.stdout}\n{done.stderr}")
@@ -449,19 +468,90 @@ def cpu_of(pids: Sequence[int]) -> float:
     return total / TICKS
 
 
+class BackendSampler(threading.Thread):
+    """Sum the CPU used by this database's backends (not ours), sampling /proc every 10 ms.
+
+    A lower bound: a backend's CPU after its last sample, backends that lived less than 10 ms,
+    and the server's own processes (WAL writer, checkpointer) are not counted.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid(), current_database()")
+            self.own, database = cursor.fetchone()
+        self.marker = f" {database} "
+        self.postmaster = parent_of(self.own)
+        self.first: dict[int, int] = {}  # pid -> CPU ns when first seen
+        self.last: dict[int, int] = {}  # pid -> CPU ns when last seen
+        self.others: set[int] = set()  # pids that are not this database's backends
+        self.started = False
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        if self.postmaster is None:
+            return
+        while not self.done.is_set():
+            self.sample()
+            self.done.wait(0.01)
+
+    def sample(self) -> None:
+        children = Path(f"/proc/{self.postmaster}/task/{self.postmaster}/children").read_text()
+        for pid in map(int, children.split()):
+            if pid == self.own or pid in self.others:
+                continue
+            try:
+                title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+                # Nanoseconds on the CPU: /proc/<pid>/stat counts 10 ms ticks, which round a
+                # short-lived backend's few milliseconds down to nothing.
+                ns = int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if self.marker not in title:
+                if "(" in title or "[local]" in title or "background" in title:
+                    self.others.add(pid)  # another database's backend, or a server process
+                continue
+            # Backends that exist at the first sample count from then; later ones from birth.
+            self.first.setdefault(pid, ns if not self.started else 0)
+            self.last[pid] = ns
+        self.started = True
+
+    def finish(self) -> float:
+        """Stop sampling; the CPU seconds used meanwhile (NaN if the server is remote)."""
+        if self.postmaster is None:
+            return math.nan
+        self.done.set()
+        self.join()
+        self.sample()
+        return sum(self.last[pid] - self.first[pid] for pid in self.last) / 1e9
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent of a process on this machine; None if there is no such process here."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except FileNotFoundError:
+        return None
+
+
 def cpu_of_postgres() -> float:
     """CPU seconds used so far by the whole PostgreSQL server, exited backends included.
 
     The postmaster (the parent of every backend) and its live children, plus the children it has
     reaped (cutime + cstime of the postmaster). Whatever else runs on the server is counted too.
+    NaN when the server runs on another machine.
     """
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         backend = cursor.fetchone()[0]
-    # The postmaster is the parent of our own backend.
-    postmaster = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    try:  # the postmaster is the parent of our own backend
+        postmaster = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except FileNotFoundError:  # the server is on another machine
+        return math.nan
     fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
     total = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
     for child in Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split():
