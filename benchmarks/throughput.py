@@ -253,7 +253,7 @@ class Bench:
                     Task.objects.submit_many({"queue": queue, "spec": {}} for _ in range(size))
             wait_for(
                 lambda: Task.objects.filter(status=Status.COMPLETED).count() >= self.tasks,
-                timeout=max(120, self.tasks / 20),
+                timeout=max(300, self.tasks / 2),
                 what=f"{self.tasks} completed tasks",
             )
             after = cpu_of(pids), cpu_of_postgres()
