@@ -18,7 +18,8 @@ before every run: point it at a scratch database. Figures (`--only`, repeatable)
   the last completion on the database clock. pgbench: lease (SELECT … FOR UPDATE SKIP LOCKED +
   UPDATE + History INSERT, one transaction) then complete (fenced UPDATE + History INSERT,
   another) per task, one client per worker process. Also the CPU per task of the workers and of
-  PostgreSQL (see cpu_of_postgres).
+  PostgreSQL (the whole server: cpu_of_postgres; this database's backends: BackendSampler), and
+  the statement time and connections per task from pg_stat_database.
 - django_tasks: `noop_task.enqueue()` per call, then processing by the workers (Django 6+).
 - latency: submit -> handler start with one idle worker (default options), and cancel ->
   `ctx.check()` raising in a running handler.
@@ -278,7 +279,8 @@ class Bench:
 
         found = []
         for _ in range(self.samples):
-            time.sleep(random.uniform(0.05, 0.3))
+            # A random phase against the worker's poll (1 s by default) and any timers.
+            time.sleep(random.uniform(0.05, 1.05))
             submitted = time.time()
             task = Task.objects.submit("bench-start", {})
             wait_for(
@@ -307,7 +309,8 @@ class Bench:
                 what="the handler to start",
                 every=0.005,
             )
-            time.sleep(random.uniform(0.05, 0.5))
+            # A random phase against the heartbeats (every 3.3 s by default).
+            time.sleep(random.uniform(0.05, 4.0))
             cancelled = time.time()
             task.cancel()
             wait_for(
