@@ -56,6 +56,7 @@ class Operation(models.TextChoices):
     CANCEL = "cancel"
     RESET = "reset"
     EXHAUST = "exhaust"
+    RESET_LEASE = "reset_lease"
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,16 @@ TRANSITIONS: dict[Operation, Transition] = {
             EventType.ABORT,
             False,
         ),
+        # "Reset lease now": an operator gives back the lease of a dead or silent worker
+        # without waiting for its deadline, as the monitor would at expiry.
+        Transition(
+            Operation.RESET_LEASE,
+            frozenset({Status.RUNNING}),
+            Status.READY,
+            "operator",
+            EventType.TIMEOUT,
+            False,
+        ),
     ]
 }
 
@@ -139,3 +150,17 @@ TRANSITIONS: dict[Operation, Transition] = {
 def sources(operation: Operation) -> list[str]:
     """The statuses `operation` may start from, as values for a `status__in` lookup."""
     return sorted(s.value for s in TRANSITIONS[operation].sources)
+
+
+class Liveness(models.TextChoices):
+    """Whether a registered worker or monitor process is still there, by the database clock.
+
+    `silent`: not seen for two of its heartbeat intervals (it may be stalled or partitioned);
+    `dead`: not seen for its lease timeout (every lease it held has expired); `stopped`: it
+    recorded its own stop.
+    """
+
+    ALIVE = "alive", "Alive"
+    SILENT = "silent", "Silent"
+    DEAD = "dead", "Dead"
+    STOPPED = "stopped", "Stopped"

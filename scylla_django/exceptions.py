@@ -60,6 +60,12 @@ class TaskCancelled(InvalidTransition):
     code = "task_cancelled"
 
 
+class OwnerAlive(InvalidTransition):
+    """The worker holding the lease is still alive: an operator may not take the lease away."""
+
+    code = "owner_alive"
+
+
 class WorkerStopping(ScyllaError):
     """The worker is shutting down and has yielded the task; the handler should return."""
 
