@@ -15,10 +15,11 @@ from typing import Any
 
 from django.core.validators import RegexValidator
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 
-from ..enums import EventType, Status
+from ..enums import EventType, Liveness, Status
 from ..models import History, Task, Worker
 from ..validation import (
     QUEUE_MAX_LENGTH,
@@ -308,6 +309,20 @@ class RegisterSerializer(StrictSerializer):
     capacity = StrictIntegerField(required=False, min_value=1, max_value=10_000)
     hostname = StrictCharField(required=False, allow_blank=True, max_length=255)
     pid = StrictIntegerField(required=False, allow_null=True, min_value=0, max_value=2**31 - 1)
+    lease_timeout = StrictFloatField(
+        required=False,
+        min_value=0.001,
+        max_value=MAX_LEASE_SECONDS,
+        help_text="Seconds: the worker is dead when unseen this long. "
+        "`SCYLLA['LEASE_TIMEOUT']` when omitted.",
+    )
+    heartbeat_interval = StrictFloatField(
+        required=False,
+        min_value=0.001,
+        max_value=MAX_LEASE_SECONDS,
+        help_text="Seconds between the worker's calls: it is silent when unseen for two. "
+        "A third of `lease_timeout` when omitted.",
+    )
 
 
 class WorkerSerializer(serializers.ModelSerializer[Worker]):
@@ -376,3 +391,51 @@ class ErrorSerializer(serializers.Serializer[Any]):
         required=False,
         help_text="400 only: the errors of each field, by field name or path.",
     )
+
+
+# -- operations -----------------------------------------------------------------------------
+
+
+@extend_schema_field({"type": "number", "nullable": True})
+class SecondsField(serializers.ReadOnlyField):
+    """A duration, written as a number of seconds."""
+
+    def to_representation(self, value: Any) -> Any:
+        return None if value is None else float(value.total_seconds())
+
+
+class WorkerStateSerializer(WorkerSerializer):
+    """A worker with its liveness, judged on the database clock: `alive`; `silent` when unseen
+    for two heartbeat intervals; `dead` when unseen for its lease timeout; `stopped`."""
+
+    state = serializers.ChoiceField(choices=Liveness.choices, read_only=True, source="liveness")
+    heartbeat_interval = SecondsField()
+    lease_timeout = SecondsField()
+
+    class Meta(WorkerSerializer.Meta):
+        fields = [
+            *WorkerSerializer.Meta.fields,
+            "state",
+            "heartbeat_interval",
+            "lease_timeout",
+            "silent_at",
+            "dead_at",
+        ]
+        read_only_fields = fields
+
+
+class WorkerDetailSerializer(WorkerStateSerializer):
+    """A worker, with the running tasks whose lease it holds."""
+
+    tasks = TaskSerializer(many=True, read_only=True, source="held_tasks")
+
+    class Meta(WorkerStateSerializer.Meta):
+        fields = [*WorkerStateSerializer.Meta.fields, "tasks"]
+        read_only_fields = fields
+
+
+class ResetLeaseSerializer(StrictSerializer):
+    """The lease to reset, as the operator saw it: its owner and attempt."""
+
+    owner = worker_field()
+    attempt = StrictIntegerField(min_value=1, max_value=2**31 - 1)

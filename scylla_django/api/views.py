@@ -36,8 +36,8 @@ from ..validation import validate_rn
 from . import permissions
 from .authentication import ScyllaTokenAuthentication
 from .exceptions import exception_handler, field_errors
-from .filters import TaskFilter
-from .pagination import TaskCursorPagination
+from .filters import TaskFilter, WorkerFilter
+from .pagination import TaskCursorPagination, WorkerCursorPagination
 from .parsers import ScyllaJSONParser
 from .permissions import ActsAsOwnWorker, HasActionPermission
 from .schema import SCHEMA_SETTINGS, document, errors
@@ -51,14 +51,18 @@ from .serializers import (
     LeaseSerializer,
     QueueSerializer,
     RegisterSerializer,
+    ResetLeaseSerializer,
     SubmitSerializer,
     TaskDetailSerializer,
     TaskSerializer,
     WorkerActionSerializer,
+    WorkerDetailSerializer,
     WorkerSerializer,
+    WorkerStateSerializer,
 )
 
 MAX_BULK_ITEMS = 1000
+MAX_HELD_TASKS = 1000
 
 
 class ScyllaView(APIView):
@@ -130,6 +134,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         "complete": permissions.WORK,
         "abort": permissions.WORK,
         "yield_lease": permissions.WORK,
+        "reset": permissions.CANCEL,
     }
 
     @document(
@@ -295,6 +300,25 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         task.yield_lease(worker)
         return Response(TaskSerializer(task).data)
 
+    @document(
+        summary="Reset a lease now",
+        description=(
+            "running → ready at once, for a task whose owner is silent, dead or stopped, "
+            "without waiting for its deadline: owner cleared, progress 0, History "
+            "`TaskTimeout`. Only if the task is still held by `owner` in attempt `attempt` "
+            "(what the operator saw), else 409 `lease_lost`; 409 `owner_alive` while the "
+            "owner still heartbeats. Needs the permission to cancel tasks."
+        ),
+        request=ResetLeaseSerializer,
+        responses={200: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
+    )
+    @action(detail=True, methods=["post"])
+    def reset(self, request: Request, rn: str) -> Response:
+        data = self.parse(ResetLeaseSerializer)
+        task = get_task(rn)
+        task.reset_lease(data["owner"], data["attempt"])
+        return Response(TaskSerializer(task).data)
+
 
 class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
     """Workers: register one (the requesting user owns it), and lease tasks as it."""
@@ -304,7 +328,16 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
     permission_classes = [HasActionPermission, ActsAsOwnWorker]
-    required_permissions = {"create": permissions.WORK, "lease": permissions.WORK}
+    required_permissions = {
+        "create": permissions.WORK,
+        "lease": permissions.WORK,
+        "list": permissions.VIEW,
+        "retrieve": permissions.VIEW,
+        "stop": permissions.WORK,
+    }
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = WorkerFilter
+    pagination_class = WorkerCursorPagination
 
     @document(
         summary="Register a worker",
@@ -338,6 +371,52 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
         )
         worker.touch()
         return Response(LeasedSerializer({"tasks": tasks}).data)
+
+    def get_queryset(self) -> Any:
+        return Worker.objects.with_state()
+
+    @document(
+        summary="List workers",
+        description=(
+            "Newest first, with their liveness on the database clock: `alive`, `silent` "
+            "(unseen for two heartbeat intervals), `dead` (unseen for the lease timeout) or "
+            "`stopped`."
+        ),
+        responses={200: WorkerStateSerializer(many=True), **errors(400, 401, 403, 404)},
+    )
+    def list(self, request: Request) -> Response:
+        workers = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(WorkerStateSerializer(workers, many=True).data)
+
+    @document(
+        summary="One worker, with the tasks it holds",
+        responses={200: WorkerDetailSerializer, **errors(401, 403, 404)},
+    )
+    def retrieve(self, request: Request, name: str) -> Response:
+        worker = self.get_queryset().get_by_name(name)
+        worker.held_tasks = list(
+            Task.objects.filter(status=Status.RUNNING, owner=worker.name).order_by("id")[
+                :MAX_HELD_TASKS
+            ]
+        )
+        return Response(WorkerDetailSerializer(worker).data)
+
+    @document(
+        summary="Record that a worker has stopped",
+        description=(
+            "For workers that talk HTTP: call it on the way out, after yielding your tasks, "
+            "so that the worker shows as `stopped` rather than turning silent and dead. "
+            "Idempotent: the first stop's time is kept."
+        ),
+        request=CancelSerializer,
+        responses={200: WorkerStateSerializer, **errors(400, 401, 403, 404, 413)},
+    )
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, name: str) -> Response:
+        self.parse(CancelSerializer)
+        worker = self.get_worker(name)
+        worker.stop()
+        return Response(WorkerStateSerializer(self.get_queryset().get(pk=worker.pk)).data)
 
 
 class QueueView(ScyllaView):
