@@ -906,6 +906,10 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
         """Annotate each worker with `liveness`: alive, silent, dead or stopped."""
         return self.annotate(liveness=_liveness_case(worker_fallback=True))
 
+    def count_by_state(self) -> dict[str, int]:
+        """How many workers are in each state (every state present, zeros included)."""
+        return _count_by_state(self, worker_fallback=True)
+
     def serving(self, queue: str) -> WorkerQuerySet:
         """Workers whose `queues` include `queue` (exact name)."""
         return self.filter(_json_list_has(self.model, "queues", validate_queue(queue), self.db))
@@ -1050,6 +1054,20 @@ def _liveness_case(*, worker_fallback: bool) -> Case:
     )
 
 
+def _count_by_state(queryset: models.QuerySet[Any], *, worker_fallback: bool) -> dict[str, int]:
+    counts = dict.fromkeys(Liveness.values, 0)
+    rows = (
+        queryset.order_by()
+        .annotate(liveness=_liveness_case(worker_fallback=worker_fallback))
+        .values_list("liveness")
+        .annotate(n=models.Count("*"))
+        .values_list("liveness", "n")
+    )
+    for state, count in rows:
+        counts[str(state)] = int(count)
+    return counts
+
+
 def _json_list_has(model: type[models.Model], field_name: str, value: str, using: str) -> Q:
     """`value` is an element of the JSON list in `field_name` (JSON containment; SQLite, which
     has none in Django, looks through `json_each`)."""
@@ -1109,6 +1127,10 @@ class MonitorQuerySet(models.QuerySet["Monitor"]):
     def with_state(self) -> MonitorQuerySet:
         """Annotate each monitor with `liveness`: alive, silent, dead or stopped."""
         return self.annotate(liveness=_liveness_case(worker_fallback=False))
+
+    def count_by_state(self) -> dict[str, int]:
+        """How many monitors are in each state (every state present, zeros included)."""
+        return _count_by_state(self, worker_fallback=False)
 
     def status(self) -> MonitorStatus:
         """When the last pass of any monitor ended, and whether none has run for three of its
