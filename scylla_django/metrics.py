@@ -44,12 +44,10 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
     ) from exc
 
 from django.db import connections
-from django.db.models import Count, DurationField, ExpressionWrapper, Min, Q
-from django.db.models.functions import Coalesce, Greatest
+from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 
 from . import signals
-from .db import Now
 from .enums import TERMINAL_STATUSES, EventType, Status
 from .models import History, Monitor, Task, Worker
 
@@ -133,11 +131,19 @@ class TaskMetricsCollector(Collector):
             labels=["queue"],
         )
         counts: dict[tuple[str, str], int] = {}
-        for queue, count, age in self._active(Status.READY):
+        for queue, (count, age) in Task.objects.using(self.using).ready_summary().items():
             counts[queue, Status.READY] = count
             if age is not None:
-                oldest.add_metric([queue], max(age.total_seconds(), 0.0))
-        for queue, count, _ in self._active(Status.RUNNING):
+                oldest.add_metric([queue], age.total_seconds())
+        running = (
+            Task.objects.using(self.using)
+            .filter(status=Status.RUNNING)
+            .order_by()
+            .values_list("queue")
+            .annotate(n=Count("*"))
+            .values_list("queue", "n")
+        )
+        for queue, count in running:
             counts[queue, Status.RUNNING] = count
         for queue in self._queues():
             for status in Status.values:
@@ -153,25 +159,6 @@ class TaskMetricsCollector(Collector):
         yield from self._processes()
 
     # -- tasks ----------------------------------------------------------------------------------
-
-    def _active(self, status: Status) -> Iterator[tuple[str, int, Any]]:
-        """(queue, count, age of the oldest leasable task) for ready or running tasks."""
-        leasable = Q(not_before__isnull=True) | Q(not_before__lte=Now())
-        waiting_since = Greatest("created", Coalesce("not_before", "created"))
-        rows = (
-            Task.objects.using(self.using)
-            .filter(status=status)
-            .order_by()
-            .values("queue")
-            .annotate(
-                n=Count("*"),
-                age=ExpressionWrapper(
-                    Now() - Min(waiting_since, filter=leasable), output_field=DurationField()
-                ),
-            )
-        )
-        for row in rows:
-            yield row["queue"], row["n"], row["age"] if status == Status.READY else None
 
     def _queues(self) -> list[str]:
         """Every queue that has a task: one index probe per queue, never a scan."""

@@ -15,8 +15,9 @@ from typing import Any, ClassVar, Literal
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, models, transaction
-from django.db.models import Case, Exists, F, Max, Q, Value, When
+from django.db.models import Case, Exists, F, Max, Min, Q, Value, When
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Coalesce, Greatest
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -429,6 +430,31 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
     delete.alters_data = True  # type: ignore[attr-defined]
     delete.queryset_only = True  # type: ignore[attr-defined]
+
+    def ready_summary(self) -> dict[str, tuple[int, timedelta | None]]:
+        """Per queue with ready tasks: how many, and how long the oldest leasable one has
+        waited (since it was created, or since its `not_before` if later; None while every
+        ready task still waits for its `not_before`). One query over the ready-task index,
+        on the database clock."""
+        leasable = Q(not_before__isnull=True) | Q(not_before__lte=Now())
+        waiting_since = Greatest("created", Coalesce("not_before", "created"))
+        rows = (
+            self.filter(status=Status.READY)
+            .order_by()
+            .values("queue")
+            .annotate(
+                n=models.Count("*"),
+                age=models.ExpressionWrapper(
+                    Now() - Min(waiting_since, filter=leasable),
+                    output_field=models.DurationField(),
+                ),
+            )
+            .values_list("queue", "n", "age")
+        )
+        return {
+            queue: (count, max(age, timedelta(0)) if age is not None else None)
+            for queue, count, age in rows
+        }
 
     def with_error_code(self, code: str) -> TaskQuerySet:
         """Tasks that recorded an error with this `code` (in any entry of `errors`)."""

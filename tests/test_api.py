@@ -660,6 +660,7 @@ def test_the_schema_is_openapi_3_with_every_route(api):
         f"{API}/workers/{{name}}/lease/",
         f"{API}/workers/{{name}}/stop/",
         f"{API}/queues/",
+        f"{API}/health/",
         f"{API}/schema/",
     }
     assert set(schema["components"]["securitySchemes"]) == {"tokenAuth", "cookieAuth"}

@@ -7,6 +7,7 @@ Status codes: 200, or 201 for a submission or a registration; errors as in `exce
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -18,12 +19,13 @@ from django_filters.rest_framework import (  # type: ignore[import-untyped, unus
 )
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import status, viewsets
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
 from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -31,6 +33,7 @@ from rest_framework.views import APIView
 
 from ..enums import Status
 from ..exceptions import TaskNotFound
+from ..health import run_checks
 from ..models import Task, Worker
 from ..validation import validate_rn
 from . import permissions
@@ -46,6 +49,8 @@ from .serializers import (
     BulkOutcomeSerializer,
     CancelSerializer,
     CompleteSerializer,
+    HealthQuerySerializer,
+    HealthSerializer,
     HeartbeatSerializer,
     LeasedSerializer,
     LeaseSerializer,
@@ -459,6 +464,45 @@ class QueueView(ScyllaView):
                 entry["oldest_ready"] = row["oldest"]
                 entry["oldest_ready_age"] = max(row["age"].total_seconds(), 0.0)
         return Response(QueueSerializer(list(queues.values()), many=True).data)
+
+
+class HealthView(ScyllaView):
+    """Health checks for probes, as `manage.py scylla_health` runs them: 200 or 503."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+
+    @document(
+        summary="Health checks",
+        description=(
+            "No authentication, for load balancers and Kubernetes probes. The database is "
+            "always checked; `hostname`, `monitor` and `max_lag` add checks. 200 when every "
+            "check passes, else 503; the body lists each check either way."
+        ),
+        parameters=[HealthQuerySerializer],
+        responses={
+            200: HealthSerializer,
+            503: OpenApiResponse(HealthSerializer, description="A check failed."),
+            **errors(400),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        query = HealthQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        options = query.validated_data
+        max_lag = options.get("max_lag")
+        checks = run_checks(
+            worker_host=options.get("hostname"),
+            monitor=options["monitor"],
+            max_lag=timedelta(seconds=max_lag) if max_lag is not None else None,
+            queues=options.get("queue", []),
+        )
+        healthy = all(check.ok for check in checks)
+        body = {"status": "ok" if healthy else "failing", "checks": checks}
+        return Response(
+            HealthSerializer(body).data,
+            status=status.HTTP_200_OK if healthy else status.HTTP_503_SERVICE_UNAVAILABLE,
+        )
 
 
 class SchemaView(SpectacularAPIView):
