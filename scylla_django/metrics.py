@@ -10,9 +10,9 @@ Two kinds of metric:
   and monitors by liveness, and the end of the latest monitor pass. A scrape never counts a
   whole table: ready and running tasks are counted exactly through their partial indexes (they
   are the backlog and the work in hand); terminal tasks are counted per queue and status up to
-  `TERMINAL_COUNT_CAP` through the (queue, status) index, and past it PostgreSQL's planner
-  estimate is reported instead (SQLite counts them exactly). Queues are found by skipping
-  through that index, one probe per queue.
+  `TERMINAL_COUNT_CAP` through the (queue, status) index (one statement), and past it an
+  estimate from the table's statistics is reported instead (SQLite counts them exactly).
+  Queues are found by skipping through that index, one probe per queue.
 - **Counted as events happen**, in the process where they happen (signal receivers, connected
   when the app is ready): tasks leased, finished by status, leases reset, and the run time of
   each completed or aborted task. Worker processes lease and finish, so with several processes
@@ -26,9 +26,8 @@ Metric names follow Prometheus conventions: `scylla_` prefix, `_total` for count
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -145,13 +144,12 @@ class TaskMetricsCollector(Collector):
         )
         for queue, count in running:
             counts[queue, Status.RUNNING] = count
-        for queue in self._queues():
-            for status in Status.values:
-                key = (queue, status)
-                if key not in counts:
-                    counts[key] = (
-                        self._terminal(queue, status) if status in TERMINAL_STATUSES else 0
-                    )
+        queues = self._queues()
+        for key, count in self._terminal_counts(queues).items():
+            counts.setdefault(key, count)
+        for queue in queues:
+            for active in (Status.READY, Status.RUNNING):
+                counts.setdefault((queue, active), 0)
         for (queue, status), count in sorted(counts.items()):
             tasks.add_metric([queue, status], count)
         yield tasks
@@ -176,13 +174,38 @@ class TaskMetricsCollector(Collector):
             cursor.execute(sql)
             return [row[0] for row in cursor.fetchall()]
 
-    def _terminal(self, queue: str, status: str) -> int:
-        """Terminal tasks of a queue: exact up to the cap, else PostgreSQL's estimate."""
-        selected = Task.objects.using(self.using).filter(queue=queue, status=status).order_by()
-        exact = selected[: self.cap].count()
-        if exact < self.cap or connections[self.using].vendor != "postgresql":
-            return exact if exact < self.cap else selected.count()
-        return max(self.cap, _planner_rows(selected))
+    def _terminal_counts(self, queues: list[str]) -> dict[tuple[str, str], int]:
+        """Terminal tasks per queue and status: exact up to the cap, else an estimate."""
+        statuses = sorted(TERMINAL_STATUSES)
+        connection = connections[self.using]
+        if connection.vendor != "postgresql":
+            # SQLite (small deployments) counts exactly, one indexed count per pair.
+            tasks = Task.objects.using(self.using).order_by()
+            return {
+                (queue, status): tasks.filter(queue=queue, status=status).count()
+                for queue in queues
+                for status in statuses
+            }
+        table = connection.ops.quote_name(Task._meta.db_table)
+        # One statement: a count capped by LIMIT per (queue, status), through the index.
+        sql = f"""
+            SELECT q.queue, s.status, (
+                SELECT count(*) FROM (
+                    SELECT 1 FROM {table} AS t
+                    WHERE t.queue = q.queue AND t.status = s.status LIMIT %s
+                ) AS capped
+            )
+            FROM unnest(%s::text[]) AS q(queue) CROSS JOIN unnest(%s::text[]) AS s(status)
+        """
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [self.cap, queues, [str(s) for s in statuses]])
+            exact = {(queue, status): count for queue, status, count in cursor.fetchall()}
+        capped = [key for key, count in exact.items() if count >= self.cap]
+        if capped:
+            estimate = _postgresql_estimator(self.using)
+            for key in capped:
+                exact[key] = max(self.cap, estimate(*key))
+        return exact
 
     # -- processes ------------------------------------------------------------------------------
 
@@ -219,15 +242,47 @@ class TaskMetricsCollector(Collector):
             )
 
 
-def _planner_rows(queryset: Any) -> int:
-    """PostgreSQL's estimate of how many rows `queryset` selects (EXPLAIN, nothing is read)."""
-    sql, params = queryset.values("pk").query.sql_with_params()
-    with connections[queryset.db].cursor() as cursor:
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-        plan = cursor.fetchone()[0]
-    if isinstance(plan, str):
-        plan = json.loads(plan)
-    return int(plan[0]["Plan"]["Plan Rows"])
+def _postgresql_estimator(using: str) -> Callable[[str, str], int]:
+    """How many tasks have a queue and a status, as PostgreSQL's planner would guess it.
+
+    From the table's statistics (two queries, nothing else read): the row count in
+    `pg_class`, and each column's most common values and their frequencies in `pg_stats`;
+    a value outside them gets an even share of the rest. The two columns are taken as
+    independent, as the planner does without extended statistics.
+    """
+    table = Task._meta.db_table
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)",
+            [connections[using].ops.quote_name(table)],
+        )
+        found = cursor.fetchone()
+        rows = max(float(found[0]) if found else 0.0, 0.0)
+        cursor.execute(
+            "SELECT attname, most_common_vals::text::text[], most_common_freqs, null_frac, "
+            "n_distinct FROM pg_stats WHERE tablename = %s AND attname IN ('queue', 'status') "
+            "AND schemaname = ANY(current_schemas(false))",
+            [table],
+        )
+        stats = {row[0]: row[1:] for row in cursor.fetchall()}
+
+    def frequency(column: str, value: str) -> float:
+        if column not in stats:
+            return 1.0
+        values, freqs, null_frac, n_distinct = stats[column]
+        values, freqs = values or [], freqs or []
+        if value in values:
+            share: float = freqs[values.index(value)]
+            return share
+        distinct = n_distinct if n_distinct >= 0 else -n_distinct * rows
+        others = max(distinct - len(values), 1.0)
+        rest = max(1.0 - float(sum(freqs)) - float(null_frac or 0.0), 0.0)
+        return rest / float(others)
+
+    def estimate(queue: str, status: str) -> int:
+        return round(rows * frequency("queue", queue) * frequency("status", status))
+
+    return estimate
 
 
 def registry(using: str = "default") -> CollectorRegistry:

@@ -100,8 +100,15 @@ def test_every_failure_is_listed_and_the_checks_that_pass_too():
     [["--hostname", "h"], ["--queue", "q"], ["--max-lag", "soon"], ["--queue", "-bad"]],
 )
 def test_bad_arguments(args):
-    with pytest.raises(CommandError):
+    with pytest.raises(CommandError) as caught:
         call_command("scylla_health", *args)
+    if args[0] in ("--hostname", "--queue") and args[1] != "-bad":
+        assert caught.value.returncode == 2
+
+
+def test_bad_arguments_exit_2_from_the_command_line():
+    assert run("--max-lag", "soon").returncode == 2
+    assert run("--hostname", "h").returncode == 2
 
 
 # -- real processes: the exit status a probe sees ---------------------------------------------

@@ -14,9 +14,10 @@ from ..base import duration, queue_name
 class Command(BaseCommand):
     help = (
         "Check health and exit 0 when every check passes, 1 when one fails (each check is "
-        "printed on its own line). The database is always checked; --worker, --monitor and "
-        "--max-lag add checks. For Kubernetes: a worker pod's liveness probe runs "
-        "`scylla_health --worker`; an alerting job runs `--monitor --max-lag 5m`."
+        "printed on its own line), 2 for bad arguments. The database is always checked; "
+        "--worker, --monitor and --max-lag add checks. For Kubernetes: a worker pod's "
+        "liveness probe runs `scylla_health --worker`; an alerting job runs "
+        "`--monitor --max-lag 5m`."
     )
     # A probe runs often: skip the system checks, which a deployment has already passed.
     requires_system_checks: list[str] = []
@@ -60,9 +61,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["hostname"] is not None and not options["worker"]:
-            raise CommandError("--hostname goes with --worker.")
+            raise CommandError("--hostname goes with --worker.", returncode=2)
         if options["queues"] and options["max_lag"] is None:
-            raise CommandError("--queue goes with --max-lag.")
+            raise CommandError("--queue goes with --max-lag.", returncode=2)
         checks = run_checks(
             options["database"],
             worker_host=(options["hostname"] or socket.gethostname())
