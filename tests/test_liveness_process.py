@@ -80,7 +80,7 @@ def test_reset_lease_now_is_fenced_against_a_worker_that_resumes():
         process.send_signal(signal.SIGCONT)
         process.kill()
     assert code == 0, output
-    assert "does not hold the lease" in output
+    assert "does not hold lease" in output
     rows = list(History.objects.filter(task__rn="s").values_list("typ", "worker"))
     assert rows == [
         (EventType.ASSIGNMENT, worker.name),
