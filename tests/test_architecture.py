@@ -27,11 +27,10 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "models",
         "signals",
         "checks",
-        "apps",
         "migrations",
     ),
     "runtime": ("handlers", "worker", "monitor", "health"),
-    "faces": ("management", "api", "admin", "backends", "metrics", "__init__"),
+    "faces": ("management", "api", "admin", "backends", "metrics", "apps", "__init__"),
 }
 ORDER = list(LAYERS)
 
