@@ -7,10 +7,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...backends import register_handlers
 from ...conf import scylla_settings
 from ...handlers import autodiscover, registry
 from ...worker import TaskWorker
 from ..base import StopSignals, configure_logging, duration, positive_int, queue_name, seconds
+from ..reloader import run_with_reloader
 
 
 class Command(BaseCommand):
@@ -65,6 +67,11 @@ class Command(BaseCommand):
             "--once", action="store_true", help="lease one batch, finish it and exit"
         )
         parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="restart on code changes, yielding the running tasks first (development)",
+        )
+        parser.add_argument(
             "--handlers",
             dest="handler_modules",
             action="append",
@@ -76,6 +83,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"])
         autodiscover()
+        register_handlers()
         for module in options["handler_modules"]:
             try:
                 importlib.import_module(module)
@@ -91,9 +99,14 @@ class Command(BaseCommand):
                 max_tasks=options["max_tasks"],
                 grace_period=options["grace_period"],
                 registry=registry,
-                using=options.get("database") or "default",
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
+        if options["reload"]:
+            with StopSignals(on_stop=worker.stop).installed():
+                code = run_with_reloader(worker, once=options["once"])
+            if code:
+                raise CommandError(f"the worker exited with status {code}", returncode=code)
+            return
         with StopSignals(on_stop=worker.stop).installed():
             worker.run(once=options["once"])
