@@ -12,7 +12,7 @@ from django.db import OperationalError
 from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import LeaseLost, TaskCancelled
 from scylla_django.handlers import HandlerAlreadyRegistered, HandlerRegistry, TaskContext, handler
-from scylla_django.models import History, Task, Worker
+from scylla_django.models import History, Task, TaskQuerySet, Worker
 from scylla_django.worker import TaskWorker
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
 from tests.processes import wait_until
@@ -136,7 +136,7 @@ def test_failed_heartbeats_make_the_worker_give_the_task_up(monkeypatch, setting
     worker = TaskWorker(["t-sleep"], heartbeat_interval=0.1, poll_interval=0.05)
     thread = run_in_thread(worker)
     wait_until(lambda: worker.in_flight_count() == 1, what="leased")
-    monkeypatch.setattr(Task, "heartbeat", broken)
+    monkeypatch.setattr(TaskQuerySet, "heartbeat_many", broken)
     wait_until(lambda: worker.in_flight_count() == 0, timeout=5, what="the task to be given up")
     worker.stop()
     thread.join(10)

@@ -59,3 +59,14 @@ def bad_result(ctx):
 def stubborn(ctx):
     """Sleep without ever checking for a stop."""
     time.sleep(ctx.spec.get("seconds", 60))
+
+
+@handler("t-exit")
+def exit_(ctx):
+    """End with SystemExit, as sys.exit() in library code would."""
+    raise SystemExit(f"exit from {ctx.task.rn}")
+
+
+@handler("t-interrupt")
+def interrupt(ctx):
+    raise KeyboardInterrupt

@@ -12,13 +12,17 @@ from ...handlers import autodiscover, registry
 from ...worker import TaskWorker
 from ..base import StopSignals, configure_logging, duration, positive_int, queue_name, seconds
 
+# Exit status when handlers ignoring ctx.check() outlived the grace period of a shutdown.
+EXIT_ABANDONED = 3
+
 
 class Command(BaseCommand):
     help = (
         "Run a worker: lease tasks of the given queues while there is free capacity, run their "
         "handlers (from each app's handlers.py), heartbeat them and finish them. The first "
-        "SIGTERM/SIGINT yields the running tasks and exits 0 after a grace period; a second "
-        "exits at once."
+        "SIGTERM/SIGINT yields the running tasks and exits after a grace period: 0, or 3 if "
+        "handlers were still running then (they are abandoned); a second signal exits at once "
+        "with 1."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -97,3 +101,9 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         with StopSignals(on_stop=worker.stop).installed():
             worker.run(once=options["once"])
+        if worker.abandoned:
+            raise CommandError(
+                f"{len(worker.abandoned)} handler(s) still running after the grace period "
+                f"were abandoned (their tasks were yielded): {', '.join(worker.abandoned)}",
+                returncode=EXIT_ABANDONED,
+            )
