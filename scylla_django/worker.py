@@ -53,6 +53,7 @@ from .exceptions import (
 )
 from .handlers import HandlerRegistry, TaskContext
 from .handlers import registry as default_registry
+from .listener import Listener
 from .models import Outcome, Task, Worker
 from .validation import validate_json, validate_queues
 
@@ -89,6 +90,9 @@ class TaskWorker:
     - `batch_size`, `batch_wait`: outcomes are written when `batch_size` are ready or
       `batch_wait` seconds after the first of a batch, whichever comes first.
     - `summary_interval`: seconds between INFO summaries (per-task lines are DEBUG).
+    - `listen`: on PostgreSQL, LISTEN for ready tasks and cancellations (see `listener.py`)
+      over the database's own settings, or over `listen_dsn` (a session, not a
+      transaction-mode pooler); polling goes on as a fallback.
     """
 
     def __init__(
@@ -106,6 +110,8 @@ class TaskWorker:
         batch_size: int = 100,
         batch_wait: float = 0.002,
         summary_interval: float = 60.0,
+        listen: bool = True,
+        listen_dsn: str | None = None,
     ) -> None:
         self.queues = validate_queues(list(queues))
         missing = [q for q in self.queues if registry.get(q) is None]
@@ -134,6 +140,10 @@ class TaskWorker:
         self.batch_size = batch_size
         self.batch_wait = batch_wait
         self.summary_interval = summary_interval
+        self.listen = listen
+        self.listen_dsn = listen_dsn
+        self.listener: Listener | None = None
+        """The LISTEN connection's thread, on PostgreSQL (None elsewhere or if not `listen`)."""
         self.worker: Worker | None = None
         self.leased = 0
         self.abandoned: list[str] = []
@@ -194,10 +204,22 @@ class TaskWorker:
         ]
         for number in range(self.concurrency):
             self._thread(self._handler_loop, f"scylla-task-{number}")
+        if self.listen and connections[self.using].vendor == "postgresql":
+            self.listener = Listener(
+                on_ready=self._on_ready,
+                on_stop=self._on_stop,
+                on_connect=self._on_listening,
+                using=self.using,
+                dsn=self.listen_dsn,
+                name=f"scylla_django {self.name}",
+            )
+            self.listener.start()
         try:
             self._lease_loop(once)
             self._wait(self.stopping.is_set)  # finish the tasks in hand
         finally:
+            if self.listener is not None:
+                self.listener.close()
             self._shutdown()
             self._done.set()
             self._beat_now.set()
@@ -212,6 +234,19 @@ class TaskWorker:
         thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
         return thread
+
+    def _on_ready(self, queue: str) -> None:
+        if queue in self.queues:
+            self._wake.set()
+
+    def _on_stop(self, worker: str) -> None:
+        if worker == self.name:
+            self._beat_now.set()  # the heartbeat's refusal tells which task, and stops it
+
+    def _on_listening(self) -> None:
+        # Whatever was notified while the LISTEN was down: lease and heartbeat now.
+        self._wake.set()
+        self._beat_now.set()
 
     def _register(self) -> Worker:
         return Worker.objects.db_manager(self.using).register(

@@ -69,6 +69,20 @@ class Command(BaseCommand):
             "--once", action="store_true", help="lease one batch, finish it and exit"
         )
         parser.add_argument(
+            "--listen-dsn",
+            default=None,
+            metavar="DSN",
+            help="PostgreSQL: connection string of the LISTEN connection that wakes the worker "
+            "(default: the database's settings). Give the server itself, or a session-mode "
+            "pool, when the database goes through a transaction-mode pooler",
+        )
+        parser.add_argument(
+            "--no-listen",
+            dest="listen",
+            action="store_false",
+            help="PostgreSQL: do not LISTEN; only poll",
+        )
+        parser.add_argument(
             "--handlers",
             dest="handler_modules",
             action="append",
@@ -96,6 +110,8 @@ class Command(BaseCommand):
                 grace_period=options["grace_period"],
                 registry=registry,
                 using=options.get("database") or "default",
+                listen=options["listen"],
+                listen_dsn=options["listen_dsn"],
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
