@@ -393,7 +393,8 @@ class TaskWorker:
         self._wake.set()
         with self._outcomes_ready:
             self._outcomes.append((ctx, outcome))
-            self._outcomes_ready.notify()
+            if len(self._outcomes) in (1, self.batch_size):  # the first wakes, a full one flushes
+                self._outcomes_ready.notify()
 
     def _release(self, done: Sequence[TaskContext], handlers: int = 0) -> None:
         with self._lock:
@@ -412,9 +413,13 @@ class TaskWorker:
                         self._outcomes_ready.wait()
                     if not self._outcomes:
                         return
-                    if len(self._outcomes) < self.batch_size and self.batch_wait > 0:
-                        # Let the batch fill up a little; a full one wakes us at once.
-                        self._outcomes_ready.wait(self.batch_wait)
+                    # Let the batch fill up for `batch_wait`; a full one wakes us at once.
+                    deadline = time.monotonic() + self.batch_wait
+                    while len(self._outcomes) < self.batch_size and not self._done.is_set():
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._outcomes_ready.wait(left)
                     batch = self._outcomes[: self.batch_size]
                     del self._outcomes[: self.batch_size]
                 self._write(batch)
