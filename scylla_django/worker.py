@@ -9,7 +9,9 @@ Threads:
 - the caller's thread runs `run()`: it leases (pull model: as many tasks as there are free
   slots, in one statement), hands them to the handler threads, and on shutdown yields what is
   still in flight;
-- `concurrency` handler threads run handlers, one task at a time each;
+- `concurrency` handler threads run handlers, one task at a time each; `async def` handlers
+  run on one event loop thread instead, as many at once as there are free slots, with the same
+  `ctx` (`ctx.check()` and `ctx.set_progress()` are plain calls);
 - a heartbeat thread extends every in-flight lease in one statement each `heartbeat_interval`
   (at once when told a task of this worker was cancelled), sends progress, and stops a task
   whose lease the database refused (cancelled, lost, aborted by the monitor) or whose
@@ -27,6 +29,8 @@ process alive after the grace period (its task was yielded already); `abandoned`
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import os
 import queue
@@ -159,6 +163,7 @@ class TaskWorker:
         self._in_flight: dict[int, TaskContext] = {}  # leased, outcome not written yet
         self._busy = 0  # handlers running
         self._jobs: queue.SimpleQueue[TaskContext | None] = queue.SimpleQueue()
+        self._loop: asyncio.AbstractEventLoop | None = None  # runs `async def` handlers
         self._outcomes: list[tuple[TaskContext, Outcome]] = []
         self._outcomes_ready = threading.Condition(threading.Lock())
         self._counts = {"completed": 0, "aborted": 0, "stopped": 0, "not written": 0}
@@ -205,6 +210,9 @@ class TaskWorker:
         ]
         for number in range(self.concurrency):
             self._thread(self._handler_loop, f"scylla-task-{number}")
+        if any(inspect.iscoroutinefunction(self.registry.get(q)) for q in self.queues):
+            self._loop = asyncio.new_event_loop()
+            self._thread(self._loop.run_forever, "scylla-async")
         if self.listen and connections[self.using].vendor == "postgresql":
             self.listener = Listener(
                 on_ready=self._on_ready,
@@ -228,6 +236,8 @@ class TaskWorker:
                 self._outcomes_ready.notify_all()
             for thread in threads:
                 thread.join(timeout=5)
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
             if not connections[self.using].in_atomic_block:
                 connections[self.using].close()  # this thread's; others closed their own
 
@@ -299,7 +309,10 @@ class TaskWorker:
         logger.debug(
             "%s leased %s (queue %s, attempt %d)", self.name, task.rn, task.queue, task.attempts
         )
-        self._jobs.put(ctx)
+        if self._loop is not None and inspect.iscoroutinefunction(self.registry.get(task.queue)):
+            asyncio.run_coroutine_threadsafe(self._execute_async(ctx), self._loop)
+        else:
+            self._jobs.put(ctx)
 
     def _wait(self, give_up: Callable[[], bool]) -> None:
         """Wait until no task is in flight (handlers done, outcomes written), or `give_up()`."""
@@ -361,36 +374,62 @@ class TaskWorker:
                 self._release([ctx], handlers=1 if ctx.handler_running else 0)
 
     def _execute(self, ctx: TaskContext) -> None:
-        task = ctx.task
-        func = self.registry.get(task.queue)
+        func = self.registry.get(ctx.task.queue)
         assert func is not None, "leased a task of a queue without a handler"
         outcome: Outcome | None
         ctx.handler_running = True
         try:
-            result = func(ctx)
-        except (TaskCancelled, LeaseLost, WorkerStopping) as exc:
-            logger.info("%s stopped %s: %s", self.name, task.rn, exc)
-            outcome = None
-        except Abort as exc:
-            outcome = Outcome(task.pk, task.attempts, errors=[exc.as_error()])
+            outcome = self._returned(ctx, func(ctx))
         except BaseException as exc:  # SystemExit, KeyboardInterrupt: a handler never ends us
-            logger.warning("%s: handler of %s raised %r", self.name, task.rn, exc)
-            outcome = Outcome(task.pk, task.attempts, errors=[exception_error(exc)])
-        else:
-            try:
-                result = validate_json(result, "result", allow_null=True)
-                outcome = Outcome(task.pk, task.attempts, result)
-            except ValidationError as exc:  # a result that is not JSON, or too large
-                logger.warning("%s: the result of %s was rejected: %s", self.name, task.rn, exc)
-                error = {"code": "invalid_result", "args": {}, "description": str(exc)[:500]}
-                outcome = Outcome(task.pk, task.attempts, errors=[error])
+            outcome = self._raised(ctx, exc)
         finally:
             ctx.handler_running = False
-        if outcome is not None and ctx.stopped and not ctx.yielded:
-            logger.info("%s: %s was stopped; its outcome is not written", self.name, task.rn)
-            outcome = None
         if any(c.connection is not None for c in connections.all(initialized_only=True)):
             close_old_connections()  # the handler's own queries: as at the end of a request
+        self._handled(ctx, outcome)
+
+    async def _execute_async(self, ctx: TaskContext) -> None:
+        """An `async def` handler, on the event loop thread: many run at once there."""
+        func = self.registry.get(ctx.task.queue)
+        assert func is not None, "leased a task of a queue without a handler"
+        outcome: Outcome | None
+        ctx.handler_running = True
+        try:
+            outcome = self._returned(ctx, await func(ctx))
+        except BaseException as exc:  # asyncio.CancelledError too
+            outcome = self._raised(ctx, exc)
+        finally:
+            ctx.handler_running = False
+        try:
+            self._handled(ctx, outcome)
+        except Exception:  # a bug of ours: log it, give the task up
+            logger.exception("%s: running %s failed", self.name, ctx.task.rn)
+            self._release([ctx], handlers=1)
+
+    def _returned(self, ctx: TaskContext, result: Any) -> Outcome:
+        task = ctx.task
+        try:
+            return Outcome(task.pk, task.attempts, validate_json(result, "result", allow_null=True))
+        except ValidationError as exc:  # a result that is not JSON, or too large
+            logger.warning("%s: the result of %s was rejected: %s", self.name, task.rn, exc)
+            error = {"code": "invalid_result", "args": {}, "description": str(exc)[:500]}
+            return Outcome(task.pk, task.attempts, errors=[error])
+
+    def _raised(self, ctx: TaskContext, exc: BaseException) -> Outcome | None:
+        task = ctx.task
+        if isinstance(exc, TaskCancelled | LeaseLost | WorkerStopping):
+            logger.info("%s stopped %s: %s", self.name, task.rn, exc)
+            return None
+        if isinstance(exc, Abort):
+            return Outcome(task.pk, task.attempts, errors=[exc.as_error()])
+        logger.warning("%s: handler of %s raised %r", self.name, task.rn, exc)
+        return Outcome(task.pk, task.attempts, errors=[exception_error(exc)])
+
+    def _handled(self, ctx: TaskContext, outcome: Outcome | None) -> None:
+        """Free the handler's slot and queue its outcome for the writer (or drop the task)."""
+        if outcome is not None and ctx.stopped and not ctx.yielded:
+            logger.info("%s: %s was stopped; its outcome is not written", self.name, ctx.task.rn)
+            outcome = None
         if outcome is None:
             self._count("stopped")
             self._release([ctx], handlers=1)
