@@ -161,7 +161,6 @@ class TaskWorker:
         self._lock = threading.Lock()
         self._lease_lock = threading.Lock()  # a heartbeat pass and a yield never overlap
         self._in_flight: dict[int, TaskContext] = {}  # leased, outcome not written yet
-        self._busy = 0  # handlers running
         self._jobs: queue.SimpleQueue[TaskContext | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None  # runs `async def` handlers
         self._outcomes: list[tuple[TaskContext, Outcome]] = []
@@ -261,7 +260,12 @@ class TaskWorker:
 
     def _register(self) -> Worker:
         return Worker.objects.db_manager(self.using).register(
-            self.queues, self.concurrency, hostname=socket.gethostname(), pid=os.getpid()
+            self.queues,
+            self.concurrency,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            heartbeat_interval=self.heartbeat_interval,
+            lease_timeout=self.lease_timeout,
         )
 
     def _lease_loop(self, once: bool) -> None:
@@ -271,13 +275,13 @@ class TaskWorker:
                 break
             self._wake.clear()  # before leasing: a wake-up during the lease is not lost
             with self._lock:
-                free = self.concurrency - self._busy
+                free = self.concurrency - len(self._in_flight)
             if 0 < free < self.concurrency and self.batch_wait > 0:
                 # Other handlers are busy and may be about to finish: a moment's wait lets one
                 # lease fill several slots instead of one statement per slot.
                 self.stopping.wait(self.batch_wait)
                 with self._lock:
-                    free = self.concurrency - self._busy
+                    free = self.concurrency - len(self._in_flight)
             if free > 0:
                 if self.max_tasks is not None:
                     free = min(free, self.max_tasks - self.leased)
@@ -304,7 +308,6 @@ class TaskWorker:
         ctx = TaskContext(task, self.worker_model)
         with self._lock:
             self._in_flight[task.pk] = ctx
-            self._busy += 1
         self.leased += 1
         logger.debug(
             "%s leased %s (queue %s, attempt %d)", self.name, task.rn, task.queue, task.attempts
@@ -371,7 +374,7 @@ class TaskWorker:
                 self._execute(ctx)
             except Exception:  # a bug of ours: log it, give the task up, keep the thread
                 logger.exception("%s: running %s failed", self.name, ctx.task.rn)
-                self._release([ctx], handlers=1 if ctx.handler_running else 0)
+                self._release([ctx])
 
     def _execute(self, ctx: TaskContext) -> None:
         func = self.registry.get(ctx.task.queue)
@@ -404,7 +407,7 @@ class TaskWorker:
             self._handled(ctx, outcome)
         except Exception:  # a bug of ours: log it, give the task up
             logger.exception("%s: running %s failed", self.name, ctx.task.rn)
-            self._release([ctx], handlers=1)
+            self._release([ctx])
 
     def _returned(self, ctx: TaskContext, result: Any) -> Outcome:
         task = ctx.task
@@ -432,21 +435,18 @@ class TaskWorker:
             outcome = None
         if outcome is None:
             self._count("stopped")
-            self._release([ctx], handlers=1)
+            self._release([ctx])
             return
-        with self._lock:
-            self._busy -= 1
-        self._wake.set()
+        # The slot stays taken until the outcome is written: a task is the worker's until then.
         with self._outcomes_ready:
             self._outcomes.append((ctx, outcome))
             if len(self._outcomes) in (1, self.batch_size):  # the first wakes, a full one flushes
                 self._outcomes_ready.notify()
 
-    def _release(self, done: Sequence[TaskContext], handlers: int = 0) -> None:
+    def _release(self, done: Sequence[TaskContext]) -> None:
         with self._lock:
             for ctx in done:
                 self._in_flight.pop(ctx.task.pk, None)
-            self._busy -= handlers
         self._wake.set()
 
     # -- writing outcomes -------------------------------------------------------------------

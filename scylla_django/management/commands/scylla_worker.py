@@ -11,10 +11,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...backends import register_handlers
 from ...conf import scylla_settings
 from ...handlers import autodiscover, registry
 from ...worker import TaskWorker, WorkerProcesses
 from ..base import StopSignals, configure_logging, duration, positive_int, queue_name, seconds
+from ..reloader import run_with_reloader
 
 # Exit status when handlers ignoring ctx.check() outlived the grace period of a shutdown.
 EXIT_ABANDONED = 3
@@ -97,6 +99,11 @@ class Command(BaseCommand):
             help="PostgreSQL: do not LISTEN; only poll",
         )
         parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="restart on code changes, yielding the running tasks first (development)",
+        )
+        parser.add_argument(
             "--handlers",
             dest="handler_modules",
             action="append",
@@ -108,6 +115,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"])
         autodiscover()
+        register_handlers()
         for module in options["handler_modules"]:
             try:
                 importlib.import_module(module)
@@ -133,6 +141,14 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from exc
 
         worker = make_worker()  # bad options fail here, before any process starts
+        if options["reload"]:
+            if options["processes"] > 1:
+                raise CommandError("--reload runs one worker process; leave out --processes")
+            with StopSignals(on_stop=worker.stop).installed():
+                code = run_with_reloader(worker, once=options["once"])
+            if code:
+                raise CommandError(f"the worker exited with status {code}", returncode=code)
+            return
         if options["processes"] > 1:
             self._supervise(make_worker, options["processes"], options["once"])
             return
