@@ -399,3 +399,73 @@ def postgresql_notify(using: str, channel: str, payloads: Sequence[str]) -> None
             "SELECT count(pg_notify(%s, p)) FROM unnest(%s::text[]) AS p",
             [channel, sorted(set(payloads))],
         )
+
+
+def update_returning_pks(fenced: QuerySet[Any], values: dict[str, Any]) -> set[int]:
+    """Apply `values` to the rows `fenced` selects, in one statement; return their pks.
+
+    PostgreSQL and SQLite (3.35+) return the updated keys from the UPDATE itself. Elsewhere the
+    rows are locked and read first, then updated, in one transaction.
+    """
+    connection = connections[fenced.db]
+    if connection.vendor not in {"postgresql", "sqlite"}:
+        with transaction.atomic(using=fenced.db):
+            pks = set(fenced.select_for_update().values_list("pk", flat=True))
+            fenced.model._default_manager.using(fenced.db).filter(pk__in=pks).update(**values)
+        return pks
+    query = cast(sql.UpdateQuery, fenced.query.chain(sql.UpdateQuery))
+    query.add_update_values(values)
+    compiler = query.get_compiler(fenced.db)
+    update_sql, params = compiler.as_sql()
+    pk_column = connection.ops.quote_name(str(fenced.model._meta.pk.column))
+    with connection.cursor() as cursor:
+        cursor.execute(f"{update_sql} RETURNING {pk_column}", params)
+        return {row[0] for row in cursor.fetchall()}
+
+
+def postgresql_finish(using: str, worker: str, rows: Sequence[dict[str, Any]]) -> set[int]:
+    """Complete or abort several leases of `worker` in one statement (PostgreSQL).
+
+    `rows` are `{id, attempts, status, result, errors}` with status completed or aborted. Each
+    task is fenced on its lease (running, owner, attempts); a data-modifying CTE writes the
+    TaskCompletion/TaskAbort row of each one that matched. Returns the pks written.
+    """
+    from .enums import EventType, Status
+    from .models import History, Task
+
+    quote = connections[using].ops.quote_name
+    task, history = quote(Task._meta.db_table), quote(History._meta.db_table)
+    statement = f"""
+        WITH outcome AS (
+            SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
+                AS o(id bigint, attempts integer, status text, result jsonb, errors jsonb)
+        ), changed AS (
+            UPDATE {task} AS t
+            SET status = o.status,
+                progress = CASE WHEN o.status = %(completed)s THEN 1.0 ELSE t.progress END,
+                result = CASE WHEN o.status = %(completed)s THEN o.result ELSE t.result END,
+                errors = CASE WHEN o.status = %(completed)s THEN t.errors ELSE o.errors END,
+                deadline = NULL, updated = statement_timestamp()
+            FROM outcome AS o
+            WHERE t.id = o.id AND t.status = %(running)s AND t.owner = %(worker)s
+              AND t.attempts = o.attempts
+            RETURNING t.id, t.status, t.progress
+        ), logged AS (
+            INSERT INTO {history} (task_id, typ, worker, progress, time)
+            SELECT id, CASE WHEN status = %(completed)s THEN %(completion)s ELSE %(abort)s END,
+                   %(worker)s, progress, statement_timestamp()
+            FROM changed
+        )
+        SELECT id FROM changed
+    """
+    params = {
+        "rows": json.dumps(list(rows)),
+        "completed": Status.COMPLETED.value,
+        "running": Status.RUNNING.value,
+        "worker": worker,
+        "completion": EventType.COMPLETION.value,
+        "abort": EventType.ABORT.value,
+    }
+    with connections[using].cursor() as cursor:
+        cursor.execute(statement, params)
+        return {row[0] for row in cursor.fetchall()}

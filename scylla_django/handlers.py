@@ -37,8 +37,12 @@ class TaskContext:
         self._progress = task.progress
         self._stop: ScyllaError | None = None
         self._lock = threading.Lock()
+        # Kept by the worker: heartbeats failed in a row, progress the database has, whether
+        # the lease was given back, whether the handler is still running.
         self.failed_heartbeats = 0
+        self.sent_progress = task.progress
         self.yielded = False
+        self.handler_running = False
 
     @property
     def spec(self) -> Any:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, models, transaction
-from django.db.models import Case, Exists, F, Max, Min, Q, Value, When, sql
+from django.db.models import Case, Exists, F, FloatField, Max, Min, Q, Value, When, sql
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce, Greatest
 from django.dispatch import Signal
@@ -40,6 +40,7 @@ from .exceptions import (
     InvalidTransition,
     LeaseLost,
     OwnerAlive,
+    ScyllaError,
     TaskCancelled,
     TaskNotFound,
     WorkerNotFound,
@@ -609,6 +610,143 @@ class TaskQuerySet(models.QuerySet["Task"]):
             )
         return self.filter(errors__contains=[{"code": code}])
 
+    # -- worker set operations --------------------------------------------------------------
+
+    def heartbeat_many(
+        self,
+        worker: Worker | str,
+        leases: Mapping[int, tuple[int, float | None]],
+        *,
+        timeout: timedelta | float | None = None,
+    ) -> set[int]:
+        """Extend several leases of `worker` in one statement; return the pks it extended.
+
+        `leases` maps a task pk to `(attempts, progress)`: a lease is the task's `attempts` when
+        it was leased, so a late call from an earlier lease of the same task is refused, and a
+        progress of None leaves the progress as it is. Each row is fenced as `Task.heartbeat()`
+        fences it (running, owned by `worker`, not yielded). A pk missing from the result was
+        cancelled, lost or finished: `refusals()` says which.
+        """
+        name = worker_name(worker)
+        lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
+        if not leases:
+            return set()
+        held = Q()
+        for pk, (attempts, _) in leases.items():
+            held |= Q(pk=pk, attempts=attempts)
+        fenced = (
+            self.model.objects.using(self.db)
+            .filter(held, status__in=sources(Operation.HEARTBEAT), owner=name)
+            .filter(NOT_YIELDED)
+        )
+        values: dict[str, Any] = {"deadline": _now_plus(lease_for), "updated": Now()}
+        progress = [
+            When(pk=pk, then=Value(validate_progress(value)))
+            for pk, (_, value) in leases.items()
+            if value is not None
+        ]
+        if progress:
+            values["progress"] = Case(*progress, default=F("progress"), output_field=FloatField())
+        return db.update_returning_pks(fenced, values)
+
+    def finish_many(self, worker: Worker | str, outcomes: Sequence[Outcome]) -> set[int]:
+        """Complete or abort several leases of `worker` at once; return the pks finished.
+
+        An outcome with `errors` aborts its task (running → aborted), one without completes it
+        (running → completed, progress 1.0, with its `result`). Each row is fenced on its lease
+        (running, owned by `worker`, the same `attempts`) and gets its TaskCompletion/TaskAbort
+        row in the same transaction (on PostgreSQL, in the same statement). A pk missing from the
+        result was not written: `refusals()` says why.
+        """
+        name = worker_name(worker)
+        rows = [
+            {
+                "id": outcome.pk,
+                "attempts": outcome.attempts,
+                "status": Status.COMPLETED if outcome.errors is None else Status.ABORTED,
+                "result": validate_json(outcome.result, "result", allow_null=True)
+                if outcome.errors is None
+                else None,
+                "errors": None if outcome.errors is None else validate_errors(outcome.errors),
+            }
+            for outcome in outcomes
+        ]
+        if not rows:
+            return set()
+        if db.uses_single_statement_transitions(connections[self.db]):
+            done = db.postgresql_finish(self.db, name, rows)
+        else:
+            done = self._finish_portable(name, rows)
+        if done and signals.task_finished.has_listeners(Task):
+            for task in self.model.objects.using(self.db).filter(pk__in=done):
+                _later(signals.task_finished, self.db, task=task, status=task.status)
+        return done
+
+    def _finish_portable(self, name: str, rows: list[dict[str, Any]]) -> set[int]:
+        manager = self.model.objects.using(self.db)
+        done: set[int] = set()
+        with db.write_atomic(self.db):
+            for row in rows:
+                completed = row["status"] == Status.COMPLETED
+                values: dict[str, Any] = {"status": row["status"], "deadline": None}
+                if completed:
+                    values.update(progress=1.0, result=row["result"])
+                else:
+                    values["errors"] = row["errors"]
+                fenced = manager.filter(
+                    pk=row["id"], status=Status.RUNNING, owner=name, attempts=row["attempts"]
+                )
+                if fenced.update(updated=Now(), **values):
+                    done.add(row["id"])
+            events = {Status.COMPLETED: EventType.COMPLETION, Status.ABORTED: EventType.ABORT}
+            History.objects.using(self.db).bulk_create(
+                History(task_id=pk, typ=events[Status(status)], worker=name, progress=progress)
+                for pk, status, progress in manager.filter(pk__in=done).values_list(
+                    "pk", "status", "progress"
+                )
+            )
+        return done
+
+    def refusals(self, worker: Worker | str, leases: Mapping[int, int]) -> dict[int, ScyllaError]:
+        """Why `worker` no longer holds these leases (task pk → attempts), one error per pk.
+
+        TaskCancelled for a cancelled task; InvalidTransition for a task this very lease has
+        finished already (a write retried after its reply was lost); TaskNotFound for a purged
+        one; LeaseLost for everything else (reset, taken over, aborted by the monitor, yielded).
+        """
+        name = worker_name(worker)
+        current = {
+            pk: (rn, status, owner, attempts)
+            for pk, rn, status, owner, attempts in self.model.objects.using(self.db)
+            .filter(pk__in=list(leases))
+            .values_list("pk", "rn", "status", "owner", "attempts")
+        }
+        finished = _finished_by(name, list(current), self.db)
+        errors: dict[int, ScyllaError] = {}
+        for pk, attempts in leases.items():
+            if pk not in current:
+                errors[pk] = TaskNotFound(f"Task {pk} no longer exists.")
+                continue
+            rn, status, owner, now_attempts = current[pk]
+            if status == Status.CANCELLED:
+                errors[pk] = TaskCancelled(f"Task {rn} was cancelled.", rn=rn, status=status)
+            elif owner == name and now_attempts == attempts and pk in finished:
+                errors[pk] = InvalidTransition(
+                    f"Task {rn} is already {status}.", rn=rn, status=status
+                )
+            elif status == Status.RUNNING and owner == name and now_attempts == attempts:
+                errors[pk] = LeaseLost(
+                    f"{name} gave the lease of task {rn} back.", rn=rn, status=status
+                )
+            else:
+                errors[pk] = LeaseLost(
+                    f"{name} does not hold the lease of task {rn} "
+                    f"(status {status}, owner {owner}, attempt {now_attempts}).",
+                    rn=rn,
+                    status=status,
+                )
+        return errors
+
 
 def _terminal_statuses(statuses: Iterable[str] | None) -> list[str]:
     if statuses is None:
@@ -810,7 +948,9 @@ class Task(models.Model):
         values: dict[str, Any] = {"deadline": _now_plus(lease_for, Clock)}
         if progress is not None:
             values["progress"] = validate_progress(progress)
-        self._apply(Operation.HEARTBEAT, worker, values, refresh=["deadline", "progress"])
+        self._apply(
+            Operation.HEARTBEAT, worker, values, refresh=["deadline", "progress"], fence=NOT_YIELDED
+        )
 
     def complete(self, worker: Worker | str, result: Any = None) -> None:
         """running → completed, with progress 1.0 and an optional JSON `result`."""
@@ -860,12 +1000,15 @@ class Task(models.Model):
         worker: Worker | str | None,
         values: dict[str, Any],
         refresh: Sequence[str] = ("status", "progress", "deadline", "owner", "errors", "result"),
+        fence: Q | None = None,
         notify: tuple[str, str] | None = None,
     ) -> None:
         transition = TRANSITIONS[operation]
         name = worker_name(worker) if worker is not None else None
         using = self._state.db or "default"
         fenced = Task.objects.using(using).filter(pk=self.pk, status__in=sources(operation))
+        if fence is not None:
+            fenced = fenced.filter(fence)
         if transition.owner_only:
             # Fenced on the lease itself: a late call from an earlier lease of the same worker
             # (reset, then leased again) carries an older attempt and matches nothing.
@@ -912,7 +1055,9 @@ class Task(models.Model):
             if status == Status.CANCELLED:
                 return TaskCancelled(f"Task {self.rn} was cancelled.", rn=self.rn, status=status)
             same_lease = owner == worker and current["attempts"] == self.attempts
-            if status != Status.RUNNING and same_lease:
+            # Finished by this very lease (a write retried after its reply was lost), not by
+            # the monitor aborting it: only then is the old owner told "already finished".
+            if status != Status.RUNNING and same_lease and _finished_by(worker, [self.pk], using):
                 return InvalidTransition(
                     f"Task {self.rn} is already {status}.", rn=self.rn, status=status
                 )
@@ -1433,3 +1578,39 @@ class Monitor(models.Model):
         Monitor.objects.using(self._state.db).filter(pk=self.pk, stopped__isnull=True).update(
             stopped=Now()
         )
+
+
+# A yield is the only write that sets a task's deadline before its own `updated` time, so a
+# running task with `deadline < updated` has been given back. A heartbeat is fenced on this row
+# condition rather than on History: PostgreSQL re-checks a row condition against the version a
+# concurrent yield committed, so even a heartbeat already waiting for the row cannot undo a yield.
+NOT_YIELDED = Q(deadline__gte=F("updated"))
+
+
+def _finished_by(worker: str | None, pks: Sequence[int], using: str) -> set[int]:
+    """The tasks among `pks` that `worker` itself completed or aborted (not the monitor)."""
+    if worker is None or not pks:
+        return set()
+    return set(
+        History.objects.using(using)
+        .filter(
+            task_id__in=list(pks),
+            worker=worker,
+            typ__in=[EventType.COMPLETION, EventType.ABORT],
+        )
+        .values_list("task_id", flat=True)
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a worker ends one lease, for `TaskQuerySet.finish_many`.
+
+    The lease is the task's pk and its `attempts` when leased. Without `errors` the task is
+    completed with `result`; with them it is aborted.
+    """
+
+    pk: int
+    attempts: int
+    result: Any = None
+    errors: list[dict[str, Any]] | None = None

@@ -63,7 +63,9 @@ class Monitor:
     """
 
     backoff_initial: float = 1.0
-    backoff_max: float = 30.0
+    # A short cap: the monitor resumes within about a second of the database coming back (a
+    # refused connection costs next to nothing), so expired leases are not left waiting.
+    backoff_max: float = 1.0
 
     def __init__(
         self,
@@ -148,7 +150,8 @@ class Monitor:
 
         A stop is noticed at once, between passes or during a backoff; a pass under way is
         finished first. A database error in a pass is logged as a warning and the pass retried
-        after a backoff (1 s, 2 s, 4 s, … up to `backoff_max`), on a fresh connection.
+        after a backoff (`backoff_initial` doubling up to `backoff_max`, 1 s by default), on
+        a fresh connection.
 
         With `once=True`, a single pass is made and a database error is raised, not retried, so
         that a one-shot run fails loudly.

@@ -97,5 +97,8 @@ def assert_field_error(response, field: str, code: str) -> None:
 
 
 def expire(task: Task, by: timedelta = timedelta(seconds=1)) -> None:
-    """Put a running task's deadline in the past (on the database clock)."""
-    Task.objects.filter(pk=task.pk).update(deadline=Now() - by)
+    """Put a running task's deadline in the past (on the database clock), as if the lease had
+    run out: its last write goes back too, since only a yield puts a deadline before it."""
+    Task.objects.filter(pk=task.pk).update(
+        deadline=Now() - by, updated=Now() - by - timedelta(seconds=1)
+    )

@@ -29,7 +29,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "checks",
         "migrations",
     ),
-    "runtime": ("handlers", "worker", "monitor", "health"),
+    "runtime": ("handlers", "listener", "worker", "monitor", "health"),
     "faces": ("management", "api", "admin", "backends", "metrics", "apps", "__init__"),
 }
 ORDER = list(LAYERS)
