@@ -84,9 +84,14 @@ def _on_leased(sender: Any, task: Task, **kwargs: Any) -> None:
     LEASED.labels(task.queue).inc()
 
 
-def _on_finished(sender: Any, task: Task, status: str, **kwargs: Any) -> None:
+def _on_finished(
+    sender: Any, task: Task, status: str, duration: float | None = None, **kwargs: Any
+) -> None:
     FINISHED.labels(task.queue, status).inc()
-    if status in (Status.COMPLETED, Status.ABORTED) and isinstance(task.updated, datetime):
+    if duration is not None:  # measured by the worker that ran the handler: no query
+        RUN_TIME.labels(task.queue, status).observe(max(duration, 0.0))
+    elif status in (Status.COMPLETED, Status.ABORTED) and isinstance(task.updated, datetime):
+        # Finished through the API: the run time is the lease's, from its TaskAssignment row.
         assigned = (
             History.objects.using(task._state.db or "default")
             .filter(task_id=task.pk, typ=EventType.ASSIGNMENT)

@@ -678,8 +678,15 @@ class TaskQuerySet(models.QuerySet["Task"]):
         else:
             done = self._finish_portable(name, rows)
         if done and signals.task_finished.has_listeners(Task):
+            durations = {outcome.pk: outcome.duration for outcome in outcomes}
             for task in self.model.objects.using(self.db).filter(pk__in=done):
-                _later(signals.task_finished, self.db, task=task, status=task.status)
+                _later(
+                    signals.task_finished,
+                    self.db,
+                    task=task,
+                    status=task.status,
+                    duration=durations.get(task.pk),
+                )
         return done
 
     def _finish_portable(self, name: str, rows: list[dict[str, Any]]) -> set[int]:
@@ -1614,3 +1621,5 @@ class Outcome:
     attempts: int
     result: Any = None
     errors: list[dict[str, Any]] | None = None
+    # Seconds the handler ran, as the worker measured it; sent with `task_finished`.
+    duration: float | None = None

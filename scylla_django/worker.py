@@ -30,6 +30,7 @@ process alive after the grace period (its task was yielded already); `abandoned`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import os
@@ -55,6 +56,7 @@ from .exceptions import (
     ScyllaError,
     TaskCancelled,
     WorkerStopping,
+    error_record,
 )
 from .handlers import HandlerRegistry, TaskContext
 from .handlers import registry as default_registry
@@ -73,15 +75,15 @@ def exception_error(exc: BaseException) -> dict[str, Any]:
     """The error recorded when a handler raises: code `exception`, with type, message, trace."""
     message = str(exc).replace("\x00", "\\0")  # NUL cannot be stored in JSON columns
     trace = "".join(traceback.format_exception(exc)).replace("\x00", "\\0")
-    return {
-        "code": "exception",
-        "args": {
+    return error_record(
+        "exception",
+        f"{type(exc).__name__}: {message}"[:500],
+        {
             "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
             "message": message[:2000],
             "traceback": trace[-8000:],
         },
-        "description": f"{type(exc).__name__}: {message}"[:500],
-    }
+    )
 
 
 def backoff(previous: float) -> float:
@@ -381,12 +383,14 @@ class TaskWorker:
         assert func is not None, "leased a task of a queue without a handler"
         outcome: Outcome | None
         ctx.handler_running = True
+        started = time.monotonic()
         try:
             outcome = self._returned(ctx, func(ctx))
         except BaseException as exc:  # SystemExit, KeyboardInterrupt: a handler never ends us
             outcome = self._raised(ctx, exc)
         finally:
             ctx.handler_running = False
+        outcome = _timed(outcome, started)
         if any(c.connection is not None for c in connections.all(initialized_only=True)):
             close_old_connections()  # the handler's own queries: as at the end of a request
         self._handled(ctx, outcome)
@@ -397,12 +401,14 @@ class TaskWorker:
         assert func is not None, "leased a task of a queue without a handler"
         outcome: Outcome | None
         ctx.handler_running = True
+        started = time.monotonic()
         try:
             outcome = self._returned(ctx, await func(ctx))
         except BaseException as exc:  # asyncio.CancelledError too
             outcome = self._raised(ctx, exc)
         finally:
             ctx.handler_running = False
+        outcome = _timed(outcome, started)
         try:
             self._handled(ctx, outcome)
         except Exception:  # a bug of ours: log it, give the task up
@@ -415,7 +421,7 @@ class TaskWorker:
             return Outcome(task.pk, task.attempts, validate_json(result, "result", allow_null=True))
         except ValidationError as exc:  # a result that is not JSON, or too large
             logger.warning("%s: the result of %s was rejected: %s", self.name, task.rn, exc)
-            error = {"code": "invalid_result", "args": {}, "description": str(exc)[:500]}
+            error = error_record("invalid_result", str(exc)[:500])
             return Outcome(task.pk, task.attempts, errors=[error])
 
     def _raised(self, ctx: TaskContext, exc: BaseException) -> Outcome | None:
@@ -753,3 +759,10 @@ class WorkerProcesses:
             if process.is_alive() and process.pid is not None:
                 with suppress(ProcessLookupError):
                     os.kill(process.pid, signal.SIGTERM)
+
+
+def _timed(outcome: Outcome | None, started: float) -> Outcome | None:
+    """`outcome` with the seconds since `started` (the handler's run time)."""
+    if outcome is None:
+        return None
+    return dataclasses.replace(outcome, duration=time.monotonic() - started)

@@ -10,10 +10,11 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.db.models.functions import Now
+from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
 from scylla_django import metrics
-from scylla_django.models import Monitor, Task, Worker
+from scylla_django.models import Monitor, Outcome, Task, Worker
 from scylla_django.monitor import Monitor as MonitorLoop
 from tests.factories import TaskFactory, running_task
 from tests.processes import ROOT, child_env, finish
@@ -135,6 +136,28 @@ def test_event_counters_and_the_run_time_histogram(client, worker):
     assert delta("scylla_task_run_seconds_count", queue="m-q", status="cancelled") == 0
     assert 0 <= delta("scylla_task_run_seconds_sum", queue="m-q", status="completed") < 5
     assert delta("scylla_task_run_seconds_bucket", queue="m-q", status="completed", le="+Inf") == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_run_time_a_worker_measured_is_observed_without_a_query(client, worker):
+    before = scrape(client)
+    task = running_task(worker, queue="m-timed", rn="m-timed")
+    with CaptureQueriesContext(connection) as queries:
+        done = Task.objects.finish_many(
+            worker, [Outcome(task.pk, task.attempts, result=1, duration=2.5)]
+        )
+    assert done == {task.pk}
+    history_reads = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].lstrip().upper().startswith("SELECT") and "history" in q["sql"]
+    ]
+    assert not history_reads
+    after = scrape(client)
+    labels = {"queue": "m-timed", "status": "completed"}
+    assert value(after, "scylla_task_run_seconds_sum", **labels) - value(
+        before, "scylla_task_run_seconds_sum", **labels
+    ) == pytest.approx(2.5)
 
 
 @pytest.mark.django_db(transaction=True)
