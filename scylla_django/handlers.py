@@ -100,9 +100,6 @@ class HandlerRegistry:
     def queues(self) -> list[str]:
         return sorted(self._handlers)
 
-    def unregister(self, queue: str) -> None:
-        self._handlers.pop(queue, None)
-
 
 registry = HandlerRegistry()
 
@@ -126,12 +123,10 @@ def handler(*queues: str, registry: HandlerRegistry = registry) -> Callable[[H],
 def autodiscover() -> None:
     """Import `handlers.py` of every installed app, registering their handlers.
 
-    The queues of a `django.tasks` ScyllaBackend (its QUEUES) get the Django-task handler.
+    The queues of a `django.tasks` ScyllaBackend are registered by `scylla_worker`, which calls
+    `scylla_django.backends.register_handlers()` too: the registry knows nothing of the adapter.
     """
-    from .backends import register_handlers
-
     autodiscover_modules("handlers")
-    register_handlers()
 
 
 def _qualname(func: Handler) -> str:

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models import F, Max, Q, Value, sql
+from django.db.models.functions import Coalesce, Greatest
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -116,15 +117,78 @@ class SubmitOutcome:
     errors: dict[str, list[str]] = field(default_factory=dict)
 
 
+SCHEDULED = "scheduled"
+
+
+def _due() -> Q:
+    """A task whose `not_before` has passed (or that has none): leasable if it is ready."""
+    return Q(not_before__isnull=True) | Q(not_before__lte=Now())
+
+
+@dataclass(frozen=True)
+class QueueSummary:
+    """One queue, as `Task.objects.queue_summaries()` sees it.
+
+    `counts` has every status and `scheduled`: `ready` counts the leasable tasks only, and
+    `scheduled` the ready tasks whose `not_before` is still ahead. `waiting_since` is when the
+    longest-waiting leasable task became leasable (`created`, or its `not_before` if later),
+    and `waited` how long ago that was on the database clock; both None if none is leasable.
+    """
+
+    queue: str
+    counts: dict[str, int]
+    waiting_since: datetime | None
+    waited: timedelta | None
+
+
 class TaskQuerySet(models.QuerySet["Task"]):
     """Selections, and the set operations of the state machine (lease, reset, purge)."""
 
     def ready(self, queues: Sequence[str] | None = None) -> TaskQuerySet:
         """Ready tasks whose `not_before` has passed, optionally on `queues` (exact names)."""
-        qs = self.filter(status=Status.READY).filter(
-            Q(not_before__isnull=True) | Q(not_before__lte=Now())
-        )
+        qs = self.filter(status=Status.READY).filter(_due())
         return qs.filter(queue__in=list(queues)) if queues is not None else qs
+
+    def queue_summaries(self) -> list[QueueSummary]:
+        """Every queue of this queryset that has tasks, by name: see `QueueSummary`.
+
+        Two GROUP BY queries: counts per (queue, status), which the queue/status index answers
+        alone, and the scheduled count and longest wait over the ready tasks.
+        """
+        counts: dict[str, dict[str, int]] = {}
+
+        def row(queue: str) -> dict[str, int]:
+            return counts.setdefault(queue, dict.fromkeys([*Status.values, SCHEDULED], 0))
+
+        # COUNT(*), not COUNT(id): the queue/status index then answers without reading the table.
+        for queue, status, n in (
+            self.order_by().values_list("queue", "status").annotate(n=models.Count("*"))
+        ):
+            # Ready tasks are counted below, split into leasable and scheduled.
+            row(queue)[status] = 0 if status == Status.READY else n
+        leasable = _due()
+        since = models.Min(Greatest("created", Coalesce("not_before", "created")), filter=leasable)
+        ready = (
+            self.filter(status=Status.READY)
+            .order_by()
+            .values("queue")
+            .annotate(
+                leasable=models.Count("id", filter=leasable),
+                scheduled=models.Count("id", filter=Q(not_before__gt=Now())),
+                since=since,
+                waited=models.ExpressionWrapper(Now() - since, output_field=models.DurationField()),
+            )
+        )
+        waits: dict[str, tuple[datetime | None, timedelta | None]] = {}
+        for found in ready:  # its own snapshot: ready and scheduled always add up
+            row(found["queue"]).update(
+                {Status.READY.value: found["leasable"], SCHEDULED: found["scheduled"]}
+            )
+            waits[found["queue"]] = (found["since"], found["waited"])
+        return [
+            QueueSummary(queue, counts[queue], *waits.get(queue, (None, None)))
+            for queue in sorted(counts)
+        ]
 
     def expired(self) -> TaskQuerySet:
         """Running tasks whose lease deadline has passed (on the database clock)."""

@@ -1,4 +1,6 @@
-"""The monitor (SPEC §5): reset expired leases, then purge terminal tasks past their retention.
+"""The monitor: reset expired leases, then purge terminal tasks past their retention.
+
+See the README, "The monitor and cleanup".
 
 `Monitor.run()` loops until told to stop; `manage.py scylla_monitor` is a thin wrapper around it.
 Any number of monitors may run at once, on one host or many: `Task.objects.reset_expired()` locks
@@ -10,7 +12,6 @@ delete anything twice or anything they should not. Nothing here needs to coordin
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from dataclasses import dataclass
@@ -21,24 +22,9 @@ from django.db import close_old_connections, connections
 
 from .conf import scylla_settings
 from .models import Task
+from .text import DurationError, format_duration, plural, positive_duration
 
 logger = logging.getLogger("scylla_django")
-
-
-def format_duration(value: timedelta) -> str:
-    """`value` for people: "10 days", "12 hours", "90 seconds", "1.5 seconds"."""
-    total = value.total_seconds()
-    for unit, size in (("week", 604800), ("day", 86400), ("hour", 3600), ("minute", 60)):
-        if total >= size and total % size == 0:
-            return plural(int(total // size), unit)
-    if total == int(total):
-        return plural(int(total), "second")
-    return f"{total:g} seconds"
-
-
-def plural(count: int, noun: str) -> str:
-    """`count` and `noun`, plural when needed: "1 task", "2 tasks"."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 @dataclass(frozen=True)
@@ -83,12 +69,16 @@ class Monitor:
         reset_batch_size: int | None = None,
         purge_batch_size: int | None = None,
     ) -> None:
-        if not (isinstance(interval, int | float) and math.isfinite(interval) and interval > 0):
-            raise ValueError(f"interval must be a positive number of seconds, not {interval!r}")
-        if retention is not None and (
-            not isinstance(retention, timedelta) or retention <= timedelta(0)
-        ):
-            raise ValueError(f"retention must be a positive timedelta, not {retention!r}")
+        try:
+            seconds = positive_duration(interval).total_seconds()
+        except DurationError:
+            raise ValueError(
+                f"interval must be a positive number of seconds, not {interval!r}"
+            ) from None
+        try:
+            retention = None if retention is None else positive_duration(retention)
+        except DurationError:
+            raise ValueError(f"retention must be a positive timedelta, not {retention!r}") from None
         for name, size in (
             ("reset_batch_size", reset_batch_size),
             ("purge_batch_size", purge_batch_size),
@@ -97,7 +87,7 @@ class Monitor:
                 isinstance(size, bool) or not isinstance(size, int) or size < 1
             ):
                 raise ValueError(f"{name} must be a positive integer, not {size!r}")
-        self.interval = float(interval)
+        self.interval = seconds
         self.retention = retention
         self.using = using
         self.reset_batch_size = reset_batch_size

@@ -9,81 +9,30 @@ from datetime import timedelta
 
 import pytest
 import yaml
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.db.models.functions import Now
-from rest_framework.authtoken.models import Token
+from django.utils.dateparse import parse_datetime
 from rest_framework.test import APIClient
 
 from scylla_django.enums import EventType, Status
 from scylla_django.models import History, Task, Worker
-from tests.conftest import expire
 from tests.factories import TaskFactory, running_task
+from tests.helpers import (
+    API,
+    CLIENT_PERMISSIONS,
+    TASK_FIELDS,
+    assert_error,
+    assert_field_error,
+    client_for,
+    expire,
+    make_user,
+    post,
+    reload,
+    typs,
+    worker_of,
+)
 
 pytestmark = pytest.mark.django_db
-
-API = "/api/scylla"
-ALL_PERMISSIONS = ("view_task", "submit_task", "cancel_task", "work_task")
-CLIENT_PERMISSIONS = ("view_task", "submit_task", "cancel_task")
-TASK_FIELDS = {
-    "rn",
-    "queue",
-    "spec",
-    "priority",
-    "status",
-    "progress",
-    "created",
-    "updated",
-    "not_before",
-    "errors",
-    "result",
-    "owner",
-    "deadline",
-    "attempts",
-}
-
-
-def grant(user: User, *codenames: str) -> None:
-    """Give `user` these scylla_django permissions (as an operator would in the admin)."""
-    perms = Permission.objects.filter(
-        content_type__app_label="scylla_django", codename__in=codenames
-    )
-    assert perms.count() == len(codenames), "a permission is missing: run the migrations"
-    user.user_permissions.add(*perms)
-
-
-def make_user(username: str, *codenames: str, is_staff: bool = False) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=is_staff)
-    grant(user, *codenames)
-    return user
-
-
-def token_header(user: User) -> str:
-    """The user's `Authorization` header value."""
-    token, _ = Token.objects.get_or_create(user=user)
-    return f"Token {token.key}"
-
-
-def client_for(user: User | None) -> APIClient:
-    """An API client authenticated with the user's token (anonymous for None)."""
-    client = APIClient()
-    if user is not None:
-        client.credentials(HTTP_AUTHORIZATION=token_header(user))
-    return client
-
-
-def worker_of(user: User, queues: tuple[str, ...] = ("default",)) -> Worker:
-    """A worker registered by `user` (as `POST /workers/` does)."""
-    worker = Worker.objects.register(queues=list(queues), capacity=4)
-    Worker.objects.filter(pk=worker.pk).update(user=user)
-    return worker
-
-
-def reload(task: Task) -> Task:
-    return Task.objects.get(pk=task.pk)
-
-
-def typs(task: Task) -> list[str]:
-    return list(History.objects.filter(task=task).order_by("id").values_list("typ", flat=True))
 
 
 @pytest.fixture
@@ -112,26 +61,6 @@ def as_worker(worker_user) -> APIClient:
 def mine(worker_user) -> Worker:
     """The worker that `as_worker` registered."""
     return worker_of(worker_user)
-
-
-def post(client: APIClient, path: str, body: object = None):
-    return client.post(f"{API}{path}", body, format="json")
-
-
-def assert_error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.content
-    body = response.json()
-    assert body["code"] == code, body
-    assert isinstance(body["detail"], str) and body["detail"]
-    return body
-
-
-def assert_field_error(response, field: str, code: str) -> None:
-    body = assert_error(response, 400, "invalid")
-    assert code in [error["code"] for error in body["errors"][field]], body
-
-
-# -- submit -------------------------------------------------------------------------------------
 
 
 def test_submit_creates_a_ready_task(api):
@@ -263,10 +192,11 @@ def test_bulk_takes_a_list_of_1_to_1000(api, body):
     assert not Task.objects.exists()
 
 
-def test_get_bulk_is_the_task_whose_rn_is_bulk(api):
-    assert_error(api.get(f"{API}/tasks/bulk/"), 404, "task_not_found")
-    TaskFactory(rn="bulk")
-    assert api.get(f"{API}/tasks/bulk/").json()["rn"] == "bulk"
+@pytest.mark.parametrize("rn", ["bulk", "cancel"])
+def test_get_bulk_and_cancel_are_the_tasks_with_those_rns(api, rn):
+    assert_error(api.get(f"{API}/tasks/{rn}/"), 404, "task_not_found")
+    TaskFactory(rn=rn)
+    assert api.get(f"{API}/tasks/{rn}/").json()["rn"] == rn
 
 
 # -- read ---------------------------------------------------------------------------------------
@@ -316,6 +246,7 @@ def test_queues_counts_tasks_by_status_and_ages_the_oldest_ready_one(api, worker
     by_queue = {entry["queue"]: entry for entry in response.json()}
     assert by_queue["default"]["counts"] == {
         "ready": 2,
+        "scheduled": 0,
         "running": 0,
         "completed": 0,
         "aborted": 0,
@@ -329,6 +260,39 @@ def test_queues_counts_tasks_by_status_and_ages_the_oldest_ready_one(api, worker
     assert (
         by_queue["default"]["oldest_ready"] == api.get(f"{API}/tasks/{old.rn}/").json()["created"]
     )
+
+
+def test_queues_counts_delayed_tasks_as_scheduled_and_ages_leasable_ones_only(api):
+    from scylla_django.admin import dashboard
+
+    delayed = TaskFactory(queue="default")
+    Task.objects.filter(pk=delayed.pk).update(
+        created=Now() - timedelta(hours=2), not_before=Now() + timedelta(hours=1)
+    )
+    due = TaskFactory(queue="default")  # waiting since its not_before, a minute ago
+    Task.objects.filter(pk=due.pk).update(
+        created=Now() - timedelta(hours=1), not_before=Now() - timedelta(minutes=1)
+    )
+    only_delayed = TaskFactory(queue="later")
+    Task.objects.filter(pk=only_delayed.pk).update(not_before=Now() + timedelta(hours=1))
+    by_queue = {entry["queue"]: entry for entry in api.get(f"{API}/queues/").json()}
+    assert (by_queue["default"]["counts"]["ready"], by_queue["default"]["counts"]["scheduled"]) == (
+        1,
+        1,
+    )
+    assert 59 <= by_queue["default"]["oldest_ready_age"] < 120
+    assert by_queue["later"]["counts"]["ready"] == 0
+    assert by_queue["later"]["counts"]["scheduled"] == 1
+    assert (
+        by_queue["later"]["oldest_ready"] is None and by_queue["later"]["oldest_ready_age"] is None
+    )
+    # The admin dashboard says the same.
+    rows = {row.queue: row for row in dashboard.queue_table()}
+    for queue, entry in by_queue.items():
+        assert rows[queue].counts == entry["counts"]
+        oldest = entry["oldest_ready"]
+        assert rows[queue].waiting_since == (oldest and parse_datetime(oldest))
+    assert rows["default"].waiting_since == reload(due).not_before
 
 
 def test_queues_is_empty_without_tasks(api):
@@ -668,6 +632,7 @@ def test_the_schema_is_openapi_3_with_every_route(api):
     assert set(schema["paths"]) == {
         f"{API}/tasks/",
         f"{API}/tasks/bulk/",
+        f"{API}/tasks/cancel/",
         f"{API}/tasks/{{rn}}/",
         f"{API}/tasks/{{rn}}/cancel/",
         f"{API}/tasks/{{rn}}/heartbeat/",
@@ -679,6 +644,9 @@ def test_the_schema_is_openapi_3_with_every_route(api):
         f"{API}/queues/",
         f"{API}/schema/",
     }
+    # GET /tasks/bulk/ and /tasks/cancel/ read the tasks with those rns: GET /tasks/{rn}/.
+    assert set(schema["paths"][f"{API}/tasks/bulk/"]) == {"post"}
+    assert set(schema["paths"][f"{API}/tasks/cancel/"]) == {"post"}
     assert set(schema["components"]["securitySchemes"]) == {"tokenAuth", "cookieAuth"}
     assert yaml.safe_load(api.get(f"{API}/schema/").content) == schema
 

@@ -11,7 +11,7 @@ from django.test import override_settings
 from scylla_django.enums import Status
 from scylla_django.models import History, Task
 from tests.factories import TaskFactory, running_task
-from tests.test_api import (
+from tests.helpers import (
     ALL_PERMISSIONS,
     API,
     assert_error,

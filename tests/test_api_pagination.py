@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 from scylla_django.api.pagination import ORDERINGS
 from scylla_django.models import Task
 from tests.factories import TaskFactory, running_task
-from tests.test_api import API, CLIENT_PERMISSIONS, assert_error, client_for, make_user
+from tests.helpers import API, CLIENT_PERMISSIONS, assert_error, client_for, make_user
 
 pytestmark = pytest.mark.django_db
 

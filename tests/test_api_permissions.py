@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from scylla_django.enums import Status
 from scylla_django.models import Task, Worker
 from tests.factories import TaskFactory, running_task
-from tests.test_api import (
+from tests.helpers import (
     ALL_PERMISSIONS,
     API,
     CLIENT_PERMISSIONS,

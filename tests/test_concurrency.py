@@ -25,7 +25,7 @@ from django.db.models.functions import Now
 from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import InvalidTransition, LeaseLost, TaskCancelled
 from scylla_django.models import History, Task, Worker
-from tests.conftest import expire
+from tests.helpers import expire
 from tests.processes import ROOT, child_env
 
 pytestmark = [pytest.mark.concurrency, pytest.mark.django_db(transaction=True)]

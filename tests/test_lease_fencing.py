@@ -14,8 +14,8 @@ from django.test.utils import CaptureQueriesContext
 from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import LeaseLost, WorkerNotFound
 from scylla_django.models import History, Task, Worker
-from tests.conftest import expire
 from tests.factories import TaskFactory, running_task
+from tests.helpers import expire
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -21,9 +21,10 @@ from django.db.models.functions import Now
 from scylla_django.enums import EventType, Status
 from scylla_django.management.commands.scylla_monitor import Command as MonitorCommand
 from scylla_django.models import History, Task, TaskQuerySet
-from scylla_django.monitor import Monitor, MonitorPass, format_duration
-from tests.conftest import expire
+from scylla_django.monitor import Monitor, MonitorPass
+from scylla_django.text import format_duration
 from tests.factories import TaskFactory, running_task
+from tests.helpers import expire
 from tests.processes import finish, start
 
 

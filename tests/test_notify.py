@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from scylla_django.db import READY_CHANNEL, STOP_CHANNEL
 from scylla_django.models import Task, Worker
-from tests.conftest import expire
 from tests.factories import running_task
+from tests.helpers import expire
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -1,4 +1,6 @@
-"""What the API reads and writes. JSON shapes use the field names of SPEC §2 and §4.
+"""What the API reads and writes.
+
+JSON shapes use the field names of the README's "The task" and "REST API".
 
 Request serializers only parse and check input, with the validators of `validation.py`; the
 views hand the result to the model methods, which validate again and do the writing. Request
@@ -33,6 +35,7 @@ FIRST_INSTANT = datetime.min.replace(tzinfo=UTC)
 LAST_INSTANT = datetime.max.replace(microsecond=0, tzinfo=UTC)
 MAX_LEASE_LIMIT = 100
 MAX_LEASE_SECONDS = 10**9
+MAX_CANCEL_RNS = 10_000
 
 
 # -- strict fields --------------------------------------------------------------------------
@@ -150,7 +153,7 @@ class TaskErrorSerializer(StrictSerializer):
 
 
 class TaskSerializer(serializers.ModelSerializer[Task]):
-    """A task, as SPEC §2 names its fields. Every field is read-only."""
+    """A task, with the field names of the README's "The task". Every field is read-only."""
 
     spec = JSONValueField(read_only=True)
     result = JSONValueField(read_only=True, allow_null=True)
@@ -184,7 +187,7 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
 
 
 class HistorySerializer(serializers.Serializer[History]):
-    """A History entry in the seed's shape, as `History.as_json()` renders it.
+    """A History entry, as `History.as_json()` renders it (README, "REST API").
 
     `progress` is always present: null for an event that recorded none.
     """
@@ -254,6 +257,33 @@ class BulkOutcomeSerializer(serializers.Serializer[Any]):
 
 class CancelSerializer(StrictSerializer):
     """A cancellation has no parameters: the body is empty or `{}`."""
+
+
+class BulkCancelSerializer(StrictSerializer):
+    """What `POST /tasks/cancel/` cancels: `filter` (the list's filters) or `rns`, not both."""
+
+    filter = serializers.DictField(required=False)
+    rns = serializers.ListField(
+        child=StrictCharField(max_length=RN_MAX_LENGTH, validators=[rn_validator]),
+        required=False,
+        min_length=1,
+        max_length=MAX_CANCEL_RNS,
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("filter" in attrs) == ("rns" in attrs):
+            raise serializers.ValidationError(
+                ErrorDetail("Give either `filter` or `rns`.", code="invalid")
+            )
+        return attrs
+
+
+class CancelledSerializer(serializers.Serializer[Any]):
+    """What `POST /tasks/cancel/` did."""
+
+    cancelled = serializers.IntegerField(help_text="Ready or running tasks now cancelled.")
+    skipped = serializers.IntegerField(help_text="Selected tasks that were already finished.")
+    not_found = serializers.IntegerField(help_text="Given rns that name no task.")
 
 
 class WorkerActionSerializer(StrictSerializer):

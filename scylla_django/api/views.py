@@ -1,4 +1,6 @@
-"""The views of SPEC §6. Each parses its input with a serializer and calls the model or manager
+"""The views of the REST API (README, "REST API").
+
+Each parses its input with a serializer and calls the model or manager
 method that every other caller uses (`Task.objects.submit`, `task.cancel`, `task.heartbeat`, …);
 none of them writes a task itself, and a task is never updated or deleted wholesale.
 
@@ -10,9 +12,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import Count, DurationField, ExpressionWrapper, Min
-from django.db.models.functions import Now
 from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from django_filters.rest_framework import (  # type: ignore[import-untyped, unused-ignore]
     DjangoFilterBackend,
 )
@@ -20,7 +21,7 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import status, viewsets
-from rest_framework.authentication import SessionAuthentication
+from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.decorators import action
 from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
 from rest_framework.permissions import IsAuthenticated
@@ -29,21 +30,24 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..enums import Status
-from ..exceptions import TaskNotFound
+from .. import db
+from ..exceptions import TaskNotFound, error_record
 from ..models import Task, Worker
 from ..validation import validate_rn
 from . import permissions
-from .authentication import ScyllaTokenAuthentication
+from .authentication import ScyllaTokenAuthentication, authenticators
 from .exceptions import exception_handler, field_errors
-from .filters import TaskFilter
+from .filters import FILTER_BODY_SCHEMA, RN_SCHEMA, TaskFilter, filter_from_body
 from .pagination import TaskCursorPagination
 from .parsers import ScyllaJSONParser
 from .permissions import ActsAsOwnWorker, HasActionPermission
 from .schema import SCHEMA_SETTINGS, document, errors
 from .serializers import (
+    MAX_CANCEL_RNS,
     AbortSerializer,
+    BulkCancelSerializer,
     BulkOutcomeSerializer,
+    CancelledSerializer,
     CancelSerializer,
     CompleteSerializer,
     HeartbeatSerializer,
@@ -79,6 +83,38 @@ class ScyllaView(APIView):
 
     def get_exception_handler(self) -> Any:
         return exception_handler
+
+    def get_authenticators(self) -> list[BaseAuthentication]:
+        return authenticators(self.authentication_classes)
+
+    def allowed_query_params(self) -> frozenset[str]:
+        """The query parameters this request may carry; any other is refused (400)."""
+        return frozenset()
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        """Authenticate and check permissions, then refuse unknown query parameters: a
+        misspelt filter (`?stauts=ready`) would otherwise be ignored and select everything.
+        """
+        super().initial(request, *args, **kwargs)
+        method = (request.method or "").lower()
+        if method not in self.http_method_names or not hasattr(self, method):
+            return  # a 405 follows
+        allowed = self.allowed_query_params()
+        unknown = sorted(set(request.query_params) - allowed)
+        if unknown:
+            hint = (
+                f"Allowed: {', '.join(sorted(allowed))}."
+                if allowed
+                else "This operation takes no query parameters."
+            )
+            raise ValidationError(
+                {
+                    name: [
+                        ErrorDetail(f"Unknown query parameter. {hint}", code="unknown_parameter")
+                    ]
+                    for name in unknown
+                }
+            )
 
     def parse(self, serializer_class: type[Any]) -> dict[str, Any]:
         """The request body, validated by `serializer_class`; else a 400."""
@@ -133,11 +169,23 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         "create": permissions.SUBMIT,
         "bulk": permissions.SUBMIT,
         "cancel": permissions.CANCEL,
+        "cancel_many": permissions.CANCEL,
+        "retrieve_cancel": permissions.VIEW,
         "heartbeat": permissions.WORK,
         "complete": permissions.WORK,
         "abort": permissions.WORK,
         "yield_lease": permissions.WORK,
     }
+
+    def allowed_query_params(self) -> frozenset[str]:
+        if self.action != "list":
+            return frozenset()
+        paging = TaskCursorPagination
+        return frozenset(TaskFilter.base_filters) | {
+            paging.cursor_query_param,
+            paging.page_size_query_param,
+            paging.ordering_query_param,
+        }
 
     @document(
         summary="List tasks",
@@ -150,7 +198,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
 
     @document(
         summary="One task, with its history",
-        responses={200: TaskDetailSerializer, **errors(401, 403, 404)},
+        responses={200: TaskDetailSerializer, **errors(400, 401, 403, 404)},
     )
     def retrieve(self, request: Request, rn: str) -> Response:
         return Response(TaskDetailSerializer(get_task(rn, with_history=True)).data)
@@ -218,14 +266,77 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
             BulkOutcomeSerializer([outcomes[i] for i in sorted(outcomes)], many=True).data
         )
 
-    @document(
-        summary="The task whose rn is `bulk`",
-        description="`/tasks/bulk/` is also the address of the task with rn `bulk`.",
-        responses={200: TaskDetailSerializer, **errors(401, 403, 404)},
-    )
+    # `/tasks/bulk/` and `/tasks/cancel/` are also the addresses of the tasks with those rns:
+    # GET reads them, as `GET /tasks/{rn}/` documents (so these are not in the schema).
+    @document(exclude=True)
     @bulk.mapping.get
     def retrieve_bulk(self, request: Request) -> Response:
         return self.retrieve(request, rn="bulk")
+
+    @document(
+        summary="Cancel many tasks",
+        description=(
+            "Cancels, in one transaction, the tasks that `filter` (the filters of "
+            "`GET /tasks/`, at least one) or `rns` (up to "
+            f"{MAX_CANCEL_RNS}) select: the ready or running ones become cancelled, the "
+            "others are skipped. The answer counts them; `not_found` counts rns that name no task."
+        ),
+        request={
+            "application/json": {
+                "oneOf": [
+                    {
+                        "type": "object",
+                        "properties": {"filter": FILTER_BODY_SCHEMA},
+                        "required": ["filter"],
+                        "additionalProperties": False,
+                    },
+                    {
+                        "type": "object",
+                        "properties": {
+                            "rns": {
+                                "type": "array",
+                                "items": RN_SCHEMA,
+                                "minItems": 1,
+                                "maxItems": MAX_CANCEL_RNS,
+                            }
+                        },
+                        "required": ["rns"],
+                        "additionalProperties": False,
+                    },
+                ]
+            }
+        },
+        responses={200: CancelledSerializer, **errors(400, 401, 403, 413)},
+    )
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path="cancel",
+        url_name="cancel-many",
+        filter_backends=[],
+        pagination_class=None,
+    )
+    def cancel_many(self, request: Request) -> Response:
+        data = self.parse(BulkCancelSerializer)
+        if "rns" in data:
+            rns = set(data["rns"])
+            selected = Task.objects.filter(rn__in=rns)
+        else:
+            selected = filter_from_body(data["filter"], Task.objects.all())
+        with db.write_atomic(selected.db):
+            found = selected.count()
+            cancelled = selected.cancel()
+        counts = {
+            "cancelled": cancelled,
+            "skipped": max(found - cancelled, 0),
+            "not_found": len(rns) - found if "rns" in data else 0,
+        }
+        return Response(CancelledSerializer(counts).data)
+
+    @document(exclude=True)
+    @cancel_many.mapping.get
+    def retrieve_cancel(self, request: Request) -> Response:
+        return self.retrieve(request, rn="cancel")
 
     @document(
         summary="Cancel a task",
@@ -283,7 +394,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         data = self.parse(AbortSerializer)
         worker = self.get_worker(data["worker"])
         task = held_task(rn, data["attempt"])
-        task.abort(worker, [dict(error) for error in data["errors"]])
+        task.abort(worker, [error_record(**error) for error in data["errors"]])
         return Response(TaskSerializer(task).data)
 
     @document(
@@ -356,38 +467,27 @@ class QueueView(ScyllaView):
     @document(
         summary="Queue counts",
         description=(
-            "One aggregate query. `oldest_ready_age` is measured on the database clock and "
-            "counts tasks waiting for their `not_before` too."
+            "Two aggregate queries, as the admin dashboard's. `ready` counts leasable tasks "
+            "only; ready tasks whose `not_before` is ahead are counted as `scheduled`. "
+            "`oldest_ready` is when the longest-waiting leasable task became leasable (its "
+            "`created`, or its `not_before` if later); `oldest_ready_age` is the seconds since, "
+            "on the database clock."
         ),
-        responses={200: QueueSerializer(many=True), **errors(401, 403)},
+        responses={200: QueueSerializer(many=True), **errors(400, 401, 403)},
     )
     def get(self, request: Request) -> Response:
-        rows = (
-            Task.objects.order_by()
-            .values("queue", "status")
-            .annotate(
-                count=Count("id"),
-                oldest=Min("created"),
-                age=ExpressionWrapper(Now() - Min("created"), output_field=DurationField()),
-            )
-            .order_by("queue", "status")
-        )
-        queues: dict[str, dict[str, Any]] = {}
-        for row in rows:
-            entry = queues.setdefault(
-                row["queue"],
-                {
-                    "queue": row["queue"],
-                    "counts": dict.fromkeys(Status.values, 0),
-                    "oldest_ready": None,
-                    "oldest_ready_age": None,
-                },
-            )
-            entry["counts"][row["status"]] = row["count"]
-            if row["status"] == Status.READY:
-                entry["oldest_ready"] = row["oldest"]
-                entry["oldest_ready_age"] = max(row["age"].total_seconds(), 0.0)
-        return Response(QueueSerializer(list(queues.values()), many=True).data)
+        queues = [
+            {
+                "queue": summary.queue,
+                "counts": summary.counts,
+                "oldest_ready": summary.waiting_since,
+                "oldest_ready_age": (
+                    None if summary.waited is None else max(summary.waited.total_seconds(), 0.0)
+                ),
+            }
+            for summary in Task.objects.queue_summaries()
+        ]
+        return Response(QueueSerializer(queues, many=True).data)
 
 
 class SchemaView(SpectacularAPIView):
@@ -400,6 +500,9 @@ class SchemaView(SpectacularAPIView):
 
     def get_exception_handler(self) -> Any:
         return exception_handler
+
+    def get_authenticators(self) -> list[BaseAuthentication]:
+        return authenticators(self.authentication_classes)
 
     def finalize_response(
         self, request: Request, response: Response, *args: Any, **kwargs: Any
@@ -421,8 +524,9 @@ class SchemaView(SpectacularAPIView):
         return response
 
 
+@csrf_exempt  # a POST to no route is a 404 too, not Django's CSRF page: nothing is written
 def not_found(request: HttpRequest, path: str = "") -> JsonResponse:
-    """Any other path under the API: a 404 in the API's error format."""
+    """Any other path under the API, whatever the method: a 404 in the API's error format."""
     detail = f"No API route matches {request.path!r}."
     if not request.path.endswith("/"):
         detail += " Routes end with a slash."

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...backends import register_handlers
 from ...conf import scylla_settings
 from ...handlers import autodiscover, registry
 from ...worker import TaskWorker
@@ -76,6 +77,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"])
         autodiscover()
+        register_handlers()
         for module in options["handler_modules"]:
             try:
                 importlib.import_module(module)
@@ -91,7 +93,6 @@ class Command(BaseCommand):
                 max_tasks=options["max_tasks"],
                 grace_period=options["grace_period"],
                 registry=registry,
-                using=options.get("database") or "default",
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
