@@ -58,6 +58,7 @@ class Operation(models.TextChoices):
     CANCEL = "cancel"
     RESET = "reset"
     EXHAUST = "exhaust"
+    RESET_LEASE = "reset_lease"
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,15 @@ TRANSITIONS: dict[Operation, Transition] = {
             event=EventType.ABORT,
             owner_only=False,
         ),
+        # "Reset lease now": an operator gives back the lease of a dead or silent worker
+        # without waiting for its deadline, as the monitor would at expiry.
+        Transition(
+            operation=Operation.RESET_LEASE,
+            sources=frozenset({Status.RUNNING}),
+            target=Status.READY,
+            event=EventType.TIMEOUT,
+            owner_only=False,
+        ),
     ]
 }
 
@@ -149,3 +159,17 @@ def event(operation: Operation) -> EventType:
     if written is None:
         raise ValueError(f"{operation} writes no History row.")
     return written
+
+
+class Liveness(models.TextChoices):
+    """Whether a registered worker or monitor process is still there, by the database clock.
+
+    `silent`: not seen for two of its heartbeat intervals (it may be stalled or partitioned);
+    `dead`: not seen for its lease timeout (every lease it held has expired); `stopped`: it
+    recorded its own stop.
+    """
+
+    ALIVE = "alive", "Alive"
+    SILENT = "silent", "Silent"
+    DEAD = "dead", "Dead"
+    STOPPED = "stopped", "Stopped"

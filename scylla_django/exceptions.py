@@ -58,6 +58,10 @@ class TaskCancelled(InvalidTransition, code="task_cancelled"):
     """The task was cancelled by a client; the worker should stop working on it."""
 
 
+class OwnerAlive(InvalidTransition, code="owner_alive"):
+    """The worker holding the lease is still alive: an operator may not take the lease away."""
+
+
 class WorkerStopping(ScyllaError, code="worker_stopping"):
     """The worker is shutting down and has yielded the task; the handler should return."""
 

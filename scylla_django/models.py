@@ -16,7 +16,8 @@ from typing import Any, ClassVar, Literal
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, models, transaction
-from django.db.models import F, Max, Q, Value, sql
+from django.db.models import Case, Exists, F, Max, Min, Q, Value, When, sql
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce, Greatest
 from django.dispatch import Signal
 from django.utils import timezone
@@ -28,6 +29,7 @@ from .enums import (
     TERMINAL_STATUSES,
     TRANSITIONS,
     EventType,
+    Liveness,
     Operation,
     Status,
     event,
@@ -37,6 +39,7 @@ from .exceptions import (
     DuplicateTask,
     InvalidTransition,
     LeaseLost,
+    OwnerAlive,
     TaskCancelled,
     TaskNotFound,
     WorkerNotFound,
@@ -571,6 +574,41 @@ class TaskQuerySet(models.QuerySet["Task"]):
     delete.alters_data = True  # type: ignore[attr-defined]
     delete.queryset_only = True  # type: ignore[attr-defined]
 
+    def ready_summary(self) -> dict[str, tuple[int, timedelta | None]]:
+        """Per queue with ready tasks: how many, and how long the oldest leasable one has
+        waited (since it was created, or since its `not_before` if later; None while every
+        ready task still waits for its `not_before`). One query over the ready-task index,
+        on the database clock."""
+        leasable = Q(not_before__isnull=True) | Q(not_before__lte=Now())
+        waiting_since = Greatest("created", Coalesce("not_before", "created"))
+        rows = (
+            self.filter(status=Status.READY)
+            .order_by()
+            .values("queue")
+            .annotate(
+                n=models.Count("*"),
+                age=models.ExpressionWrapper(
+                    Now() - Min(waiting_since, filter=leasable),
+                    output_field=models.DurationField(),
+                ),
+            )
+            .values_list("queue", "n", "age")
+        )
+        return {
+            queue: (count, max(age, timedelta(0)) if age is not None else None)
+            for queue, count, age in rows
+        }
+
+    def with_error_code(self, code: str) -> TaskQuerySet:
+        """Tasks that recorded an error with this `code` (in any entry of `errors`)."""
+        if connections[self.db].vendor == "sqlite":
+            return self.filter(
+                _sqlite_json_each(
+                    self.model, "errors", "json_extract(json_each.value, '$.code') = %s", code
+                )
+            )
+        return self.filter(errors__contains=[{"code": code}])
+
 
 def _terminal_statuses(statuses: Iterable[str] | None) -> list[str]:
     if statuses is None:
@@ -907,6 +945,76 @@ class Task(models.Model):
             and self.deadline < timezone.now()
         )
 
+    # -- operators --------------------------------------------------------------------------
+
+    def reset_lease(self, owner: str, attempt: int) -> None:
+        """ "Reset lease now": running → ready at once, for a lease whose worker is gone.
+
+        Fenced on what the operator saw: the task must still be running, held by `owner` in
+        its `attempt`-th assignment, and `owner` must not be alive (it is silent, dead,
+        stopped or unknown). The owner and deadline are cleared, progress goes back to 0 and a
+        TaskTimeout{owner, progress} row is written, as when the monitor resets an expired
+        lease. If the worker resumes, its next write fails with LeaseLost.
+
+        Raises OwnerAlive, LeaseLost (another owner or attempt now), InvalidTransition (not
+        running) or TaskNotFound; nothing is written then.
+        """
+        transition = TRANSITIONS[Operation.RESET_LEASE]
+        event = transition.event
+        assert event is not None, "a lease reset is recorded"
+        using = self._state.db or "default"
+        alive = Worker.objects.using(using).filter(
+            Worker.objects.state_q(Liveness.ALIVE), pk=_worker_number(owner)
+        )
+        fenced = Task.objects.using(using).filter(
+            ~Exists(alive),
+            pk=self.pk,
+            status__in=sources(Operation.RESET_LEASE),
+            owner=owner,
+            attempts=attempt,
+        )
+        with db.write_atomic(using):
+            row = fenced.select_for_update().values("progress").first()
+            if row is None or not fenced.update(
+                status=transition.target, owner=None, deadline=None, progress=0.0, updated=Now()
+            ):
+                raise self._lease_refusal(owner, attempt, using)
+            History.objects.using(using).create(
+                task=self, typ=event, worker=owner, progress=row["progress"]
+            )
+            self.refresh_from_db(
+                using=using, fields=["status", "owner", "deadline", "progress", "updated"]
+            )
+        _later(signals.task_reset, using, task=self, status=self.status)
+
+    def _lease_refusal(self, owner: str, attempt: int, using: str) -> Exception:
+        """Why `reset_lease(owner, attempt)` matched no row."""
+        current = (
+            Task.objects.using(using)
+            .filter(pk=self.pk)
+            .values("status", "owner", "attempts")
+            .first()
+        )
+        if current is None:
+            return TaskNotFound(f"No task has rn {self.rn!r}.", rn=self.rn)
+        status = current["status"]
+        if status not in sources(Operation.RESET_LEASE):
+            return InvalidTransition(
+                f"Cannot reset the lease of task {self.rn}: it is {status}.",
+                rn=self.rn,
+                status=status,
+            )
+        if current["owner"] != owner or current["attempts"] != attempt:
+            return LeaseLost(
+                f"Task {self.rn} is now held by {current['owner']} in attempt "
+                f"{current['attempts']}, not by {owner} in attempt {attempt}.",
+                rn=self.rn,
+                status=status,
+            )
+        return OwnerAlive(
+            f"{owner} is alive: it still heartbeats task {self.rn}.", rn=self.rn, status=status
+        )
+
 
 def _validate_not_before(value: object) -> datetime | None:
     if value is None:
@@ -958,10 +1066,14 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
         hostname: str = "",
         pid: int | None = None,
         user: Any = None,
+        heartbeat_interval: timedelta | float | None = None,
+        lease_timeout: timedelta | float | None = None,
     ) -> Worker:
         """Register a worker process; its name `worker-<id>` comes from the database sequence.
 
         `user` is who registered it over HTTP: only they (or staff) may act as it there.
+        `lease_timeout` (default `SCYLLA['LEASE_TIMEOUT']`) and `heartbeat_interval` (default a
+        third of it) say when the worker counts as silent and dead if it is not seen again.
         """
         queues = validate_queues(queues)
         if (
@@ -972,9 +1084,20 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
             raise ValidationError(
                 {"capacity": ValidationError("Capacity must be 1..10000.", code="invalid")}
             )
-        return self.create(
-            queues=queues, capacity=capacity, hostname=hostname[:255], pid=pid, user=user
+        lease, interval = _liveness_intervals(lease_timeout, heartbeat_interval)
+        worker = self.create(
+            queues=queues,
+            capacity=capacity,
+            hostname=hostname[:255],
+            pid=pid,
+            user=user,
+            heartbeat_interval=interval,
+            lease_timeout=lease,
+            silent_at=_now_plus(2 * interval),
+            dead_at=_now_plus(lease),
         )
+        worker.refresh_from_db(fields=["silent_at", "dead_at"])
+        return worker
 
     def get_by_name(self, name: str) -> Worker:
         """The worker called `name` (`worker-<id>`), or WorkerNotFound."""
@@ -986,6 +1109,52 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
     def alive(self, within: timedelta) -> WorkerQuerySet:
         """Workers not stopped that were seen in the last `within`."""
         return self.filter(stopped__isnull=True, last_seen__gte=_now_plus(-within))
+
+    def state_q(self, state: Liveness) -> Q:
+        """The condition for workers in `state` (see `Liveness`), on the database clock."""
+        return _liveness_q(state, worker_fallback=True)
+
+    def in_state(self, *states: Liveness | str) -> WorkerQuerySet:
+        """Workers in any of `states` (`alive`, `silent`, `dead`, `stopped`)."""
+        condition = Q(pk__in=[])
+        for state in states:
+            condition |= self.state_q(Liveness(state))
+        return self.filter(condition)
+
+    def with_state(self) -> WorkerQuerySet:
+        """Annotate each worker with `liveness`: alive, silent, dead or stopped."""
+        return self.annotate(liveness=_liveness_case(worker_fallback=True))
+
+    def count_by_state(self) -> dict[str, int]:
+        """How many workers are in each state (every state present, zeros included)."""
+        return _count_by_state(self, worker_fallback=True)
+
+    def serving(self, queue: str) -> WorkerQuerySet:
+        """Workers whose `queues` include `queue` (exact name)."""
+        return self.filter(_json_list_has(self.model, "queues", validate_queue(queue), self.db))
+
+    def purge(self, older_than: timedelta | None = None, *, batch_size: int = 1000) -> int:
+        """Delete workers not seen for `older_than` (default `SCYLLA['RETENTION']`).
+
+        A worker that still owns a running task is kept (its name is the task's `owner` until
+        the lease is reset). Returns how many were deleted.
+        """
+        age = validate_timeout(scylla_settings.RETENTION if older_than is None else older_than)
+        gone = self.filter(last_seen__lt=_now_plus(-age)).order_by("pk")
+        total, after = 0, 0
+        while True:
+            ids = list(gone.filter(pk__gt=after).values_list("pk", flat=True)[:batch_size])
+            if not ids:
+                return total
+            after = ids[-1]
+            with db.write_atomic(self.db):
+                busy = set(
+                    Task.objects.using(self.db)
+                    .filter(status=Status.RUNNING, owner__in=[f"{WORKER_PREFIX}{pk}" for pk in ids])
+                    .values_list("owner", flat=True)
+                )
+                idle = [pk for pk in ids if f"{WORKER_PREFIX}{pk}" not in busy]
+                total += self.model.objects.using(self.db).filter(pk__in=idle).delete()[0]
 
 
 class Worker(models.Model):
@@ -1007,6 +1176,13 @@ class Worker(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
+    # Liveness: the intervals the worker announced, and when it turns silent and dead unless
+    # it is seen again. Each touch writes both moments from the database clock, so telling a
+    # state is a comparison with now() on every database (no per-row interval arithmetic).
+    heartbeat_interval = models.DurationField(null=True, blank=True)
+    lease_timeout = models.DurationField(null=True, blank=True)
+    silent_at = models.DateTimeField(null=True, blank=True)
+    dead_at = models.DateTimeField(null=True, blank=True)
 
     objects: ClassVar[WorkerQuerySet] = WorkerQuerySet.as_manager()  # type: ignore[assignment]
 
@@ -1021,10 +1197,239 @@ class Worker(models.Model):
         return f"{WORKER_PREFIX}{self.pk}"
 
     def touch(self) -> None:
-        """Record that the worker is alive (`last_seen = now`)."""
-        Worker.objects.filter(pk=self.pk).update(last_seen=Now())
+        """Record that the worker is alive (`last_seen = now`), pushing back silent and dead."""
+        lease, interval = _liveness_intervals(self.lease_timeout, self.heartbeat_interval)
+        Worker.objects.filter(pk=self.pk).update(
+            last_seen=Now(), silent_at=_now_plus(2 * interval), dead_at=_now_plus(lease)
+        )
 
     def stop(self) -> None:
         """Record that the worker process has stopped."""
         Worker.objects.filter(pk=self.pk, stopped__isnull=True).update(stopped=Now())
         self.refresh_from_db(fields=["stopped"])
+
+    def current_state(self) -> str:
+        """This worker's liveness now (one query): alive, silent, dead or stopped."""
+        found = (
+            Worker.objects.using(self._state.db)
+            .filter(pk=self.pk)
+            .annotate(liveness=_liveness_case(worker_fallback=True))
+            .values_list("liveness", flat=True)
+            .first()
+        )
+        return str(found) if found is not None else Liveness.DEAD.value
+
+
+def _worker_number(name: str) -> int:
+    """The id in a worker name `worker-<id>`, or 0 (no worker) for anything else."""
+    number = name.removeprefix(WORKER_PREFIX) if isinstance(name, str) else ""
+    valid = isinstance(name, str) and name.startswith(WORKER_PREFIX) and number.isdigit()
+    return int(number) if valid and len(number) < 19 else 0
+
+
+def _liveness_intervals(
+    lease_timeout: timedelta | float | None, heartbeat_interval: timedelta | float | None
+) -> tuple[timedelta, timedelta]:
+    """A worker's lease timeout and heartbeat interval, defaulted and validated."""
+    lease = validate_timeout(
+        scylla_settings.LEASE_TIMEOUT if lease_timeout is None else lease_timeout
+    )
+    interval = lease / 3 if heartbeat_interval is None else validate_timeout(heartbeat_interval)
+    return lease, interval
+
+
+def _liveness_q(state: Liveness, *, worker_fallback: bool) -> Q:
+    """The condition for a registered process (worker or monitor) to be in `state`.
+
+    Rows written before the liveness columns existed have no `silent_at`/`dead_at`; for
+    workers they are judged by `last_seen` against the `LEASE_TIMEOUT` setting instead.
+    """
+    now = Now()
+    dead = Q(dead_at__lte=now)
+    silent = Q(silent_at__lte=now)
+    if worker_fallback:
+        lease = scylla_settings.LEASE_TIMEOUT
+        dead |= Q(dead_at__isnull=True, last_seen__lte=_now_plus(-lease))
+        silent |= Q(silent_at__isnull=True, last_seen__lte=_now_plus(-2 * lease / 3))
+    running = Q(stopped__isnull=True)
+    if state == Liveness.STOPPED:
+        return ~running
+    if state == Liveness.DEAD:
+        return running & dead
+    if state == Liveness.SILENT:
+        return running & ~dead & silent
+    return running & ~dead & ~silent
+
+
+def _liveness_case(*, worker_fallback: bool) -> Case:
+    """`state` as an expression: the first of stopped, dead, silent that holds, else alive."""
+    return Case(
+        *(
+            When(_liveness_q(state, worker_fallback=worker_fallback), then=Value(state.value))
+            for state in (Liveness.STOPPED, Liveness.DEAD, Liveness.SILENT)
+        ),
+        default=Value(Liveness.ALIVE.value),
+        output_field=models.CharField(),
+    )
+
+
+def _count_by_state(queryset: models.QuerySet[Any], *, worker_fallback: bool) -> dict[str, int]:
+    counts = dict.fromkeys(Liveness.values, 0)
+    rows = (
+        queryset.order_by()
+        .annotate(liveness=_liveness_case(worker_fallback=worker_fallback))
+        .values_list("liveness")
+        .annotate(n=models.Count("*"))
+        .values_list("liveness", "n")
+    )
+    for state, count in rows:
+        counts[str(state)] = int(count)
+    return counts
+
+
+def _json_list_has(model: type[models.Model], field_name: str, value: str, using: str) -> Q:
+    """`value` is an element of the JSON list in `field_name` (JSON containment; SQLite, which
+    has none in Django, looks through `json_each`)."""
+    if connections[using].vendor == "sqlite":
+        return Q(_sqlite_json_each(model, field_name, "json_each.value = %s", value))
+    return Q(**{f"{field_name}__contains": [value]})
+
+
+def _sqlite_json_each(
+    model: type[models.Model], field_name: str, condition: str, value: str
+) -> RawSQL:
+    """SQLite: some element of the JSON list in `field_name` meets `condition` (one %s)."""
+    quote = connections["default"].ops.quote_name
+    field = model._meta.get_field(field_name)
+    assert isinstance(field, models.Field) and field.column, field_name
+    column = f"{quote(model._meta.db_table)}.{quote(field.column)}"
+    return RawSQL(
+        f"EXISTS (SELECT 1 FROM json_each({column}) WHERE {condition})",
+        [value],
+        output_field=models.BooleanField(),
+    )
+
+
+MONITOR_PREFIX = "monitor-"
+
+
+class MonitorQuerySet(models.QuerySet["Monitor"]):
+    """Registered monitor processes, and what the latest of their passes did."""
+
+    def register(
+        self, interval: timedelta | float, *, hostname: str = "", pid: int | None = None
+    ) -> Monitor:
+        """Register a monitor making a pass every `interval`; its name is `monitor-<id>`."""
+        every = validate_timeout(interval)
+        monitor = self.create(
+            hostname=hostname[:255],
+            pid=pid,
+            interval=every,
+            silent_at=_now_plus(2 * every),
+            dead_at=_now_plus(3 * every),
+        )
+        monitor.refresh_from_db(fields=["silent_at", "dead_at"])
+        return monitor
+
+    def state_q(self, state: Liveness) -> Q:
+        """The condition for monitors in `state`: silent after two intervals unseen, dead
+        after three."""
+        return _liveness_q(state, worker_fallback=False)
+
+    def in_state(self, *states: Liveness | str) -> MonitorQuerySet:
+        """Monitors in any of `states`."""
+        condition = Q(pk__in=[])
+        for state in states:
+            condition |= self.state_q(Liveness(state))
+        return self.filter(condition)
+
+    def with_state(self) -> MonitorQuerySet:
+        """Annotate each monitor with `liveness`: alive, silent, dead or stopped."""
+        return self.annotate(liveness=_liveness_case(worker_fallback=False))
+
+    def count_by_state(self) -> dict[str, int]:
+        """How many monitors are in each state (every state present, zeros included)."""
+        return _count_by_state(self, worker_fallback=False)
+
+    def status(self) -> MonitorStatus:
+        """When the last pass of any monitor ended, and whether none has run for three of its
+        intervals (then expired leases are not being reset). On the database clock."""
+        found = self.aggregate(
+            last=Max("last_pass"),
+            age=models.ExpressionWrapper(
+                Now() - Max("last_pass"), output_field=models.DurationField()
+            ),
+        )
+        # A monitor run once (`--once`, e.g. from cron) is stopped yet counts until its
+        # `dead_at`: three intervals after its pass.
+        running = self.filter(dead_at__gt=Now()).exists()
+        age = found["age"]
+        return MonitorStatus(
+            last_pass=found["last"],
+            last_pass_age=max(age, timedelta(0)) if age is not None else None,
+            missing=not running,
+        )
+
+    def purge(self, older_than: timedelta | None = None) -> int:
+        """Delete monitors not seen for `older_than` (default `SCYLLA['RETENTION']`)."""
+        age = validate_timeout(scylla_settings.RETENTION if older_than is None else older_than)
+        return self.filter(last_seen__lt=_now_plus(-age)).delete()[0]
+
+
+@dataclass(frozen=True)
+class MonitorStatus:
+    """The monitors at a glance: the end of the latest pass, its age, and whether none runs."""
+
+    last_pass: datetime | None
+    last_pass_age: timedelta | None
+    missing: bool
+
+
+class Monitor(models.Model):
+    """A monitor process (`scylla_monitor`): registered like a worker, touched at every pass.
+
+    Kept apart from `Worker` so that nothing that lists, leases for or counts workers can
+    mistake a monitor for one; the liveness rules are the same functions.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    hostname = models.CharField(max_length=255, blank=True)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    interval = models.DurationField()
+    started = models.DateTimeField(db_default=Now(), editable=False)
+    last_seen = models.DateTimeField(db_default=Now())
+    stopped = models.DateTimeField(null=True, blank=True)
+    silent_at = models.DateTimeField(null=True, blank=True)
+    dead_at = models.DateTimeField(null=True, blank=True)
+    last_pass = models.DateTimeField(null=True, blank=True)
+    last_reset = models.PositiveIntegerField(default=0)
+    last_purged = models.PositiveIntegerField(default=0)
+
+    objects: ClassVar[MonitorQuerySet] = MonitorQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def name(self) -> str:
+        return f"{MONITOR_PREFIX}{self.pk}"
+
+    def touch(self, *, reset: int | None = None, purged: int | None = None) -> None:
+        """Record that the monitor is alive; with `reset`/`purged`, that it finished a pass."""
+        values: dict[str, Any] = {
+            "last_seen": Now(),
+            "silent_at": _now_plus(2 * self.interval),
+            "dead_at": _now_plus(3 * self.interval),
+        }
+        if reset is not None:
+            values.update(last_pass=Now(), last_reset=reset, last_purged=purged or 0)
+        Monitor.objects.using(self._state.db).filter(pk=self.pk).update(**values)
+
+    def stop(self) -> None:
+        """Record that the monitor process has stopped."""
+        Monitor.objects.using(self._state.db).filter(pk=self.pk, stopped__isnull=True).update(
+            stopped=Now()
+        )

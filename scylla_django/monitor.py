@@ -12,6 +12,8 @@ delete anything twice or anything they should not. Nothing here needs to coordin
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -21,7 +23,8 @@ from django.db import Error as DatabaseError
 from django.db import close_old_connections, connections
 
 from .conf import scylla_settings
-from .models import Task
+from .models import Monitor as MonitorRecord
+from .models import Task, Worker
 from .text import DurationError, format_duration, plural, positive_duration
 
 logger = logging.getLogger("scylla_django")
@@ -37,6 +40,7 @@ class MonitorPass:
 
     reset: int
     purged: int
+    workers_purged: int = 0
 
 
 class Monitor:
@@ -94,6 +98,8 @@ class Monitor:
         self.purge_batch_size = purge_batch_size
         self.last_pass: MonitorPass | None = None
         """The result of the latest successful pass (None before the first)."""
+        self.record: MonitorRecord | None = None
+        """This monitor's row in the registry, made at the first pass."""
 
     # -- one pass -------------------------------------------------------------------------------
 
@@ -115,8 +121,25 @@ class Monitor:
             logger.info("purged %s older than %s", plural(purged, "task"), age)
         else:
             logger.debug("no terminal tasks older than %s to purge", age)
-        self.last_pass = MonitorPass(reset=reset, purged=purged)
+        workers = Worker.objects.using(self.using).purge(older_than=retention)
+        workers += MonitorRecord.objects.using(self.using).purge(older_than=retention)
+        if workers:
+            logger.info("purged %s not seen for %s", plural(workers, "worker record"), age)
+        if self.record is None:
+            self.record = MonitorRecord.objects.db_manager(self.using).register(
+                timedelta(seconds=self.interval), hostname=socket.gethostname(), pid=os.getpid()
+            )
+        self.record.touch(reset=reset, purged=purged)
+        self.last_pass = MonitorPass(reset=reset, purged=purged, workers_purged=workers)
         return self.last_pass
+
+    def stop_record(self) -> None:
+        """Record in the registry that this monitor has stopped (if it ever registered)."""
+        if self.record is not None:
+            try:
+                self.record.stop()
+            except DatabaseError as exc:
+                logger.warning("%s could not record its stop: %s", self.record.name, exc)
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -132,7 +155,10 @@ class Monitor:
         """
         if once:
             self._refresh_connections()
-            self.run_once()
+            try:
+                self.run_once()
+            finally:
+                self.stop_record()
             return
         stop = stop if stop is not None else threading.Event()
         logger.info(
@@ -170,6 +196,7 @@ class Monitor:
                 if self._wait(stop, max(0.0, started + self.interval - time.monotonic())):
                     break
         finally:
+            self.stop_record()
             self._discard_connection()
             logger.info("monitor stopped")
 

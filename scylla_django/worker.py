@@ -154,7 +154,12 @@ class TaskWorker:
 
     def _register(self) -> Worker:
         return Worker.objects.db_manager(self.using).register(
-            self.queues, self.concurrency, hostname=socket.gethostname(), pid=os.getpid()
+            self.queues,
+            self.concurrency,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            heartbeat_interval=self.heartbeat_interval,
+            lease_timeout=self.lease_timeout,
         )
 
     def _lease_loop(self, pool: ThreadPoolExecutor, once: bool) -> None:

@@ -639,9 +639,13 @@ def test_the_schema_is_openapi_3_with_every_route(api):
         f"{API}/tasks/{{rn}}/complete/",
         f"{API}/tasks/{{rn}}/abort/",
         f"{API}/tasks/{{rn}}/yield/",
+        f"{API}/tasks/{{rn}}/reset/",
         f"{API}/workers/",
+        f"{API}/workers/{{name}}/",
         f"{API}/workers/{{name}}/lease/",
+        f"{API}/workers/{{name}}/stop/",
         f"{API}/queues/",
+        f"{API}/health/",
         f"{API}/schema/",
     }
     # GET /tasks/bulk/ and /tasks/cancel/ read the tasks with those rns: GET /tasks/{rn}/.

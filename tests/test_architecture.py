@@ -30,8 +30,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "apps",
         "migrations",
     ),
-    "runtime": ("handlers", "worker", "monitor"),
-    "faces": ("management", "api", "admin", "backends", "__init__"),
+    "runtime": ("handlers", "worker", "monitor", "health"),
+    "faces": ("management", "api", "admin", "backends", "metrics", "__init__"),
 }
 ORDER = list(LAYERS)
 

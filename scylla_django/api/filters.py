@@ -21,8 +21,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework.exceptions import ErrorDetail
 from rest_framework.exceptions import ValidationError as APIValidationError
 
-from ..enums import Status
-from ..models import Task
+from ..enums import Liveness, Status
+from ..models import Task, Worker, WorkerQuerySet
 from ..validation import QUEUE_MAX_LENGTH, RN_MAX_LENGTH, queue_validator, rn_validator
 from .serializers import clamp_utc
 
@@ -101,6 +101,21 @@ class OwnerFilter(django_filters.CharFilter):  # type: ignore[misc, unused-ignor
         super().__init__(max_length=64)
 
 
+@extend_schema_field(
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 100,
+        "description": "Tasks that recorded an error with this code (exact).",
+    }
+)
+class ErrorCodeFilter(django_filters.CharFilter):  # type: ignore[misc, unused-ignore]
+    """An error code, matched exactly against every error a task recorded."""
+
+    def __init__(self) -> None:
+        super().__init__(method="filter_error_code", max_length=100)
+
+
 class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
     """`status` (repeatable), `queue`, `owner`, `rn`, priority and created/updated ranges."""
 
@@ -118,6 +133,7 @@ class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
     created_before = TimestampFilter(field_name="created", lookup_expr="lt")
     updated_after = TimestampFilter(field_name="updated", lookup_expr="gte")
     updated_before = TimestampFilter(field_name="updated", lookup_expr="lt")
+    error_code = ErrorCodeFilter()
 
     class Meta:
         model = Task
@@ -133,7 +149,35 @@ class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
             "created_before",
             "updated_after",
             "updated_before",
+            "error_code",
         ]
+
+    def filter_error_code(self, queryset: Any, name: str, value: str) -> Any:
+        return queryset.with_error_code(value)
+
+
+class WorkerFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
+    """`state` (repeatable: alive, silent, dead, stopped) and `queue` (one the worker serves)."""
+
+    state = django_filters.MultipleChoiceFilter(
+        choices=Liveness.choices,
+        method="filter_state",
+        help_text="One or more states (repeat the parameter).",
+    )
+    queue = QueueFilter()
+
+    class Meta:
+        model = Worker
+        form = NoEmptyValuesForm
+        fields = ["state", "queue"]
+
+    def filter_state(self, queryset: WorkerQuerySet, name: str, value: list[str]) -> Any:
+        return queryset.in_state(*value) if value else queryset
+
+    def filter_queryset(self, queryset: Any) -> Any:
+        queue = self.form.cleaned_data.pop("queue", None)
+        queryset = super().filter_queryset(queryset)
+        return queryset.serving(queue) if queue else queryset
 
 
 # -- the same filters in a request body (`POST /tasks/cancel/`) -------------------------------
@@ -159,6 +203,7 @@ FILTER_BODY_SCHEMA: dict[str, Any] = {
         "created_before": TIMESTAMP_SCHEMA,
         "updated_after": TIMESTAMP_SCHEMA,
         "updated_before": TIMESTAMP_SCHEMA,
+        "error_code": {"type": "string", "minLength": 1, "maxLength": 100},
     },
     "additionalProperties": False,
     "minProperties": 1,

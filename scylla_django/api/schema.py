@@ -44,7 +44,7 @@ ERROR_DESCRIPTIONS = {
     404: "No such task (`task_not_found`), worker (`worker_not_found`), page (`invalid_cursor`) "
     "or format (`not_found`).",
     409: "The transition is not allowed now: `invalid_transition`, `duplicate_task`, "
-    "`lease_lost` or `task_cancelled`.",
+    "`lease_lost`, `task_cancelled` or `owner_alive`.",
     413: "The request body is larger than `DATA_UPLOAD_MAX_MEMORY_SIZE` (`too_large`).",
 }
 

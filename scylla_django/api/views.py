@@ -9,6 +9,7 @@ Status codes: 200, or 201 for a submission or a registration; errors as in `exce
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -19,26 +20,29 @@ from django_filters.rest_framework import (  # type: ignore[import-untyped, unus
 )
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import status, viewsets
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.decorators import action
 from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import db
+from ..enums import Status
 from ..exceptions import TaskNotFound, error_record
+from ..health import run_checks
 from ..models import Task, Worker
 from ..validation import validate_rn
 from . import permissions
 from .authentication import ScyllaTokenAuthentication, authenticators
 from .exceptions import exception_handler, field_errors
-from .filters import FILTER_BODY_SCHEMA, RN_SCHEMA, TaskFilter, filter_from_body
-from .pagination import TaskCursorPagination
+from .filters import FILTER_BODY_SCHEMA, RN_SCHEMA, TaskFilter, WorkerFilter, filter_from_body
+from .pagination import TaskCursorPagination, WorkerCursorPagination
 from .parsers import ScyllaJSONParser
 from .permissions import ActsAsOwnWorker, HasActionPermission
 from .schema import SCHEMA_SETTINGS, document, errors
@@ -50,19 +54,25 @@ from .serializers import (
     CancelledSerializer,
     CancelSerializer,
     CompleteSerializer,
+    HealthQuerySerializer,
+    HealthSerializer,
     HeartbeatSerializer,
     LeasedSerializer,
     LeaseSerializer,
     QueueSerializer,
     RegisterSerializer,
+    ResetLeaseSerializer,
     SubmitSerializer,
     TaskDetailSerializer,
     TaskSerializer,
     WorkerActionSerializer,
+    WorkerDetailSerializer,
     WorkerSerializer,
+    WorkerStateSerializer,
 )
 
 MAX_BULK_ITEMS = 1000
+MAX_HELD_TASKS = 1000
 
 
 class ScyllaView(APIView):
@@ -175,6 +185,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         "complete": permissions.WORK,
         "abort": permissions.WORK,
         "yield_lease": permissions.WORK,
+        "reset": permissions.CANCEL,
     }
 
     def allowed_query_params(self) -> frozenset[str]:
@@ -414,6 +425,25 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         task.yield_lease(worker)
         return Response(TaskSerializer(task).data)
 
+    @document(
+        summary="Reset a lease now",
+        description=(
+            "running → ready at once, for a task whose owner is silent, dead or stopped, "
+            "without waiting for its deadline: owner cleared, progress 0, History "
+            "`TaskTimeout`. Only if the task is still held by `owner` in attempt `attempt` "
+            "(what the operator saw), else 409 `lease_lost`; 409 `owner_alive` while the "
+            "owner still heartbeats. Needs the permission to cancel tasks."
+        ),
+        request=ResetLeaseSerializer,
+        responses={200: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
+    )
+    @action(detail=True, methods=["post"])
+    def reset(self, request: Request, rn: str) -> Response:
+        data = self.parse(ResetLeaseSerializer)
+        task = get_task(rn)
+        task.reset_lease(data["owner"], data["attempt"])
+        return Response(TaskSerializer(task).data)
+
 
 class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
     """Workers: register one (the requesting user owns it), and lease tasks as it."""
@@ -423,7 +453,25 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
     permission_classes = [HasActionPermission, ActsAsOwnWorker]
-    required_permissions = {"create": permissions.WORK, "lease": permissions.WORK}
+    required_permissions = {
+        "create": permissions.WORK,
+        "lease": permissions.WORK,
+        "list": permissions.VIEW,
+        "retrieve": permissions.VIEW,
+        "stop": permissions.WORK,
+    }
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = WorkerFilter
+    pagination_class = WorkerCursorPagination
+
+    def allowed_query_params(self) -> frozenset[str]:
+        if self.action != "list":
+            return frozenset()
+        paging = WorkerCursorPagination
+        return frozenset(WorkerFilter.base_filters) | {
+            paging.cursor_query_param,
+            paging.page_size_query_param,
+        }
 
     @document(
         summary="Register a worker",
@@ -458,6 +506,52 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
         worker.touch()
         return Response(LeasedSerializer({"tasks": tasks}).data)
 
+    def get_queryset(self) -> Any:
+        return Worker.objects.with_state()
+
+    @document(
+        summary="List workers",
+        description=(
+            "Newest first, with their liveness on the database clock: `alive`, `silent` "
+            "(unseen for two heartbeat intervals), `dead` (unseen for the lease timeout) or "
+            "`stopped`."
+        ),
+        responses={200: WorkerStateSerializer(many=True), **errors(400, 401, 403, 404)},
+    )
+    def list(self, request: Request) -> Response:
+        workers = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(WorkerStateSerializer(workers, many=True).data)
+
+    @document(
+        summary="One worker, with the tasks it holds",
+        responses={200: WorkerDetailSerializer, **errors(401, 403, 404)},
+    )
+    def retrieve(self, request: Request, name: str) -> Response:
+        worker = self.get_queryset().get_by_name(name)
+        worker.held_tasks = list(
+            Task.objects.filter(status=Status.RUNNING, owner=worker.name).order_by("id")[
+                :MAX_HELD_TASKS
+            ]
+        )
+        return Response(WorkerDetailSerializer(worker).data)
+
+    @document(
+        summary="Record that a worker has stopped",
+        description=(
+            "For workers that talk HTTP: call it on the way out, after yielding your tasks, "
+            "so that the worker shows as `stopped` rather than turning silent and dead. "
+            "Idempotent: the first stop's time is kept."
+        ),
+        request=CancelSerializer,
+        responses={200: WorkerStateSerializer, **errors(400, 401, 403, 404, 413)},
+    )
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, name: str) -> Response:
+        self.parse(CancelSerializer)
+        worker = self.get_worker(name)
+        worker.stop()
+        return Response(WorkerStateSerializer(self.get_queryset().get(pk=worker.pk)).data)
+
 
 class QueueView(ScyllaView):
     """Per queue: how many tasks are in each status, and the age of the oldest ready task."""
@@ -488,6 +582,48 @@ class QueueView(ScyllaView):
             for summary in Task.objects.queue_summaries()
         ]
         return Response(QueueSerializer(queues, many=True).data)
+
+
+class HealthView(ScyllaView):
+    """Health checks for probes, as `manage.py scylla_health` runs them: 200 or 503."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+
+    def allowed_query_params(self) -> frozenset[str]:
+        return frozenset(HealthQuerySerializer().fields)
+
+    @document(
+        summary="Health checks",
+        description=(
+            "No authentication, for load balancers and Kubernetes probes. The database is "
+            "always checked; `hostname`, `monitor` and `max_lag` add checks. 200 when every "
+            "check passes, else 503; the body lists each check either way."
+        ),
+        parameters=[HealthQuerySerializer],
+        responses={
+            200: HealthSerializer,
+            503: OpenApiResponse(HealthSerializer, description="A check failed."),
+            **errors(400),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        query = HealthQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        options = query.validated_data
+        max_lag = options.get("max_lag")
+        checks = run_checks(
+            worker_host=options.get("hostname"),
+            monitor=options["monitor"],
+            max_lag=timedelta(seconds=max_lag) if max_lag is not None else None,
+            queues=options.get("queue", []),
+        )
+        healthy = all(check.ok for check in checks)
+        body = {"status": "ok" if healthy else "failing", "checks": checks}
+        return Response(
+            HealthSerializer(body).data,
+            status=status.HTTP_200_OK if healthy else status.HTTP_503_SERVICE_UNAVAILABLE,
+        )
 
 
 class SchemaView(SpectacularAPIView):

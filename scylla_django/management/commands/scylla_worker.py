@@ -12,6 +12,7 @@ from ...conf import scylla_settings
 from ...handlers import autodiscover, registry
 from ...worker import TaskWorker
 from ..base import StopSignals, configure_logging, duration, positive_int, queue_name, seconds
+from ..reloader import run_with_reloader
 
 
 class Command(BaseCommand):
@@ -66,6 +67,11 @@ class Command(BaseCommand):
             "--once", action="store_true", help="lease one batch, finish it and exit"
         )
         parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="restart on code changes, yielding the running tasks first (development)",
+        )
+        parser.add_argument(
             "--handlers",
             dest="handler_modules",
             action="append",
@@ -96,5 +102,11 @@ class Command(BaseCommand):
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
+        if options["reload"]:
+            with StopSignals(on_stop=worker.stop).installed():
+                code = run_with_reloader(worker, once=options["once"])
+            if code:
+                raise CommandError(f"the worker exited with status {code}", returncode=code)
+            return
         with StopSignals(on_stop=worker.stop).installed():
             worker.run(once=options["once"])

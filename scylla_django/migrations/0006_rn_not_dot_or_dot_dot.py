@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("scylla_django", "0004_database_clock_with_microseconds"),
+        ("scylla_django", "0005_task_lease_length"),
     ]
 
     operations = [
