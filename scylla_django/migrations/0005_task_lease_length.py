@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("scylla_django", "0005_rn_not_dot_or_dot_dot"),
+        ("scylla_django", "0004_database_clock_with_microseconds"),
     ]
 
     operations = [
