@@ -747,7 +747,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 )
             else:
                 errors[pk] = LeaseLost(
-                    f"{name} does not hold the lease of task {rn} "
+                    f"{name} does not hold lease {attempts} of task {rn} "
                     f"(status {status}, owner {owner}, attempt {now_attempts}).",
                     rn=rn,
                     status=status,
@@ -1052,28 +1052,15 @@ class Task(models.Model):
         current = (
             Task.objects.using(using)
             .filter(pk=self.pk)
-            .values("status", "owner", "attempts")
+            .values("status")
             .first()
         )
         if current is None:
             return TaskNotFound(f"No task has rn {self.rn!r}.", rn=self.rn)
-        status, owner = current["status"], current["owner"]
+        status = current["status"]
         if TRANSITIONS[operation].owner_only:
-            if status == Status.CANCELLED:
-                return TaskCancelled(f"Task {self.rn} was cancelled.", rn=self.rn, status=status)
-            same_lease = owner == worker and current["attempts"] == self.attempts
-            # Finished by this very lease (a write retried after its reply was lost), not by
-            # the monitor aborting it: only then is the old owner told "already finished".
-            if status != Status.RUNNING and same_lease and _finished_by(worker, [self.pk], using):
-                return InvalidTransition(
-                    f"Task {self.rn} is already {status}.", rn=self.rn, status=status
-                )
-            return LeaseLost(
-                f"{worker} does not hold lease {self.attempts} of task {self.rn} "
-                f"(status {status}, owner {owner}, attempt {current['attempts']}).",
-                rn=self.rn,
-                status=status,
-            )
+            assert worker is not None, "a worker operation names its worker"
+            return Task.objects.using(using).refusals(worker, {self.pk: self.attempts})[self.pk]
         return InvalidTransition(
             f"Cannot {operation} task {self.rn}: it is {status}.", rn=self.rn, status=status
         )
