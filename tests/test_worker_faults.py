@@ -134,7 +134,7 @@ def test_a_task_the_monitor_aborted_stops_in_its_old_worker(settings):
         process.send_signal(signal.SIGCONT)
     assert code == 0, output
     assert time.monotonic() - resumed < 5, output  # not the handler's 30 s
-    assert f"{owner} does not hold the lease" in output
+    assert f"{owner} does not hold lease" in output
     task.refresh_from_db()
     assert task.errors[0]["code"] == "max_attempts_exceeded"
     assert task.result is None
