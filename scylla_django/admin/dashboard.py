@@ -295,6 +295,12 @@ class Failures:
     since: datetime
     groups: list[FailureGroup]
     truncated: bool = False
+    window: timedelta = FAILURE_WINDOW
+
+    @property
+    def hours(self) -> int:
+        """The window in whole hours, for the heading."""
+        return round(self.window.total_seconds() / 3600)
 
     @property
     def total(self) -> int:
@@ -325,7 +331,7 @@ def failure_groups(
     )
     groups = [FailureGroup(queue, str(code or ""), n, latest) for queue, code, n, latest in rows]
     groups.sort(key=lambda g: (-g.count, g.queue, g.code))
-    return Failures(since, groups, truncated)
+    return Failures(since, groups, truncated, window)
 
 
 def running_counts(owners: Iterable[str]) -> dict[str, int]:
