@@ -5,7 +5,8 @@ never imports the models; statuses and event names come from `enums.TRANSITIONS`
 SQL as parameters.
 
 - PostgreSQL: every transition is one statement. A lease walks the ready index once per
-  requested queue (each walk ordered and limited, `FOR UPDATE SKIP LOCKED`), merges the walks,
+  requested queue that is not paused (each walk ordered and limited, `FOR UPDATE SKIP
+  LOCKED`), merges the walks,
   marks the best `limit` rows running and writes their TaskAssignment rows; it also checks, in
   the same statement, that the lessee is a registered worker that has not stopped. A submission
   is one `INSERT … ON CONFLICT (rn) DO NOTHING RETURNING` (a bulk one inserts from arrays with
@@ -190,22 +191,68 @@ def postgresql_lease(
     tasks: QuerySet[Task],
     history: type[models.Model],
     workers: type[models.Model],
+    settings: type[models.Model],
     worker_id: int,
     worker: str,
     queues: Sequence[str],
     limit: int,
     timeout: timedelta,
 ) -> list[Task] | None:
-    """Lease up to `limit` tasks in one statement (PostgreSQL); None if the worker may not lease.
+    """Lease up to `limit` tasks (PostgreSQL); None if the worker may not lease.
 
-    For each requested queue, a LATERAL subquery walks the ready index (queue, priority desc,
-    created, id) in order, skipping rows other lessees hold (`SKIP LOCKED`) and rows whose
-    `not_before` is still ahead, and stops after `limit` rows; the walks are merged and cut to
-    the best `limit`, so the cost depends on `limit` and the number of queues, not on the
-    backlog, and priority-then-age order holds across queues. The locked rows that are not
-    kept are released when the statement ends. The lessee must be a registered worker that has
-    not stopped; otherwise nothing is leased and None is returned.
+    For each requested queue that is not paused, a LATERAL subquery walks the ready index
+    (queue, priority desc, created, id) in order, skipping rows other lessees hold (`SKIP
+    LOCKED`) and rows whose `not_before` is still ahead, and stops after `limit` rows; the
+    walks are merged and cut to the best `limit`, so the cost depends on `limit` and the number
+    of queues, not on the backlog, and priority-then-age order holds across queues. The locked
+    rows that are not kept are released when the statement ends. The lessee must be a
+    registered worker that has not stopped; otherwise nothing is leased and None is returned.
+
+    Paused queues are skipped by the same statement (one probe of the queue settings per
+    queue). If a requested queue has a running-task limit, that statement leases nothing and
+    says so: the lease is then made in a transaction that first locks the limited queues'
+    settings rows, then runs the statement again, which counts each limited queue's running
+    tasks in its own snapshot (taken after the lock, so every earlier lease of that queue is
+    counted) and walks at most the room left under the limit.
     """
+    connection = connections[tasks.db]
+    quote = connection.ops.quote_name
+    statement, params = _lease_statement(
+        tasks, history, workers, settings, worker_id, worker, queues, limit, timeout
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, {**params, "locked": False})
+        rows = cursor.fetchall()
+        if rows[0][0] and rows[0][1]:  # a limited queue: lease again under its lock
+            with transaction.atomic(using=tasks.db):
+                cursor.execute(
+                    f"SELECT 1 FROM {quote(settings._meta.db_table)} "
+                    "WHERE queue = ANY(%s) AND max_running IS NOT NULL AND NOT paused "
+                    "ORDER BY queue FOR UPDATE",
+                    [list(queues)],
+                )
+                cursor.execute(statement, {**params, "locked": True})
+                rows = cursor.fetchall()
+    if not rows[0][0]:
+        return None
+    fields = list(tasks.model._meta.concrete_fields)
+    values = [row[2:] for row in rows if row[2] is not None]
+    names = [f.attname for f in fields]
+    return [tasks.model.from_db(tasks.db, names, row) for row in _convert(tasks, fields, values)]
+
+
+def _lease_statement(
+    tasks: QuerySet[Task],
+    history: type[models.Model],
+    workers: type[models.Model],
+    settings: type[models.Model],
+    worker_id: int,
+    worker: str,
+    queues: Sequence[str],
+    limit: int,
+    timeout: timedelta,
+) -> tuple[str, dict[str, Any]]:
+    """The lease statement of `postgresql_lease` and its parameters (but `locked`)."""
     transition = TRANSITIONS[Operation.LEASE]
     [source] = transition.sources
     assert transition.event is not None
@@ -215,19 +262,33 @@ def postgresql_lease(
     fields = list(tasks.model._meta.concrete_fields)
     columns = ", ".join(f"t.{quote(str(f.column))}" for f in fields)
     # Note: `status = %(source)s` is bound client-side, so the planner matches the partial index.
+    # `gate`: the requested queues that are not paused, each with the room it has (`budget`):
+    # `limit`, or for a limited queue what is left under its limit (counted only when locked).
     statement = f"""
         WITH lessee AS MATERIALIZED (
             SELECT 1 FROM {quote(workers._meta.db_table)}
             WHERE id = %(worker_id)s AND stopped IS NULL
+        ), gate AS MATERIALIZED (
+            SELECT q.name, s.max_running IS NOT NULL AS limited,
+                CASE WHEN s.max_running IS NULL THEN %(limit)s
+                     WHEN NOT %(locked)s THEN 0
+                     ELSE GREATEST(0, LEAST(%(limit)s, s.max_running - (
+                        SELECT count(*) FROM {task_table} AS r
+                        WHERE r.status = %(target)s AND r.queue = q.name)))
+                END AS budget
+            FROM unnest(%(queues)s::text[]) AS q(name)
+            LEFT JOIN {quote(settings._meta.db_table)} AS s ON s.queue = q.name
+            WHERE s.paused IS NOT TRUE
         ), picked AS MATERIALIZED (
-            SELECT c.id FROM unnest(%(queues)s::text[]) AS q(name)
+            SELECT c.id FROM gate AS q
             CROSS JOIN LATERAL (
                 SELECT t.id, t.priority, t.created FROM {task_table} AS t
                 WHERE t.status = %(source)s AND t.queue = q.name
                   AND (t.not_before IS NULL OR t.not_before <= statement_timestamp())
                   AND EXISTS (SELECT 1 FROM lessee)
+                  AND (%(locked)s OR NOT EXISTS (SELECT 1 FROM gate WHERE limited))
                 ORDER BY t.priority DESC, t.created ASC, t.id ASC
-                LIMIT %(limit)s
+                LIMIT q.budget
                 FOR UPDATE OF t SKIP LOCKED
             ) AS c
             ORDER BY c.priority DESC, c.created ASC, c.id ASC
@@ -247,7 +308,9 @@ def postgresql_lease(
             INSERT INTO {quote(history._meta.db_table)} (task_id, typ, worker, progress, time)
             SELECT id, %(event)s, owner, NULL, updated FROM leased
         )
-        SELECT (SELECT count(*) FROM lessee), t.* FROM (SELECT 1) AS one
+        SELECT (SELECT count(*) FROM lessee),
+            NOT %(locked)s AND EXISTS (SELECT 1 FROM gate WHERE limited), t.*
+        FROM (SELECT 1) AS one
         LEFT JOIN leased AS t ON true
         ORDER BY t.priority DESC, t.created ASC, t.id ASC
     """
@@ -261,14 +324,7 @@ def postgresql_lease(
         "timeout": timeout,
         "event": transition.event.value,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        rows = cursor.fetchall()
-    if not rows[0][0]:
-        return None
-    values = [row[1:] for row in rows if row[1] is not None]
-    names = [f.attname for f in fields]
-    return [tasks.model.from_db(tasks.db, names, row) for row in _convert(tasks, fields, values)]
+    return statement, params
 
 
 def _insert_parts(tasks: QuerySet[Task]) -> tuple[list[models.Field[Any, Any]], str]:

@@ -325,7 +325,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
         limit = validate_limit(limit)
         lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
         if db.uses_single_statement_transitions(connections[self.db]):
-            leased = db.postgresql_lease(self, History, Worker, pk, name, queues, limit, lease_for)
+            leased = db.postgresql_lease(
+                self, History, Worker, QueueSetting, pk, name, queues, limit, lease_for
+            )
         else:
             leased = self._lease_portable(pk, name, queues, limit, lease_for)
         if leased is None:
@@ -340,21 +342,48 @@ class TaskQuerySet(models.QuerySet["Task"]):
     ) -> list[Task] | None:
         transition = TRANSITIONS[Operation.LEASE]
         order = ("-priority", "created", "id")
+        tasks = self.model.objects.using(self.db)
         with db.write_atomic(self.db):
+            # Lock the limited queues' settings first (in a fixed order), so that the running
+            # tasks counted below cannot change until this lease commits.
+            settings = list(
+                QueueSetting.objects.using(self.db)
+                .filter(queue__in=queues)
+                .select_for_update()
+                .order_by("queue")
+                .values_list("queue", "paused", "max_running")
+            )
             if not Worker.objects.using(self.db).filter(pk=pk, stopped__isnull=True).exists():
                 return None
-            ids = list(
-                self.model.objects.using(self.db)
-                .ready(queues)
-                .select_for_update(skip_locked=True)
-                .order_by(*order)
-                .values_list("pk", flat=True)[:limit]
-            )
+            paused = {queue for queue, is_paused, _ in settings if is_paused}
+            limits = {q: n for q, is_paused, n in settings if n is not None and not is_paused}
+            free = [q for q in queues if q not in paused and q not in limits]
+            budgets = dict.fromkeys(free, limit)
+            if limits:
+                running = dict(
+                    tasks.filter(status=Status.RUNNING, queue__in=list(limits))
+                    .order_by()
+                    .values_list("queue")
+                    .annotate(n=models.Count("*"))
+                    .values_list("queue", "n")
+                )
+                for queue, most in limits.items():
+                    budgets[queue] = max(0, min(limit, most - running.get(queue, 0)))
+            walks = [(free, limit)] if free else []
+            walks += [([q], budgets[q]) for q in limits if budgets[q]]
+            found: list[tuple[int, int, datetime, int]] = []
+            for walk, size in walks:
+                found += (
+                    tasks.ready(walk)
+                    .select_for_update(skip_locked=True)
+                    .order_by(*order)
+                    .values_list("priority", "pk", "created", "pk")[:size]
+                )
+            found.sort(key=lambda row: (-row[0], row[2], row[3]))
+            ids = [row[1] for row in found[:limit]]
             if not ids:
                 return []
-            base = self.model.objects.using(self.db).filter(
-                pk__in=ids, status__in=sources(Operation.LEASE)
-            )
+            base = tasks.filter(pk__in=ids, status__in=sources(Operation.LEASE))
             now = _clock(self.db)
             leased = base.update(
                 status=transition.target,
@@ -370,7 +399,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 History(task_id=task_pk, typ=event(Operation.LEASE), worker=name, time=now)
                 for task_pk in ids
             )
-            return list(self.model.objects.using(self.db).filter(pk__in=ids).order_by(*order))
+            return list(tasks.filter(pk__in=ids).order_by(*order))
 
     # -- clients ----------------------------------------------------------------------------
 
@@ -1049,12 +1078,7 @@ class Task(models.Model):
 
     def _refusal(self, operation: Operation, worker: str | None, using: str) -> Exception:
         """The specific error for a conditional write that matched no row."""
-        current = (
-            Task.objects.using(using)
-            .filter(pk=self.pk)
-            .values("status")
-            .first()
-        )
+        current = Task.objects.using(using).filter(pk=self.pk).values("status").first()
         if current is None:
             return TaskNotFound(f"No task has rn {self.rn!r}.", rn=self.rn)
         status = current["status"]
@@ -1610,3 +1634,75 @@ class Outcome:
     errors: list[dict[str, Any]] | None = None
     # Seconds the handler ran, as the worker measured it; sent with `task_finished`.
     duration: float | None = None
+
+
+class QueueSettingQuerySet(models.QuerySet["QueueSetting"]):
+    """Operators' settings per queue: paused, and a limit on its running tasks.
+
+    A queue without a row is neither paused nor limited. Leasing reads these rows in its own
+    statement (`TaskQuerySet.lease`), so a change applies to the next lease of every worker.
+    """
+
+    def pause(self, queue: str) -> QueueSetting:
+        """Stop leasing from `queue` (its tasks still go in; running ones carry on)."""
+        return self._set(queue, paused=True)
+
+    def resume(self, queue: str) -> QueueSetting:
+        """Lease from `queue` again, and wake the workers that listen for it."""
+        setting = self._set(queue, paused=False)
+        if db.uses_single_statement_transitions(connections[self.db]):
+            db.postgresql_notify(self.db, db.READY_CHANNEL, [setting.queue])
+        return setting
+
+    def limit(self, queue: str, max_running: int | None) -> QueueSetting:
+        """At most `max_running` tasks of `queue` run at once across all workers (None: no
+        limit). Tasks already running above a new limit finish; no new one is leased until
+        the queue is under it."""
+        return self._set(queue, max_running=validate_max_running(max_running))
+
+    def _set(self, queue: str, **values: Any) -> QueueSetting:
+        name = validate_queue(queue)
+        with db.write_atomic(self.db):
+            setting, _ = self.update_or_create(queue=name, defaults={**values, "updated": Now()})
+        setting.refresh_from_db(fields=["updated"])
+        return setting
+
+    def of(self, queue: str) -> QueueSetting:
+        """The settings of `queue`: its row, or an unsaved default one (neither paused nor
+        limited)."""
+        name = validate_queue(queue)
+        return self.filter(queue=name).first() or self.model(queue=name)
+
+
+def validate_max_running(value: object) -> int | None:
+    """A per-queue limit on running tasks: None, or an integer from 1 to 1,000,000."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
+        raise ValidationError(
+            "max_running must be an integer from 1 to 1000000, or null for no limit.",
+            code="invalid_max_running",
+        )
+    return value
+
+
+class QueueSetting(models.Model):
+    """How a queue is leased: `paused` (no lease takes its tasks) and `max_running` (at most
+    that many of its tasks run at once, across all workers; null: no limit)."""
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=QUEUE_MAX_LENGTH, unique=True, validators=[queue_validator])
+    paused = models.BooleanField(default=False)
+    max_running = models.PositiveIntegerField(null=True, blank=True)
+    updated = models.DateTimeField(db_default=Now())
+
+    objects: ClassVar[QueueSettingQuerySet] = QueueSettingQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Meta:
+        ordering = ["queue"]
+        permissions = [("control_queue", "Can pause, resume and limit queues")]
+
+    def __str__(self) -> str:
+        state = "paused" if self.paused else "active"
+        limit = f", at most {self.max_running} running" if self.max_running else ""
+        return f"{self.queue} ({state}{limit})"

@@ -681,7 +681,8 @@ def test_dashboard_page(admin_client, tasks, worker):
     assert html.count('<rect class="scylla-bar-') >= 2  # completed, aborted, cancelled
     assert f'href="{LIST}?owner={worker.name}&amp;status=running">{worker.name}</a>' in html
     assert "<code>boom</code> it broke" in html
-    assert "<h2>Live workers: 2</h2>" in html
+    assert '<span class="scylla-badge scylla-alive">2 alive</span>' in html
+    assert 'id="scylla-monitor-missing"' in html  # no monitor has run
 
 
 @pytest.mark.parametrize(
@@ -700,13 +701,18 @@ def test_worker_list(admin_client, tasks, worker, other_worker):
     stopped = Worker.objects.register(["alpha"], hostname="gone-host")
     stopped.stop()
     silent = Worker.objects.register(["alpha"], hostname="quiet-host")
-    Worker.objects.filter(pk=silent.pk).update(last_seen=Now() - timedelta(hours=1))
+    Worker.objects.filter(pk=silent.pk).update(silent_at=Now() - timedelta(seconds=1))
+    dead = Worker.objects.register(["alpha"], hostname="dead-host")
+    Worker.objects.filter(pk=dead.pk).update(
+        silent_at=Now() - timedelta(minutes=2), dead_at=Now() - timedelta(seconds=1)
+    )
     url = reverse("admin:scylla_django_worker_changelist")
     with CaptureQueriesContext(connection) as queries:
         response = admin_client.get(url)
     html = response.content.decode()
     assert response.status_code == 200
     assert [w.name for w in response.context["cl"].result_list] == [
+        dead.name,
         silent.name,
         stopped.name,
         other_worker.name,
@@ -716,9 +722,12 @@ def test_worker_list(admin_client, tasks, worker, other_worker):
     assert running in html
     assert 'class="scylla-badge scylla-stopped"' in html
     assert 'class="scylla-badge scylla-silent"' in html
+    assert 'class="scylla-badge scylla-dead"' in html
     assert html.count('class="scylla-badge scylla-alive"') == 2
+    held = reverse("admin:scylla_django_task_change", args=[tasks["run"].pk])
+    assert f'<a href="{held}">run</a>' in html  # the tasks each worker holds
     table = connection.ops.quote_name("scylla_django_task")
-    assert sum(table in q["sql"] for q in queries) == 1  # one GROUP BY
+    assert sum(table in q["sql"] for q in queries) == 2  # one GROUP BY, the held tasks
     assert f'href="{DASHBOARD}"' in html
 
     def names(query: str) -> set[str]:
@@ -728,10 +737,17 @@ def test_worker_list(admin_client, tasks, worker, other_worker):
 
     assert names("state=alive") == {worker.name, other_worker.name}
     assert names("state=silent") == {silent.name}
+    assert names("state=dead") == {dead.name}
     assert names("state=stopped") == {stopped.name}
     assert names(f"q={worker.name}") == {worker.name}
     assert names("q=quiet") == {silent.name}
-    assert names("q=%00") == {worker.name, other_worker.name, stopped.name, silent.name}
+    assert names("q=%00") == {
+        worker.name,
+        other_worker.name,
+        stopped.name,
+        silent.name,
+        dead.name,
+    }
     assert admin_client.get(f"{url}?state=bogus").status_code == 302
 
 

@@ -645,6 +645,8 @@ def test_the_schema_is_openapi_3_with_every_route(api):
         f"{API}/workers/{{name}}/lease/",
         f"{API}/workers/{{name}}/stop/",
         f"{API}/queues/",
+        f"{API}/queues/{{name}}/pause/",
+        f"{API}/queues/{{name}}/limit/",
         f"{API}/health/",
         f"{API}/schema/",
     }

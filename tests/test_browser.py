@@ -2,7 +2,8 @@
 
 Runs against pytest-django's live server when /usr/bin/chromium and Playwright for Python are
 installed, and is skipped (saying why) otherwise. With SCYLLA_SCREENSHOTS=1 it also writes the
-screenshots shown in the README: docs/admin-task-list.png, -task-detail.png, -dashboard.png.
+screenshots shown in the README: docs/admin-task-list.png, -task-detail.png, -dashboard.png,
+-reset-lease.png.
 """
 
 from __future__ import annotations
@@ -44,9 +45,26 @@ def console(transactional_db, django_user_model, monkeypatch):
     # browser steps are still plain synchronous calls.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     django_user_model.objects.create_superuser("admin", "admin@example.com", "secret")
-    mail = Worker.objects.register(["emails", "images"], capacity=8, hostname="web-1", pid=4242)
-    batch = Worker.objects.register(["reports"], capacity=2, hostname="batch-1", pid=77)
+    # Live workers heartbeat every 30 s (the test takes longer than the default's silence).
+    mail = Worker.objects.register(
+        ["emails", "images"],
+        capacity=8,
+        hostname="web-1",
+        pid=4242,
+        heartbeat_interval=30,
+        lease_timeout=600,
+    )
+    batch = Worker.objects.register(
+        ["reports"],
+        capacity=2,
+        hostname="batch-1",
+        pid=77,
+        heartbeat_interval=30,
+        lease_timeout=600,
+    )
     Worker.objects.register(["emails"], hostname="web-2", pid=99).stop()
+    # A worker killed mid-task: not seen since, its lease still runs for minutes.
+    crashed = Worker.objects.register(["invoices"], capacity=2, hostname="batch-2", pid=313)
 
     for n in range(36):  # finished over the last hour, for the chart
         worker, queue = (mail, "emails") if n % 3 else (mail, "images")
@@ -90,7 +108,13 @@ def console(transactional_db, django_user_model, monkeypatch):
     Task.objects.filter(pk=stuck.pk).update(deadline=Now() - timedelta(minutes=3))
     for n in range(6):
         TaskFactory(rn=f"welcome-{n}", queue="emails", priority=50 * (n % 3))
-    return {"report": report}
+    running_task(crashed, rn="invoice-7", queue="invoices", timeout=600)
+    Worker.objects.filter(pk=crashed.pk).update(
+        last_seen=Now() - timedelta(minutes=6),
+        silent_at=Now() - timedelta(minutes=5),
+        dead_at=Now() - timedelta(minutes=1),
+    )
+    return {"report": report, "mail": mail, "crashed": crashed}
 
 
 @pytest.fixture
@@ -191,18 +215,64 @@ def test_operator_session(console, page, live_server):
 
     # The dashboard.
     page.click(".object-tools >> text=Dashboard")
+    page.goto(f"{page.url.split('?')[0]}?refresh=0")  # no reload between the steps below
     queues = page.locator("#scylla-queues tbody tr")
-    expect(queues).to_have_count(3)
+    expect(queues).to_have_count(4)
     expect(queues.filter(has_text="reports")).to_contain_text("1")
     expect(page.locator("#scylla-expired")).to_contain_text("stuck-email")
-    expect(page.locator("#scylla-workers")).to_contain_text("Live workers: 2")
-    expect(page.locator("#scylla-workers")).to_contain_text("web-1:4242")
+    expect(page.locator("#scylla-monitor-missing")).to_contain_text("No monitor is running")
+    workers = page.locator("#scylla-workers")
+    expect(workers.locator("h2")).to_contain_text("2 alive")
+    expect(workers.locator("h2")).to_contain_text("1 dead")
+    expect(workers).to_contain_text("web-1:4242")
+    # The dead worker still holds its invoice: the dashboard says so.
+    dead = workers.locator("tr.scylla-worker-dead")
+    expect(dead).to_contain_text("batch-2:313")
+    expect(dead).to_contain_text("invoice-7")
+    expect(page.locator("#scylla-workers-gone")).to_contain_text("not alive still holds tasks")
     expect(page.locator("#scylla-throughput rect")).not_to_have_count(0)
     expect(page.locator("#scylla-failures")).to_contain_text("smtp_timeout")
-    assert page.locator('meta[http-equiv="refresh"]').get_attribute("content") == "10"
-    screenshot(page, "dashboard")
+    group = page.locator("#scylla-failure-groups tbody tr", has_text="smtp_timeout")
+    expect(group).to_contain_text("emails")
+    expect(group.locator("td.scylla-num")).to_have_text("4")
+    screenshot(page, "dashboard", full_page=True)
+
+    # The failures group links to its tasks.
+    group.locator("td.scylla-num a").click()
+    assert "error_code=smtp_timeout" in page.url and "status=aborted" in page.url
+    expect(page.locator("#result_list tbody tr")).to_have_count(4)
+    expect(page.locator("#result_list .field-error_code").first).to_have_text("smtp_timeout")
+
+    # Pause the emails queue: nothing of it is leased until it is resumed.
+    page.click(".object-tools >> text=Dashboard")
+    emails = page.locator("#scylla-queues tbody tr", has_text="emails")
+    emails.locator("button", has_text="Pause").click()
+    expect(page.locator(".messagelist")).to_contain_text("Queue emails paused")
+    expect(emails.locator(".scylla-badge.scylla-paused")).to_have_count(1)
+    mail = console["mail"]
+    assert Task.objects.lease(mail, ["emails"]) == []
+    Task.objects.submit("emails", {}, rn="welcome-late")  # still accepted
+    emails.locator("button", has_text="Resume").click()
+    expect(page.locator(".messagelist")).to_contain_text("Queue emails resumed")
+    expect(emails.locator(".scylla-badge.scylla-paused")).to_have_count(0)
+    assert len(Task.objects.lease(mail, ["emails"])) == 1
+
+    # Reset the dead worker's lease now, from the task page.
+    page.locator("#scylla-workers tr.scylla-worker-dead a", has_text="invoice-7").click()
+    expect(page.locator(".field-status_badge .scylla-badge")).to_have_text("running")
+    reset = page.locator("#scylla-reset-lease button")
+    expect(reset).to_have_text("Reset lease now")
+    screenshot(page, "reset-lease")
+    reset.click()
+    expect(page.locator(".messagelist")).to_contain_text("Lease reset: invoice-7 is ready again")
+    expect(page.locator(".field-status_badge .scylla-badge")).to_have_text("ready")
+    expect(page.locator("#scylla-reset-lease")).to_have_count(0)
+    expect(page.locator(".inline-related tbody tr.form-row").first).to_contain_text("Timeout")
+    invoice = Task.objects.get(rn="invoice-7")
+    assert (invoice.status, invoice.owner) == (Status.READY, None)
 
     # Dark mode: the badges take the dark palette.
+    page.goto(f"{live_server.url}/admin/scylla_django/task/dashboard/?refresh=0")
     badge = page.locator("#scylla-queues thead .scylla-ready")
     light = badge.evaluate("element => getComputedStyle(element).backgroundColor")
     page.emulate_media(color_scheme="dark")

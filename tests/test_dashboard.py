@@ -150,22 +150,63 @@ def test_running_counts(worker, other_worker):
     assert dashboard.running_counts([]) == {}
 
 
-def test_live_workers(worker, other_worker, django_assert_num_queries):
+def test_worker_board_shows_states_and_held_tasks(worker, other_worker, django_assert_num_queries):
     running_task(worker, rn="a")
     stopped = Worker.objects.register(["q"])
     stopped.stop()
     silent = Worker.objects.register(["q"])
-    Worker.objects.filter(pk=silent.pk).update(last_seen=Now() - timedelta(minutes=10))
+    Worker.objects.filter(pk=silent.pk).update(silent_at=Now() - timedelta(seconds=1))
+    dead = Worker.objects.register(["q"])
+    running_task(dead, rn="held")
+    Worker.objects.filter(pk=dead.pk).update(dead_at=Now() - timedelta(seconds=1))
+    idle_dead = Worker.objects.register(["q"])
+    Worker.objects.filter(pk=idle_dead.pk).update(dead_at=Now() - timedelta(seconds=1))
 
-    with django_assert_num_queries(2):  # the workers, then one GROUP BY of their tasks
-        live = dashboard.live_workers()
-    assert [row.name for row in live.rows] == [worker.name, other_worker.name]
-    first = live.rows[0]
+    # running per owner, the workers, their held tasks, the counts per state
+    with django_assert_num_queries(4):
+        board = dashboard.worker_board()
+    rows = {row.name: row for row in board.rows}
+    assert list(rows) == [worker.name, other_worker.name, silent.name, dead.name]
+    assert {name: row.state for name, row in rows.items()} == {
+        worker.name: "alive",
+        other_worker.name: "alive",
+        silent.name: "silent",
+        dead.name: "dead",
+    }
+    first = rows[worker.name]
     assert (first.running, first.capacity, first.load) == (1, 4, 0.25)
     assert (first.hostname, first.pid, first.queues) == ("test", 1, ["default"])
-    assert (live.count, live.running, live.capacity) == (2, 1, 8)
-    assert dashboard.live_workers(limit=1).count == 2
-    assert dashboard.known_workers() == [other_worker.name, worker.name]
+    assert [rn for _, rn in rows[dead.name].held] == ["held"]
+    assert [row.name for row in board.gone] == [dead.name]
+    assert board.states == {"alive": 2, "silent": 1, "dead": 2, "stopped": 1}
+    assert (board.count, board.running, board.capacity) == (4, 2, 8)
+    assert dashboard.worker_board(limit=1).count == 4
+    assert dashboard.known_workers()[-2:] == [other_worker.name, worker.name]
+
+
+def test_failure_groups_count_by_queue_and_first_error_code(worker):
+    def fail(rn: str, queue: str, code: str) -> None:
+        running_task(worker, rn=rn, queue=queue).abort(
+            worker, [{"code": code, "args": {}, "description": "x"}]
+        )
+
+    fail("a1", "mail", "smtp_timeout")
+    fail("a2", "mail", "smtp_timeout")
+    fail("a3", "mail", "bounced")
+    fail("a4", "pdf", "smtp_timeout")
+    old = running_task(worker, rn="old", queue="mail")
+    old.abort(worker, [{"code": "ancient"}])
+    Task.objects.filter(pk=old.pk).update(updated=Now() - timedelta(days=2))
+
+    found = dashboard.failure_groups()
+    assert [(g.queue, g.code, g.count) for g in found.groups] == [
+        ("mail", "smtp_timeout", 2),
+        ("mail", "bounced", 1),
+        ("pdf", "smtp_timeout", 1),
+    ]
+    assert (found.total, found.truncated) == (4, False)
+    capped = dashboard.failure_groups(scan=2)
+    assert (capped.total, capped.truncated) == (2, True)
 
 
 @pytest.mark.parametrize(
@@ -214,7 +255,7 @@ def test_known_queues_come_from_live_workers(worker):
 def test_build_is_a_handful_of_queries(worker, django_assert_max_num_queries):
     finish(running_task(worker, rn="x"), worker, Status.ABORTED)
     TaskFactory(rn="y")
-    with django_assert_max_num_queries(8):
+    with django_assert_max_num_queries(15):
         board = dashboard.build()
     assert [row.queue for row in board.queues] == ["default"]
     assert board.total.total == 2
@@ -222,4 +263,8 @@ def test_build_is_a_handful_of_queries(worker, django_assert_max_num_queries):
     assert board.expired.count == 0
     assert [t.rn for t in board.failures] == ["x"]
     assert board.workers.count == 1
+    assert [(g.queue, g.code, g.count) for g in board.failure_groups.groups] == [
+        ("default", "boom", 1)
+    ]
+    assert board.monitors.missing
     assert board.statuses == dashboard.STATUSES

@@ -7,7 +7,11 @@ Each function is one or two queries chosen to stay cheap on a table of millions 
 - the longest wait per queue: leasable ready tasks only, through `scylla_task_ready_idx`;
 - tasks finished per minute: terminal tasks updated in the last hour (`scylla_task_terminal_idx`);
 - expired leases: running tasks past their deadline (`scylla_task_running_idx`);
-- live workers: the Worker registry, with one GROUP BY owner over the running tasks.
+- workers: the alive and silent ones from the Worker registry, with the dead and stopped ones
+  that still hold running tasks (one query over the running tasks, a handful at any time);
+- the monitors: when the latest pass ended, and whether any monitor still runs;
+- recent failures: aborted tasks of the last 24 hours (at most `FAILURE_SCAN` of them, through
+  `scylla_task_terminal_idx`) grouped by queue and first error code.
 
 Ages and the chart's minutes are measured on this host's clock: they are for display only,
 while the selections themselves (expired, ready) use the database clock like the monitor does.
@@ -19,15 +23,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count
+from django.db.models import Count, Max, Q
+from django.db.models.fields.json import KT
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from ..conf import scylla_settings
-from ..enums import TERMINAL_STATUSES, Status
-from ..models import SCHEDULED, Task, Worker
+from ..enums import TERMINAL_STATUSES, Liveness, Status
+from ..models import SCHEDULED, Monitor, MonitorStatus, QueueSetting, Task, Worker
 from ..text import age, span
-from ..validation import worker_name_for
+from ..validation import worker_id, worker_name_for
 
 STATUSES: tuple[Status, ...] = tuple(Status)
 # The terminal statuses of `enums`, in the order the pages show them.
@@ -39,6 +44,10 @@ LIST_LIMIT = 20
 WORKER_LIMIT = 100
 # A worker touches `last_seen` every third of its lease timeout; give it a few beats of slack.
 WORKER_SILENCE = timedelta(minutes=2)
+# Failures are grouped over this window, and over at most this many of its newest tasks.
+FAILURE_WINDOW = timedelta(hours=24)
+FAILURE_SCAN = 10_000
+HELD_LIMIT = 5
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,8 @@ class QueueRow:
     queue: str
     counts: dict[str, int]
     waiting_since: datetime | None = None
+    paused: bool = False
+    max_running: int | None = None
 
     @property
     def total(self) -> int:
@@ -76,10 +87,25 @@ def queue_table() -> list[QueueRow]:
     tasks only, `scheduled` the ready tasks whose `not_before` is still ahead; the wait of a
     ready task starts at `created`, or at `not_before` for a delayed task.
     """
-    return [
-        QueueRow(summary.queue, summary.counts, summary.waiting_since)
+    settings = {s.queue: s for s in QueueSetting.objects.all()}
+    rows = [
+        QueueRow(
+            summary.queue,
+            summary.counts,
+            summary.waiting_since,
+            paused=summary.queue in settings and settings[summary.queue].paused,
+            max_running=settings[summary.queue].max_running if summary.queue in settings else None,
+        )
         for summary in Task.objects.queue_summaries()
     ]
+    # A queue with settings but no task yet still shows, so that it can be resumed.
+    known = {row.queue for row in rows}
+    rows += [
+        QueueRow(name, {}, None, paused=setting.paused, max_running=setting.max_running)
+        for name, setting in settings.items()
+        if name not in known
+    ]
+    return sorted(rows, key=lambda row: row.queue)
 
 
 def totals(rows: Iterable[QueueRow]) -> QueueRow:
@@ -244,6 +270,70 @@ def recent_failures(limit: int = LIST_LIMIT) -> list[TaskRow]:
     return rows
 
 
+@dataclass(frozen=True)
+class FailureGroup:
+    """Aborted tasks of one queue with one (first) error code, and the latest of them."""
+
+    queue: str
+    code: str
+    count: int
+    latest: datetime
+
+    @property
+    def age(self) -> str:
+        return age(self.latest)
+
+
+@dataclass(frozen=True)
+class Failures:
+    """Aborted tasks since `since`, grouped by queue and error code, most frequent first.
+
+    `truncated`: more than `FAILURE_SCAN` tasks failed in the window, and only the newest
+    `FAILURE_SCAN` were grouped (then `since` is the oldest of them).
+    """
+
+    since: datetime
+    groups: list[FailureGroup]
+    truncated: bool = False
+    window: timedelta = FAILURE_WINDOW
+
+    @property
+    def hours(self) -> int:
+        """The window in whole hours, for the heading."""
+        return round(self.window.total_seconds() / 3600)
+
+    @property
+    def total(self) -> int:
+        return sum(group.count for group in self.groups)
+
+
+def failure_groups(
+    window: timedelta = FAILURE_WINDOW, scan: int = FAILURE_SCAN, now: datetime | None = None
+) -> Failures:
+    """Aborted tasks of the last `window`, counted per queue and first error code: two queries.
+
+    The first finds the `scan`-th newest aborted task of the window (an index walk of at most
+    `scan` rows); the second groups the tasks from there on, so its cost is bounded whatever
+    the failure rate.
+    """
+    since = (now or timezone.now()) - window
+    aborted = Task.objects.filter(status=Status.ABORTED, updated__gte=since)
+    cutoff = aborted.order_by("-updated").values_list("updated", flat=True)[scan - 1 : scan].first()
+    truncated = cutoff is not None
+    if cutoff is not None:
+        aborted, since = aborted.filter(updated__gte=cutoff), cutoff
+    rows = (
+        aborted.order_by()
+        .annotate(code=KT("errors__0__code"))
+        .values_list("queue", "code")
+        .annotate(n=Count("*"), latest=Max("updated"))
+        .values_list("queue", "code", "n", "latest")
+    )
+    groups = [FailureGroup(queue, str(code or ""), n, latest) for queue, code, n, latest in rows]
+    groups.sort(key=lambda g: (-g.count, g.queue, g.code))
+    return Failures(since, groups, truncated, window)
+
+
 def running_counts(owners: Iterable[str]) -> dict[str, int]:
     """How many tasks each of `owners` (worker names) is running: one GROUP BY."""
     names = sorted(set(owners))
@@ -261,7 +351,7 @@ def running_counts(owners: Iterable[str]) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class WorkerRow:
-    """A live worker and the tasks it is running."""
+    """A worker, its liveness on the database clock, and the tasks it holds."""
 
     id: int
     name: str
@@ -272,6 +362,8 @@ class WorkerRow:
     running: int
     started: datetime
     last_seen: datetime
+    state: str = Liveness.ALIVE.value
+    held: tuple[tuple[int, str], ...] = ()
 
     @property
     def seen(self) -> str:
@@ -283,42 +375,84 @@ class WorkerRow:
         """running / capacity, for a progress bar."""
         return min(1.0, self.running / self.capacity) if self.capacity else 0.0
 
+    @property
+    def gone(self) -> bool:
+        """Silent, dead or stopped while holding tasks: their leases may be reset now."""
+        return self.state != Liveness.ALIVE and self.running > 0
+
 
 def worker_silence() -> timedelta:
-    """How long a worker may stay unseen and still count as alive."""
+    """How long a worker may stay unseen and still be suggested in the list filters."""
     return max(WORKER_SILENCE, 3 * scylla_settings.LEASE_TIMEOUT)
-
-
-def alive_ids(pks: Iterable[int]) -> set[int]:
-    """Which of the workers `pks` are alive, judged on the database clock: one query."""
-    wanted = sorted(set(pks))
-    if not wanted:
-        return set()
-    alive = Worker.objects.alive(worker_silence()).filter(pk__in=wanted)
-    return set(alive.values_list("pk", flat=True))
 
 
 @dataclass(frozen=True)
 class Workers:
-    """Live workers (not stopped, seen within `worker_silence()`), the first `WORKER_LIMIT`."""
+    """The workers worth a look: alive or silent, or holding running tasks whatever their
+    state; the first `WORKER_LIMIT` by id, and how many workers are in each state."""
 
     count: int
     rows: list[WorkerRow]
+    states: dict[str, int]
 
     @property
     def capacity(self) -> int:
-        return sum(row.capacity for row in self.rows)
+        return sum(row.capacity for row in self.rows if row.state == Liveness.ALIVE)
 
     @property
     def running(self) -> int:
         return sum(row.running for row in self.rows)
 
+    @property
+    def state_counts(self) -> list[tuple[str, int]]:
+        """(state, count) in the order of `Liveness`."""
+        return [(state, self.states.get(state, 0)) for state in Liveness.values]
 
-def live_workers(limit: int = WORKER_LIMIT) -> Workers:
-    """The live workers by name, with their running-task counts."""
-    alive = Worker.objects.alive(worker_silence()).order_by("id")
-    workers = list(alive[:limit])
-    running = running_counts(w.name for w in workers)
+    @property
+    def gone(self) -> list[WorkerRow]:
+        """The workers that are not alive yet hold tasks."""
+        return [row for row in self.rows if row.gone]
+
+
+def held_tasks(owners: Iterable[str], limit: int) -> dict[str, list[tuple[int, str]]]:
+    """The running tasks of `owners`, newest first: (id, rn) per owner, `limit` in all."""
+    names = sorted(set(owners))
+    held: dict[str, list[tuple[int, str]]] = {}
+    if not names:
+        return held
+    rows = (
+        Task.objects.filter(status=Status.RUNNING, owner__in=names)
+        .order_by("-id")
+        .values_list("pk", "rn", "owner")[:limit]
+    )
+    for pk, rn, owner in rows:
+        if owner is not None:
+            held.setdefault(owner, []).append((pk, rn))
+    return held
+
+
+def worker_board(limit: int = WORKER_LIMIT) -> Workers:
+    """The workers by id with their states and running tasks: four small queries.
+
+    Dead and stopped workers are listed only while they hold running tasks (a worker killed
+    mid-task, whose leases await the monitor or a "Reset lease now").
+    """
+    busy = (
+        Task.objects.filter(status=Status.RUNNING)
+        .order_by()
+        .values_list("owner")
+        .annotate(n=Count("*"))
+        .values_list("owner", "n")
+    )
+    running = {owner: n for owner, n in busy if owner is not None}
+    holders = [pk for pk in (worker_id(owner) for owner in running) if pk is not None]
+    shown = Worker.objects.filter(
+        Worker.objects.state_q(Liveness.ALIVE)
+        | Worker.objects.state_q(Liveness.SILENT)
+        | Q(pk__in=holders)
+    )
+    workers = list(shown.with_state().order_by("id")[:limit])
+    held = held_tasks((w.name for w in workers if running.get(w.name)), limit * HELD_LIMIT)
     rows = [
         WorkerRow(
             id=w.pk,
@@ -330,10 +464,16 @@ def live_workers(limit: int = WORKER_LIMIT) -> Workers:
             running=running.get(w.name, 0),
             started=w.started,
             last_seen=w.last_seen,
+            state=str(getattr(w, "liveness", Liveness.ALIVE.value)),
+            held=tuple(held.get(w.name, [])[:HELD_LIMIT]),
         )
         for w in workers
     ]
-    return Workers(len(rows) if len(rows) < limit else alive.count(), rows)
+    return Workers(
+        len(rows) if len(rows) < limit else shown.count(),
+        rows,
+        Worker.objects.count_by_state(),
+    )
 
 
 def known_workers(limit: int = 200) -> list[str]:
@@ -361,7 +501,9 @@ class Dashboard:
     throughput: Throughput
     expired: TaskList
     failures: list[TaskRow]
+    failure_groups: Failures
     workers: Workers
+    monitors: MonitorStatus
 
     @property
     def statuses(self) -> tuple[Status, ...]:
@@ -370,7 +512,7 @@ class Dashboard:
 
 
 def build() -> Dashboard:
-    """Collect the dashboard: about eight small queries."""
+    """Collect the dashboard: about fifteen small queries, none of them a scan."""
     now = timezone.now()
     queues = queue_table()
     return Dashboard(
@@ -380,5 +522,7 @@ def build() -> Dashboard:
         throughput=throughput(now),
         expired=expired_leases(),
         failures=recent_failures(),
-        workers=live_workers(),
+        failure_groups=failure_groups(now=now),
+        workers=worker_board(),
+        monitors=Monitor.objects.status(),
     )

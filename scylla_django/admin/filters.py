@@ -18,11 +18,15 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from ..enums import Status
+from ..enums import Liveness, Status
 from ..models import TaskQuerySet, Worker
 from ..validation import queue_validator
 from . import dashboard
 
+# An error code as `validate_errors` accepts it: 1 to 200 characters, not all blank, no NUL.
+error_code_validator = RegexValidator(
+    r"\A(?=[^\x00]*\S)[^\x00]{1,200}\Z", "Not an error code.", code="invalid_error_code"
+)
 owner_validator = RegexValidator(
     r"\A[A-Za-z0-9._:-]{1,64}\Z", "Not a worker name.", code="invalid_owner"
 )
@@ -236,23 +240,37 @@ class DateRangeFilter(admin.FieldListFilter):
 
 
 class WorkerStateFilter(admin.SimpleListFilter):
-    """`?state=alive|silent|stopped`."""
+    """`?state=alive|silent|dead|stopped`, on the database clock (see `Liveness`)."""
 
     title = "state"
     parameter_name = "state"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("alive", "alive"), ("silent", "silent"), ("stopped", "stopped")]
+        return [(state.value, state.label.lower()) for state in Liveness]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
         if value is None:
             return queryset
-        alive = Worker.objects.alive(dashboard.worker_silence())
-        if value == "alive":
-            return queryset & alive
-        if value == "silent":
-            return queryset.filter(stopped__isnull=True).exclude(pk__in=alive.values("pk"))
-        if value == "stopped":
-            return queryset.filter(stopped__isnull=False)
-        raise IncorrectLookupParameters(f"Unknown state {value!r}.")
+        if value not in Liveness.values:
+            raise IncorrectLookupParameters(f"Unknown state {value!r}.")
+        return queryset.filter(Worker.objects.state_q(Liveness(value)))
+
+
+class ErrorCodeFilter(InputFilter):
+    """`?error_code=`: tasks that recorded an error with this code (in any of their errors)."""
+
+    title = "error code"
+    parameter_name = "error_code"
+    validator = error_code_validator
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if not value:
+            return queryset
+        try:
+            error_code_validator(value)
+        except ValidationError as exc:
+            raise IncorrectLookupParameters(exc) from exc
+        assert isinstance(queryset, TaskQuerySet), "ErrorCodeFilter filters tasks"
+        return queryset.with_error_code(value)

@@ -15,7 +15,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.db.models.fields.json import KT
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
@@ -23,8 +24,9 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..conf import scylla_settings
-from ..enums import TERMINAL_STATUSES
-from ..models import History, Task, TaskQuerySet
+from ..enums import TERMINAL_STATUSES, Liveness, Operation, Status, sources
+from ..exceptions import InvalidTransition, LeaseLost, OwnerAlive, TaskNotFound
+from ..models import History, QueueSetting, Task, TaskQuerySet, Worker
 from ..text import age, plural
 from ..validation import queue_validator, rn_validator, worker_id
 from . import dashboard
@@ -40,7 +42,14 @@ from .display import (
     tasks,
     timestamp,
 )
-from .filters import DateRangeFilter, OwnerFilter, PriorityFilter, QueueFilter, StatusFilter
+from .filters import (
+    DateRangeFilter,
+    ErrorCodeFilter,
+    OwnerFilter,
+    PriorityFilter,
+    QueueFilter,
+    StatusFilter,
+)
 from .purge import PurgeForm, TimedPurge
 
 logger = logging.getLogger("scylla_django")
@@ -134,7 +143,11 @@ class TaskChangeList(ChangeList):
     def get_queryset(
         self, request: HttpRequest, exclude_parameters: list[str | None] | None = None
     ) -> QuerySet[Any]:
-        return super().get_queryset(request, exclude_parameters).defer("spec", "result", "errors")
+        queryset = super().get_queryset(request, exclude_parameters)
+        # The first error's code only, extracted by the database: `errors` may weigh a MiB.
+        deferred: QuerySet[Any] = queryset.defer("spec", "result", "errors")
+        annotated: QuerySet[Any] = deferred.annotate(error_code=KT("errors__0__code"))
+        return annotated
 
     def get_ordering_field(self, field_name: Any) -> Any:
         """Only `sortable_by` columns sort, whatever `?o=` says: others would sort every row."""
@@ -158,6 +171,7 @@ class TaskAdmin(TaskAdminBase):
         "created_at",
         "updated_at",
         "deadline_at",
+        "error_code",
     )
     # Only columns a full index can serve: rn (unique) and created, sorted by the primary key
     # (the insertion order). The other indexes are partial (ready, running or terminal tasks
@@ -168,6 +182,7 @@ class TaskAdmin(TaskAdminBase):
         QueueFilter,
         PriorityFilter,
         OwnerFilter,
+        ErrorCodeFilter,
         ("created", DateRangeFilter),
         ("updated", DateRangeFilter),
     )
@@ -311,6 +326,15 @@ class TaskAdmin(TaskAdminBase):
             return "-"
         return format_html('<a href="{}">{}</a>', changelist_url(owner=task.owner), task.owner)
 
+    @admin.display(description="error")
+    def error_code(self, task: Task) -> SafeString | str:
+        code = getattr(task, "error_code", None)
+        if not code:
+            return "-"
+        return format_html(
+            '<a href="{}"><code>{}</code></a>', changelist_url(error_code=code), code
+        )
+
     @admin.display(description="created", ordering="id")
     def created_at(self, task: Task) -> SafeString | str:
         return ago(task.created)
@@ -443,6 +467,116 @@ class TaskAdmin(TaskAdminBase):
         }
         return TemplateResponse(request, "scylla_django/admin/purge_selected.html", context)
 
+    # -- the task page's buttons ------------------------------------------------------------
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """The task page, with "Cancel" and "Reset lease now" for the users who may use them."""
+        context = {**(extra_context or {})}
+        task = Task.objects.filter(pk=object_id).defer("spec", "result", "errors").first()
+        if task is not None and self.has_cancel_permission(request):
+            context.update(self.buttons(task))
+        return super().change_view(request, object_id, form_url, context)
+
+    def buttons(self, task: Task) -> dict[str, Any]:
+        """The task page's operations that apply to `task` now (one query for a running task)."""
+        buttons: dict[str, Any] = {}
+        if task.status in sources(Operation.CANCEL):
+            buttons["scylla_cancel_url"] = reverse(
+                "admin:scylla_django_task_cancel", args=[task.pk]
+            )
+        if task.status == Status.RUNNING and task.owner:
+            pk = worker_id(task.owner)
+            # An owner that is not a worker name, or no longer registered, counts as dead.
+            state = Worker(pk=pk).current_state() if pk is not None else Liveness.DEAD.value
+            if state != Liveness.ALIVE:
+                buttons.update(
+                    scylla_reset_url=reverse(
+                        "admin:scylla_django_task_reset_lease", args=[task.pk]
+                    ),
+                    scylla_owner=task.owner,
+                    scylla_owner_state=state,
+                    scylla_attempt=task.attempts,
+                )
+        return buttons
+
+    def operated_task(self, request: HttpRequest, pk: int) -> Task:
+        """The task a button posts to, once the method and permission are checked."""
+        if request.method != "POST":
+            raise PermissionDenied
+        if not self.has_cancel_permission(request):
+            raise PermissionDenied
+        task = Task.objects.filter(pk=pk).first()
+        if task is None:
+            raise Http404(f"No task has id {pk}.")
+        return task
+
+    def reset_lease_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """POST owner and attempt: `Task.reset_lease(owner, attempt)`, fenced on what the page
+        showed. Refused (with a message) if the owner is alive again or the lease changed."""
+        task = self.operated_task(request, pk)
+        owner = request.POST.get("owner", "")
+        attempt = request.POST.get("attempt", "")
+        back = reverse("admin:scylla_django_task_change", args=[task.pk])
+        if not owner or not attempt.isdigit() or len(attempt) > 9:
+            self.message_user(
+                request, "The reset needs the owner and attempt shown.", messages.ERROR
+            )
+            return HttpResponseRedirect(back)
+        try:
+            task.reset_lease(owner, int(attempt))
+        except (OwnerAlive, LeaseLost, InvalidTransition, TaskNotFound) as exc:
+            self.message_user(request, f"Lease not reset: {exc}", messages.ERROR)
+            return HttpResponseRedirect(back)
+        logger.info("%s reset the lease of %s held by %s", request.user, task.rn, owner)
+        self.message_user(
+            request, f"Lease reset: {task.rn} is ready again ({owner} lost it).", messages.SUCCESS
+        )
+        return HttpResponseRedirect(back)
+
+    def cancel_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """POST: `Task.cancel()`; a task no longer ready or running is refused with a message."""
+        task = self.operated_task(request, pk)
+        back = reverse("admin:scylla_django_task_change", args=[task.pk])
+        try:
+            task.cancel()
+        except (InvalidTransition, TaskNotFound) as exc:
+            self.message_user(request, f"Not cancelled: {exc}", messages.ERROR)
+            return HttpResponseRedirect(back)
+        logger.info("%s cancelled %s", request.user, task.rn)
+        self.message_user(request, f"Cancelled {task.rn}.", messages.SUCCESS)
+        return HttpResponseRedirect(back)
+
+    # -- queue control (the dashboard's queue rows) -----------------------------------------
+
+    def has_queue_permission(self, request: HttpRequest) -> bool:
+        """May pause and resume queues: `scylla_django.control_queue`."""
+        return request.user.has_perm("scylla_django.control_queue")
+
+    def queue_view(self, request: HttpRequest, queue: str, operation: str) -> HttpResponse:
+        """POST: pause or resume `queue`, then back to the dashboard."""
+        if request.method != "POST" or not self.has_queue_permission(request):
+            raise PermissionDenied
+        if operation not in {"pause", "resume"}:
+            raise Http404(f"Unknown queue operation {operation!r}.")
+        try:
+            if operation == "pause":
+                QueueSetting.objects.pause(queue)
+            else:
+                QueueSetting.objects.resume(queue)
+        except ValidationError as exc:
+            self.message_user(request, " ".join(exc.messages), messages.ERROR)
+        else:
+            logger.info("%s: %s queue %s", request.user, operation, queue)
+            done = "paused: no task of it is leased" if operation == "pause" else "resumed"
+            self.message_user(request, f"Queue {queue} {done}.", messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:scylla_django_task_dashboard"))
+
     # -- dashboard and bulk purge pages ----------------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
@@ -456,6 +590,21 @@ class TaskAdmin(TaskAdminBase):
                 "purge/",
                 self.admin_site.admin_view(self.purge_view),
                 name="scylla_django_task_purge",
+            ),
+            path(
+                "<int:pk>/reset-lease/",
+                self.admin_site.admin_view(self.reset_lease_view),
+                name="scylla_django_task_reset_lease",
+            ),
+            path(
+                "<int:pk>/cancel/",
+                self.admin_site.admin_view(self.cancel_view),
+                name="scylla_django_task_cancel",
+            ),
+            path(
+                "queues/<str:queue>/<str:operation>/",
+                self.admin_site.admin_view(self.queue_view),
+                name="scylla_django_queue_control",
             ),
         ]
         return [*own, *super().get_urls()]
@@ -481,6 +630,7 @@ class TaskAdmin(TaskAdminBase):
         context = {
             **self.page_context(request, "Scylla dashboard"),
             "dashboard": dashboard.build(),
+            "may_control_queues": self.has_queue_permission(request),
             "refresh": int(refresh) if refresh in {"0", "5", "10", "30", "60"} else 10,
         }
         return TemplateResponse(request, "scylla_django/admin/dashboard.html", context)

@@ -9,11 +9,11 @@ from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..enums import Status
-from ..models import Worker
+from ..models import Worker, WorkerQuerySet
 from ..validation import worker_id
 from . import dashboard
 from .display import CSS, ago, can_view_tasks, changelist_url, moment, status_badge
@@ -26,15 +26,19 @@ else:
 
 
 class WorkerChangeList(ChangeList):
-    """The worker list's ChangeList: the page's running tasks and live workers, two queries."""
+    """The worker list's ChangeList: each worker's state on the database clock (annotated by
+    the list's query), and the page's running tasks in two more queries."""
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
-        running = dashboard.running_counts(worker.name for worker in self.result_list)
-        alive = dashboard.alive_ids(worker.pk for worker in self.result_list)
+        names = [worker.name for worker in self.result_list]
+        running = dashboard.running_counts(names)
+        held = dashboard.held_tasks(
+            [name for name in names if running.get(name)], len(names) * dashboard.HELD_LIMIT
+        )
         for worker in self.result_list:
             worker.running_tasks = running.get(worker.name, 0)
-            worker.is_alive = worker.pk in alive
+            worker.held_tasks = held.get(worker.name, [])[: dashboard.HELD_LIMIT]
 
 
 @admin.register(Worker)
@@ -48,6 +52,7 @@ class WorkerAdmin(WorkerAdminBase):
         "pid",
         "queue_list",
         "running",
+        "held",
         "started_at",
         "last_seen_at",
         "user",
@@ -69,6 +74,7 @@ class WorkerAdmin(WorkerAdminBase):
         "queue_list",
         "capacity",
         "running",
+        "held",
         "started_time",
         "last_seen_time",
         "stopped_time",
@@ -90,6 +96,13 @@ class WorkerAdmin(WorkerAdminBase):
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return WorkerChangeList
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
+        """Every worker, with its `liveness` (alive, silent, dead, stopped) on the database
+        clock."""
+        queryset = super().get_queryset(request)
+        assert isinstance(queryset, WorkerQuerySet)
+        return queryset.with_state()
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
@@ -118,12 +131,8 @@ class WorkerAdmin(WorkerAdminBase):
 
     @admin.display(description="state")
     def state(self, worker: Worker) -> SafeString:
-        if worker.stopped is not None:
-            return status_badge("stopped")
-        alive = getattr(worker, "is_alive", None)
-        if alive is None:
-            alive = worker.pk in dashboard.alive_ids([worker.pk])
-        return status_badge("alive" if alive else "silent")
+        liveness = getattr(worker, "liveness", None)
+        return status_badge(str(liveness) if liveness else worker.current_state())
 
     @admin.display(description="queues")
     def queue_list(self, worker: Worker) -> str:
@@ -136,6 +145,20 @@ class WorkerAdmin(WorkerAdminBase):
             count = dashboard.running_counts([worker.name]).get(worker.name, 0)
         url = changelist_url(owner=worker.name, status=Status.RUNNING)
         return format_html('<a href="{}">{} / {}</a>', url, count, worker.capacity)
+
+    @admin.display(description="holds")
+    def held(self, worker: Worker) -> SafeString | str:
+        tasks = getattr(worker, "held_tasks", None)
+        if tasks is None:
+            names = dashboard.held_tasks([worker.name], dashboard.HELD_LIMIT)
+            tasks = names.get(worker.name, [])
+        if not tasks:
+            return "-"
+        return format_html_join(
+            ", ",
+            '<a href="{}">{}</a>',
+            ((reverse("admin:scylla_django_task_change", args=[pk]), rn) for pk, rn in tasks),
+        )
 
     @admin.display(description="started", ordering="started")
     def started_at(self, worker: Worker) -> SafeString | str:

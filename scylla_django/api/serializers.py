@@ -416,6 +416,23 @@ class QueueSerializer(serializers.Serializer[Any]):
     )
 
 
+class QueueSettingSerializer(serializers.Serializer[Any]):
+    """How a queue is leased: paused or not, and its limit on running tasks."""
+
+    queue = serializers.CharField()
+    paused = serializers.BooleanField(help_text="No task of the queue is leased while paused.")
+    max_running = serializers.IntegerField(
+        allow_null=True, help_text="At most this many of its tasks run at once; null: no limit."
+    )
+    updated = serializers.DateTimeField(allow_null=True)
+
+
+class QueueLimitSerializer(StrictSerializer):
+    """`PUT /queues/{name}/limit/`: the new limit on running tasks (null: none)."""
+
+    max_running = StrictIntegerField(min_value=1, max_value=1_000_000, allow_null=True)
+
+
 # -- errors (for the schema) ----------------------------------------------------------------
 
 

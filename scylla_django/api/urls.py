@@ -10,7 +10,16 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, path, re_path
 from rest_framework.routers import SimpleRouter
 
-from .views import HealthView, QueueView, SchemaView, TaskViewSet, WorkerViewSet, not_found
+from .views import (
+    HealthView,
+    QueueLimitView,
+    QueuePauseView,
+    QueueView,
+    SchemaView,
+    TaskViewSet,
+    WorkerViewSet,
+    not_found,
+)
 
 app_name = "scylla"
 
@@ -21,6 +30,8 @@ router.register("workers", WorkerViewSet, basename="worker")
 urlpatterns: list[URLPattern | URLResolver] = [
     *router.urls,
     path("queues/", QueueView.as_view(), name="queues"),
+    path("queues/<str:name>/pause/", QueuePauseView.as_view(), name="queue-pause"),
+    path("queues/<str:name>/limit/", QueueLimitView.as_view(), name="queue-limit"),
     path("health/", HealthView.as_view(), name="health"),
     path("schema/", SchemaView.as_view(), name="schema"),
     re_path(r"^(?P<path>.*)$", not_found),

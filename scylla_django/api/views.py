@@ -36,8 +36,8 @@ from .. import db
 from ..enums import Status
 from ..exceptions import TaskNotFound, error_record
 from ..health import run_checks
-from ..models import Task, Worker
-from ..validation import validate_rn
+from ..models import QueueSetting, Task, Worker
+from ..validation import validate_queue, validate_rn
 from . import permissions
 from .authentication import ScyllaTokenAuthentication, authenticators
 from .exceptions import exception_handler, field_errors
@@ -59,7 +59,9 @@ from .serializers import (
     HeartbeatSerializer,
     LeasedSerializer,
     LeaseSerializer,
+    QueueLimitSerializer,
     QueueSerializer,
+    QueueSettingSerializer,
     RegisterSerializer,
     ResetLeaseSerializer,
     SubmitSerializer,
@@ -582,6 +584,92 @@ class QueueView(ScyllaView):
             for summary in Task.objects.queue_summaries()
         ]
         return Response(QueueSerializer(queues, many=True).data)
+
+
+def queue_named(name: str) -> str:
+    """`name` from the path if it can be a queue's name, else 404 `queue_not_found`."""
+    try:
+        return validate_queue(name)
+    except DjangoValidationError:
+        raise NotFound(f"No queue can be called {name!r}.", code="queue_not_found") from None
+
+
+def queue_setting(setting: QueueSetting) -> Response:
+    return Response(
+        QueueSettingSerializer(
+            {
+                "queue": setting.queue,
+                "paused": setting.paused,
+                "max_running": setting.max_running,
+                "updated": setting.updated if setting.pk else None,
+            }
+        ).data
+    )
+
+
+class QueuePauseView(ScyllaView):
+    """`PUT` pauses a queue, `DELETE` resumes it; `GET` tells whether it is paused."""
+
+    http_method_names = ["get", "put", "delete", "head"]
+    required_permissions = {
+        "get": permissions.VIEW,
+        "put": permissions.CONTROL,
+        "delete": permissions.CONTROL,
+    }
+
+    @document(
+        summary="A queue's settings",
+        description="Whether the queue is paused, and its limit on running tasks.",
+        responses={200: QueueSettingSerializer, **errors(400, 401, 403, 404)},
+    )
+    def get(self, request: Request, name: str) -> Response:
+        return queue_setting(QueueSetting.objects.of(queue_named(name)))
+
+    @document(
+        summary="Pause a queue",
+        description=(
+            "No task of the queue is leased from the next lease on (the lease statement reads "
+            "the setting); tasks can still be submitted, and running ones carry on. "
+            "Idempotent. Needs `scylla_django.control_queue`."
+        ),
+        request=CancelSerializer,
+        responses={200: QueueSettingSerializer, **errors(400, 401, 403, 404)},
+    )
+    def put(self, request: Request, name: str) -> Response:
+        self.parse(CancelSerializer)
+        return queue_setting(QueueSetting.objects.pause(queue_named(name)))
+
+    @document(
+        summary="Resume a queue",
+        description=(
+            "Lease the queue's tasks again, and wake the listening workers. Idempotent. "
+            "Needs `scylla_django.control_queue`."
+        ),
+        responses={200: QueueSettingSerializer, **errors(400, 401, 403, 404)},
+    )
+    def delete(self, request: Request, name: str) -> Response:
+        return queue_setting(QueueSetting.objects.resume(queue_named(name)))
+
+
+class QueueLimitView(ScyllaView):
+    """`PUT` sets or clears a queue's limit on running tasks across all workers."""
+
+    http_method_names = ["put", "head"]
+    required_permissions = {"put": permissions.CONTROL}
+
+    @document(
+        summary="Limit a queue's running tasks",
+        description=(
+            "At most `max_running` tasks of the queue run at once across all workers "
+            "(`null`: no limit), enforced by the lease. Needs `scylla_django.control_queue`."
+        ),
+        request=QueueLimitSerializer,
+        responses={200: QueueSettingSerializer, **errors(400, 401, 403, 404)},
+    )
+    def put(self, request: Request, name: str) -> Response:
+        queue = queue_named(name)
+        data = self.parse(QueueLimitSerializer)
+        return queue_setting(QueueSetting.objects.limit(queue, data["max_running"]))
 
 
 class HealthView(ScyllaView):

@@ -1,0 +1,73 @@
+"""`manage.py scylla_queue`: pause, resume, limit and list queues."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...models import QueueSetting, Task
+from ..base import positive_int, queue_name
+
+
+class Command(BaseCommand):
+    help = (
+        "Pause a queue (no task of it is leased; submissions still go in), resume it, set or "
+        "clear its limit on running tasks across all workers, or list the queues with their "
+        "settings. Changes apply to the next lease of every worker."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        commands = parser.add_subparsers(dest="operation", required=True, metavar="OPERATION")
+        for operation, text in (("pause", "Stop leasing QUEUE."), ("resume", "Lease QUEUE again.")):
+            sub = commands.add_parser(operation, help=text, description=text)
+            sub.add_argument("queue", type=queue_name, metavar="QUEUE")
+        limit = commands.add_parser(
+            "limit",
+            help="Run at most N tasks of QUEUE at once (--none: no limit).",
+            description="Run at most N tasks of QUEUE at once, across all workers.",
+        )
+        limit.add_argument("queue", type=queue_name, metavar="QUEUE")
+        group = limit.add_mutually_exclusive_group(required=True)
+        group.add_argument("max_running", type=positive_int, nargs="?", metavar="N")
+        group.add_argument("--none", action="store_true", help="Remove the limit.")
+        commands.add_parser(
+            "list",
+            help="Queues with tasks or settings, and whether each is paused or limited.",
+            description="Queues with tasks or settings, and whether each is paused or limited.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        operation = options["operation"]
+        if operation == "list":
+            self.list_queues()
+            return
+        queue = options["queue"]
+        try:
+            if operation == "pause":
+                setting = QueueSetting.objects.pause(queue)
+            elif operation == "resume":
+                setting = QueueSetting.objects.resume(queue)
+            else:
+                most = None if options["none"] else options["max_running"]
+                setting = QueueSetting.objects.limit(queue, most)
+        except ValidationError as exc:
+            raise CommandError(" ".join(exc.messages)) from exc
+        self.stdout.write(str(setting))
+
+    def list_queues(self) -> None:
+        settings = {s.queue: s for s in QueueSetting.objects.all()}
+        ready = Task.objects.ready_summary()
+        names = sorted({*settings, *ready})
+        if not names:
+            self.stdout.write("No queue has ready tasks or settings.")
+            return
+        width = max(len(name) for name in names)
+        for name in names:
+            setting = settings.get(name) or QueueSetting(queue=name)
+            state = "paused" if setting.paused else "active"
+            limit = f"max_running={setting.max_running}" if setting.max_running else ""
+            waiting = ready.get(name, (0, None))[0]
+            line = f"{name:<{width}}  {state:<6}  {waiting:>8} ready  {limit}"
+            self.stdout.write(line.rstrip())
