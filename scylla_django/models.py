@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -1220,7 +1220,44 @@ class History(models.Model):
         return entry
 
 
-class WorkerQuerySet(models.QuerySet["Worker"]):
+_Registered = TypeVar("_Registered", bound=models.Model)
+
+
+class LivenessQuerySet(models.QuerySet[_Registered]):
+    """Registered processes (workers, monitors) by liveness, on the database clock.
+
+    A process is silent after two of its intervals unseen and dead after its lease timeout (a
+    worker) or three intervals (a monitor); see `Liveness`.
+    """
+
+    # Workers registered before the liveness columns existed are judged by `last_seen`.
+    worker_fallback: ClassVar[bool] = False
+
+    def state_q(self, state: Liveness) -> Q:
+        """The condition for the processes in `state`."""
+        return _liveness_q(state, worker_fallback=self.worker_fallback)
+
+    def in_state(self, *states: Liveness | str) -> Self:
+        """The processes in any of `states` (`alive`, `silent`, `dead`, `stopped`)."""
+        condition = Q(pk__in=[])
+        for state in states:
+            condition |= self.state_q(Liveness(state))
+        return self.filter(condition)
+
+    def with_state(self) -> Self:
+        """Annotate each process with `liveness`: alive, silent, dead or stopped."""
+        return self.annotate(liveness=_liveness_case(worker_fallback=self.worker_fallback))
+
+    def count_by_state(self) -> dict[str, int]:
+        """How many processes are in each state (every state present, zeros included)."""
+        return _count_by_state(self, worker_fallback=self.worker_fallback)
+
+
+class WorkerQuerySet(LivenessQuerySet["Worker"]):
+    """Worker processes: registration, lookup by name, liveness."""
+
+    worker_fallback = True
+
     def register(
         self,
         queues: Sequence[str],
@@ -1272,25 +1309,6 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
     def alive(self, within: timedelta) -> WorkerQuerySet:
         """Workers not stopped that were seen in the last `within`."""
         return self.filter(stopped__isnull=True, last_seen__gte=_now_plus(-within))
-
-    def state_q(self, state: Liveness) -> Q:
-        """The condition for workers in `state` (see `Liveness`), on the database clock."""
-        return _liveness_q(state, worker_fallback=True)
-
-    def in_state(self, *states: Liveness | str) -> WorkerQuerySet:
-        """Workers in any of `states` (`alive`, `silent`, `dead`, `stopped`)."""
-        condition = Q(pk__in=[])
-        for state in states:
-            condition |= self.state_q(Liveness(state))
-        return self.filter(condition)
-
-    def with_state(self) -> WorkerQuerySet:
-        """Annotate each worker with `liveness`: alive, silent, dead or stopped."""
-        return self.annotate(liveness=_liveness_case(worker_fallback=True))
-
-    def count_by_state(self) -> dict[str, int]:
-        """How many workers are in each state (every state present, zeros included)."""
-        return _count_by_state(self, worker_fallback=True)
 
     def serving(self, queue: str) -> WorkerQuerySet:
         """Workers whose `queues` include `queue` (exact name)."""
@@ -1476,7 +1494,7 @@ def _sqlite_json_each(
 MONITOR_PREFIX = "monitor-"
 
 
-class MonitorQuerySet(models.QuerySet["Monitor"]):
+class MonitorQuerySet(LivenessQuerySet["Monitor"]):
     """Registered monitor processes, and what the latest of their passes did."""
 
     def register(
@@ -1493,26 +1511,6 @@ class MonitorQuerySet(models.QuerySet["Monitor"]):
         )
         monitor.refresh_from_db(fields=["silent_at", "dead_at"])
         return monitor
-
-    def state_q(self, state: Liveness) -> Q:
-        """The condition for monitors in `state`: silent after two intervals unseen, dead
-        after three."""
-        return _liveness_q(state, worker_fallback=False)
-
-    def in_state(self, *states: Liveness | str) -> MonitorQuerySet:
-        """Monitors in any of `states`."""
-        condition = Q(pk__in=[])
-        for state in states:
-            condition |= self.state_q(Liveness(state))
-        return self.filter(condition)
-
-    def with_state(self) -> MonitorQuerySet:
-        """Annotate each monitor with `liveness`: alive, silent, dead or stopped."""
-        return self.annotate(liveness=_liveness_case(worker_fallback=False))
-
-    def count_by_state(self) -> dict[str, int]:
-        """How many monitors are in each state (every state present, zeros included)."""
-        return _count_by_state(self, worker_fallback=False)
 
     def status(self) -> MonitorStatus:
         """When the last pass of any monitor ended, and whether none has run for three of its
