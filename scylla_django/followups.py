@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, Subquery
 
 from . import db, signals
 from .db import Now
@@ -84,13 +84,15 @@ def _cancel_child(child_id: int, using: str) -> int:
         row = (
             Dependency.objects.using(using)
             .filter(child_id=child_id)
-            .exclude(parent__status__in=[Status.READY, Status.RUNNING, Status.COMPLETED])
-            .values("parent_rn", "parent__status")
+            .annotate(status=Subquery(tasks.filter(pk=OuterRef("parent_id")).values("status")[:1]))
+            .filter(Q(status__isnull=True) | Q(status__in=[Status.ABORTED, Status.CANCELLED]))
+            .order_by("pk")
+            .values("parent_rn", "status")
             .first()
         )
         if row is None:
             return 0
-        parent, status = row["parent_rn"], row["parent__status"] or "purged"
+        parent, status = row["parent_rn"], row["status"] or "purged"
         error = {
             "code": "parent_failed",
             "args": {"parent": parent, "status": status},
