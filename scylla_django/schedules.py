@@ -217,7 +217,27 @@ def next_tick(schedule: Schedule | Definition, after: datetime) -> datetime:
         elapsed = (after - _EPOCH).total_seconds()
         return _EPOCH + timedelta(seconds=(elapsed // step + 1) * step)
     zone = zoneinfo.ZoneInfo(schedule.timezone)
-    return next(CronSim(schedule.cron, after.astimezone(zone))).astimezone(UTC)
+    # From a time in the second pass of a repeated hour, cronsim may answer with a time of the
+    # first pass (earlier in UTC): skip to the first tick that is really later.
+    for candidate in CronSim(schedule.cron, after.astimezone(zone)):
+        found = candidate.astimezone(UTC)
+        if found > after:
+            return found
+    raise ValueError(f"cron expression {schedule.cron!r} has no tick after {after}")
+
+
+def latest_tick(schedule: Schedule | Definition, now: datetime) -> datetime:
+    """The last tick of `schedule` at or before `now`, in UTC."""
+    if schedule.every is not None:
+        step = schedule.every.total_seconds()
+        return _EPOCH + timedelta(seconds=((now - _EPOCH).total_seconds() // step) * step)
+    zone = zoneinfo.ZoneInfo(schedule.timezone)
+    start = (now + timedelta(seconds=1)).astimezone(zone)
+    for candidate in CronSim(schedule.cron, start, reverse=True):
+        found = candidate.astimezone(UTC)
+        if found <= now:
+            return found
+    raise ValueError(f"cron expression {schedule.cron!r} has no tick before {now}")
 
 
 def ticks_between(schedule: Schedule, first: datetime, now: datetime, limit: int) -> list[datetime]:
@@ -297,7 +317,8 @@ def _database_now(using: str) -> datetime:
 
 @dataclass(frozen=True)
 class Tick:
-    """One tick a pass dealt with: the schedule, the tick time, the task (None if skipped)."""
+    """A tick a pass chose: the schedule, the tick time, its task's rn (None if skipped because
+    the previous tick's task is still ready or running)."""
 
     schedule: str
     time: datetime
@@ -332,14 +353,14 @@ def tick(using: str = "default", now: datetime | None = None) -> list[Tick]:
 
 def _tick_one(schedule: Schedule, now: datetime, using: str) -> list[Tick]:
     assert schedule.next_run is not None
-    limit = MAX_CATCH_UP if schedule.catch_up == CatchUp.ALL else 10_000_000
-    due = ticks_between(schedule, schedule.next_run, now, limit)
-    if schedule.catch_up == CatchUp.ONE:
-        chosen = due[-1:]
-    elif schedule.catch_up == CatchUp.NONE:
-        chosen = [t for t in due[-1:] if now - t <= MISSED_AFTER]
+    more = False
+    if schedule.catch_up == CatchUp.ALL:
+        chosen = ticks_between(schedule, schedule.next_run, now, MAX_CATCH_UP)
+        more = len(chosen) == MAX_CATCH_UP
     else:
-        chosen = due
+        latest = max(schedule.next_run, latest_tick(schedule, now))
+        on_time = now - latest <= MISSED_AFTER
+        chosen = [latest] if schedule.catch_up == CatchUp.ONE or on_time else []
     if schedule.skip_if_running and schedule.last_task and chosen:
         busy = Task.objects.using(using).filter(
             rn=schedule.last_task, status__in=[Status.READY, Status.RUNNING]
@@ -359,16 +380,16 @@ def _tick_one(schedule: Schedule, now: datetime, using: str) -> list[Tick]:
     if tasks:
         manager.bulk_create(tasks, ignore_conflicts=True, batch_size=500)
     # With catch_up="all" and more missed ticks than the limit, the next transaction goes on.
-    following = next_tick(schedule, due[-1] if len(due) == limit else now)
+    following = next_tick(schedule, chosen[-1] if more else now)
     values: dict[str, Any] = {"next_run": following, "updated": Now()}
     if tasks:
         values |= {"last_run": chosen[-1], "last_task": tasks[-1].rn}
     Schedule.objects.using(using).filter(pk=schedule.pk).update(**values)
-    result = [Tick(schedule.name, t, None) for t in due if t not in chosen]
-    for task, t in zip(tasks, chosen, strict=True):
-        result.append(Tick(schedule.name, t, task.rn))
+    if not tasks:
+        return [Tick(schedule.name, t, None) for t in chosen]
+    for task in tasks:
         _later(task_submitted, using, task=task)
-    return result
+    return [Tick(schedule.name, t, task.rn) for t, task in zip(chosen, tasks, strict=True)]
 
 
 def run_now(schedule: Schedule, using: str | None = None) -> Task:
