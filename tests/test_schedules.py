@@ -99,7 +99,7 @@ def test_a_bad_schedule_in_settings_is_a_system_check_error(settings):
     errors = [m for m in run_checks() if m.id == "scylla_django.E010"]
     assert len(errors) == 1 and "'bad'" in errors[0].msg and "cron" in errors[0].msg
     with pytest.raises(ImproperlyConfigured):
-        scylla_settings.SCHEDULES
+        _ = scylla_settings.SCHEDULES
     settings.SCYLLA = {"SCHEDULES": {"good": {"every": "5m", "queue": "q"}}}
     assert not [m for m in run_checks() if m.id.startswith("scylla_django.E")]
 
