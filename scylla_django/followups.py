@@ -51,7 +51,10 @@ def release_followups(using: str = "default") -> FollowUpPass:
         )
         released = 0
         if released_ids:
-            released = waiting.filter(pk__in=released_ids).update(not_before=None, updated=Now())
+            release_at = Dependency.objects.using(using).filter(child=OuterRef("pk"))
+            released = waiting.filter(pk__in=released_ids).update(
+                not_before=Subquery(release_at.values("release_at")[:1]), updated=Now()
+            )
             Dependency.objects.using(using).filter(child_id__in=released_ids).delete()
     if released and signals.task_submitted.has_listeners(Task):
         for task in tasks.filter(pk__in=released_ids):

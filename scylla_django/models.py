@@ -130,7 +130,8 @@ class TaskQuerySet(models.QuerySet["Task"]):
         """Submit a new `ready` task. Raises ValidationError, or DuplicateTask if `rn` exists.
 
         `retry` is the task's retry policy (it overrides its handler's). With `after` (rns of
-        existing tasks) the task is a follow-up: held until every one of them has completed.
+        existing tasks; TaskNotFound if one is unknown) the task is a follow-up: held until
+        every one of them has completed, then leasable from `not_before`.
         """
         task = self.model.build(
             queue, spec, priority=priority, rn=rn, not_before=not_before, retry=retry
@@ -150,16 +151,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
     def _submit_after(self, task: Task, after: Sequence[str]) -> Task:
         """Insert `task` held until the tasks named by `after` have completed (a follow-up)."""
         parents = _validate_after(after)
-        if task.not_before is not None:
-            raise ValidationError(
-                {
-                    "not_before": ValidationError(
-                        "A follow-up (after=...) cannot also have a not_before.",
-                        code="invalid_not_before",
-                    )
-                }
-            )
-        task.not_before = HELD
+        release_at, task.not_before = task.not_before, HELD
         with db.write_atomic(self.db):
             found: dict[str, int] = {}
             for start in range(0, len(parents), 500):
@@ -169,13 +161,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 )
             missing = [rn for rn in parents if rn not in found]
             if missing:
-                raise ValidationError(
-                    {
-                        "after": ValidationError(
-                            f"No task has rn {missing[0]!r} ({len(missing)} unknown).",
-                            code="unknown_parent",
-                        )
-                    }
+                raise TaskNotFound(
+                    f"after: no task has rn {missing[0]!r} ({len(missing)} unknown).",
+                    rn=missing[0],
                 )
             try:
                 with transaction.atomic(using=self.db):
@@ -185,7 +173,10 @@ class TaskQuerySet(models.QuerySet["Task"]):
                     raise DuplicateTask(f"A task with rn {task.rn!r} exists.", rn=task.rn) from exc
                 raise
             Dependency.objects.using(self.db).bulk_create(
-                (Dependency(child=task, parent_id=found[rn], parent_rn=rn) for rn in parents),
+                (
+                    Dependency(child=task, parent_id=found[rn], parent_rn=rn, release_at=release_at)
+                    for rn in parents
+                ),
                 batch_size=1000,
             )
         _later(signals.task_submitted, self.db, task=task)
@@ -637,7 +628,7 @@ class Task(models.Model):
         """`build()` from a mapping, rejecting unknown keys (as a bulk submission item)."""
         if not isinstance(item, Mapping):
             raise ValidationError("Each item must be an object.", code="invalid")
-        allowed = {"queue", "spec", "priority", "rn", "not_before"}
+        allowed = {"queue", "spec", "priority", "rn", "not_before", "retry"}
         unknown = set(item) - allowed
         if unknown:
             raise ValidationError(
@@ -657,6 +648,7 @@ class Task(models.Model):
             priority=item.get("priority"),
             rn=item.get("rn"),
             not_before=item.get("not_before"),
+            retry=item.get("retry"),
         )
 
     # -- transitions ------------------------------------------------------------------------
@@ -1066,6 +1058,8 @@ class Dependency(models.Model):
     )
     # The parent's rn, to name it in an error even after it was purged.
     parent_rn = models.CharField(max_length=RN_MAX_LENGTH)
+    # The child's own `not_before`, set when it is released.
+    release_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["parent"], name="scylla_dependency_parent_idx")]

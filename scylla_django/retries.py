@@ -34,16 +34,16 @@ from .validation import RN_MAX_LENGTH, validate_queue
 TIMEOUT_CODE = "max_attempts_exceeded"
 #: The error code a worker writes when a handler raises (the exception's type is in `args`).
 EXCEPTION_CODE = "exception"
-_MAX_DELAY = 365 * 86400.0
+MAX_DELAY = 365 * 86400.0
 
 
 def _number(value: object, name: str, *, minimum: float, strict: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValidationError(f"{name} must be a number, not {value!r}.", code="invalid_retry")
-    if value < minimum or (strict and value == minimum) or value > _MAX_DELAY:
+    if value < minimum or (strict and value == minimum) or value > MAX_DELAY:
         bound = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
         raise ValidationError(
-            f"{name} must be {bound} and at most {_MAX_DELAY:g}, not {value!r}.",
+            f"{name} must be {bound} and at most {MAX_DELAY:g}, not {value!r}.",
             code="invalid_retry",
         )
     return float(value)
@@ -63,7 +63,7 @@ class Fixed:
         return float(self.seconds)
 
     def as_json(self) -> dict[str, Any]:
-        return {"fixed": {"seconds": self.seconds}}
+        return {"backoff": "fixed", "delay": self.seconds}
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class Exponential:
         return float(min(self.cap, self.initial * self.base**exponent))
 
     def as_json(self) -> dict[str, Any]:
-        return {"exponential": {"base": self.base, "initial": self.initial, "cap": self.cap}}
+        return {"backoff": "exponential", "delay": self.initial, "base": self.base, "cap": self.cap}
 
 
 Backoff = Fixed | Exponential
@@ -229,7 +229,7 @@ class Retry:
         """The policy as JSON, as stored on a task (`Task.retry_policy`)."""
         return {
             "max_attempts": self.max_attempts,
-            "backoff": self.backoff.as_json(),
+            **self.backoff.as_json(),
             "jitter": self.jitter,
             "on": sorted(self._names()),
             "codes": list(self.codes),
@@ -238,10 +238,15 @@ class Retry:
 
     @classmethod
     def from_json(cls, data: object) -> Retry:
-        """The policy `as_json()` wrote (or a client sent); ValidationError if it is malformed."""
+        """The policy `as_json()` wrote (or a client sent); ValidationError if it is malformed.
+
+        `{"max_attempts", "backoff": "exponential" | "fixed", "delay", "base", "cap", "jitter",
+        "on", "codes", "timeouts"}`, every key optional. `delay` is the first wait (exponential)
+        or every wait (fixed); `base` and `cap` apply to exponential backoff only.
+        """
         if not isinstance(data, Mapping):
             raise ValidationError("A retry policy is an object.", code="invalid_retry")
-        unknown = set(data) - {"max_attempts", "backoff", "jitter", "on", "codes", "timeouts"}
+        unknown = set(data) - {"max_attempts", *BACKOFF_KEYS, "jitter", "on", "codes", "timeouts"}
         if unknown:
             raise ValidationError(
                 f"Unknown retry policy keys: {', '.join(sorted(unknown))}.", code="invalid_retry"
@@ -256,31 +261,29 @@ class Retry:
                 if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                     raise ValidationError(f"{key} is a list of strings.", code="invalid_retry")
                 kwargs[key] = tuple(value)
-        if "backoff" in data:
-            kwargs["backoff"] = _backoff_from_json(data["backoff"])
+        kwargs["backoff"] = _backoff_from_json({k: v for k, v in data.items() if k in BACKOFF_KEYS})
         try:
             return cls(**kwargs)
         except TypeError as exc:
             raise ValidationError(str(exc), code="invalid_retry") from exc
 
 
-def _backoff_from_json(data: object) -> Backoff:
-    kinds: dict[str, type[Fixed] | type[Exponential]] = {
-        "fixed": Fixed,
-        "exponential": Exponential,
-    }
-    if not (isinstance(data, Mapping) and len(data) == 1 and next(iter(data)) in kinds):
+BACKOFF_KEYS = ("backoff", "delay", "base", "cap")
+
+
+def _backoff_from_json(data: Mapping[str, Any]) -> Backoff:
+    kind = data.get("backoff", "exponential")
+    if kind not in ("exponential", "fixed"):
         raise ValidationError(
-            'backoff is {"exponential": {"base", "initial", "cap"}} or {"fixed": {"seconds"}}.',
-            code="invalid_retry",
+            f'backoff is "exponential" or "fixed", not {kind!r}.', code="invalid_retry"
         )
-    [(kind, options)] = data.items()
-    if not isinstance(options, Mapping):
-        raise ValidationError(f"backoff {kind} takes an object.", code="invalid_retry")
-    try:
-        return kinds[kind](**options)
-    except TypeError as exc:
-        raise ValidationError(f"backoff {kind}: {exc}", code="invalid_retry") from exc
+    if kind == "fixed":
+        return Fixed(data.get("delay", Fixed.seconds))
+    return Exponential(
+        base=data.get("base", Exponential.base),
+        initial=data.get("delay", Exponential.initial),
+        cap=data.get("cap", Exponential.cap),
+    )
 
 
 def as_policy(value: Retry | Mapping[str, Any] | None) -> Retry | None:

@@ -39,6 +39,9 @@ TASK_FIELDS = {
     "owner",
     "deadline",
     "attempts",
+    "retry_of",
+    "root",
+    "attempt",
 }
 
 
@@ -654,6 +657,10 @@ def test_the_schema_is_openapi_3_with_every_route(api):
         f"{API}/tasks/{{rn}}/complete/",
         f"{API}/tasks/{{rn}}/abort/",
         f"{API}/tasks/{{rn}}/yield/",
+        f"{API}/tasks/{{rn}}/retry/",
+        f"{API}/schedules/",
+        f"{API}/schedules/{{name}}/",
+        f"{API}/schedules/{{name}}/run/",
         f"{API}/workers/",
         f"{API}/workers/{{name}}/lease/",
         f"{API}/queues/",

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from django.core.exceptions import ValidationError
 
 from scylla_django import Fixed, Retry
 from scylla_django.enums import EventType, Status
+from scylla_django.exceptions import TaskNotFound
 from scylla_django.followups import FollowUpPass, release_followups
 from scylla_django.models import HELD, Dependency, History, Task, Worker
 from scylla_django.monitor import Monitor
@@ -103,7 +106,6 @@ def test_follow_ups_chain(worker):
     [
         ([], "invalid_after"),
         ("a", "invalid_after"),
-        (["nope"], "unknown_parent"),
         (["bad rn"], "invalid_rn"),
     ],
 )
@@ -114,11 +116,20 @@ def test_bad_parents_are_refused(parents, after, code):
     assert not Task.objects.filter(queue="c").exists()
 
 
-def test_a_follow_up_cannot_also_wait_for_a_time(parents):
-    from datetime import UTC, datetime
+def test_an_unknown_parent_is_not_found(parents):
+    with pytest.raises(TaskNotFound) as exc:
+        Task.objects.submit("c", {}, after=["a", "nope"])
+    assert exc.value.rn == "nope"
+    assert not Task.objects.filter(queue="c").exists()
 
-    with pytest.raises(ValidationError):
-        Task.objects.submit("c", {}, after=parents, not_before=datetime(2030, 1, 1, tzinfo=UTC))
+
+def test_a_follow_up_may_also_wait_for_a_time(parents, worker):
+    later = datetime(2030, 1, 1, tzinfo=UTC)
+    Task.objects.submit("c", {}, rn="child", after=parents, not_before=later)
+    finish(worker, "a")
+    finish(worker, "b")
+    assert release_followups() == FollowUpPass(1, 0)
+    assert Task.objects.get(rn="child").not_before == later
 
 
 def test_the_monitor_releases_follow_ups(parents, worker):

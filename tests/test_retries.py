@@ -69,7 +69,9 @@ def test_a_policy_survives_its_json():
     assert again.as_json() == policy.as_json()
     assert again.covers([exception_error(TimeoutError())])
     with pytest.raises(ValidationError):
-        Retry.from_json({"backoff": {"linear": {}}})
+        Retry.from_json({"backoff": "linear"})
+    with pytest.raises(ValidationError):
+        Retry.from_json({"backoff": "fixed", "delay": -1})
     with pytest.raises(ValidationError):
         Retry.from_json({"max_attempts": 2, "wat": 1})
 

@@ -10,13 +10,21 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, path, re_path
 from rest_framework.routers import SimpleRouter
 
-from .views import QueueView, SchemaView, TaskViewSet, WorkerViewSet, not_found
+from .views import (
+    QueueView,
+    ScheduleViewSet,
+    SchemaView,
+    TaskViewSet,
+    WorkerViewSet,
+    not_found,
+)
 
 app_name = "scylla"
 
 router = SimpleRouter()
 router.register("tasks", TaskViewSet, basename="task")
 router.register("workers", WorkerViewSet, basename="worker")
+router.register("schedules", ScheduleViewSet, basename="schedule")
 
 urlpatterns: list[URLPattern | URLResolver] = [
     *router.urls,
