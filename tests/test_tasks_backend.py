@@ -108,3 +108,18 @@ def test_unknown_results_and_invalid_queues():
         add.get_result(plain.rn)
     with pytest.raises(InvalidTask):
         add.using(queue_name="elsewhere").enqueue(1, 2)
+
+
+def test_a_backend_option_gives_its_tasks_a_retry_policy(settings):
+    from tests.django_tasks import add
+
+    settings.TASKS = {
+        "default": {
+            "BACKEND": "scylla_django.backends.ScyllaBackend",
+            "QUEUES": ["default", "dj-mail"],
+            "OPTIONS": {"RETRY": {"max_attempts": 4, "backoff": "fixed", "delay": 5}},
+        }
+    }
+    result = add.enqueue(1, b=2)
+    policy = Task.objects.get(rn=result.id).retry_policy
+    assert (policy["max_attempts"], policy["backoff"], policy["delay"]) == (4, "fixed", 5)
