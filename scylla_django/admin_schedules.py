@@ -197,3 +197,8 @@ def chain(task: Task) -> SafeString | str:
     if task.root:
         parts.append(format_html("first: {}", task_link(task.root)))
     return format_html_join(" · ", "{}", ((p,) for p in parts))
+
+
+def upcoming(limit: int = 10) -> list[Schedule]:
+    """The enabled schedules that run next, soonest first (for the dashboard)."""
+    return list(Schedule.objects.filter(enabled=True).order_by("next_run", "name")[:limit])

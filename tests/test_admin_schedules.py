@@ -95,3 +95,14 @@ def test_retry_selected_and_the_chain(admin_user, worker):
     assert successor.status == Status.READY
     assert "next: <a" in chain(Task.objects.get(rn="x"))
     assert "previous: <a" in chain(successor) and "attempt 2" in chain(successor)
+
+
+def test_upcoming_lists_the_next_runs_soonest_first(schedule):
+    from scylla_django.admin_schedules import upcoming
+    from scylla_django.schedules import reschedule
+
+    later = Schedule.objects.create(name="later", queue="q", cron="0 3 * * *")
+    Schedule.objects.create(name="off", queue="q", cron="0 3 * * *", enabled=False)
+    reschedule(schedule)
+    reschedule(later)
+    assert [s.name for s in upcoming()] == ["sync", "later"]
