@@ -37,7 +37,11 @@ class FollowUpPass:
 def release_followups(using: str = "default") -> FollowUpPass:
     """Release follow-ups whose parents all completed; cancel those with a failed parent."""
     tasks = Task.objects.using(using)
-    waiting = tasks.filter(status=Status.READY, not_before=HELD)
+    dependencies = Dependency.objects.using(using)
+    # Driven by the (small) dependency table, never by a scan of every ready task.
+    waiting = tasks.filter(
+        pk__in=dependencies.values("child_id"), status=Status.READY, not_before=HELD
+    )
     unfinished = (
         Dependency.objects.using(using)
         .filter(child=OuterRef("pk"))
@@ -77,6 +81,10 @@ def release_followups(using: str = "default") -> FollowUpPass:
     cancelled = 0
     for child_id in waiting.filter(Exists(failed)).values_list("pk", flat=True)[:1000]:
         cancelled += _cancel_child(child_id, using)
+    # Follow-ups cancelled (or purged) by hand while they waited leave their rows behind.
+    dependencies.exclude(
+        Exists(tasks.filter(pk=OuterRef("child_id"), status=Status.READY, not_before=HELD))
+    ).delete()
     return FollowUpPass(released=released, cancelled=cancelled)
 
 

@@ -91,6 +91,12 @@ def test_a_retried_parent_hands_its_follow_ups_to_the_retry(worker):
     assert release_followups() == FollowUpPass(1, 0)
 
 
+def test_a_follow_up_cancelled_by_hand_leaves_no_rows(parents):
+    Task.objects.submit("c", {}, rn="child", after=parents).cancel()
+    assert release_followups() == FollowUpPass(0, 0)
+    assert not Dependency.objects.exists()
+
+
 def test_follow_ups_chain(worker):
     Task.objects.submit("p", {}, rn="one")
     Task.objects.submit("p", {}, rn="two", after=["one"])
