@@ -255,3 +255,13 @@ def test_the_database_clock_is_the_default():
     assert done.rn is not None
     schedule.refresh_from_db()
     assert schedule.next_run > datetime.now(UTC) - timedelta(minutes=5)
+
+
+def test_the_monitor_command_refuses_bad_schedules(settings):
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    settings.SCYLLA = {"SCHEDULES": {"bad": {"every": "never", "queue": "q"}}}
+    with pytest.raises(CommandError, match="'bad'"):
+        call_command("scylla_monitor", "--once", stdout=io.StringIO())
