@@ -6,8 +6,10 @@ It is what a worker in any language does:
 1. ``POST workers/`` registers it; the answer's ``name`` (``worker-<n>``) is who it is.
 2. ``POST workers/<name>/lease/`` leases as many tasks as it has free slots (pull model).
 3. Each task runs in a thread. A heartbeat thread sends ``POST tasks/<rn>/heartbeat/`` for every
-   task in flight, with its progress, well before the lease expires. A 409 ``task_cancelled`` or
-   ``lease_lost`` means: stop working on that task and write nothing more for it.
+   task in flight, with its progress, well before the lease expires. Every call about a task
+   names the lease it holds: ``worker`` and ``attempt`` (the task's ``attempts`` as leased). A
+   409 ``task_cancelled`` or ``lease_lost`` means: stop working on that task and write nothing
+   more for it.
 4. ``POST tasks/<rn>/complete/`` with the handler's result, or ``tasks/<rn>/abort/`` with the
    error it raised.
 5. On SIGTERM or SIGINT it stops leasing, gives its tasks back with ``POST tasks/<rn>/yield/``
@@ -96,6 +98,7 @@ class Job:
     def __init__(self, task: dict[str, Any]) -> None:
         self.task = task
         self.rn: str = task["rn"]
+        self.attempt: int = task["attempts"]  # which lease of the task this is
         self.progress: float = task.get("progress", 0.0)
         self.stop_reason: str | None = None
         self.failed_heartbeats = 0
@@ -220,7 +223,10 @@ class HttpWorker:
         if outcome is not None and job.stop_reason is None:
             action, body = outcome
             try:
-                self.api.post(f"tasks/{job.rn}/{action}/", {"worker": self.name, **body})
+                self.api.post(
+                    f"tasks/{job.rn}/{action}/",
+                    {"worker": self.name, "attempt": job.attempt, **body},
+                )
                 logger.info("%s: %s %s", self.name, action, job.rn)
             except (ApiError, OSError) as exc:
                 logger.warning("%s could not %s %s: %s", self.name, action, job.rn, exc)
@@ -238,7 +244,12 @@ class HttpWorker:
                 self.heartbeat(job)
 
     def heartbeat(self, job: Job) -> None:
-        body = {"worker": self.name, "progress": job.progress, "timeout": self.lease_timeout}
+        body = {
+            "worker": self.name,
+            "attempt": job.attempt,
+            "progress": job.progress,
+            "timeout": self.lease_timeout,
+        }
         try:
             self.api.post(f"tasks/{job.rn}/heartbeat/", body)
             job.failed_heartbeats = 0
@@ -265,7 +276,9 @@ class HttpWorker:
                 continue
             job.stop_reason = "yielded"
             try:
-                self.api.post(f"tasks/{job.rn}/yield/", {"worker": self.name})
+                self.api.post(
+                    f"tasks/{job.rn}/yield/", {"worker": self.name, "attempt": job.attempt}
+                )
                 logger.info("%s yielded %s", self.name, job.rn)
             except (ApiError, OSError) as exc:
                 logger.warning("%s could not yield %s: %s", self.name, job.rn, exc)

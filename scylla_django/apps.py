@@ -11,3 +11,9 @@ class ScyllaConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
+
+        try:
+            from . import metrics
+        except ImportError:  # the metrics extra is not installed
+            return
+        metrics.connect_signals()

@@ -13,33 +13,48 @@ TASKS = {
 `my_task.enqueue(*args, **kwargs)` submits a Scylla task on the queue `queue_name`, with
 `run_after` as `not_before` and Django's priority (-100..100) mapped linearly onto Scylla's
 0..255 (`django_priority()`: -100 → 0, 0 → 128, 100 → 255). The Scylla task's spec is
-`{"django_task": "<module path>", "args": [...], "kwargs": {...}}`, its rn is the TaskResult id.
-`manage.py scylla_worker --queue default` runs them: every queue in QUEUES gets a handler that
-calls the function. `get_result(id)` reads the Scylla task back: ready → READY,
-running → RUNNING, completed → SUCCESSFUL (the return value is the task's result), aborted or
-cancelled → FAILED (with the recorded error).
+`{"django_task": "<module path>", "args": [...], "kwargs": {...}, "priority": <Django's>,
+"backend": "<alias>"}`, its rn is the TaskResult id. `manage.py scylla_worker --queue default`
+runs them: every queue in QUEUES gets a handler that calls the function. `get_result(id)` reads
+the Scylla task back, with the task as it was enqueued (`.using()` overrides included):
+ready → READY, running → RUNNING, completed → SUCCESSFUL (the return value is the task's
+result), aborted or cancelled → FAILED (with the recorded error).
+
+Django's `task_started` is sent before the function runs, and `task_finished` once the outcome
+is committed (completed, aborted, cancelled, or aborted by the monitor), with the final result,
+in any process that has loaded this backend: the worker (which registers its handlers), and any
+process that enqueued, read a result or ran the system checks.
+
+`manage.py check` reports (through `django.tasks`' own check of every backend):
+`scylla_django.E010` scylla_django is not in INSTALLED_APPS, `E011` a queue in QUEUES is not a
+valid queue name, `E012` a queue in QUEUES already has a `@handler` of its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
+from django.apps import apps
+from django.core import checks
 from django.core.exceptions import ValidationError
-from django.utils.module_loading import import_string
+from django.utils.module_loading import autodiscover_modules, import_string
 
+from . import signals
 from .enums import EventType, Status
 from .exceptions import Abort
-from .handlers import registry
+from .handlers import _qualname, registry
+from .validation import validate_queue
 
 if TYPE_CHECKING:
     from .handlers import TaskContext as ScyllaContext
     from .models import Task as ScyllaTask
 
 try:
-    from django.tasks import TaskResultStatus
+    from django.tasks import TaskResultStatus, task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task as DjangoTask
     from django.tasks.base import TaskContext, TaskError, TaskResult
@@ -69,36 +84,67 @@ def django_priority(priority: int) -> int:
     return math.floor((priority + 100) * 255 / 200 + 0.5)
 
 
-def register_handlers() -> None:
-    """Register the Django-task handler for the QUEUES of every ScyllaBackend in TASKS."""
+def scylla_backends() -> Iterator[ScyllaBackend]:
+    """Every configured `django.tasks` backend that is a ScyllaBackend (or a subclass)."""
     if not HAS_DJANGO_TASKS:
         return
-    for params in getattr(settings, "TASKS", {}).values():
-        if params.get("BACKEND") == f"{__name__}.ScyllaBackend":
-            for queue in params.get("QUEUES", ["default"]):
-                registry.register(queue, run_django_task)
+    for backend in task_backends.all():
+        if isinstance(backend, ScyllaBackend):
+            yield backend
+
+
+def register_handlers() -> None:
+    """Register the Django-task handler for the QUEUES of every ScyllaBackend in TASKS."""
+    for backend in scylla_backends():
+        for queue in sorted(backend.queues):
+            registry.register(queue, run_django_task)
 
 
 def run_django_task(ctx: ScyllaContext) -> Any:
-    """The handler of Django tasks: import the task, call it, return its (JSON) result."""
+    """The handler of Django tasks: import the task, call it, return its (JSON) result.
+
+    A task function that cannot be imported fails like any other exception (its ImportError
+    is recorded with its traceback). Django's `task_finished` is sent by `send_task_finished`
+    once the outcome is committed.
+    """
     spec = ctx.spec
     if not isinstance(spec, dict) or SPEC_KEY not in spec:
         raise Abort("not_a_django_task", "This task was not enqueued through django.tasks.")
+    result = _backend_for(spec).get_result(ctx.task.rn)
+    task_started.send(type(result.task.get_backend()), task_result=result)
+    task = result.task
+    if task.takes_context:
+        value = task.call(TaskContext(task_result=result), *spec["args"], **spec["kwargs"])
+    else:
+        value = task.call(*spec["args"], **spec["kwargs"])
+    return normalize_json(value)
+
+
+def send_task_finished(sender: Any, task: ScyllaTask, **kwargs: Any) -> None:
+    """Django's `task_finished`, with the final result, for a Django task that finished.
+
+    Connected to Scylla's `task_finished`, which is sent after the outcome is committed.
+    """
+    spec = task.spec
+    if not isinstance(spec, dict) or SPEC_KEY not in spec:
+        return
     try:
-        task = import_string(spec[SPEC_KEY])
-    except ImportError as exc:
-        raise Abort("unknown_task", str(exc), args={"task": spec[SPEC_KEY]}) from exc
-    backend = task.get_backend()
-    result = backend.get_result(ctx.task.rn)
-    task_started.send(type(backend), task_result=result)
-    try:
-        if task.takes_context:
-            value = task.call(TaskContext(task_result=result), *spec["args"], **spec["kwargs"])
-        else:
-            value = task.call(*spec["args"], **spec["kwargs"])
-        return normalize_json(value)
-    finally:
-        task_finished.send(type(backend), task_result=backend.get_result(ctx.task.rn))
+        backend = _backend_for(spec)
+        result = backend.get_result(task.rn)
+    except (ImportError, TaskResultDoesNotExist, InvalidTask):
+        return  # the function is gone or the backend was reconfigured: nothing to describe
+    task_finished.send(type(backend), task_result=result)
+
+
+def _backend_for(spec: dict[str, Any]) -> ScyllaBackend:
+    """The backend a Django task was enqueued through (its task's default for older specs)."""
+    alias = spec.get("backend")
+    if not isinstance(alias, str) or alias not in task_backends.settings:
+        alias = import_string(spec[SPEC_KEY]).backend
+    backend = task_backends[alias]
+    if not isinstance(backend, ScyllaBackend):
+        raise InvalidTask(f"The backend {alias!r} is not a ScyllaBackend.")
+    return backend
 
 
 if HAS_DJANGO_TASKS:
@@ -127,6 +173,8 @@ if HAS_DJANGO_TASKS:
                         SPEC_KEY: task.module_path,
                         "args": normalize_json(list(args)),
                         "kwargs": normalize_json(dict(kwargs)),
+                        "priority": task.priority,
+                        "backend": self.alias,
                     },
                     priority=django_priority(task.priority),
                     not_before=task.run_after,
@@ -150,7 +198,50 @@ if HAS_DJANGO_TASKS:
             if not isinstance(spec, dict) or SPEC_KEY not in spec:
                 raise TaskResultDoesNotExist(result_id)
             task = import_string(spec[SPEC_KEY])
+            # The task as it was enqueued: `.using()` may have changed any of these.
+            task = dataclasses.replace(
+                task,
+                priority=spec.get("priority", task.priority),
+                queue_name=scylla_task.queue,
+                run_after=scylla_task.not_before,
+                backend=spec.get("backend", self.alias),
+            )
             return self._result(task, scylla_task)
+
+        def check(self, **kwargs: Any) -> list[Any]:
+            """E010: scylla_django not installed; E011: a bad queue name in QUEUES; E012: a
+            queue in QUEUES that already has a `@handler` (the worker could not serve both).
+            """
+            return [*super().check(**kwargs), *self._problems()]
+
+        def _problems(self) -> Iterator[checks.CheckMessage]:
+            if not apps.is_installed("scylla_django"):
+                yield checks.Error(
+                    f"TASKS[{self.alias!r}] uses ScyllaBackend, but scylla_django is not "
+                    "installed.",
+                    hint='Add "scylla_django" to INSTALLED_APPS and run migrate.',
+                    id="scylla_django.E010",
+                )
+                return
+            autodiscover_modules("handlers")  # the @handler queues, as the worker will see them
+            for queue in sorted(self.queues):
+                try:
+                    validate_queue(queue)
+                except ValidationError as exc:
+                    yield checks.Error(
+                        f"TASKS[{self.alias!r}]['QUEUES'] holds {queue!r}: "
+                        + " ".join(exc.messages),
+                        id="scylla_django.E011",
+                    )
+                    continue
+                existing = registry.get(queue)
+                if existing is not None and _qualname(existing) != _qualname(run_django_task):
+                    yield checks.Error(
+                        f"Queue {queue!r} is in TASKS[{self.alias!r}]['QUEUES'] and also has "
+                        f"the handler {_qualname(existing)}; a worker cannot serve it for both.",
+                        hint="Use different queues for django.tasks and for @handler functions.",
+                        id="scylla_django.E012",
+                    )
 
         def _result(
             self, task: DjangoTask[Any, Any], scylla_task: ScyllaTask
@@ -170,7 +261,7 @@ if HAS_DJANGO_TASKS:
                 finished_at=scylla_task.updated if status.is_terminal else None,
                 args=scylla_task.spec["args"],
                 kwargs=scylla_task.spec["kwargs"],
-                backend=self.alias,
+                backend=task.backend,
                 errors=[_task_error(error) for error in scylla_task.errors],
                 worker_ids=[worker or "" for _, worker in assignments],
             )
@@ -185,3 +276,6 @@ if HAS_DJANGO_TASKS:
             return TaskError(exception_class_path=args["type"], traceback=args.get("traceback", ""))
         description = f"{error.get('code')}: {error.get('description', '')}"
         return TaskError(exception_class_path=f"{Abort.__module__}.Abort", traceback=description)
+
+    # Connected when django.tasks loads this backend (the module is imported then).
+    signals.task_finished.connect(send_task_finished, dispatch_uid="scylla_django.backends")

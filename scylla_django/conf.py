@@ -26,6 +26,8 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 if TYPE_CHECKING:
     from .schedules import Definition
 
+from .text import DurationError, positive_duration
+
 DEFAULTS: dict[str, Any] = {
     "LEASE_TIMEOUT": timedelta(seconds=10),
     "RETENTION": timedelta(days=10),
@@ -41,17 +43,16 @@ DEFAULTS: dict[str, Any] = {
 
 def as_duration(value: object, name: str) -> timedelta:
     """A positive `timedelta` from a timedelta or a number of seconds, else ImproperlyConfigured."""
-    if isinstance(value, bool):
-        raise ImproperlyConfigured(f"SCYLLA[{name!r}] must be a timedelta or seconds, not a bool")
-    if isinstance(value, int | float):
-        value = timedelta(seconds=value)
-    if not isinstance(value, timedelta):
-        raise ImproperlyConfigured(
-            f"SCYLLA[{name!r}] must be a timedelta or a number of seconds, got {value!r}"
-        )
-    if value <= timedelta(0):
-        raise ImproperlyConfigured(f"SCYLLA[{name!r}] must be positive, got {value!r}")
-    return value
+    try:
+        return positive_duration(value)
+    except DurationError as exc:
+        if isinstance(value, bool):
+            message = "must be a timedelta or seconds, not a bool"
+        elif exc.reason == "type":
+            message = f"must be a timedelta or a number of seconds, got {value!r}"
+        else:
+            message = f"must be positive, got {value!r}"
+        raise ImproperlyConfigured(f"SCYLLA[{name!r}] {message}") from None
 
 
 def as_int(value: object, name: str, *, minimum: int, maximum: int | None = None) -> int:

@@ -1,12 +1,21 @@
 """Everything that differs between database vendors, in one place.
 
-- PostgreSQL: a lease is one statement: a MATERIALIZED CTE selects at most `limit` ready rows
-  `FOR UPDATE SKIP LOCKED`, the UPDATE marks them running, and a data-modifying CTE writes their
-  TaskAssignment rows. Bulk submission is one `INSERT … ON CONFLICT (rn) DO NOTHING RETURNING rn`.
+The functions here receive the queryset (and the History model) they work on, so this module
+never imports the models; statuses and event names come from `enums.TRANSITIONS` and reach the
+SQL as parameters.
+
+- PostgreSQL: every transition is one statement. A lease walks the ready index once per
+  requested queue (each walk ordered and limited, `FOR UPDATE SKIP LOCKED`), merges the walks,
+  marks the best `limit` rows running and writes their TaskAssignment rows; it also checks, in
+  the same statement, that the lessee is a registered worker that has not stopped. A submission
+  is one `INSERT … ON CONFLICT (rn) DO NOTHING RETURNING` (a bulk one inserts from arrays with
+  `unnest`), and `pg_notify` tells listening workers which queues got leasable tasks. Times
+  written by a transition are `clock_timestamp()`, read after the statement's snapshot, so a
+  transition that saw another one's commit is always stamped after it.
 - SQLite: there are no row locks, so writers are serialised instead. Every write transaction of
   this app begins with `BEGIN IMMEDIATE` (it takes the database write lock up front and waits up
   to the busy timeout for it), so a transaction that reads and then writes can never lose the
-  lock race with "database is locked". Bulk submission uses the same ON CONFLICT statement.
+  lock race with "database is locked". Bulk submission uses the ON CONFLICT statement.
 - SQLite keeps timestamps as text. `Now` below writes them with microseconds, as Django writes
   datetime parameters, so that stored times and parameters compare correctly as text (Django's
   own `Now()` writes milliseconds there).
@@ -16,15 +25,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from django.db import connections, transaction
+from django.db import connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet, sql
 from django.db.models.functions import Now as DjangoNow
+
+from .enums import TRANSITIONS, Operation
 
 if TYPE_CHECKING:
     from .models import Task
@@ -36,7 +48,10 @@ STOP_CHANNEL = "scylla_django_stop"  # payload: the worker name whose running ta
 
 
 class Now(DjangoNow):
-    """The database clock (Django's `Now()`), with microseconds on SQLite too."""
+    """The database clock (Django's `Now()`), with microseconds on SQLite too.
+
+    Use it to read (it is the statement's start time on PostgreSQL, so indexes can use it).
+    """
 
     def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
         # %f is "SS.SSS": pad it to the six digits Django gives datetime parameters.
@@ -44,20 +59,40 @@ class Now(DjangoNow):
         return self.as_sql(compiler, connection, template=template, **extra_context)
 
 
+CLOCK_CTE = "scylla_clock"
+
+
+class Clock(Now):
+    """The database clock for the times a transition writes (`Task._apply`'s values).
+
+    On PostgreSQL it reads the `scylla_clock` CTE that `postgresql_transition` adds to its
+    statement: one `clock_timestamp()`, read after the task row is locked, so that every time
+    the statement writes is the same and a transition that waited for, or saw, another one's
+    commit is stamped after it (`statement_timestamp()` is taken when the statement arrives,
+    possibly before that commit). Elsewhere it is `Now()`.
+    """
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
+        return f"(SELECT now FROM {CLOCK_CTE})", []
+
+
 @contextmanager
 def write_atomic(using: str) -> Iterator[None]:
     """`transaction.atomic(using)` that takes the write lock at BEGIN on SQLite.
 
     On SQLite, the outermost block is opened with `BEGIN IMMEDIATE` whatever the database's
-    `transaction_mode` option says. Nested in a transaction the caller opened, it is a savepoint,
-    and the caller's transaction decides (set `"transaction_mode": "IMMEDIATE"` in OPTIONS; the
-    system check scylla_django.W002 says so). Elsewhere it is plain `transaction.atomic`.
+    `transaction_mode` option says (the connection is opened first if needed, because opening it
+    sets the mode from the options). Nested in a transaction the caller opened, it is a
+    savepoint, and the caller's transaction decides (set `"transaction_mode": "IMMEDIATE"` in
+    OPTIONS; the system check scylla_django.W002 says so). Elsewhere it is `transaction.atomic`.
     """
     connection = connections[using]
     if connection.vendor != "sqlite" or connection.in_atomic_block:
         with transaction.atomic(using=using):
             yield
         return
+    # Opening the connection reads `transaction_mode` from OPTIONS: open it before overriding.
+    connection.ensure_connection()
     previous = getattr(connection, "transaction_mode", None)
     connection.transaction_mode = "IMMEDIATE"  # type: ignore[attr-defined]
     try:
@@ -73,108 +108,367 @@ def uses_single_statement_transitions(connection: BaseDatabaseWrapper) -> bool:
     return connection.vendor == "postgresql"
 
 
+def _concrete(model: type[models.Model], names: Sequence[str]) -> list[models.Field[Any, Any]]:
+    by_name = {f.name: f for f in model._meta.concrete_fields}
+    return [by_name[name] for name in names]
+
+
+def _convert(
+    queryset: QuerySet[Any], fields: Sequence[models.Field[Any, Any]], rows: list[Any]
+) -> list[Any]:
+    """Apply the fields' database converters (JSON, …) to raw `rows`, as the ORM would."""
+    compiler = queryset.query.get_compiler(queryset.db)
+    table = queryset.model._meta.db_table
+    converters = compiler.get_converters([f.get_col(table) for f in fields])
+    return list(compiler.apply_converters(rows, converters)) if converters else rows
+
+
 def postgresql_transition(
-    fenced: QuerySet[Task], values: dict[str, Any], fields: Sequence[str], event: str | None
+    fenced: QuerySet[Task],
+    history: type[models.Model],
+    values: dict[str, Any],
+    fields: Sequence[str],
+    operation: Operation,
+    notify: tuple[str, str] | None = None,
 ) -> dict[str, Any] | None:
     """Apply `values` to the one row `fenced` selects and write its History row, in one statement.
 
-    The fenced UPDATE (built by the ORM, so expressions such as `Now()` compile as usual) gets a
+    The fenced UPDATE (built by the ORM, so expressions such as `Clock()` compile as usual) gets a
     RETURNING clause; a data-modifying CTE inserts the History row `{event, owner, progress}`
-    from the updated row. Returns the new values of `fields`, or None if the fence matched no
-    row (then nothing was written).
+    of `operation` from the updated row, stamped with the row's new `updated`. `notify` is
+    `(channel, column)`: the statement also sends `pg_notify(channel, <column of the row>)`
+    when that column is not null. Returns the new values of `fields`, or None if the fence
+    matched no row (then nothing was written).
     """
-    from .models import History
-
     model = fenced.model
+    event = TRANSITIONS[operation].event
+    # Lock the row first (waiting for a concurrent writer if needed), then read the clock.
+    lock_sql, lock_params = fenced.order_by().values("pk").query.sql_with_params()
+    lock_sql += " FOR UPDATE"
     query = cast(sql.UpdateQuery, fenced.query.chain(sql.UpdateQuery))
     query.add_update_values(values)
     compiler = query.get_compiler(fenced.db)
     update_sql, params = compiler.as_sql()
     quote = compiler.connection.ops.quote_name
-    by_name = {f.name: f for f in model._meta.concrete_fields}
-    returned = [by_name[name] for name in dict.fromkeys([*fields, "owner", "progress"])]
+    extra = ["owner", "progress", "updated"] + ([notify[1]] if notify else [])
+    returned = _concrete(model, list(dict.fromkeys([*fields, *extra])))
     columns = ", ".join(quote(str(f.column)) for f in returned)
-    statement = f"WITH changed AS ({update_sql} RETURNING {quote('id')}, {columns})"
-    args = list(params)
+    statement = (
+        f"WITH locked AS MATERIALIZED ({lock_sql}), "
+        f"{CLOCK_CTE} AS MATERIALIZED (SELECT clock_timestamp() AS now "
+        "FROM (SELECT count(*) FROM locked) AS l), "
+        f"changed AS ({update_sql} RETURNING {quote('id')}, {columns})"
+    )
+    args = [*lock_params, *params]
     if event is not None:
         statement += (
-            f", logged AS (INSERT INTO {quote(History._meta.db_table)} "
+            f", logged AS (INSERT INTO {quote(history._meta.db_table)} "
             "(task_id, typ, worker, progress, time) "
-            "SELECT id, %s, owner, progress, statement_timestamp() FROM changed)"
+            f"SELECT id, %s, owner, progress, {quote('updated')} FROM changed)"
         )
-        args.append(event)
-    statement += f" SELECT {columns} FROM changed"
+        args.append(event.value)
+    if notify is not None:
+        column = quote(str(_concrete(model, [notify[1]])[0].column))
+        statement += (
+            f", notified AS (SELECT count(pg_notify(%s, {column})) AS n FROM changed "
+            f"WHERE {column} IS NOT NULL)"
+        )
+        args.append(notify[0])
+        statement += f" SELECT {columns}, (SELECT n FROM notified) FROM changed"
+    else:
+        statement += f" SELECT {columns} FROM changed"
     with compiler.connection.cursor() as cursor:
         cursor.execute(statement, args)
-        rows = cursor.fetchall()
+        rows = [row[: len(returned)] for row in cursor.fetchall()]
     if not rows:
         return None
-    converters = compiler.get_converters([f.get_col(model._meta.db_table) for f in returned])
-    [row] = compiler.apply_converters(rows, converters) if converters else rows
+    [row] = _convert(fenced, returned, rows)
     return {f.attname: value for f, value in zip(returned, row, strict=True)}
+
+
+def postgresql_lease(
+    tasks: QuerySet[Task],
+    history: type[models.Model],
+    workers: type[models.Model],
+    worker_id: int,
+    worker: str,
+    queues: Sequence[str],
+    limit: int,
+    timeout: timedelta,
+) -> list[Task] | None:
+    """Lease up to `limit` tasks in one statement (PostgreSQL); None if the worker may not lease.
+
+    For each requested queue, a LATERAL subquery walks the ready index (queue, priority desc,
+    created, id) in order, skipping rows other lessees hold (`SKIP LOCKED`) and rows whose
+    `not_before` is still ahead, and stops after `limit` rows; the walks are merged and cut to
+    the best `limit`, so the cost depends on `limit` and the number of queues, not on the
+    backlog, and priority-then-age order holds across queues. The locked rows that are not
+    kept are released when the statement ends. The lessee must be a registered worker that has
+    not stopped; otherwise nothing is leased and None is returned.
+    """
+    transition = TRANSITIONS[Operation.LEASE]
+    [source] = transition.sources
+    assert transition.event is not None
+    connection = connections[tasks.db]
+    quote = connection.ops.quote_name
+    task_table = quote(tasks.model._meta.db_table)
+    fields = list(tasks.model._meta.concrete_fields)
+    columns = ", ".join(f"t.{quote(str(f.column))}" for f in fields)
+    # Note: `status = %(source)s` is bound client-side, so the planner matches the partial index.
+    statement = f"""
+        WITH lessee AS MATERIALIZED (
+            SELECT 1 FROM {quote(workers._meta.db_table)}
+            WHERE id = %(worker_id)s AND stopped IS NULL
+        ), picked AS MATERIALIZED (
+            SELECT c.id FROM unnest(%(queues)s::text[]) AS q(name)
+            CROSS JOIN LATERAL (
+                SELECT t.id, t.priority, t.created FROM {task_table} AS t
+                WHERE t.status = %(source)s AND t.queue = q.name
+                  AND (t.not_before IS NULL OR t.not_before <= statement_timestamp())
+                  AND EXISTS (SELECT 1 FROM lessee)
+                ORDER BY t.priority DESC, t.created ASC, t.id ASC
+                LIMIT %(limit)s
+                FOR UPDATE OF t SKIP LOCKED
+            ) AS c
+            ORDER BY c.priority DESC, c.created ASC, c.id ASC
+            LIMIT %(limit)s
+        ), clock AS MATERIALIZED (
+            -- Read once the rows are locked, so after every commit the lease could see.
+            SELECT clock_timestamp() AS now FROM (SELECT count(*) FROM picked) AS p
+        ), leased AS (
+            UPDATE {task_table} AS t
+            SET status = %(target)s, owner = %(worker)s,
+                deadline = clock.now + %(timeout)s, lease_length = %(timeout)s,
+                attempts = t.attempts + 1, updated = clock.now
+            FROM picked, clock
+            WHERE t.id = picked.id AND t.status = %(source)s
+            RETURNING {columns}
+        ), assigned AS (
+            INSERT INTO {quote(history._meta.db_table)} (task_id, typ, worker, progress, time)
+            SELECT id, %(event)s, owner, NULL, updated FROM leased
+        )
+        SELECT (SELECT count(*) FROM lessee), t.* FROM (SELECT 1) AS one
+        LEFT JOIN leased AS t ON true
+        ORDER BY t.priority DESC, t.created ASC, t.id ASC
+    """
+    params: dict[str, Any] = {
+        "worker_id": worker_id,
+        "queues": list(queues),
+        "limit": limit,
+        "source": source.value,
+        "target": transition.target.value,
+        "worker": worker,
+        "timeout": timeout,
+        "event": transition.event.value,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        rows = cursor.fetchall()
+    if not rows[0][0]:
+        return None
+    values = [row[1:] for row in rows if row[1] is not None]
+    names = [f.attname for f in fields]
+    return [tasks.model.from_db(tasks.db, names, row) for row in _convert(tasks, fields, values)]
+
+
+def _insert_parts(tasks: QuerySet[Task]) -> tuple[list[models.Field[Any, Any]], str]:
+    # Every column but the key and those the database fills in itself (created, updated).
+    fields = [
+        f for f in tasks.model._meta.concrete_fields if not f.primary_key and not f.has_db_default()
+    ]
+    quote = connections[tasks.db].ops.quote_name
+    return fields, ", ".join(quote(str(f.column)) for f in fields)
+
+
+def _ready_notification(table: str) -> str:
+    """A CTE that notifies READY_CHANNEL once per queue of `table`'s rows leasable now."""
+    return (
+        "notified AS (SELECT count(pg_notify(%s, queue)) AS n FROM "
+        f"(SELECT DISTINCT queue FROM {table} "
+        "WHERE not_before IS NULL OR not_before <= statement_timestamp()) AS q)"
+    )
+
+
+def postgresql_submit(tasks: QuerySet[Task], task: Task) -> tuple[int, datetime, datetime] | None:
+    """Insert one task in one statement (PostgreSQL); None if its rn exists.
+
+    `ON CONFLICT (rn) DO NOTHING` reports a duplicate as "no row returned", so no error and no
+    second query is needed; in autocommit this is the whole round trip. Listening workers are
+    notified in the same statement if the task is leasable now.
+    """
+    connection = connections[tasks.db]
+    fields, columns = _insert_parts(tasks)
+    values = [f.get_db_prep_save(getattr(task, f.attname), connection) for f in fields]
+    quote = connection.ops.quote_name
+    statement = (
+        f"WITH inserted AS (INSERT INTO {quote(tasks.model._meta.db_table)} ({columns}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT (rn) DO NOTHING "
+        "RETURNING id, created, updated, queue, not_before), "
+        f"{_ready_notification('inserted')} "
+        "SELECT id, created, updated, (SELECT n FROM notified) FROM inserted"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [*values, READY_CHANNEL])
+        row = cursor.fetchone()
+    return None if row is None else (row[0], row[1], row[2])
+
+
+def postgresql_submit_many(tasks: QuerySet[Task], rows: Sequence[dict[str, Any]]) -> set[str]:
+    """Insert validated rows (`rn`, `queue`, `spec`, `priority`, `not_before`, `retry_policy`)
+    in one statement.
+
+    The rows travel as one JSON array, expanded by `jsonb_to_recordset` into `INSERT … SELECT
+    … ON CONFLICT (rn) DO NOTHING` (no per-row parameters to bind); the other columns take
+    their defaults. Returns the rns inserted, and notifies READY_CHANNEL once per queue that
+    got leasable tasks.
+    """
+    connection = connections[tasks.db]
+    quote = connection.ops.quote_name
+    fields, columns = _insert_parts(tasks)
+    given = {
+        "rn": "text",
+        "queue": "text",
+        "spec": "jsonb",
+        "priority": "integer",
+        "not_before": "timestamptz",
+        "retry_policy": "jsonb",
+    }
+    selected, constants = [], []
+    for f in fields:
+        if f.name in given:
+            selected.append(f"r.{quote(f.name)}")
+        else:
+            # The field's default, prepared as the ORM would, the same for every row.
+            selected.append("%s")
+            constants.append(f.get_db_prep_save(f.get_default(), connection))
+    record = ", ".join(f"{quote(name)} {kind}" for name, kind in given.items())
+    document = json.dumps(
+        [
+            {
+                "rn": row["rn"],
+                "queue": row["queue"],
+                "spec": row["spec"],
+                "priority": row["priority"],
+                "not_before": row["not_before"].isoformat() if row["not_before"] else None,
+                "retry_policy": row.get("retry_policy"),
+            }
+            for row in rows
+        ],
+        separators=(",", ":"),
+    )
+    statement = (
+        f"WITH inserted AS (INSERT INTO {quote(tasks.model._meta.db_table)} ({columns}) "
+        f"SELECT {', '.join(selected)} FROM jsonb_to_recordset(%s::jsonb) AS r({record}) "
+        "ON CONFLICT (rn) DO NOTHING RETURNING rn, queue, not_before), "
+        f"{_ready_notification('inserted')} "
+        "SELECT rn, (SELECT n FROM notified) FROM inserted"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [*constants, document, READY_CHANNEL])
+        return {row[0] for row in cursor.fetchall()}
 
 
 def can_insert_returning_on_conflict(connection: BaseDatabaseWrapper) -> bool:
     return connection.vendor in {"postgresql", "sqlite"}
 
 
-def postgresql_lease(
-    using: str, worker: str, queues: Sequence[str], limit: int, timeout: timedelta
-) -> list[Task]:
-    """Lease up to `limit` tasks in one statement (PostgreSQL).
+def insert_ignoring_duplicates(tasks: QuerySet[Task], batch: Sequence[Task]) -> set[str]:
+    """Insert `batch` in one statement, skipping any whose rn exists; return the inserted rns."""
+    connection = connections[tasks.db]
+    fields, columns = _insert_parts(tasks)
+    quote = connection.ops.quote_name
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    params = [
+        field.get_db_prep_save(getattr(obj, field.attname), connection)
+        for obj in batch
+        for field in fields
+    ]
+    statement = (
+        f"INSERT INTO {quote(tasks.model._meta.db_table)} ({columns}) "
+        f"VALUES {', '.join([row] * len(batch))} ON CONFLICT (rn) DO NOTHING RETURNING rn"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return {row[0] for row in cursor.fetchall()}
 
-    The MATERIALIZED CTE is evaluated once, so it can never hand the UPDATE more than `limit`
-    rows, and SKIP LOCKED lets concurrent lessees pass over each other's rows instead of queueing.
+
+def postgresql_notify(using: str, channel: str, payloads: Sequence[str]) -> None:
+    """`pg_notify(channel, payload)` once per distinct payload (delivered when the transaction
+    commits): READY_CHANNEL with queue names, STOP_CHANNEL with worker names."""
+    if not payloads:
+        return
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_notify(%s, p)) FROM unnest(%s::text[]) AS p",
+            [channel, sorted(set(payloads))],
+        )
+
+
+def update_returning_pks(fenced: QuerySet[Any], values: dict[str, Any]) -> set[int]:
+    """Apply `values` to the rows `fenced` selects, in one statement; return their pks.
+
+    PostgreSQL and SQLite (3.35+) return the updated keys from the UPDATE itself. Elsewhere the
+    rows are locked and read first, then updated, in one transaction.
     """
+    connection = connections[fenced.db]
+    if connection.vendor not in {"postgresql", "sqlite"}:
+        with transaction.atomic(using=fenced.db):
+            pks = set(fenced.select_for_update().values_list("pk", flat=True))
+            fenced.model._default_manager.using(fenced.db).filter(pk__in=pks).update(**values)
+        return pks
+    query = cast(sql.UpdateQuery, fenced.query.chain(sql.UpdateQuery))
+    query.add_update_values(values)
+    compiler = query.get_compiler(fenced.db)
+    update_sql, params = compiler.as_sql()
+    pk_column = connection.ops.quote_name(str(fenced.model._meta.pk.column))
+    with connection.cursor() as cursor:
+        cursor.execute(f"{update_sql} RETURNING {pk_column}", params)
+        return {row[0] for row in cursor.fetchall()}
+
+
+def postgresql_finish(using: str, worker: str, rows: Sequence[dict[str, Any]]) -> set[int]:
+    """Complete or abort several leases of `worker` in one statement (PostgreSQL).
+
+    `rows` are `{id, attempts, status, result, errors}` with status completed or aborted. Each
+    task is fenced on its lease (running, owner, attempts); a data-modifying CTE writes the
+    TaskCompletion/TaskAbort row of each one that matched. Returns the pks written.
+    """
+    from .enums import EventType, Status
     from .models import History, Task
 
     quote = connections[using].ops.quote_name
     task, history = quote(Task._meta.db_table), quote(History._meta.db_table)
-    sql = f"""
-        WITH picked AS MATERIALIZED (
-            SELECT id FROM {task}
-            WHERE status = 'ready' AND queue = ANY(%(queues)s)
-              AND (not_before IS NULL OR not_before <= statement_timestamp())
-            ORDER BY priority DESC, created ASC, id ASC
-            LIMIT %(limit)s
-            FOR UPDATE SKIP LOCKED
-        ), leased AS (
+    statement = f"""
+        WITH outcome AS (
+            SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
+                AS o(id bigint, attempts integer, status text, result jsonb, errors jsonb)
+        ), changed AS (
             UPDATE {task} AS t
-            SET status = 'running', owner = %(worker)s,
-                deadline = statement_timestamp() + %(timeout)s,
-                attempts = t.attempts + 1, updated = statement_timestamp()
-            FROM picked
-            WHERE t.id = picked.id AND t.status = 'ready'
-            RETURNING t.*
-        ), assigned AS (
+            SET status = o.status,
+                progress = CASE WHEN o.status = %(completed)s THEN 1.0 ELSE t.progress END,
+                result = CASE WHEN o.status = %(completed)s THEN o.result ELSE t.result END,
+                errors = CASE WHEN o.status = %(completed)s THEN t.errors ELSE o.errors END,
+                deadline = NULL, updated = statement_timestamp()
+            FROM outcome AS o
+            WHERE t.id = o.id AND t.status = %(running)s AND t.owner = %(worker)s
+              AND t.attempts = o.attempts
+            RETURNING t.id, t.status, t.progress
+        ), logged AS (
             INSERT INTO {history} (task_id, typ, worker, progress, time)
-            SELECT id, 'TaskAssignment', %(worker)s, NULL, statement_timestamp() FROM leased
+            SELECT id, CASE WHEN status = %(completed)s THEN %(completion)s ELSE %(abort)s END,
+                   %(worker)s, progress, statement_timestamp()
+            FROM changed
         )
-        SELECT * FROM leased ORDER BY priority DESC, created ASC, id ASC
+        SELECT id FROM changed
     """
-    params = {"queues": list(queues), "limit": limit, "worker": worker, "timeout": timeout}
-    return list(Task.objects.using(using).raw(sql, params))
-
-
-def insert_ignoring_duplicates(using: str, tasks: Sequence[Task]) -> set[str]:
-    """Insert `tasks` in one statement, skipping any whose rn exists; return the inserted rns."""
-    from .models import Task
-
-    connection = connections[using]
-    # Every column but the key and those the database fills in itself (created, updated).
-    fields = [f for f in Task._meta.concrete_fields if not f.primary_key and not f.has_db_default()]
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(str(f.column)) for f in fields)
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    params = [
-        field.get_db_prep_save(getattr(obj, field.attname), connection)
-        for obj in tasks
-        for field in fields
-    ]
-    sql = (
-        f"INSERT INTO {quote(Task._meta.db_table)} ({columns}) "
-        f"VALUES {', '.join([row] * len(tasks))} ON CONFLICT (rn) DO NOTHING RETURNING rn"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    params = {
+        "rows": json.dumps(list(rows)),
+        "completed": Status.COMPLETED.value,
+        "running": Status.RUNNING.value,
+        "worker": worker,
+        "completion": EventType.COMPLETION.value,
+        "abort": EventType.ABORT.value,
+    }
+    with connections[using].cursor() as cursor:
+        cursor.execute(statement, params)
         return {row[0] for row in cursor.fetchall()}

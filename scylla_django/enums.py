@@ -1,7 +1,8 @@
 """Task statuses, History event types and the one table of allowed transitions.
 
-The table below is the state machine of SPEC §3. The model methods build their conditional WHERE
-clauses from it, and the admin, the API and the docs read it, so it is the single source of truth.
+The table below is the state machine the README describes ("How it stays correct"). Every
+operation of the models builds its conditional write from its row, and the admin, the API and the
+docs read it, so it is the single source of truth.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ ACTIVE_STATUSES: frozenset[Status] = frozenset({Status.READY, Status.RUNNING})
 class EventType(models.TextChoices):
     """The type (`_typ`) of a History entry.
 
-    The first three are the seed's; the others record the remaining transitions for auditing.
+    TaskAssignment, TaskTimeout and TaskYield drive the lease cycle; the others record the
+    remaining transitions for auditing.
     """
 
     ASSIGNMENT = "TaskAssignment", "Assignment"
@@ -56,16 +58,20 @@ class Operation(models.TextChoices):
     CANCEL = "cancel"
     RESET = "reset"
     EXHAUST = "exhaust"
+    RESET_LEASE = "reset_lease"
 
 
 @dataclass(frozen=True)
 class Transition:
-    """Who may apply an operation, from which statuses, and where the task ends up."""
+    """From which statuses an operation may start, where the task ends up, what History records.
+
+    `owner_only`: only the worker holding the lease may apply it (the write is fenced on the
+    lease); the others are applied by clients (cancel) or the monitor (reset, exhaust).
+    """
 
     operation: Operation
     sources: frozenset[Status]
     target: Status
-    actor: str
     event: EventType | None
     owner_only: bool
 
@@ -74,63 +80,69 @@ TRANSITIONS: dict[Operation, Transition] = {
     t.operation: t
     for t in [
         Transition(
-            Operation.LEASE,
-            frozenset({Status.READY}),
-            Status.RUNNING,
-            "worker",
-            EventType.ASSIGNMENT,
-            False,
+            operation=Operation.LEASE,
+            sources=frozenset({Status.READY}),
+            target=Status.RUNNING,
+            event=EventType.ASSIGNMENT,
+            owner_only=False,
         ),
         Transition(
-            Operation.HEARTBEAT, frozenset({Status.RUNNING}), Status.RUNNING, "owner", None, True
+            operation=Operation.HEARTBEAT,
+            sources=frozenset({Status.RUNNING}),
+            target=Status.RUNNING,
+            event=None,
+            owner_only=True,
         ),
         Transition(
-            Operation.COMPLETE,
-            frozenset({Status.RUNNING}),
-            Status.COMPLETED,
-            "owner",
-            EventType.COMPLETION,
-            True,
+            operation=Operation.COMPLETE,
+            sources=frozenset({Status.RUNNING}),
+            target=Status.COMPLETED,
+            event=EventType.COMPLETION,
+            owner_only=True,
         ),
         Transition(
-            Operation.ABORT,
-            frozenset({Status.RUNNING}),
-            Status.ABORTED,
-            "owner",
-            EventType.ABORT,
-            True,
+            operation=Operation.ABORT,
+            sources=frozenset({Status.RUNNING}),
+            target=Status.ABORTED,
+            event=EventType.ABORT,
+            owner_only=True,
         ),
         Transition(
-            Operation.YIELD,
-            frozenset({Status.RUNNING}),
-            Status.RUNNING,
-            "owner",
-            EventType.YIELD,
-            True,
+            operation=Operation.YIELD,
+            sources=frozenset({Status.RUNNING}),
+            target=Status.RUNNING,
+            event=EventType.YIELD,
+            owner_only=True,
         ),
         Transition(
-            Operation.CANCEL,
-            frozenset(ACTIVE_STATUSES),
-            Status.CANCELLED,
-            "client",
-            EventType.CANCELLATION,
-            False,
+            operation=Operation.CANCEL,
+            sources=frozenset(ACTIVE_STATUSES),
+            target=Status.CANCELLED,
+            event=EventType.CANCELLATION,
+            owner_only=False,
         ),
         Transition(
-            Operation.RESET,
-            frozenset({Status.RUNNING}),
-            Status.READY,
-            "monitor",
-            EventType.TIMEOUT,
-            False,
+            operation=Operation.RESET,
+            sources=frozenset({Status.RUNNING}),
+            target=Status.READY,
+            event=EventType.TIMEOUT,
+            owner_only=False,
         ),
         Transition(
-            Operation.EXHAUST,
-            frozenset({Status.RUNNING}),
-            Status.ABORTED,
-            "monitor",
-            EventType.ABORT,
-            False,
+            operation=Operation.EXHAUST,
+            sources=frozenset({Status.RUNNING}),
+            target=Status.ABORTED,
+            event=EventType.ABORT,
+            owner_only=False,
+        ),
+        # "Reset lease now": an operator gives back the lease of a dead or silent worker
+        # without waiting for its deadline, as the monitor would at expiry.
+        Transition(
+            operation=Operation.RESET_LEASE,
+            sources=frozenset({Status.RUNNING}),
+            target=Status.READY,
+            event=EventType.TIMEOUT,
+            owner_only=False,
         ),
     ]
 }
@@ -139,3 +151,25 @@ TRANSITIONS: dict[Operation, Transition] = {
 def sources(operation: Operation) -> list[str]:
     """The statuses `operation` may start from, as values for a `status__in` lookup."""
     return sorted(s.value for s in TRANSITIONS[operation].sources)
+
+
+def event(operation: Operation) -> EventType:
+    """The History event `operation` writes (for the operations that write one)."""
+    written = TRANSITIONS[operation].event
+    if written is None:
+        raise ValueError(f"{operation} writes no History row.")
+    return written
+
+
+class Liveness(models.TextChoices):
+    """Whether a registered worker or monitor process is still there, by the database clock.
+
+    `silent`: not seen for two of its heartbeat intervals (it may be stalled or partitioned);
+    `dead`: not seen for its lease timeout (every lease it held has expired); `stopped`: it
+    recorded its own stop.
+    """
+
+    ALIVE = "alive", "Alive"
+    SILENT = "silent", "Silent"
+    DEAD = "dead", "Dead"
+    STOPPED = "stopped", "Stopped"

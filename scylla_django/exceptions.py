@@ -1,15 +1,25 @@
-"""The distinct errors of the state machine (SPEC §3).
+"""The distinct errors of the state machine (README, "How it stays correct").
 
 Each carries a machine-readable `code`; an HTTP API returns `{"code": ..., "detail": ...}`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ScyllaError(Exception):
-    """Base class of every scylla_django error."""
+    """Base class of every scylla_django error.
+
+    A subclass names its code in its header: `class TaskNotFound(ScyllaError, code="...")`.
+    """
 
     code = "scylla_error"
+
+    def __init_subclass__(cls, *, code: str | None = None, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code = code
 
     def __init__(self, detail: str, *, rn: str | None = None) -> None:
         super().__init__(detail)
@@ -17,53 +27,51 @@ class ScyllaError(Exception):
         self.rn = rn
 
 
-class TaskNotFound(ScyllaError):
+class TaskNotFound(ScyllaError, code="task_not_found"):
     """No task has this rn (it never existed, or it was purged)."""
 
-    code = "task_not_found"
 
-
-class WorkerNotFound(ScyllaError):
+class WorkerNotFound(ScyllaError, code="worker_not_found"):
     """No registered worker has this name."""
 
-    code = "worker_not_found"
 
-
-class DuplicateTask(ScyllaError):
+class DuplicateTask(ScyllaError, code="duplicate_task"):
     """A task with this rn already exists; submission is idempotent per rn."""
 
-    code = "duplicate_task"
 
-
-class InvalidTransition(ScyllaError):
+class InvalidTransition(ScyllaError, code="invalid_transition"):
     """The task's current status does not allow the operation."""
-
-    code = "invalid_transition"
 
     def __init__(self, detail: str, *, rn: str | None = None, status: str | None = None) -> None:
         super().__init__(detail, rn=rn)
         self.status = status
 
 
-class LeaseLost(InvalidTransition):
+class LeaseLost(InvalidTransition, code="lease_lost"):
     """The worker no longer holds the task's lease (it was reset, or another worker holds it).
 
     The worker must stop working on the task and write nothing more for it.
     """
 
-    code = "lease_lost"
 
-
-class TaskCancelled(InvalidTransition):
+class TaskCancelled(InvalidTransition, code="task_cancelled"):
     """The task was cancelled by a client; the worker should stop working on it."""
 
-    code = "task_cancelled"
+
+class OwnerAlive(InvalidTransition, code="owner_alive"):
+    """The worker holding the lease is still alive: an operator may not take the lease away."""
 
 
-class WorkerStopping(ScyllaError):
+class WorkerStopping(ScyllaError, code="worker_stopping"):
     """The worker is shutting down and has yielded the task; the handler should return."""
 
-    code = "worker_stopping"
+
+def error_record(code: str, description: str = "", args: object = None) -> dict[str, Any]:
+    """One error of an aborted task, as stored: `{"code": ..., "args": ..., "description": ...}`.
+
+    `args` is any JSON value, `{}` when omitted.
+    """
+    return {"code": code, "args": {} if args is None else args, "description": description}
 
 
 class Abort(Exception):
@@ -88,12 +96,9 @@ class Abort(Exception):
         self.error_args = args or {}
         self.retry = retry
 
-    def as_error(self) -> dict[str, object]:
-        error: dict[str, object] = {
-            "code": self.code,
-            "args": self.error_args,
-            "description": self.description,
-        }
+    def as_error(self) -> dict[str, Any]:
+        """The error recorded on the task (see `error_record`); `retry` when it asks for one."""
+        error = error_record(self.code, self.description, self.error_args)
         if self.retry:
             error["retry"] = True
         return error

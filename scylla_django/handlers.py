@@ -38,8 +38,12 @@ class TaskContext:
         self._progress = task.progress
         self._stop: ScyllaError | None = None
         self._lock = threading.Lock()
+        # Kept by the worker: heartbeats failed in a row, progress the database has, whether
+        # the lease was given back, whether the handler is still running.
         self.failed_heartbeats = 0
+        self.sent_progress = task.progress
         self.yielded = False
+        self.handler_running = False
 
     @property
     def spec(self) -> Any:
@@ -101,9 +105,6 @@ class HandlerRegistry:
     def queues(self) -> list[str]:
         return sorted(self._handlers)
 
-    def unregister(self, queue: str) -> None:
-        self._handlers.pop(queue, None)
-
 
 registry = HandlerRegistry()
 
@@ -134,12 +135,10 @@ def handler(
 def autodiscover() -> None:
     """Import `handlers.py` of every installed app, registering their handlers.
 
-    The queues of a `django.tasks` ScyllaBackend (its QUEUES) get the Django-task handler.
+    The queues of a `django.tasks` ScyllaBackend are registered by `scylla_worker`, which calls
+    `scylla_django.backends.register_handlers()` too: the registry knows nothing of the adapter.
     """
-    from .backends import register_handlers
-
     autodiscover_modules("handlers")
-    register_handlers()
 
 
 def _qualname(func: Handler) -> str:

@@ -1,6 +1,7 @@
 """Task, History and Worker. The Task methods and the TaskQuerySet set operations are the state
-machine of SPEC §3: each transition is one conditional write on the database clock, fenced by
-status (and owner, for worker operations), with its History row in the same transaction.
+machine of `enums.TRANSITIONS` (README, "How it stays correct"): each transition is one
+conditional write on the database clock, fenced by status (and by the lease, owner and attempt,
+for worker operations), with its History row in the same transaction.
 """
 
 from __future__ import annotations
@@ -15,25 +16,31 @@ from typing import Any, ClassVar, Literal
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, models, transaction
-from django.db.models import F, Max, Q, Value
+from django.db.models import Case, Exists, F, FloatField, Max, Min, Q, Value, When, sql
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Coalesce, Greatest
 from django.dispatch import Signal
 from django.utils import timezone
 
 from . import db, retries, signals
 from .conf import scylla_settings
-from .db import Now
+from .db import Clock, Now
 from .enums import (
     TERMINAL_STATUSES,
     TRANSITIONS,
     EventType,
+    Liveness,
     Operation,
     Status,
+    event,
     sources,
 )
 from .exceptions import (
     DuplicateTask,
     InvalidTransition,
     LeaseLost,
+    OwnerAlive,
+    ScyllaError,
     TaskCancelled,
     TaskNotFound,
     WorkerNotFound,
@@ -66,6 +73,14 @@ def worker_name(worker: Worker | str) -> str:
     return worker.name if isinstance(worker, Worker) else worker
 
 
+def worker_id(name: str) -> int:
+    """The primary key in the worker name `worker-<id>`, or WorkerNotFound if it is not one."""
+    number = name.removeprefix(WORKER_PREFIX) if isinstance(name, str) else ""
+    if not (name.startswith(WORKER_PREFIX) and number.isdigit() and len(number) < 19):
+        raise WorkerNotFound(f"{name!r} is not a worker name.")
+    return int(number)
+
+
 def _later(signal: Signal, using: str, **kwargs: Any) -> None:
     """Send `signal` once the current transaction commits (at once outside a transaction).
 
@@ -76,8 +91,28 @@ def _later(signal: Signal, using: str, **kwargs: Any) -> None:
         transaction.on_commit(partial(signal.send, sender=Task, **kwargs), using=using)
 
 
-def _now_plus(delta: timedelta) -> models.Expression:
-    return models.ExpressionWrapper(Now() + Value(delta), output_field=models.DateTimeField())
+def _now_plus(delta: timedelta, clock: type[Now] = Now) -> models.Expression:
+    return models.ExpressionWrapper(clock() + Value(delta), output_field=models.DateTimeField())
+
+
+def _clock(using: str) -> datetime:
+    """The database clock, read once (PostgreSQL: `clock_timestamp()`, after the caller's locks).
+
+    A set operation stamps its task rows and their History rows with this one value.
+    """
+    query = sql.Query(Task)
+    compiler = query.get_compiler(using)
+    expression = Now(output_field=models.DateTimeField())
+    statement, params = compiler.compile(expression)
+    if db.uses_single_statement_transitions(connections[using]):
+        statement, params = "clock_timestamp()", []
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"SELECT {statement}", params)
+        [value] = cursor.fetchone() or [None]
+    for converter in connections[using].ops.get_db_converters(expression):
+        value = converter(value, expression, connections[using])
+    assert isinstance(value, datetime)
+    return value
 
 
 @dataclass(frozen=True)
@@ -90,15 +125,78 @@ class SubmitOutcome:
     errors: dict[str, list[str]] = field(default_factory=dict)
 
 
+SCHEDULED = "scheduled"
+
+
+def _due() -> Q:
+    """A task whose `not_before` has passed (or that has none): leasable if it is ready."""
+    return Q(not_before__isnull=True) | Q(not_before__lte=Now())
+
+
+@dataclass(frozen=True)
+class QueueSummary:
+    """One queue, as `Task.objects.queue_summaries()` sees it.
+
+    `counts` has every status and `scheduled`: `ready` counts the leasable tasks only, and
+    `scheduled` the ready tasks whose `not_before` is still ahead. `waiting_since` is when the
+    longest-waiting leasable task became leasable (`created`, or its `not_before` if later),
+    and `waited` how long ago that was on the database clock; both None if none is leasable.
+    """
+
+    queue: str
+    counts: dict[str, int]
+    waiting_since: datetime | None
+    waited: timedelta | None
+
+
 class TaskQuerySet(models.QuerySet["Task"]):
     """Selections, and the set operations of the state machine (lease, reset, purge)."""
 
     def ready(self, queues: Sequence[str] | None = None) -> TaskQuerySet:
         """Ready tasks whose `not_before` has passed, optionally on `queues` (exact names)."""
-        qs = self.filter(status=Status.READY).filter(
-            Q(not_before__isnull=True) | Q(not_before__lte=Now())
-        )
+        qs = self.filter(status=Status.READY).filter(_due())
         return qs.filter(queue__in=list(queues)) if queues is not None else qs
+
+    def queue_summaries(self) -> list[QueueSummary]:
+        """Every queue of this queryset that has tasks, by name: see `QueueSummary`.
+
+        Two GROUP BY queries: counts per (queue, status), which the queue/status index answers
+        alone, and the scheduled count and longest wait over the ready tasks.
+        """
+        counts: dict[str, dict[str, int]] = {}
+
+        def row(queue: str) -> dict[str, int]:
+            return counts.setdefault(queue, dict.fromkeys([*Status.values, SCHEDULED], 0))
+
+        # COUNT(*), not COUNT(id): the queue/status index then answers without reading the table.
+        for queue, status, n in (
+            self.order_by().values_list("queue", "status").annotate(n=models.Count("*"))
+        ):
+            # Ready tasks are counted below, split into leasable and scheduled.
+            row(queue)[status] = 0 if status == Status.READY else n
+        leasable = _due()
+        since = models.Min(Greatest("created", Coalesce("not_before", "created")), filter=leasable)
+        ready = (
+            self.filter(status=Status.READY)
+            .order_by()
+            .values("queue")
+            .annotate(
+                leasable=models.Count("id", filter=leasable),
+                scheduled=models.Count("id", filter=Q(not_before__gt=Now())),
+                since=since,
+                waited=models.ExpressionWrapper(Now() - since, output_field=models.DurationField()),
+            )
+        )
+        waits: dict[str, tuple[datetime | None, timedelta | None]] = {}
+        for found in ready:  # its own snapshot: ready and scheduled always add up
+            row(found["queue"]).update(
+                {Status.READY.value: found["leasable"], SCHEDULED: found["scheduled"]}
+            )
+            waits[found["queue"]] = (found["since"], found["waited"])
+        return [
+            QueueSummary(queue, counts[queue], *waits.get(queue, (None, None)))
+            for queue in sorted(counts)
+        ]
 
     def expired(self) -> TaskQuerySet:
         """Running tasks whose lease deadline has passed (on the database clock)."""
@@ -132,12 +230,24 @@ class TaskQuerySet(models.QuerySet["Task"]):
         `retry` is the task's retry policy (it overrides its handler's). With `after` (rns of
         existing tasks; TaskNotFound if one is unknown) the task is a follow-up: held until
         every one of them has completed, then leasable from `not_before`.
+
+        On PostgreSQL a task without `after` is one statement (one round trip in autocommit)
+        that also detects the duplicate rn and notifies listening workers.
         """
         task = self.model.build(
             queue, spec, priority=priority, rn=rn, not_before=not_before, retry=retry
         )
         if after is not None:
             return self._submit_after(task, after)
+        if db.uses_single_statement_transitions(connections[self.db]):
+            inserted = db.postgresql_submit(self, task)
+            if inserted is None:
+                raise DuplicateTask(f"A task with rn {task.rn!r} exists.", rn=task.rn)
+            task.pk, task.created, task.updated = inserted
+            task._state.adding = False
+            task._state.db = self.db
+            _later(signals.task_submitted, self.db, task=task)
+            return task
         try:
             with transaction.atomic(using=self.db):
                 task.save(force_insert=True, using=self.db)
@@ -190,44 +300,50 @@ class TaskQuerySet(models.QuerySet["Task"]):
         earlier in the same batch) are reported and skipped; the others are inserted.
         """
         outcomes: dict[int, SubmitOutcome] = {}
-        pending: list[tuple[int, Task]] = []
+        pending: list[tuple[int, dict[str, Any]]] = []
         seen: set[str] = set()
         for index, item in enumerate(items):
             try:
-                task = self.model.build_from(item)
+                task = self.model.validated_from(item)
             except ValidationError as exc:
                 rn = item.get("rn") if isinstance(item, Mapping) else None
                 outcomes[index] = SubmitOutcome(
                     index, rn if isinstance(rn, str) else None, "invalid", _error_dict(exc)
                 )
                 continue
-            if task.rn in seen:
-                outcomes[index] = SubmitOutcome(index, task.rn, "duplicate")
+            rn = task["rn"]
+            if rn in seen:
+                outcomes[index] = SubmitOutcome(index, rn, "duplicate")
                 continue
-            seen.add(task.rn)
+            seen.add(rn)
             pending.append((index, task))
 
         inserted: set[str] = set()
         connection = connections[self.db]
-        if db.can_insert_returning_on_conflict(connection):
+        if db.uses_single_statement_transitions(connection):
+            for start in range(0, len(pending), 5000):
+                rows = [values for _, values in pending[start : start + 5000]]
+                inserted |= db.postgresql_submit_many(self, rows)
+        elif db.can_insert_returning_on_conflict(connection):
             for start in range(0, len(pending), 500):
-                chunk = [task for _, task in pending[start : start + 500]]
-                inserted |= db.insert_ignoring_duplicates(self.db, chunk)
+                chunk = [self.model(**values) for _, values in pending[start : start + 500]]
+                inserted |= db.insert_ignoring_duplicates(self, chunk)
         else:
-            for _, task in pending:
+            for _, values in pending:
                 try:
                     with transaction.atomic(using=self.db):
-                        task.save(force_insert=True, using=self.db)
-                    inserted.add(task.rn)
+                        self.model(**values).save(force_insert=True, using=self.db)
+                    inserted.add(values["rn"])
                 except IntegrityError:
                     pass
-        for index, task in pending:
+        notify = signals.task_submitted.has_listeners(Task)
+        for index, values in pending:
             status: Literal["inserted", "duplicate"] = (
-                "inserted" if task.rn in inserted else "duplicate"
+                "inserted" if values["rn"] in inserted else "duplicate"
             )
-            outcomes[index] = SubmitOutcome(index, task.rn, status)
-            if status == "inserted":
-                _later(signals.task_submitted, self.db, task=task)
+            outcomes[index] = SubmitOutcome(index, values["rn"], status)
+            if status == "inserted" and notify:
+                _later(signals.task_submitted, self.db, task=self.model(**values))
         return [outcomes[i] for i in sorted(outcomes)]
 
     # -- leasing ----------------------------------------------------------------------------
@@ -244,26 +360,37 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
         Highest priority first, then oldest `created`. Each leased task gets `owner`,
         `deadline = now + timeout` (default `SCYLLA['LEASE_TIMEOUT']`), `attempts + 1` and a
-        TaskAssignment History row. No task is ever leased twice: concurrent callers skip each
+        TaskAssignment History row; the lease length is kept on the task (`lease_length`) for
+        heartbeats given no timeout. No task is ever leased twice: concurrent callers skip each
         other's rows (PostgreSQL) or are serialised (SQLite).
+
+        Only a registered worker that has not stopped may lease (checked in the same statement
+        on PostgreSQL, the same transaction elsewhere); otherwise WorkerNotFound is raised.
         """
         name = worker_name(worker)
+        pk = worker_id(name)
         queues = validate_queues(queues)
         limit = validate_limit(limit)
         lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
         if db.uses_single_statement_transitions(connections[self.db]):
-            tasks = db.postgresql_lease(self.db, name, queues, limit, lease_for)
+            leased = db.postgresql_lease(self, History, Worker, pk, name, queues, limit, lease_for)
         else:
-            tasks = self._lease_portable(name, queues, limit, lease_for)
+            leased = self._lease_portable(pk, name, queues, limit, lease_for)
+        if leased is None:
+            raise WorkerNotFound(f"No registered, running worker is called {name!r}.")
+        tasks = leased
         for task in tasks:
             _later(signals.task_leased, self.db, task=task)
         return tasks
 
     def _lease_portable(
-        self, name: str, queues: list[str], limit: int, lease_for: timedelta
-    ) -> list[Task]:
+        self, pk: int, name: str, queues: list[str], limit: int, lease_for: timedelta
+    ) -> list[Task] | None:
+        transition = TRANSITIONS[Operation.LEASE]
         order = ("-priority", "created", "id")
         with db.write_atomic(self.db):
+            if not Worker.objects.using(self.db).filter(pk=pk, stopped__isnull=True).exists():
+                return None
             ids = list(
                 self.model.objects.using(self.db)
                 .ready(queues)
@@ -273,18 +400,23 @@ class TaskQuerySet(models.QuerySet["Task"]):
             )
             if not ids:
                 return []
-            base = self.model.objects.using(self.db).filter(pk__in=ids, status=Status.READY)
+            base = self.model.objects.using(self.db).filter(
+                pk__in=ids, status__in=sources(Operation.LEASE)
+            )
+            now = _clock(self.db)
             leased = base.update(
-                status=Status.RUNNING,
+                status=transition.target,
                 owner=name,
-                deadline=_now_plus(lease_for),
+                deadline=now + lease_for,
+                lease_length=lease_for,
                 attempts=F("attempts") + 1,
-                updated=Now(),
+                updated=now,
             )
             if leased != len(ids):  # only possible if the database ignored the row locks
                 raise RuntimeError("lease lost a race it should have been protected from")
             History.objects.using(self.db).bulk_create(
-                History(task_id=pk, typ=EventType.ASSIGNMENT, worker=name) for pk in ids
+                History(task_id=task_pk, typ=event(Operation.LEASE), worker=name, time=now)
+                for task_pk in ids
             )
             return list(self.model.objects.using(self.db).filter(pk__in=ids).order_by(*order))
 
@@ -298,29 +430,38 @@ class TaskQuerySet(models.QuerySet["Task"]):
         concurrent completion either commits before (the task is skipped) or fails after.
         """
         manager = self.model.objects.using(self.db)
+        transition = TRANSITIONS[Operation.CANCEL]
         active = sources(Operation.CANCEL)
         with db.write_atomic(self.db):
             rows = list(
                 self.filter(status__in=active)
                 .select_for_update()
                 .order_by("pk")
-                .values("pk", "owner", "progress")
+                .values("pk", "owner", "progress", "status")
             )
             if not rows:
                 return 0
             ids = [row["pk"] for row in rows]
+            now = _clock(self.db)
             cancelled = manager.filter(pk__in=ids, status__in=active).update(
-                status=Status.CANCELLED, deadline=None, updated=Now()
+                status=transition.target, deadline=None, updated=now
             )
             History.objects.using(self.db).bulk_create(
                 History(
                     task_id=row["pk"],
-                    typ=EventType.CANCELLATION,
+                    typ=event(Operation.CANCEL),
                     worker=row["owner"],
                     progress=row["progress"],
+                    time=now,
                 )
                 for row in rows
             )
+            if db.uses_single_statement_transitions(connections[self.db]):
+                db.postgresql_notify(
+                    self.db,
+                    db.STOP_CHANNEL,
+                    [r["owner"] for r in rows if r["status"] == Status.RUNNING and r["owner"]],
+                )
         if signals.task_finished.has_listeners(Task):
             for task in manager.filter(pk__in=ids):
                 _later(signals.task_finished, self.db, task=task, status=task.status)
@@ -352,7 +493,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 manager.expired()
                 .select_for_update(skip_locked=True)
                 .order_by("deadline")
-                .values("pk", "owner", "progress", "attempts")[:size]
+                .values("pk", "owner", "progress", "attempts", "queue")[:size]
             )
             if not rows:
                 return 0
@@ -379,13 +520,14 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 and max_attempts is not None
                 and row["attempts"] >= max_attempts
             }
-            running = manager.filter(status=Status.RUNNING)
-            running.filter(pk__in=set(ids) - exhausted).update(
-                status=Status.READY, owner=None, deadline=None, progress=0.0, updated=Now()
+            reset, exhaust = TRANSITIONS[Operation.RESET], TRANSITIONS[Operation.EXHAUST]
+            now = _clock(self.db)
+            manager.filter(pk__in=set(ids) - exhausted, status__in=sources(Operation.RESET)).update(
+                status=reset.target, owner=None, deadline=None, progress=0.0, updated=now
             )
             if exhausted:
-                running.filter(pk__in=exhausted).update(
-                    status=Status.ABORTED,
+                manager.filter(pk__in=exhausted, status__in=sources(Operation.EXHAUST)).update(
+                    status=exhaust.target,
                     deadline=None,
                     errors=[
                         {
@@ -394,9 +536,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
                             "description": f"The lease expired after {max_attempts} attempts.",
                         }
                     ],
-                    updated=Now(),
+                    updated=now,
                 )
-                _retry_exhausted(manager, exhausted)
+                _follow_with_retries(manager, exhausted)
             events = []
             for row in rows:
                 if row["pk"] in yielded:
@@ -404,14 +546,19 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 events.append(
                     History(
                         task_id=row["pk"],
-                        typ=EventType.TIMEOUT,
+                        typ=event(Operation.RESET),
                         worker=row["owner"],
                         progress=row["progress"],
+                        time=now,
                     )
                 )
                 if row["pk"] in exhausted:
-                    events.append(History(task_id=row["pk"], typ=EventType.ABORT))
+                    aborted = event(Operation.EXHAUST)
+                    events.append(History(task_id=row["pk"], typ=aborted, time=now))
             History.objects.using(self.db).bulk_create(events)
+            if db.uses_single_statement_transitions(connections[self.db]):
+                made_ready = [row["queue"] for row in rows if row["pk"] not in exhausted]
+                db.postgresql_notify(self.db, db.READY_CHANNEL, made_ready)
         if signals.task_reset.has_listeners(Task) or signals.task_finished.has_listeners(Task):
             for task in manager.filter(pk__in=ids):
                 signal = signals.task_finished if task.pk in exhausted else signals.task_reset
@@ -477,6 +624,194 @@ class TaskQuerySet(models.QuerySet["Task"]):
     delete.alters_data = True  # type: ignore[attr-defined]
     delete.queryset_only = True  # type: ignore[attr-defined]
 
+    def ready_summary(self) -> dict[str, tuple[int, timedelta | None]]:
+        """Per queue with ready tasks: how many, and how long the oldest leasable one has
+        waited (since it was created, or since its `not_before` if later; None while every
+        ready task still waits for its `not_before`). One query over the ready-task index,
+        on the database clock."""
+        leasable = Q(not_before__isnull=True) | Q(not_before__lte=Now())
+        waiting_since = Greatest("created", Coalesce("not_before", "created"))
+        rows = (
+            self.filter(status=Status.READY)
+            .order_by()
+            .values("queue")
+            .annotate(
+                n=models.Count("*"),
+                age=models.ExpressionWrapper(
+                    Now() - Min(waiting_since, filter=leasable),
+                    output_field=models.DurationField(),
+                ),
+            )
+            .values_list("queue", "n", "age")
+        )
+        return {
+            queue: (count, max(age, timedelta(0)) if age is not None else None)
+            for queue, count, age in rows
+        }
+
+    def with_error_code(self, code: str) -> TaskQuerySet:
+        """Tasks that recorded an error with this `code` (in any entry of `errors`)."""
+        if connections[self.db].vendor == "sqlite":
+            return self.filter(
+                _sqlite_json_each(
+                    self.model, "errors", "json_extract(json_each.value, '$.code') = %s", code
+                )
+            )
+        return self.filter(errors__contains=[{"code": code}])
+
+    # -- worker set operations --------------------------------------------------------------
+
+    def heartbeat_many(
+        self,
+        worker: Worker | str,
+        leases: Mapping[int, tuple[int, float | None]],
+        *,
+        timeout: timedelta | float | None = None,
+    ) -> set[int]:
+        """Extend several leases of `worker` in one statement; return the pks it extended.
+
+        `leases` maps a task pk to `(attempts, progress)`: a lease is the task's `attempts` when
+        it was leased, so a late call from an earlier lease of the same task is refused, and a
+        progress of None leaves the progress as it is. Each row is fenced as `Task.heartbeat()`
+        fences it (running, owned by `worker`, not yielded). A pk missing from the result was
+        cancelled, lost or finished: `refusals()` says which.
+        """
+        name = worker_name(worker)
+        lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
+        if not leases:
+            return set()
+        held = Q()
+        for pk, (attempts, _) in leases.items():
+            held |= Q(pk=pk, attempts=attempts)
+        fenced = (
+            self.model.objects.using(self.db)
+            .filter(held, status__in=sources(Operation.HEARTBEAT), owner=name)
+            .filter(NOT_YIELDED)
+        )
+        values: dict[str, Any] = {"deadline": _now_plus(lease_for), "updated": Now()}
+        progress = [
+            When(pk=pk, then=Value(validate_progress(value)))
+            for pk, (_, value) in leases.items()
+            if value is not None
+        ]
+        if progress:
+            values["progress"] = Case(*progress, default=F("progress"), output_field=FloatField())
+        return db.update_returning_pks(fenced, values)
+
+    def finish_many(self, worker: Worker | str, outcomes: Sequence[Outcome]) -> set[int]:
+        """Complete or abort several leases of `worker` at once; return the pks finished.
+
+        An outcome with `errors` aborts its task (running → aborted), one without completes it
+        (running → completed, progress 1.0, with its `result`). Each row is fenced on its lease
+        (running, owned by `worker`, the same `attempts`) and gets its TaskCompletion/TaskAbort
+        row in the same transaction (on PostgreSQL, in the same statement). A pk missing from the
+        result was not written: `refusals()` says why.
+        """
+        name = worker_name(worker)
+        rows = [
+            {
+                "id": outcome.pk,
+                "attempts": outcome.attempts,
+                "status": Status.COMPLETED if outcome.errors is None else Status.ABORTED,
+                "result": validate_json(outcome.result, "result", allow_null=True)
+                if outcome.errors is None
+                else None,
+                "errors": None if outcome.errors is None else validate_errors(outcome.errors),
+            }
+            for outcome in outcomes
+        ]
+        if not rows:
+            return set()
+        aborted = {row["id"] for row in rows if row["errors"] is not None}
+        if aborted:
+            # A retry policy may follow an abort by its next attempt: in the same transaction.
+            with db.write_atomic(self.db):
+                done = self._finish_rows(name, rows)
+                _follow_with_retries(self.model.objects.using(self.db), done & aborted)
+        else:
+            done = self._finish_rows(name, rows)
+        if done and signals.task_finished.has_listeners(Task):
+            durations = {outcome.pk: outcome.duration for outcome in outcomes}
+            for task in self.model.objects.using(self.db).filter(pk__in=done):
+                _later(
+                    signals.task_finished,
+                    self.db,
+                    task=task,
+                    status=task.status,
+                    duration=durations.get(task.pk),
+                )
+        return done
+
+    def _finish_rows(self, name: str, rows: list[dict[str, Any]]) -> set[int]:
+        if db.uses_single_statement_transitions(connections[self.db]):
+            return db.postgresql_finish(self.db, name, rows)
+        return self._finish_portable(name, rows)
+
+    def _finish_portable(self, name: str, rows: list[dict[str, Any]]) -> set[int]:
+        manager = self.model.objects.using(self.db)
+        done: set[int] = set()
+        with db.write_atomic(self.db):
+            for row in rows:
+                completed = row["status"] == Status.COMPLETED
+                values: dict[str, Any] = {"status": row["status"], "deadline": None}
+                if completed:
+                    values.update(progress=1.0, result=row["result"])
+                else:
+                    values["errors"] = row["errors"]
+                fenced = manager.filter(
+                    pk=row["id"], status=Status.RUNNING, owner=name, attempts=row["attempts"]
+                )
+                if fenced.update(updated=Now(), **values):
+                    done.add(row["id"])
+            events = {Status.COMPLETED: EventType.COMPLETION, Status.ABORTED: EventType.ABORT}
+            History.objects.using(self.db).bulk_create(
+                History(task_id=pk, typ=events[Status(status)], worker=name, progress=progress)
+                for pk, status, progress in manager.filter(pk__in=done).values_list(
+                    "pk", "status", "progress"
+                )
+            )
+        return done
+
+    def refusals(self, worker: Worker | str, leases: Mapping[int, int]) -> dict[int, ScyllaError]:
+        """Why `worker` no longer holds these leases (task pk → attempts), one error per pk.
+
+        TaskCancelled for a cancelled task; InvalidTransition for a task this very lease has
+        finished already (a write retried after its reply was lost); TaskNotFound for a purged
+        one; LeaseLost for everything else (reset, taken over, aborted by the monitor, yielded).
+        """
+        name = worker_name(worker)
+        current = {
+            pk: (rn, status, owner, attempts)
+            for pk, rn, status, owner, attempts in self.model.objects.using(self.db)
+            .filter(pk__in=list(leases))
+            .values_list("pk", "rn", "status", "owner", "attempts")
+        }
+        finished = _finished_by(name, list(current), self.db)
+        errors: dict[int, ScyllaError] = {}
+        for pk, attempts in leases.items():
+            if pk not in current:
+                errors[pk] = TaskNotFound(f"Task {pk} no longer exists.")
+                continue
+            rn, status, owner, now_attempts = current[pk]
+            if status == Status.CANCELLED:
+                errors[pk] = TaskCancelled(f"Task {rn} was cancelled.", rn=rn, status=status)
+            elif owner == name and now_attempts == attempts and pk in finished:
+                errors[pk] = InvalidTransition(
+                    f"Task {rn} is already {status}.", rn=rn, status=status
+                )
+            elif status == Status.RUNNING and owner == name and now_attempts == attempts:
+                errors[pk] = LeaseLost(
+                    f"{name} gave the lease of task {rn} back.", rn=rn, status=status
+                )
+            else:
+                errors[pk] = LeaseLost(
+                    f"{name} does not hold the lease of task {rn} "
+                    f"(status {status}, owner {owner}, attempt {now_attempts}).",
+                    rn=rn,
+                    status=status,
+                )
+        return errors
+
 
 def _terminal_statuses(statuses: Iterable[str] | None) -> list[str]:
     if statuses is None:
@@ -498,7 +833,10 @@ def _error_dict(exc: ValidationError) -> dict[str, list[str]]:
 
 
 class Task(models.Model):
-    """A unit of work: submitted by a client, leased and finished by a worker (SPEC §2)."""
+    """A unit of work: submitted by a client, leased and finished by a worker.
+
+    Its fields are described in the README ("The task").
+    """
 
     id = models.BigAutoField(primary_key=True)
     rn = models.CharField(max_length=RN_MAX_LENGTH, unique=True, validators=[rn_validator])
@@ -512,10 +850,12 @@ class Task(models.Model):
     not_before = models.DateTimeField(null=True, blank=True)
     errors = models.JSONField(default=list, blank=True)
     result = models.JSONField(null=True, blank=True)
-    # Null, not "": SPEC §2 has no owner until the first lease, and CHECKs test IS NULL.
+    # Null, not "": a task has no owner until its first lease, and CHECKs test IS NULL.
     owner = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     deadline = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    # The timeout of the current lease: a heartbeat given none extends the lease by this much.
+    lease_length = models.DurationField(null=True, blank=True, editable=False)
     # Retry chains (scylla_django.retries): a retry is a new task, linked by rn to the task it
     # follows and to the first task of its chain (null on that first task itself).
     retry_of = models.CharField(max_length=RN_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
@@ -598,6 +938,26 @@ class Task(models.Model):
         retry: retries.Retry | Mapping[str, Any] | None = None,
     ) -> Task:
         """A validated, unsaved task. Raises ValidationError naming every bad field."""
+        return cls(
+            **cls.validated(
+                queue, spec, priority=priority, rn=rn, not_before=not_before, retry=retry
+            )
+        )
+
+    @staticmethod
+    def validated(
+        queue: str,
+        spec: Any,
+        *,
+        priority: int | None = None,
+        rn: str | None = None,
+        not_before: datetime | None = None,
+        retry: retries.Retry | Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The field values of a new task, validated (a generated rn if none is given).
+
+        Raises ValidationError naming every bad field.
+        """
         errors: dict[str, ValidationError] = {}
 
         def check(name: str, validator: Any, value: Any) -> Any:
@@ -607,7 +967,7 @@ class Task(models.Model):
                 errors[name] = exc
                 return None
 
-        task = cls(
+        values = dict(
             rn=check("rn", validate_rn, str(uuid.uuid4()) if rn is None else rn),
             queue=check("queue", validate_queue, queue),
             spec=check("spec", validate_json, spec),
@@ -621,11 +981,16 @@ class Task(models.Model):
         )
         if errors:
             raise ValidationError(errors)
-        return task
+        return values
 
     @classmethod
     def build_from(cls, item: Mapping[str, Any]) -> Task:
         """`build()` from a mapping, rejecting unknown keys (as a bulk submission item)."""
+        return cls(**cls.validated_from(item))
+
+    @classmethod
+    def validated_from(cls, item: Mapping[str, Any]) -> dict[str, Any]:
+        """`validated()` from a mapping, rejecting unknown keys (as a bulk submission item)."""
         if not isinstance(item, Mapping):
             raise ValidationError("Each item must be an object.", code="invalid")
         allowed = {"queue", "spec", "priority", "rn", "not_before", "retry"}
@@ -642,7 +1007,7 @@ class Task(models.Model):
                     for key in missing
                 }
             )
-        return cls.build(
+        return cls.validated(
             item["queue"],
             item["spec"],
             priority=item.get("priority"),
@@ -662,14 +1027,20 @@ class Task(models.Model):
     ) -> None:
         """Extend the lease: `deadline = now + timeout`, and record `progress` if given.
 
-        Only the owner of a running task may heartbeat. Raises TaskCancelled if the task was
-        cancelled (stop working on it), LeaseLost if the lease was reset or taken over.
+        Without `timeout`, the lease is extended by its own length (the `timeout` it was leased
+        with). Only the holder of the lease (owner and attempt) may heartbeat. Raises
+        TaskCancelled if the task was cancelled (stop working on it), LeaseLost if the lease
+        was reset or taken over.
         """
-        lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
-        values: dict[str, Any] = {"deadline": _now_plus(lease_for)}
+        if timeout is None:
+            timeout = self.lease_length or scylla_settings.LEASE_TIMEOUT
+        lease_for = validate_timeout(timeout)
+        values: dict[str, Any] = {"deadline": _now_plus(lease_for, Clock)}
         if progress is not None:
             values["progress"] = validate_progress(progress)
-        self._apply(Operation.HEARTBEAT, worker, values, refresh=["deadline", "progress"])
+        self._apply(
+            Operation.HEARTBEAT, worker, values, refresh=["deadline", "progress"], fence=NOT_YIELDED
+        )
 
     def complete(self, worker: Worker | str, result: Any = None) -> None:
         """running → completed, with progress 1.0 and an optional JSON `result`."""
@@ -769,10 +1140,21 @@ class Task(models.Model):
         )
         manager = Task.objects.using(using)
         # The unique rn (and one retry per task) make a second successor impossible.
-        manager.bulk_create([successor], ignore_conflicts=True)
-        created = manager.filter(rn=successor.rn, retry_of=self.rn).first()
-        if created is None:
-            return None
+        created: Task | None
+        if db.uses_single_statement_transitions(connections[using]):
+            # As `submit`: one statement, and listening workers are notified if it is due now.
+            inserted = db.postgresql_submit(manager, successor)
+            if inserted is None:
+                return None
+            successor.pk, successor.created, successor.updated = inserted
+            successor._state.adding = False
+            successor._state.db = using
+            created = successor
+        else:
+            manager.bulk_create([successor], ignore_conflicts=True)
+            created = manager.filter(rn=successor.rn, retry_of=self.rn).first()
+            if created is None:
+                return None
         Dependency.objects.using(using).filter(parent_id=self.pk).update(
             parent_id=created.pk, parent_rn=created.rn
         )
@@ -785,14 +1167,22 @@ class Task(models.Model):
         The task stays running until the monitor's next pass makes it ready, without writing a
         TaskTimeout. Used by a worker shutting down gracefully.
         """
-        self._apply(Operation.YIELD, worker, {"deadline": _now_plus(timedelta(seconds=-1))})
+        self._apply(
+            Operation.YIELD,
+            worker,
+            {"deadline": _now_plus(timedelta(seconds=-1), Clock)},
+            notify=(db.READY_CHANNEL, "queue"),
+        )
 
     def cancel(self) -> None:
         """ready/running → cancelled (terminal). A running worker learns on its next write.
 
-        Raises InvalidTransition if the task is already terminal.
+        Raises InvalidTransition if the task is already terminal. On PostgreSQL, the worker
+        running it is notified on STOP_CHANNEL.
         """
-        self._apply(Operation.CANCEL, None, {"status": Status.CANCELLED, "deadline": None})
+        values = {"status": TRANSITIONS[Operation.CANCEL].target, "deadline": None}
+        # Only a running task has an owner (a reset clears it): notify that owner.
+        self._apply(Operation.CANCEL, None, values, notify=(db.STOP_CHANNEL, "owner"))
 
     def _apply(
         self,
@@ -800,19 +1190,25 @@ class Task(models.Model):
         worker: Worker | str | None,
         values: dict[str, Any],
         refresh: Sequence[str] = ("status", "progress", "deadline", "owner", "errors", "result"),
+        fence: Q | None = None,
+        notify: tuple[str, str] | None = None,
     ) -> None:
         transition = TRANSITIONS[operation]
         name = worker_name(worker) if worker is not None else None
         using = self._state.db or "default"
         fenced = Task.objects.using(using).filter(pk=self.pk, status__in=sources(operation))
+        if fence is not None:
+            fenced = fenced.filter(fence)
         if transition.owner_only:
-            fenced = fenced.filter(owner=name)
+            # Fenced on the lease itself: a late call from an earlier lease of the same worker
+            # (reset, then leased again) carries an older attempt and matches nothing.
+            fenced = fenced.filter(owner=name, attempts=self.attempts)
         fields = [*refresh, "updated"]
         # The History row names the owner: the worker itself for a worker operation (the fence
         # checked owner = worker), the worker it is taken from for a cancel.
         if db.uses_single_statement_transitions(connections[using]):
             row = db.postgresql_transition(
-                fenced, {"updated": Now(), **values}, fields, transition.event
+                fenced, History, {"updated": Clock(), **values}, fields, operation, notify
             )
             if row is None:
                 raise self._refusal(operation, name, using)
@@ -820,32 +1216,44 @@ class Task(models.Model):
                 setattr(self, field_name, value)
         else:
             with db.write_atomic(using):
-                if fenced.update(updated=Now(), **values) != 1:
+                if fenced.update(updated=Clock(), **values) != 1:
                     raise self._refusal(operation, name, using)
                 self.refresh_from_db(using=using, fields=[*fields, "owner", "progress"])
                 if transition.event is not None:
                     History.objects.using(using).create(
-                        task=self, typ=transition.event, worker=self.owner, progress=self.progress
+                        task=self,
+                        typ=transition.event,
+                        worker=self.owner,
+                        progress=self.progress,
+                        time=self.updated,
                     )
         if transition.target in TERMINAL_STATUSES:
             _later(signals.task_finished, using, task=self, status=self.status)
 
     def _refusal(self, operation: Operation, worker: str | None, using: str) -> Exception:
         """The specific error for a conditional write that matched no row."""
-        current = Task.objects.using(using).filter(pk=self.pk).values("status", "owner").first()
+        current = (
+            Task.objects.using(using)
+            .filter(pk=self.pk)
+            .values("status", "owner", "attempts")
+            .first()
+        )
         if current is None:
             return TaskNotFound(f"No task has rn {self.rn!r}.", rn=self.rn)
         status, owner = current["status"], current["owner"]
         if TRANSITIONS[operation].owner_only:
             if status == Status.CANCELLED:
                 return TaskCancelled(f"Task {self.rn} was cancelled.", rn=self.rn, status=status)
-            if status != Status.RUNNING and owner == worker:
+            same_lease = owner == worker and current["attempts"] == self.attempts
+            # Finished by this very lease (a write retried after its reply was lost), not by
+            # the monitor aborting it: only then is the old owner told "already finished".
+            if status != Status.RUNNING and same_lease and _finished_by(worker, [self.pk], using):
                 return InvalidTransition(
                     f"Task {self.rn} is already {status}.", rn=self.rn, status=status
                 )
             return LeaseLost(
-                f"{worker} does not hold the lease of task {self.rn} "
-                f"(status {status}, owner {owner}).",
+                f"{worker} does not hold lease {self.attempts} of task {self.rn} "
+                f"(status {status}, owner {owner}, attempt {current['attempts']}).",
                 rn=self.rn,
                 status=status,
             )
@@ -872,6 +1280,76 @@ class Task(models.Model):
             and self.deadline < timezone.now()
         )
 
+    # -- operators --------------------------------------------------------------------------
+
+    def reset_lease(self, owner: str, attempt: int) -> None:
+        """ "Reset lease now": running → ready at once, for a lease whose worker is gone.
+
+        Fenced on what the operator saw: the task must still be running, held by `owner` in
+        its `attempt`-th assignment, and `owner` must not be alive (it is silent, dead,
+        stopped or unknown). The owner and deadline are cleared, progress goes back to 0 and a
+        TaskTimeout{owner, progress} row is written, as when the monitor resets an expired
+        lease. If the worker resumes, its next write fails with LeaseLost.
+
+        Raises OwnerAlive, LeaseLost (another owner or attempt now), InvalidTransition (not
+        running) or TaskNotFound; nothing is written then.
+        """
+        transition = TRANSITIONS[Operation.RESET_LEASE]
+        event = transition.event
+        assert event is not None, "a lease reset is recorded"
+        using = self._state.db or "default"
+        alive = Worker.objects.using(using).filter(
+            Worker.objects.state_q(Liveness.ALIVE), pk=_worker_number(owner)
+        )
+        fenced = Task.objects.using(using).filter(
+            ~Exists(alive),
+            pk=self.pk,
+            status__in=sources(Operation.RESET_LEASE),
+            owner=owner,
+            attempts=attempt,
+        )
+        with db.write_atomic(using):
+            row = fenced.select_for_update().values("progress").first()
+            if row is None or not fenced.update(
+                status=transition.target, owner=None, deadline=None, progress=0.0, updated=Now()
+            ):
+                raise self._lease_refusal(owner, attempt, using)
+            History.objects.using(using).create(
+                task=self, typ=event, worker=owner, progress=row["progress"]
+            )
+            self.refresh_from_db(
+                using=using, fields=["status", "owner", "deadline", "progress", "updated"]
+            )
+        _later(signals.task_reset, using, task=self, status=self.status)
+
+    def _lease_refusal(self, owner: str, attempt: int, using: str) -> Exception:
+        """Why `reset_lease(owner, attempt)` matched no row."""
+        current = (
+            Task.objects.using(using)
+            .filter(pk=self.pk)
+            .values("status", "owner", "attempts")
+            .first()
+        )
+        if current is None:
+            return TaskNotFound(f"No task has rn {self.rn!r}.", rn=self.rn)
+        status = current["status"]
+        if status not in sources(Operation.RESET_LEASE):
+            return InvalidTransition(
+                f"Cannot reset the lease of task {self.rn}: it is {status}.",
+                rn=self.rn,
+                status=status,
+            )
+        if current["owner"] != owner or current["attempts"] != attempt:
+            return LeaseLost(
+                f"Task {self.rn} is now held by {current['owner']} in attempt "
+                f"{current['attempts']}, not by {owner} in attempt {attempt}.",
+                rn=self.rn,
+                status=status,
+            )
+        return OwnerAlive(
+            f"{owner} is alive: it still heartbeats task {self.rn}.", rn=self.rn, status=status
+        )
+
 
 def _validate_after(after: object) -> list[str]:
     if isinstance(after, str) or not isinstance(after, Sequence):
@@ -896,14 +1374,19 @@ def _validate_after(after: object) -> list[str]:
     return parents
 
 
-def _retry_exhausted(manager: TaskQuerySet, ids: set[int]) -> None:
-    """Follow tasks aborted for `max_attempts_exceeded` by a retry where a policy covers it."""
+def _follow_with_retries(manager: TaskQuerySet, ids: set[int]) -> None:
+    """Follow the tasks `ids` just aborted (by a worker, or for `max_attempts_exceeded`) by
+    their next attempt where a retry policy covers the abort. Call it in the aborting
+    transaction; only tasks with a policy of their own or of their queue's handler are read.
+    """
+    if not ids:
+        return
     candidates = manager.filter(pk__in=ids, status=Status.ABORTED).filter(
         Q(retry_policy__isnull=False) | Q(queue__in=retries.policy_queues())
     )
     for task in candidates:
-        policy = retries.policy_for(task.queue, task.retry_policy)
-        if policy is not None and policy.covers(task.errors) and policy.allows(task.attempt):
+        policy = task._retry_decision(task.errors, None)
+        if policy is not None:
             task._submit_retry(policy, manager.db)
 
 
@@ -930,7 +1413,10 @@ def _validate_not_before(value: object) -> datetime | None:
 
 
 class History(models.Model):
-    """One event in a task's life: TaskAssignment, TaskTimeout, TaskYield, … (SPEC §4)."""
+    """One event in a task's life: TaskAssignment, TaskTimeout, TaskYield, … (README, "The task").
+
+    `time` is the task row's `updated` of the same transition, so time order is causal order.
+    """
 
     id = models.BigAutoField(primary_key=True)
     # DO_NOTHING: tasks are deleted in bulk by TaskQuerySet.delete(), which removes these first.
@@ -949,7 +1435,7 @@ class History(models.Model):
         return f"{self.typ} {self.worker or ''}".strip()
 
     def as_json(self) -> dict[str, Any]:
-        """The seed's rendering: `{"_typ", "worker", "progress", "time"}`."""
+        """The JSON rendering: `{"_typ", "worker", "progress", "time"}`."""
         entry: dict[str, Any] = {"_typ": self.typ, "worker": self.worker}
         if self.typ in (EventType.TIMEOUT, EventType.YIELD) or self.progress is not None:
             entry["progress"] = self.progress
@@ -966,10 +1452,14 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
         hostname: str = "",
         pid: int | None = None,
         user: Any = None,
+        heartbeat_interval: timedelta | float | None = None,
+        lease_timeout: timedelta | float | None = None,
     ) -> Worker:
         """Register a worker process; its name `worker-<id>` comes from the database sequence.
 
         `user` is who registered it over HTTP: only they (or staff) may act as it there.
+        `lease_timeout` (default `SCYLLA['LEASE_TIMEOUT']`) and `heartbeat_interval` (default a
+        third of it) say when the worker counts as silent and dead if it is not seen again.
         """
         queues = validate_queues(queues)
         if (
@@ -980,23 +1470,77 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
             raise ValidationError(
                 {"capacity": ValidationError("Capacity must be 1..10000.", code="invalid")}
             )
-        return self.create(
-            queues=queues, capacity=capacity, hostname=hostname[:255], pid=pid, user=user
+        lease, interval = _liveness_intervals(lease_timeout, heartbeat_interval)
+        worker = self.create(
+            queues=queues,
+            capacity=capacity,
+            hostname=hostname[:255],
+            pid=pid,
+            user=user,
+            heartbeat_interval=interval,
+            lease_timeout=lease,
+            silent_at=_now_plus(2 * interval),
+            dead_at=_now_plus(lease),
         )
+        worker.refresh_from_db(fields=["silent_at", "dead_at"])
+        return worker
 
     def get_by_name(self, name: str) -> Worker:
         """The worker called `name` (`worker-<id>`), or WorkerNotFound."""
-        number = name.removeprefix(WORKER_PREFIX) if isinstance(name, str) else ""
-        if not (name.startswith(WORKER_PREFIX) and number.isdigit() and len(number) < 19):
-            raise WorkerNotFound(f"{name!r} is not a worker name.")
         try:
-            return self.get(pk=int(number))
+            return self.get(pk=worker_id(name))
         except self.model.DoesNotExist:
             raise WorkerNotFound(f"No worker is called {name!r}.") from None
 
     def alive(self, within: timedelta) -> WorkerQuerySet:
         """Workers not stopped that were seen in the last `within`."""
         return self.filter(stopped__isnull=True, last_seen__gte=_now_plus(-within))
+
+    def state_q(self, state: Liveness) -> Q:
+        """The condition for workers in `state` (see `Liveness`), on the database clock."""
+        return _liveness_q(state, worker_fallback=True)
+
+    def in_state(self, *states: Liveness | str) -> WorkerQuerySet:
+        """Workers in any of `states` (`alive`, `silent`, `dead`, `stopped`)."""
+        condition = Q(pk__in=[])
+        for state in states:
+            condition |= self.state_q(Liveness(state))
+        return self.filter(condition)
+
+    def with_state(self) -> WorkerQuerySet:
+        """Annotate each worker with `liveness`: alive, silent, dead or stopped."""
+        return self.annotate(liveness=_liveness_case(worker_fallback=True))
+
+    def count_by_state(self) -> dict[str, int]:
+        """How many workers are in each state (every state present, zeros included)."""
+        return _count_by_state(self, worker_fallback=True)
+
+    def serving(self, queue: str) -> WorkerQuerySet:
+        """Workers whose `queues` include `queue` (exact name)."""
+        return self.filter(_json_list_has(self.model, "queues", validate_queue(queue), self.db))
+
+    def purge(self, older_than: timedelta | None = None, *, batch_size: int = 1000) -> int:
+        """Delete workers not seen for `older_than` (default `SCYLLA['RETENTION']`).
+
+        A worker that still owns a running task is kept (its name is the task's `owner` until
+        the lease is reset). Returns how many were deleted.
+        """
+        age = validate_timeout(scylla_settings.RETENTION if older_than is None else older_than)
+        gone = self.filter(last_seen__lt=_now_plus(-age)).order_by("pk")
+        total, after = 0, 0
+        while True:
+            ids = list(gone.filter(pk__gt=after).values_list("pk", flat=True)[:batch_size])
+            if not ids:
+                return total
+            after = ids[-1]
+            with db.write_atomic(self.db):
+                busy = set(
+                    Task.objects.using(self.db)
+                    .filter(status=Status.RUNNING, owner__in=[f"{WORKER_PREFIX}{pk}" for pk in ids])
+                    .values_list("owner", flat=True)
+                )
+                idle = [pk for pk in ids if f"{WORKER_PREFIX}{pk}" not in busy]
+                total += self.model.objects.using(self.db).filter(pk__in=idle).delete()[0]
 
 
 class Worker(models.Model):
@@ -1018,6 +1562,13 @@ class Worker(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
+    # Liveness: the intervals the worker announced, and when it turns silent and dead unless
+    # it is seen again. Each touch writes both moments from the database clock, so telling a
+    # state is a comparison with now() on every database (no per-row interval arithmetic).
+    heartbeat_interval = models.DurationField(null=True, blank=True)
+    lease_timeout = models.DurationField(null=True, blank=True)
+    silent_at = models.DateTimeField(null=True, blank=True)
+    dead_at = models.DateTimeField(null=True, blank=True)
 
     objects: ClassVar[WorkerQuerySet] = WorkerQuerySet.as_manager()  # type: ignore[assignment]
 
@@ -1032,13 +1583,280 @@ class Worker(models.Model):
         return f"{WORKER_PREFIX}{self.pk}"
 
     def touch(self) -> None:
-        """Record that the worker is alive (`last_seen = now`)."""
-        Worker.objects.filter(pk=self.pk).update(last_seen=Now())
+        """Record that the worker is alive (`last_seen = now`), pushing back silent and dead."""
+        lease, interval = _liveness_intervals(self.lease_timeout, self.heartbeat_interval)
+        Worker.objects.filter(pk=self.pk).update(
+            last_seen=Now(), silent_at=_now_plus(2 * interval), dead_at=_now_plus(lease)
+        )
 
     def stop(self) -> None:
         """Record that the worker process has stopped."""
         Worker.objects.filter(pk=self.pk, stopped__isnull=True).update(stopped=Now())
         self.refresh_from_db(fields=["stopped"])
+
+    def current_state(self) -> str:
+        """This worker's liveness now (one query): alive, silent, dead or stopped."""
+        found = (
+            Worker.objects.using(self._state.db)
+            .filter(pk=self.pk)
+            .annotate(liveness=_liveness_case(worker_fallback=True))
+            .values_list("liveness", flat=True)
+            .first()
+        )
+        return str(found) if found is not None else Liveness.DEAD.value
+
+
+def _worker_number(name: str) -> int:
+    """The id in a worker name `worker-<id>`, or 0 (no worker) for anything else."""
+    number = name.removeprefix(WORKER_PREFIX) if isinstance(name, str) else ""
+    valid = isinstance(name, str) and name.startswith(WORKER_PREFIX) and number.isdigit()
+    return int(number) if valid and len(number) < 19 else 0
+
+
+def _liveness_intervals(
+    lease_timeout: timedelta | float | None, heartbeat_interval: timedelta | float | None
+) -> tuple[timedelta, timedelta]:
+    """A worker's lease timeout and heartbeat interval, defaulted and validated."""
+    lease = validate_timeout(
+        scylla_settings.LEASE_TIMEOUT if lease_timeout is None else lease_timeout
+    )
+    interval = lease / 3 if heartbeat_interval is None else validate_timeout(heartbeat_interval)
+    return lease, interval
+
+
+def _liveness_q(state: Liveness, *, worker_fallback: bool) -> Q:
+    """The condition for a registered process (worker or monitor) to be in `state`.
+
+    Rows written before the liveness columns existed have no `silent_at`/`dead_at`; for
+    workers they are judged by `last_seen` against the `LEASE_TIMEOUT` setting instead.
+    """
+    now = Now()
+    dead = Q(dead_at__lte=now)
+    silent = Q(silent_at__lte=now)
+    if worker_fallback:
+        lease = scylla_settings.LEASE_TIMEOUT
+        dead |= Q(dead_at__isnull=True, last_seen__lte=_now_plus(-lease))
+        silent |= Q(silent_at__isnull=True, last_seen__lte=_now_plus(-2 * lease / 3))
+    running = Q(stopped__isnull=True)
+    if state == Liveness.STOPPED:
+        return ~running
+    if state == Liveness.DEAD:
+        return running & dead
+    if state == Liveness.SILENT:
+        return running & ~dead & silent
+    return running & ~dead & ~silent
+
+
+def _liveness_case(*, worker_fallback: bool) -> Case:
+    """`state` as an expression: the first of stopped, dead, silent that holds, else alive."""
+    return Case(
+        *(
+            When(_liveness_q(state, worker_fallback=worker_fallback), then=Value(state.value))
+            for state in (Liveness.STOPPED, Liveness.DEAD, Liveness.SILENT)
+        ),
+        default=Value(Liveness.ALIVE.value),
+        output_field=models.CharField(),
+    )
+
+
+def _count_by_state(queryset: models.QuerySet[Any], *, worker_fallback: bool) -> dict[str, int]:
+    counts = dict.fromkeys(Liveness.values, 0)
+    rows = (
+        queryset.order_by()
+        .annotate(liveness=_liveness_case(worker_fallback=worker_fallback))
+        .values_list("liveness")
+        .annotate(n=models.Count("*"))
+        .values_list("liveness", "n")
+    )
+    for state, count in rows:
+        counts[str(state)] = int(count)
+    return counts
+
+
+def _json_list_has(model: type[models.Model], field_name: str, value: str, using: str) -> Q:
+    """`value` is an element of the JSON list in `field_name` (JSON containment; SQLite, which
+    has none in Django, looks through `json_each`)."""
+    if connections[using].vendor == "sqlite":
+        return Q(_sqlite_json_each(model, field_name, "json_each.value = %s", value))
+    return Q(**{f"{field_name}__contains": [value]})
+
+
+def _sqlite_json_each(
+    model: type[models.Model], field_name: str, condition: str, value: str
+) -> RawSQL:
+    """SQLite: some element of the JSON list in `field_name` meets `condition` (one %s)."""
+    quote = connections["default"].ops.quote_name
+    field = model._meta.get_field(field_name)
+    assert isinstance(field, models.Field) and field.column, field_name
+    column = f"{quote(model._meta.db_table)}.{quote(field.column)}"
+    return RawSQL(
+        f"EXISTS (SELECT 1 FROM json_each({column}) WHERE {condition})",
+        [value],
+        output_field=models.BooleanField(),
+    )
+
+
+MONITOR_PREFIX = "monitor-"
+
+
+class MonitorQuerySet(models.QuerySet["Monitor"]):
+    """Registered monitor processes, and what the latest of their passes did."""
+
+    def register(
+        self, interval: timedelta | float, *, hostname: str = "", pid: int | None = None
+    ) -> Monitor:
+        """Register a monitor making a pass every `interval`; its name is `monitor-<id>`."""
+        every = validate_timeout(interval)
+        monitor = self.create(
+            hostname=hostname[:255],
+            pid=pid,
+            interval=every,
+            silent_at=_now_plus(2 * every),
+            dead_at=_now_plus(3 * every),
+        )
+        monitor.refresh_from_db(fields=["silent_at", "dead_at"])
+        return monitor
+
+    def state_q(self, state: Liveness) -> Q:
+        """The condition for monitors in `state`: silent after two intervals unseen, dead
+        after three."""
+        return _liveness_q(state, worker_fallback=False)
+
+    def in_state(self, *states: Liveness | str) -> MonitorQuerySet:
+        """Monitors in any of `states`."""
+        condition = Q(pk__in=[])
+        for state in states:
+            condition |= self.state_q(Liveness(state))
+        return self.filter(condition)
+
+    def with_state(self) -> MonitorQuerySet:
+        """Annotate each monitor with `liveness`: alive, silent, dead or stopped."""
+        return self.annotate(liveness=_liveness_case(worker_fallback=False))
+
+    def count_by_state(self) -> dict[str, int]:
+        """How many monitors are in each state (every state present, zeros included)."""
+        return _count_by_state(self, worker_fallback=False)
+
+    def status(self) -> MonitorStatus:
+        """When the last pass of any monitor ended, and whether none has run for three of its
+        intervals (then expired leases are not being reset). On the database clock."""
+        found = self.aggregate(
+            last=Max("last_pass"),
+            age=models.ExpressionWrapper(
+                Now() - Max("last_pass"), output_field=models.DurationField()
+            ),
+        )
+        # A monitor run once (`--once`, e.g. from cron) is stopped yet counts until its
+        # `dead_at`: three intervals after its pass.
+        running = self.filter(dead_at__gt=Now()).exists()
+        age = found["age"]
+        return MonitorStatus(
+            last_pass=found["last"],
+            last_pass_age=max(age, timedelta(0)) if age is not None else None,
+            missing=not running,
+        )
+
+    def purge(self, older_than: timedelta | None = None) -> int:
+        """Delete monitors not seen for `older_than` (default `SCYLLA['RETENTION']`)."""
+        age = validate_timeout(scylla_settings.RETENTION if older_than is None else older_than)
+        return self.filter(last_seen__lt=_now_plus(-age)).delete()[0]
+
+
+@dataclass(frozen=True)
+class MonitorStatus:
+    """The monitors at a glance: the end of the latest pass, its age, and whether none runs."""
+
+    last_pass: datetime | None
+    last_pass_age: timedelta | None
+    missing: bool
+
+
+class Monitor(models.Model):
+    """A monitor process (`scylla_monitor`): registered like a worker, touched at every pass.
+
+    Kept apart from `Worker` so that nothing that lists, leases for or counts workers can
+    mistake a monitor for one; the liveness rules are the same functions.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    hostname = models.CharField(max_length=255, blank=True)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    interval = models.DurationField()
+    started = models.DateTimeField(db_default=Now(), editable=False)
+    last_seen = models.DateTimeField(db_default=Now())
+    stopped = models.DateTimeField(null=True, blank=True)
+    silent_at = models.DateTimeField(null=True, blank=True)
+    dead_at = models.DateTimeField(null=True, blank=True)
+    last_pass = models.DateTimeField(null=True, blank=True)
+    last_reset = models.PositiveIntegerField(default=0)
+    last_purged = models.PositiveIntegerField(default=0)
+
+    objects: ClassVar[MonitorQuerySet] = MonitorQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def name(self) -> str:
+        return f"{MONITOR_PREFIX}{self.pk}"
+
+    def touch(self, *, reset: int | None = None, purged: int | None = None) -> None:
+        """Record that the monitor is alive; with `reset`/`purged`, that it finished a pass."""
+        values: dict[str, Any] = {
+            "last_seen": Now(),
+            "silent_at": _now_plus(2 * self.interval),
+            "dead_at": _now_plus(3 * self.interval),
+        }
+        if reset is not None:
+            values.update(last_pass=Now(), last_reset=reset, last_purged=purged or 0)
+        Monitor.objects.using(self._state.db).filter(pk=self.pk).update(**values)
+
+    def stop(self) -> None:
+        """Record that the monitor process has stopped."""
+        Monitor.objects.using(self._state.db).filter(pk=self.pk, stopped__isnull=True).update(
+            stopped=Now()
+        )
+
+
+# A yield is the only write that sets a task's deadline before its own `updated` time, so a
+# running task with `deadline < updated` has been given back. A heartbeat is fenced on this row
+# condition rather than on History: PostgreSQL re-checks a row condition against the version a
+# concurrent yield committed, so even a heartbeat already waiting for the row cannot undo a yield.
+NOT_YIELDED = Q(deadline__gte=F("updated"))
+
+
+def _finished_by(worker: str | None, pks: Sequence[int], using: str) -> set[int]:
+    """The tasks among `pks` that `worker` itself completed or aborted (not the monitor)."""
+    if worker is None or not pks:
+        return set()
+    return set(
+        History.objects.using(using)
+        .filter(
+            task_id__in=list(pks),
+            worker=worker,
+            typ__in=[EventType.COMPLETION, EventType.ABORT],
+        )
+        .values_list("task_id", flat=True)
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a worker ends one lease, for `TaskQuerySet.finish_many`.
+
+    The lease is the task's pk and its `attempts` when leased. Without `errors` the task is
+    completed with `result`; with them it is aborted.
+    """
+
+    pk: int
+    attempts: int
+    result: Any = None
+    errors: list[dict[str, Any]] | None = None
+    # Seconds the handler ran, as the worker measured it; sent with `task_finished`.
+    duration: float | None = None
 
 
 class Dependency(models.Model):

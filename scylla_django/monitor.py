@@ -1,4 +1,6 @@
-"""The monitor (SPEC §5): reset expired leases, then purge terminal tasks past their retention.
+"""The monitor: reset expired leases, then purge terminal tasks past their retention.
+
+See the README, "The monitor and cleanup".
 
 `Monitor.run()` loops until told to stop; `manage.py scylla_monitor` is a thin wrapper around it.
 Any number of monitors may run at once, on one host or many: `Task.objects.reset_expired()` locks
@@ -10,7 +12,8 @@ delete anything twice or anything they should not. Nothing here needs to coordin
 from __future__ import annotations
 
 import logging
-import math
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -22,25 +25,11 @@ from django.db import close_old_connections, connections
 
 from . import followups, schedules
 from .conf import scylla_settings
-from .models import Task
+from .models import Monitor as MonitorRecord
+from .models import Task, Worker
+from .text import DurationError, format_duration, plural, positive_duration
 
 logger = logging.getLogger("scylla_django")
-
-
-def format_duration(value: timedelta) -> str:
-    """`value` for people: "10 days", "12 hours", "90 seconds", "1.5 seconds"."""
-    total = value.total_seconds()
-    for unit, size in (("week", 604800), ("day", 86400), ("hour", 3600), ("minute", 60)):
-        if total >= size and total % size == 0:
-            return plural(int(total // size), unit)
-    if total == int(total):
-        return plural(int(total), "second")
-    return f"{total:g} seconds"
-
-
-def plural(count: int, noun: str) -> str:
-    """`count` and `noun`, plural when needed: "1 task", "2 tasks"."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 @dataclass(frozen=True)
@@ -59,6 +48,7 @@ class MonitorPass:
     """Follow-up tasks cancelled because a parent failed."""
     ticks: int = 0
     """Schedule ticks submitted."""
+    workers_purged: int = 0
 
 
 class Monitor:
@@ -81,7 +71,9 @@ class Monitor:
     """
 
     backoff_initial: float = 1.0
-    backoff_max: float = 30.0
+    # A short cap: the monitor resumes within about a second of the database coming back (a
+    # refused connection costs next to nothing), so expired leases are not left waiting.
+    backoff_max: float = 1.0
 
     def __init__(
         self,
@@ -92,12 +84,16 @@ class Monitor:
         purge_batch_size: int | None = None,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
-        if not (isinstance(interval, int | float) and math.isfinite(interval) and interval > 0):
-            raise ValueError(f"interval must be a positive number of seconds, not {interval!r}")
-        if retention is not None and (
-            not isinstance(retention, timedelta) or retention <= timedelta(0)
-        ):
-            raise ValueError(f"retention must be a positive timedelta, not {retention!r}")
+        try:
+            seconds = positive_duration(interval).total_seconds()
+        except DurationError:
+            raise ValueError(
+                f"interval must be a positive number of seconds, not {interval!r}"
+            ) from None
+        try:
+            retention = None if retention is None else positive_duration(retention)
+        except DurationError:
+            raise ValueError(f"retention must be a positive timedelta, not {retention!r}") from None
         for name, size in (
             ("reset_batch_size", reset_batch_size),
             ("purge_batch_size", purge_batch_size),
@@ -106,7 +102,7 @@ class Monitor:
                 isinstance(size, bool) or not isinstance(size, int) or size < 1
             ):
                 raise ValueError(f"{name} must be a positive integer, not {size!r}")
-        self.interval = float(interval)
+        self.interval = seconds
         self.retention = retention
         self.using = using
         self.reset_batch_size = reset_batch_size
@@ -114,6 +110,8 @@ class Monitor:
         self.recurring = Recurring(using, clock)
         self.last_pass: MonitorPass | None = None
         """The result of the latest successful pass (None before the first)."""
+        self.record: MonitorRecord | None = None
+        """This monitor's row in the registry, made at the first pass."""
 
     # -- one pass -------------------------------------------------------------------------------
 
@@ -136,8 +134,25 @@ class Monitor:
             logger.info("purged %s older than %s", plural(purged, "task"), age)
         else:
             logger.debug("no terminal tasks older than %s to purge", age)
-        self.last_pass = MonitorPass(reset=reset, purged=purged, **followed)
+        workers = Worker.objects.using(self.using).purge(older_than=retention)
+        workers += MonitorRecord.objects.using(self.using).purge(older_than=retention)
+        if workers:
+            logger.info("purged %s not seen for %s", plural(workers, "worker record"), age)
+        if self.record is None:
+            self.record = MonitorRecord.objects.db_manager(self.using).register(
+                timedelta(seconds=self.interval), hostname=socket.gethostname(), pid=os.getpid()
+            )
+        self.record.touch(reset=reset, purged=purged)
+        self.last_pass = MonitorPass(reset=reset, purged=purged, workers_purged=workers, **followed)
         return self.last_pass
+
+    def stop_record(self) -> None:
+        """Record in the registry that this monitor has stopped (if it ever registered)."""
+        if self.record is not None:
+            try:
+                self.record.stop()
+            except DatabaseError as exc:
+                logger.warning("%s could not record its stop: %s", self.record.name, exc)
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -146,14 +161,18 @@ class Monitor:
 
         A stop is noticed at once, between passes or during a backoff; a pass under way is
         finished first. A database error in a pass is logged as a warning and the pass retried
-        after a backoff (1 s, 2 s, 4 s, … up to `backoff_max`), on a fresh connection.
+        after a backoff (`backoff_initial` doubling up to `backoff_max`, 1 s by default), on
+        a fresh connection.
 
         With `once=True`, a single pass is made and a database error is raised, not retried, so
         that a one-shot run fails loudly.
         """
         if once:
             self._refresh_connections()
-            self.run_once()
+            try:
+                self.run_once()
+            finally:
+                self.stop_record()
             return
         stop = stop if stop is not None else threading.Event()
         logger.info(
@@ -191,6 +210,7 @@ class Monitor:
                 if self._wait(stop, max(0.0, started + self.interval - time.monotonic())):
                     break
         finally:
+            self.stop_record()
             self._discard_connection()
             logger.info("monitor stopped")
 

@@ -1,4 +1,4 @@
-"""Validation of everything a client or a worker hands the scheduler (SPEC §2).
+"""Validation of everything a client or a worker hands the scheduler (README, "The task").
 
 Each function raises `django.core.exceptions.ValidationError` with a `code`, and returns the
 normalised value. Nothing is written before validation has passed.
@@ -16,16 +16,36 @@ from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 
 from .conf import scylla_settings
+from .exceptions import error_record
+from .text import DurationError, positive_duration
 
 RN_MAX_LENGTH = 128
 QUEUE_MAX_LENGTH = 100
 JSON_MAX_DEPTH = 64
+TIMEOUT_MAX = timedelta(seconds=10**9)  # about 31 years: anything longer is a mistake
 
 rn_validator = RegexValidator(
-    r"\A[A-Za-z0-9._:-]{1,128}\Z",
-    "An rn is 1 to 128 characters of letters, digits, '.', '_', ':' and '-'.",
+    # Not "." or "..": clients normalise them away in a URL (/tasks/../ is /), so such a task
+    # could never be read or cancelled by its rn.
+    r"\A(?!\.\.?\Z)[A-Za-z0-9._:-]{1,128}\Z",
+    "An rn is 1 to 128 characters of letters, digits, '.', '_', ':' and '-', and not '.' or '..'.",
     code="invalid_rn",
 )
+WORKER_PREFIX = "worker-"
+_WORKER_NAME = re.compile(rf"\A{WORKER_PREFIX}([0-9]{{1,18}})\Z")
+
+
+def worker_name_for(pk: int) -> str:
+    """The name of the worker whose id is `pk`: `worker-<pk>`."""
+    return f"{WORKER_PREFIX}{pk}"
+
+
+def worker_id(name: object) -> int | None:
+    """The id in a worker's name (`worker-<id>`), or None if `name` is not a worker name."""
+    match = _WORKER_NAME.match(name) if isinstance(name, str) else None
+    return int(match[1]) if match else None
+
+
 queue_validator = RegexValidator(
     r"\A[A-Za-z0-9][A-Za-z0-9._:-]{0,99}\Z",
     "A queue name is 1 to 100 characters of letters, digits, '.', '_', ':' and '-', "
@@ -76,15 +96,12 @@ def validate_progress(value: object) -> float:
 
 def validate_timeout(value: object) -> timedelta:
     """A positive lease length, from a timedelta or a number of seconds."""
-    if isinstance(value, bool):
-        raise ValidationError("A timeout must be a positive duration.", code="invalid_timeout")
-    if isinstance(value, int | float):
-        if not math.isfinite(value) or value > 10**9:
-            raise ValidationError("A timeout must be a positive duration.", code="invalid_timeout")
-        value = timedelta(seconds=value)
-    if not isinstance(value, timedelta) or value <= timedelta(0):
-        raise ValidationError("A timeout must be a positive duration.", code="invalid_timeout")
-    return value
+    try:
+        return positive_duration(value, maximum=TIMEOUT_MAX)
+    except DurationError:
+        raise ValidationError(
+            "A timeout must be a positive duration.", code="invalid_timeout"
+        ) from None
 
 
 def validate_limit(value: object) -> int:
@@ -169,7 +186,7 @@ def validate_errors(errors: object) -> list[dict[str, Any]]:
             )
         if not isinstance(description, str):
             raise ValidationError("An error's description must be a string.", code="invalid_errors")
-        entry = {"code": code, "args": error.get("args", {}), "description": description}
+        entry = error_record(code, description, error.get("args"))
         if "retry" in error:  # the error asks for a retry itself (scylla_django.retries)
             if not isinstance(error["retry"], bool):
                 raise ValidationError("An error's retry must be a boolean.", code="invalid_errors")

@@ -1,29 +1,46 @@
-"""The worker runtime: lease tasks when there is free capacity, run their handlers in a thread
-pool, heartbeat them from a thread of its own, finish them, and shut down gracefully.
+"""The worker runtime: lease tasks when there is free capacity, run their handlers in threads,
+heartbeat them from a thread of its own, write their outcomes in batches, and shut down
+gracefully.
 
 `TaskWorker` is a plain class; `manage.py scylla_worker` only parses arguments and calls it.
 
 Threads:
 
-- the caller's thread runs `run()`: it leases (pull model: only as many tasks as there are free
-  slots), hands tasks to the pool, and on shutdown yields what is still in flight;
-- a heartbeat thread extends every in-flight lease each `heartbeat_interval`, sends progress,
-  and flags a task whose heartbeat says it was cancelled or its lease was lost, or that failed
-  `SCYLLA['HEARTBEAT_FAILURES']` times in a row (the worker then gives it up rather than run on
-  unsupervised);
-- the pool's threads run handlers and write the outcome (complete or abort).
+- the caller's thread runs `run()`: it leases (pull model: as many tasks as there are free
+  slots, in one statement), hands them to the handler threads, and on shutdown yields what is
+  still in flight;
+- `concurrency` handler threads run handlers, one task at a time each; `async def` handlers
+  run on one event loop thread instead, as many at once as there are free slots, with the same
+  `ctx` (`ctx.check()` and `ctx.set_progress()` are plain calls);
+- a heartbeat thread extends every in-flight lease in one statement each `heartbeat_interval`
+  (at once when told a task of this worker was cancelled), sends progress, and stops a task
+  whose lease the database refused (cancelled, lost, aborted by the monitor) or whose
+  heartbeats failed `SCYLLA['HEARTBEAT_FAILURES']` times in a row (the worker then gives it up
+  rather than run on unsupervised);
+- a writer thread writes outcomes (complete or abort) in batches, each row fenced on its lease;
+  through a database outage it keeps retrying until the database answers or the grace period
+  of a shutdown ends;
+- on PostgreSQL, a listener thread wakes the lease loop when tasks become ready and the
+  heartbeat thread when a task of this worker is cancelled (see `listener.py`).
+
+Handler threads are daemon threads: a handler that ignores `ctx.check()` cannot keep the
+process alive after the grace period (its task was yielded already); `abandoned` names them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import inspect
 import logging
 import os
+import queue
 import socket
 import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from datetime import timedelta
 from typing import Any
 
@@ -39,34 +56,51 @@ from .exceptions import (
     ScyllaError,
     TaskCancelled,
     WorkerStopping,
+    error_record,
 )
 from .handlers import HandlerRegistry, TaskContext
 from .handlers import registry as default_registry
-from .models import Task, Worker
-from .validation import validate_queues
+from .listener import Listener
+from .models import Outcome, Task, Worker
+from .validation import validate_json, validate_queues
 
 logger = logging.getLogger("scylla_django")
 
-MAX_BACKOFF = 30.0
+# Retries after a database error back off up to this: a worker resumes within about this long
+# of the database accepting connections again (a refused connection costs next to nothing).
+MAX_BACKOFF = 1.0
 
 
 def exception_error(exc: BaseException) -> dict[str, Any]:
     """The error recorded when a handler raises: code `exception`, with type, message, trace."""
     message = str(exc).replace("\x00", "\\0")  # NUL cannot be stored in JSON columns
     trace = "".join(traceback.format_exception(exc)).replace("\x00", "\\0")
-    return {
-        "code": "exception",
-        "args": {
+    return error_record(
+        "exception",
+        f"{type(exc).__name__}: {message}"[:500],
+        {
             "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
             "message": message[:2000],
             "traceback": trace[-8000:],
         },
-        "description": f"{type(exc).__name__}: {message}"[:500],
-    }
+    )
+
+
+def backoff(previous: float) -> float:
+    """The next wait after a failed database call: 0.1 s, doubling, up to MAX_BACKOFF."""
+    return min(MAX_BACKOFF, previous * 2 or 0.1)
 
 
 class TaskWorker:
-    """Runs the handlers of `queues` with at most `concurrency` tasks at a time."""
+    """Runs the handlers of `queues` with at most `concurrency` tasks at a time.
+
+    - `batch_size`, `batch_wait`: outcomes are written when `batch_size` are ready or
+      `batch_wait` seconds after the first of a batch, whichever comes first.
+    - `summary_interval`: seconds between INFO summaries (per-task lines are DEBUG).
+    - `listen`: on PostgreSQL, LISTEN for ready tasks and cancellations (see `listener.py`)
+      over the database's own settings, or over `listen_dsn` (a session, not a
+      transaction-mode pooler); polling goes on as a fallback.
+    """
 
     def __init__(
         self,
@@ -80,6 +114,11 @@ class TaskWorker:
         grace_period: float = 30.0,
         registry: HandlerRegistry = default_registry,
         using: str = "default",
+        batch_size: int = 100,
+        batch_wait: float = 0.002,
+        summary_interval: float = 60.0,
+        listen: bool = True,
+        listen_dsn: str | None = None,
     ) -> None:
         self.queues = validate_queues(list(queues))
         missing = [q for q in self.queues if registry.get(q) is None]
@@ -90,6 +129,8 @@ class TaskWorker:
             )
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
         self.concurrency = concurrency
         self.lease_timeout = lease_timeout or scylla_settings.LEASE_TIMEOUT
         self.heartbeat_interval = heartbeat_interval or self.lease_timeout.total_seconds() / 3
@@ -103,13 +144,30 @@ class TaskWorker:
         self.grace_period = grace_period
         self.registry = registry
         self.using = using
+        self.batch_size = batch_size
+        self.batch_wait = batch_wait
+        self.summary_interval = summary_interval
+        self.listen = listen
+        self.listen_dsn = listen_dsn
+        self.listener: Listener | None = None
+        """The LISTEN connection's thread, on PostgreSQL (None elsewhere or if not `listen`)."""
         self.worker: Worker | None = None
         self.leased = 0
+        self.abandoned: list[str] = []
+        """The rns whose handlers were still running when the grace period ended."""
         self.stopping = threading.Event()
         self._done = threading.Event()
-        self._in_flight: dict[int, TaskContext] = {}
+        self._give_up = threading.Event()  # the grace period is over: stop retrying writes
+        self._wake = threading.Event()  # lease now: a slot was freed, or tasks became ready
+        self._beat_now = threading.Event()  # heartbeat now: a task of ours may be cancelled
         self._lock = threading.Lock()
-        self._slot_freed = threading.Event()
+        self._lease_lock = threading.Lock()  # a heartbeat pass and a yield never overlap
+        self._in_flight: dict[int, TaskContext] = {}  # leased, outcome not written yet
+        self._jobs: queue.SimpleQueue[TaskContext | None] = queue.SimpleQueue()
+        self._loop: asyncio.AbstractEventLoop | None = None  # runs `async def` handlers
+        self._outcomes: list[tuple[TaskContext, Outcome]] = []
+        self._outcomes_ready = threading.Condition(threading.Lock())
+        self._counts = {"completed": 0, "aborted": 0, "stopped": 0, "not written": 0}
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -120,12 +178,21 @@ class TaskWorker:
     def stop(self) -> None:
         """Ask `run()` to shut down gracefully (safe from a signal handler)."""
         self.stopping.set()
-        self._slot_freed.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Lease at once (tasks became ready), if there are free slots."""
+        self._wake.set()
+
+    def check_leases(self) -> None:
+        """Heartbeat at once, e.g. because a task of this worker may have been cancelled."""
+        self._beat_now.set()
 
     def run(self, *, once: bool = False) -> None:
         """Register, work until stopped (or after one batch with `once`), shut down gracefully.
 
         With `once`, lease at most one batch (up to `concurrency` tasks), finish it and return.
+        After a shutdown, `abandoned` names the handlers still running after the grace period.
         """
         self.worker = self._retry(self._register, "register the worker")
         if self.worker is None:
@@ -138,94 +205,156 @@ class TaskWorker:
             self.lease_timeout.total_seconds(),
             self.heartbeat_interval,
         )
-        heartbeat = threading.Thread(target=self._heartbeat_loop, name="scylla-heartbeat")
-        heartbeat.daemon = True
-        heartbeat.start()
-        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="scylla-task")
+        threads = [
+            self._thread(self._heartbeat_loop, "scylla-heartbeat"),
+            self._thread(self._writer_loop, "scylla-writer"),
+        ]
+        for number in range(self.concurrency):
+            self._thread(self._handler_loop, f"scylla-task-{number}")
+        if any(inspect.iscoroutinefunction(self.registry.get(q)) for q in self.queues):
+            self._loop = asyncio.new_event_loop()
+            self._thread(self._loop.run_forever, "scylla-async")
+        if self.listen and connections[self.using].vendor == "postgresql":
+            self.listener = Listener(
+                on_ready=self._on_ready,
+                on_stop=self._on_stop,
+                on_connect=self._on_listening,
+                using=self.using,
+                dsn=self.listen_dsn,
+                name=f"scylla_django {self.name}",
+            )
+            self.listener.start()
         try:
-            self._lease_loop(pool, once)
-            self._wait(lambda: self.stopping.is_set())  # finish the tasks in hand
+            self._lease_loop(once)
+            self._wait(self.stopping.is_set)  # finish the tasks in hand
         finally:
-            self._shutdown(pool)
+            if self.listener is not None:
+                self.listener.close()
+            self._shutdown()
             self._done.set()
-            heartbeat.join(timeout=5)
+            self._beat_now.set()
+            with self._outcomes_ready:
+                self._outcomes_ready.notify_all()
+            for thread in threads:
+                thread.join(timeout=5)
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
             if not connections[self.using].in_atomic_block:
                 connections[self.using].close()  # this thread's; others closed their own
 
+    def _thread(self, target: Callable[[], None], name: str) -> threading.Thread:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def _on_ready(self, queue: str) -> None:
+        if queue in self.queues:
+            self._wake.set()
+
+    def _on_stop(self, worker: str) -> None:
+        if worker == self.name:
+            self._beat_now.set()  # the heartbeat's refusal tells which task, and stops it
+
+    def _on_listening(self) -> None:
+        # Whatever was notified while the LISTEN was down: lease and heartbeat now.
+        self._wake.set()
+        self._beat_now.set()
+
     def _register(self) -> Worker:
         return Worker.objects.db_manager(self.using).register(
-            self.queues, self.concurrency, hostname=socket.gethostname(), pid=os.getpid()
+            self.queues,
+            self.concurrency,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            heartbeat_interval=self.heartbeat_interval,
+            lease_timeout=self.lease_timeout,
         )
 
-    def _lease_loop(self, pool: ThreadPoolExecutor, once: bool) -> None:
-        backoff = 0.0
+    def _lease_loop(self, once: bool) -> None:
+        wait = 0.0
         while not self.stopping.is_set():
             if self.max_tasks is not None and self.leased >= self.max_tasks:
                 break
-            free = self.concurrency - self.in_flight_count()
+            self._wake.clear()  # before leasing: a wake-up during the lease is not lost
+            with self._lock:
+                free = self.concurrency - len(self._in_flight)
+            if 0 < free < self.concurrency and self.batch_wait > 0:
+                # Other handlers are busy and may be about to finish: a moment's wait lets one
+                # lease fill several slots instead of one statement per slot.
+                self.stopping.wait(self.batch_wait)
+                with self._lock:
+                    free = self.concurrency - len(self._in_flight)
             if free > 0:
                 if self.max_tasks is not None:
                     free = min(free, self.max_tasks - self.leased)
                 try:
-                    close_old_connections()
                     tasks = Task.objects.using(self.using).lease(
                         self.worker_model, self.queues, limit=free, timeout=self.lease_timeout
                     )
-                    backoff = 0.0
+                    wait = 0.0
                 except DatabaseError as exc:
-                    backoff = min(MAX_BACKOFF, backoff * 2 or 1.0)
-                    logger.warning("%s cannot lease (%s); retrying in %gs", self.name, exc, backoff)
-                    connections[self.using].close()
-                    self.stopping.wait(backoff)
+                    wait = backoff(wait)
+                    logger.warning("%s cannot lease (%s); retrying in %gs", self.name, exc, wait)
+                    self._discard_connection()
+                    self.stopping.wait(wait)
                     continue
                 for task in tasks:
-                    self._start(pool, task)
+                    self._start(task)
                 if once:
                     break
                 if tasks and len(tasks) == free:
                     continue  # there may be more ready tasks: fill the free slots at once
-            self._slot_freed.wait(self.poll_interval)
-            self._slot_freed.clear()
+            self._wake.wait(self.poll_interval)
 
-    def _start(self, pool: ThreadPoolExecutor, task: Task) -> None:
+    def _start(self, task: Task) -> None:
         ctx = TaskContext(task, self.worker_model)
         with self._lock:
             self._in_flight[task.pk] = ctx
         self.leased += 1
-        logger.info(
+        logger.debug(
             "%s leased %s (queue %s, attempt %d)", self.name, task.rn, task.queue, task.attempts
         )
-        pool.submit(self._execute, ctx)
+        if self._loop is not None and inspect.iscoroutinefunction(self.registry.get(task.queue)):
+            asyncio.run_coroutine_threadsafe(self._execute_async(ctx), self._loop)
+        else:
+            self._jobs.put(ctx)
 
     def _wait(self, give_up: Callable[[], bool]) -> None:
-        """Wait until no handler is running, or `give_up()` is true."""
+        """Wait until no task is in flight (handlers done, outcomes written), or `give_up()`."""
         while self.in_flight_count() and not give_up():
-            self._slot_freed.wait(0.1)
-            self._slot_freed.clear()
+            self._wake.wait(0.05)
+            self._wake.clear()
 
-    def _shutdown(self, pool: ThreadPoolExecutor) -> None:
+    def _shutdown(self) -> None:
         """Yield what is still in flight, give handlers the grace period, record the stop."""
-        for ctx in self.in_flight():
-            self._yield(ctx)
-        pool.shutdown(wait=False)
+        with self._lease_lock:
+            for ctx in self.in_flight():
+                self._yield(ctx)
         deadline = time.monotonic() + self.grace_period
         self._wait(lambda: time.monotonic() >= deadline)
-        left = self.in_flight()
-        if left:
+        self._give_up.set()
+        with self._lock:
+            running = [ctx.task.rn for ctx in self._in_flight.values() if ctx.handler_running]
+        self.abandoned = running
+        if running:
             logger.warning(
                 "%s: %d handler(s) still running after the %gs grace period: %s",
                 self.name,
-                len(left),
+                len(running),
                 self.grace_period,
-                ", ".join(ctx.task.rn for ctx in left),
+                ", ".join(running),
             )
+        for _ in range(self.concurrency):
+            self._jobs.put(None)
         try:
             self.worker_model.stop()
         except DatabaseError as exc:
             logger.warning("%s could not record its stop: %s", self.name, exc)
+        self._log_summary()
         logger.info("%s stopped after leasing %d task(s)", self.name, self.leased)
 
     def _yield(self, ctx: TaskContext) -> None:
+        """Give the lease back (the caller holds `_lease_lock`, so no heartbeat is in flight)."""
         ctx.yielded = True  # first: a handler returning now still gets its outcome written
         ctx.stop(WorkerStopping(f"{self.name} is stopping", rn=ctx.task.rn))
         try:
@@ -233,111 +362,263 @@ class TaskWorker:
             logger.info("%s yielded %s (queue %s)", self.name, ctx.task.rn, ctx.task.queue)
         except (ScyllaError, DatabaseError) as exc:
             logger.warning("%s could not yield %s: %s", self.name, ctx.task.rn, exc)
+            if isinstance(exc, DatabaseError):
+                self._discard_connection()
 
     # -- running a task ---------------------------------------------------------------------
 
+    def _handler_loop(self) -> None:
+        while True:
+            ctx = self._jobs.get()
+            if ctx is None:
+                return
+            try:
+                self._execute(ctx)
+            except Exception:  # a bug of ours: log it, give the task up, keep the thread
+                logger.exception("%s: running %s failed", self.name, ctx.task.rn)
+                self._release([ctx])
+
     def _execute(self, ctx: TaskContext) -> None:
-        task = ctx.task
-        close_old_connections()
+        func = self.registry.get(ctx.task.queue)
+        assert func is not None, "leased a task of a queue without a handler"
+        outcome: Outcome | None
+        ctx.handler_running = True
+        started = time.monotonic()
         try:
-            func = self.registry.get(task.queue)
-            assert func is not None, "leased a task of a queue without a handler"
-            try:
-                result = func(ctx)
-            except (TaskCancelled, LeaseLost, WorkerStopping) as exc:
-                logger.info("%s stopped %s: %s", self.name, task.rn, exc)
-                return
-            except Abort as exc:
-                self._finish(ctx, errors=[exc.as_error()])
-                return
-            except Exception as exc:  # a handler bug aborts its task, never the worker
-                logger.warning("%s: handler of %s raised %r", self.name, task.rn, exc)
-                self._finish(ctx, errors=[exception_error(exc)])
-                return
-            self._finish(ctx, result=result)
+            outcome = self._returned(ctx, func(ctx))
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt: a handler never ends us
+            outcome = self._raised(ctx, exc)
         finally:
-            with self._lock:
-                self._in_flight.pop(task.pk, None)
-            close_old_connections()
-            self._slot_freed.set()
+            ctx.handler_running = False
+        outcome = _timed(outcome, started)
+        if any(c.connection is not None for c in connections.all(initialized_only=True)):
+            close_old_connections()  # the handler's own queries: as at the end of a request
+        self._handled(ctx, outcome)
 
-    def _finish(
-        self, ctx: TaskContext, *, result: Any = None, errors: list[dict[str, Any]] | None = None
-    ) -> None:
-        """Complete (or, given `errors`, abort) the task unless it was stopped.
+    async def _execute_async(self, ctx: TaskContext) -> None:
+        """An `async def` handler, on the event loop thread: many run at once there."""
+        func = self.registry.get(ctx.task.queue)
+        assert func is not None, "leased a task of a queue without a handler"
+        outcome: Outcome | None
+        ctx.handler_running = True
+        started = time.monotonic()
+        try:
+            outcome = self._returned(ctx, await func(ctx))
+        except BaseException as exc:  # asyncio.CancelledError too
+            outcome = self._raised(ctx, exc)
+        finally:
+            ctx.handler_running = False
+        outcome = _timed(outcome, started)
+        try:
+            self._handled(ctx, outcome)
+        except Exception:  # a bug of ours: log it, give the task up
+            logger.exception("%s: running %s failed", self.name, ctx.task.rn)
+            self._release([ctx])
 
-        Database errors are retried with backoff, so a blip does not lose an outcome.
-        """
-        task, worker = ctx.task, self.worker_model
-        if ctx.stopped and not ctx.yielded:
-            logger.info("%s: %s was stopped; its outcome is not written", self.name, task.rn)
+    def _returned(self, ctx: TaskContext, result: Any) -> Outcome:
+        task = ctx.task
+        try:
+            return Outcome(task.pk, task.attempts, validate_json(result, "result", allow_null=True))
+        except ValidationError as exc:  # a result that is not JSON, or too large
+            logger.warning("%s: the result of %s was rejected: %s", self.name, task.rn, exc)
+            error = error_record("invalid_result", str(exc)[:500])
+            return Outcome(task.pk, task.attempts, errors=[error])
+
+    def _raised(self, ctx: TaskContext, exc: BaseException) -> Outcome | None:
+        task = ctx.task
+        if isinstance(exc, TaskCancelled | LeaseLost | WorkerStopping):
+            logger.info("%s stopped %s: %s", self.name, task.rn, exc)
+            return None
+        if isinstance(exc, Abort):
+            return Outcome(task.pk, task.attempts, errors=[exc.as_error()])
+        logger.warning("%s: handler of %s raised %r", self.name, task.rn, exc)
+        return Outcome(task.pk, task.attempts, errors=[exception_error(exc)])
+
+    def _handled(self, ctx: TaskContext, outcome: Outcome | None) -> None:
+        """Free the handler's slot and queue its outcome for the writer (or drop the task)."""
+        if outcome is not None and ctx.stopped and not ctx.yielded:
+            logger.info("%s: %s was stopped; its outcome is not written", self.name, ctx.task.rn)
+            outcome = None
+        if outcome is None:
+            self._count("stopped")
+            self._release([ctx])
             return
-        for attempt in range(5):
+        # The slot stays taken until the outcome is written: a task is the worker's until then.
+        with self._outcomes_ready:
+            self._outcomes.append((ctx, outcome))
+            if len(self._outcomes) in (1, self.batch_size):  # the first wakes, a full one flushes
+                self._outcomes_ready.notify()
+
+    def _release(self, done: Sequence[TaskContext]) -> None:
+        with self._lock:
+            for ctx in done:
+                self._in_flight.pop(ctx.task.pk, None)
+        self._wake.set()
+
+    # -- writing outcomes -------------------------------------------------------------------
+
+    def _writer_loop(self) -> None:
+        try:
+            while True:
+                with self._outcomes_ready:
+                    while not self._outcomes and not self._done.is_set():
+                        self._outcomes_ready.wait()
+                    if not self._outcomes:
+                        return
+                    # Let the batch fill up for `batch_wait`; a full one wakes us at once.
+                    deadline = time.monotonic() + self.batch_wait
+                    while len(self._outcomes) < self.batch_size and not self._done.is_set():
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._outcomes_ready.wait(left)
+                    batch = self._outcomes[: self.batch_size]
+                    del self._outcomes[: self.batch_size]
+                self._write(batch)
+        finally:
+            connections.close_all()
+
+    def _write(self, batch: list[tuple[TaskContext, Outcome]]) -> None:
+        """Write a batch of outcomes; retry through database errors until the grace period ends."""
+        wait = 0.0
+        failures = 0
+        while True:
             try:
-                if errors is None:
-                    task.complete(worker, result)
-                else:
-                    task.abort(worker, errors)
-            except (TaskCancelled, LeaseLost) as exc:
-                logger.info("%s could not finish %s: %s", self.name, task.rn, exc)
-            except InvalidTransition:
-                pass  # finished already: an earlier attempt committed but its reply was lost
+                written = Task.objects.using(self.using).finish_many(
+                    self.worker_model, [outcome for _, outcome in batch]
+                )
+                refused = {
+                    outcome.pk: outcome.attempts
+                    for _, outcome in batch
+                    if outcome.pk not in written
+                }
+                errors = (
+                    Task.objects.using(self.using).refusals(self.worker_model, refused)
+                    if refused
+                    else {}
+                )
+                break
             except DatabaseError as exc:
-                logger.warning("%s could not finish %s (%s); retrying", self.name, task.rn, exc)
-                connections[self.using].close()
-                time.sleep(min(MAX_BACKOFF, 0.5 * 2**attempt))
-                continue
-            except ValidationError as exc:  # a result that is not JSON, or too large
-                logger.warning("%s: the result of %s was rejected: %s", self.name, task.rn, exc)
-                errors = [{"code": "invalid_result", "args": {}, "description": str(exc)[:500]}]
-                continue
+                failures += 1
+                self._discard_connection()
+                if self._give_up.is_set():
+                    for ctx, _ in batch:
+                        logger.error(
+                            "%s gave up the outcome of %s after %d failed writes (%s); the "
+                            "task will run again once its lease expires",
+                            self.name,
+                            ctx.task.rn,
+                            failures,
+                            exc,
+                        )
+                    self._count("not written", len(batch))
+                    self._release([ctx for ctx, _ in batch])
+                    return
+                wait = backoff(wait)
+                logger.warning(
+                    "%s could not write %d outcome(s) (%s); retrying in %gs",
+                    self.name,
+                    len(batch),
+                    exc,
+                    wait,
+                )
+                self._give_up.wait(wait)
+        for ctx, outcome in batch:
+            task = ctx.task
+            error = errors.get(outcome.pk)
+            if error is None:
+                done = "completed" if outcome.errors is None else "aborted"
+                self._count(done)
+                logger.debug("%s %s %s (queue %s)", self.name, done, task.rn, task.queue)
+            elif type(error) is InvalidTransition:
+                self._count("completed" if outcome.errors is None else "aborted")
+                logger.debug("%s: %s", self.name, error)  # an earlier write of ours committed
             else:
-                outcome = "completed" if errors is None else "aborted"
-                logger.info("%s %s %s (queue %s)", self.name, outcome, task.rn, task.queue)
-            return
+                self._count("not written")
+                logger.info("%s could not finish %s: %s", self.name, task.rn, error)
+        self._release([ctx for ctx, _ in batch])
 
     # -- heartbeats -------------------------------------------------------------------------
 
     def _heartbeat_loop(self) -> None:
-        while not self._done.wait(self.heartbeat_interval):
-            close_old_connections()
-            for ctx in self.in_flight():
-                if not ctx.stopped:  # cancelled, lost or yielded: a heartbeat would undo a yield
-                    self._heartbeat(ctx)
-            try:
-                self.worker_model.touch()
-            except DatabaseError:
-                connections[self.using].close()
-        connections.close_all()
-
-    def _heartbeat(self, ctx: TaskContext) -> None:
-        max_failures = scylla_settings.HEARTBEAT_FAILURES
+        next_touch = next_summary = time.monotonic()
         try:
-            ctx.task.heartbeat(self.worker_model, progress=ctx.progress, timeout=self.lease_timeout)
-            ctx.failed_heartbeats = 0
-        except (TaskCancelled, LeaseLost) as exc:
-            logger.info("%s: %s", self.name, exc)
-            ctx.stop(exc)
-        except InvalidTransition:
-            pass  # the handler finished the task since we looked
-        except Exception as exc:  # the database, mostly; never let this thread die
-            ctx.failed_heartbeats += 1
-            logger.warning(
-                "%s: heartbeat of %s failed (%d/%d): %r",
-                self.name,
-                ctx.task.rn,
-                ctx.failed_heartbeats,
-                max_failures,
-                exc,
-            )
-            connections[self.using].close()
-            if ctx.failed_heartbeats >= max_failures:
-                ctx.stop(
-                    LeaseLost(
-                        f"{max_failures} heartbeats in a row failed; giving the task up",
-                        rn=ctx.task.rn,
-                    )
+            while not self._done.is_set():
+                self._beat_now.wait(self.heartbeat_interval)
+                self._beat_now.clear()
+                if self._done.is_set():
+                    return
+                self._heartbeat_all()
+                now = time.monotonic()
+                if now >= next_touch:
+                    next_touch = now + self.heartbeat_interval * 0.9
+                    try:
+                        self.worker_model.touch()
+                    except DatabaseError:
+                        self._discard_connection()
+                if now >= next_summary + self.summary_interval:
+                    next_summary = now
+                    self._log_summary()
+        finally:
+            connections.close_all()
+
+    def _heartbeat_all(self) -> None:
+        """Extend every live lease in one statement; stop the tasks whose lease was refused."""
+        max_failures = scylla_settings.HEARTBEAT_FAILURES
+        with self._lease_lock:  # a yield waits for this heartbeat, and is then not undone
+            live = [ctx for ctx in self.in_flight() if not ctx.stopped]
+            if not live:
+                return
+            leases = {
+                ctx.task.pk: (
+                    ctx.task.attempts,
+                    None if ctx.progress == ctx.sent_progress else ctx.progress,
                 )
+                for ctx in live
+            }
+            try:
+                extended = Task.objects.using(self.using).heartbeat_many(
+                    self.worker_model, leases, timeout=self.lease_timeout
+                )
+                refused = {pk: leases[pk][0] for pk in leases if pk not in extended}
+                errors = (
+                    Task.objects.using(self.using).refusals(self.worker_model, refused)
+                    if refused
+                    else {}
+                )
+            except Exception as exc:  # the database, mostly; never let this thread die
+                self._discard_connection()
+                for ctx in live:
+                    ctx.failed_heartbeats += 1
+                    if ctx.failed_heartbeats >= max_failures:
+                        ctx.stop(
+                            LeaseLost(
+                                f"{max_failures} heartbeats in a row failed; giving the task up",
+                                rn=ctx.task.rn,
+                            )
+                        )
+                logger.warning(
+                    "%s: heartbeat of %d task(s) failed (%d/%d): %r",
+                    self.name,
+                    len(live),
+                    max(ctx.failed_heartbeats for ctx in live),
+                    max_failures,
+                    exc,
+                )
+                return
+        for ctx in live:
+            if ctx.task.pk in extended:
+                ctx.failed_heartbeats = 0
+                sent = leases[ctx.task.pk][1]
+                if sent is not None:
+                    ctx.sent_progress = sent
+                continue
+            error = errors[ctx.task.pk]
+            if type(error) is InvalidTransition and not ctx.handler_running:
+                continue  # its outcome was written since we looked
+            # Any other refusal means stop: cancelled, reset, aborted by the monitor, taken over.
+            logger.info("%s: %s", self.name, error)
+            ctx.stop(error)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -354,15 +635,134 @@ class TaskWorker:
         with self._lock:
             return len(self._in_flight)
 
+    def _count(self, what: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[what] += n
+
+    def _log_summary(self) -> None:
+        with self._lock:
+            counts, in_flight = dict(self._counts), len(self._in_flight)
+            for key in self._counts:
+                self._counts[key] = 0
+        if any(counts.values()):
+            logger.info(
+                "%s: %s; %d in flight",
+                self.name,
+                ", ".join(f"{n} {what}" for what, n in counts.items() if n),
+                in_flight,
+            )
+
+    def _discard_connection(self) -> None:
+        """Close this thread's connection after an error; the next query opens a new one."""
+        connection = connections[self.using]
+        if connection.in_atomic_block:
+            return
+        try:
+            connection.close()
+        except DatabaseError as exc:
+            logger.debug("closing the database connection failed: %s", exc)
+
     def _retry(self, action: Callable[[], Worker], what: str) -> Worker | None:
-        backoff = 0.0
+        wait = 0.0
         while not self.stopping.is_set():
             try:
-                close_old_connections()
                 return action()
             except DatabaseError as exc:
-                backoff = min(MAX_BACKOFF, backoff * 2 or 1.0)
-                logger.warning("cannot %s (%s); retrying in %gs", what, exc, backoff)
-                connections[self.using].close()
-                self.stopping.wait(backoff)
+                wait = backoff(wait)
+                logger.warning("cannot %s (%s); retrying in %gs", what, exc, wait)
+                self._discard_connection()
+                self.stopping.wait(wait)
         return None
+
+
+class WorkerProcesses:
+    """Runs `target` in `processes` forked child processes and supervises them.
+
+    Each child is a worker of its own (it registers itself: its own name, its own threads), for
+    handlers that need more than one CPU. `stop()` (the first SIGTERM/SIGINT) passes SIGTERM on
+    to every child, which yields its tasks and exits after its grace period; `stop_now()` (the
+    second) passes a second SIGTERM, which ends them at once. A child that dies while the
+    parent is not stopping (killed, crashed) is replaced after `restart_delay` seconds; one
+    that exits 0 (`--once`, `--max-tasks`) is done. `run()` returns the highest exit status.
+    """
+
+    def __init__(
+        self, target: Callable[[], int], processes: int, *, restart_delay: float = 1.0
+    ) -> None:
+        if processes < 1:
+            raise ValueError("processes must be at least 1")
+        self.target = target
+        self.processes = processes
+        self.restart_delay = restart_delay
+        self.stopping = threading.Event()
+        self._children: dict[int, Any] = {}
+
+    def _spawn(self, slot: int) -> Any:
+        import multiprocessing
+
+        connections.close_all()  # a forked child must open connections of its own
+        process = multiprocessing.get_context("fork").Process(
+            target=self._child, name=f"scylla-worker-{slot}", daemon=False
+        )
+        process.start()
+        logger.info("started worker process %d (pid %s)", slot, process.pid)
+        return process
+
+    def _child(self) -> None:
+        import signal
+        import sys
+
+        # A group of its own: a terminal's Ctrl-C reaches the parent alone, which passes it on
+        # once (a child seeing it twice would exit at once).
+        os.setpgrp()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_DFL)  # the target installs its own
+        sys.exit(self.target())
+
+    def run(self) -> int:
+        """Start the children and supervise them until every one has exited."""
+        self._children = {slot: self._spawn(slot) for slot in range(self.processes)}
+        codes: dict[int, int] = {}
+        while len(codes) < self.processes:
+            for slot, process in list(self._children.items()):
+                if slot in codes or process.is_alive():
+                    continue
+                code = process.exitcode if process.exitcode is not None else 1
+                if self.stopping.is_set() or code == 0:
+                    codes[slot] = code
+                    continue
+                logger.warning(
+                    "worker process %d (pid %s) exited with %s; starting another in %gs",
+                    slot,
+                    process.pid,
+                    code,
+                    self.restart_delay,
+                )
+                if not self.stopping.wait(self.restart_delay):
+                    self._children[slot] = self._spawn(slot)
+            self.stopping.wait(0.1)
+        return max((abs(code) if code < 0 else code) for code in codes.values())
+
+    def stop(self) -> None:
+        """Pass a graceful stop (SIGTERM) on to every child (safe from a signal handler)."""
+        self.stopping.set()
+        self._signal_children()
+
+    def stop_now(self) -> None:
+        """Pass a second SIGTERM on: the children exit at once."""
+        self._signal_children()
+
+    def _signal_children(self) -> None:
+        import signal
+
+        for process in self._children.values():
+            if process.is_alive() and process.pid is not None:
+                with suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGTERM)
+
+
+def _timed(outcome: Outcome | None, started: float) -> Outcome | None:
+    """`outcome` with the seconds since `started` (the handler's run time)."""
+    if outcome is None:
+        return None
+    return dataclasses.replace(outcome, duration=time.monotonic() - started)

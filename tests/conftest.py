@@ -1,12 +1,9 @@
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from django.db import connection
-from django.db.models.functions import Now
 
-from scylla_django.models import Task, Worker
+from scylla_django.models import Worker
 
 
 def pytest_collection_modifyitems(config, items):
@@ -34,8 +31,3 @@ def other_worker(db) -> Worker:
 @pytest.fixture
 def vendor(db) -> str:
     return connection.vendor
-
-
-def expire(task: Task, by: timedelta = timedelta(seconds=1)) -> None:
-    """Put a running task's deadline in the past (on the database clock)."""
-    Task.objects.filter(pk=task.pk).update(deadline=Now() - by)

@@ -23,3 +23,8 @@ def explode() -> None:
 @task(takes_context=True)
 def attempt(context) -> int:
     return context.attempt
+
+
+@task
+def shout(text: str) -> str:
+    return text.upper()

@@ -1,11 +1,13 @@
 """Subprocess entry point of `test_concurrency.test_lease_is_exclusive_across_processes`.
 
-    python -m tests.lease_child QUEUE READY_FILE GO_FILE
+    python -m tests.lease_child QUEUE READY_FILE GO_FILE [reconnect]
 
 DJANGO_SETTINGS_MODULE and DATABASE_URL come from the environment. The child registers a worker,
 creates READY_FILE, waits for GO_FILE to appear (so that every child starts leasing at the same
 moment), then leases up to `LIMIT` tasks at a time until several calls in a row return nothing.
-It prints one JSON object on stdout: `{"worker": name, "batches": [[pk, ...], ...]}`.
+It prints one JSON object on stdout: `{"worker": name, "batches": [[pk, ...], ...]}`. With
+`reconnect`, it closes its connection before each lease (as a worker does between tasks), so the
+connection is opened inside the lease's transaction block.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ EMPTY_CALLS_TO_STOP = 3
 START_TIMEOUT = 60.0
 
 
-def main(queue: str, ready_file: Path, go_file: Path) -> int:
+def main(queue: str, ready_file: Path, go_file: Path, reconnect: bool = False) -> int:
     import django
 
     django.setup()
@@ -43,6 +45,8 @@ def main(queue: str, ready_file: Path, go_file: Path) -> int:
         batches: list[list[int]] = []
         empty = 0
         while empty < EMPTY_CALLS_TO_STOP:
+            if reconnect:
+                connection.close()
             leased = Task.objects.lease(worker, [queue], limit=LIMIT, timeout=300)
             if leased:
                 empty = 0
@@ -57,4 +61,5 @@ def main(queue: str, ready_file: Path, go_file: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])))
+    reconnect = sys.argv[4:] == ["reconnect"]
+    sys.exit(main(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), reconnect))

@@ -24,13 +24,13 @@ def database_url() -> str:
     settings = connection.settings_dict
     if connection.vendor == "sqlite":
         return "sqlite:///" + os.path.abspath(str(settings["NAME"]))
-    assert connection.vendor == "postgresql", connection.vendor
+    scheme = {"postgresql": "postgres", "mysql": "mysql"}[connection.vendor]
     user = quote(settings["USER"] or "", safe="")
     if settings["PASSWORD"]:
         user += ":" + quote(settings["PASSWORD"], safe="")
     host = settings["HOST"] or "localhost"
     port = f":{settings['PORT']}" if settings["PORT"] else ""
-    return f"postgres://{user}@{host}{port}/{quote(settings['NAME'], safe='')}"
+    return f"{scheme}://{user}@{host}{port}/{quote(settings['NAME'], safe='')}"
 
 
 def child_env() -> dict[str, str]:

@@ -57,6 +57,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 20,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+    if os.environ.get("SCYLLA_TEST_SQLITE_NO_TRANSACTION_MODE"):  # as a user might leave it
+        del DATABASES["default"]["OPTIONS"]["transaction_mode"]
     # A file, not memory, so that other processes see the same database.
     DATABASES["default"]["TEST"] = {"NAME": DATABASES["default"]["NAME"] + ".test"}
 

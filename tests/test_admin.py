@@ -16,6 +16,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from scylla_django import admin as scylla_admin
+from scylla_django.admin import display as admin_display
+from scylla_django.admin import tasks as task_admin
 from scylla_django.enums import EventType, Status
 from scylla_django.models import History, Task, TaskQuerySet, Worker
 from tests.factories import TaskFactory, running_task
@@ -123,15 +125,16 @@ def test_list_never_counts_the_whole_table_nor_queries_per_row(admin_client, wor
     with CaptureQueriesContext(connection) as many:
         assert len(listed(admin_client.get(LIST))) == 33
     assert len(many) == len(few)
-    task_queries = [q["sql"] for q in many if '"scylla_django_task"' in q["sql"]]
+    table = connection.ops.quote_name("scylla_django_task")
+    task_queries = [q["sql"] for q in many if table in q["sql"]]
     counts = [sql for sql in task_queries if "COUNT(" in sql.upper()]
     assert counts and all("LIMIT" in sql.upper() for sql in counts)
     # The rows are loaded without their payloads.
-    assert not any('"scylla_django_task"."spec"' in sql for sql in task_queries)
+    assert not any(f"{table}.{connection.ops.quote_name('spec')}" in sql for sql in task_queries)
 
 
 def test_list_count_is_exact_up_to_the_cap(admin_client, worker, monkeypatch):
-    monkeypatch.setattr(scylla_admin, "COUNT_CAP", 3)
+    monkeypatch.setattr(task_admin, "COUNT_CAP", 3)
     for n in range(3):
         TaskFactory(rn=f"t{n}")
     response = admin_client.get(LIST)
@@ -141,7 +144,7 @@ def test_list_count_is_exact_up_to_the_cap(admin_client, worker, monkeypatch):
 
 def test_list_count_past_the_cap(admin_client, worker, monkeypatch):
     """Past the cap PostgreSQL shows its estimate ("about N"); other databases count."""
-    monkeypatch.setattr(scylla_admin, "COUNT_CAP", 3)
+    monkeypatch.setattr(task_admin, "COUNT_CAP", 3)
     for n in range(5):
         TaskFactory(rn=f"t{n}")
     count = admin_client.get(LIST).context["cl"].result_count
@@ -329,9 +332,35 @@ def test_detail_folds_long_payloads(admin_client, worker):
         reverse("admin:scylla_django_task_change", args=[task.pk])
     ).content.decode()
     head, rest = map(unescape, re.findall(r'<pre class="scylla-json">(.*?)</pre>', html, re.S)[:2])
-    assert len(head) <= scylla_admin.PAYLOAD_PREVIEW
+    assert len(head) <= admin_display.PAYLOAD_PREVIEW
     assert '<details class="scylla-more"><summary>Show all: ' in html
     assert head.count("line ") + rest.count("line ") == 2000  # nothing lost, nothing twice
+
+
+def test_detail_shows_error_args_whole_with_the_traceback_as_lines(admin_client, worker):
+    trace = "".join(f'  File "job.py", line {n}, in step_{n}\n' for n in range(400))
+    trace = "Traceback (most recent call last):\n" + trace + "ValueError: the end <of it>\n"
+    args = {"type": "builtins.ValueError", "message": "x" * 1200, "traceback": trace}
+    task = running_task(worker)
+    task.abort(worker, [{"code": "exception", "args": args, "description": "ValueError"}])
+    html = admin_client.get(
+        reverse("admin:scylla_django_task_change", args=[task.pk])
+    ).content.decode()
+    shown = "\n".join(
+        map(unescape, re.findall(r'<pre class="scylla-json">(.*?)</pre>', html, re.S))
+    )
+    assert "x" * 1200 in shown  # the message whole, not cut at 300 characters
+    assert trace in shown  # the traceback as its own lines, escaped once
+    assert "ValueError: the end &lt;of it&gt;" in html
+    long_args = {"rows": [f"row {n:05d}" for n in range(1500)]}
+    task = running_task(worker, rn="long-args")
+    task.abort(worker, [{"code": "bad_rows", "args": long_args, "description": "many"}])
+    html = admin_client.get(
+        reverse("admin:scylla_django_task_change", args=[task.pk])
+    ).content.decode()
+    assert '<details class="scylla-more"><summary>Show all: ' in html  # folded, like the spec
+    shown = "".join(map(unescape, re.findall(r'<pre class="scylla-json">(.*?)</pre>', html, re.S)))
+    assert all(f"row {n:05d}" in shown for n in range(1500))
 
 
 # -- actions ---------------------------------------------------------------------------------
@@ -363,9 +392,61 @@ def test_cancel_selected_across_a_filtered_list(admin_client, tasks):
     assert Task.objects.filter(status=Status.RUNNING).count() == 2
 
 
-def test_purge_selected_deletes_terminal_tasks_only(admin_client, tasks):
+def confirmation_form(response) -> tuple[str, dict[str, list[str]]]:
+    """The action URL and hidden fields of the purge confirmation's form."""
+    html = response.content.decode()
+    [form] = re.findall(r'<form method="post" action="([^"]*)">(.*?)</form>', html, re.S)
+    data: dict[str, list[str]] = {}
+    for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form[1]):
+        data.setdefault(name, []).append(unescape(value))
+    return unescape(form[0]), data
+
+
+def test_purge_selected_asks_first_with_a_count(admin_client, tasks):
     chosen = [tasks[k] for k in ("run", "wait", "done", "fail", "gone")]
     response = act(admin_client, "purge_selected", *chosen)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert response.templates[0].name == "scylla_django/admin/purge_selected.html"
+    assert "This deletes <strong>3</strong> selected tasks, with their history." in html
+    assert "2 selected tasks are ready or running, and stay." in html
+    assert 'value="Yes, purge 3 tasks"' in html
+    assert Task.objects.count() == 7  # nothing deleted yet
+    url, data = confirmation_form(response)
+    assert url == LIST
+    assert sorted(data["_selected_action"]) == sorted(str(t.pk) for t in chosen)
+    assert data["action"] == ["purge_selected"] and data["post"] == ["yes"]
+    assert messages_of(admin_client.post(url, data, follow=True)) == [
+        "3 purged, 2 skipped (not terminal)."
+    ]
+    assert set(Task.objects.values_list("rn", flat=True)) == {"run", "run2", "wait", "wait2"}
+
+
+def test_purge_selected_confirms_a_selection_across_a_filtered_list(admin_client, tasks):
+    across = {"url": f"{LIST}?queue=beta", "select_across": "1"}  # "Select all" on this list
+    response = act(admin_client, "purge_selected", tasks["fail"], **across)
+    html = response.content.decode()
+    assert "This deletes <strong>2</strong> selected tasks" in html  # fail, gone; not run2
+    assert "1 selected task is ready or running, and stays." in html
+    url, data = confirmation_form(response)
+    assert url == f"{LIST}?queue=beta" and data["select_across"] == ["1"]
+    assert messages_of(admin_client.post(url, data, follow=True)) == [
+        "2 purged, 1 skipped (not terminal)."
+    ]
+    assert set(Task.objects.filter(queue="beta").values_list("rn", flat=True)) == {"run2"}
+
+
+def test_purge_selected_with_nothing_terminal_offers_no_purge(admin_client, tasks):
+    response = act(admin_client, "purge_selected", tasks["run"], tasks["wait"])
+    html = response.content.decode()
+    assert "there is nothing to purge" in html
+    assert "Yes, purge" not in html
+    assert f'href="{LIST}" class="button cancel-link"' in html
+
+
+def test_purge_selected_deletes_terminal_tasks_only(admin_client, tasks):
+    chosen = [tasks[k] for k in ("run", "wait", "done", "fail", "gone")]
+    response = act(admin_client, "purge_selected", *chosen, post="yes")
     assert messages_of(response) == ["3 purged, 2 skipped (not terminal)."]
     assert set(Task.objects.values_list("rn", flat=True)) == {"run", "run2", "wait", "wait2"}
     assert not History.objects.exclude(task__in=Task.objects.all()).exists()
@@ -376,7 +457,7 @@ def test_purge_selected_runs_in_batches_through_purge(admin_client, tasks, setti
     settings.SCYLLA = {"PURGE_BATCH_SIZE": 1}
     calls = spy_on_purge(monkeypatch)
     chosen = [tasks[k] for k in ("done", "fail", "gone", "wait")]
-    assert messages_of(act(admin_client, "purge_selected", *chosen)) == [
+    assert messages_of(act(admin_client, "purge_selected", *chosen, post="yes")) == [
         "3 purged, 1 skipped (not terminal)."
     ]
     assert calls == [3]  # one purge() call, three one-task batches
@@ -385,14 +466,15 @@ def test_purge_selected_runs_in_batches_through_purge(admin_client, tasks, setti
 def test_purge_selected_stops_at_its_time_budget(admin_client, tasks, settings, monkeypatch):
     settings.SCYLLA = {"PURGE_BATCH_SIZE": 1}
     monkeypatch.setattr(scylla_admin.TaskAdmin, "purge_time_budget", timedelta(0))
-    [message] = messages_of(act(admin_client, "purge_selected", tasks["done"], tasks["fail"]))
+    chosen = (tasks["done"], tasks["fail"])
+    [message] = messages_of(act(admin_client, "purge_selected", *chosen, post="yes"))
     assert message.startswith("1 purged, then stopped after 0 s")
     assert Task.objects.filter(rn__in=["done", "fail"]).count() == 1
 
 
 def test_delete_selected_is_not_offered(admin_client, tasks):
     choices = dict(admin_client.get(LIST).context["action_form"].fields["action"].choices)
-    assert set(choices) == {"", "cancel_selected", "purge_selected"}
+    assert set(choices) == {"", "cancel_selected", "purge_selected", "retry_selected"}
     response = act(admin_client, "delete_selected", tasks["done"], post="yes")
     assert response.status_code == 403
     assert Task.objects.filter(pk=tasks["done"].pk).exists()
@@ -518,7 +600,7 @@ def test_view_only_staff_can_look_but_not_act(tasks):
     [history] = detail.context["inline_admin_formsets"]  # without view_history
     assert len(history.formset.forms) == 1
     assert client.get(DASHBOARD).status_code == 200
-    for action in ("cancel_selected", "purge_selected", "delete_selected"):
+    for action in ("cancel_selected", "purge_selected", "retry_selected", "delete_selected"):
         assert act(client, action, tasks["run"], tasks["done"]).status_code == 403
     assert client.get(PURGE).status_code == 403
     query = {"older_than_days": "1", "statuses": ["completed"]}
@@ -542,7 +624,7 @@ def test_purge_needs_the_delete_permission(tasks):
     client = staff("view_task", "delete_task")
     choices = dict(client.get(LIST).context["action_form"].fields["action"].choices)
     assert set(choices) == {"", "purge_selected"}
-    assert messages_of(act(client, "purge_selected", tasks["done"])) == [
+    assert messages_of(act(client, "purge_selected", tasks["done"], post="yes")) == [
         "1 purged, 0 skipped (not terminal)."
     ]
     assert act(client, "cancel_selected", tasks["run"]).status_code == 403
@@ -635,7 +717,8 @@ def test_worker_list(admin_client, tasks, worker, other_worker):
     assert 'class="scylla-badge scylla-stopped"' in html
     assert 'class="scylla-badge scylla-silent"' in html
     assert html.count('class="scylla-badge scylla-alive"') == 2
-    assert sum('"scylla_django_task"' in q["sql"] for q in queries) == 1  # one GROUP BY
+    table = connection.ops.quote_name("scylla_django_task")
+    assert sum(table in q["sql"] for q in queries) == 1  # one GROUP BY
     assert f'href="{DASHBOARD}"' in html
 
     def names(query: str) -> set[str]:

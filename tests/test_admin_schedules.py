@@ -10,7 +10,7 @@ from django.contrib.messages.storage.fallback import FallbackStorage
 from django.test import RequestFactory
 from django.urls import reverse
 
-from scylla_django.admin_schedules import chain, retry_selected
+from scylla_django.admin.schedules import chain, retry_selected
 from scylla_django.enums import Status
 from scylla_django.models import Schedule, Task
 
@@ -98,7 +98,7 @@ def test_retry_selected_and_the_chain(admin_user, worker):
 
 
 def test_upcoming_lists_the_next_runs_soonest_first(schedule):
-    from scylla_django.admin_schedules import upcoming
+    from scylla_django.admin.schedules import upcoming
     from scylla_django.schedules import reschedule
 
     later = Schedule.objects.create(name="later", queue="q", cron="0 3 * * *")
@@ -106,3 +106,20 @@ def test_upcoming_lists_the_next_runs_soonest_first(schedule):
     reschedule(schedule)
     reschedule(later)
     assert [s.name for s in upcoming()] == ["sync", "later"]
+
+
+def test_the_task_admin_offers_retry_and_shows_the_chain(admin_client, worker):
+    Task.objects.submit("default", {}, rn="chained")
+    [task] = Task.objects.lease(worker, ["default"])
+    task.abort(worker, [{"code": "no"}])
+    tasks_list = reverse("admin:scylla_django_task_changelist")
+    response = admin_client.post(
+        tasks_list,
+        {"action": "retry_selected", "index": "0", "_selected_action": [task.pk]},
+        follow=True,
+    )
+    assert "1 retried" in response.content.decode()
+    successor = Task.objects.get(retry_of="chained")
+    page = admin_client.get(reverse("admin:scylla_django_task_change", args=[successor.pk]))
+    html = page.content.decode()
+    assert "attempts in the chain" in html.lower() and "previous: <a" in html

@@ -9,84 +9,30 @@ from datetime import timedelta
 
 import pytest
 import yaml
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.db.models.functions import Now
-from rest_framework.authtoken.models import Token
+from django.utils.dateparse import parse_datetime
 from rest_framework.test import APIClient
 
 from scylla_django.enums import EventType, Status
 from scylla_django.models import History, Task, Worker
-from tests.conftest import expire
 from tests.factories import TaskFactory, running_task
+from tests.helpers import (
+    API,
+    CLIENT_PERMISSIONS,
+    TASK_FIELDS,
+    assert_error,
+    assert_field_error,
+    client_for,
+    expire,
+    make_user,
+    post,
+    reload,
+    typs,
+    worker_of,
+)
 
 pytestmark = pytest.mark.django_db
-
-API = "/api/scylla"
-ALL_PERMISSIONS = ("view_task", "submit_task", "cancel_task", "work_task")
-CLIENT_PERMISSIONS = ("view_task", "submit_task", "cancel_task")
-TASK_FIELDS = {
-    "rn",
-    "queue",
-    "spec",
-    "priority",
-    "status",
-    "progress",
-    "created",
-    "updated",
-    "not_before",
-    "errors",
-    "result",
-    "owner",
-    "deadline",
-    "attempts",
-    "retry_of",
-    "root",
-    "attempt",
-}
-
-
-def grant(user: User, *codenames: str) -> None:
-    """Give `user` these scylla_django permissions (as an operator would in the admin)."""
-    perms = Permission.objects.filter(
-        content_type__app_label="scylla_django", codename__in=codenames
-    )
-    assert perms.count() == len(codenames), "a permission is missing: run the migrations"
-    user.user_permissions.add(*perms)
-
-
-def make_user(username: str, *codenames: str, is_staff: bool = False) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=is_staff)
-    grant(user, *codenames)
-    return user
-
-
-def token_header(user: User) -> str:
-    """The user's `Authorization` header value."""
-    token, _ = Token.objects.get_or_create(user=user)
-    return f"Token {token.key}"
-
-
-def client_for(user: User | None) -> APIClient:
-    """An API client authenticated with the user's token (anonymous for None)."""
-    client = APIClient()
-    if user is not None:
-        client.credentials(HTTP_AUTHORIZATION=token_header(user))
-    return client
-
-
-def worker_of(user: User, queues: tuple[str, ...] = ("default",)) -> Worker:
-    """A worker registered by `user` (as `POST /workers/` does)."""
-    worker = Worker.objects.register(queues=list(queues), capacity=4)
-    Worker.objects.filter(pk=worker.pk).update(user=user)
-    return worker
-
-
-def reload(task: Task) -> Task:
-    return Task.objects.get(pk=task.pk)
-
-
-def typs(task: Task) -> list[str]:
-    return list(History.objects.filter(task=task).order_by("id").values_list("typ", flat=True))
 
 
 @pytest.fixture
@@ -115,26 +61,6 @@ def as_worker(worker_user) -> APIClient:
 def mine(worker_user) -> Worker:
     """The worker that `as_worker` registered."""
     return worker_of(worker_user)
-
-
-def post(client: APIClient, path: str, body: object = None):
-    return client.post(f"{API}{path}", body, format="json")
-
-
-def assert_error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.content
-    body = response.json()
-    assert body["code"] == code, body
-    assert isinstance(body["detail"], str) and body["detail"]
-    return body
-
-
-def assert_field_error(response, field: str, code: str) -> None:
-    body = assert_error(response, 400, "invalid")
-    assert code in [error["code"] for error in body["errors"][field]], body
-
-
-# -- submit -------------------------------------------------------------------------------------
 
 
 def test_submit_creates_a_ready_task(api):
@@ -266,10 +192,11 @@ def test_bulk_takes_a_list_of_1_to_1000(api, body):
     assert not Task.objects.exists()
 
 
-def test_get_bulk_is_the_task_whose_rn_is_bulk(api):
-    assert_error(api.get(f"{API}/tasks/bulk/"), 404, "task_not_found")
-    TaskFactory(rn="bulk")
-    assert api.get(f"{API}/tasks/bulk/").json()["rn"] == "bulk"
+@pytest.mark.parametrize("rn", ["bulk", "cancel"])
+def test_get_bulk_and_cancel_are_the_tasks_with_those_rns(api, rn):
+    assert_error(api.get(f"{API}/tasks/{rn}/"), 404, "task_not_found")
+    TaskFactory(rn=rn)
+    assert api.get(f"{API}/tasks/{rn}/").json()["rn"] == rn
 
 
 # -- read ---------------------------------------------------------------------------------------
@@ -319,6 +246,7 @@ def test_queues_counts_tasks_by_status_and_ages_the_oldest_ready_one(api, worker
     by_queue = {entry["queue"]: entry for entry in response.json()}
     assert by_queue["default"]["counts"] == {
         "ready": 2,
+        "scheduled": 0,
         "running": 0,
         "completed": 0,
         "aborted": 0,
@@ -332,6 +260,39 @@ def test_queues_counts_tasks_by_status_and_ages_the_oldest_ready_one(api, worker
     assert (
         by_queue["default"]["oldest_ready"] == api.get(f"{API}/tasks/{old.rn}/").json()["created"]
     )
+
+
+def test_queues_counts_delayed_tasks_as_scheduled_and_ages_leasable_ones_only(api):
+    from scylla_django.admin import dashboard
+
+    delayed = TaskFactory(queue="default")
+    Task.objects.filter(pk=delayed.pk).update(
+        created=Now() - timedelta(hours=2), not_before=Now() + timedelta(hours=1)
+    )
+    due = TaskFactory(queue="default")  # waiting since its not_before, a minute ago
+    Task.objects.filter(pk=due.pk).update(
+        created=Now() - timedelta(hours=1), not_before=Now() - timedelta(minutes=1)
+    )
+    only_delayed = TaskFactory(queue="later")
+    Task.objects.filter(pk=only_delayed.pk).update(not_before=Now() + timedelta(hours=1))
+    by_queue = {entry["queue"]: entry for entry in api.get(f"{API}/queues/").json()}
+    assert (by_queue["default"]["counts"]["ready"], by_queue["default"]["counts"]["scheduled"]) == (
+        1,
+        1,
+    )
+    assert 59 <= by_queue["default"]["oldest_ready_age"] < 120
+    assert by_queue["later"]["counts"]["ready"] == 0
+    assert by_queue["later"]["counts"]["scheduled"] == 1
+    assert (
+        by_queue["later"]["oldest_ready"] is None and by_queue["later"]["oldest_ready_age"] is None
+    )
+    # The admin dashboard says the same.
+    rows = {row.queue: row for row in dashboard.queue_table()}
+    for queue, entry in by_queue.items():
+        assert rows[queue].counts == entry["counts"]
+        oldest = entry["oldest_ready"]
+        assert rows[queue].waiting_since == (oldest and parse_datetime(oldest))
+    assert rows["default"].waiting_since == reload(due).not_before
 
 
 def test_queues_is_empty_without_tasks(api):
@@ -353,7 +314,7 @@ def test_cancel_a_running_task_and_its_worker_learns_on_heartbeat(api, as_worker
     task = running_task(mine, rn="t1")
     assert post(api, "/tasks/t1/cancel/").json()["status"] == "cancelled"
     assert typs(task) == [EventType.ASSIGNMENT, EventType.CANCELLATION]
-    response = post(as_worker, "/tasks/t1/heartbeat/", {"worker": mine.name})
+    response = post(as_worker, "/tasks/t1/heartbeat/", {"worker": mine.name, "attempt": 1})
     assert_error(response, 409, "task_cancelled")
 
 
@@ -467,7 +428,9 @@ def test_lease_refuses_invalid_input(as_worker, mine, body, field, code):
 def test_heartbeat_extends_the_lease_and_records_progress(as_worker, mine):
     task = running_task(mine, rn="t1", timeout=5)
     response = post(
-        as_worker, "/tasks/t1/heartbeat/", {"worker": mine.name, "progress": 0.5, "timeout": 120}
+        as_worker,
+        "/tasks/t1/heartbeat/",
+        {"worker": mine.name, "attempt": 1, "progress": 0.5, "timeout": 120},
     )
     assert response.status_code == 200
     assert response.json()["progress"] == 0.5
@@ -480,13 +443,19 @@ def test_heartbeat_after_the_lease_was_reset_is_409_lease_lost(as_worker, mine):
     task = running_task(mine, rn="t1")
     expire(task)
     Task.objects.reset_expired()
-    assert_error(post(as_worker, "/tasks/t1/heartbeat/", {"worker": mine.name}), 409, "lease_lost")
+    assert_error(
+        post(as_worker, "/tasks/t1/heartbeat/", {"worker": mine.name, "attempt": 1}),
+        409,
+        "lease_lost",
+    )
     assert reload(task).status == Status.READY
 
 
 def test_complete_records_the_result(as_worker, mine):
     task = running_task(mine, rn="t1")
-    response = post(as_worker, "/tasks/t1/complete/", {"worker": mine.name, "result": {"sent": 1}})
+    response = post(
+        as_worker, "/tasks/t1/complete/", {"worker": mine.name, "attempt": 1, "result": {"sent": 1}}
+    )
     assert response.status_code == 200
     assert response.json()["status"] == "completed"
     task = reload(task)
@@ -496,8 +465,10 @@ def test_complete_records_the_result(as_worker, mine):
 
 def test_completing_twice_is_409_invalid_transition(as_worker, mine):
     running_task(mine, rn="t1")
-    post(as_worker, "/tasks/t1/complete/", {"worker": mine.name})
-    response = post(as_worker, "/tasks/t1/complete/", {"worker": mine.name, "result": 2})
+    post(as_worker, "/tasks/t1/complete/", {"worker": mine.name, "attempt": 1})
+    response = post(
+        as_worker, "/tasks/t1/complete/", {"worker": mine.name, "attempt": 1, "result": 2}
+    )
     assert_error(response, 409, "invalid_transition")
     assert Task.objects.get(rn="t1").result is None
 
@@ -505,7 +476,9 @@ def test_completing_twice_is_409_invalid_transition(as_worker, mine):
 def test_completing_a_cancelled_task_is_409_task_cancelled(as_worker, mine):
     running_task(mine, rn="t1").cancel()
     assert_error(
-        post(as_worker, "/tasks/t1/complete/", {"worker": mine.name}), 409, "task_cancelled"
+        post(as_worker, "/tasks/t1/complete/", {"worker": mine.name, "attempt": 1}),
+        409,
+        "task_cancelled",
     )
     assert Task.objects.get(rn="t1").status == Status.CANCELLED
 
@@ -513,7 +486,9 @@ def test_completing_a_cancelled_task_is_409_task_cancelled(as_worker, mine):
 def test_abort_records_the_errors(as_worker, mine):
     task = running_task(mine, rn="t1")
     errors = [{"code": "empty", "args": {"day": 3}, "description": "no rows"}, {"code": "again"}]
-    response = post(as_worker, "/tasks/t1/abort/", {"worker": mine.name, "errors": errors})
+    response = post(
+        as_worker, "/tasks/t1/abort/", {"worker": mine.name, "attempt": 1, "errors": errors}
+    )
     assert response.status_code == 200
     assert response.json()["errors"] == [
         errors[0],
@@ -535,14 +510,16 @@ def test_abort_records_the_errors(as_worker, mine):
 )
 def test_abort_refuses_invalid_errors(as_worker, mine, errors, field, code):
     task = running_task(mine, rn="t1")
-    response = post(as_worker, "/tasks/t1/abort/", {"worker": mine.name, "errors": errors})
+    response = post(
+        as_worker, "/tasks/t1/abort/", {"worker": mine.name, "attempt": 1, "errors": errors}
+    )
     assert_field_error(response, field, code)
     assert reload(task).status == Status.RUNNING
 
 
 def test_yield_gives_the_task_back_for_the_monitor(as_worker, mine):
     task = running_task(mine, rn="t1")
-    response = post(as_worker, "/tasks/t1/yield/", {"worker": mine.name})
+    response = post(as_worker, "/tasks/t1/yield/", {"worker": mine.name, "attempt": 1})
     assert response.status_code == 200
     assert response.json()["status"] == "running"
     assert typs(task) == [EventType.ASSIGNMENT, EventType.YIELD]
@@ -553,7 +530,11 @@ def test_yield_gives_the_task_back_for_the_monitor(as_worker, mine):
 
 def body_for(operation: str, worker: Worker) -> dict[str, object]:
     """A valid body for a worker operation as `worker`."""
-    return {"worker": worker.name, **({"errors": [{"code": "x"}]} if operation == "abort" else {})}
+    return {
+        "worker": worker.name,
+        "attempt": 1,
+        **({"errors": [{"code": "x"}]} if operation == "abort" else {}),
+    }
 
 
 @pytest.mark.parametrize("operation", ["heartbeat", "complete", "abort", "yield"])
@@ -591,7 +572,7 @@ def test_worker_operations_on_a_task_not_held_are_409(as_worker, mine, operation
 def test_a_result_over_the_size_limit_is_400_too_large(as_worker, mine, settings):
     task = running_task(mine, rn="t1")
     settings.SCYLLA = {"SPEC_SIZE_LIMIT": 100}
-    body = {"worker": mine.name, "result": "x" * 200}
+    body = {"worker": mine.name, "attempt": 1, "result": "x" * 200}
     assert_field_error(post(as_worker, "/tasks/t1/complete/", body), "result", "too_large")
     assert reload(task).status == Status.RUNNING
 
@@ -630,7 +611,7 @@ def test_worker_operations_need_the_worker(as_worker, mine, operation):
 def test_heartbeat_refuses_invalid_input(as_worker, mine, body, field, code):
     task = running_task(mine, rn="t1")
     before = reload(task)
-    response = post(as_worker, "/tasks/t1/heartbeat/", {"worker": mine.name, **body})
+    response = post(as_worker, "/tasks/t1/heartbeat/", {"worker": mine.name, "attempt": 1, **body})
     assert_field_error(response, field, code)
     after = reload(task)
     assert (after.status, after.progress, after.deadline) == (
@@ -651,6 +632,7 @@ def test_the_schema_is_openapi_3_with_every_route(api):
     assert set(schema["paths"]) == {
         f"{API}/tasks/",
         f"{API}/tasks/bulk/",
+        f"{API}/tasks/cancel/",
         f"{API}/tasks/{{rn}}/",
         f"{API}/tasks/{{rn}}/cancel/",
         f"{API}/tasks/{{rn}}/heartbeat/",
@@ -658,14 +640,21 @@ def test_the_schema_is_openapi_3_with_every_route(api):
         f"{API}/tasks/{{rn}}/abort/",
         f"{API}/tasks/{{rn}}/yield/",
         f"{API}/tasks/{{rn}}/retry/",
+        f"{API}/tasks/{{rn}}/reset/",
         f"{API}/schedules/",
         f"{API}/schedules/{{name}}/",
         f"{API}/schedules/{{name}}/run/",
         f"{API}/workers/",
+        f"{API}/workers/{{name}}/",
         f"{API}/workers/{{name}}/lease/",
+        f"{API}/workers/{{name}}/stop/",
         f"{API}/queues/",
+        f"{API}/health/",
         f"{API}/schema/",
     }
+    # GET /tasks/bulk/ and /tasks/cancel/ read the tasks with those rns: GET /tasks/{rn}/.
+    assert set(schema["paths"][f"{API}/tasks/bulk/"]) == {"post"}
+    assert set(schema["paths"][f"{API}/tasks/cancel/"]) == {"post"}
     assert set(schema["components"]["securitySchemes"]) == {"tokenAuth", "cookieAuth"}
     assert yaml.safe_load(api.get(f"{API}/schema/").content) == schema
 

@@ -11,7 +11,7 @@ from django.test import override_settings
 from scylla_django.enums import Status
 from scylla_django.models import History, Task
 from tests.factories import TaskFactory, running_task
-from tests.test_api import (
+from tests.helpers import (
     ALL_PERMISSIONS,
     API,
     assert_error,
@@ -141,7 +141,7 @@ def test_a_bad_worker_name_is_a_4xx(api, staff, operation, worker_name):
 def test_bad_numbers_in_worker_bodies_are_400(api, staff, value):
     worker = worker_of(staff)
     task = running_task(worker, rn="t1")
-    body = f'{{"worker": "{worker.name}", "progress": {value}, "timeout": {value}}}'
+    body = f'{{"worker": "{worker.name}", "attempt": 1, "progress": {value}, "timeout": {value}}}'
     response = raw(api, "/tasks/t1/heartbeat/", body)
     assert set(assert_error(response, 400, "invalid")["errors"]) == {"progress", "timeout"}
     lease = raw(api, f"/workers/{worker.name}/lease/", f'{{"limit": {value}, "timeout": {value}}}')
@@ -244,7 +244,13 @@ def test_server_owned_fields_cannot_ride_along_a_worker_operation(api, staff, op
     worker = worker_of(staff)
     task = running_task(worker, rn="t1")
     before = reload(task)
-    body = {"worker": worker.name, "owner": "worker-0", "status": "ready", "attempts": 0}
+    body = {
+        "worker": worker.name,
+        "attempt": 1,
+        "owner": "worker-0",
+        "status": "ready",
+        "attempts": 0,
+    }
     if operation == "abort":
         body["errors"] = [{"code": "x"}]
     response = api.post(f"{API}/tasks/t1/{operation}/", body, format="json")

@@ -168,6 +168,27 @@ def test_operator_session(console, page, live_server):
     assert not Task.objects.filter(rn__startswith="old-").exists()
     assert Task.objects.filter(rn__startswith="job-").count() == 36
 
+    # "Purge selected" asks first, with a count; going back deletes nothing.
+    page.fill("#searchbar", "job-001")
+    page.press("#searchbar", "Enter")
+    for confirm in (False, True):
+        page.locator("#result_list tbody tr", has_text="job-001").locator(
+            "input.action-select"
+        ).check()
+        page.select_option("select[name=action]", "purge_selected")
+        page.click(".actions button[type=submit]")
+        expect(page.locator("#scylla-purge-selected")).to_contain_text(
+            "This deletes 1 selected task, with its history."
+        )
+        if not confirm:
+            page.click("#scylla-purge-selected >> text=No, take me back")
+            expect(page.locator("#result_list tbody tr", has_text="job-001")).to_have_count(1)
+            assert Task.objects.filter(rn="job-001").exists()
+    page.click("#scylla-purge-selected input[type=submit]")
+    expect(page.locator(".messagelist")).to_contain_text("1 purged, 0 skipped")
+    assert not Task.objects.filter(rn="job-001").exists()
+    assert Task.objects.filter(rn__startswith="job-").count() == 35
+
     # The dashboard.
     page.click(".object-tools >> text=Dashboard")
     queues = page.locator("#scylla-queues tbody tr")

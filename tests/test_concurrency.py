@@ -25,7 +25,7 @@ from django.db.models.functions import Now
 from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import InvalidTransition, LeaseLost, TaskCancelled
 from scylla_django.models import History, Task, Worker
-from tests.conftest import expire
+from tests.helpers import expire
 from tests.processes import ROOT, child_env
 
 pytestmark = [pytest.mark.concurrency, pytest.mark.django_db(transaction=True)]
@@ -283,11 +283,14 @@ def test_heartbeat_racing_reset_never_resurrects_a_lease() -> None:
             tasks[pk].heartbeat(a, timeout=600)
     assert set(Task.objects.filter(pk__in=reset).values_list("status", flat=True)) == {"ready"}
 
-    assert sorted(t.pk for t in Task.objects.lease(b, ["hb"], limit=len(pks))) == sorted(reset)
+    leased_by_b = {t.pk: t for t in Task.objects.lease(b, ["hb"], limit=len(pks))}
+    assert sorted(leased_by_b) == sorted(reset)
     for pk in reset:
         with pytest.raises(LeaseLost):
             tasks[pk].complete(a, result="stale")
-        tasks[pk].complete(b, result="fresh")
+        with pytest.raises(LeaseLost):  # an object from an earlier lease is fenced out too
+            tasks[pk].complete(b, result="stale")
+        leased_by_b[pk].complete(b, result="fresh")
     rows = Task.objects.filter(pk__in=reset).values_list("status", "owner", "result", "attempts")
     assert set(rows) == {(Status.COMPLETED, b.name, "fresh", 2)}
     expected = [
@@ -387,21 +390,32 @@ def test_concurrent_purge_only_deletes_old_terminal_tasks() -> None:
 # -- 6. lease exclusivity across processes (SQLite and PostgreSQL) ------------------------------
 
 
-def test_lease_is_exclusive_across_processes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reconnecting_without_transaction_mode", [False, True])
+def test_lease_is_exclusive_across_processes(
+    tmp_path: Path, reconnecting_without_transaction_mode: bool
+) -> None:
     """Two OS processes leasing 500 tasks 5 at a time: each task goes to exactly one of them.
 
-    Runs on SQLite too, where `BEGIN IMMEDIATE` must serialise the separate processes' leases.
+    Runs on SQLite too, where `BEGIN IMMEDIATE` must serialise the separate processes' leases,
+    also when the database has no `transaction_mode` option and each lease opens a new
+    connection inside its transaction block (the second case, SQLite only).
     """
+    if reconnecting_without_transaction_mode and connection.vendor != "sqlite":
+        pytest.skip("the transaction_mode option is SQLite's")
     total, processes = 500, 2
     pks = submit("proc", total)
     assert not connection.in_atomic_block  # autocommit: the children can see the tasks
 
     go = tmp_path / "go"
     env = child_env()
+    extra = []
+    if reconnecting_without_transaction_mode:
+        env["SCYLLA_TEST_SQLITE_NO_TRANSACTION_MODE"] = "1"
+        extra = ["reconnect"]
     ready = [tmp_path / f"ready-{i}" for i in range(processes)]
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.lease_child", "proc", str(flag), str(go)],
+            [sys.executable, "-m", "tests.lease_child", "proc", str(flag), str(go), *extra],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,

@@ -8,7 +8,7 @@ import pytest
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from scylla_django import dashboard
+from scylla_django.admin import dashboard
 from scylla_django.enums import Status
 from scylla_django.models import Task, Worker
 from tests.factories import TaskFactory, running_task

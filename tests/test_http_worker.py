@@ -11,8 +11,8 @@ import pytest
 
 from scylla_django.enums import EventType, Status
 from scylla_django.models import History, Task, Worker
+from tests.helpers import make_user, token_header
 from tests.processes import ROOT, wait_until
-from tests.test_api import make_user, token_header
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
 

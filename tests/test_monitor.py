@@ -21,9 +21,10 @@ from django.db.models.functions import Now
 from scylla_django.enums import EventType, Status
 from scylla_django.management.commands.scylla_monitor import Command as MonitorCommand
 from scylla_django.models import History, Task, TaskQuerySet
-from scylla_django.monitor import Monitor, MonitorPass, format_duration
-from tests.conftest import expire
+from scylla_django.monitor import Monitor, MonitorPass
+from scylla_django.text import format_duration
 from tests.factories import TaskFactory, running_task
+from tests.helpers import expire
 from tests.processes import finish, start
 
 
@@ -197,6 +198,7 @@ def test_run_survives_a_database_error_and_retries(worker, monkeypatch, caplog):
 
     assert len(calls) == 2
     assert waits[0] == 1.0  # the first backoff
+    assert Monitor.backoff_max <= 1.0  # back within about a second of the database
     assert 0 < waits[1] <= 5  # then the normal interval
     assert Task.objects.get(rn="expired").status == Status.READY
     [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -211,6 +213,7 @@ def test_run_survives_a_database_error_and_retries(worker, monkeypatch, caplog):
 def test_backoff_doubles_up_to_its_cap_and_a_success_resets_it(monkeypatch):
     outcomes = iter([False] * 7 + [True] + [False] + [True])
     monitor, stop = Monitor(interval=5), threading.Event()
+    monitor.backoff_max = 30.0
 
     def run_once():
         if not next(outcomes):

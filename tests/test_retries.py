@@ -14,10 +14,10 @@ from scylla_django import Abort, Exponential, Fixed, Retry, handler
 from scylla_django.enums import Status
 from scylla_django.exceptions import DuplicateTask, InvalidTransition, LeaseLost
 from scylla_django.handlers import HandlerRegistry
-from scylla_django.models import Task, Worker
+from scylla_django.models import Outcome, Task, Worker
 from scylla_django.retries import queue_policy, register_policy, successor_rn
 from scylla_django.worker import TaskWorker, exception_error
-from tests.conftest import expire
+from tests.helpers import expire
 from tests.test_concurrency import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -166,11 +166,59 @@ def test_a_failing_successor_insert_rolls_the_abort_back(worker, monkeypatch):
     def broken(*args, **kwargs):
         raise IntegrityError("boom")
 
-    monkeypatch.setattr(Task.objects, "bulk_create", broken, raising=False)
     monkeypatch.setattr("django.db.models.query.QuerySet.bulk_create", broken)
+    monkeypatch.setattr("scylla_django.db.postgresql_submit", broken)
     with pytest.raises(IntegrityError):
         task.abort(worker, [exception_error(ValueError())])
     assert Task.objects.get(rn="atomic").status == Status.RUNNING
+
+
+def test_finish_many_submits_each_covered_abort_s_successor_once(worker):
+    Task.objects.submit("default", {"n": 1}, rn="batch-retry", retry=Retry(backoff=Fixed(7)))
+    Task.objects.submit("default", {}, rn="batch-plain")
+    Task.objects.submit("default", {}, rn="batch-done", retry=Retry())
+    leases = {t.rn: t for t in Task.objects.lease(worker, ["default"], limit=3, timeout=60)}
+    outcomes = [
+        Outcome(leases["batch-retry"].pk, 1, errors=[exception_error(ValueError())]),
+        Outcome(leases["batch-plain"].pk, 1, errors=[exception_error(ValueError())]),
+        Outcome(leases["batch-done"].pk, 1, result=3),
+    ]
+    assert Task.objects.finish_many(worker, outcomes) == {t.pk for t in leases.values()}
+    # Written again (a reply lost): refused by the fence, and no second successor.
+    assert Task.objects.finish_many(worker, outcomes) == set()
+    [successor] = Task.objects.filter(retry_of__isnull=False)
+    aborted = Task.objects.get(rn="batch-retry")
+    assert (successor.root, successor.attempt, successor.spec) == ("batch-retry", 2, {"n": 1})
+    assert successor.not_before == aborted.updated + timedelta(seconds=7)
+    assert successor.status == Status.READY
+
+
+def test_a_failing_successor_insert_rolls_finish_many_back(worker, monkeypatch):
+    Task.objects.submit("default", {}, rn="batch-atomic", retry=Retry())
+    task = leased(worker)
+
+    def broken(*args, **kwargs):
+        raise IntegrityError("boom")
+
+    monkeypatch.setattr("django.db.models.query.QuerySet.bulk_create", broken)
+    monkeypatch.setattr("scylla_django.db.postgresql_submit", broken)
+    with pytest.raises(IntegrityError):
+        Task.objects.finish_many(
+            worker, [Outcome(task.pk, 1, errors=[exception_error(KeyError())])]
+        )
+    assert Task.objects.get(rn="batch-atomic").status == Status.RUNNING
+
+
+def test_submit_many_keeps_each_item_s_policy():
+    outcomes = Task.objects.submit_many(
+        [
+            {"queue": "default", "spec": {}, "rn": "many-own", "retry": {"max_attempts": 4}},
+            {"queue": "default", "spec": {}, "rn": "many-none"},
+        ]
+    )
+    assert [o.outcome for o in outcomes] == ["inserted", "inserted"]
+    assert Task.objects.get(rn="many-own").retry_policy["max_attempts"] == 4
+    assert Task.objects.get(rn="many-none").retry_policy is None
 
 
 def test_the_schema_refuses_a_second_successor(worker):

@@ -6,13 +6,23 @@ from datetime import timedelta
 
 import django
 import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.utils import timezone
 
-from scylla_django.backends import django_priority
+from scylla_django.backends import (
+    HAS_DJANGO_TASKS,
+    django_priority,
+    register_handlers,
+    run_django_task,
+)
 from scylla_django.enums import Status
-from scylla_django.handlers import autodiscover
+from scylla_django.handlers import autodiscover, registry
 from scylla_django.models import Task
 from scylla_django.worker import TaskWorker
+
+if HAS_DJANGO_TASKS:
+    from scylla_django.backends import ScyllaBackend
 
 pytestmark = [
     pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks is new in Django 6.0"),
@@ -23,6 +33,7 @@ pytestmark = [
 @pytest.fixture(autouse=True)
 def handlers():
     autodiscover()
+    register_handlers()
 
 
 def run_worker(*queues: str) -> None:
@@ -41,7 +52,13 @@ def test_enqueue_submits_a_scylla_task_and_the_worker_runs_it():
     result = add.enqueue(2, b=3)
     task = Task.objects.get(rn=result.id)
     assert (task.queue, task.priority, task.status) == ("default", 128, Status.READY)
-    assert task.spec == {"django_task": "tests.django_tasks.add", "args": [2], "kwargs": {"b": 3}}
+    assert task.spec == {
+        "django_task": "tests.django_tasks.add",
+        "args": [2],
+        "kwargs": {"b": 3},
+        "priority": 0,
+        "backend": "default",
+    }
     assert result.status == TaskResultStatus.READY and result.enqueued_at == task.created
 
     run_worker("default")
@@ -123,3 +140,116 @@ def test_a_backend_option_gives_its_tasks_a_retry_policy(settings):
     result = add.enqueue(1, b=2)
     policy = Task.objects.get(rn=result.id).retry_policy
     assert (policy["max_attempts"], policy["backoff"], policy["delay"]) == (4, "fixed", 5)
+
+
+def test_task_finished_is_sent_after_the_outcome_with_the_final_result():
+    from django.tasks import TaskResultStatus
+    from django.tasks.signals import task_finished
+
+    from tests.django_tasks import add, explode
+
+    seen: list[tuple[str, object, str | None]] = []
+
+    def receiver(sender, task_result, **kwargs):
+        stored = Task.objects.get(rn=task_result.id).status
+        seen.append((task_result.id, task_result.status, stored))
+
+    task_finished.connect(receiver)
+    try:
+        ok, failed, cancelled = add.enqueue(1, 2), explode.enqueue(), add.enqueue(3, 4)
+        Task.objects.get(rn=cancelled.id).cancel()
+        run_worker("default")
+    finally:
+        task_finished.disconnect(receiver)
+    assert sorted(seen) == sorted(
+        [
+            (ok.id, TaskResultStatus.SUCCESSFUL, Status.COMPLETED),
+            (failed.id, TaskResultStatus.FAILED, Status.ABORTED),
+            (cancelled.id, TaskResultStatus.FAILED, Status.CANCELLED),
+        ]
+    )
+
+
+def test_get_result_keeps_the_using_overrides():
+    from tests.django_tasks import send
+
+    later = timezone.now() + timedelta(hours=1)
+    enqueued = send.using(priority=-7, queue_name="default", run_after=later).enqueue("a@b.c")
+    fetched = send.get_result(enqueued.id)
+    assert fetched.task == enqueued.task
+    assert (fetched.task.priority, fetched.task.queue_name, fetched.task.run_after) == (
+        -7,
+        "default",
+        later,
+    )
+    assert fetched == enqueued
+
+
+def test_a_task_that_cannot_be_imported_records_its_import_error():
+    from tests.django_tasks import add
+
+    result = add.enqueue(1, 1)
+    task = Task.objects.get(rn=result.id)
+    Task.objects.filter(pk=task.pk).update(
+        spec={**task.spec, "django_task": "tests.django_tasks.gone"}
+    )
+    run_worker("default")
+    task.refresh_from_db()
+    assert task.status == Status.ABORTED
+    [error] = task.errors
+    assert error["code"] == "exception"
+    assert error["args"]["type"] == "builtins.ImportError"
+    assert "gone" in error["args"]["traceback"]
+
+
+class SubclassedBackend(ScyllaBackend if HAS_DJANGO_TASKS else object):  # type: ignore[misc]
+    """A project's own subclass of the backend."""
+
+
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    """The global handler registry, restored after the test."""
+    monkeypatch.setattr(registry, "_handlers", dict(registry._handlers))
+    return registry
+
+
+def test_a_subclass_of_the_backend_gets_the_worker_handler(settings, scratch_registry):
+    settings.TASKS = {
+        "default": {"BACKEND": f"{__name__}.SubclassedBackend", "QUEUES": ["sub-queue"]}
+    }
+    register_handlers()
+    assert scratch_registry.get("sub-queue") is run_django_task
+
+
+def check_ids(settings, tasks, installed=None) -> list[str]:
+    from django.tasks.checks import check_tasks
+
+    settings.TASKS = tasks
+    if installed is not None:
+        settings.INSTALLED_APPS = installed
+    return [message.id for message in check_tasks()]
+
+
+def test_check_reports_scylla_django_missing_from_installed_apps(settings):
+    tasks = {"default": {"BACKEND": "scylla_django.backends.ScyllaBackend"}}
+    apps_without = [app for app in settings.INSTALLED_APPS if app != "scylla_django"]
+    assert check_ids(settings, tasks) == []
+    assert check_ids(settings, tasks, apps_without) == ["scylla_django.E010"]
+
+
+def test_check_reports_a_queue_with_a_handler_of_its_own_and_a_bad_queue_name(
+    settings, scratch_registry
+):
+    def own_handler(ctx):
+        return None
+
+    scratch_registry.register("reports-dj", own_handler)
+    tasks = {
+        "default": {
+            "BACKEND": "scylla_django.backends.ScyllaBackend",
+            "QUEUES": ["reports-dj", "-bad", "fine"],
+        }
+    }
+    assert check_ids(settings, tasks) == ["scylla_django.E011", "scylla_django.E012"]
+    with pytest.raises(SystemCheckError, match="E012"):
+        call_command("scylla_worker", "--queue", "fine", "--once", skip_checks=False)

@@ -17,8 +17,8 @@ from scylla_django.exceptions import (
     TaskNotFound,
 )
 from scylla_django.models import History, Task
-from tests.conftest import expire
 from tests.factories import TaskFactory, running_task
+from tests.helpers import expire
 
 pytestmark = pytest.mark.django_db
 

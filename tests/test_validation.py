@@ -6,8 +6,9 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
+from scylla_django.exceptions import Abort, LeaseLost, ScyllaError, error_record
 from scylla_django.models import Task
-from scylla_django.validation import validate_json
+from scylla_django.validation import validate_errors, validate_json
 from tests.factories import TaskFactory
 
 pytestmark = pytest.mark.django_db
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.mark.parametrize(
     "rn",
-    ["", "x" * 129, "has space", "slash/", "percent%", "ünïcode", "nul\x00", 42],
+    ["", "x" * 129, "has space", "slash/", "percent%", "ünïcode", "nul\x00", 42, ".", ".."],
 )
 def test_bad_rns_are_rejected(rn):
     with pytest.raises(ValidationError) as raised:
@@ -24,7 +25,9 @@ def test_bad_rns_are_rejected(rn):
     assert Task.objects.count() == 0
 
 
-@pytest.mark.parametrize("rn", ["a", "x" * 128, "orders:eu-1.233_b", "2e822247-e4f5-480d"])
+@pytest.mark.parametrize(
+    "rn", ["a", "x" * 128, "orders:eu-1.233_b", "2e822247-e4f5-480d", "...", ".a", "a.."]
+)
 def test_good_rns_are_accepted(rn):
     assert Task.objects.submit("q", {}, rn=rn).rn == rn
 
@@ -124,3 +127,33 @@ def test_database_check_constraints_hold_without_the_orm_validation(values):
     task = TaskFactory()
     with pytest.raises(IntegrityError), transaction.atomic():
         Task.objects.filter(pk=task.pk).update(**values)
+
+
+def test_every_error_record_has_one_shape():
+    assert error_record("empty") == {"code": "empty", "args": {}, "description": ""}
+    raised = Abort("empty", "no rows matched", args={"day": 3})
+    assert raised.as_error() == error_record("empty", "no rows matched", {"day": 3})
+    assert raised.as_error() == {
+        "code": "empty",
+        "args": {"day": 3},
+        "description": "no rows matched",
+    }
+    assert validate_errors({"code": "empty"}) == [error_record("empty")]
+    assert validate_errors([{"code": "x", "args": [1], "description": "d"}]) == [
+        error_record("x", "d", [1])
+    ]
+
+
+def test_an_error_class_names_its_code_in_its_header():
+    class Late(LeaseLost):
+        """Inherits its code."""
+
+    class Busy(ScyllaError, code="busy"):
+        """Names its own."""
+
+    assert (Late.code, Busy.code, LeaseLost.code, ScyllaError.code) == (
+        "lease_lost",
+        "busy",
+        "lease_lost",
+        "scylla_error",
+    )

@@ -12,7 +12,7 @@ from django.db import OperationalError
 from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import LeaseLost, TaskCancelled
 from scylla_django.handlers import HandlerAlreadyRegistered, HandlerRegistry, TaskContext, handler
-from scylla_django.models import History, Task, Worker
+from scylla_django.models import History, Task, TaskQuerySet, Worker
 from scylla_django.worker import TaskWorker
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
 from tests.processes import wait_until
@@ -136,7 +136,7 @@ def test_failed_heartbeats_make_the_worker_give_the_task_up(monkeypatch, setting
     worker = TaskWorker(["t-sleep"], heartbeat_interval=0.1, poll_interval=0.05)
     thread = run_in_thread(worker)
     wait_until(lambda: worker.in_flight_count() == 1, what="leased")
-    monkeypatch.setattr(Task, "heartbeat", broken)
+    monkeypatch.setattr(TaskQuerySet, "heartbeat_many", broken)
     wait_until(lambda: worker.in_flight_count() == 0, timeout=5, what="the task to be given up")
     worker.stop()
     thread.join(10)
@@ -222,3 +222,29 @@ def test_lease_timeout_from_the_worker():
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.COMPLETED, what="done")
     worker.stop()
     thread.join(10)
+
+
+def test_async_handlers_run_many_at_once_on_one_event_loop_thread():
+    tasks = [Task.objects.submit("t-async", {"seconds": 0.5}) for _ in range(6)]
+    worker = TaskWorker(["t-async"], concurrency=6, poll_interval=0.05)
+    thread = run_in_thread(worker)
+    wait_until(lambda: Task.objects.filter(status=Status.RUNNING).count() == 6, what="6 at once")
+    wait_until(
+        lambda: Task.objects.filter(status=Status.COMPLETED).count() == 6, what="all completed"
+    )
+    worker.stop()
+    thread.join(10)
+    threads = {Task.objects.get(pk=t.pk).result["thread"] for t in tasks}
+    assert len(threads) == 1  # one event loop thread ran all six
+
+
+def test_an_async_handler_sees_a_cancel_through_ctx_check():
+    task = Task.objects.submit("t-async", {"seconds": 30})
+    worker = TaskWorker(["t-async"], heartbeat_interval=0.1, poll_interval=0.05)
+    thread = run_in_thread(worker)
+    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="running")
+    Task.objects.get(pk=task.pk).cancel()
+    wait_until(lambda: worker.in_flight_count() == 0, timeout=3, what="the handler to stop")
+    worker.stop()
+    thread.join(10)
+    assert Task.objects.get(pk=task.pk).status == Status.CANCELLED

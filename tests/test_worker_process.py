@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections import Counter
@@ -216,3 +217,28 @@ def test_lease_deadlines_use_the_database_clock():
     assert running.deadline - running.updated == timedelta(seconds=7)
     process.send_signal(signal.SIGTERM)
     assert finish(process)[0] == 0
+
+
+def test_processes_run_a_worker_each_and_pass_signals_on():
+    tasks = [Task.objects.submit("t-sleep", {"seconds": 60}, rn=f"p{n}") for n in range(4)]
+    parent = worker("t-sleep", extra=("--processes", "2", "--concurrency", "2"))
+    wait_until(lambda: statuses()[Status.RUNNING] == 4, timeout=30, what="4 running tasks")
+    live = Worker.objects.filter(stopped__isnull=True)
+    assert live.count() == 2
+    assert len({w.pid for w in live}) == 2 and parent.pid not in {w.pid for w in live}
+    assert len(set(Task.objects.values_list("owner", flat=True))) == 2
+
+    # A child that dies is replaced by a new worker; its task's lease simply runs out.
+    victim = live.first()
+    os.kill(victim.pid, signal.SIGKILL)
+    wait_until(
+        lambda: Worker.objects.filter(stopped__isnull=True).exclude(pk=victim.pk).count() == 2,
+        timeout=20,
+        what="a replacement worker process",
+    )
+    parent.send_signal(signal.SIGTERM)
+    code, output = finish(parent, timeout=30)
+    assert code == 0, output
+    assert not Worker.objects.filter(stopped__isnull=True).exclude(pk=victim.pk).exists()
+    yielded = [t for t in tasks if typs(t)[-1] == EventType.YIELD]
+    assert len(yielded) == 2, output  # the survivor's two; the victim's wait for their lease

@@ -59,3 +59,28 @@ def bad_result(ctx):
 def stubborn(ctx):
     """Sleep without ever checking for a stop."""
     time.sleep(ctx.spec.get("seconds", 60))
+
+
+@handler("t-exit")
+def exit_(ctx):
+    """End with SystemExit, as sys.exit() in library code would."""
+    raise SystemExit(f"exit from {ctx.task.rn}")
+
+
+@handler("t-interrupt")
+def interrupt(ctx):
+    raise KeyboardInterrupt
+
+
+@handler("t-async")
+async def async_sleep(ctx):
+    """Await spec["seconds"] in small steps, checking for a stop; report the thread it ran on."""
+    import asyncio
+    import threading
+
+    steps = max(1, int(ctx.spec.get("seconds", 0.3) / 0.02))
+    for step in range(steps):
+        ctx.check()
+        await asyncio.sleep(0.02)
+        ctx.set_progress((step + 1) / steps)
+    return {"thread": threading.get_ident()}

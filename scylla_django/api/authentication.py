@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from django.apps import apps
 from rest_framework import exceptions
-from rest_framework.authentication import TokenAuthentication
+from rest_framework.authentication import BaseAuthentication, TokenAuthentication
 
 
 class ScyllaTokenAuthentication(TokenAuthentication):
@@ -19,3 +21,12 @@ class ScyllaTokenAuthentication(TokenAuthentication):
         if "\x00" in key:
             raise exceptions.AuthenticationFailed("Invalid token.")
         return super().authenticate_credentials(key)
+
+
+def authenticators(classes: Sequence[type[BaseAuthentication]]) -> list[BaseAuthentication]:
+    """Instances of `classes`, leaving token authentication out unless
+    `rest_framework.authtoken` is installed: without it the API works with session
+    authentication alone (and a `Token` header is not looked up in a table that is not there).
+    """
+    tokens = apps.is_installed("rest_framework.authtoken")
+    return [cls() for cls in classes if tokens or not issubclass(cls, TokenAuthentication)]

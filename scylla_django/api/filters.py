@@ -1,4 +1,4 @@
-"""The filters of `GET /tasks/` (SPEC §6), as a django-filter FilterSet.
+"""The filters of `GET /tasks/` (README, "REST API"), as a django-filter FilterSet.
 
 Every value is checked before it reaches the database: a queue or rn that breaks the naming
 rules, a NUL character or an integer out of range is a 400 with a code per parameter, never a
@@ -19,9 +19,11 @@ from django.core.validators import RegexValidator
 from django.db.models import Q
 from django.http import QueryDict
 from drf_spectacular.utils import extend_schema_field
+from rest_framework.exceptions import ErrorDetail
+from rest_framework.exceptions import ValidationError as APIValidationError
 
-from ..enums import Status
-from ..models import Task
+from ..enums import Liveness, Status
+from ..models import Task, Worker, WorkerQuerySet
 from ..validation import QUEUE_MAX_LENGTH, RN_MAX_LENGTH, queue_validator, rn_validator
 from .serializers import clamp_utc
 
@@ -112,6 +114,21 @@ class OwnerFilter(django_filters.CharFilter):  # type: ignore[misc, unused-ignor
         super().__init__(max_length=64)
 
 
+@extend_schema_field(
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 100,
+        "description": "Tasks that recorded an error with this code (exact).",
+    }
+)
+class ErrorCodeFilter(django_filters.CharFilter):  # type: ignore[misc, unused-ignore]
+    """An error code, matched exactly against every error a task recorded."""
+
+    def __init__(self) -> None:
+        super().__init__(method="filter_error_code", max_length=100)
+
+
 class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
     """`status` (repeatable), `queue`, `owner`, `rn`, priority and created/updated ranges."""
 
@@ -130,6 +147,7 @@ class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
     created_before = TimestampFilter(field_name="created", lookup_expr="lt")
     updated_after = TimestampFilter(field_name="updated", lookup_expr="gte")
     updated_before = TimestampFilter(field_name="updated", lookup_expr="lt")
+    error_code = ErrorCodeFilter()
 
     class Meta:
         model = Task
@@ -146,4 +164,110 @@ class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
             "created_before",
             "updated_after",
             "updated_before",
+            "error_code",
         ]
+
+    def filter_error_code(self, queryset: Any, name: str, value: str) -> Any:
+        return queryset.with_error_code(value)
+
+
+class WorkerFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
+    """`state` (repeatable: alive, silent, dead, stopped) and `queue` (one the worker serves)."""
+
+    state = django_filters.MultipleChoiceFilter(
+        choices=Liveness.choices,
+        method="filter_state",
+        help_text="One or more states (repeat the parameter).",
+    )
+    queue = QueueFilter()
+
+    class Meta:
+        model = Worker
+        form = NoEmptyValuesForm
+        fields = ["state", "queue"]
+
+    def filter_state(self, queryset: WorkerQuerySet, name: str, value: list[str]) -> Any:
+        return queryset.in_state(*value) if value else queryset
+
+    def filter_queryset(self, queryset: Any) -> Any:
+        queue = self.form.cleaned_data.pop("queue", None)
+        queryset = super().filter_queryset(queryset)
+        return queryset.serving(queue) if queue else queryset
+
+
+# -- the same filters in a request body (`POST /tasks/cancel/`) -------------------------------
+
+RN_SCHEMA = string_schema(rn_validator, RN_MAX_LENGTH, "Exact rn.")
+TIMESTAMP_SCHEMA = {"type": "string", "format": "date-time"}
+PRIORITY_SCHEMA = {"type": "integer", "minimum": 0, "maximum": 255}
+FILTER_BODY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "The filters of `GET /tasks/`, as a JSON object; at least one.",
+    "properties": {
+        "status": {
+            "type": "array",
+            "items": {"type": "string", "enum": list(Status.values)},
+            "minItems": 1,
+        },
+        "queue": string_schema(queue_validator, QUEUE_MAX_LENGTH, "Exact queue name."),
+        "owner": {"type": "string", "minLength": 1, "maxLength": 64},
+        "rn": RN_SCHEMA,
+        "priority_min": PRIORITY_SCHEMA,
+        "priority_max": PRIORITY_SCHEMA,
+        "created_after": TIMESTAMP_SCHEMA,
+        "created_before": TIMESTAMP_SCHEMA,
+        "updated_after": TIMESTAMP_SCHEMA,
+        "updated_before": TIMESTAMP_SCHEMA,
+        "error_code": {"type": "string", "minLength": 1, "maxLength": 100},
+    },
+    "additionalProperties": False,
+    "minProperties": 1,
+}
+
+
+def filter_from_body(data: Any, queryset: Any) -> Any:
+    """The tasks of `queryset` that the filters in `data` (a JSON object) select.
+
+    The values are checked by `TaskFilter`, as the list's query parameters are; a JSON
+    string, integer or (for `status`) list of strings stands for the parameter's value(s).
+    Raises a DRF ValidationError whose fields are named `filter.<name>`.
+    """
+
+    def invalid(name: str, message: str, code: str) -> APIValidationError:
+        field = f"filter.{name}" if name else "filter"
+        return APIValidationError({field: [ErrorDetail(message, code=code)]})
+
+    if not isinstance(data, dict):
+        raise invalid("", "Send the filters as a JSON object.", "invalid")
+    if not data:
+        raise invalid(
+            "", "Give at least one filter (to cancel every task, name the statuses).", "blank"
+        )
+    params = QueryDict(mutable=True)
+    for name, value in data.items():
+        if name not in TaskFilter.base_filters:
+            raise invalid(
+                name,
+                f"Unknown filter. Allowed: {', '.join(TaskFilter.base_filters)}.",
+                "unknown_field",
+            )
+        # JSON types as the schema says: "5" is not an integer and 5 is not a queue name.
+        kind = FILTER_BODY_SCHEMA["properties"][name]["type"]
+        values = value if kind == "array" and isinstance(value, list) else [value]
+        expected = int if kind == "integer" else str
+        if (kind == "array" and not isinstance(value, list)) or not all(
+            isinstance(v, expected) and not isinstance(v, bool) for v in values
+        ):
+            raise invalid(name, f"Not a valid value for this filter (a JSON {kind}).", "invalid")
+        if not values:
+            raise invalid(name, "Give at least one value.", "blank")
+        params.setlist(name, [str(v) for v in values])
+    filterset = TaskFilter(data=params, queryset=queryset)
+    if not filterset.is_valid():
+        raise APIValidationError(
+            {
+                f"filter.{name}": [ErrorDetail(e["message"], code=e["code"]) for e in errors]
+                for name, errors in filterset.form.errors.get_json_data().items()
+            }
+        )
+    return filterset.qs

@@ -22,7 +22,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.dateparse import parse_datetime
 from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
-from rest_framework.pagination import BasePagination
+from rest_framework.pagination import BasePagination, CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
@@ -55,6 +55,16 @@ class Cursor:
 
 def invalid(param: str, message: str, code: str) -> ValidationError:
     return ValidationError({param: [ErrorDetail(message, code=code)]})
+
+
+def strict_page_size(request: Request, param: str, default: int, maximum: int) -> int:
+    """`?<param>=`: a positive integer (a larger one is capped at `maximum`), else a 400."""
+    raw = request.query_params.get(param)
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdigit()) or not raw.strip("0"):
+        raise invalid(param, "A page size is a positive integer.", "invalid")
+    return min(int(raw), maximum) if len(raw) < 10 else maximum
 
 
 class TaskCursorPagination(BasePagination):
@@ -118,14 +128,9 @@ class TaskCursorPagination(BasePagination):
         return ordering
 
     def get_page_size(self, request: Request) -> int:
-        raw = request.query_params.get(self.page_size_query_param)
-        if raw is None:
-            return self.page_size
-        if not (raw.isascii() and raw.isdigit()) or not raw.strip("0"):
-            raise invalid(
-                self.page_size_query_param, "A page size is a positive integer.", "invalid"
-            )
-        return min(int(raw), self.max_page_size) if len(raw) < 10 else self.max_page_size
+        return strict_page_size(
+            request, self.page_size_query_param, self.page_size, self.max_page_size
+        )
 
     def decode_cursor(self, request: Request) -> Cursor | None:
         raw = request.query_params.get(self.cursor_query_param)
@@ -217,6 +222,39 @@ class TaskCursorPagination(BasePagination):
                 "in": "query",
                 "required": False,
                 "description": f"Tasks per page: default {self.page_size}, at most "
+                f"{self.max_page_size} (larger values are capped).",
+                "schema": {"type": "integer", "minimum": 1},
+            },
+            {
+                "name": self.cursor_query_param,
+                "in": "query",
+                "required": False,
+                "description": "A page's position, from a `next` or `previous` link.",
+                "schema": {"type": "string"},
+            },
+        ]
+
+
+class WorkerCursorPagination(CursorPagination):
+    """Workers, newest first, `?page_size=` (default 100, at most 500)."""
+
+    ordering = "-id"
+    page_size = 100
+    max_page_size = 500
+    page_size_query_param = "page_size"
+
+    def get_page_size(self, request: Request) -> int:
+        return strict_page_size(
+            request, self.page_size_query_param, self.page_size, self.max_page_size
+        )
+
+    def get_schema_operation_parameters(self, view: APIView) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": self.page_size_query_param,
+                "in": "query",
+                "required": False,
+                "description": f"Workers per page: default {self.page_size}, at most "
                 f"{self.max_page_size} (larger values are capped).",
                 "schema": {"type": "integer", "minimum": 1},
             },

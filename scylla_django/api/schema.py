@@ -28,7 +28,7 @@ SCHEMA_SETTINGS: dict[str, Any] = {
     "PREPROCESSING_HOOKS": ["scylla_django.api.schema.only_this_api"],
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "scylla_django.api.schema.require_list_bodies",
+        "scylla_django.api.schema.require_bodies",
     ],
     "ENUM_NAME_OVERRIDES": {
         "TaskStatusEnum": "scylla_django.enums.Status",
@@ -44,7 +44,7 @@ ERROR_DESCRIPTIONS = {
     404: "No such task (`task_not_found`), worker (`worker_not_found`), page (`invalid_cursor`) "
     "or format (`not_found`).",
     409: "The transition is not allowed now: `invalid_transition`, `duplicate_task`, "
-    "`lease_lost` or `task_cancelled`.",
+    "`lease_lost`, `task_cancelled` or `owner_alive`.",
     413: "The request body is larger than `DATA_UPLOAD_MAX_MEMORY_SIZE` (`too_large`).",
 }
 
@@ -86,16 +86,23 @@ def only_this_api(endpoints: list[tuple[Any, ...]], **kwargs: Any) -> list[tuple
     ]
 
 
-def require_list_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    """Mark a request body that is a list as required: an absent body is not an empty list."""
+def require_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """Mark a request body as required when no absent body could be valid: a list (an absent
+    body is not an empty list), or a choice of objects that each require a field.
+    """
     for operations in result.get("paths", {}).values():
         for operation in operations.values():
             body = operation.get("requestBody", {})
-            if any(
-                m.get("schema", {}).get("type") == "array" for m in body.get("content", {}).values()
-            ):
+            if any(_needs_body(m.get("schema", {})) for m in body.get("content", {}).values()):
                 body["required"] = True
     return result
+
+
+def _needs_body(schema: dict[str, Any]) -> bool:
+    choices = schema.get("oneOf") or schema.get("anyOf")
+    if choices:
+        return all(choice.get("required") for choice in choices)
+    return schema.get("type") == "array"
 
 
 class StrictSerializerExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]

@@ -1,4 +1,6 @@
-"""What the API reads and writes. JSON shapes use the field names of SPEC §2 and §4.
+"""What the API reads and writes.
+
+JSON shapes use the field names of the README's "The task" and "REST API".
 
 Request serializers only parse and check input, with the validators of `validation.py`; the
 views hand the result to the model methods, which validate again and do the writing. Request
@@ -15,10 +17,11 @@ from typing import Any
 
 from django.core.validators import RegexValidator
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 
-from ..enums import EventType, Status
+from ..enums import EventType, Liveness, Status
 from ..models import MAX_PARENTS, CatchUp, History, Schedule, Task, Worker
 from ..retries import MAX_DELAY as MAX_RETRY_DELAY
 from ..validation import (
@@ -34,6 +37,7 @@ FIRST_INSTANT = datetime.min.replace(tzinfo=UTC)
 LAST_INSTANT = datetime.max.replace(microsecond=0, tzinfo=UTC)
 MAX_LEASE_LIMIT = 100
 MAX_LEASE_SECONDS = 10**9
+MAX_CANCEL_RNS = 10_000
 
 
 # -- strict fields --------------------------------------------------------------------------
@@ -154,7 +158,7 @@ class TaskErrorSerializer(StrictSerializer):
 
 
 class TaskSerializer(serializers.ModelSerializer[Task]):
-    """A task, as SPEC §2 names its fields. Every field is read-only."""
+    """A task, with the field names of the README's "The task". Every field is read-only."""
 
     spec = JSONValueField(read_only=True)
     result = JSONValueField(read_only=True, allow_null=True)
@@ -191,7 +195,7 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
 
 
 class HistorySerializer(serializers.Serializer[History]):
-    """A History entry in the seed's shape, as `History.as_json()` renders it.
+    """A History entry, as `History.as_json()` renders it (README, "REST API").
 
     `progress` is always present: null for an event that recorded none.
     """
@@ -303,10 +307,45 @@ class CancelSerializer(StrictSerializer):
     """A cancellation has no parameters: the body is empty or `{}`."""
 
 
+class BulkCancelSerializer(StrictSerializer):
+    """What `POST /tasks/cancel/` cancels: `filter` (the list's filters) or `rns`, not both."""
+
+    filter = serializers.DictField(required=False)
+    rns = serializers.ListField(
+        child=StrictCharField(max_length=RN_MAX_LENGTH, validators=[rn_validator]),
+        required=False,
+        min_length=1,
+        max_length=MAX_CANCEL_RNS,
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("filter" in attrs) == ("rns" in attrs):
+            raise serializers.ValidationError(
+                ErrorDetail("Give either `filter` or `rns`.", code="invalid")
+            )
+        return attrs
+
+
+class CancelledSerializer(serializers.Serializer[Any]):
+    """What `POST /tasks/cancel/` did."""
+
+    cancelled = serializers.IntegerField(help_text="Ready or running tasks now cancelled.")
+    skipped = serializers.IntegerField(help_text="Selected tasks that were already finished.")
+    not_found = serializers.IntegerField(help_text="Given rns that name no task.")
+
+
 class WorkerActionSerializer(StrictSerializer):
-    """A worker operation on a task, naming the worker that holds its lease."""
+    """A worker operation on a task, naming the lease it holds: the worker and the attempt."""
 
     worker = worker_field()
+    attempt = serializers.IntegerField(
+        min_value=1,
+        max_value=2**31 - 1,
+        help_text=(
+            "The task's `attempts` as the lease returned it: a call from an earlier lease of "
+            "the same worker is refused with 409 `lease_lost`."
+        ),
+    )
 
 
 class HeartbeatSerializer(WorkerActionSerializer):
@@ -360,6 +399,20 @@ class RegisterSerializer(StrictSerializer):
     capacity = StrictIntegerField(required=False, min_value=1, max_value=10_000)
     hostname = StrictCharField(required=False, allow_blank=True, max_length=255)
     pid = StrictIntegerField(required=False, allow_null=True, min_value=0, max_value=2**31 - 1)
+    lease_timeout = StrictFloatField(
+        required=False,
+        min_value=0.001,
+        max_value=MAX_LEASE_SECONDS,
+        help_text="Seconds: the worker is dead when unseen this long. "
+        "`SCYLLA['LEASE_TIMEOUT']` when omitted.",
+    )
+    heartbeat_interval = StrictFloatField(
+        required=False,
+        min_value=0.001,
+        max_value=MAX_LEASE_SECONDS,
+        help_text="Seconds between the worker's calls: it is silent when unseen for two. "
+        "A third of `lease_timeout` when omitted.",
+    )
 
 
 class WorkerSerializer(serializers.ModelSerializer[Worker]):
@@ -428,6 +481,111 @@ class ErrorSerializer(serializers.Serializer[Any]):
         required=False,
         help_text="400 only: the errors of each field, by field name or path.",
     )
+
+
+# -- operations -----------------------------------------------------------------------------
+
+
+@extend_schema_field({"type": "number", "nullable": True})
+class SecondsField(serializers.ReadOnlyField):
+    """A duration, written as a number of seconds."""
+
+    def to_representation(self, value: Any) -> Any:
+        return None if value is None else float(value.total_seconds())
+
+
+class WorkerStateSerializer(WorkerSerializer):
+    """A worker with its liveness, judged on the database clock: `alive`; `silent` when unseen
+    for two heartbeat intervals; `dead` when unseen for its lease timeout; `stopped`."""
+
+    state = serializers.ChoiceField(choices=Liveness.choices, read_only=True, source="liveness")
+    heartbeat_interval = SecondsField()
+    lease_timeout = SecondsField()
+
+    class Meta(WorkerSerializer.Meta):
+        fields = [
+            *WorkerSerializer.Meta.fields,
+            "state",
+            "heartbeat_interval",
+            "lease_timeout",
+            "silent_at",
+            "dead_at",
+        ]
+        read_only_fields = fields
+
+
+class WorkerDetailSerializer(WorkerStateSerializer):
+    """A worker, with the running tasks whose lease it holds."""
+
+    tasks = TaskSerializer(many=True, read_only=True, source="held_tasks")
+
+    class Meta(WorkerStateSerializer.Meta):
+        fields = [*WorkerStateSerializer.Meta.fields, "tasks"]
+        read_only_fields = fields
+
+
+class ResetLeaseSerializer(StrictSerializer):
+    """The lease to reset, as the operator saw it: its owner and attempt."""
+
+    owner = worker_field()
+    attempt = StrictIntegerField(min_value=1, max_value=2**31 - 1)
+
+
+class HealthQuerySerializer(serializers.Serializer[Any]):
+    """Which checks to run besides the database's (query parameters)."""
+
+    hostname = serializers.CharField(
+        required=False,
+        min_length=1,
+        max_length=255,
+        help_text="Check that a worker registered from this host is heartbeating.",
+    )
+    monitor = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Check that a monitor made a pass within three of its intervals.",
+    )
+    max_lag = serializers.FloatField(
+        required=False,
+        min_value=0.001,
+        max_value=MAX_LEASE_SECONDS,
+        help_text="Seconds: check that no leasable ready task has waited longer.",
+    )
+    queue = serializers.ListField(
+        child=StrictCharField(max_length=QUEUE_MAX_LENGTH, validators=[queue_validator]),
+        required=False,
+        max_length=100,
+        help_text="With `max_lag`: only these queues (repeat the parameter).",
+    )
+
+    def to_internal_value(self, data: Any) -> Any:
+        # A parameter given empty (`?hostname=`) is refused, not taken as absent: ignoring it
+        # would hide a probe's misconfiguration.
+        getlist = getattr(data, "getlist", None)
+        if getlist is not None:
+            blank: dict[str, Any] = {
+                str(name): [ErrorDetail("This parameter may not be empty.", code="blank")]
+                for name in self.fields
+                if "" in getlist(name)
+            }
+            if blank:
+                raise serializers.ValidationError(blank)
+        return super().to_internal_value(data)
+
+
+class HealthCheckSerializer(serializers.Serializer[Any]):
+    """One check: its name, whether it passed, and why."""
+
+    name = serializers.CharField()
+    ok = serializers.BooleanField()
+    detail = serializers.CharField()
+
+
+class HealthSerializer(serializers.Serializer[Any]):
+    """`ok` (200) when every check passed, else `failing` (503)."""
+
+    status = serializers.ChoiceField(choices=["ok", "failing"])
+    checks = HealthCheckSerializer(many=True)
 
 
 # -- retries and schedules ----------------------------------------------------------------

@@ -11,6 +11,7 @@ from django.urls import URLPattern, URLResolver, path, re_path
 from rest_framework.routers import SimpleRouter
 
 from .views import (
+    HealthView,
     QueueView,
     ScheduleViewSet,
     SchemaView,
@@ -29,6 +30,7 @@ router.register("schedules", ScheduleViewSet, basename="schedule")
 urlpatterns: list[URLPattern | URLResolver] = [
     *router.urls,
     path("queues/", QueueView.as_view(), name="queues"),
+    path("health/", HealthView.as_view(), name="health"),
     path("schema/", SchemaView.as_view(), name="schema"),
     re_path(r"^(?P<path>.*)$", not_found),
 ]

@@ -1,4 +1,6 @@
-"""The views of SPEC §6. Each parses its input with a serializer and calls the model or manager
+"""The views of the REST API (README, "REST API").
+
+Each parses its input with a serializer and calls the model or manager
 method that every other caller uses (`Task.objects.submit`, `task.cancel`, `task.heartbeat`, …);
 none of them writes a task itself, and a task is never updated or deleted wholesale.
 
@@ -7,63 +9,74 @@ Status codes: 200, or 201 for a submission or a registration; errors as in `exce
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Count, DurationField, ExpressionWrapper, Min
-from django.db.models.functions import Now
 from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from django_filters.rest_framework import (  # type: ignore[import-untyped, unused-ignore]
     DjangoFilterBackend,
 )
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import status, viewsets
-from rest_framework.authentication import SessionAuthentication
+from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.decorators import action
 from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import schedules
+from .. import db, schedules
 from ..enums import Status
 from ..exceptions import TaskNotFound
+from ..health import run_checks
 from ..models import Schedule, Task, Worker
 from ..validation import validate_rn
 from . import permissions
-from .authentication import ScyllaTokenAuthentication
+from .authentication import ScyllaTokenAuthentication, authenticators
 from .exceptions import exception_handler, field_errors
-from .filters import TaskFilter
-from .pagination import TaskCursorPagination
+from .filters import FILTER_BODY_SCHEMA, RN_SCHEMA, TaskFilter, WorkerFilter, filter_from_body
+from .pagination import TaskCursorPagination, WorkerCursorPagination
 from .parsers import ScyllaJSONParser
 from .permissions import ActsAsOwnWorker, HasActionPermission
 from .schema import SCHEMA_SETTINGS, document, errors
 from .serializers import (
+    MAX_CANCEL_RNS,
     AbortedSerializer,
     AbortSerializer,
+    BulkCancelSerializer,
     BulkOutcomeSerializer,
+    CancelledSerializer,
     CancelSerializer,
     CompleteSerializer,
+    HealthQuerySerializer,
+    HealthSerializer,
     HeartbeatSerializer,
     LeasedSerializer,
     LeaseSerializer,
     QueueSerializer,
     RegisterSerializer,
+    ResetLeaseSerializer,
     ScheduleInputSerializer,
     ScheduleSerializer,
     SubmitSerializer,
     TaskDetailSerializer,
     TaskSerializer,
     WorkerActionSerializer,
+    WorkerDetailSerializer,
     WorkerSerializer,
+    WorkerStateSerializer,
 )
 
 MAX_BULK_ITEMS = 1000
+MAX_HELD_TASKS = 1000
 
 
 class ScyllaView(APIView):
@@ -84,6 +97,38 @@ class ScyllaView(APIView):
 
     def get_exception_handler(self) -> Any:
         return exception_handler
+
+    def get_authenticators(self) -> list[BaseAuthentication]:
+        return authenticators(self.authentication_classes)
+
+    def allowed_query_params(self) -> frozenset[str]:
+        """The query parameters this request may carry; any other is refused (400)."""
+        return frozenset()
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        """Authenticate and check permissions, then refuse unknown query parameters: a
+        misspelt filter (`?stauts=ready`) would otherwise be ignored and select everything.
+        """
+        super().initial(request, *args, **kwargs)
+        method = (request.method or "").lower()
+        if method not in self.http_method_names or not hasattr(self, method):
+            return  # a 405 follows
+        allowed = self.allowed_query_params()
+        unknown = sorted(set(request.query_params) - allowed)
+        if unknown:
+            hint = (
+                f"Allowed: {', '.join(sorted(allowed))}."
+                if allowed
+                else "This operation takes no query parameters."
+            )
+            raise ValidationError(
+                {
+                    name: [
+                        ErrorDetail(f"Unknown query parameter. {hint}", code="unknown_parameter")
+                    ]
+                    for name in unknown
+                }
+            )
 
     def parse(self, serializer_class: type[Any]) -> dict[str, Any]:
         """The request body, validated by `serializer_class`; else a 400."""
@@ -106,6 +151,13 @@ def get_task(rn: str, *, with_history: bool = False) -> Task:
         raise TaskNotFound(f"No task has rn {rn!r}.", rn=rn) from None
     tasks = Task.objects.prefetch_related("history") if with_history else Task.objects.all()
     return tasks.get_by_rn(rn)
+
+
+def held_task(rn: str, attempt: int) -> Task:
+    """The task with this rn, as the worker's lease number `attempt` sees it (for the fence)."""
+    task = get_task(rn)
+    task.attempts = attempt
+    return task
 
 
 WORKER_ERRORS = errors(400, 401, 403, 404, 409, 413)
@@ -131,12 +183,25 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         "create": permissions.SUBMIT,
         "bulk": permissions.SUBMIT,
         "cancel": permissions.CANCEL,
+        "cancel_many": permissions.CANCEL,
+        "retrieve_cancel": permissions.VIEW,
         "heartbeat": permissions.WORK,
         "complete": permissions.WORK,
         "abort": permissions.WORK,
         "yield_lease": permissions.WORK,
         "retry": permissions.SUBMIT,
+        "reset": permissions.CANCEL,
     }
+
+    def allowed_query_params(self) -> frozenset[str]:
+        if self.action != "list":
+            return frozenset()
+        paging = TaskCursorPagination
+        return frozenset(TaskFilter.base_filters) | {
+            paging.cursor_query_param,
+            paging.page_size_query_param,
+            paging.ordering_query_param,
+        }
 
     @document(
         summary="List tasks",
@@ -149,7 +214,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
 
     @document(
         summary="One task, with its history",
-        responses={200: TaskDetailSerializer, **errors(401, 403, 404)},
+        responses={200: TaskDetailSerializer, **errors(400, 401, 403, 404)},
     )
     def retrieve(self, request: Request, rn: str) -> Response:
         return Response(TaskDetailSerializer(get_task(rn, with_history=True)).data)
@@ -217,14 +282,77 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
             BulkOutcomeSerializer([outcomes[i] for i in sorted(outcomes)], many=True).data
         )
 
-    @document(
-        summary="The task whose rn is `bulk`",
-        description="`/tasks/bulk/` is also the address of the task with rn `bulk`.",
-        responses={200: TaskDetailSerializer, **errors(401, 403, 404)},
-    )
+    # `/tasks/bulk/` and `/tasks/cancel/` are also the addresses of the tasks with those rns:
+    # GET reads them, as `GET /tasks/{rn}/` documents (so these are not in the schema).
+    @document(exclude=True)
     @bulk.mapping.get
     def retrieve_bulk(self, request: Request) -> Response:
         return self.retrieve(request, rn="bulk")
+
+    @document(
+        summary="Cancel many tasks",
+        description=(
+            "Cancels, in one transaction, the tasks that `filter` (the filters of "
+            "`GET /tasks/`, at least one) or `rns` (up to "
+            f"{MAX_CANCEL_RNS}) select: the ready or running ones become cancelled, the "
+            "others are skipped. The answer counts them; `not_found` counts rns that name no task."
+        ),
+        request={
+            "application/json": {
+                "oneOf": [
+                    {
+                        "type": "object",
+                        "properties": {"filter": FILTER_BODY_SCHEMA},
+                        "required": ["filter"],
+                        "additionalProperties": False,
+                    },
+                    {
+                        "type": "object",
+                        "properties": {
+                            "rns": {
+                                "type": "array",
+                                "items": RN_SCHEMA,
+                                "minItems": 1,
+                                "maxItems": MAX_CANCEL_RNS,
+                            }
+                        },
+                        "required": ["rns"],
+                        "additionalProperties": False,
+                    },
+                ]
+            }
+        },
+        responses={200: CancelledSerializer, **errors(400, 401, 403, 413)},
+    )
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path="cancel",
+        url_name="cancel-many",
+        filter_backends=[],
+        pagination_class=None,
+    )
+    def cancel_many(self, request: Request) -> Response:
+        data = self.parse(BulkCancelSerializer)
+        if "rns" in data:
+            rns = set(data["rns"])
+            selected = Task.objects.filter(rn__in=rns)
+        else:
+            selected = filter_from_body(data["filter"], Task.objects.all())
+        with db.write_atomic(selected.db):
+            found = selected.count()
+            cancelled = selected.cancel()
+        counts = {
+            "cancelled": cancelled,
+            "skipped": max(found - cancelled, 0),
+            "not_found": len(rns) - found if "rns" in data else 0,
+        }
+        return Response(CancelledSerializer(counts).data)
+
+    @document(exclude=True)
+    @cancel_many.mapping.get
+    def retrieve_cancel(self, request: Request) -> Response:
+        return self.retrieve(request, rn="cancel")
 
     @document(
         summary="Cancel a task",
@@ -252,7 +380,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     def heartbeat(self, request: Request, rn: str) -> Response:
         data = self.parse(HeartbeatSerializer)
         worker = self.get_worker(data.pop("worker"))
-        task = get_task(rn)
+        task = held_task(rn, data.pop("attempt"))
         task.heartbeat(worker, **data)
         worker.touch()
         return Response(TaskSerializer(task).data)
@@ -267,7 +395,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     def complete(self, request: Request, rn: str) -> Response:
         data = self.parse(CompleteSerializer)
         worker = self.get_worker(data.pop("worker"))
-        task = get_task(rn)
+        task = held_task(rn, data.pop("attempt"))
         task.complete(worker, **data)
         return Response(TaskSerializer(task).data)
 
@@ -284,7 +412,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     def abort(self, request: Request, rn: str) -> Response:
         data = self.parse(AbortSerializer)
         worker = self.get_worker(data["worker"])
-        task = get_task(rn)
+        task = held_task(rn, data["attempt"])
         errors = [dict(error) for error in data["errors"]]
         successor = task.abort(worker, errors, retry=data.get("retry"))
         body = dict(TaskSerializer(task).data)
@@ -317,9 +445,29 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     )
     @action(detail=True, methods=["post"], url_path="yield")
     def yield_lease(self, request: Request, rn: str) -> Response:
-        worker = self.get_worker(self.parse(WorkerActionSerializer)["worker"])
-        task = get_task(rn)
+        data = self.parse(WorkerActionSerializer)
+        worker = self.get_worker(data["worker"])
+        task = held_task(rn, data["attempt"])
         task.yield_lease(worker)
+        return Response(TaskSerializer(task).data)
+
+    @document(
+        summary="Reset a lease now",
+        description=(
+            "running → ready at once, for a task whose owner is silent, dead or stopped, "
+            "without waiting for its deadline: owner cleared, progress 0, History "
+            "`TaskTimeout`. Only if the task is still held by `owner` in attempt `attempt` "
+            "(what the operator saw), else 409 `lease_lost`; 409 `owner_alive` while the "
+            "owner still heartbeats. Needs the permission to cancel tasks."
+        ),
+        request=ResetLeaseSerializer,
+        responses={200: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
+    )
+    @action(detail=True, methods=["post"])
+    def reset(self, request: Request, rn: str) -> Response:
+        data = self.parse(ResetLeaseSerializer)
+        task = get_task(rn)
+        task.reset_lease(data["owner"], data["attempt"])
         return Response(TaskSerializer(task).data)
 
 
@@ -331,7 +479,25 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
     permission_classes = [HasActionPermission, ActsAsOwnWorker]
-    required_permissions = {"create": permissions.WORK, "lease": permissions.WORK}
+    required_permissions = {
+        "create": permissions.WORK,
+        "lease": permissions.WORK,
+        "list": permissions.VIEW,
+        "retrieve": permissions.VIEW,
+        "stop": permissions.WORK,
+    }
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = WorkerFilter
+    pagination_class = WorkerCursorPagination
+
+    def allowed_query_params(self) -> frozenset[str]:
+        if self.action != "list":
+            return frozenset()
+        paging = WorkerCursorPagination
+        return frozenset(WorkerFilter.base_filters) | {
+            paging.cursor_query_param,
+            paging.page_size_query_param,
+        }
 
     @document(
         summary="Register a worker",
@@ -366,6 +532,52 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
         worker.touch()
         return Response(LeasedSerializer({"tasks": tasks}).data)
 
+    def get_queryset(self) -> Any:
+        return Worker.objects.with_state()
+
+    @document(
+        summary="List workers",
+        description=(
+            "Newest first, with their liveness on the database clock: `alive`, `silent` "
+            "(unseen for two heartbeat intervals), `dead` (unseen for the lease timeout) or "
+            "`stopped`."
+        ),
+        responses={200: WorkerStateSerializer(many=True), **errors(400, 401, 403, 404)},
+    )
+    def list(self, request: Request) -> Response:
+        workers = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(WorkerStateSerializer(workers, many=True).data)
+
+    @document(
+        summary="One worker, with the tasks it holds",
+        responses={200: WorkerDetailSerializer, **errors(401, 403, 404)},
+    )
+    def retrieve(self, request: Request, name: str) -> Response:
+        worker = self.get_queryset().get_by_name(name)
+        worker.held_tasks = list(
+            Task.objects.filter(status=Status.RUNNING, owner=worker.name).order_by("id")[
+                :MAX_HELD_TASKS
+            ]
+        )
+        return Response(WorkerDetailSerializer(worker).data)
+
+    @document(
+        summary="Record that a worker has stopped",
+        description=(
+            "For workers that talk HTTP: call it on the way out, after yielding your tasks, "
+            "so that the worker shows as `stopped` rather than turning silent and dead. "
+            "Idempotent: the first stop's time is kept."
+        ),
+        request=CancelSerializer,
+        responses={200: WorkerStateSerializer, **errors(400, 401, 403, 404, 413)},
+    )
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, name: str) -> Response:
+        self.parse(CancelSerializer)
+        worker = self.get_worker(name)
+        worker.stop()
+        return Response(WorkerStateSerializer(self.get_queryset().get(pk=worker.pk)).data)
+
 
 class QueueView(ScyllaView):
     """Per queue: how many tasks are in each status, and the age of the oldest ready task."""
@@ -375,38 +587,69 @@ class QueueView(ScyllaView):
     @document(
         summary="Queue counts",
         description=(
-            "One aggregate query. `oldest_ready_age` is measured on the database clock and "
-            "counts tasks waiting for their `not_before` too."
+            "Two aggregate queries, as the admin dashboard's. `ready` counts leasable tasks "
+            "only; ready tasks whose `not_before` is ahead are counted as `scheduled`. "
+            "`oldest_ready` is when the longest-waiting leasable task became leasable (its "
+            "`created`, or its `not_before` if later); `oldest_ready_age` is the seconds since, "
+            "on the database clock."
         ),
-        responses={200: QueueSerializer(many=True), **errors(401, 403)},
+        responses={200: QueueSerializer(many=True), **errors(400, 401, 403)},
     )
     def get(self, request: Request) -> Response:
-        rows = (
-            Task.objects.order_by()
-            .values("queue", "status")
-            .annotate(
-                count=Count("id"),
-                oldest=Min("created"),
-                age=ExpressionWrapper(Now() - Min("created"), output_field=DurationField()),
-            )
-            .order_by("queue", "status")
+        queues = [
+            {
+                "queue": summary.queue,
+                "counts": summary.counts,
+                "oldest_ready": summary.waiting_since,
+                "oldest_ready_age": (
+                    None if summary.waited is None else max(summary.waited.total_seconds(), 0.0)
+                ),
+            }
+            for summary in Task.objects.queue_summaries()
+        ]
+        return Response(QueueSerializer(queues, many=True).data)
+
+
+class HealthView(ScyllaView):
+    """Health checks for probes, as `manage.py scylla_health` runs them: 200 or 503."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+
+    def allowed_query_params(self) -> frozenset[str]:
+        return frozenset(HealthQuerySerializer().fields)
+
+    @document(
+        summary="Health checks",
+        description=(
+            "No authentication, for load balancers and Kubernetes probes. The database is "
+            "always checked; `hostname`, `monitor` and `max_lag` add checks. 200 when every "
+            "check passes, else 503; the body lists each check either way."
+        ),
+        parameters=[HealthQuerySerializer],
+        responses={
+            200: HealthSerializer,
+            503: OpenApiResponse(HealthSerializer, description="A check failed."),
+            **errors(400),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        query = HealthQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        options = query.validated_data
+        max_lag = options.get("max_lag")
+        checks = run_checks(
+            worker_host=options.get("hostname"),
+            monitor=options["monitor"],
+            max_lag=timedelta(seconds=max_lag) if max_lag is not None else None,
+            queues=options.get("queue", []),
         )
-        queues: dict[str, dict[str, Any]] = {}
-        for row in rows:
-            entry = queues.setdefault(
-                row["queue"],
-                {
-                    "queue": row["queue"],
-                    "counts": dict.fromkeys(Status.values, 0),
-                    "oldest_ready": None,
-                    "oldest_ready_age": None,
-                },
-            )
-            entry["counts"][row["status"]] = row["count"]
-            if row["status"] == Status.READY:
-                entry["oldest_ready"] = row["oldest"]
-                entry["oldest_ready_age"] = max(row["age"].total_seconds(), 0.0)
-        return Response(QueueSerializer(list(queues.values()), many=True).data)
+        healthy = all(check.ok for check in checks)
+        body = {"status": "ok" if healthy else "failing", "checks": checks}
+        return Response(
+            HealthSerializer(body).data,
+            status=status.HTTP_200_OK if healthy else status.HTTP_503_SERVICE_UNAVAILABLE,
+        )
 
 
 class SchemaView(SpectacularAPIView):
@@ -419,6 +662,9 @@ class SchemaView(SpectacularAPIView):
 
     def get_exception_handler(self) -> Any:
         return exception_handler
+
+    def get_authenticators(self) -> list[BaseAuthentication]:
+        return authenticators(self.authentication_classes)
 
     def finalize_response(
         self, request: Request, response: Response, *args: Any, **kwargs: Any
@@ -440,8 +686,9 @@ class SchemaView(SpectacularAPIView):
         return response
 
 
+@csrf_exempt  # a POST to no route is a 404 too, not Django's CSRF page: nothing is written
 def not_found(request: HttpRequest, path: str = "") -> JsonResponse:
-    """Any other path under the API: a 404 in the API's error format."""
+    """Any other path under the API, whatever the method: a 404 in the API's error format."""
     detail = f"No API route matches {request.path!r}."
     if not request.path.endswith("/"):
         detail += " Routes end with a slash."

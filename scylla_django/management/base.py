@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import signal
 import sys
 import threading
@@ -14,14 +13,16 @@ from contextlib import contextmanager
 from datetime import timedelta
 from types import FrameType
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.management.base import CommandParser
 
+from ..conf import scylla_settings
+from ..text import DurationError, format_duration, positive_duration
 from ..validation import validate_queue
 
 logger = logging.getLogger("scylla_django")
 
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"\A\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*\Z")
+DURATION_MAX = timedelta(days=100 * 365)
 
 
 def duration(text: str) -> timedelta:
@@ -29,15 +30,14 @@ def duration(text: str) -> timedelta:
 
     A bare number is seconds.
     """
-    match = _DURATION.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration; use a number with a unit, e.g. 30s, 5m, 12h, 7d"
-        )
-    value = float(match[1]) * _UNITS[match[2] or "s"]
-    if value <= 0 or value > 100 * 365 * 86400:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive and under 100 years")
-    return timedelta(seconds=value)
+    try:
+        return positive_duration(text, text=True, maximum=DURATION_MAX)
+    except DurationError as exc:
+        if exc.reason == "type":
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a duration; use a number with a unit, e.g. 30s, 5m, 12h, 7d"
+            ) from None
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive and under 100 years") from None
 
 
 def seconds(text: str) -> float:
@@ -62,6 +62,38 @@ def queue_name(text: str) -> str:
         return validate_queue(text)
     except ValidationError as exc:
         raise argparse.ArgumentTypeError(" ".join(exc.messages)) from None
+
+
+def add_setting_option(
+    parser: CommandParser,
+    flag: str,
+    *,
+    setting: str,
+    type: Callable[[str], object],
+    metavar: str,
+    help: str,
+    read: str = "",
+) -> None:
+    """Add `flag`, whose default (None) means the SCYLLA `setting`, read when the command runs.
+
+    Its --help ends with "Default: the <setting> setting<read> (now <its current value>)."
+    """
+    parser.add_argument(
+        flag,
+        type=type,
+        default=None,
+        metavar=metavar,
+        help=f"{help} Default: the {setting} setting{read} (now {current_setting(setting)}).",
+    )
+
+
+def current_setting(name: str) -> str:
+    """The current value of SCYLLA setting `name` in words, for --help; "invalid" if it is."""
+    try:
+        value = getattr(scylla_settings, name)
+    except ImproperlyConfigured:
+        return "invalid"
+    return format_duration(value) if isinstance(value, timedelta) else str(value)
 
 
 def configure_logging(verbosity: int) -> None:

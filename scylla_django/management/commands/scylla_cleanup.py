@@ -11,8 +11,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...conf import scylla_settings
 from ...enums import TERMINAL_STATUSES
 from ...models import Task
-from ...monitor import format_duration, plural
-from ..base import configure_logging, duration, positive_int, queue_name
+from ...text import format_duration, plural
+from ..base import add_setting_option, configure_logging, duration, positive_int, queue_name
 
 STATUS_CHOICES = sorted(status.value for status in TERMINAL_STATUSES)
 
@@ -26,13 +26,14 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
+        add_setting_option(
+            parser,
             "--older-than",
+            setting="RETENTION",
             type=duration,
-            default=None,
             metavar="DURATION",
             help="Delete tasks not updated for this long, e.g. 12h, 7d, 2w (a bare number is "
-            f"seconds). Default: the RETENTION setting (now {_current('RETENTION')}).",
+            "seconds).",
         )
         parser.add_argument(
             "--status",
@@ -49,13 +50,13 @@ class Command(BaseCommand):
             action="store_true",
             help="Print how many tasks would be deleted, and delete nothing.",
         )
-        parser.add_argument(
+        add_setting_option(
+            parser,
             "--batch-size",
+            setting="PURGE_BATCH_SIZE",
             type=positive_int,
-            default=None,
             metavar="N",
-            help="Tasks deleted per transaction. Default: the PURGE_BATCH_SIZE setting "
-            f"(now {_current('PURGE_BATCH_SIZE')}).",
+            help="Tasks deleted per transaction.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -112,12 +113,3 @@ class Command(BaseCommand):
         finally:
             self.stdout.write("\r" + " " * width + "\r", ending="")
         return deleted
-
-
-def _current(name: str) -> str:
-    """The current value of setting `name`, for --help."""
-    try:
-        value = getattr(scylla_settings, name)
-    except ImproperlyConfigured:
-        return "invalid"
-    return format_duration(value) if isinstance(value, timedelta) else str(value)

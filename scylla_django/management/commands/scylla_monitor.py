@@ -11,8 +11,8 @@ from django.db import Error as DatabaseError
 
 from ...conf import scylla_settings
 from ...handlers import autodiscover
-from ...monitor import Monitor, format_duration
-from ..base import StopSignals, configure_logging, duration, seconds
+from ...monitor import Monitor
+from ..base import StopSignals, add_setting_option, configure_logging, duration, seconds
 
 
 class Command(BaseCommand):
@@ -34,13 +34,14 @@ class Command(BaseCommand):
             help="Time between the starts of two passes: seconds, or with a unit (500ms, 1m). "
             "Default: 5.",
         )
-        parser.add_argument(
+        add_setting_option(
+            parser,
             "--retention",
+            setting="RETENTION",
             type=duration,
-            default=None,
             metavar="DURATION",
-            help="Purge terminal tasks not updated for this long, e.g. 12h, 7d, 2w. Default: "
-            f"the RETENTION setting, read at every pass (now {_current_retention()}).",
+            help="Purge terminal tasks not updated for this long, e.g. 12h, 7d, 2w.",
+            read=", read at every pass",
         )
         parser.add_argument(
             "--once",
@@ -71,10 +72,3 @@ class Command(BaseCommand):
                 raise CommandError(f"database error: {type(exc).__name__}: {exc}") from exc
         if options["once"] and monitor.last_pass is not None:
             self.stdout.write(f"reset {monitor.last_pass.reset}, purged {monitor.last_pass.purged}")
-
-
-def _current_retention() -> str:
-    try:
-        return format_duration(scylla_settings.RETENTION)
-    except ImproperlyConfigured:
-        return "invalid"

@@ -3,22 +3,35 @@
 from __future__ import annotations
 
 import importlib
+import logging
+import signal
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...backends import register_handlers
 from ...conf import scylla_settings
 from ...handlers import autodiscover, registry
-from ...worker import TaskWorker
+from ...worker import TaskWorker, WorkerProcesses
 from ..base import StopSignals, configure_logging, duration, positive_int, queue_name, seconds
+from ..reloader import run_with_reloader
+
+# Exit status when handlers ignoring ctx.check() outlived the grace period of a shutdown.
+EXIT_ABANDONED = 3
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+logger = logging.getLogger("scylla_django")
 
 
 class Command(BaseCommand):
     help = (
         "Run a worker: lease tasks of the given queues while there is free capacity, run their "
         "handlers (from each app's handlers.py), heartbeat them and finish them. The first "
-        "SIGTERM/SIGINT yields the running tasks and exits 0 after a grace period; a second "
-        "exits at once."
+        "SIGTERM/SIGINT yields the running tasks and exits after a grace period: 0, or 3 if "
+        "handlers were still running then (they are abandoned); a second signal exits at once "
+        "with 1."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -59,10 +72,36 @@ class Command(BaseCommand):
             help="seconds to wait for handlers on shutdown (default 30)",
         )
         parser.add_argument(
+            "--processes",
+            type=positive_int,
+            default=1,
+            help="worker processes, each a worker of its own with --concurrency threads, "
+            "supervised by this one (default 1: this process is the worker)",
+        )
+        parser.add_argument(
             "--max-tasks", type=positive_int, default=None, help="exit after this many tasks"
         )
         parser.add_argument(
             "--once", action="store_true", help="lease one batch, finish it and exit"
+        )
+        parser.add_argument(
+            "--listen-dsn",
+            default=None,
+            metavar="DSN",
+            help="PostgreSQL: connection string of the LISTEN connection that wakes the worker "
+            "(default: the database's settings). Give the server itself, or a session-mode "
+            "pool, when the database goes through a transaction-mode pooler",
+        )
+        parser.add_argument(
+            "--no-listen",
+            dest="listen",
+            action="store_false",
+            help="PostgreSQL: do not LISTEN; only poll",
+        )
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="restart on code changes, yielding the running tasks first (development)",
         )
         parser.add_argument(
             "--handlers",
@@ -76,24 +115,78 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"])
         autodiscover()
+        register_handlers()
         for module in options["handler_modules"]:
             try:
                 importlib.import_module(module)
             except ImportError as exc:
                 raise CommandError(f"Cannot import handlers module {module!r}: {exc}") from exc
-        try:
-            worker = TaskWorker(
-                options["queues"],
-                concurrency=options["concurrency"],
-                lease_timeout=options["lease_timeout"],
-                heartbeat_interval=options["heartbeat_interval"],
-                poll_interval=options["poll_interval"],
-                max_tasks=options["max_tasks"],
-                grace_period=options["grace_period"],
-                registry=registry,
-                using=options.get("database") or "default",
-            )
-        except ValueError as exc:
-            raise CommandError(str(exc)) from exc
+
+        def make_worker() -> TaskWorker:
+            try:
+                return TaskWorker(
+                    options["queues"],
+                    concurrency=options["concurrency"],
+                    lease_timeout=options["lease_timeout"],
+                    heartbeat_interval=options["heartbeat_interval"],
+                    poll_interval=options["poll_interval"],
+                    max_tasks=options["max_tasks"],
+                    grace_period=options["grace_period"],
+                    registry=registry,
+                    using=options.get("database") or "default",
+                    listen=options["listen"],
+                    listen_dsn=options["listen_dsn"],
+                )
+            except ValueError as exc:
+                raise CommandError(str(exc)) from exc
+
+        worker = make_worker()  # bad options fail here, before any process starts
+        if options["reload"]:
+            if options["processes"] > 1:
+                raise CommandError("--reload runs one worker process; leave out --processes")
+            with StopSignals(on_stop=worker.stop).installed():
+                code = run_with_reloader(worker, once=options["once"])
+            if code:
+                raise CommandError(f"the worker exited with status {code}", returncode=code)
+            return
+        if options["processes"] > 1:
+            self._supervise(make_worker, options["processes"], options["once"])
+            return
         with StopSignals(on_stop=worker.stop).installed():
             worker.run(once=options["once"])
+        if worker.abandoned:
+            raise CommandError(
+                f"{len(worker.abandoned)} handler(s) still running after the grace period "
+                f"were abandoned (their tasks were yielded): {', '.join(worker.abandoned)}",
+                returncode=EXIT_ABANDONED,
+            )
+
+    def _supervise(self, make_worker: Callable[[], TaskWorker], processes: int, once: bool) -> None:
+        def child() -> int:
+            worker = make_worker()
+            with StopSignals(on_stop=worker.stop).installed():
+                worker.run(once=once)
+            return EXIT_ABANDONED if worker.abandoned else 0
+
+        supervisor = WorkerProcesses(child, processes)
+        signals_seen = 0
+
+        def handle(signum: int, frame: FrameType | None) -> None:
+            nonlocal signals_seen
+            signals_seen += 1
+            name = signal.Signals(signum).name
+            if signals_seen == 1:
+                logger.info("%s received: stopping the worker processes gracefully", name)
+                supervisor.stop()
+            else:
+                logger.warning("second %s: stopping the worker processes now", name)
+                supervisor.stop_now()
+
+        previous = {signum: signal.signal(signum, handle) for signum in STOP_SIGNALS}
+        try:
+            code = supervisor.run()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        if code:
+            raise CommandError(f"a worker process exited with status {code}", returncode=code)

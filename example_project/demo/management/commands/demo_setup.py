@@ -38,6 +38,7 @@ class Command(BaseCommand):
         for n in range(options["tasks"]):
             queue = list(QUEUES)[n % len(QUEUES)]
             item: dict[str, Any] = {
+                "rn": f"demo-{n}",  # a second run submits nothing new
                 "queue": queue,
                 "spec": QUEUES[queue](n),
                 "priority": rng.choice([0, 0, 10, 50, 200]),
@@ -47,6 +48,7 @@ class Command(BaseCommand):
             items.append(item)
         outcomes = Task.objects.submit_many(items)
         inserted = sum(o.outcome == "inserted" for o in outcomes)
-        self.stdout.write(f"Submitted {inserted} demo tasks.")
+        existing = sum(o.outcome == "duplicate" for o in outcomes)
+        self.stdout.write(f"Submitted {inserted} demo tasks ({existing} were already there).")
         for row in Task.objects.order_by().values("queue", "status").annotate(n=Count("id")):
             self.stdout.write(f"  {row['queue']:<10} {row['status']:<10} {row['n']}")

@@ -19,23 +19,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Min
-from django.db.models.functions import Coalesce, Greatest, TruncMinute
+from django.db.models import Count
+from django.db.models.functions import TruncMinute
 from django.utils import timezone
-from django.utils.timesince import timesince, timeuntil
 
-from .conf import scylla_settings
-from .enums import Status
-from .models import WORKER_PREFIX, Task, Worker
+from ..conf import scylla_settings
+from ..enums import TERMINAL_STATUSES, Status
+from ..models import SCHEDULED, Task, Worker
+from ..text import age, span
+from ..validation import worker_name_for
 
-STATUSES: tuple[Status, ...] = (
-    Status.READY,
-    Status.RUNNING,
-    Status.COMPLETED,
-    Status.ABORTED,
-    Status.CANCELLED,
-)
-FINISHED: tuple[Status, ...] = (Status.COMPLETED, Status.ABORTED, Status.CANCELLED)
+STATUSES: tuple[Status, ...] = tuple(Status)
+# The terminal statuses of `enums`, in the order the pages show them.
+FINISHED: tuple[Status, ...] = tuple(s for s in Status if s in TERMINAL_STATUSES)
 CHART_MINUTES = 60
 CHART_WIDTH = 600
 CHART_HEIGHT = 120
@@ -43,30 +39,6 @@ LIST_LIMIT = 20
 WORKER_LIMIT = 100
 # A worker touches `last_seen` every third of its lease timeout; give it a few beats of slack.
 WORKER_SILENCE = timedelta(minutes=2)
-
-
-def span(since: datetime, now: datetime | None = None, depth: int = 2) -> str:
-    """The time between `since` and now in words: "45 s", "2 hours, 12 minutes"."""
-    now = now or timezone.now()
-    seconds = (now - since).total_seconds()
-    if abs(seconds) < 60:  # leases last seconds: "0 minutes" would say nothing
-        return f"{abs(seconds):.0f} s"
-    if seconds > 0:
-        return timesince(since, now, depth=depth)
-    return timeuntil(since, now, depth=depth)
-
-
-def age(value: datetime, now: datetime | None = None) -> str:
-    """How long ago (or from now) `value` is, compactly: "12 s ago", "3 min ago", "in 2 h"."""
-    now = now or timezone.now()
-    seconds = (now - value).total_seconds()
-    magnitude = int(abs(seconds))
-    text = f"{magnitude} s"
-    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
-        if magnitude >= size:
-            text = f"{magnitude // size} {unit}"
-            break
-    return f"{text} ago" if seconds >= 0 else f"in {text}"
 
 
 @dataclass(frozen=True)
@@ -87,6 +59,11 @@ class QueueRow:
         return span(self.waiting_since) if self.waiting_since is not None else ""
 
     @property
+    def scheduled(self) -> int:
+        """Ready tasks whose `not_before` is still ahead (not in the `ready` count)."""
+        return self.counts.get(SCHEDULED, 0)
+
+    @property
     def cells(self) -> list[tuple[str, int]]:
         """(status, count) in the order of `STATUSES`, zeros included."""
         return [(status.value, self.counts.get(status.value, 0)) for status in STATUSES]
@@ -95,22 +72,14 @@ class QueueRow:
 def queue_table() -> list[QueueRow]:
     """Every queue that has tasks, by name, with its counts per status and its longest wait.
 
-    The wait of a ready task starts at `created`, or at `not_before` for a delayed task; tasks
-    whose `not_before` is still ahead are not waiting yet and are left out of the wait.
+    As `GET /queues/` of the API (`Task.objects.queue_summaries()`): `ready` counts leasable
+    tasks only, `scheduled` the ready tasks whose `not_before` is still ahead; the wait of a
+    ready task starts at `created`, or at `not_before` for a delayed task.
     """
-    counts: dict[str, dict[str, int]] = {}
-    # COUNT(*), not COUNT(id): the queue/status index then answers without reading the table.
-    rows = Task.objects.order_by().values_list("queue", "status").annotate(n=Count("*"))
-    for queue, status, n in rows:
-        counts.setdefault(queue, {})[status] = n
-    waits = dict(
-        Task.objects.ready()
-        .order_by()
-        .values_list("queue")
-        .annotate(since=Min(Greatest("created", Coalesce("not_before", "created"))))
-        .values_list("queue", "since")
-    )
-    return [QueueRow(queue, counts[queue], waits.get(queue)) for queue in sorted(counts)]
+    return [
+        QueueRow(summary.queue, summary.counts, summary.waiting_since)
+        for summary in Task.objects.queue_summaries()
+    ]
 
 
 def totals(rows: Iterable[QueueRow]) -> QueueRow:
@@ -320,6 +289,15 @@ def worker_silence() -> timedelta:
     return max(WORKER_SILENCE, 3 * scylla_settings.LEASE_TIMEOUT)
 
 
+def alive_ids(pks: Iterable[int]) -> set[int]:
+    """Which of the workers `pks` are alive, judged on the database clock: one query."""
+    wanted = sorted(set(pks))
+    if not wanted:
+        return set()
+    alive = Worker.objects.alive(worker_silence()).filter(pk__in=wanted)
+    return set(alive.values_list("pk", flat=True))
+
+
 @dataclass(frozen=True)
 class Workers:
     """Live workers (not stopped, seen within `worker_silence()`), the first `WORKER_LIMIT`."""
@@ -361,7 +339,7 @@ def live_workers(limit: int = WORKER_LIMIT) -> Workers:
 def known_workers(limit: int = 200) -> list[str]:
     """The names of the live workers, newest first."""
     alive = Worker.objects.alive(worker_silence()).order_by("-id")
-    return [f"{WORKER_PREFIX}{pk}" for pk in alive.values_list("pk", flat=True)[:limit]]
+    return [worker_name_for(pk) for pk in alive.values_list("pk", flat=True)[:limit]]
 
 
 def known_queues(limit: int = 200) -> list[str]:

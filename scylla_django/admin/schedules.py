@@ -23,10 +23,10 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from . import schedules
-from .enums import Status
-from .exceptions import DuplicateTask, InvalidTransition
-from .models import Schedule, Task
+from .. import schedules
+from ..enums import Status
+from ..exceptions import DuplicateTask, InvalidTransition
+from ..models import Schedule, Task
 
 if TYPE_CHECKING:  # django-stubs makes these generic; Django's classes cannot be subscripted
     ScheduleFormBase = forms.ModelForm[Schedule]

@@ -9,7 +9,7 @@ import scylla_django.db
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("scylla_django", "0004_database_clock_with_microseconds"),
+        ("scylla_django", "0007_operations"),
     ]
 
     operations = [

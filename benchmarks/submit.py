@@ -1,0 +1,83 @@
+"""Submission rates on PostgreSQL: `submit()` one task per call, and `submit_many()` in batches.
+
+    PYTHONPATH=. python benchmarks/submit.py [--tasks 5000] [--bulk 100000] [--batch 5000]
+
+Uses the database named by DATABASE_URL (default postgres://postgres@127.0.0.1:5432/
+scylla_bench_submit, created if missing), emptied first. One client, autocommit, so each
+`submit()` is one round trip; `submit_many()` is timed with validation and per-item outcomes
+included. Prints tasks per second for each, the median of `--samples` runs, beside the rate
+of a plain one-row INSERT per statement on the same connection (the server's limit for one
+client), and the client's CPU time per task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import postgres  # benchmarks/postgres.py, beside this script
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/scylla_bench_submit"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=5000, help="single submissions per run")
+    parser.add_argument("--bulk", type=int, default=100_000, help="tasks per submit_many run")
+    parser.add_argument("--batch", type=int, default=5000, help="items per submit_many call")
+    parser.add_argument("--samples", type=int, default=3, help="runs of each")
+    args = parser.parse_args()
+    postgres.setup(parser, DEFAULT_URL)
+
+    from django.db import connection
+
+    from scylla_django.models import Task
+
+    def empty() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE scylla_django_history, scylla_django_task RESTART IDENTITY")
+
+    singles, plain, bulks, bulk_cpu = [], [], [], []
+    insert = (
+        "INSERT INTO scylla_django_task (rn, queue, spec, priority, status, progress, errors,"
+        " attempts) VALUES (%s, 'bench', '{}', 0, 'ready', 0, '[]', 0)"
+    )
+    for sample in range(args.samples):
+        empty()
+        started = time.perf_counter()
+        for n in range(args.tasks):
+            Task.objects.submit("bench", {"n": n}, rn=f"s{sample}-{n}")
+        singles.append(args.tasks / (time.perf_counter() - started))
+
+        empty()
+        started = time.perf_counter()
+        with connection.cursor() as cursor:
+            for n in range(args.tasks):
+                cursor.execute(insert, [f"p{sample}-{n}"])
+        plain.append(args.tasks / (time.perf_counter() - started))
+
+        empty()
+        started, cpu = time.perf_counter(), time.process_time()
+        for start in range(0, args.bulk, args.batch):
+            items = [
+                {"queue": f"q{n % 10}", "spec": {"n": n}, "rn": f"b{sample}-{n}"}
+                for n in range(start, min(start + args.batch, args.bulk))
+            ]
+            outcomes = Task.objects.submit_many(items)
+            assert all(o.outcome == "inserted" for o in outcomes)
+        bulks.append(args.bulk / (time.perf_counter() - started))
+        bulk_cpu.append((time.process_time() - cpu) / args.bulk * 1e6)
+    single, baseline = statistics.median(singles), statistics.median(plain)
+    print(
+        f"submit, one per call: {single:,.0f} tasks/s; plain INSERT per statement: "
+        f"{baseline:,.0f}/s; ratio {single / baseline:.2f}"
+    )
+    print(
+        f"submit_many, batches of {args.batch}: {statistics.median(bulks):,.0f} tasks/s; "
+        f"client CPU {statistics.median(bulk_cpu):.1f} µs per task"
+    )
+
+
+if __name__ == "__main__":
+    main()

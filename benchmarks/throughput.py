@@ -1,0 +1,638 @@
+"""Throughput and latency of real workers on PostgreSQL, each beside pgbench on the same server.
+
+    python benchmarks/throughput.py                       # every figure, 5,000 tasks, 3 runs
+    python benchmarks/throughput.py --only process --runs 5 --tasks 10000
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/scylla_bench_tp python benchmarks/throughput.py
+
+It creates and migrates the database named by DATABASE_URL (default
+postgres://postgres@127.0.0.1:5432/scylla_bench_throughput) and uses tests/settings.py (Django's
+defaults: CONN_MAX_AGE 0). Workers are real `manage.py scylla_worker` processes loading
+benchmarks/throughput_handlers.py; the submitting client is this process. The tables are emptied
+before every run: point it at a scratch database. Figures (`--only`, repeatable):
+
+- submit: `Task.objects.submit()` one task per call, 1 client; pgbench: single-INSERT
+  transactions into a copy of the task table, 1 client.
+- submit_many: `Task.objects.submit_many()` in batches of 1,000.
+- process: --tasks no-op tasks submitted at once, done by --workers worker processes, with the
+  default options and with `--concurrency 4 --poll-interval 0.1`; tasks/s from the first lease to
+  the last completion on the database clock. pgbench: lease (SELECT … FOR UPDATE SKIP LOCKED +
+  UPDATE + History INSERT, one transaction) then complete (fenced UPDATE + History INSERT,
+  another) per task, one client per worker process. Also the CPU per task of the workers and of
+  PostgreSQL (the whole server: cpu_of_postgres; this database's backends: BackendSampler), and
+  the statement time and connections per task from pg_stat_database.
+- django_tasks: `noop_task.enqueue()` per call, then processing by the workers (Django 6+).
+- latency: submit -> handler start with one idle worker (default options), and cancel ->
+  `ctx.check()` raising in a running handler.
+
+Each figure is the median of --runs runs with the min-max in brackets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import postgres  # benchmarks/postgres.py, beside this script
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/scylla_bench_throughput"
+FIGURES = ("submit", "submit_many", "process", "django_tasks", "latency")
+FAST = ("--concurrency", "4", "--poll-interval", "0.1", "-v", "0")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=5_000, help="tasks per run (default 5000)")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each figure (default 3)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument(
+        "--samples", type=int, default=40, help="latency samples per run (default 40)"
+    )
+    parser.add_argument(
+        "--only", action="append", choices=FIGURES, help="only this figure (repeatable)"
+    )
+    args = parser.parse_args()
+    if args.tasks < 1 or args.runs < 1 or args.workers < 1 or args.samples < 1:
+        parser.error("--tasks, --runs, --workers and --samples must be positive")
+    if shutil.which("pgbench") is None:
+        parser.error("pgbench is not on PATH (Debian: apt-get install postgresql-client)")
+    postgres.setup(parser, DEFAULT_URL)
+    bench = Bench(args)
+    print(bench.header())
+    for figure in args.only or FIGURES:
+        getattr(bench, figure)()
+
+
+@dataclass
+class Run:
+    """One processing run: tasks/s and the costs per task."""
+
+    rate: float
+    worker_cpu: float  # ms of CPU of the worker processes
+    postgres_cpu: float  # ms of CPU of the whole PostgreSQL server
+    backend_cpu: float  # ms of CPU of this database's backends, sampled (a lower bound)
+    sessions: float  # connections opened to the database
+    statement_ms: float  # ms spent executing statements in the database (pg_stat_database)
+
+
+class Bench:
+    """One benchmark session: the database, the pgbench tables, the figures."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.tasks: int = args.tasks
+        self.runs: int = args.runs
+        self.workers: int = args.workers
+        self.samples: int = args.samples
+        self.url = os.environ["DATABASE_URL"]
+        self.tmp = Path(tempfile.mkdtemp(prefix="scylla-throughput-"))
+        create_pgbench_tables()
+
+    def header(self) -> str:
+        import django
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW server_version")
+            version = cursor.fetchone()[0]
+            cursor.execute("SHOW synchronous_commit")
+            sync = cursor.fetchone()[0]
+        return (
+            f"PostgreSQL {version} (synchronous_commit {sync}), Django {django.get_version()}, "
+            f"{os.cpu_count()} CPUs; {self.tasks:,} tasks, {self.workers} worker processes, "
+            f"median of {self.runs} runs [min-max]"
+        )
+
+    # -- figures ------------------------------------------------------------------------------
+    def submit(self) -> None:
+        from scylla_django.models import Task
+
+        def ours() -> float:
+            empty()
+            started = time.perf_counter()
+            for n in range(self.tasks):
+                Task.objects.submit("bench-submit", {"n": n})
+            return self.tasks / (time.perf_counter() - started)
+
+        rates, limits = interleave(self.runs, ours, lambda: self.pgbench("insert", 1))
+        line("submit, one task per call", rates, "tasks/s", limits, "pgbench INSERT, 1 client")
+
+    def submit_many(self) -> None:
+        from scylla_django.models import Task
+
+        def ours() -> float:
+            empty()
+            started = time.perf_counter()
+            for chunk in range(0, self.tasks, 1000):
+                size = min(1000, self.tasks - chunk)
+                Task.objects.submit_many(
+                    {"queue": "bench-submit", "spec": {"n": n}} for n in range(size)
+                )
+            return self.tasks / (time.perf_counter() - started)
+
+        rates, _ = interleave(self.runs, ours, None)
+        line("submit_many, batches of 1,000", rates, "tasks/s")
+
+    def process(self) -> None:
+        for label, options in (("default options", ()), (" ".join(FAST), FAST)):
+            results: list[Run] = []
+            limits: list[float] = []
+            pg_cpu: list[float] = []
+            backend_cpu: list[float] = []
+            for _ in range(self.runs):
+                results.append(self.process_once(options))
+                limits.append(self.pgbench("lease_complete", self.workers))
+                pg_cpu.append(self.pg_cpu_per_transaction)
+                backend_cpu.append(self.backend_cpu_per_transaction)
+            line(
+                f"process no-op, {self.workers} workers, {label}",
+                [r.rate for r in results],
+                "tasks/s",
+                limits,
+                f"pgbench lease+complete, {self.workers} clients",
+            )
+            line("  worker CPU per task", [r.worker_cpu for r in results], "ms")
+            line(
+                "  PostgreSQL CPU per task (whole server)",
+                [r.postgres_cpu for r in results],
+                "ms",
+                pg_cpu,
+                "pgbench's per lease+complete",
+                ratio_format="{:.1f}x",
+            )
+            line(
+                "  PostgreSQL CPU per task (this db's backends)",
+                [r.backend_cpu for r in results],
+                "ms",
+                backend_cpu,
+                "pgbench's per lease+complete",
+                ratio_format="{:.1f}x",
+            )
+            line(
+                "  PostgreSQL statement time per task (this db)",
+                [r.statement_ms for r in results],
+                "ms",
+            )
+            line("  PostgreSQL sessions opened per task", [r.sessions for r in results], "")
+
+    def django_tasks(self) -> None:
+        try:
+            from throughput_handlers import noop_task  # type: ignore[attr-defined]
+        except ImportError:
+            print("django.tasks path: skipped (Django 6+ only)")
+            return
+
+        def enqueue() -> float:
+            empty()
+            started = time.perf_counter()
+            for _ in range(self.tasks):
+                noop_task.enqueue()
+            return self.tasks / (time.perf_counter() - started)
+
+        enqueued: list[float] = []
+        processed: list[float] = []
+        for _ in range(self.runs):
+            enqueued.append(enqueue())
+            processed.append(self.process_once((), queue="default", submit=False).rate)
+        line("django.tasks enqueue, one per call", enqueued, "tasks/s")
+        line(f"django.tasks processed, {self.workers} workers, defaults", processed, "tasks/s")
+
+    def latency(self) -> None:
+        starts: list[float] = []
+        stops: list[float] = []
+        for _ in range(self.runs):
+            empty()
+            with self.running_workers(1, (), queues=["bench-start", "bench-cancel"]):
+                starts.extend(self.start_latencies())
+                stops.extend(self.cancel_latencies())
+        print(
+            f"{'submit -> handler start, idle worker':<52} "
+            f"p50 {percentile(starts, 50):7.1f} ms, p99 {percentile(starts, 99):7.1f} ms "
+            f"({len(starts)} samples, default options)"
+        )
+        print(
+            f"{'cancel -> ctx.check() raises':<52} "
+            f"p50 {percentile(stops, 50):7.1f} ms, p99 {percentile(stops, 99):7.1f} ms "
+            f"({len(stops)} samples, default options)"
+        )
+
+    # -- measurements -------------------------------------------------------------------------
+    def process_once(
+        self, options: Sequence[str], queue: str = "bench-noop", submit: bool = True
+    ) -> Run:
+        """Run the workers over --tasks tasks and measure them."""
+        from django.db.models import Max, Min
+
+        from scylla_django.enums import EventType, Status
+        from scylla_django.models import History, Task
+
+        if submit:
+            empty()
+        with self.running_workers(self.workers, options, queues=[queue]) as pids:
+            sampler = BackendSampler()
+            sampler.start()
+            before = cpu_of(pids), cpu_of_postgres(), database_stats()
+            if submit:
+                for chunk in range(0, self.tasks, 1000):
+                    size = min(1000, self.tasks - chunk)
+                    Task.objects.submit_many({"queue": queue, "spec": {}} for _ in range(size))
+            wait_for(
+                lambda: Task.objects.filter(status=Status.COMPLETED).count() >= self.tasks,
+                timeout=max(300, self.tasks / 2),
+                what=f"{self.tasks} completed tasks",
+            )
+            after = cpu_of(pids), cpu_of_postgres()
+            backend_ms = sampler.finish() * 1000 / self.tasks
+        time.sleep(0.5)  # the workers' backends have exited and reported their statistics
+        sessions, active = (b - a for a, b in zip(before[2], database_stats(), strict=True))
+        first = History.objects.filter(typ=EventType.ASSIGNMENT).aggregate(t=Min("time"))["t"]
+        last = Task.objects.aggregate(t=Max("updated"))["t"]
+        span = (last - first).total_seconds()  # first lease to last completion, database clock
+        worker_ms = (after[0] - before[0]) * 1000 / self.tasks
+        pg_ms = (after[1] - before[1]) * 1000 / self.tasks
+        sessions /= self.tasks
+        active /= self.tasks
+        return Run(self.tasks / span, worker_ms, pg_ms, backend_ms, sessions, active)
+
+    def start_latencies(self) -> list[float]:
+        """Submit one task at a time to an idle worker; ms from submit to handler start."""
+        import random
+
+        from scylla_django.enums import Status
+        from scylla_django.models import Task
+
+        found = []
+        for _ in range(self.samples):
+            # A random phase against the worker's poll (1 s by default) and any timers.
+            time.sleep(random.uniform(0.05, 1.05))
+            submitted = time.time()
+            task = Task.objects.submit("bench-start", {})
+            wait_for(
+                lambda pk=task.pk: Task.objects.filter(pk=pk, status=Status.COMPLETED).exists(),
+                timeout=30,
+                what="the task to complete",
+                every=0.005,
+            )
+            task.refresh_from_db()
+            found.append((task.result["started"] - submitted) * 1000)
+        return found
+
+    def cancel_latencies(self) -> list[float]:
+        """Cancel a running handler that calls ctx.check() in a loop; ms until it raises."""
+        import random
+
+        from scylla_django.models import Task
+
+        found = []
+        for n in range(max(1, self.samples // 2)):
+            path = self.tmp / f"cancel-{time.monotonic_ns()}-{n}"
+            task = Task.objects.submit("bench-cancel", {"path": str(path), "limit": 60})
+            wait_for(
+                lambda path=path: path.exists(),
+                timeout=30,
+                what="the handler to start",
+                every=0.005,
+            )
+            # A random phase against the heartbeats (every 3.3 s by default).
+            time.sleep(random.uniform(0.05, 4.0))
+            cancelled = time.time()
+            task.cancel()
+            wait_for(
+                lambda path=path: "stopped" in path.read_text(),
+                timeout=65,
+                what="the handler to stop",
+                every=0.005,
+            )
+            stopped = float(path.read_text().split("stopped ")[1].split()[0])
+            found.append((stopped - cancelled) * 1000)
+        return found
+
+    @contextmanager
+    def running_workers(
+        self, count: int, options: Sequence[str], queues: Sequence[str]
+    ) -> Iterator[list[int]]:
+        """Start `count` scylla_worker processes; yield their pids once all have registered."""
+        from scylla_django.models import Worker
+
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "DATABASE_URL": self.url,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
+        }
+        command = [sys.executable, str(ROOT / "manage.py"), "scylla_worker"]
+        command += [f"--queue={queue}" for queue in queues]
+        command += ["--handlers", "throughput_handlers", *options]
+        processes = []
+        logs = []
+        try:
+            for n in range(count):
+                log = open(self.tmp / f"worker-{n}.log", "w")  # noqa: SIM115
+                logs.append(log)
+                processes.append(
+                    subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+                )
+            pids = [p.pid for p in processes]
+            wait_for(
+                lambda: (
+                    Worker.objects.filter(pid__in=pids).count() == count
+                    or any(p.poll() is not None for p in processes)
+                ),
+                timeout=60,
+                what="the workers to register",
+            )
+            if any(p.poll() is not None for p in processes):
+                raise SystemExit(f"a worker exited; see the logs in {self.tmp}")
+            yield pids
+        finally:
+            for process in processes:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+            for process in processes:
+                try:
+                    process.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+            for log in logs:
+                log.close()
+
+    def pgbench(self, script: str, clients: int) -> float:
+        """The transactions/s of one pgbench script (see PGBENCH_SCRIPTS) at `clients` clients."""
+        from django.db import connection
+
+        path = self.tmp / f"{script}.sql"
+        path.write_text(PGBENCH_SCRIPTS[script])
+        per_client = max(1, self.tasks // clients)
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE pgbench_scylla_history, pgbench_scylla_task")
+            if script == "lease_complete":
+                cursor.execute(
+                    "INSERT INTO pgbench_scylla_task (rn, queue, spec, priority, status, progress,"
+                    " errors, attempts) SELECT 'pg-' || g, 'bench', '{}', 0, 'ready', 0, '[]', 0"
+                    " FROM generate_series(1, %s) AS g",
+                    [per_client * clients],
+                )
+                cursor.execute("ANALYZE pgbench_scylla_task")
+        parts = urlsplit(self.url)
+        command = ["pgbench", "-n", "-c", str(clients), "-j", str(clients), "-t", str(per_client)]
+        command += ["-f", str(path), "-h", parts.hostname or "localhost"]
+        command += ["-p", str(parts.port or 5432), "-U", parts.username or "postgres"]
+        command += [parts.path.lstrip("/")]
+        env = {**os.environ, "PGPASSWORD": parts.password or ""}
+        sampler = BackendSampler()
+        sampler.start()
+        before = cpu_of_postgres()
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        self.pg_cpu_per_transaction = (cpu_of_postgres() - before) * 1000 / (per_client * clients)
+        self.backend_cpu_per_transaction = sampler.finish() * 1000 / (per_client * clients)
+        match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", done.stdout)
+        if done.returncode != 0 or match is None:
+            raise SystemExit(f"pgbench failed:\n{done.stdout}\n{done.stderr}")
+        return float(match.group(1))
+
+
+# Both approximate one task's data path: the same columns, indexes and constraints (copies of
+# the task and History tables), the same conditions and History rows.
+PGBENCH_SCRIPTS = {
+    "insert": """\
+INSERT INTO pgbench_scylla_task (rn, queue, spec, priority, status, progress, errors, attempts)
+VALUES (gen_random_uuid()::text, 'bench', '{"n": 1}', 0, 'ready', 0, '[]', 0);
+""",
+    "lease_complete": """\
+BEGIN;
+WITH picked AS (
+  SELECT id FROM pgbench_scylla_task
+  WHERE status = 'ready' AND queue = 'bench' AND (not_before IS NULL OR not_before <= now())
+  ORDER BY priority DESC, created, id LIMIT 1 FOR UPDATE SKIP LOCKED
+)
+UPDATE pgbench_scylla_task t SET status = 'running', owner = 'pgbench-' || :client_id,
+  deadline = now() + interval '60 seconds', attempts = t.attempts + 1, updated = now()
+FROM picked WHERE t.id = picked.id RETURNING t.id AS task_id \\gset
+INSERT INTO pgbench_scylla_history (task_id, typ, worker, time)
+VALUES (:task_id, 'TaskAssignment', 'pgbench-' || :client_id, now());
+COMMIT;
+BEGIN;
+UPDATE pgbench_scylla_task SET status = 'completed', progress = 1, deadline = NULL,
+  result = 'null', updated = now()
+WHERE id = :task_id AND status = 'running' AND owner = 'pgbench-' || :client_id;
+INSERT INTO pgbench_scylla_history (task_id, typ, worker, progress, time)
+VALUES (:task_id, 'TaskCompletion', 'pgbench-' || :client_id, 1, now());
+COMMIT;
+""",
+}
+
+
+def create_pgbench_tables() -> None:
+    """Copies of the task and History tables (columns, defaults, indexes, checks, the key)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS pgbench_scylla_history, pgbench_scylla_task")
+        cursor.execute("CREATE TABLE pgbench_scylla_task (LIKE scylla_django_task INCLUDING ALL)")
+        cursor.execute(
+            "CREATE TABLE pgbench_scylla_history (LIKE scylla_django_history INCLUDING ALL)"
+        )
+        cursor.execute(
+            "ALTER TABLE pgbench_scylla_history ADD FOREIGN KEY (task_id)"
+            " REFERENCES pgbench_scylla_task (id) DEFERRABLE INITIALLY DEFERRED"
+        )
+
+
+def empty() -> None:
+    """Delete every task, History row and worker row."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE scylla_django_history, scylla_django_task, scylla_django_worker")
+
+
+def cpu_of(pids: Sequence[int]) -> float:
+    """CPU seconds (user + system) used so far by the processes `pids`."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / TICKS
+
+
+class BackendSampler(threading.Thread):
+    """Sum the CPU used by this database's backends (not ours), sampling /proc every 10 ms.
+
+    A lower bound: a backend's CPU after its last sample, backends that lived less than 10 ms,
+    and the server's own processes (WAL writer, checkpointer) are not counted.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid(), current_database()")
+            self.own, database = cursor.fetchone()
+        self.marker = f" {database} "
+        self.postmaster = parent_of(self.own)
+        self.first: dict[int, int] = {}  # pid -> CPU ns when first seen
+        self.last: dict[int, int] = {}  # pid -> CPU ns when last seen
+        self.others: set[int] = set()  # pids that are not this database's backends
+        self.started = False
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        if self.postmaster is None:
+            return
+        while not self.done.is_set():
+            self.sample()
+            self.done.wait(0.01)
+
+    def sample(self) -> None:
+        children = Path(f"/proc/{self.postmaster}/task/{self.postmaster}/children").read_text()
+        for pid in map(int, children.split()):
+            if pid == self.own or pid in self.others:
+                continue
+            try:
+                title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+                # Nanoseconds on the CPU: /proc/<pid>/stat counts 10 ms ticks, which round a
+                # short-lived backend's few milliseconds down to nothing.
+                ns = int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if self.marker not in title:
+                if "(" in title or "[local]" in title or "background" in title:
+                    self.others.add(pid)  # another database's backend, or a server process
+                continue
+            # Backends that exist at the first sample count from then; later ones from birth.
+            self.first.setdefault(pid, ns if not self.started else 0)
+            self.last[pid] = ns
+        self.started = True
+
+    def finish(self) -> float:
+        """Stop sampling; the CPU seconds used meanwhile (NaN if the server is remote)."""
+        if self.postmaster is None:
+            return math.nan
+        self.done.set()
+        self.join()
+        self.sample()
+        return sum(self.last[pid] - self.first[pid] for pid in self.last) / 1e9
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent of a process on this machine; None if there is no such process here."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except FileNotFoundError:
+        return None
+
+
+def cpu_of_postgres() -> float:
+    """CPU seconds used so far by the whole PostgreSQL server, exited backends included.
+
+    The postmaster (the parent of every backend) and its live children, plus the children it has
+    reaped (cutime + cstime of the postmaster). Whatever else runs on the server is counted too.
+    NaN when the server runs on another machine.
+    """
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    try:  # the postmaster is the parent of our own backend
+        postmaster = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except FileNotFoundError:  # the server is on another machine
+        return math.nan
+    fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+    total = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    for child in Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split():
+        try:
+            stat = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue  # exited meanwhile: its time moves to the postmaster's cutime
+        total += sum(int(f) for f in stat[11:15])
+    return total / TICKS
+
+
+def database_stats() -> tuple[int, float]:
+    """This database's sessions opened so far and ms spent executing statements (all backends,
+    exited ones included; a live backend reports at most once a second, and at exit)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT sessions, active_time FROM pg_stat_database WHERE datname = current_database()"
+        )
+        sessions, active = cursor.fetchone()
+    return sessions, active
+
+
+def interleave(
+    runs: int, ours: Callable[[], float], theirs: Callable[[], float] | None
+) -> tuple[list[float], list[float]]:
+    """Alternate our measurement and pgbench's `runs` times."""
+    rates: list[float] = []
+    limits: list[float] = []
+    for _ in range(runs):
+        rates.append(ours())
+        if theirs is not None:
+            limits.append(theirs())
+    return rates, limits
+
+
+def wait_for(
+    predicate: Callable[[], object], timeout: float, what: str, every: float = 0.05
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(every)
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The p-th percentile (nearest rank); the maximum when there are fewer than 100/(100-p)."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * p // 100))
+    return ordered[int(rank) - 1]
+
+
+def spread(values: Sequence[float], fmt: str = "{:,.0f}") -> str:
+    return (
+        f"{fmt.format(statistics.median(values))} "
+        f"[{fmt.format(min(values))}-{fmt.format(max(values))}]"
+    )
+
+
+def line(
+    what: str,
+    values: Sequence[float],
+    unit: str,
+    limits: Sequence[float] = (),
+    limit_label: str = "",
+    ratio_format: str = "{:.2f}",
+) -> None:
+    """Print a figure, and beside it the pgbench figure and the ratio of the medians."""
+    fmt = "{:,.0f}" if unit.endswith("/s") else "{:.2f}"
+    text = f"{what:<52} {spread(values, fmt):>22} {unit}"
+    if limits:
+        ratio = statistics.median(values) / statistics.median(limits)
+        text += f"  | {limit_label}: {spread(limits, fmt)}, ratio {ratio_format.format(ratio)}"
+    print(text, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""The admin console: tasks, workers and schedules, task actions, a bulk purge page, a dashboard.
+
+Read-only apart from explicit operations, each calling the same method as the API and the
+commands: "Cancel selected" is `TaskQuerySet.cancel()`, "Purge selected" and the bulk purge page
+are `TaskQuerySet.purge()`. Built to stay fast on millions of tasks:
+
+- no full COUNT(*): `EstimatingPaginator` counts at most `COUNT_CAP` + 1 rows, and past that
+  shows PostgreSQL's planner estimate ("about 765,000");
+- the list is ordered by primary key, the insertion order (newest first, through the pk index);
+- the search and the filters are exact matches; queue and owner are typed in (with
+  suggestions from the live workers) rather than listed by a SELECT DISTINCT over every task;
+- the list never loads `spec`, `result` or `errors` (up to a MiB each).
+
+| module | holds |
+|---|---|
+| `tasks` | `TaskAdmin`, its paginator and History inline |
+| `workers` | `WorkerAdmin` |
+| `filters` | the list filters |
+| `display` | HTML helpers: times, badges, JSON, errors |
+| `purge` | the bulk purge form and its time budget |
+| `dashboard` | the dashboard's numbers |
+| `schedules` | `ScheduleAdmin`, the "Retry selected" action, the chain of attempts |
+
+Importing this package registers `Task`, `Worker` and `Schedule` with `admin.site` and changes
+nothing else. The "Scylla console" module on the admin index is opt-in: set
+`admin.site.index_template = INDEX_TEMPLATE` (see the README, "Admin").
+"""
+
+from __future__ import annotations
+
+from .schedules import ScheduleAdmin
+from .tasks import COUNT_CAP, HISTORY_LIMIT, ApproximateCount, EstimatingPaginator, TaskAdmin
+from .workers import WorkerAdmin
+
+INDEX_TEMPLATE = "scylla_django/admin/index.html"
+
+__all__ = [
+    "COUNT_CAP",
+    "HISTORY_LIMIT",
+    "INDEX_TEMPLATE",
+    "ApproximateCount",
+    "EstimatingPaginator",
+    "ScheduleAdmin",
+    "TaskAdmin",
+    "WorkerAdmin",
+]

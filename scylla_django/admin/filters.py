@@ -1,0 +1,258 @@
+"""The list filters of the task and worker pages: exact matches that indexes can answer."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
+from django.db import models
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from ..enums import Status
+from ..models import TaskQuerySet, Worker
+from ..validation import queue_validator
+from . import dashboard
+
+owner_validator = RegexValidator(
+    r"\A[A-Za-z0-9._:-]{1,64}\Z", "Not a worker name.", code="invalid_owner"
+)
+
+
+class StatusFilter(admin.SimpleListFilter):
+    """`?status=`: one status, or `expired` (running past the lease deadline)."""
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [*((s.value, s.label) for s in Status), ("expired", "Running, lease expired")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value is None:
+            return queryset
+        if value == "expired":
+            assert isinstance(queryset, TaskQuerySet), "StatusFilter filters tasks"
+            return queryset.expired()
+        if value not in Status.values:
+            raise IncorrectLookupParameters(f"Unknown status {value!r}.")
+        return queryset.filter(status=value)
+
+
+class PriorityFilter(admin.SimpleListFilter):
+    """`?priority=`: a range `low-high` (the listed bands) or one priority."""
+
+    title = "priority"
+    parameter_name = "priority"
+    pattern = re.compile(r"\A([0-9]{1,3})(?:-([0-9]{1,3}))?\Z")
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("200-255", "200-255"),
+            ("100-199", "100-199"),
+            ("50-99", "50-99"),
+            ("1-49", "1-49"),
+            ("0", "0"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value is None:
+            return queryset
+        match = self.pattern.match(value)
+        if match is None:
+            raise IncorrectLookupParameters(f"Not a priority or a range: {value!r}.")
+        low = int(match[1])
+        high = int(match[2]) if match[2] is not None else low
+        if not 0 <= low <= high <= 255:
+            raise IncorrectLookupParameters(f"Not a priority range within 0-255: {value!r}.")
+        return queryset.filter(priority__gte=low, priority__lte=high)
+
+
+class InputFilter(admin.SimpleListFilter):
+    """An exact-match filter typed into a box, for a column with too many values to list.
+
+    Subclasses set `parameter_name` (the field too), `validator`, and may offer
+    `suggestions()` (shown in a <datalist>). A value the validator rejects is a bad lookup; an
+    empty one (the box submitted empty) filters nothing.
+    """
+
+    template = "scylla_django/admin/input_filter.html"
+    validator: Callable[[Any], Any]
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return []
+
+    def has_output(self) -> bool:
+        return True
+
+    def suggestions(self) -> list[str]:
+        """Values offered while typing."""
+        return []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if not value:
+            return queryset
+        try:
+            type(self).validator(value)
+        except ValidationError as exc:
+            raise IncorrectLookupParameters(exc) from exc
+        return queryset.filter(**{str(self.parameter_name): value})
+
+    def choices(self, changelist: Any) -> Iterator[Any]:
+        name = self.parameter_name
+        yield {
+            "name": name,
+            "value": self.value() or "",
+            "hidden": [(k, v) for k, v in changelist.params.items() if k != name],
+            "clear_url": changelist.get_query_string(remove=[name]),
+            "suggestions": self.suggestions(),
+        }
+
+
+class QueueFilter(InputFilter):
+    """`?queue=`: one queue, by exact name."""
+
+    title = "queue"
+    parameter_name = "queue"
+    validator = queue_validator
+
+    def suggestions(self) -> list[str]:
+        return dashboard.known_queues()
+
+
+class OwnerFilter(InputFilter):
+    """`?owner=`: the tasks a worker runs or ran, by its name."""
+
+    title = "owner"
+    parameter_name = "owner"
+    validator = owner_validator
+
+    def suggestions(self) -> list[str]:
+        return dashboard.known_workers()
+
+
+class DateRangeFilter(admin.FieldListFilter):
+    """`?<field>__gte=&<field>__lt=`: a time range typed in, with quick ranges to pick.
+
+    Values are ISO dates or datetimes; one without a time zone is read in the current one.
+    """
+
+    template = "scylla_django/admin/date_range_filter.html"
+    presets = (
+        ("Past hour", timedelta(hours=1)),
+        ("Past 24 hours", timedelta(days=1)),
+        ("Past 7 days", timedelta(days=7)),
+    )
+
+    def __init__(
+        self,
+        field: models.Field[Any, Any],
+        request: HttpRequest,
+        params: dict[str, list[str]],
+        model: type[models.Model],
+        model_admin: admin.ModelAdmin[Any],
+        field_path: str,
+    ) -> None:
+        self.since_param = f"{field_path}__gte"
+        self.until_param = f"{field_path}__lt"
+        super().__init__(field, request, params, model, model_admin, field_path)
+
+    def expected_parameters(self) -> list[str | None]:
+        return [self.since_param, self.until_param]
+
+    def bound(self, param: str) -> datetime | None:
+        """The parsed value of `param`, or None; IncorrectLookupParameters if it is not a time."""
+        values = self.used_parameters.get(param)
+        text = str(values[-1] if isinstance(values, list) else values or "").strip()
+        if not text:
+            return None
+        try:
+            moment_ = parse_datetime(text)
+            if moment_ is None:
+                day = parse_date(text)
+                if day is None:
+                    raise ValueError(text)
+                moment_ = datetime(day.year, day.month, day.day)
+        except ValueError as exc:
+            raise IncorrectLookupParameters(f"Not a date or time: {text!r}.") from exc
+        if not settings.USE_TZ:
+            return timezone.make_naive(moment_) if timezone.is_aware(moment_) else moment_
+        if timezone.is_naive(moment_):
+            moment_ = timezone.make_aware(moment_)
+        try:  # the database stores UTC: year 1 east of Greenwich is out of range
+            return moment_.astimezone(UTC)
+        except OverflowError as exc:
+            raise IncorrectLookupParameters(f"Out of range: {text!r}.") from exc
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        for param in (self.since_param, self.until_param):
+            value = self.bound(param)
+            if value is not None:
+                queryset = queryset.filter(**{param: value})
+        return queryset
+
+    def choices(self, changelist: Any) -> Iterator[Any]:
+        since, until = self.bound(self.since_param), self.bound(self.until_param)
+        ours = (self.since_param, self.until_param)
+        now = timezone.now()
+        yield {
+            "any_url": changelist.get_query_string(remove=list(ours)),
+            "active": since is not None or until is not None,
+            "presets": [
+                (
+                    label,
+                    changelist.get_query_string(
+                        {self.since_param: self.as_input(now - delta)}, [self.until_param]
+                    ),
+                )
+                for label, delta in self.presets
+            ],
+            "hidden": [(k, v) for k, v in changelist.params.items() if k not in ours],
+            "since_param": self.since_param,
+            "until_param": self.until_param,
+            "since": self.as_input(since),
+            "until": self.as_input(until),
+        }
+
+    @staticmethod
+    def as_input(value: datetime | None) -> str:
+        """`value` as a datetime-local input wants it: local time, to the minute."""
+        if value is None:
+            return ""
+        local = timezone.localtime(value) if timezone.is_aware(value) else value
+        return f"{local:%Y-%m-%dT%H:%M}"
+
+
+class WorkerStateFilter(admin.SimpleListFilter):
+    """`?state=alive|silent|stopped`."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("alive", "alive"), ("silent", "silent"), ("stopped", "stopped")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value is None:
+            return queryset
+        alive = Worker.objects.alive(dashboard.worker_silence())
+        if value == "alive":
+            return queryset & alive
+        if value == "silent":
+            return queryset.filter(stopped__isnull=True).exclude(pk__in=alive.values("pk"))
+        if value == "stopped":
+            return queryset.filter(stopped__isnull=False)
+        raise IncorrectLookupParameters(f"Unknown state {value!r}.")

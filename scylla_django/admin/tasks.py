@@ -1,0 +1,552 @@
+"""The task pages: a list built for millions of rows, a read-only detail, cancel and purge."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import django
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db import connections
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from ..conf import scylla_settings
+from ..enums import TERMINAL_STATUSES
+from ..models import History, Task, TaskQuerySet
+from ..text import age, plural
+from ..validation import queue_validator, rn_validator, worker_id
+from . import dashboard
+from .display import (
+    CSS,
+    ago,
+    can_view_tasks,
+    changelist_url,
+    errors_table,
+    moment,
+    pretty_json,
+    status_badge,
+    tasks,
+    timestamp,
+)
+from .filters import DateRangeFilter, OwnerFilter, PriorityFilter, QueueFilter, StatusFilter
+from .purge import PurgeForm, TimedPurge
+from .schedules import chain as chain_links
+from .schedules import retry_selected as retry_tasks
+
+logger = logging.getLogger("scylla_django")
+
+COUNT_CAP = 10_000
+HISTORY_LIMIT = 200
+
+if TYPE_CHECKING:  # django-stubs makes these generic; Django's classes cannot be subscripted
+    TaskAdminBase = admin.ModelAdmin[Task]
+    HistoryInlineBase = admin.TabularInline[History, Task]
+    PaginatorBase = Paginator[Any]
+else:
+    TaskAdminBase = admin.ModelAdmin
+    HistoryInlineBase = admin.TabularInline
+    PaginatorBase = Paginator
+
+
+# -- counting --------------------------------------------------------------------------------
+
+
+class ApproximateCount(int):
+    """A row count from the planner's estimate: a number to compute with, "about N" to read."""
+
+    def __str__(self) -> str:
+        return f"about {int(self):,}"
+
+
+def estimate_count(queryset: QuerySet[Any]) -> int:
+    """The number of rows of `queryset` when it holds more than `COUNT_CAP`.
+
+    PostgreSQL: the planner's estimate from EXPLAIN, kept current by autovacuum's ANALYZE, as an
+    ApproximateCount (never below the cap). Other databases: an exact COUNT(*).
+    """
+    if connections[queryset.db].vendor != "postgresql":
+        return queryset.count()
+    plan = json.loads(queryset.order_by().explain(format="json"))
+    return ApproximateCount(max(int(plan[0]["Plan"]["Plan Rows"]), COUNT_CAP + 1))
+
+
+class EstimatingPaginator(PaginatorBase):
+    """A paginator whose count never scans more than `COUNT_CAP` + 1 rows.
+
+    Up to the cap the count is exact (`SELECT COUNT(*) FROM (… LIMIT 10001)`), past it it is
+    `estimate_count()`: a filtered list of a million tasks is counted in milliseconds.
+    """
+
+    @cached_property
+    def count(self) -> int:
+        queryset = self.object_list
+        assert isinstance(queryset, QuerySet), "EstimatingPaginator pages through querysets"
+        capped = queryset.order_by()[: COUNT_CAP + 1].count()
+        return capped if capped <= COUNT_CAP else estimate_count(queryset)
+
+
+class HistoryInline(HistoryInlineBase):
+    """A task's History, newest first, read-only; the latest `HISTORY_LIMIT` entries."""
+
+    model = History
+    fields = ("event", "worker", "progress", "when")
+    readonly_fields = fields
+    ordering = ("-id",)
+    extra = 0
+    max_num = 0
+    can_delete = False
+    verbose_name_plural = "history, newest first"
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return can_view_tasks(request)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="_typ")
+    def event(self, entry: History) -> str:
+        return entry.typ
+
+    @admin.display(description="time")
+    def when(self, entry: History) -> SafeString | str:
+        return moment(entry.time)
+
+
+class TaskChangeList(ChangeList):
+    """The task list's ChangeList: leaves out the JSON payloads, sorts only on indexes."""
+
+    def get_queryset(
+        self, request: HttpRequest, exclude_parameters: list[str | None] | None = None
+    ) -> QuerySet[Any]:
+        return super().get_queryset(request, exclude_parameters).defer("spec", "result", "errors")
+
+    def get_ordering_field(self, field_name: Any) -> Any:
+        """Only `sortable_by` columns sort, whatever `?o=` says: others would sort every row."""
+        if self.sortable_by is not None and field_name not in self.sortable_by:
+            return None
+        return super().get_ordering_field(field_name)
+
+
+@admin.register(Task)
+class TaskAdmin(TaskAdminBase):
+    """Tasks: a list built for millions of rows, a read-only detail, cancel and purge."""
+
+    list_display = (
+        "rn",
+        "queue_link",
+        "status_badge",
+        "priority",
+        "progress_bar",
+        "owner_link",
+        "attempts",
+        "created_at",
+        "updated_at",
+        "deadline_at",
+    )
+    # Only columns a full index can serve: rn (unique) and created, sorted by the primary key
+    # (the insertion order). The other indexes are partial (ready, running or terminal tasks
+    # only) or lead with another column, so sorting a million rows by them is a full sort.
+    sortable_by = ("rn", "created_at")
+    list_filter = (
+        StatusFilter,
+        QueueFilter,
+        PriorityFilter,
+        OwnerFilter,
+        ("created", DateRangeFilter),
+        ("updated", DateRangeFilter),
+    )
+    search_fields = ("rn", "queue", "owner")
+    search_help_text = (
+        "An exact rn, queue or worker name (worker-<n>); every word given must match."
+    )
+    ordering = ("-id",)
+    change_list_template = "scylla_django/admin/change_list.html"
+    list_per_page = 100
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    paginator = EstimatingPaginator
+    actions = ("cancel_selected", "purge_selected", "retry_selected")
+    inlines = (HistoryInline,)
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    ("rn", "queue"),
+                    ("status_badge", "priority", "progress_bar"),
+                    ("owner_link", "attempts", "deadline_time"),
+                    ("created_time", "updated_time", "not_before_at"),
+                    ("chain",),
+                )
+            },
+        ),
+        ("Payload", {"fields": ("spec_json", "result_json", "errors_table", "history_note")}),
+    )
+    readonly_fields = (
+        "status_badge",
+        "progress_bar",
+        "owner_link",
+        "deadline_time",
+        "created_time",
+        "updated_time",
+        "not_before_at",
+        "spec_json",
+        "result_json",
+        "errors_table",
+        "history_note",
+        "chain",
+    )
+    # About 500,000 tasks a request at the 25,000/s measured (docs/admin.md); for more, there
+    # is scylla_cleanup.
+    purge_time_budget = timedelta(seconds=20)
+
+    class Media:
+        css = {"all": (CSS,)}
+
+    # -- permissions: read-only apart from the two operations -------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
+        # No delete view or button, and so no delete_selected action: it loads every row it
+        # deletes. Terminal tasks go through purge_selected and the bulk purge page instead.
+        return False
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        """May cancel tasks: `scylla_django.cancel_task`."""
+        return request.user.has_perm("scylla_django.cancel_task")
+
+    def has_purge_permission(self, request: HttpRequest) -> bool:
+        """May delete terminal tasks: `scylla_django.delete_task`."""
+        return request.user.has_perm("scylla_django.delete_task")
+
+    def has_submit_permission(self, request: HttpRequest) -> bool:
+        """May submit tasks, and so retry them: `scylla_django.submit_task`."""
+        return request.user.has_perm("scylla_django.submit_task")
+
+    # -- the list ---------------------------------------------------------------------------
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return TaskChangeList
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        """Each word must equal the rn, the queue or (for `worker-<n>`) the owner.
+
+        Equality, never LIKE: rn and queue are then answered by their indexes. owner has no
+        index, so it is tried only for words that are worker names; a word that cannot be any
+        of the three (e.g. one holding a character no name may hold) matches nothing.
+        """
+        for term in search_term.split():
+            match = Q()
+            for field, validator in (("rn", rn_validator), ("queue", queue_validator)):
+                try:
+                    validator(term)
+                except ValidationError:
+                    continue
+                match |= Q(**{field: term})
+            if worker_id(term) is not None:
+                match |= Q(owner=term)
+            if not match:
+                return queryset.none(), False
+            queryset = queryset.filter(match)
+        return queryset, False
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The list; a POST naming an action the user may not run is refused (403)."""
+        if request.method == "POST":
+            allowed = self.get_actions(request)
+            if any(name and name not in allowed for name in request.POST.getlist("action")):
+                raise PermissionDenied
+        context = {**self.console_links(request), **(extra_context or {})}
+        return super().changelist_view(request, context)
+
+    def console_links(self, request: HttpRequest) -> dict[str, str]:
+        """URLs of the dashboard and the bulk purge page, for the users who may use them."""
+        links = {}
+        if self.has_view_permission(request):
+            links["scylla_dashboard_url"] = reverse("admin:scylla_django_task_dashboard")
+        if self.has_purge_permission(request):
+            links["scylla_purge_url"] = reverse("admin:scylla_django_task_purge")
+        return links
+
+    @admin.display(description="queue")
+    def queue_link(self, task: Task) -> SafeString:
+        return format_html('<a href="{}">{}</a>', changelist_url(queue=task.queue), task.queue)
+
+    @admin.display(description="status")
+    def status_badge(self, task: Task) -> SafeString:
+        return status_badge(task.status)
+
+    @admin.display(description="progress")
+    def progress_bar(self, task: Task) -> SafeString:
+        return format_html(
+            '<progress class="scylla-progress" value="{}" max="1">{}%</progress> '
+            '<span class="scylla-age">{}%</span>',
+            f"{task.progress:.3f}",
+            round(task.progress * 100),
+            round(task.progress * 100),
+        )
+
+    @admin.display(description="attempts in the chain")
+    def chain(self, task: Task) -> SafeString | str:
+        return chain_links(task)
+
+    @admin.display(description="owner")
+    def owner_link(self, task: Task) -> SafeString | str:
+        if not task.owner:
+            return "-"
+        return format_html('<a href="{}">{}</a>', changelist_url(owner=task.owner), task.owner)
+
+    @admin.display(description="created", ordering="id")
+    def created_at(self, task: Task) -> SafeString | str:
+        return ago(task.created)
+
+    @admin.display(description="updated")
+    def updated_at(self, task: Task) -> SafeString | str:
+        return ago(task.updated)
+
+    @admin.display(description="deadline")
+    def deadline_at(self, task: Task) -> SafeString | str:
+        if task.is_expired and task.deadline is not None:
+            return format_html(
+                '<span class="scylla-badge scylla-expired" title="{}, {}">expired</span>',
+                timestamp(task.deadline),
+                age(task.deadline),
+            )
+        return ago(task.deadline)
+
+    # -- the detail -------------------------------------------------------------------------
+
+    @admin.display(description="created")
+    def created_time(self, task: Task) -> SafeString | str:
+        return moment(task.created)
+
+    @admin.display(description="updated")
+    def updated_time(self, task: Task) -> SafeString | str:
+        return moment(task.updated)
+
+    @admin.display(description="deadline")
+    def deadline_time(self, task: Task) -> SafeString | str:
+        if task.is_expired:
+            return format_html(
+                '{} <span class="scylla-badge scylla-expired">expired</span>', moment(task.deadline)
+            )
+        return moment(task.deadline)
+
+    @admin.display(description="not before")
+    def not_before_at(self, task: Task) -> SafeString | str:
+        return moment(task.not_before)
+
+    @admin.display(description="spec")
+    def spec_json(self, task: Task) -> SafeString | str:
+        return pretty_json(task.spec)
+
+    @admin.display(description="result")
+    def result_json(self, task: Task) -> SafeString | str:
+        return pretty_json(task.result)
+
+    @admin.display(description="errors")
+    def errors_table(self, task: Task) -> SafeString | str:
+        return errors_table(task.errors)
+
+    @admin.display(description="history")
+    def history_note(self, task: Task) -> str:
+        count = History.objects.filter(task=task).count()
+        if count > HISTORY_LIMIT:
+            return f"{count:,} events; the latest {HISTORY_LIMIT} are shown below."
+        return f"{plural(count, 'event')}, shown below."
+
+    def get_formset_kwargs(
+        self, request: HttpRequest, obj: Task, inline: Any, prefix: str
+    ) -> dict[str, Any]:
+        kwargs = super().get_formset_kwargs(request, obj, inline, prefix)
+        if isinstance(inline, HistoryInline):
+            latest = History.objects.filter(task=obj).order_by("-id").values_list("pk", flat=True)
+            kwargs["queryset"] = kwargs["queryset"].filter(pk__in=list(latest[:HISTORY_LIMIT]))
+        return kwargs
+
+    # -- actions ----------------------------------------------------------------------------
+
+    @admin.action(permissions=["cancel"], description="Cancel selected (ready/running only)")
+    def cancel_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
+        """Cancel the selected ready and running tasks with `TaskQuerySet.cancel()`."""
+        selected = queryset.order_by()
+        total = selected.count()
+        cancelled = selected.cancel()
+        logger.info("%s cancelled %d of %d selected tasks", request.user, cancelled, total)
+        self.message_user(
+            request,
+            f"{cancelled} cancelled, {total - cancelled} skipped (not ready or running).",
+            messages.SUCCESS if cancelled else messages.WARNING,
+        )
+
+    @admin.action(permissions=["submit"], description="Retry selected (aborted/cancelled only)")
+    def retry_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
+        """Resubmit the selected aborted and cancelled tasks with `Task.retry()`."""
+        retry_tasks(self, request, queryset)
+
+    @admin.action(permissions=["purge"], description="Purge selected (terminal only)")
+    def purge_selected(
+        self, request: HttpRequest, queryset: TaskQuerySet
+    ) -> TemplateResponse | None:
+        """Delete the selected terminal tasks, with their History, by `TaskQuerySet.purge()`.
+
+        As Django's own delete action does, it first shows how many tasks would go and asks for
+        a confirmation, which posts the same selection back with `post=yes`.
+        """
+        selected = queryset.order_by()
+        total = selected.count()
+        if request.POST.get("post") != "yes":
+            return self.purge_selected_confirmation(request, selected, total)
+        run = TimedPurge(self.purge_time_budget)
+        # Whatever their age: here the selection, not the retention, says what goes.
+        finished = run.run(lambda **kw: selected.purge(older_than=timedelta.resolution, **kw))
+        logger.info("%s purged %d of %d selected tasks", request.user, run.deleted, total)
+        if finished:
+            self.message_user(
+                request,
+                f"{run.deleted} purged, {total - run.deleted} skipped (not terminal).",
+                messages.SUCCESS if run.deleted else messages.WARNING,
+            )
+        else:
+            self.message_user(
+                request,
+                f"{run.deleted} purged, then stopped after {run.seconds:.0f} s: run the action "
+                "again for the rest.",
+                messages.WARNING,
+            )
+        return None
+
+    def purge_selected_confirmation(
+        self, request: HttpRequest, selected: TaskQuerySet, total: int
+    ) -> TemplateResponse:
+        """The page that counts what "Purge selected" would delete, and asks to go on."""
+        count = selected.filter(status__in=[s.value for s in TERMINAL_STATUSES]).count()
+        context = {
+            **self.page_context(request, "Purge selected tasks"),
+            "count": count,
+            "skipped": total - count,
+            "batch_size": scylla_settings.PURGE_BATCH_SIZE,
+            "selected": request.POST.getlist(ACTION_CHECKBOX_NAME),
+            "select_across": request.POST.get("select_across") == "1",
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+            "back_url": request.get_full_path(),
+        }
+        return TemplateResponse(request, "scylla_django/admin/purge_selected.html", context)
+
+    # -- dashboard and bulk purge pages ----------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        own = [
+            path(
+                "dashboard/",
+                self.admin_site.admin_view(self.dashboard_view),
+                name="scylla_django_task_dashboard",
+            ),
+            path(
+                "purge/",
+                self.admin_site.admin_view(self.purge_view),
+                name="scylla_django_task_purge",
+            ),
+        ]
+        return [*own, *super().get_urls()]
+
+    def page_context(self, request: HttpRequest, title: str) -> dict[str, Any]:
+        """The context every admin page needs, plus ours."""
+        return {
+            **self.admin_site.each_context(request),
+            **self.console_links(request),
+            "title": title,
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            # Django < 6 renders the object-tools block inside the content block, which our
+            # pages replace: they then render the tools themselves.
+            "scylla_tools_in_content": django.VERSION < (6, 0),
+        }
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        """Counts per queue and status, throughput, expired leases, failures and live workers."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        refresh = request.GET.get("refresh", "10")
+        context = {
+            **self.page_context(request, "Scylla dashboard"),
+            "dashboard": dashboard.build(),
+            "refresh": int(refresh) if refresh in {"0", "5", "10", "30", "60"} else 10,
+        }
+        return TemplateResponse(request, "scylla_django/admin/dashboard.html", context)
+
+    def purge_view(self, request: HttpRequest) -> HttpResponse:
+        """Bulk purge: choose (GET), see how many tasks match (GET), confirm and purge (POST)."""
+        if not self.has_purge_permission(request):
+            raise PermissionDenied
+        if request.method == "POST":
+            form = PurgeForm(request.POST)
+            if form.is_valid():
+                return self.purge(request, form)
+        elif any(name in request.GET for name in PurgeForm.base_fields):
+            form = PurgeForm(request.GET)
+        else:
+            form = PurgeForm()
+        count = None
+        if request.method == "GET" and form.is_bound and form.is_valid():
+            count = Task.objects.purgeable(**form.selection()).count()
+        context = {
+            **self.page_context(request, "Bulk purge"),
+            "form": form,
+            "count": count,
+            "batch_size": scylla_settings.PURGE_BATCH_SIZE,
+        }
+        return TemplateResponse(
+            request, "scylla_django/admin/purge.html", context, status=400 if form.errors else 200
+        )
+
+    def purge(self, request: HttpRequest, form: PurgeForm) -> HttpResponse:
+        """Run the confirmed purge in batches, within `purge_time_budget`, and report."""
+        selection = form.selection()
+        run = TimedPurge(self.purge_time_budget)
+        finished = run.run(lambda **kw: Task.objects.purge(**selection, **kw))
+        logger.info(
+            "%s purged %d tasks in %d batches (%s)",
+            request.user,
+            run.deleted,
+            run.batches,
+            form.description(),
+        )
+        remaining = 0 if finished else Task.objects.purgeable(**selection).count()
+        if remaining:
+            self.message_user(
+                request,
+                f"Purged {tasks(run.deleted)} in {run.seconds:.0f} s, then stopped; "
+                f"{remaining:,} more match: purge again, or run manage.py scylla_cleanup.",
+                messages.WARNING,
+            )
+        else:
+            self.message_user(request, f"Purged {tasks(run.deleted)}.", messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:scylla_django_task_changelist"))

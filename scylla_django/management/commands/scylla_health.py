@@ -1,0 +1,81 @@
+"""`manage.py scylla_health`: health checks with an exit status, for probes (Kubernetes)."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...health import run_checks
+from ..base import duration, queue_name
+
+
+class Command(BaseCommand):
+    help = (
+        "Check health and exit 0 when every check passes, 1 when one fails (each check is "
+        "printed on its own line), 2 for bad arguments. The database is always checked; "
+        "--worker, --monitor and --max-lag add checks. For Kubernetes: a worker pod's "
+        "liveness probe runs `scylla_health --worker`; an alerting job runs "
+        "`--monitor --max-lag 5m`."
+    )
+    # A probe runs often: skip the system checks, which a deployment has already passed.
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--worker",
+            action="store_true",
+            help="a worker registered from this host is heartbeating (seen within two of its "
+            "heartbeat intervals)",
+        )
+        parser.add_argument(
+            "--hostname",
+            default=None,
+            help="with --worker: the host to look for (default: this host's name, "
+            f"now {socket.gethostname()!r})",
+        )
+        parser.add_argument(
+            "--monitor",
+            action="store_true",
+            help="a monitor made a pass within three of its intervals",
+        )
+        parser.add_argument(
+            "--max-lag",
+            type=duration,
+            default=None,
+            metavar="DURATION",
+            help="no leasable ready task has waited longer than this (e.g. 30s, 5m)",
+        )
+        parser.add_argument(
+            "--queue",
+            dest="queues",
+            action="append",
+            type=queue_name,
+            default=[],
+            help="with --max-lag: only this queue (repeatable; default every queue)",
+        )
+        parser.add_argument(
+            "--database", default="default", help="the database alias (default 'default')"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["hostname"] is not None and not options["worker"]:
+            raise CommandError("--hostname goes with --worker.", returncode=2)
+        if options["queues"] and options["max_lag"] is None:
+            raise CommandError("--queue goes with --max-lag.", returncode=2)
+        checks = run_checks(
+            options["database"],
+            worker_host=(options["hostname"] or socket.gethostname())
+            if options["worker"]
+            else None,
+            monitor=options["monitor"],
+            max_lag=options["max_lag"],
+            queues=options["queues"],
+        )
+        for check in checks:
+            line = f"{'ok' if check.ok else 'FAIL'} {check.name}: {check.detail}"
+            (self.stdout if check.ok else self.stderr).write(line)
+        failed = [check.name for check in checks if not check.ok]
+        if failed:
+            raise CommandError(f"unhealthy: {', '.join(failed)}", returncode=1)

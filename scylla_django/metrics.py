@@ -1,0 +1,313 @@
+"""Prometheus metrics (`pip install "scylla-django[metrics]"`, which brings `prometheus_client`).
+
+    from scylla_django.metrics import metrics_view
+    urlpatterns = [..., path("metrics", metrics_view)]
+
+Two kinds of metric:
+
+- **Read from the database at each scrape** (by `TaskMetricsCollector`), so every web process
+  answers alike: tasks by queue and status, the age of the oldest ready task per queue, workers
+  and monitors by liveness, and the end of the latest monitor pass. A scrape never counts a
+  whole table: ready and running tasks are counted exactly through their partial indexes (they
+  are the backlog and the work in hand); terminal tasks are counted per queue and status up to
+  `TERMINAL_COUNT_CAP` through the (queue, status) index (one statement), and past it an
+  estimate from the table's statistics is reported instead (SQLite counts them exactly).
+  Queues are found by skipping through that index, one probe per queue.
+- **Counted as events happen**, in the process where they happen (signal receivers, connected
+  when the app is ready): tasks leased, finished by status, leases reset, and the run time of
+  each completed or aborted task. Worker processes lease and finish, so with several processes
+  set `PROMETHEUS_MULTIPROC_DIR` to an empty directory shared by the web and worker processes
+  of one host (cleared at deploy); the view then adds up every process's counters, as
+  prometheus_client's multi-process mode does.
+
+Metric names follow Prometheus conventions: `scylla_` prefix, `_total` for counters, base units
+(seconds), `_timestamp_seconds` for moments.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+try:
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
+    from prometheus_client.registry import Collector
+except ImportError as exc:  # pragma: no cover - the extra is not installed
+    raise ImportError(
+        'scylla_django.metrics needs prometheus_client: pip install "scylla-django[metrics]"'
+    ) from exc
+
+from django.db import connections
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+
+from . import signals
+from .enums import TERMINAL_STATUSES, EventType, Status
+from .models import History, Monitor, Task, Worker
+
+TERMINAL_COUNT_CAP = 1000
+"""Terminal tasks counted exactly per queue and status; past it, the planner's estimate."""
+
+RUN_TIME_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600)
+"""Seconds: tasks run from under a second to hours."""
+
+# Events, counted in the process where they happen (a file per process in multi-process mode).
+EVENTS = CollectorRegistry()
+LEASED = Counter("scylla_tasks_leased", "Tasks leased by a worker.", ["queue"], registry=EVENTS)
+FINISHED = Counter(
+    "scylla_tasks_finished",
+    "Tasks that reached a terminal status: completed, aborted or cancelled.",
+    ["queue", "status"],
+    registry=EVENTS,
+)
+RESET = Counter(
+    "scylla_leases_reset",
+    "Leases given back after they expired, or reset at once by an operator.",
+    ["queue"],
+    registry=EVENTS,
+)
+RUN_TIME = Histogram(
+    "scylla_task_run_seconds",
+    "From a task's last assignment to its completion or abort.",
+    ["queue", "status"],
+    buckets=RUN_TIME_BUCKETS,
+    registry=EVENTS,
+)
+
+
+def _on_leased(sender: Any, task: Task, **kwargs: Any) -> None:
+    LEASED.labels(task.queue).inc()
+
+
+def _on_finished(
+    sender: Any, task: Task, status: str, duration: float | None = None, **kwargs: Any
+) -> None:
+    FINISHED.labels(task.queue, status).inc()
+    if duration is not None:  # measured by the worker that ran the handler: no query
+        RUN_TIME.labels(task.queue, status).observe(max(duration, 0.0))
+    elif status in (Status.COMPLETED, Status.ABORTED) and isinstance(task.updated, datetime):
+        # Finished through the API: the run time is the lease's, from its TaskAssignment row.
+        assigned = (
+            History.objects.using(task._state.db or "default")
+            .filter(task_id=task.pk, typ=EventType.ASSIGNMENT)
+            .order_by("-id")
+            .values_list("time", flat=True)
+            .first()
+        )
+        if assigned is not None:
+            seconds = (task.updated - assigned).total_seconds()
+            RUN_TIME.labels(task.queue, status).observe(max(seconds, 0.0))
+
+
+def _on_reset(sender: Any, task: Task, **kwargs: Any) -> None:
+    RESET.labels(task.queue).inc()
+
+
+def connect_signals() -> None:
+    """Count leases, finishes and resets in this process (idempotent)."""
+    signals.task_leased.connect(_on_leased, dispatch_uid="scylla_metrics_leased")
+    signals.task_finished.connect(_on_finished, dispatch_uid="scylla_metrics_finished")
+    signals.task_reset.connect(_on_reset, dispatch_uid="scylla_metrics_reset")
+
+
+class TaskMetricsCollector(Collector):
+    """Gauges read from the database at each scrape (see the module's docstring)."""
+
+    def __init__(self, using: str = "default", cap: int | None = None) -> None:
+        self.using = using
+        self.cap = TERMINAL_COUNT_CAP if cap is None else cap
+
+    def collect(self) -> Iterable[Metric]:
+        tasks = GaugeMetricFamily(
+            "scylla_tasks",
+            "Tasks by queue and status: exact for ready and running; for terminal statuses "
+            f"exact up to {self.cap} per queue, an estimate beyond.",
+            labels=["queue", "status"],
+        )
+        oldest = GaugeMetricFamily(
+            "scylla_queue_oldest_ready_age_seconds",
+            "How long the oldest leasable ready task of each queue has waited.",
+            labels=["queue"],
+        )
+        counts: dict[tuple[str, str], int] = {}
+        for queue, (count, age) in Task.objects.using(self.using).ready_summary().items():
+            counts[queue, Status.READY] = count
+            if age is not None:
+                oldest.add_metric([queue], age.total_seconds())
+        running = (
+            Task.objects.using(self.using)
+            .filter(status=Status.RUNNING)
+            .order_by()
+            .values_list("queue")
+            .annotate(n=Count("*"))
+            .values_list("queue", "n")
+        )
+        for queue, count in running:
+            counts[queue, Status.RUNNING] = count
+        queues = self._queues()
+        for key, count in self._terminal_counts(queues).items():
+            counts.setdefault(key, count)
+        for queue in queues:
+            for active in (Status.READY, Status.RUNNING):
+                counts.setdefault((queue, active), 0)
+        for (queue, status), count in sorted(counts.items()):
+            tasks.add_metric([queue, status], count)
+        yield tasks
+        yield oldest
+        yield from self._processes()
+
+    # -- tasks ----------------------------------------------------------------------------------
+
+    def _queues(self) -> list[str]:
+        """Every queue that has a task: one index probe per queue, never a scan."""
+        table = connections[self.using].ops.quote_name(Task._meta.db_table)
+        sql = f"""
+            WITH RECURSIVE queues(queue) AS (
+                SELECT MIN(queue) FROM {table}
+                UNION ALL
+                SELECT (SELECT MIN(queue) FROM {table} WHERE queue > queues.queue)
+                FROM queues WHERE queues.queue IS NOT NULL
+            )
+            SELECT queue FROM queues WHERE queue IS NOT NULL
+        """
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(sql)
+            return [row[0] for row in cursor.fetchall()]
+
+    def _terminal_counts(self, queues: list[str]) -> dict[tuple[str, str], int]:
+        """Terminal tasks per queue and status: exact up to the cap, else an estimate."""
+        statuses = sorted(TERMINAL_STATUSES)
+        connection = connections[self.using]
+        if connection.vendor != "postgresql":
+            # SQLite (small deployments) counts exactly, one indexed count per pair.
+            tasks = Task.objects.using(self.using).order_by()
+            return {
+                (queue, status): tasks.filter(queue=queue, status=status).count()
+                for queue in queues
+                for status in statuses
+            }
+        table = connection.ops.quote_name(Task._meta.db_table)
+        # One statement: a count capped by LIMIT per (queue, status), through the index.
+        sql = f"""
+            SELECT q.queue, s.status, (
+                SELECT count(*) FROM (
+                    SELECT 1 FROM {table} AS t
+                    WHERE t.queue = q.queue AND t.status = s.status LIMIT %s
+                ) AS capped
+            )
+            FROM unnest(%s::text[]) AS q(queue) CROSS JOIN unnest(%s::text[]) AS s(status)
+        """
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [self.cap, queues, [str(s) for s in statuses]])
+            exact = {(queue, status): count for queue, status, count in cursor.fetchall()}
+        capped = [key for key, count in exact.items() if count >= self.cap]
+        if capped:
+            estimate = _postgresql_estimator(self.using)
+            for key in capped:
+                exact[key] = max(self.cap, estimate(*key))
+        return exact
+
+    # -- processes ------------------------------------------------------------------------------
+
+    def _processes(self) -> Iterator[Metric]:
+        for name, counts, text in (
+            (
+                "scylla_workers",
+                Worker.objects.using(self.using).count_by_state(),
+                "Registered workers by liveness.",
+            ),
+            (
+                "scylla_monitors",
+                Monitor.objects.using(self.using).count_by_state(),
+                "Registered monitors by liveness.",
+            ),
+        ):
+            family = GaugeMetricFamily(name, text, labels=["state"])
+            for state, count in counts.items():
+                family.add_metric([state], count)
+            yield family
+        status = Monitor.objects.using(self.using).status()
+        missing = GaugeMetricFamily(
+            "scylla_monitor_missing",
+            "1 when no monitor has made a pass for three of its intervals: expired leases "
+            "are not being reset.",
+            value=int(status.missing),
+        )
+        yield missing
+        if status.last_pass is not None:
+            yield GaugeMetricFamily(
+                "scylla_monitor_last_pass_timestamp_seconds",
+                "When the latest monitor pass ended (Unix time, database clock).",
+                value=status.last_pass.timestamp(),
+            )
+
+
+def _postgresql_estimator(using: str) -> Callable[[str, str], int]:
+    """How many tasks have a queue and a status, as PostgreSQL's planner would guess it.
+
+    From the table's statistics (two queries, nothing else read): the row count in
+    `pg_class`, and each column's most common values and their frequencies in `pg_stats`;
+    a value outside them gets an even share of the rest. The two columns are taken as
+    independent, as the planner does without extended statistics.
+    """
+    table = Task._meta.db_table
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)",
+            [connections[using].ops.quote_name(table)],
+        )
+        found = cursor.fetchone()
+        rows = max(float(found[0]) if found else 0.0, 0.0)
+        cursor.execute(
+            "SELECT attname, most_common_vals::text::text[], most_common_freqs, null_frac, "
+            "n_distinct FROM pg_stats WHERE tablename = %s AND attname IN ('queue', 'status') "
+            "AND schemaname = ANY(current_schemas(false))",
+            [table],
+        )
+        stats = {row[0]: row[1:] for row in cursor.fetchall()}
+
+    def frequency(column: str, value: str) -> float:
+        if column not in stats:
+            return 1.0
+        values, freqs, null_frac, n_distinct = stats[column]
+        values, freqs = values or [], freqs or []
+        if value in values:
+            share: float = freqs[values.index(value)]
+            return share
+        distinct = n_distinct if n_distinct >= 0 else -n_distinct * rows
+        others = max(distinct - len(values), 1.0)
+        rest = max(1.0 - float(sum(freqs)) - float(null_frac or 0.0), 0.0)
+        return rest / float(others)
+
+    def estimate(queue: str, status: str) -> int:
+        return round(rows * frequency("queue", queue) * frequency("status", status))
+
+    return estimate
+
+
+def registry(using: str = "default") -> CollectorRegistry:
+    """A registry of every metric: this process's events (or, with PROMETHEUS_MULTIPROC_DIR,
+    every process's), and the database gauges."""
+    found = CollectorRegistry()
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        MultiProcessCollector(found)  # type: ignore[no-untyped-call]
+    else:
+        found.register(EVENTS)
+    found.register(TaskMetricsCollector(using))
+    return found
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """The Prometheus text exposition of every metric.
+
+    It needs no login, like most metrics endpoints: serve it where only Prometheus can reach
+    it, or wrap it (e.g. in `django.contrib.admin.views.decorators.staff_member_required`).
+    """
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponse(status=405, headers={"Allow": "GET, HEAD"})
+    return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE_LATEST)

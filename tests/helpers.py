@@ -1,0 +1,107 @@
+"""Helpers shared by the test modules: users, API clients, error assertions, expiring leases."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib.auth.models import Permission, User
+from django.db.models.functions import Now
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from scylla_django.models import History, Task, Worker
+
+API = "/api/scylla"
+ALL_PERMISSIONS = ("view_task", "submit_task", "cancel_task", "work_task")
+CLIENT_PERMISSIONS = ("view_task", "submit_task", "cancel_task")
+TASK_FIELDS = {
+    "rn",
+    "queue",
+    "spec",
+    "priority",
+    "status",
+    "progress",
+    "created",
+    "updated",
+    "not_before",
+    "errors",
+    "result",
+    "owner",
+    "deadline",
+    "attempts",
+    "retry_of",
+    "root",
+    "attempt",
+}
+
+
+def grant(user: User, *codenames: str) -> None:
+    """Give `user` these scylla_django permissions (as an operator would in the admin)."""
+    perms = Permission.objects.filter(
+        content_type__app_label="scylla_django", codename__in=codenames
+    )
+    assert perms.count() == len(codenames), "a permission is missing: run the migrations"
+    user.user_permissions.add(*perms)
+
+
+def make_user(username: str, *codenames: str, is_staff: bool = False) -> User:
+    user = User.objects.create_user(username, password="pw", is_staff=is_staff)
+    grant(user, *codenames)
+    return user
+
+
+def token_header(user: User) -> str:
+    """The user's `Authorization` header value."""
+    token, _ = Token.objects.get_or_create(user=user)
+    return f"Token {token.key}"
+
+
+def client_for(user: User | None) -> APIClient:
+    """An API client authenticated with the user's token (anonymous for None)."""
+    client = APIClient()
+    if user is not None:
+        client.credentials(HTTP_AUTHORIZATION=token_header(user))
+    return client
+
+
+def worker_of(user: User, queues: tuple[str, ...] = ("default",)) -> Worker:
+    """A worker registered by `user` (as `POST /workers/` does)."""
+    worker = Worker.objects.register(queues=list(queues), capacity=4)
+    Worker.objects.filter(pk=worker.pk).update(user=user)
+    return worker
+
+
+def reload(task: Task) -> Task:
+    return Task.objects.get(pk=task.pk)
+
+
+def typs(task: Task) -> list[str]:
+    return list(History.objects.filter(task=task).order_by("id").values_list("typ", flat=True))
+
+
+def post(client: APIClient, path: str, body: object = None):
+    return client.post(f"{API}{path}", body, format="json")
+
+
+def assert_error(response, status: int, code: str) -> dict:
+    assert response.status_code == status, response.content
+    body = response.json()
+    assert body["code"] == code, body
+    assert isinstance(body["detail"], str) and body["detail"]
+    return body
+
+
+def assert_field_error(response, field: str, code: str) -> None:
+    body = assert_error(response, 400, "invalid")
+    assert code in [error["code"] for error in body["errors"][field]], body
+
+
+# -- submit -------------------------------------------------------------------------------------
+
+
+def expire(task: Task, by: timedelta = timedelta(seconds=1)) -> None:
+    """Put a running task's deadline in the past (on the database clock), as if the lease had
+    run out: its last write goes back too, since only a yield puts a deadline before it."""
+    Task.objects.filter(pk=task.pk).update(
+        deadline=Now() - by, updated=Now() - by - timedelta(seconds=1)
+    )

@@ -1,0 +1,137 @@
+"""Leasing from many queues: the plan, the order across queues, locked and delayed rows."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from scylla_django.models import Task, Worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def submit_over(queues: list[str], per_queue: int) -> None:
+    Task.objects.submit_many(
+        {"queue": queue, "spec": {"n": n}, "priority": (n * 7 + i) % 5}
+        for i, queue in enumerate(queues)
+        for n in range(per_queue)
+    )
+
+
+def expected_order(queues: list[str], limit: int) -> list[str]:
+    ready = Task.objects.ready(queues).order_by("-priority", "created", "id")
+    return list(ready.values_list("rn", flat=True)[:limit])
+
+
+def sorts_over_task_rows(node: dict[str, Any], table: str) -> list[str]:
+    """Sort nodes whose input reads the task table other than through a per-queue LIMIT."""
+
+    def inputs(plan: dict[str, Any]) -> list[dict[str, Any]]:
+        # A node's rows come from its outer/inner children; CTEs and subplans hang off it too.
+        return [p for p in plan.get("Plans", []) if p.get("Parent Relationship") != "InitPlan"]
+
+    def unlimited_scans(plan: dict[str, Any]) -> bool:
+        if plan.get("Node Type") == "Limit":
+            return False
+        if plan.get("Relation Name") == table and "Scan" in plan["Node Type"]:
+            return True
+        return any(unlimited_scans(child) for child in inputs(plan))
+
+    found = []
+    if node.get("Node Type") in {"Sort", "Incremental Sort"} and any(
+        unlimited_scans(child) for child in inputs(node)
+    ):
+        found.append(f"{node['Node Type']} on {node.get('Sort Key')}")
+    for child in node.get("Plans", []):
+        found += sorts_over_task_rows(child, table)
+    return found
+
+
+def task_scans(node: dict[str, Any], table: str) -> list[dict[str, Any]]:
+    found = [node] if node.get("Relation Name") == table and "Scan" in node["Node Type"] else []
+    for child in node.get("Plans", []):
+        found += task_scans(child, table)
+    return found
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("limit", [1, 10])
+def test_the_lease_plan_walks_the_ready_index_per_queue_without_sorting_the_backlog(limit):
+    """EXPLAIN the lease over 50 queues: no Sort reads the ready rows, only per-queue LIMITs."""
+    queues = [f"q{n:02d}" for n in range(50)]
+    submit_over(queues, 100)
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Task._meta.db_table}")
+    worker = Worker.objects.register(queues=queues)
+    with CaptureQueriesContext(connection) as captured:
+        leased = Task.objects.lease(worker, queues, limit=limit)
+    assert len(leased) == limit
+    [lease_sql] = [q["sql"] for q in captured.captured_queries]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + lease_sql)
+        [[[plan]]] = cursor.fetchall()
+    root = plan["Plan"]
+    table = Task._meta.db_table
+    assert sorts_over_task_rows(root, table) == [], plan
+    scans = task_scans(root, table)
+    assert any(s.get("Index Name") == "scylla_task_ready_idx" for s in scans), plan
+    assert all(s["Node Type"] != "Seq Scan" for s in scans), plan
+
+
+def test_a_lease_over_many_queues_keeps_priority_then_age_order():
+    queues = [f"o{n:02d}" for n in range(12)]
+    submit_over(queues, 8)
+    worker = Worker.objects.register(queues=queues)
+    for limit in (1, 10, 7):
+        want = expected_order(queues, limit)
+        got = [t.rn for t in Task.objects.lease(worker, queues, limit=limit)]
+        assert got == want
+
+
+def test_a_delayed_task_at_the_head_of_a_queue_does_not_block_it():
+    worker = Worker.objects.register(queues=["d"])
+    later = timezone.now() + timedelta(hours=1)
+    Task.objects.submit("d", {}, rn="delayed", priority=9, not_before=later)
+    Task.objects.submit("d", {}, rn="low", priority=1)
+    Task.objects.submit("e", {}, rn="other", priority=0)
+    got = [t.rn for t in Task.objects.lease(worker, ["d", "e"], limit=5)]
+    assert got == ["low", "other"]
+
+
+@pytest.mark.postgres
+def test_rows_another_lessee_holds_are_skipped_not_waited_for():
+    """With the best row of each queue locked elsewhere, a lease takes the next best ones."""
+    worker = Worker.objects.register(queues=["a", "b"])
+    for rn, queue, priority in [("a1", "a", 9), ("a2", "a", 5), ("b1", "b", 8), ("b2", "b", 1)]:
+        Task.objects.submit(queue, {}, rn=rn, priority=priority)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("BEGIN")
+                cursor.execute(
+                    f"SELECT id FROM {Task._meta.db_table} WHERE rn IN ('a1', 'b1') FOR UPDATE"
+                )
+                locked.set()
+                release.wait(30)
+                cursor.execute("ROLLBACK")
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(30)
+        got = [t.rn for t in Task.objects.lease(worker, ["a", "b"], limit=2)]
+    finally:
+        release.set()
+        holder.join(30)
+    assert got == ["a2", "b2"]
+    assert [t.rn for t in Task.objects.lease(worker, ["a", "b"], limit=2)] == ["a1", "b1"]
