@@ -6,6 +6,7 @@ and purges old terminal tasks. See the README for a tour.
 
 from .exceptions import Abort
 from .handlers import handler
+from .retries import Exponential, Fixed, Retry
 
-__all__ = ["Abort", "handler"]
+__all__ = ["Abort", "Exponential", "Fixed", "Retry", "handler"]
 __version__ = "0.1.0"

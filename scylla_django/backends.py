@@ -178,6 +178,8 @@ if HAS_DJANGO_TASKS:
                     },
                     priority=django_priority(task.priority),
                     not_before=task.run_after,
+                    # OPTIONS["RETRY"]: a Retry (or its JSON) for every task of this backend.
+                    retry=self.options.get("RETRY"),
                 )
             except ValidationError as exc:
                 raise InvalidTask(" ".join(exc.messages)) from exc

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
-from .conf import DEFAULTS, scylla_settings
+from .conf import DEFAULTS, schedule_errors, scylla_settings
 
 
 @register()
@@ -16,6 +16,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     """scylla_django.E001: a SCYLLA value is invalid; W001: an unknown SCYLLA key (a typo?)."""
     messages: list[CheckMessage] = []
     for name in DEFAULTS:
+        if name == "SCHEDULES":  # reported one schedule at a time by check_schedules
+            continue
         try:
             getattr(scylla_settings, name)
         except ImproperlyConfigured as exc:
@@ -66,3 +68,20 @@ def check_sqlite(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
                 )
             )
     return messages
+
+
+@register()
+def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """scylla_django.E010: a schedule in SCYLLA["SCHEDULES"] is invalid (one error each)."""
+    user = getattr(settings, "SCYLLA", None) or {}
+    if not isinstance(user, dict):
+        return []
+    return [
+        Error(
+            f"SCYLLA['SCHEDULES'][{name!r}] is invalid: {problem}" if name else problem,
+            hint='A schedule is {"cron": "0 3 * * *" or "every": "5m", "queue": ..., "spec": '
+            '..., "timezone"?, "priority"?, "enabled"?, "catch_up"?, "skip_if_running"?}.',
+            id="scylla_django.E010",
+        )
+        for name, problem in schedule_errors(user.get("SCHEDULES", {})).items()
+    ]

@@ -10,6 +10,7 @@
 | `PURGE_BATCH_SIZE` | 1000 | rows deleted per transaction by `purge()` |
 | `RESET_BATCH_SIZE` | 500 | expired leases reset per transaction by `reset_expired()` |
 | `HEARTBEAT_FAILURES` | 3 | consecutive failed heartbeats after which a worker gives a task up |
+| `SCHEDULES` | `{}` | recurring schedules by name, synced into `Schedule` (see `schedules.py`) |
 
 Durations may be given as `timedelta` or as a number of seconds.
 """
@@ -17,10 +18,13 @@ Durations may be given as `timedelta` or as a number of seconds.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings as django_settings
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+
+if TYPE_CHECKING:
+    from .schedules import Definition
 
 from .text import DurationError, positive_duration
 
@@ -33,6 +37,7 @@ DEFAULTS: dict[str, Any] = {
     "PURGE_BATCH_SIZE": 1000,
     "RESET_BATCH_SIZE": 500,
     "HEARTBEAT_FAILURES": 3,
+    "SCHEDULES": {},
 }
 
 
@@ -106,5 +111,34 @@ class ScyllaSettings:
     def HEARTBEAT_FAILURES(self) -> int:
         return as_int(self._raw("HEARTBEAT_FAILURES"), "HEARTBEAT_FAILURES", minimum=1)
 
+    @property
+    def SCHEDULES(self) -> dict[str, Definition]:
+        from .schedules import clean_definition
+
+        value = self._raw("SCHEDULES")
+        errors = schedule_errors(value)
+        if errors:
+            name, problem = next(iter(errors.items()))
+            raise ImproperlyConfigured(f"SCYLLA['SCHEDULES'][{name!r}] is invalid: {problem}")
+        return {name: clean_definition(name, raw) for name, raw in value.items()}
+
 
 scylla_settings = ScyllaSettings()
+
+
+def schedule_errors(value: object) -> dict[str, str]:
+    """Every bad schedule of a `SCHEDULES` value, by name, with what is wrong with it."""
+    from .schedules import clean_definition
+
+    if not isinstance(value, dict):
+        return {"": f"SCYLLA['SCHEDULES'] must be a dict of schedules by name, got {value!r}"}
+    errors: dict[str, str] = {}
+    for name, raw in value.items():
+        try:
+            clean_definition(name, raw)
+        except ValidationError as exc:
+            errors[str(name)] = "; ".join(
+                f"{key}: {' '.join(messages)}"
+                for key, messages in getattr(exc, "message_dict", {"": exc.messages}).items()
+            )
+    return errors

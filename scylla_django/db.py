@@ -370,7 +370,8 @@ def postgresql_submit(tasks: QuerySet[Task], task: Task) -> tuple[int, datetime,
 
 
 def postgresql_submit_many(tasks: QuerySet[Task], rows: Sequence[dict[str, Any]]) -> set[str]:
-    """Insert validated rows (`rn`, `queue`, `spec`, `priority`, `not_before`) in one statement.
+    """Insert validated rows (`rn`, `queue`, `spec`, `priority`, `not_before`, `retry_policy`)
+    in one statement.
 
     The rows travel as one JSON array, expanded by `jsonb_to_recordset` into `INSERT … SELECT
     … ON CONFLICT (rn) DO NOTHING` (no per-row parameters to bind); the other columns take
@@ -386,6 +387,7 @@ def postgresql_submit_many(tasks: QuerySet[Task], rows: Sequence[dict[str, Any]]
         "spec": "jsonb",
         "priority": "integer",
         "not_before": "timestamptz",
+        "retry_policy": "jsonb",
     }
     selected, constants = [], []
     for f in fields:
@@ -404,6 +406,7 @@ def postgresql_submit_many(tasks: QuerySet[Task], rows: Sequence[dict[str, Any]]
                 "spec": row["spec"],
                 "priority": row["priority"],
                 "not_before": row["not_before"].isoformat() if row["not_before"] else None,
+                "retry_policy": row.get("retry_policy"),
             }
             for row in rows
         ],

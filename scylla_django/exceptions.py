@@ -78,17 +78,27 @@ class Abort(Exception):
     """Raised by a handler to abort its task on purpose, with an error code.
 
     `raise Abort("empty", "no rows matched", args={"day": 3})` aborts the task with the error
-    `{"code": "empty", "args": {"day": 3}, "description": "no rows matched"}`.
+    `{"code": "empty", "args": {"day": 3}, "description": "no rows matched"}`. With
+    `retry=True` the error asks for a retry under the task's retry policy.
     """
 
     def __init__(
-        self, code: str, description: str = "", *, args: dict[str, object] | None = None
+        self,
+        code: str,
+        description: str = "",
+        *,
+        args: dict[str, object] | None = None,
+        retry: bool = False,
     ) -> None:
         super().__init__(f"{code}: {description}" if description else code)
         self.code = code
         self.description = description
         self.error_args = args or {}
+        self.retry = retry
 
     def as_error(self) -> dict[str, Any]:
-        """The error recorded on the task (see `error_record`)."""
-        return error_record(self.code, self.description, self.error_args)
+        """The error recorded on the task (see `error_record`); `retry` when it asks for one."""
+        error = error_record(self.code, self.description, self.error_args)
+        if self.retry:
+            error["retry"] = True
+        return error

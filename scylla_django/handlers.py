@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.utils.module_loading import autodiscover_modules
 
+from . import retries
 from .exceptions import ScyllaError
 from .validation import validate_progress, validate_queue
 
@@ -108,17 +109,24 @@ class HandlerRegistry:
 registry = HandlerRegistry()
 
 
-def handler(*queues: str, registry: HandlerRegistry = registry) -> Callable[[H], H]:
+def handler(
+    *queues: str, registry: HandlerRegistry = registry, retry: retries.Retry | None = None
+) -> Callable[[H], H]:
     """Register the decorated function as the handler of `queues`.
 
     The function gets a `TaskContext`; its return value (JSON) becomes the task's result.
+    `retry` is the queues' retry policy for tasks that have none of their own: an abort it
+    covers is followed by a new task (see `scylla_django.retries`).
     """
+    if retry is not None and not isinstance(retry, retries.Retry):
+        raise TypeError(f"retry must be a Retry(...), not {retry!r}")
     if not queues:
         raise TypeError("@handler needs at least one queue name: @handler('reports')")
 
     def decorate(func: H) -> H:
         for queue in queues:
             registry.register(queue, func)
+            retries.register_policy(queue, retry)
         return func
 
     return decorate

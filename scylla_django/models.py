@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, ClassVar, Literal, Self, TypeVar
 
@@ -22,7 +22,7 @@ from django.db.models.functions import Coalesce, Greatest
 from django.dispatch import Signal
 from django.utils import timezone
 
-from . import db, signals
+from . import db, retries, signals
 from .conf import scylla_settings
 from .db import Clock, Now
 from .enums import (
@@ -62,6 +62,10 @@ from .validation import (
 )
 
 WORKER_PREFIX = "worker-"
+#: The `not_before` of a follow-up task whose parents have not all completed: never leasable.
+HELD = datetime(9999, 12, 31, tzinfo=UTC)
+#: Most parents a follow-up task may wait for.
+MAX_PARENTS = 10_000
 
 
 def worker_name(worker: Worker | str) -> str:
@@ -218,13 +222,23 @@ class TaskQuerySet(models.QuerySet["Task"]):
         priority: int | None = None,
         rn: str | None = None,
         not_before: datetime | None = None,
+        retry: retries.Retry | Mapping[str, Any] | None = None,
+        after: Sequence[str] | None = None,
     ) -> Task:
         """Submit a new `ready` task. Raises ValidationError, or DuplicateTask if `rn` exists.
 
-        On PostgreSQL this is one statement (one round trip in autocommit) that also detects
-        the duplicate rn and notifies listening workers.
+        `retry` is the task's retry policy (it overrides its handler's). With `after` (rns of
+        existing tasks; TaskNotFound if one is unknown) the task is a follow-up: held until
+        every one of them has completed, then leasable from `not_before`.
+
+        On PostgreSQL a task without `after` is one statement (one round trip in autocommit)
+        that also detects the duplicate rn and notifies listening workers.
         """
-        task = self.model.build(queue, spec, priority=priority, rn=rn, not_before=not_before)
+        task = self.model.build(
+            queue, spec, priority=priority, rn=rn, not_before=not_before, retry=retry
+        )
+        if after is not None:
+            return self._submit_after(task, after)
         if db.uses_single_statement_transitions(connections[self.db]):
             inserted = db.postgresql_submit(self, task)
             if inserted is None:
@@ -241,6 +255,40 @@ class TaskQuerySet(models.QuerySet["Task"]):
             if self.filter(rn=task.rn).exists():
                 raise DuplicateTask(f"A task with rn {task.rn!r} exists.", rn=task.rn) from exc
             raise
+        _later(signals.task_submitted, self.db, task=task)
+        return task
+
+    def _submit_after(self, task: Task, after: Sequence[str]) -> Task:
+        """Insert `task` held until the tasks named by `after` have completed (a follow-up)."""
+        parents = _validate_after(after)
+        release_at, task.not_before = task.not_before, HELD
+        with db.write_atomic(self.db):
+            found: dict[str, int] = {}
+            for start in range(0, len(parents), 500):
+                chunk = parents[start : start + 500]
+                found.update(
+                    self.model.objects.using(self.db).filter(rn__in=chunk).values_list("rn", "pk")
+                )
+            missing = [rn for rn in parents if rn not in found]
+            if missing:
+                raise TaskNotFound(
+                    f"after: no task has rn {missing[0]!r} ({len(missing)} unknown).",
+                    rn=missing[0],
+                )
+            try:
+                with transaction.atomic(using=self.db):
+                    task.save(force_insert=True, using=self.db)
+            except IntegrityError as exc:
+                if self.filter(rn=task.rn).exists():
+                    raise DuplicateTask(f"A task with rn {task.rn!r} exists.", rn=task.rn) from exc
+                raise
+            Dependency.objects.using(self.db).bulk_create(
+                (
+                    Dependency(child=task, parent_id=found[rn], parent_rn=rn, release_at=release_at)
+                    for rn in parents
+                ),
+                batch_size=1000,
+            )
         _later(signals.task_submitted, self.db, task=task)
         return task
 
@@ -519,6 +567,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
                     ],
                     updated=now,
                 )
+                _follow_with_retries(manager, exhausted)
             events = []
             for row in rows:
                 if row["pk"] in yielded:
@@ -702,10 +751,14 @@ class TaskQuerySet(models.QuerySet["Task"]):
         ]
         if not rows:
             return set()
-        if db.uses_single_statement_transitions(connections[self.db]):
-            done = db.postgresql_finish(self.db, name, rows)
+        aborted = {row["id"] for row in rows if row["errors"] is not None}
+        if aborted:
+            # A retry policy may follow an abort by its next attempt: in the same transaction.
+            with db.write_atomic(self.db):
+                done = self._finish_rows(name, rows)
+                _follow_with_retries(self.model.objects.using(self.db), done & aborted)
         else:
-            done = self._finish_portable(name, rows)
+            done = self._finish_rows(name, rows)
         if done and signals.task_finished.has_listeners(Task):
             durations = {outcome.pk: outcome.duration for outcome in outcomes}
             for task in self.model.objects.using(self.db).filter(pk__in=done):
@@ -717,6 +770,11 @@ class TaskQuerySet(models.QuerySet["Task"]):
                     duration=durations.get(task.pk),
                 )
         return done
+
+    def _finish_rows(self, name: str, rows: list[dict[str, Any]]) -> set[int]:
+        if db.uses_single_statement_transitions(connections[self.db]):
+            return db.postgresql_finish(self.db, name, rows)
+        return self._finish_portable(name, rows)
 
     def _finish_portable(self, name: str, rows: list[dict[str, Any]]) -> set[int]:
         manager = self.model.objects.using(self.db)
@@ -827,6 +885,12 @@ class Task(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     # The timeout of the current lease: a heartbeat given none extends the lease by this much.
     lease_length = models.DurationField(null=True, blank=True, editable=False)
+    # Retry chains (scylla_django.retries): a retry is a new task, linked by rn to the task it
+    # follows and to the first task of its chain (null on that first task itself).
+    retry_of = models.CharField(max_length=RN_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
+    root = models.CharField(max_length=RN_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
+    attempt = models.PositiveIntegerField(default=1)
+    retry_policy = models.JSONField(null=True, blank=True)
 
     objects: ClassVar[TaskQuerySet] = TaskQuerySet.as_manager()  # type: ignore[assignment]
 
@@ -858,6 +922,11 @@ class Task(models.Model):
                 name="scylla_task_owner_idx",
                 condition=Q(owner__isnull=False),
             ),
+            models.Index(
+                fields=["root", "attempt"],
+                name="scylla_task_root_idx",
+                condition=Q(root__isnull=False),
+            ),
         ]
         constraints = [
             models.CheckConstraint(
@@ -872,6 +941,12 @@ class Task(models.Model):
             models.CheckConstraint(
                 condition=~Q(status="running") | Q(owner__isnull=False, deadline__isnull=False),
                 name="scylla_task_running_has_lease",
+            ),
+            # A chain never forks: each task is followed by at most one retry.
+            models.UniqueConstraint(
+                fields=["retry_of"],
+                name="scylla_task_one_retry",
+                condition=Q(retry_of__isnull=False),
             ),
         ]
 
@@ -889,9 +964,14 @@ class Task(models.Model):
         priority: int | None = None,
         rn: str | None = None,
         not_before: datetime | None = None,
+        retry: retries.Retry | Mapping[str, Any] | None = None,
     ) -> Task:
         """A validated, unsaved task. Raises ValidationError naming every bad field."""
-        return cls(**cls.validated(queue, spec, priority=priority, rn=rn, not_before=not_before))
+        return cls(
+            **cls.validated(
+                queue, spec, priority=priority, rn=rn, not_before=not_before, retry=retry
+            )
+        )
 
     @staticmethod
     def validated(
@@ -901,6 +981,7 @@ class Task(models.Model):
         priority: int | None = None,
         rn: str | None = None,
         not_before: datetime | None = None,
+        retry: retries.Retry | Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The field values of a new task, validated (a generated rn if none is given).
 
@@ -925,6 +1006,7 @@ class Task(models.Model):
                 scylla_settings.DEFAULT_PRIORITY if priority is None else priority,
             ),
             not_before=check("not_before", _validate_not_before, not_before),
+            retry_policy=check("retry", _validate_retry, retry),
         )
         if errors:
             raise ValidationError(errors)
@@ -940,7 +1022,7 @@ class Task(models.Model):
         """`validated()` from a mapping, rejecting unknown keys (as a bulk submission item)."""
         if not isinstance(item, Mapping):
             raise ValidationError("Each item must be an object.", code="invalid")
-        allowed = {"queue", "spec", "priority", "rn", "not_before"}
+        allowed = {"queue", "spec", "priority", "rn", "not_before", "retry"}
         unknown = set(item) - allowed
         if unknown:
             raise ValidationError(
@@ -960,6 +1042,7 @@ class Task(models.Model):
             priority=item.get("priority"),
             rn=item.get("rn"),
             not_before=item.get("not_before"),
+            retry=item.get("retry"),
         )
 
     # -- transitions ------------------------------------------------------------------------
@@ -998,14 +1081,114 @@ class Task(models.Model):
         }
         self._apply(Operation.COMPLETE, worker, values)
 
-    def abort(self, worker: Worker | str, errors: Any) -> None:
+    def abort(self, worker: Worker | str, errors: Any, *, retry: bool | None = None) -> Task | None:
         """running → aborted, recording `errors` (at least one `{code, args, description}`).
 
         Running tasks carry no errors (only an abort writes them, and it ends the task), so the
         errors written are exactly the ones appended.
+
+        With a retry policy (the task's own, else its handler's) that covers the errors, or with
+        `retry=True`, a successor task is submitted in the same transaction as the abort and
+        returned (see `scylla_django.retries`); `retry=False` never retries. Returns None when
+        no successor was submitted.
         """
-        values = {"status": Status.ABORTED, "deadline": None, "errors": validate_errors(errors)}
-        self._apply(Operation.ABORT, worker, values)
+        cleaned = validate_errors(errors)
+        values = {"status": Status.ABORTED, "deadline": None, "errors": cleaned}
+        policy = self._retry_decision(cleaned, retry)
+        if policy is None:
+            self._apply(Operation.ABORT, worker, values)
+            return None
+        using = self._state.db or "default"
+        with db.write_atomic(using):
+            self._apply(Operation.ABORT, worker, values)
+            return self._submit_retry(policy, using)
+
+    def retry(self) -> Task:
+        """Resubmit this aborted or cancelled task by hand, as the next attempt of its chain.
+
+        The new task is ready at once (no backoff) and linked like an automatic retry. Raises
+        InvalidTransition unless the task is aborted or cancelled, DuplicateTask if it was
+        already followed by a retry.
+        """
+        using = self._state.db or "default"
+        manager = Task.objects.using(using)
+        with db.write_atomic(using):
+            status = manager.filter(pk=self.pk).values_list("status", flat=True).first()
+            if status is None:
+                raise TaskNotFound(f"No task has rn {self.rn!r}.", rn=self.rn)
+            if status not in (Status.ABORTED, Status.CANCELLED):
+                raise InvalidTransition(
+                    f"Only an aborted or cancelled task can be retried; {self.rn} is {status}.",
+                    rn=self.rn,
+                    status=status,
+                )
+            existing = manager.filter(retry_of=self.rn).values_list("rn", flat=True).first()
+            if existing is not None:
+                raise DuplicateTask(
+                    f"Task {self.rn} was already retried as {existing}.", rn=existing
+                )
+            successor = self._submit_retry(None, using)
+            if successor is None:
+                rn = retries.successor_rn(self.root or self.rn, self.attempt + 1)
+                raise DuplicateTask(f"A task with rn {rn!r} exists.", rn=rn)
+            return successor
+
+    def _retry_decision(
+        self, errors: Sequence[Mapping[str, Any]], retry: bool | None
+    ) -> retries.Retry | None:
+        """The policy under which this abort is followed by a retry, or None."""
+        if retry is False:
+            return None
+        policy = retries.policy_for(self.queue, self.retry_policy)
+        if retry is True:
+            policy = policy or retries.Retry()
+        elif policy is None or not policy.covers(errors):
+            return None
+        return policy if policy.allows(self.attempt) else None
+
+    def _submit_retry(self, policy: retries.Retry | None, using: str) -> Task | None:
+        """Insert the next attempt of this task's chain; return it (None if its rn is taken).
+
+        Called in the transaction that aborted the task, so `updated` is the abort time on the
+        database clock; the retry waits the policy's backoff from then (no wait without one).
+        Follow-ups waiting for this task wait for the retry instead.
+        """
+        root = self.root or self.rn
+        attempt = self.attempt + 1
+        not_before = None if policy is None else self.updated + policy.delay(self.attempt)
+        successor = Task(
+            rn=retries.successor_rn(root, attempt),
+            queue=self.queue,
+            spec=self.spec,
+            priority=self.priority,
+            not_before=not_before,
+            retry_of=self.rn,
+            root=root,
+            attempt=attempt,
+            retry_policy=self.retry_policy,
+        )
+        manager = Task.objects.using(using)
+        # The unique rn (and one retry per task) make a second successor impossible.
+        created: Task | None
+        if db.uses_single_statement_transitions(connections[using]):
+            # As `submit`: one statement, and listening workers are notified if it is due now.
+            inserted = db.postgresql_submit(manager, successor)
+            if inserted is None:
+                return None
+            successor.pk, successor.created, successor.updated = inserted
+            successor._state.adding = False
+            successor._state.db = using
+            created = successor
+        else:
+            manager.bulk_create([successor], ignore_conflicts=True)
+            created = manager.filter(rn=successor.rn, retry_of=self.rn).first()
+            if created is None:
+                return None
+        Dependency.objects.using(using).filter(parent_id=self.pk).update(
+            parent_id=created.pk, parent_rn=created.rn
+        )
+        _later(signals.task_submitted, using, task=created)
+        return created
 
     def yield_lease(self, worker: Worker | str) -> None:
         """Give the task back: `deadline = now - 1 s` and a TaskYield{worker, progress} row.
@@ -1177,6 +1360,57 @@ class Task(models.Model):
         return OwnerAlive(
             f"{owner} is alive: it still heartbeats task {self.rn}.", rn=self.rn, status=status
         )
+
+
+def _validate_after(after: object) -> list[str]:
+    if isinstance(after, str) or not isinstance(after, Sequence):
+        raise ValidationError(
+            {"after": ValidationError("after is a list of task rns.", code="invalid_after")}
+        )
+    parents = list(dict.fromkeys(after))
+    if not 1 <= len(parents) <= MAX_PARENTS:
+        raise ValidationError(
+            {
+                "after": ValidationError(
+                    f"after names 1..{MAX_PARENTS} tasks, not {len(parents)}.",
+                    code="invalid_after",
+                )
+            }
+        )
+    for rn in parents:
+        try:
+            validate_rn(rn)
+        except ValidationError as exc:
+            raise ValidationError({"after": exc}) from None
+    return parents
+
+
+def _follow_with_retries(manager: TaskQuerySet, ids: set[int]) -> None:
+    """Follow the tasks `ids` just aborted (by a worker, or for `max_attempts_exceeded`) by
+    their next attempt where a retry policy covers the abort. Call it in the aborting
+    transaction; only tasks with a policy of their own or of their queue's handler are read.
+    """
+    if not ids:
+        return
+    candidates = manager.filter(pk__in=ids, status=Status.ABORTED).filter(
+        Q(retry_policy__isnull=False) | Q(queue__in=retries.policy_queues())
+    )
+    for task in candidates:
+        policy = task._retry_decision(task.errors, None)
+        if policy is not None:
+            task._submit_retry(policy, manager.db)
+
+
+def _validate_retry(value: object) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if isinstance(value, retries.Retry):
+        return value.as_json()
+    if not isinstance(value, Mapping):
+        raise ValidationError(
+            "retry must be a Retry(...) or its JSON object.", code="invalid_retry"
+        )
+    return retries.Retry.from_json(value).as_json()
 
 
 def _validate_not_before(value: object) -> datetime | None:
@@ -1704,3 +1938,92 @@ class QueueSetting(models.Model):
         state = "paused" if self.paused else "active"
         limit = f", at most {self.max_running} running" if self.max_running else ""
         return f"{self.queue} ({state}{limit})"
+
+
+class Dependency(models.Model):
+    """A follow-up task (`child`) waits for `parent` to complete (`submit(..., after=[...])`).
+
+    The child is held by `not_before = HELD` until every parent has completed; the monitor then
+    releases it (`scylla_django.followups`). Rows are deleted once the child is released or
+    cancelled. Neither key is a database constraint, so purging tasks never cascades here.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    child = models.ForeignKey(
+        Task, on_delete=models.DO_NOTHING, db_constraint=False, related_name="dependencies"
+    )
+    parent = models.ForeignKey(
+        Task, on_delete=models.DO_NOTHING, db_constraint=False, related_name="dependents"
+    )
+    # The parent's rn, to name it in an error even after it was purged.
+    parent_rn = models.CharField(max_length=RN_MAX_LENGTH)
+    # The child's own `not_before`, set when it is released.
+    release_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["parent"], name="scylla_dependency_parent_idx")]
+        constraints = [
+            models.UniqueConstraint(fields=["child", "parent"], name="scylla_dependency_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.child_id} after {self.parent_rn}"
+
+
+class CatchUp(models.TextChoices):
+    """What a schedule submits for the ticks it missed while no monitor ran."""
+
+    ONE = "one", "The latest missed tick only"
+    ALL = "all", "Every missed tick"
+    NONE = "none", "No missed tick"
+
+
+class Schedule(models.Model):
+    """A recurring submission: a task every `cron` tick (in `timezone`) or every `every`.
+
+    Each tick's task has the rn `schedule:<name>:<tick in UTC>`, so any number of monitors
+    submit it exactly once. Schedules come from `SCYLLA["SCHEDULES"]` (`from_settings`) or are
+    created in the admin or over the API. See `scylla_django.schedules`.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=100, unique=True, validators=[queue_validator])
+    cron = models.CharField(max_length=200, blank=True)
+    every = models.DurationField(null=True, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    queue = models.CharField(max_length=QUEUE_MAX_LENGTH, validators=[queue_validator])
+    spec = models.JSONField(default=dict, blank=True)
+    priority = models.PositiveSmallIntegerField(default=0)
+    enabled = models.BooleanField(default=True)
+    catch_up = models.CharField(max_length=8, choices=CatchUp.choices, default=CatchUp.ONE)
+    skip_if_running = models.BooleanField(default=False)
+    from_settings = models.BooleanField(default=False, editable=False)
+    next_run = models.DateTimeField(null=True, blank=True, editable=False)
+    last_run = models.DateTimeField(null=True, blank=True, editable=False)
+    last_task = models.CharField(  # noqa: DJ001
+        max_length=RN_MAX_LENGTH, null=True, blank=True, editable=False
+    )
+    created = models.DateTimeField(db_default=Now(), editable=False)
+    updated = models.DateTimeField(db_default=Now(), editable=False)
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [
+            models.Index(
+                fields=["next_run"], name="scylla_schedule_due_idx", condition=Q(enabled=True)
+            )
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(every__isnull=True) & ~Q(cron=""))
+                | (Q(every__isnull=False) & Q(cron="")),
+                name="scylla_schedule_cron_or_every",
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=0, priority__lte=255),
+                name="scylla_schedule_priority_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -16,12 +16,14 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import Error as DatabaseError
 from django.db import close_old_connections, connections
 
+from . import followups, schedules
 from .conf import scylla_settings
 from .models import Monitor as MonitorRecord
 from .models import Task, Worker
@@ -40,6 +42,12 @@ class MonitorPass:
 
     reset: int
     purged: int
+    released: int = 0
+    """Follow-up tasks released (every parent completed)."""
+    cancelled: int = 0
+    """Follow-up tasks cancelled because a parent failed."""
+    ticks: int = 0
+    """Schedule ticks submitted."""
     workers_purged: int = 0
 
 
@@ -74,6 +82,7 @@ class Monitor:
         using: str = "default",
         reset_batch_size: int | None = None,
         purge_batch_size: int | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         try:
             seconds = positive_duration(interval).total_seconds()
@@ -98,6 +107,7 @@ class Monitor:
         self.using = using
         self.reset_batch_size = reset_batch_size
         self.purge_batch_size = purge_batch_size
+        self.recurring = Recurring(using, clock)
         self.last_pass: MonitorPass | None = None
         """The result of the latest successful pass (None before the first)."""
         self.record: MonitorRecord | None = None
@@ -117,6 +127,7 @@ class Monitor:
             logger.info("reset %s", plural(reset, "expired lease"))
         else:
             logger.debug("no expired leases")
+        followed = self.recurring.run_once()
         purged = tasks.purge(older_than=retention, batch_size=self.purge_batch_size)
         age = format_duration(retention)
         if purged:
@@ -132,7 +143,7 @@ class Monitor:
                 timedelta(seconds=self.interval), hostname=socket.gethostname(), pid=os.getpid()
             )
         self.record.touch(reset=reset, purged=purged)
-        self.last_pass = MonitorPass(reset=reset, purged=purged, workers_purged=workers)
+        self.last_pass = MonitorPass(reset=reset, purged=purged, workers_purged=workers, **followed)
         return self.last_pass
 
     def stop_record(self) -> None:
@@ -228,3 +239,32 @@ class Monitor:
                 connections[self.using].close()
             except DatabaseError as exc:  # closing a broken connection may itself fail
                 logger.debug("closing the database connection failed: %s", exc)
+
+
+class Recurring:
+    """The monitor's part in follow-ups and schedules, once per pass.
+
+    Syncs `SCYLLA["SCHEDULES"]` into the Schedule table, releases (or cancels) follow-up tasks,
+    and submits the task of every due schedule tick. `clock` is the schedules' clock (the
+    database's when None; tests pass a fake one). Safe with any number of monitors.
+    """
+
+    def __init__(self, using: str = "default", clock: Callable[[], datetime] | None = None):
+        self.using = using
+        self.clock = clock
+
+    def run_once(self) -> dict[str, int]:
+        """One pass; returns the counts `released`, `cancelled` and `ticks`."""
+        now = self.clock() if self.clock is not None else None
+        schedules.sync_from_settings(scylla_settings.SCHEDULES, self.using, now)
+        followed = followups.release_followups(self.using)
+        if followed.released or followed.cancelled:
+            logger.info(
+                "released %s, cancelled %s",
+                plural(followed.released, "follow-up task"),
+                plural(followed.cancelled, "follow-up task"),
+            )
+        ticks = [t for t in schedules.tick(self.using, now) if t.rn is not None]
+        if ticks:
+            logger.info("submitted %s", plural(len(ticks), "schedule tick"))
+        return {"released": followed.released, "cancelled": followed.cancelled, "ticks": len(ticks)}

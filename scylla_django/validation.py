@@ -173,7 +173,7 @@ def validate_errors(errors: object) -> list[dict[str, Any]]:
             raise ValidationError(
                 'Each error is an object {"code", "args", "description"}.', code="invalid_errors"
             )
-        unknown = set(error) - {"code", "args", "description"}
+        unknown = set(error) - {"code", "args", "description", "retry"}
         code = error.get("code")
         description = error.get("description", "")
         if unknown:
@@ -186,6 +186,11 @@ def validate_errors(errors: object) -> list[dict[str, Any]]:
             )
         if not isinstance(description, str):
             raise ValidationError("An error's description must be a string.", code="invalid_errors")
-        cleaned.append(error_record(code, description, error.get("args")))
+        entry = error_record(code, description, error.get("args"))
+        if "retry" in error:  # the error asks for a retry itself (scylla_django.retries)
+            if not isinstance(error["retry"], bool):
+                raise ValidationError("An error's retry must be a boolean.", code="invalid_errors")
+            entry["retry"] = error["retry"]
+        cleaned.append(entry)
     validate_json(cleaned, "errors")
     return cleaned

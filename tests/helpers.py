@@ -29,6 +29,9 @@ TASK_FIELDS = {
     "owner",
     "deadline",
     "attempts",
+    "retry_of",
+    "root",
+    "attempt",
 }
 
 

@@ -474,7 +474,7 @@ def test_purge_selected_stops_at_its_time_budget(admin_client, tasks, settings, 
 
 def test_delete_selected_is_not_offered(admin_client, tasks):
     choices = dict(admin_client.get(LIST).context["action_form"].fields["action"].choices)
-    assert set(choices) == {"", "cancel_selected", "purge_selected"}
+    assert set(choices) == {"", "cancel_selected", "purge_selected", "retry_selected"}
     response = act(admin_client, "delete_selected", tasks["done"], post="yes")
     assert response.status_code == 403
     assert Task.objects.filter(pk=tasks["done"].pk).exists()
@@ -600,7 +600,7 @@ def test_view_only_staff_can_look_but_not_act(tasks):
     [history] = detail.context["inline_admin_formsets"]  # without view_history
     assert len(history.formset.forms) == 1
     assert client.get(DASHBOARD).status_code == 200
-    for action in ("cancel_selected", "purge_selected", "delete_selected"):
+    for action in ("cancel_selected", "purge_selected", "retry_selected", "delete_selected"):
         assert act(client, action, tasks["run"], tasks["done"]).status_code == 403
     assert client.get(PURGE).status_code == 403
     query = {"older_than_days": "1", "statuses": ["completed"]}

@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from scylla_django.exceptions import DuplicateTask
 from scylla_django.models import Task
+from scylla_django.retries import Fixed, Retry
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -44,6 +45,14 @@ def test_submit_is_one_statement_without_a_transaction_block():
     stored = Task.objects.get(rn="single")
     assert (task.pk, task.created, task.updated) == (stored.pk, stored.created, stored.updated)
     assert not task._state.adding and task._state.db == "default"
+
+
+def test_submit_with_a_retry_policy_is_still_one_statement():
+    policy = Retry(max_attempts=3, backoff=Fixed(5))
+    with round_trips() as (statements, switches):
+        Task.objects.submit("one", {}, rn="with-retry", retry=policy)
+    assert len(statements) == 1 and switches == []
+    assert Task.objects.get(rn="with-retry").retry_policy == policy.as_json()
 
 
 def test_a_duplicate_submission_is_detected_by_the_same_statement():

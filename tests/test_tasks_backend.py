@@ -127,6 +127,21 @@ def test_unknown_results_and_invalid_queues():
         add.using(queue_name="elsewhere").enqueue(1, 2)
 
 
+def test_a_backend_option_gives_its_tasks_a_retry_policy(settings):
+    from tests.django_tasks import add
+
+    settings.TASKS = {
+        "default": {
+            "BACKEND": "scylla_django.backends.ScyllaBackend",
+            "QUEUES": ["default", "dj-mail"],
+            "OPTIONS": {"RETRY": {"max_attempts": 4, "backoff": "fixed", "delay": 5}},
+        }
+    }
+    result = add.enqueue(1, b=2)
+    policy = Task.objects.get(rn=result.id).retry_policy
+    assert (policy["max_attempts"], policy["backoff"], policy["delay"]) == (4, "fixed", 5)
+
+
 def test_task_finished_is_sent_after_the_outcome_with_the_final_result():
     from django.tasks import TaskResultStatus
     from django.tasks.signals import task_finished

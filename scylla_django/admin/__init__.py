@@ -1,4 +1,4 @@
-"""The admin console: tasks and workers, two actions, a bulk purge page, a dashboard.
+"""The admin console: tasks, workers and schedules, task actions, a bulk purge page, a dashboard.
 
 Read-only apart from explicit operations, each calling the same method as the API and the
 commands: "Cancel selected" is `TaskQuerySet.cancel()`, "Purge selected" and the bulk purge page
@@ -19,14 +19,16 @@ are `TaskQuerySet.purge()`. Built to stay fast on millions of tasks:
 | `display` | HTML helpers: times, badges, JSON, errors |
 | `purge` | the bulk purge form and its time budget |
 | `dashboard` | the dashboard's numbers |
+| `schedules` | `ScheduleAdmin`, the "Retry selected" action, the chain of attempts |
 
-Importing this package registers `Task` and `Worker` with `admin.site` and changes nothing
-else. The "Scylla console" module on the admin index is opt-in: set
+Importing this package registers `Task`, `Worker` and `Schedule` with `admin.site` and changes
+nothing else. The "Scylla console" module on the admin index is opt-in: set
 `admin.site.index_template = INDEX_TEMPLATE` (see the README, "Admin").
 """
 
 from __future__ import annotations
 
+from .schedules import ScheduleAdmin
 from .tasks import COUNT_CAP, HISTORY_LIMIT, ApproximateCount, EstimatingPaginator, TaskAdmin
 from .workers import WorkerAdmin
 
@@ -38,6 +40,7 @@ __all__ = [
     "INDEX_TEMPLATE",
     "ApproximateCount",
     "EstimatingPaginator",
+    "ScheduleAdmin",
     "TaskAdmin",
     "WorkerAdmin",
 ]

@@ -51,6 +51,8 @@ from .filters import (
     StatusFilter,
 )
 from .purge import PurgeForm, TimedPurge
+from .schedules import chain as chain_links
+from .schedules import retry_selected as retry_tasks
 
 logger = logging.getLogger("scylla_django")
 
@@ -196,7 +198,7 @@ class TaskAdmin(TaskAdminBase):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     paginator = EstimatingPaginator
-    actions = ("cancel_selected", "purge_selected")
+    actions = ("cancel_selected", "purge_selected", "retry_selected")
     inlines = (HistoryInline,)
     fieldsets = (
         (
@@ -207,6 +209,7 @@ class TaskAdmin(TaskAdminBase):
                     ("status_badge", "priority", "progress_bar"),
                     ("owner_link", "attempts", "deadline_time"),
                     ("created_time", "updated_time", "not_before_at"),
+                    ("chain",),
                 )
             },
         ),
@@ -224,6 +227,7 @@ class TaskAdmin(TaskAdminBase):
         "result_json",
         "errors_table",
         "history_note",
+        "chain",
     )
     # About 500,000 tasks a request at the 25,000/s measured (docs/admin.md); for more, there
     # is scylla_cleanup.
@@ -252,6 +256,10 @@ class TaskAdmin(TaskAdminBase):
     def has_purge_permission(self, request: HttpRequest) -> bool:
         """May delete terminal tasks: `scylla_django.delete_task`."""
         return request.user.has_perm("scylla_django.delete_task")
+
+    def has_submit_permission(self, request: HttpRequest) -> bool:
+        """May submit tasks, and so retry them: `scylla_django.submit_task`."""
+        return request.user.has_perm("scylla_django.submit_task")
 
     # -- the list ---------------------------------------------------------------------------
 
@@ -319,6 +327,10 @@ class TaskAdmin(TaskAdminBase):
             round(task.progress * 100),
             round(task.progress * 100),
         )
+
+    @admin.display(description="attempts in the chain")
+    def chain(self, task: Task) -> SafeString | str:
+        return chain_links(task)
 
     @admin.display(description="owner")
     def owner_link(self, task: Task) -> SafeString | str:
@@ -417,6 +429,11 @@ class TaskAdmin(TaskAdminBase):
             f"{cancelled} cancelled, {total - cancelled} skipped (not ready or running).",
             messages.SUCCESS if cancelled else messages.WARNING,
         )
+
+    @admin.action(permissions=["submit"], description="Retry selected (aborted/cancelled only)")
+    def retry_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
+        """Resubmit the selected aborted and cancelled tasks with `Task.retry()`."""
+        retry_tasks(self, request, queryset)
 
     @admin.action(permissions=["purge"], description="Purge selected (terminal only)")
     def purge_selected(

@@ -16,6 +16,7 @@ import django_filters  # type: ignore[import-untyped, unused-ignore]
 from django import forms
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
+from django.db.models import Q
 from django.http import QueryDict
 from drf_spectacular.utils import extend_schema_field
 from rest_framework.exceptions import ErrorDetail
@@ -78,6 +79,18 @@ class RnFilter(django_filters.CharFilter):  # type: ignore[misc, unused-ignore]
         super().__init__(max_length=RN_MAX_LENGTH, validators=[rn_validator])
 
 
+@extend_schema_field(
+    string_schema(rn_validator, RN_MAX_LENGTH, "A retry chain: the rn of its first task.")
+)
+class RootFilter(RnFilter):
+    """The tasks of one retry chain: its first task (this rn) and every retry of it."""
+
+    def filter(self, qs: Any, value: Any) -> Any:
+        if value in ("", None):
+            return qs
+        return qs.filter(Q(root=value) | Q(rn=value))
+
+
 class NoEmptyValuesForm(forms.Form):
     """Refuses a parameter given empty (`?queue=`): the schema allows no empty value, and
     ignoring it would hide a client's bug.
@@ -127,6 +140,7 @@ class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
     queue = QueueFilter()
     owner = OwnerFilter()
     rn = RnFilter()
+    root = RootFilter()
     priority_min = PriorityFilter("gte")
     priority_max = PriorityFilter("lte")
     created_after = TimestampFilter(field_name="created", lookup_expr="gte")
@@ -143,6 +157,7 @@ class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
             "queue",
             "owner",
             "rn",
+            "root",
             "priority_min",
             "priority_max",
             "created_after",

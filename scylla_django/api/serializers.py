@@ -22,7 +22,8 @@ from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 
 from ..enums import EventType, Liveness, Status
-from ..models import History, Task, Worker
+from ..models import MAX_PARENTS, CatchUp, History, Schedule, Task, Worker
+from ..retries import MAX_DELAY as MAX_RETRY_DELAY
 from ..validation import (
     QUEUE_MAX_LENGTH,
     RN_MAX_LENGTH,
@@ -151,6 +152,9 @@ class TaskErrorSerializer(StrictSerializer):
     code = StrictCharField(max_length=200, validators=[not_blank])
     args = JSONValueField(required=False, help_text="Any JSON; `{}` when omitted.")
     description = StrictCharField(required=False, allow_blank=True)
+    retry = serializers.BooleanField(
+        required=False, help_text="The error asks for a retry under the task's retry policy."
+    )
 
 
 class TaskSerializer(serializers.ModelSerializer[Task]):
@@ -183,6 +187,9 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "owner",
             "deadline",
             "attempts",
+            "retry_of",
+            "root",
+            "attempt",
         ]
         read_only_fields = fields
 
@@ -218,6 +225,34 @@ class TaskDetailSerializer(TaskSerializer):
         read_only_fields = fields
 
 
+class RetryPolicySerializer(StrictSerializer):
+    """A retry policy: when an aborted task is followed by a new one, and after how long."""
+
+    max_attempts = StrictIntegerField(
+        required=False, min_value=1, max_value=1000, help_text="Tasks in the chain at most (3)."
+    )
+    backoff = serializers.ChoiceField(choices=["exponential", "fixed"], required=False)
+    delay = StrictFloatField(
+        required=False,
+        min_value=0,
+        max_value=MAX_RETRY_DELAY,
+        help_text="Seconds: the first wait (exponential, 1) or every wait (fixed, 10).",
+    )
+    base = StrictFloatField(required=False, min_value=1, max_value=MAX_RETRY_DELAY)
+    cap = StrictFloatField(required=False, min_value=0, max_value=MAX_RETRY_DELAY)
+    jitter = serializers.BooleanField(required=False)
+    on = serializers.ListField(
+        child=StrictCharField(max_length=200),
+        required=False,
+        max_length=50,
+        help_text="Dotted names of the exception classes retried (all when omitted).",
+    )
+    codes = serializers.ListField(
+        child=StrictCharField(max_length=200), required=False, max_length=50
+    )
+    timeouts = serializers.BooleanField(required=False)
+
+
 class SubmitSerializer(StrictSerializer):
     """A task to submit: `queue` and `spec`, optionally `rn`, `priority` and `not_before`."""
 
@@ -234,6 +269,18 @@ class SubmitSerializer(StrictSerializer):
     )
     not_before = UTCDateTimeField(
         required=False, allow_null=True, help_text="Not leased before this time."
+    )
+    retry = RetryPolicySerializer(
+        required=False,
+        allow_null=True,
+        help_text="The task's retry policy (overrides its handler's).",
+    )
+    after = serializers.ListField(
+        child=StrictCharField(max_length=RN_MAX_LENGTH, validators=[rn_validator]),
+        required=False,
+        min_length=1,
+        max_length=MAX_PARENTS,
+        help_text="Rns of tasks that must all complete first (a follow-up task; not in bulk).",
     )
 
 
@@ -324,6 +371,11 @@ class AbortSerializer(WorkerActionSerializer):
 
     errors = serializers.ListField(  # type: ignore[assignment]  # see TaskSerializer
         child=TaskErrorSerializer(), min_length=1, max_length=100
+    )
+    retry = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        help_text="true: retry whatever the errors; false: never; omitted: as the policy says.",
     )
 
 
@@ -551,3 +603,67 @@ class HealthSerializer(serializers.Serializer[Any]):
 
     status = serializers.ChoiceField(choices=["ok", "failing"])
     checks = HealthCheckSerializer(many=True)
+
+
+# -- retries and schedules ----------------------------------------------------------------
+
+
+class AbortedSerializer(TaskSerializer):
+    """An aborted task, and the retry submitted with the abort (null if none)."""
+
+    successor = serializers.CharField(
+        read_only=True, allow_null=True, help_text="The rn of the retry, if one was submitted."
+    )
+
+    class Meta(TaskSerializer.Meta):
+        fields = [*TaskSerializer.Meta.fields, "successor"]
+        read_only_fields = fields
+
+
+class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
+    """A recurring schedule; `every` in seconds. Every field is read-only."""
+
+    spec = JSONValueField(read_only=True)
+    every = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Schedule
+        fields = [
+            "name",
+            "cron",
+            "every",
+            "timezone",
+            "queue",
+            "spec",
+            "priority",
+            "enabled",
+            "catch_up",
+            "skip_if_running",
+            "from_settings",
+            "next_run",
+            "last_run",
+            "last_task",
+        ]
+        read_only_fields = fields
+
+    def get_every(self, schedule: Schedule) -> int | None:
+        return None if schedule.every is None else int(schedule.every.total_seconds())
+
+
+class ScheduleInputSerializer(StrictSerializer):
+    """A schedule to create or change: exactly one of `cron` and `every`."""
+
+    name = StrictCharField(max_length=100, validators=[queue_validator], required=False)
+    cron = StrictCharField(required=False, allow_blank=True, max_length=200)
+    every = JSONValueField(
+        required=False, allow_null=True, help_text='Seconds, or "30s", "5m", "2h", "1d".'
+    )
+    timezone = StrictCharField(required=False, max_length=64)
+    queue = StrictCharField(
+        required=False, max_length=QUEUE_MAX_LENGTH, validators=[queue_validator]
+    )
+    spec = JSONValueField(required=False)
+    priority = StrictIntegerField(required=False, min_value=0, max_value=255)
+    enabled = serializers.BooleanField(required=False)
+    catch_up = serializers.ChoiceField(choices=CatchUp.choices, required=False)
+    skip_if_running = serializers.BooleanField(required=False)

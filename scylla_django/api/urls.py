@@ -15,6 +15,7 @@ from .views import (
     QueueLimitView,
     QueuePauseView,
     QueueView,
+    ScheduleViewSet,
     SchemaView,
     TaskViewSet,
     WorkerViewSet,
@@ -26,6 +27,7 @@ app_name = "scylla"
 router = SimpleRouter()
 router.register("tasks", TaskViewSet, basename="task")
 router.register("workers", WorkerViewSet, basename="worker")
+router.register("schedules", ScheduleViewSet, basename="schedule")
 
 urlpatterns: list[URLPattern | URLResolver] = [
     *router.urls,

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import Error as DatabaseError
 
 from ...conf import scylla_settings
+from ...handlers import autodiscover
 from ...monitor import Monitor
 from ..base import StopSignals, add_setting_option, configure_logging, duration, seconds
 
@@ -56,6 +57,12 @@ class Command(BaseCommand):
                 scylla_settings.RETENTION  # noqa: B018 - fail now, not at the first pass
             except ImproperlyConfigured as exc:
                 raise CommandError(str(exc)) from exc
+        try:
+            scylla_settings.SCHEDULES  # noqa: B018 - fail now, not at the first pass
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
+        # Handler retry policies (@handler(..., retry=...)) then also cover lease timeouts.
+        autodiscover()
         monitor = Monitor(interval=options["interval"], retention=retention)
         signals = StopSignals()
         with signals.installed():

@@ -1,0 +1,204 @@
+"""The admin of recurring schedules, and the retry parts of the task admin.
+
+- `ScheduleAdmin` (registered on import): schedules with their next run and last task (linked,
+  with its status); enable, disable and "Run now" actions; create and edit with the same
+  validation as settings and the API. Schedules from `SCYLLA["SCHEDULES"]` can only be enabled
+  or disabled here.
+- `retry_selected`: a task admin action that resubmits the selected aborted and cancelled tasks
+  with `Task.retry()`; add it to the task admin's `actions` (it needs `submit_task`).
+- `chain`: the previous and next attempts of a task, as links; add it to the task admin's
+  `readonly_fields`/`fields`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from .. import schedules
+from ..enums import Status
+from ..exceptions import DuplicateTask, InvalidTransition
+from ..models import Schedule, Task
+
+if TYPE_CHECKING:  # django-stubs makes these generic; Django's classes cannot be subscripted
+    ScheduleFormBase = forms.ModelForm[Schedule]
+    ScheduleAdminBase = admin.ModelAdmin[Schedule]
+else:
+    ScheduleFormBase = forms.ModelForm
+    ScheduleAdminBase = admin.ModelAdmin
+
+
+def task_link(rn: str, label: str | None = None) -> SafeString:
+    """A link to the admin page of the task with this rn (by rn: it may have been purged)."""
+    url = reverse("admin:scylla_django_task_changelist") + f"?q={rn}"
+    return format_html('<a href="{}">{}</a>', url, label or rn)
+
+
+class ScheduleForm(ScheduleFormBase):
+    """Validates a schedule as settings and the API do (`schedules.clean_definition`)."""
+
+    every = forms.CharField(
+        required=False, help_text='An interval such as "30s", "5m", "2h", "1d" (or use cron).'
+    )
+
+    class Meta:
+        model = Schedule
+        fields = [
+            "name",
+            "cron",
+            "every",
+            "timezone",
+            "queue",
+            "spec",
+            "priority",
+            "enabled",
+            "catch_up",
+            "skip_if_running",
+        ]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        every = self.instance.every if self.instance.pk else None
+        if every is not None:
+            self.initial["every"] = f"{int(every.total_seconds())}s"
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        raw = {k: v for k, v in data.items() if k != "name" and v not in (None, "")}
+        raw.setdefault("spec", data.get("spec", {}))
+        try:
+            definition = schedules.clean_definition(data.get("name"), raw)
+        except ValidationError as exc:
+            for key, errors in exc.error_dict.items():
+                self.add_error(None if key in ("__all__", "name") else key, errors)
+            return data
+        data.update(definition.fields())
+        return data
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(ScheduleAdminBase):
+    """Recurring schedules: when they run next, what they last submitted, and run-now."""
+
+    form = ScheduleForm
+    list_display = [
+        "name",
+        "timing",
+        "queue",
+        "enabled",
+        "next_run",
+        "last_task_link",
+        "from_settings",
+    ]
+    list_filter = ["enabled", "from_settings", "queue"]
+    search_fields = ["=name", "=queue"]
+    readonly_fields = ["next_run", "last_run", "last_task_link", "from_settings"]
+    actions = ["enable_selected", "disable_selected", "run_now"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
+        if obj is not None and obj.from_settings:
+            editable = {"enabled"}
+            return [f for f in ScheduleForm.Meta.fields if f not in editable] + list(
+                self.readonly_fields
+            )
+        return self.readonly_fields
+
+    def has_delete_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
+        if obj is not None and obj.from_settings:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if not obj.from_settings and (set(form.changed_data) - {"enabled"} or not change):
+            schedules.reschedule(obj)
+
+    @admin.display(description="schedule")
+    def timing(self, obj: Schedule) -> str:
+        if obj.every is not None:
+            return f"every {int(obj.every.total_seconds())} s"
+        return f"{obj.cron} ({obj.timezone})"
+
+    @admin.display(description="last task")
+    def last_task_link(self, obj: Schedule) -> SafeString | str:
+        if not obj.last_task:
+            return "—"
+        status = Task.objects.filter(rn=obj.last_task).values_list("status", flat=True).first()
+        return format_html("{} ({})", task_link(obj.last_task), status or "purged")
+
+    @admin.action(permissions=["change"], description="Enable selected schedules")
+    def enable_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        count = 0
+        for schedule in queryset.filter(enabled=False):
+            Schedule.objects.filter(pk=schedule.pk).update(enabled=True)
+            schedules.reschedule(schedule)  # ticks missed while paused are not caught up
+            count += 1
+        self.message_user(request, f"{count} enabled.", messages.SUCCESS)
+
+    @admin.action(permissions=["change"], description="Disable selected schedules")
+    def disable_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        count = queryset.filter(enabled=True).update(enabled=False)
+        self.message_user(request, f"{count} disabled.", messages.SUCCESS)
+
+    @admin.action(permissions=["run"], description="Run now")
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        tasks = [schedules.run_now(schedule) for schedule in queryset]
+        self.message_user(
+            request,
+            format_html(
+                "Submitted {}.", format_html_join(", ", "{}", ((task_link(t.rn),) for t in tasks))
+            ),
+            messages.SUCCESS,
+        )
+
+    def has_run_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("scylla_django.submit_task")
+
+
+@admin.action(description="Retry selected (aborted/cancelled only)")
+def retry_selected(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+    """Resubmit each selected aborted or cancelled task with `Task.retry()`."""
+    if not request.user.has_perm("scylla_django.submit_task"):
+        modeladmin.message_user(request, "You may not submit tasks.", messages.ERROR)
+        return
+    selected = queryset.order_by()
+    total = selected.count()
+    retried = 0
+    for task in selected.filter(status__in=[Status.ABORTED, Status.CANCELLED]):
+        try:
+            task.retry()
+        except (DuplicateTask, InvalidTransition):
+            continue
+        retried += 1
+    modeladmin.message_user(
+        request,
+        f"{retried} retried, {total - retried} skipped (not aborted or cancelled, or retried).",
+        messages.SUCCESS if retried else messages.WARNING,
+    )
+
+
+@admin.display(description="attempts in the chain")
+def chain(task: Task) -> SafeString | str:
+    """Attempt n of the chain, with links to the previous and the next attempts."""
+    following = Task.objects.filter(retry_of=task.rn).values_list("rn", flat=True).first()
+    parts = [format_html("attempt {}", task.attempt)]
+    if task.retry_of:
+        parts.append(format_html("previous: {}", task_link(task.retry_of)))
+    if following:
+        parts.append(format_html("next: {}", task_link(following)))
+    if task.root:
+        parts.append(format_html("first: {}", task_link(task.root)))
+    return format_html_join(" · ", "{}", ((p,) for p in parts))
+
+
+def upcoming(limit: int = 10) -> list[Schedule]:
+    """The enabled schedules that run next, soonest first (for the dashboard)."""
+    return list(Schedule.objects.filter(enabled=True).order_by("next_run", "name")[:limit])

@@ -1,0 +1,122 @@
+"""Follow-up tasks: `Task.objects.submit(..., after=[rn1, rn2])` runs once its parents completed.
+
+A follow-up is an ordinary `ready` task held by `not_before = HELD` (never leasable), with one
+`Dependency` row per parent. `release_followups()`, run by the monitor on every pass, finishes
+the wait with one conditional write per outcome:
+
+- every parent completed: `not_before` is cleared (one UPDATE for all such tasks, fenced on
+  `status = 'ready' AND not_before = HELD`, so concurrent monitors release each task once);
+- a parent aborted or was cancelled (or was purged before the follow-up was released): the
+  follow-up is cancelled with the error `parent_failed` naming that parent.
+
+A parent that is retried (`scylla_django.retries`) hands its dependents to its retry in the
+abort's transaction, so a follow-up waits for the chain rather than fail on the first attempt.
+No status is added to the state machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import Exists, OuterRef, Q, Subquery
+
+from . import db, signals
+from .db import Now
+from .enums import EventType, Status
+from .models import HELD, Dependency, History, Task, _later
+
+
+@dataclass(frozen=True)
+class FollowUpPass:
+    """What one pass did: follow-ups `released`, and `cancelled` because a parent failed."""
+
+    released: int
+    cancelled: int
+
+
+def release_followups(using: str = "default") -> FollowUpPass:
+    """Release follow-ups whose parents all completed; cancel those with a failed parent."""
+    tasks = Task.objects.using(using)
+    dependencies = Dependency.objects.using(using)
+    # Driven by the (small) dependency table, never by a scan of every ready task.
+    waiting = tasks.filter(
+        pk__in=dependencies.values("child_id"), status=Status.READY, not_before=HELD
+    )
+    unfinished = (
+        Dependency.objects.using(using)
+        .filter(child=OuterRef("pk"))
+        .exclude(Exists(tasks.filter(pk=OuterRef("parent_id"), status=Status.COMPLETED)))
+    )
+    with db.write_atomic(using):
+        released_ids = list(
+            waiting.filter(~Exists(unfinished))
+            .select_for_update(skip_locked=True)
+            .values_list("pk", flat=True)
+        )
+        released = 0
+        if released_ids:
+            release_at = Dependency.objects.using(using).filter(child=OuterRef("pk"))
+            released = waiting.filter(pk__in=released_ids).update(
+                not_before=Subquery(release_at.values("release_at")[:1]), updated=Now()
+            )
+            Dependency.objects.using(using).filter(child_id__in=released_ids).delete()
+    if released and signals.task_submitted.has_listeners(Task):
+        for task in tasks.filter(pk__in=released_ids):
+            _later(signals.task_submitted, using, task=task)
+
+    failed = (
+        Dependency.objects.using(using)
+        .filter(child=OuterRef("pk"))
+        .filter(
+            Q(
+                Exists(
+                    tasks.filter(
+                        pk=OuterRef("parent_id"), status__in=[Status.ABORTED, Status.CANCELLED]
+                    )
+                )
+            )
+            | ~Exists(tasks.filter(pk=OuterRef("parent_id")))
+        )
+    )
+    cancelled = 0
+    for child_id in waiting.filter(Exists(failed)).values_list("pk", flat=True)[:1000]:
+        cancelled += _cancel_child(child_id, using)
+    # Follow-ups cancelled (or purged) by hand while they waited leave their rows behind.
+    dependencies.exclude(
+        Exists(tasks.filter(pk=OuterRef("child_id"), status=Status.READY, not_before=HELD))
+    ).delete()
+    return FollowUpPass(released=released, cancelled=cancelled)
+
+
+def _cancel_child(child_id: int, using: str) -> int:
+    """Cancel one held follow-up whose parent failed, naming the parent; 1 if it was cancelled."""
+    tasks = Task.objects.using(using)
+    with db.write_atomic(using):
+        row = (
+            Dependency.objects.using(using)
+            .filter(child_id=child_id)
+            .annotate(status=Subquery(tasks.filter(pk=OuterRef("parent_id")).values("status")[:1]))
+            .filter(Q(status__isnull=True) | Q(status__in=[Status.ABORTED, Status.CANCELLED]))
+            .order_by("pk")
+            .values("parent_rn", "status")
+            .first()
+        )
+        if row is None:
+            return 0
+        parent, status = row["parent_rn"], row["status"] or "purged"
+        error = {
+            "code": "parent_failed",
+            "args": {"parent": parent, "status": status},
+            "description": f"Parent task {parent} was {status}; this follow-up will not run.",
+        }
+        done = tasks.filter(pk=child_id, status=Status.READY, not_before=HELD).update(
+            status=Status.CANCELLED, errors=[error], updated=Now()
+        )
+        if not done:
+            return 0
+        History.objects.using(using).create(task_id=child_id, typ=EventType.CANCELLATION)
+        Dependency.objects.using(using).filter(child_id=child_id).delete()
+    task = tasks.filter(pk=child_id).first()
+    if task is not None:
+        _later(signals.task_finished, using, task=task, status=task.status)
+    return 1

@@ -1,0 +1,350 @@
+"""Retry policies: when an aborted task is followed by a new task, and after how long.
+
+A retry never changes the aborted task: it stays aborted, a permanent record. The retry is a new
+`ready` task with the same queue, spec and priority, `not_before = abort time + backoff`, linked
+to the task it follows (`retry_of`) and to the first task of the chain (`root`), and numbered
+(`attempt`). Its rn is derived from the root and the attempt number, so a chain can never fork:
+a second successor for the same attempt is refused by the unique rn.
+
+```python
+@handler("emails", retry=Retry(max_attempts=5, backoff=Exponential(base=2, cap=600),
+                               jitter=True, on=(SMTPException, TimeoutError)))
+def send(ctx): ...
+
+Task.objects.submit("emails", spec, retry=Retry(max_attempts=3))   # overrides the handler's
+```
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.utils.module_loading import import_string
+
+from .validation import RN_MAX_LENGTH, validate_queue
+
+#: The error code written when a lease expired `MAX_ATTEMPTS` times (see `reset_expired`).
+TIMEOUT_CODE = "max_attempts_exceeded"
+#: The error code a worker writes when a handler raises (the exception's type is in `args`).
+EXCEPTION_CODE = "exception"
+MAX_DELAY = 365 * 86400.0
+
+
+def _number(value: object, name: str, *, minimum: float, strict: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValidationError(f"{name} must be a number, not {value!r}.", code="invalid_retry")
+    if value < minimum or (strict and value == minimum) or value > MAX_DELAY:
+        bound = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
+        raise ValidationError(
+            f"{name} must be {bound} and at most {MAX_DELAY:g}, not {value!r}.",
+            code="invalid_retry",
+        )
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """The same delay, `seconds`, before every retry."""
+
+    seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        _number(self.seconds, "Fixed.seconds", minimum=0)
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1 for the first task)."""
+        return float(self.seconds)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"backoff": "fixed", "delay": self.seconds}
+
+
+@dataclass(frozen=True)
+class Exponential:
+    """`initial * base ** (attempt - 1)` seconds, at most `cap`: 1, 2, 4, 8, … by default."""
+
+    base: float = 2.0
+    initial: float = 1.0
+    cap: float = 600.0
+
+    def __post_init__(self) -> None:
+        _number(self.base, "Exponential.base", minimum=1)
+        _number(self.initial, "Exponential.initial", minimum=0)
+        _number(self.cap, "Exponential.cap", minimum=0)
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1 for the first task)."""
+        exponent = max(0, attempt - 1)
+        # Compare logarithms rather than computing base ** exponent, which overflows.
+        if self.initial == 0:
+            return 0.0
+        if self.base > 1 and exponent * math.log(self.base) > math.log(self.cap / self.initial):
+            return float(self.cap)
+        return float(min(self.cap, self.initial * self.base**exponent))
+
+    def as_json(self) -> dict[str, Any]:
+        return {"backoff": "exponential", "delay": self.initial, "base": self.base, "cap": self.cap}
+
+
+Backoff = Fixed | Exponential
+
+
+def _type_name(cls: type[BaseException]) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A retry policy.
+
+    - `max_attempts`: tasks in the chain at most, the first included (3: two retries).
+    - `backoff`: `Exponential()` (default) or `Fixed(seconds)`, in seconds after the abort.
+    - `jitter`: wait a uniformly random time between half the backoff and the full backoff, so
+      that tasks failing together do not all come back together.
+    - `on`: exception classes (or their dotted names) whose handler errors are retried;
+      subclasses match. Default: any exception.
+    - `codes`: `Abort` codes that are retried too (a handler may also `raise Abort(...,
+      retry=True)`).
+    - `timeouts`: retry a task aborted because its lease expired `MAX_ATTEMPTS` times.
+    """
+
+    max_attempts: int = 3
+    backoff: Backoff = field(default_factory=Exponential)
+    jitter: bool = False
+    on: tuple[type[BaseException] | str, ...] = (Exception,)
+    codes: tuple[str, ...] = ()
+    timeouts: bool = True
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.max_attempts, bool)
+            or not isinstance(self.max_attempts, int)
+            or not 1 <= self.max_attempts <= 1000
+        ):
+            raise ValidationError(
+                f"max_attempts must be an integer 1..1000, not {self.max_attempts!r}.",
+                code="invalid_retry",
+            )
+        if not isinstance(self.backoff, Fixed | Exponential):
+            raise ValidationError(
+                "backoff must be Fixed(...) or Exponential(...).", code="invalid_retry"
+            )
+        if not isinstance(self.jitter, bool) or not isinstance(self.timeouts, bool):
+            raise ValidationError("jitter and timeouts must be booleans.", code="invalid_retry")
+        object.__setattr__(self, "on", tuple(self.on))
+        object.__setattr__(self, "codes", tuple(self.codes))
+        for item in self.on:
+            ok = (isinstance(item, str) and item.strip()) or (
+                isinstance(item, type) and issubclass(item, BaseException)
+            )
+            if not ok:
+                raise ValidationError(
+                    f"on must hold exception classes or dotted names, not {item!r}.",
+                    code="invalid_retry",
+                )
+        if not all(isinstance(code, str) and code for code in self.codes):
+            raise ValidationError("codes must be non-empty strings.", code="invalid_retry")
+
+    # -- timing -------------------------------------------------------------------------------
+
+    def bounds(self, attempt: int) -> tuple[timedelta, timedelta]:
+        """The shortest and longest wait after failed attempt `attempt` (equal without jitter)."""
+        delay = self.backoff.delay(attempt)
+        low = delay / 2 if self.jitter else delay
+        return timedelta(seconds=low), timedelta(seconds=delay)
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> timedelta:
+        """The wait after failed attempt `attempt`: the backoff, jittered if asked."""
+        low, high = self.bounds(attempt)
+        if low == high:
+            return high
+        pick = (rng or random).uniform(low.total_seconds(), high.total_seconds())
+        return timedelta(seconds=pick)
+
+    def allows(self, attempt: int) -> bool:
+        """Whether a task with this attempt number may be followed by another."""
+        return attempt < self.max_attempts
+
+    # -- matching -----------------------------------------------------------------------------
+
+    def covers(self, errors: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether an abort with `errors` is one this policy retries.
+
+        An error asks for a retry itself with `"retry": true` (what `Abort(..., retry=True)`
+        writes). A handler exception (code `exception`, its type in `args.type`) matches `on`
+        when its class is one of them or a subclass; a class that cannot be imported again by
+        its dotted name matches by name only. Other codes match `codes`, and a lease timeout
+        matches when `timeouts` is set.
+        """
+        return any(self._covers(error) for error in errors)
+
+    def _covers(self, error: Mapping[str, Any]) -> bool:
+        code = error.get("code")
+        if error.get("retry") is True or code in self.codes:
+            return True
+        if code == TIMEOUT_CODE:
+            return self.timeouts
+        if code != EXCEPTION_CODE:
+            return False
+        args = error.get("args")
+        name = args.get("type") if isinstance(args, Mapping) else None
+        if not isinstance(name, str):
+            return False
+        wanted = self._classes()
+        if Exception in wanted or name in self._names():
+            return True
+        try:
+            raised = import_string(name)
+        except ImportError:
+            return False
+        return isinstance(raised, type) and issubclass(raised, tuple(wanted))
+
+    def _names(self) -> set[str]:
+        return {item if isinstance(item, str) else _type_name(item) for item in self.on}
+
+    def _classes(self) -> list[type[BaseException]]:
+        classes: list[type[BaseException]] = []
+        for item in self.on:
+            if isinstance(item, type):
+                classes.append(item)
+                continue
+            try:
+                found = import_string(item)
+            except ImportError:
+                continue
+            if isinstance(found, type) and issubclass(found, BaseException):
+                classes.append(found)
+        return classes
+
+    # -- storage ------------------------------------------------------------------------------
+
+    def as_json(self) -> dict[str, Any]:
+        """The policy as JSON, as stored on a task (`Task.retry_policy`)."""
+        return {
+            "max_attempts": self.max_attempts,
+            **self.backoff.as_json(),
+            "jitter": self.jitter,
+            "on": sorted(self._names()),
+            "codes": list(self.codes),
+            "timeouts": self.timeouts,
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> Retry:
+        """The policy `as_json()` wrote (or a client sent); ValidationError if it is malformed.
+
+        `{"max_attempts", "backoff": "exponential" | "fixed", "delay", "base", "cap", "jitter",
+        "on", "codes", "timeouts"}`, every key optional. `delay` is the first wait (exponential)
+        or every wait (fixed); `base` and `cap` apply to exponential backoff only.
+        """
+        if not isinstance(data, Mapping):
+            raise ValidationError("A retry policy is an object.", code="invalid_retry")
+        unknown = set(data) - {"max_attempts", *BACKOFF_KEYS, "jitter", "on", "codes", "timeouts"}
+        if unknown:
+            raise ValidationError(
+                f"Unknown retry policy keys: {', '.join(sorted(unknown))}.", code="invalid_retry"
+            )
+        kwargs: dict[str, Any] = {}
+        for key in ("max_attempts", "jitter", "timeouts"):
+            if key in data:
+                kwargs[key] = data[key]
+        for key in ("on", "codes"):
+            if key in data:
+                value = data[key]
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise ValidationError(f"{key} is a list of strings.", code="invalid_retry")
+                kwargs[key] = tuple(value)
+        kwargs["backoff"] = _backoff_from_json({k: v for k, v in data.items() if k in BACKOFF_KEYS})
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise ValidationError(str(exc), code="invalid_retry") from exc
+
+
+BACKOFF_KEYS = ("backoff", "delay", "base", "cap")
+
+
+def _backoff_from_json(data: Mapping[str, Any]) -> Backoff:
+    kind = data.get("backoff", "exponential")
+    if kind not in ("exponential", "fixed"):
+        raise ValidationError(
+            f'backoff is "exponential" or "fixed", not {kind!r}.', code="invalid_retry"
+        )
+    if kind == "fixed":
+        return Fixed(data.get("delay", Fixed.seconds))
+    return Exponential(
+        base=data.get("base", Exponential.base),
+        initial=data.get("delay", Exponential.initial),
+        cap=data.get("cap", Exponential.cap),
+    )
+
+
+def as_policy(value: Retry | Mapping[str, Any] | None) -> Retry | None:
+    """A Retry from a Retry, its JSON, or None."""
+    if value is None or isinstance(value, Retry):
+        return value
+    return Retry.from_json(value)
+
+
+# -- handler-level policies ---------------------------------------------------------------------
+
+_queue_policies: dict[str, Retry] = {}
+
+
+def register_policy(queue: str, policy: Retry | None) -> None:
+    """Make `policy` the default of `queue` (what `@handler(queue, retry=...)` does)."""
+    queue = validate_queue(queue)
+    if policy is None:
+        _queue_policies.pop(queue, None)
+    elif not isinstance(policy, Retry):
+        raise TypeError(f"retry must be a Retry(...), not {policy!r}")
+    else:
+        _queue_policies[queue] = policy
+
+
+def queue_policy(queue: str) -> Retry | None:
+    """The policy registered for `queue` by its handler, if any (in this process)."""
+    return _queue_policies.get(queue)
+
+
+def policy_for(queue: str, stored: object) -> Retry | None:
+    """A task's policy: its own (`Task.retry_policy`) if it has one, else its handler's."""
+    if stored is not None:
+        try:
+            return Retry.from_json(stored)
+        except ValidationError:
+            return None
+    return queue_policy(queue)
+
+
+# -- chains -------------------------------------------------------------------------------------
+
+
+def successor_rn(root: str, attempt: int) -> str:
+    """The rn of attempt number `attempt` of the chain started by `root`.
+
+    Derived from the root and the number only, so that two writers who both try to add the
+    same attempt collide on the unique rn instead of forking the chain.
+    """
+    suffix = f":retry-{attempt}"
+    if len(root) + len(suffix) <= RN_MAX_LENGTH:
+        return root + suffix
+    digest = hashlib.sha256(root.encode()).hexdigest()[:16]
+    return f"{root[: RN_MAX_LENGTH - len(suffix) - 17]}~{digest}{suffix}"
+
+
+def retry_requested(errors: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether one of `errors` asks for a retry itself (`"retry": true`)."""
+    return any(error.get("retry") is True for error in errors)
+
+
+def policy_queues() -> list[str]:
+    """The queues whose handlers registered a policy in this process."""
+    return sorted(_queue_policies)
