@@ -482,18 +482,24 @@ def update_returning_pks(fenced: QuerySet[Any], values: dict[str, Any]) -> set[i
         return {row[0] for row in cursor.fetchall()}
 
 
-def postgresql_finish(using: str, worker: str, rows: Sequence[dict[str, Any]]) -> set[int]:
+def postgresql_finish(
+    tasks: QuerySet[Task],
+    history_model: type[models.Model],
+    worker: str,
+    rows: Sequence[dict[str, Any]],
+) -> set[int]:
     """Complete or abort several leases of `worker` in one statement (PostgreSQL).
 
-    `rows` are `{id, attempts, status, result, errors}` with status completed or aborted. Each
-    task is fenced on its lease (running, owner, attempts); a data-modifying CTE writes the
-    TaskCompletion/TaskAbort row of each one that matched. Returns the pks written.
+    `rows` are `{id, attempts, status, result, errors}` with the target status of the complete
+    or abort transition. Each task is fenced on its lease (the transitions' source status,
+    owner, attempts); a data-modifying CTE writes the completion or abort History row of each one
+    that matched. Returns the pks written.
     """
-    from .enums import EventType, Status
-    from .models import History, Task
-
-    quote = connections[using].ops.quote_name
-    task, history = quote(Task._meta.db_table), quote(History._meta.db_table)
+    complete, abort = TRANSITIONS[Operation.COMPLETE], TRANSITIONS[Operation.ABORT]
+    [source] = complete.sources | abort.sources
+    assert complete.event is not None and abort.event is not None
+    quote = connections[tasks.db].ops.quote_name
+    task, history = quote(tasks.model._meta.db_table), quote(history_model._meta.db_table)
     statement = f"""
         WITH outcome AS (
             SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
@@ -519,12 +525,12 @@ def postgresql_finish(using: str, worker: str, rows: Sequence[dict[str, Any]]) -
     """
     params = {
         "rows": json.dumps(list(rows)),
-        "completed": Status.COMPLETED.value,
-        "running": Status.RUNNING.value,
+        "completed": complete.target.value,
+        "running": source.value,
         "worker": worker,
-        "completion": EventType.COMPLETION.value,
-        "abort": EventType.ABORT.value,
+        "completion": complete.event.value,
+        "abort": abort.event.value,
     }
-    with connections[using].cursor() as cursor:
+    with connections[tasks.db].cursor() as cursor:
         cursor.execute(statement, params)
         return {row[0] for row in cursor.fetchall()}

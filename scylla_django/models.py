@@ -773,7 +773,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
     def _finish_rows(self, name: str, rows: list[dict[str, Any]]) -> set[int]:
         if db.uses_single_statement_transitions(connections[self.db]):
-            return db.postgresql_finish(self.db, name, rows)
+            return db.postgresql_finish(self.model.objects.using(self.db), History, name, rows)
         return self._finish_portable(name, rows)
 
     def _finish_portable(self, name: str, rows: list[dict[str, Any]]) -> set[int]:
