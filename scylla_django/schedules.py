@@ -21,7 +21,6 @@ passes. Intervals (`every`) are counted in UTC from the Unix epoch, so DST never
 
 from __future__ import annotations
 
-import re
 import uuid
 import zoneinfo
 from collections.abc import Mapping
@@ -39,6 +38,7 @@ from .db import Now
 from .enums import Status
 from .models import CatchUp, Schedule, Task, _later
 from .signals import task_submitted
+from .text import DurationError, positive_duration
 from .validation import validate_json, validate_priority, validate_queue
 
 #: Most missed ticks submitted in one transaction with `catch_up="all"` (the next one goes on).
@@ -46,8 +46,6 @@ MAX_CATCH_UP = 1000
 #: A tick seen this much later than its time counts as missed (for `catch_up="none"`).
 MISSED_AFTER = timedelta(minutes=1)
 
-_EVERY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _KEYS = {
     "cron",
     "every",
@@ -64,17 +62,13 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def parse_every(value: object) -> timedelta:
     """An interval from a timedelta, seconds, or text such as `"30s"`, `"5m"`, `"2h"`, `"1d"`."""
-    if isinstance(value, timedelta):
-        interval = value
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        interval = timedelta(seconds=value)
-    elif isinstance(value, str) and (match := _EVERY.match(value)):
-        interval = timedelta(seconds=float(match[1]) * _UNITS[match[2]])
-    else:
+    try:
+        interval = positive_duration(value, text=True)
+    except DurationError:
         raise ValidationError(
             f'every must be a duration such as "30s", "5m", "2h", "1d", not {value!r}.',
             code="invalid_every",
-        )
+        ) from None
     if interval < timedelta(seconds=1) or interval.microseconds:
         raise ValidationError(
             "every must be whole seconds, at least one second.", code="invalid_every"
