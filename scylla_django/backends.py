@@ -183,7 +183,7 @@ if HAS_DJANGO_TASKS:
                 )
             except ValidationError as exc:
                 raise InvalidTask(" ".join(exc.messages)) from exc
-            result = self._result(task, scylla_task)
+            result = self._result(task, scylla_task, assignments=[])
             task_enqueued.send(type(self), task_result=result)
             return result
 
@@ -244,11 +244,19 @@ if HAS_DJANGO_TASKS:
                     )
 
         def _result(
-            self, task: DjangoTask[Any, Any], scylla_task: ScyllaTask
+            self,
+            task: DjangoTask[Any, Any],
+            scylla_task: ScyllaTask,
+            assignments: list[tuple[datetime, str | None]] | None = None,
         ) -> TaskResult[Any, Any]:
-            assignments = list(
-                scylla_task.history.filter(typ=EventType.ASSIGNMENT).values_list("time", "worker")
-            )
+            """The TaskResult of `scylla_task`; `assignments` (time, worker) are read from its
+            History unless given (a task just submitted has none)."""
+            if assignments is None:
+                assignments = list(
+                    scylla_task.history.filter(typ=EventType.ASSIGNMENT).values_list(
+                        "time", "worker"
+                    )
+                )
             times: list[datetime] = [time for time, _ in assignments]
             status = Status(scylla_task.status)
             result: TaskResult[Any, Any] = TaskResult(

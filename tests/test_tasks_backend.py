@@ -70,6 +70,21 @@ def test_enqueue_submits_a_scylla_task_and_the_worker_runs_it():
     assert add.get_result(result.id).return_value == 5
 
 
+@pytest.mark.postgres
+def test_enqueue_is_one_statement_on_postgresql():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.django_tasks import add
+
+    if connection.vendor != "postgresql":
+        pytest.skip("one statement per enqueue is PostgreSQL's path")
+    with CaptureQueriesContext(connection) as queries:
+        result = add.enqueue(1, b=2)
+    assert len(queries.captured_queries) == 1, [q["sql"] for q in queries.captured_queries]
+    assert result.started_at is None and result.worker_ids == []
+
+
 def test_queue_priority_and_run_after():
     from tests.django_tasks import send
 
