@@ -1572,17 +1572,51 @@ class WorkerQuerySet(LivenessQuerySet["Worker"]):
                 total += self.model.objects.using(self.db).filter(pk__in=idle).delete()[0]
 
 
-class Worker(models.Model):
-    """A worker process. Its name is `worker-<id>`; a restarted process registers anew."""
+class RegisteredProcess(models.Model):
+    """What workers and monitors have in common: a `<prefix><id>` name, where they run, when
+    they were last seen, and when they turn silent and dead unless seen again.
+
+    Each touch writes `silent_at` and `dead_at` from the database clock, so telling a state is a
+    comparison with now() on every database (no per-row interval arithmetic).
+    """
+
+    prefix: ClassVar[str]
 
     id = models.BigAutoField(primary_key=True)
     hostname = models.CharField(max_length=255, blank=True)
     pid = models.PositiveIntegerField(null=True, blank=True)
-    queues = models.JSONField(default=list)
-    capacity = models.PositiveIntegerField(default=1)
     started = models.DateTimeField(db_default=Now(), editable=False)
     last_seen = models.DateTimeField(db_default=Now())
     stopped = models.DateTimeField(null=True, blank=True)
+    silent_at = models.DateTimeField(null=True, blank=True)
+    dead_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def name(self) -> str:
+        return f"{self.prefix}{self.pk}"
+
+    def stop(self) -> None:
+        """Record that the process has stopped."""
+        type(self)._default_manager.using(self._state.db).filter(
+            pk=self.pk, stopped__isnull=True
+        ).update(stopped=Now())
+        self.refresh_from_db(fields=["stopped"])
+
+
+class Worker(RegisteredProcess):
+    """A worker process. Its name is `worker-<id>`; a restarted process registers anew."""
+
+    prefix = WORKER_PREFIX
+
+    queues = models.JSONField(default=list)
+    capacity = models.PositiveIntegerField(default=1)
     # Who registered the worker over HTTP; only they may act as it (null for local workers).
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -1591,25 +1625,12 @@ class Worker(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
-    # Liveness: the intervals the worker announced, and when it turns silent and dead unless
-    # it is seen again. Each touch writes both moments from the database clock, so telling a
-    # state is a comparison with now() on every database (no per-row interval arithmetic).
+    # The intervals the worker announced: silent after two heartbeat intervals unseen, dead
+    # after its lease timeout.
     heartbeat_interval = models.DurationField(null=True, blank=True)
     lease_timeout = models.DurationField(null=True, blank=True)
-    silent_at = models.DateTimeField(null=True, blank=True)
-    dead_at = models.DateTimeField(null=True, blank=True)
 
     objects: ClassVar[WorkerQuerySet] = WorkerQuerySet.as_manager()  # type: ignore[assignment]
-
-    class Meta:
-        ordering = ["-id"]
-
-    def __str__(self) -> str:
-        return self.name
-
-    @property
-    def name(self) -> str:
-        return f"{WORKER_PREFIX}{self.pk}"
 
     def touch(self) -> None:
         """Record that the worker is alive (`last_seen = now`), pushing back silent and dead."""
@@ -1617,11 +1638,6 @@ class Worker(models.Model):
         Worker.objects.filter(pk=self.pk).update(
             last_seen=Now(), silent_at=_now_plus(2 * interval), dead_at=_now_plus(lease)
         )
-
-    def stop(self) -> None:
-        """Record that the worker process has stopped."""
-        Worker.objects.filter(pk=self.pk, stopped__isnull=True).update(stopped=Now())
-        self.refresh_from_db(fields=["stopped"])
 
     def current_state(self) -> str:
         """This worker's liveness now (one query): alive, silent, dead or stopped."""
@@ -1780,37 +1796,21 @@ class MonitorStatus:
     missing: bool
 
 
-class Monitor(models.Model):
+class Monitor(RegisteredProcess):
     """A monitor process (`scylla_monitor`): registered like a worker, touched at every pass.
 
     Kept apart from `Worker` so that nothing that lists, leases for or counts workers can
     mistake a monitor for one; the liveness rules are the same functions.
     """
 
-    id = models.BigAutoField(primary_key=True)
-    hostname = models.CharField(max_length=255, blank=True)
-    pid = models.PositiveIntegerField(null=True, blank=True)
+    prefix = MONITOR_PREFIX
+
     interval = models.DurationField()
-    started = models.DateTimeField(db_default=Now(), editable=False)
-    last_seen = models.DateTimeField(db_default=Now())
-    stopped = models.DateTimeField(null=True, blank=True)
-    silent_at = models.DateTimeField(null=True, blank=True)
-    dead_at = models.DateTimeField(null=True, blank=True)
     last_pass = models.DateTimeField(null=True, blank=True)
     last_reset = models.PositiveIntegerField(default=0)
     last_purged = models.PositiveIntegerField(default=0)
 
     objects: ClassVar[MonitorQuerySet] = MonitorQuerySet.as_manager()  # type: ignore[assignment]
-
-    class Meta:
-        ordering = ["-id"]
-
-    def __str__(self) -> str:
-        return self.name
-
-    @property
-    def name(self) -> str:
-        return f"{MONITOR_PREFIX}{self.pk}"
 
     def touch(self, *, reset: int | None = None, purged: int | None = None) -> None:
         """Record that the monitor is alive; with `reset`/`purged`, that it finished a pass."""
@@ -1822,12 +1822,6 @@ class Monitor(models.Model):
         if reset is not None:
             values.update(last_pass=Now(), last_reset=reset, last_purged=purged or 0)
         Monitor.objects.using(self._state.db).filter(pk=self.pk).update(**values)
-
-    def stop(self) -> None:
-        """Record that the monitor process has stopped."""
-        Monitor.objects.using(self._state.db).filter(pk=self.pk, stopped__isnull=True).update(
-            stopped=Now()
-        )
 
 
 # A yield is the only write that sets a task's deadline before its own `updated` time, so a
