@@ -48,6 +48,7 @@ from .exceptions import (
 from .validation import (
     QUEUE_MAX_LENGTH,
     RN_MAX_LENGTH,
+    FieldErrors,
     queue_validator,
     rn_validator,
     validate_errors,
@@ -987,15 +988,8 @@ class Task(models.Model):
 
         Raises ValidationError naming every bad field.
         """
-        errors: dict[str, ValidationError] = {}
-
-        def check(name: str, validator: Any, value: Any) -> Any:
-            try:
-                return validator(value)
-            except ValidationError as exc:
-                errors[name] = exc
-                return None
-
+        errors = FieldErrors()
+        check = errors.check
         values = dict(
             rn=check("rn", validate_rn, str(uuid.uuid4()) if rn is None else rn),
             queue=check("queue", validate_queue, queue),
@@ -1008,8 +1002,7 @@ class Task(models.Model):
             not_before=check("not_before", _validate_not_before, not_before),
             retry_policy=check("retry", _validate_retry, retry),
         )
-        if errors:
-            raise ValidationError(errors)
+        errors.raise_any()
         return values
 
     @classmethod

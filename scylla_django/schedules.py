@@ -39,7 +39,7 @@ from .enums import Status
 from .models import CatchUp, Schedule, Task, _later
 from .signals import task_submitted
 from .text import DurationError, positive_duration
-from .validation import validate_json, validate_priority, validate_queue
+from .validation import FieldErrors, validate_json, validate_priority, validate_queue
 
 #: Most missed ticks submitted in one transaction with `catch_up="all"` (the next one goes on).
 MAX_CATCH_UP = 1000
@@ -131,14 +131,8 @@ class Definition:
 
 def clean_definition(name: object, raw: object) -> Definition:
     """Validate one schedule; ValidationError naming every bad key."""
-    errors: dict[str, ValidationError] = {}
-
-    def check(key: str, func: Any, value: Any) -> Any:
-        try:
-            return func(value)
-        except ValidationError as exc:
-            errors[key] = exc
-            return None
+    errors = FieldErrors()
+    check = errors.check
 
     checked_name = check("name", validate_queue, name)
     if not isinstance(raw, Mapping):
@@ -167,8 +161,7 @@ def clean_definition(name: object, raw: object) -> Definition:
         errors["catch_up"] = ValidationError(
             f"catch_up must be one of {', '.join(CatchUp.values)}.", code="invalid_choice"
         )
-    if errors:
-        raise ValidationError(errors)
+    errors.raise_any()
     return Definition(
         name=checked_name,
         queue=queue,

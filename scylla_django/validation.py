@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -194,3 +195,20 @@ def validate_errors(errors: object) -> list[dict[str, Any]]:
         cleaned.append(entry)
     validate_json(cleaned, "errors")
     return cleaned
+
+
+class FieldErrors(dict[str, ValidationError]):
+    """A ValidationError per field, collected so that one error can name every bad field."""
+
+    def check(self, name: str, validator: Callable[[Any], Any], value: Any) -> Any:
+        """`validator(value)`, or None with its ValidationError recorded under `name`."""
+        try:
+            return validator(value)
+        except ValidationError as exc:
+            self[name] = exc
+            return None
+
+    def raise_any(self) -> None:
+        """Raise one ValidationError naming every recorded field, if there is any."""
+        if self:
+            raise ValidationError(dict(self))
