@@ -46,7 +46,8 @@ MAX_CATCH_UP = 1000
 #: A tick seen this much later than its time counts as missed (for `catch_up="none"`).
 MISSED_AFTER = timedelta(minutes=1)
 
-_KEYS = {
+#: The keys of a schedule besides its name, in the order forms and the API show them.
+DEFINITION_KEYS = (
     "cron",
     "every",
     "timezone",
@@ -56,7 +57,7 @@ _KEYS = {
     "enabled",
     "catch_up",
     "skip_if_running",
-}
+)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -137,7 +138,7 @@ def clean_definition(name: object, raw: object) -> Definition:
     checked_name = check("name", validate_queue, name)
     if not isinstance(raw, Mapping):
         raise ValidationError(f"Schedule {name!r} must be a dict.", code="invalid_schedule")
-    unknown = set(raw) - _KEYS
+    unknown = set(raw) - set(DEFINITION_KEYS)
     if unknown:
         errors["__all__"] = ValidationError(
             f"Unknown keys: {', '.join(sorted(map(str, unknown)))}.", code="unknown_field"

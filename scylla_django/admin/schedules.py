@@ -51,18 +51,7 @@ class ScheduleForm(ScheduleFormBase):
 
     class Meta:
         model = Schedule
-        fields = [
-            "name",
-            "cron",
-            "every",
-            "timezone",
-            "queue",
-            "spec",
-            "priority",
-            "enabled",
-            "catch_up",
-            "skip_if_running",
-        ]
+        fields = ["name", *schedules.DEFINITION_KEYS]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

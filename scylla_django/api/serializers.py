@@ -24,6 +24,7 @@ from rest_framework.exceptions import ErrorDetail
 from ..enums import EventType, Liveness, Status
 from ..models import MAX_PARENTS, CatchUp, History, Schedule, Task, Worker
 from ..retries import MAX_DELAY as MAX_RETRY_DELAY
+from ..schedules import DEFINITION_KEYS as SCHEDULE_KEYS
 from ..validation import (
     QUEUE_MAX_LENGTH,
     RN_MAX_LENGTH,
@@ -630,15 +631,7 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
         model = Schedule
         fields = [
             "name",
-            "cron",
-            "every",
-            "timezone",
-            "queue",
-            "spec",
-            "priority",
-            "enabled",
-            "catch_up",
-            "skip_if_running",
+            *SCHEDULE_KEYS,
             "from_settings",
             "next_run",
             "last_run",
