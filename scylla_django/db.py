@@ -217,9 +217,9 @@ def postgresql_lease(
     """
     connection = connections[tasks.db]
     quote = connection.ops.quote_name
-    statement, params = _lease_statement(
-        tasks, history, workers, settings, worker_id, worker, queues, limit, timeout
-    )
+    statement, params = _lease_statement(tasks, history, workers, settings)
+    params.update(worker_id=worker_id, worker=worker, queues=list(queues), limit=limit)
+    params["timeout"] = timeout
     with connection.cursor() as cursor:
         cursor.execute(statement, {**params, "locked": False})
         rows = cursor.fetchall()
@@ -246,13 +246,9 @@ def _lease_statement(
     history: type[models.Model],
     workers: type[models.Model],
     settings: type[models.Model],
-    worker_id: int,
-    worker: str,
-    queues: Sequence[str],
-    limit: int,
-    timeout: timedelta,
 ) -> tuple[str, dict[str, Any]]:
-    """The lease statement of `postgresql_lease` and its parameters (but `locked`)."""
+    """The lease statement of `postgresql_lease` and the parameters that name statuses and
+    events (the caller adds the lessee, queues, limit, timeout and `locked`)."""
     transition = TRANSITIONS[Operation.LEASE]
     [source] = transition.sources
     assert transition.event is not None
@@ -315,13 +311,8 @@ def _lease_statement(
         ORDER BY t.priority DESC, t.created ASC, t.id ASC
     """
     params: dict[str, Any] = {
-        "worker_id": worker_id,
-        "queues": list(queues),
-        "limit": limit,
         "source": source.value,
         "target": transition.target.value,
-        "worker": worker,
-        "timeout": timeout,
         "event": transition.event.value,
     }
     return statement, params
