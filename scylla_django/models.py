@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any, ClassVar, Literal, Self, TypeVar
+from typing import Any, ClassVar, Literal, Self, TypedDict, TypeVar, Unpack
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -114,6 +114,15 @@ def _clock(using: str) -> datetime:
         value = converter(value, expression, connections[using])
     assert isinstance(value, datetime)
     return value
+
+
+class TaskOptions(TypedDict, total=False):
+    """The optional fields of a new task, as `submit()` and `Task.build()` take them."""
+
+    priority: int | None
+    rn: str | None
+    not_before: datetime | None
+    retry: retries.Retry | Mapping[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -220,11 +229,8 @@ class TaskQuerySet(models.QuerySet["Task"]):
         queue: str,
         spec: Any,
         *,
-        priority: int | None = None,
-        rn: str | None = None,
-        not_before: datetime | None = None,
-        retry: retries.Retry | Mapping[str, Any] | None = None,
         after: Sequence[str] | None = None,
+        **options: Unpack[TaskOptions],
     ) -> Task:
         """Submit a new `ready` task. Raises ValidationError, or DuplicateTask if `rn` exists.
 
@@ -235,9 +241,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         On PostgreSQL a task without `after` is one statement (one round trip in autocommit)
         that also detects the duplicate rn and notifies listening workers.
         """
-        task = self.model.build(
-            queue, spec, priority=priority, rn=rn, not_before=not_before, retry=retry
-        )
+        task = self.model.build(queue, spec, **options)
         if after is not None:
             return self._submit_after(task, after)
         if db.uses_single_statement_transitions(connections[self.db]):
@@ -961,18 +965,10 @@ class Task(models.Model):
         cls,
         queue: str,
         spec: Any,
-        *,
-        priority: int | None = None,
-        rn: str | None = None,
-        not_before: datetime | None = None,
-        retry: retries.Retry | Mapping[str, Any] | None = None,
+        **options: Unpack[TaskOptions],
     ) -> Task:
         """A validated, unsaved task. Raises ValidationError naming every bad field."""
-        return cls(
-            **cls.validated(
-                queue, spec, priority=priority, rn=rn, not_before=not_before, retry=retry
-            )
-        )
+        return cls(**cls.validated(queue, spec, **options))
 
     @staticmethod
     def validated(
