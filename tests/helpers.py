@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 from django.db.models.functions import Now
+from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -105,3 +110,58 @@ def expire(task: Task, by: timedelta = timedelta(seconds=1)) -> None:
     Task.objects.filter(pk=task.pk).update(
         deadline=Now() - by, updated=Now() - by - timedelta(seconds=1)
     )
+
+
+THREAD_TIMEOUT = 120.0  # seconds a concurrent job may take before the test fails
+
+
+def run_in_threads(jobs: Sequence[Callable[[threading.Barrier], Any]]) -> list[Any]:
+    """Run each job in its own thread and return their results, in order.
+
+    Each thread opens its own connection first, then all wait on one barrier so that they start
+    together; the barrier is passed to the job for any further rendezvous. A job's exception is
+    re-raised here (after the barrier is broken so that the other jobs do not wait forever).
+    """
+    barrier = threading.Barrier(len(jobs))
+    results: dict[int, Any] = {}
+    errors: list[BaseException] = []
+
+    def run(index: int, job: Callable[[threading.Barrier], Any]) -> None:
+        try:
+            connection.ensure_connection()
+            barrier.wait()
+            results[index] = job(barrier)
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=run, args=(i, job), name=f"job-{i}") for i, job in enumerate(jobs)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(THREAD_TIMEOUT)
+    assert not any(t.is_alive() for t in threads), "a thread is still running (deadlock?)"
+    if errors:
+        # A BrokenBarrierError is only the echo of another thread's failure: report the cause.
+        errors.sort(key=lambda exc: isinstance(exc, threading.BrokenBarrierError))
+        raise errors[0]
+    return [results[i] for i in range(len(jobs))]
+
+
+def messages_of(response) -> list[str]:
+    return [str(m) for m in response.context["messages"]]
+
+
+def staff(*codenames: str) -> Client:
+    """A client logged in as a staff user holding only these scylla_django permissions."""
+    user = User.objects.create_user(f"staff-{'-'.join(codenames) or 'none'}", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="scylla_django", codename__in=codenames)
+    )
+    client = Client()
+    client.force_login(user)
+    return client

@@ -8,7 +8,6 @@ from datetime import timedelta
 from html import unescape
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.db.models.functions import Now
 from django.test import Client
@@ -21,6 +20,7 @@ from scylla_django.admin import tasks as task_admin
 from scylla_django.enums import EventType, Status
 from scylla_django.models import History, Task, TaskQuerySet, Worker
 from tests.factories import TaskFactory, running_task
+from tests.helpers import messages_of, staff
 
 pytestmark = pytest.mark.django_db
 
@@ -66,21 +66,6 @@ def listed(response) -> list[str]:
     """The rns on a changelist page, in order."""
     assert response.status_code == 200, response.status_code
     return [task.rn for task in response.context["cl"].result_list]
-
-
-def messages_of(response) -> list[str]:
-    return [str(m) for m in response.context["messages"]]
-
-
-def staff(*codenames: str) -> Client:
-    """A client logged in as a staff user holding only these scylla_django permissions."""
-    user = User.objects.create_user(f"staff-{'-'.join(codenames) or 'none'}", is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="scylla_django", codename__in=codenames)
-    )
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def act(client: Client, action: str, *tasks: Task, **extra: str):

@@ -12,8 +12,7 @@ from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import LeaseLost
 from scylla_django.models import QueueSetting, Task, Worker
 from tests.factories import TaskFactory, running_task
-from tests.helpers import reload, typs
-from tests.test_admin import messages_of, staff
+from tests.helpers import messages_of, reload, staff, typs
 
 pytestmark = pytest.mark.django_db
 

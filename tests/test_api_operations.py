@@ -11,7 +11,7 @@ from django.db.models.functions import Now
 from scylla_django.enums import EventType, Status
 from scylla_django.models import Task, Worker
 from tests.factories import running_task
-from tests.test_api import (
+from tests.helpers import (
     API,
     CLIENT_PERMISSIONS,
     assert_error,

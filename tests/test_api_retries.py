@@ -16,9 +16,9 @@ from tests.helpers import (
     client_for,
     make_user,
     post,
+    run_in_threads,
     worker_of,
 )
-from tests.test_concurrency import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

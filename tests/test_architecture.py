@@ -185,3 +185,25 @@ def test_no_import_cycle():
         graph.setdefault(i.source, set()).add(i.target)
     cycle = find_cycle(graph)
     assert cycle is None, "Import cycle: " + " → ".join(cycle or [])
+
+
+def test_no_test_module_imports_another():
+    """Shared test code lives in tests/helpers.py, factories.py or processes.py, never in a
+    test module, so each test module can be read, run and moved on its own."""
+    offenders = []
+    for path in sorted((ROOT.parent / "tests").glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            offenders += [
+                f"{path.name}:{node.lineno} imports {name}"
+                for name in names
+                if name.startswith("tests.test_")
+            ]
+    assert not offenders, "Move shared test code to tests/helpers.py:\n  " + "\n  ".join(offenders)

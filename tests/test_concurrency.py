@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,52 +25,13 @@ from django.db.models.functions import Now
 from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import InvalidTransition, LeaseLost, TaskCancelled
 from scylla_django.models import History, Task, Worker
-from tests.helpers import expire
+from tests.helpers import expire, run_in_threads
 from tests.processes import ROOT, child_env
 
 pytestmark = [pytest.mark.concurrency, pytest.mark.django_db(transaction=True)]
 
-THREAD_TIMEOUT = 120.0
-
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def run_in_threads(jobs: Sequence[Callable[[threading.Barrier], Any]]) -> list[Any]:
-    """Run each job in its own thread and return their results, in order.
-
-    Each thread opens its own connection first, then all wait on one barrier so that they start
-    together; the barrier is passed to the job for any further rendezvous. A job's exception is
-    re-raised here (after the barrier is broken so that the other jobs do not wait forever).
-    """
-    barrier = threading.Barrier(len(jobs))
-    results: dict[int, Any] = {}
-    errors: list[BaseException] = []
-
-    def run(index: int, job: Callable[[threading.Barrier], Any]) -> None:
-        try:
-            connection.ensure_connection()
-            barrier.wait()
-            results[index] = job(barrier)
-        except BaseException as exc:
-            errors.append(exc)
-            barrier.abort()
-        finally:
-            connection.close()
-
-    threads = [
-        threading.Thread(target=run, args=(i, job), name=f"job-{i}") for i, job in enumerate(jobs)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(THREAD_TIMEOUT)
-    assert not any(t.is_alive() for t in threads), "a thread is still running (deadlock?)"
-    if errors:
-        # A BrokenBarrierError is only the echo of another thread's failure: report the cause.
-        errors.sort(key=lambda exc: isinstance(exc, threading.BrokenBarrierError))
-        raise errors[0]
-    return [results[i] for i in range(len(jobs))]
 
 
 def submit(queue: str, count: int) -> list[int]:

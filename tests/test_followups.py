@@ -14,7 +14,7 @@ from scylla_django.followups import FollowUpPass, release_followups
 from scylla_django.models import HELD, Dependency, History, Task, Worker
 from scylla_django.monitor import Monitor
 from scylla_django.worker import exception_error
-from tests.test_concurrency import run_in_threads
+from tests.helpers import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

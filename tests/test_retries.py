@@ -17,8 +17,7 @@ from scylla_django.handlers import HandlerRegistry
 from scylla_django.models import Outcome, Task, Worker
 from scylla_django.retries import queue_policy, register_policy, successor_rn
 from scylla_django.worker import TaskWorker, exception_error
-from tests.helpers import expire
-from tests.test_concurrency import run_in_threads
+from tests.helpers import expire, run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -25,7 +25,7 @@ from scylla_django.schedules import (
     sync_from_settings,
     tick,
 )
-from tests.test_concurrency import run_in_threads
+from tests.helpers import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
