@@ -8,7 +8,8 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
-from .conf import DEFAULTS, schedule_errors, scylla_settings
+from .conf import DEFAULTS, scylla_settings
+from .schedules import schedule_errors
 
 
 @register()

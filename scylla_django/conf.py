@@ -18,13 +18,10 @@ Durations may be given as `timedelta` or as a number of seconds.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.exceptions import ImproperlyConfigured, ValidationError
-
-if TYPE_CHECKING:
-    from .schedules import Definition
+from django.core.exceptions import ImproperlyConfigured
 
 from .text import DurationError, positive_duration
 
@@ -112,33 +109,9 @@ class ScyllaSettings:
         return as_int(self._raw("HEARTBEAT_FAILURES"), "HEARTBEAT_FAILURES", minimum=1)
 
     @property
-    def SCHEDULES(self) -> dict[str, Definition]:
-        from .schedules import clean_definition
-
-        value = self._raw("SCHEDULES")
-        errors = schedule_errors(value)
-        if errors:
-            name, problem = next(iter(errors.items()))
-            raise ImproperlyConfigured(f"SCYLLA['SCHEDULES'][{name!r}] is invalid: {problem}")
-        return {name: clean_definition(name, raw) for name, raw in value.items()}
+    def SCHEDULES(self) -> Any:
+        """The `SCHEDULES` setting as given; `schedules.configured()` validates it."""
+        return self._raw("SCHEDULES")
 
 
 scylla_settings = ScyllaSettings()
-
-
-def schedule_errors(value: object) -> dict[str, str]:
-    """Every bad schedule of a `SCHEDULES` value, by name, with what is wrong with it."""
-    from .schedules import clean_definition
-
-    if not isinstance(value, dict):
-        return {"": f"SCYLLA['SCHEDULES'] must be a dict of schedules by name, got {value!r}"}
-    errors: dict[str, str] = {}
-    for name, raw in value.items():
-        try:
-            clean_definition(name, raw)
-        except ValidationError as exc:
-            errors[str(name)] = "; ".join(
-                f"{key}: {' '.join(messages)}"
-                for key, messages in getattr(exc, "message_dict", {"": exc.messages}).items()
-            )
-    return errors

@@ -30,7 +30,7 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, TypeVar, cast
 
 from django.db import connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -39,8 +39,7 @@ from django.db.models.functions import Now as DjangoNow
 
 from .enums import TRANSITIONS, Operation
 
-if TYPE_CHECKING:
-    from .models import Task
+_Row = TypeVar("_Row", bound=models.Model)  # the Task model, which this module never imports
 
 
 # LISTEN/NOTIFY channels (PostgreSQL only; elsewhere workers poll). Payloads are plain text.
@@ -125,7 +124,7 @@ def _convert(
 
 
 def postgresql_transition(
-    fenced: QuerySet[Task],
+    fenced: QuerySet[_Row],
     history: type[models.Model],
     values: dict[str, Any],
     fields: Sequence[str],
@@ -188,7 +187,7 @@ def postgresql_transition(
 
 
 def postgresql_lease(
-    tasks: QuerySet[Task],
+    tasks: QuerySet[_Row],
     history: type[models.Model],
     workers: type[models.Model],
     settings: type[models.Model],
@@ -197,7 +196,7 @@ def postgresql_lease(
     queues: Sequence[str],
     limit: int,
     timeout: timedelta,
-) -> list[Task] | None:
+) -> list[_Row] | None:
     """Lease up to `limit` tasks (PostgreSQL); None if the worker may not lease.
 
     For each requested queue that is not paused, a LATERAL subquery walks the ready index
@@ -242,7 +241,7 @@ def postgresql_lease(
 
 
 def _lease_statement(
-    tasks: QuerySet[Task],
+    tasks: QuerySet[_Row],
     history: type[models.Model],
     workers: type[models.Model],
     settings: type[models.Model],
@@ -318,7 +317,7 @@ def _lease_statement(
     return statement, params
 
 
-def _insert_parts(tasks: QuerySet[Task]) -> tuple[list[models.Field[Any, Any]], str]:
+def _insert_parts(tasks: QuerySet[_Row]) -> tuple[list[models.Field[Any, Any]], str]:
     # Every column but the key and those the database fills in itself (created, updated).
     fields = [
         f for f in tasks.model._meta.concrete_fields if not f.primary_key and not f.has_db_default()
@@ -336,7 +335,7 @@ def _ready_notification(table: str) -> str:
     )
 
 
-def postgresql_submit(tasks: QuerySet[Task], task: Task) -> tuple[int, datetime, datetime] | None:
+def postgresql_submit(tasks: QuerySet[_Row], task: _Row) -> tuple[int, datetime, datetime] | None:
     """Insert one task in one statement (PostgreSQL); None if its rn exists.
 
     `ON CONFLICT (rn) DO NOTHING` reports a duplicate as "no row returned", so no error and no
@@ -360,7 +359,7 @@ def postgresql_submit(tasks: QuerySet[Task], task: Task) -> tuple[int, datetime,
     return None if row is None else (row[0], row[1], row[2])
 
 
-def postgresql_submit_many(tasks: QuerySet[Task], rows: Sequence[dict[str, Any]]) -> set[str]:
+def postgresql_submit_many(tasks: QuerySet[_Row], rows: Sequence[dict[str, Any]]) -> set[str]:
     """Insert validated rows (`rn`, `queue`, `spec`, `priority`, `not_before`, `retry_policy`)
     in one statement.
 
@@ -419,7 +418,7 @@ def can_insert_returning_on_conflict(connection: BaseDatabaseWrapper) -> bool:
     return connection.vendor in {"postgresql", "sqlite"}
 
 
-def insert_ignoring_duplicates(tasks: QuerySet[Task], batch: Sequence[Task]) -> set[str]:
+def insert_ignoring_duplicates(tasks: QuerySet[_Row], batch: Sequence[_Row]) -> set[str]:
     """Insert `batch` in one statement, skipping any whose rn exists; return the inserted rns."""
     connection = connections[tasks.db]
     fields, columns = _insert_parts(tasks)
@@ -474,7 +473,7 @@ def update_returning_pks(fenced: QuerySet[Any], values: dict[str, Any]) -> set[i
 
 
 def postgresql_finish(
-    tasks: QuerySet[Task],
+    tasks: QuerySet[_Row],
     history_model: type[models.Model],
     worker: str,
     rows: Sequence[dict[str, Any]],

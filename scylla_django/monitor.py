@@ -256,7 +256,7 @@ class Recurring:
     def run_once(self) -> dict[str, int]:
         """One pass; returns the counts `released`, `cancelled` and `ticks`."""
         now = self.clock() if self.clock is not None else None
-        schedules.sync_from_settings(scylla_settings.SCHEDULES, self.using, now)
+        schedules.sync_from_settings(schedules.configured(), self.using, now)
         followed = followups.release_followups(self.using)
         if followed.released or followed.cancelled:
             logger.info(

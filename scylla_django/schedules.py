@@ -29,11 +29,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronsim import CronSim, CronSimError
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, connections, transaction
 from django.db.models import Q
 
 from . import db
+from .conf import scylla_settings
 from .db import Now
 from .enums import Status
 from .models import CatchUp, Schedule, Task, _later
@@ -399,3 +400,29 @@ def reschedule(schedule: Schedule, using: str | None = None) -> None:
     Schedule.objects.using(using).filter(pk=schedule.pk).update(
         next_run=schedule.next_run, updated=Now()
     )
+
+
+def schedule_errors(value: object) -> dict[str, str]:
+    """Every bad schedule of a `SCHEDULES` value, by name, with what is wrong with it."""
+    if not isinstance(value, dict):
+        return {"": f"SCYLLA['SCHEDULES'] must be a dict of schedules by name, got {value!r}"}
+    errors: dict[str, str] = {}
+    for name, raw in value.items():
+        try:
+            clean_definition(name, raw)
+        except ValidationError as exc:
+            errors[str(name)] = "; ".join(
+                f"{key}: {' '.join(messages)}"
+                for key, messages in getattr(exc, "message_dict", {"": exc.messages}).items()
+            )
+    return errors
+
+
+def configured() -> dict[str, Definition]:
+    """The schedules of `SCYLLA["SCHEDULES"]`, validated; ImproperlyConfigured if one is bad."""
+    value = scylla_settings.SCHEDULES
+    errors = schedule_errors(value)
+    if errors:
+        name, problem = next(iter(errors.items()))
+        raise ImproperlyConfigured(f"SCYLLA['SCHEDULES'][{name!r}] is invalid: {problem}")
+    return {name: clean_definition(name, raw) for name, raw in value.items()}

@@ -9,6 +9,7 @@ from django.test import override_settings
 
 from scylla_django.enums import Status
 from scylla_django.models import HELD, Schedule, Task, Worker
+from scylla_django.schedules import configured as schedules_configured
 from tests.helpers import (
     API,
     assert_error,
@@ -224,10 +225,9 @@ def test_bad_schedules_are_400(operator, body, field):
 
 def test_settings_schedules_can_only_be_paused_over_http(operator):
     with override_settings(SCYLLA={"SCHEDULES": {"sync": {"every": "5m", "queue": "q"}}}):
-        from scylla_django.conf import scylla_settings
         from scylla_django.schedules import sync_from_settings
 
-        sync_from_settings(scylla_settings.SCHEDULES)
+        sync_from_settings(schedules_configured())
     response = operator.patch(f"{API}/schedules/sync/", {"every": 10}, format="json")
     assert_error(response, 409, "from_settings")
     assert_error(operator.delete(f"{API}/schedules/sync/"), 409, "from_settings")

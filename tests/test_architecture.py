@@ -39,13 +39,7 @@ ORDER = list(LAYERS)
 
 # Edges left out of the cycle check, each with the reason. Delete an entry once the import it
 # names is gone: nothing else depends on this list.
-ALLOWED_CYCLE_EDGES: dict[tuple[str, str], str] = {
-    # conf.py validates SCYLLA["SCHEDULES"] with schedules.clean_definition, imported inside
-    # its functions, while schedules.py reads its models. To go once that validation moves to
-    # schedules.py (or the schedule choices to enums.py).
-    ("scylla_django.conf", "scylla_django.schedules"): "conf.py imports schedules lazily",
-}
-
+ALLOWED_CYCLE_EDGES: dict[tuple[str, str], str] = {}
 
 @dataclass(frozen=True)
 class Import:

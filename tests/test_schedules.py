@@ -13,7 +13,6 @@ import pytest
 from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 
-from scylla_django.conf import scylla_settings
 from scylla_django.enums import Status
 from scylla_django.models import CatchUp, Schedule, Task
 from scylla_django.monitor import Monitor
@@ -25,6 +24,7 @@ from scylla_django.schedules import (
     sync_from_settings,
     tick,
 )
+from scylla_django.schedules import configured as schedules_configured
 from tests.helpers import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -100,7 +100,7 @@ def test_a_bad_schedule_in_settings_is_a_system_check_error(settings):
     errors = [m for m in run_checks() if m.id == "scylla_django.E010"]
     assert len(errors) == 1 and "'bad'" in errors[0].msg and "cron" in errors[0].msg
     with pytest.raises(ImproperlyConfigured):
-        _ = scylla_settings.SCHEDULES
+        _ = schedules_configured()
     settings.SCYLLA = {"SCHEDULES": {"good": {"every": "5m", "queue": "q"}}}
     assert not [m for m in run_checks() if m.id.startswith("scylla_django.E")]
 
@@ -121,14 +121,14 @@ def test_settings_are_synced_into_schedules_keeping_a_pause(settings):
             "sync": {"every": "5m", "queue": "sync"},
         }
     }
-    assert sync_from_settings(scylla_settings.SCHEDULES, now=T0) == 2
+    assert sync_from_settings(schedules_configured(), now=T0) == 2
     nightly = Schedule.objects.get(name="nightly")
     assert (nightly.queue, nightly.priority, nightly.spec) == ("reports", 50, {"kind": "daily"})
     assert nightly.next_run == datetime(2026, 6, 1, 3, tzinfo=MALTA)
-    assert sync_from_settings(scylla_settings.SCHEDULES, now=T0) == 0  # nothing changed
+    assert sync_from_settings(schedules_configured(), now=T0) == 0  # nothing changed
     Schedule.objects.filter(name="sync").update(enabled=False)  # paused by an operator
     settings.SCYLLA = {"SCHEDULES": {"sync": {"every": "10m", "queue": "sync"}}}
-    sync_from_settings(scylla_settings.SCHEDULES, now=T0)
+    sync_from_settings(schedules_configured(), now=T0)
     [sync] = Schedule.objects.all()  # nightly left the settings: deleted
     assert (sync.every, sync.enabled) == (timedelta(minutes=10), False)
 

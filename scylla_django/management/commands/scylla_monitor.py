@@ -9,6 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import Error as DatabaseError
 
+from ... import schedules
 from ...conf import scylla_settings
 from ...handlers import autodiscover
 from ...monitor import Monitor
@@ -58,7 +59,7 @@ class Command(BaseCommand):
             except ImproperlyConfigured as exc:
                 raise CommandError(str(exc)) from exc
         try:
-            scylla_settings.SCHEDULES  # noqa: B018 - fail now, not at the first pass
+            schedules.configured()  # fail now, not at the first pass
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
         # Handler retry policies (@handler(..., retry=...)) then also cover lease timeouts.
