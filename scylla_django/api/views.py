@@ -13,7 +13,6 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError, transaction
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django_filters.rest_framework import (  # type: ignore[import-untyped, unused-ignore]
@@ -33,11 +32,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import db, schedules
+from .. import db
 from ..enums import Status
 from ..exceptions import TaskNotFound
 from ..health import run_checks
-from ..models import QueueSetting, Schedule, Task, Worker
+from ..models import QueueSetting, Task, Worker
 from ..validation import validate_queue, validate_rn
 from . import permissions
 from .authentication import ScyllaTokenAuthentication, authenticators
@@ -66,8 +65,6 @@ from .serializers import (
     QueueSettingSerializer,
     RegisterSerializer,
     ResetLeaseSerializer,
-    ScheduleInputSerializer,
-    ScheduleSerializer,
     SubmitSerializer,
     TaskDetailSerializer,
     TaskSerializer,
@@ -781,144 +778,3 @@ def not_found(request: HttpRequest, path: str = "") -> JsonResponse:
     if not request.path.endswith("/"):
         detail += " Routes end with a slash."
     return JsonResponse({"code": "not_found", "detail": detail}, status=404)
-
-
-# -- retries and schedules ----------------------------------------------------------------
-
-
-def get_schedule(name: str) -> Schedule:
-    """The schedule called `name`, or a 404 `schedule_not_found`."""
-    schedule = Schedule.objects.filter(name=name).first() if len(name) <= 100 else None
-    if schedule is None:
-        raise NotFound(f"No schedule is called {name!r}.", code="schedule_not_found")
-    return schedule
-
-
-class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
-    """Recurring schedules: list, create, read, change (PATCH), delete, and run one now.
-
-    Schedules from `SCYLLA["SCHEDULES"]` are the settings': only `enabled` may change here.
-    """
-
-    queryset = Schedule.objects.all()
-    serializer_class = ScheduleSerializer
-    lookup_field = "name"
-    lookup_value_regex = "[^/]+"
-    pagination_class = None
-    http_method_names = ["get", "post", "patch", "delete", "head"]
-    required_permissions = {
-        "list": "scylla_django.view_schedule",
-        "retrieve": "scylla_django.view_schedule",
-        "create": "scylla_django.add_schedule",
-        "partial_update": "scylla_django.change_schedule",
-        "destroy": "scylla_django.delete_schedule",
-        "run": permissions.SUBMIT,
-    }
-
-    @document(
-        summary="List schedules",
-        responses={200: ScheduleSerializer(many=True), **errors(401, 403)},
-    )
-    def list(self, request: Request) -> Response:
-        return Response(ScheduleSerializer(Schedule.objects.all(), many=True).data)
-
-    @document(summary="One schedule", responses={200: ScheduleSerializer, **errors(401, 403, 404)})
-    def retrieve(self, request: Request, name: str) -> Response:
-        return Response(ScheduleSerializer(get_schedule(name)).data)
-
-    @document(
-        summary="Create a schedule",
-        request=ScheduleInputSerializer,
-        responses={201: ScheduleSerializer, **errors(400, 401, 403, 409)},
-    )
-    def create(self, request: Request) -> Response:
-        data = self.parse(ScheduleInputSerializer)
-        name = data.pop("name", None)
-        if name is None:
-            raise ValidationError({"name": [ErrorDetail("This field is required.", "required")]})
-        definition = schedules.clean_definition(name, data)
-        try:
-            with transaction.atomic():
-                schedule = Schedule.objects.create(
-                    name=name, enabled=definition.enabled, **definition.fields()
-                )
-        except IntegrityError:
-            return Response(
-                {"code": "duplicate_schedule", "detail": f"A schedule {name!r} exists."},
-                status=status.HTTP_409_CONFLICT,
-            )
-        schedules.reschedule(schedule)
-        return Response(ScheduleSerializer(schedule).data, status=status.HTTP_201_CREATED)
-
-    @document(
-        summary="Change a schedule",
-        request=ScheduleInputSerializer,
-        responses={200: ScheduleSerializer, **errors(400, 401, 403, 404, 409)},
-    )
-    def partial_update(self, request: Request, name: str) -> Response:
-        schedule = get_schedule(name)
-        data = self.parse(ScheduleInputSerializer)
-        if data.get("name", name) != name:
-            raise ValidationError(
-                {"name": [ErrorDetail("A schedule cannot be renamed.", "invalid")]}
-            )
-        data.pop("name", None)
-        if schedule.from_settings and set(data) - {"enabled"}:
-            return from_settings_conflict(schedule)
-        raw = {**_definition_dict(schedule), **data}
-        if data.get("cron"):
-            raw.pop("every", None)
-        if data.get("every") is not None:
-            raw.pop("cron", None)
-        definition = schedules.clean_definition(name, raw)
-        fields = {**definition.fields(), "enabled": definition.enabled}
-        for key, value in fields.items():
-            setattr(schedule, key, value)
-        schedule.save(update_fields=[*fields])
-        if set(data) - {"enabled"} or (data.get("enabled") and schedule.next_run is None):
-            schedules.reschedule(schedule)
-        return Response(ScheduleSerializer(schedule).data)
-
-    @document(summary="Delete a schedule", responses={204: None, **errors(401, 403, 404, 409)})
-    def destroy(self, request: Request, name: str) -> Response:
-        schedule = get_schedule(name)
-        if schedule.from_settings:
-            return from_settings_conflict(schedule)
-        schedule.delete()
-        return Response(status=status.HTTP_204_NO_CONTENT)
-
-    @document(
-        summary="Run a schedule now",
-        description="Submit the schedule's task at once, outside its ticks.",
-        request=CancelSerializer,
-        responses={201: TaskSerializer, **errors(400, 401, 403, 404)},
-    )
-    @action(detail=True, methods=["post"])
-    def run(self, request: Request, name: str) -> Response:
-        self.parse(CancelSerializer)
-        task = schedules.run_now(get_schedule(name))
-        return Response(TaskSerializer(task).data, status=status.HTTP_201_CREATED)
-
-
-def from_settings_conflict(schedule: Schedule) -> Response:
-    return Response(
-        {
-            "code": "from_settings",
-            "detail": f"Schedule {schedule.name!r} comes from SCYLLA['SCHEDULES']: change it "
-            "there (only `enabled` can be changed here).",
-        },
-        status=status.HTTP_409_CONFLICT,
-    )
-
-
-def _definition_dict(schedule: Schedule) -> dict[str, Any]:
-    raw: dict[str, Any] = {
-        key: getattr(schedule, key)
-        for key in ("timezone", "queue", "spec", "priority", "enabled", "catch_up")
-    }
-    raw["skip_if_running"] = schedule.skip_if_running
-    if schedule.cron:
-        raw["cron"] = schedule.cron
-    if schedule.every is not None:
-        raw["every"] = schedule.every
-    return raw
