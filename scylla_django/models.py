@@ -22,7 +22,7 @@ from django.db.models.functions import Coalesce, Greatest
 from django.dispatch import Signal
 from django.utils import timezone
 
-from . import db, retries, signals
+from . import db, retries, signals, validation
 from .conf import scylla_settings
 from .db import Clock, Now
 from .enums import (
@@ -62,7 +62,7 @@ from .validation import (
     validate_timeout,
 )
 
-WORKER_PREFIX = "worker-"
+WORKER_PREFIX = validation.WORKER_PREFIX
 #: The `not_before` of a follow-up task whose parents have not all completed: never leasable.
 HELD = datetime(9999, 12, 31, tzinfo=UTC)
 #: Most parents a follow-up task may wait for.
@@ -76,10 +76,10 @@ def worker_name(worker: Worker | str) -> str:
 
 def worker_id(name: str) -> int:
     """The primary key in the worker name `worker-<id>`, or WorkerNotFound if it is not one."""
-    number = name.removeprefix(WORKER_PREFIX) if isinstance(name, str) else ""
-    if not (name.startswith(WORKER_PREFIX) and number.isdigit() and len(number) < 19):
+    pk = validation.worker_id(name)
+    if pk is None:
         raise WorkerNotFound(f"{name!r} is not a worker name.")
-    return int(number)
+    return pk
 
 
 def _later(signal: Signal, using: str, **kwargs: Any) -> None:
@@ -1299,7 +1299,7 @@ class Task(models.Model):
         assert event is not None, "a lease reset is recorded"
         using = self._state.db or "default"
         alive = Worker.objects.using(using).filter(
-            Worker.objects.state_q(Liveness.ALIVE), pk=_worker_number(owner)
+            Worker.objects.state_q(Liveness.ALIVE), pk=validation.worker_id(owner) or 0
         )
         fenced = Task.objects.using(using).filter(
             ~Exists(alive),
@@ -1554,10 +1554,13 @@ class WorkerQuerySet(LivenessQuerySet["Worker"]):
             with db.write_atomic(self.db):
                 busy = set(
                     Task.objects.using(self.db)
-                    .filter(status=Status.RUNNING, owner__in=[f"{WORKER_PREFIX}{pk}" for pk in ids])
+                    .filter(
+                        status=Status.RUNNING,
+                        owner__in=[validation.worker_name_for(pk) for pk in ids],
+                    )
                     .values_list("owner", flat=True)
                 )
-                idle = [pk for pk in ids if f"{WORKER_PREFIX}{pk}" not in busy]
+                idle = [pk for pk in ids if validation.worker_name_for(pk) not in busy]
                 total += self.model.objects.using(self.db).filter(pk__in=idle).delete()[0]
 
 
@@ -1638,13 +1641,6 @@ class Worker(RegisteredProcess):
             .first()
         )
         return str(found) if found is not None else Liveness.DEAD.value
-
-
-def _worker_number(name: str) -> int:
-    """The id in a worker name `worker-<id>`, or 0 (no worker) for anything else."""
-    number = name.removeprefix(WORKER_PREFIX) if isinstance(name, str) else ""
-    valid = isinstance(name, str) and name.startswith(WORKER_PREFIX) and number.isdigit()
-    return int(number) if valid and len(number) < 19 else 0
 
 
 def _liveness_intervals(

@@ -41,6 +41,7 @@ ORDER = list(LAYERS)
 # names is gone: nothing else depends on this list.
 ALLOWED_CYCLE_EDGES: dict[tuple[str, str], str] = {}
 
+
 @dataclass(frozen=True)
 class Import:
     source: str  # the importing module, dotted
