@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.conf import settings
@@ -11,44 +12,52 @@ from django.core.exceptions import ImproperlyConfigured
 from .conf import DEFAULTS, scylla_settings
 from .schedules import schedule_errors
 
+Check = Callable[..., list[CheckMessage]]
 
-@register()
-def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+
+def system_check(messages: Callable[[], Iterator[CheckMessage]]) -> Check:
+    """Register a check that yields its messages (it looks at the settings, not at apps)."""
+
+    def check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+        return list(messages())
+
+    # Not functools.wraps: Django reads the signature, which must take **kwargs.
+    check.__name__ = check.__qualname__ = messages.__name__
+    check.__doc__ = messages.__doc__
+    register()(check)
+    return check
+
+
+@system_check
+def check_settings() -> Iterator[CheckMessage]:
     """scylla_django.E001: a SCYLLA value is invalid; W001: an unknown SCYLLA key (a typo?)."""
-    messages: list[CheckMessage] = []
     for name in DEFAULTS:
         if name == "SCHEDULES":  # reported one schedule at a time by check_schedules
             continue
         try:
             getattr(scylla_settings, name)
         except ImproperlyConfigured as exc:
-            messages.append(
-                Error(
-                    str(exc),
-                    hint=f"The default is {DEFAULTS[name]!r}; see scylla_django/conf.py.",
-                    id="scylla_django.E001",
-                )
+            yield Error(
+                str(exc),
+                hint=f"The default is {DEFAULTS[name]!r}; see scylla_django/conf.py.",
+                id="scylla_django.E001",
             )
     for name in scylla_settings.unknown_keys():
-        messages.append(
-            Warning(
-                f"SCYLLA[{name!r}] is not a scylla_django setting and is ignored.",
-                hint=f"Known settings: {', '.join(DEFAULTS)}.",
-                id="scylla_django.W001",
-            )
+        yield Warning(
+            f"SCYLLA[{name!r}] is not a scylla_django setting and is ignored.",
+            hint=f"Known settings: {', '.join(DEFAULTS)}.",
+            id="scylla_django.W001",
         )
-    return messages
 
 
-@register()
-def check_sqlite(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+@system_check
+def check_sqlite() -> Iterator[CheckMessage]:
     """scylla_django.W002: a SQLite database without IMMEDIATE transactions or a busy timeout.
 
     Several processes (workers, a monitor, the web server) write the task table at once. SQLite
     serialises them only if each write transaction takes the write lock when it begins and waits
     for it instead of failing with "database is locked".
     """
-    messages: list[CheckMessage] = []
     for alias, config in settings.DATABASES.items():
         if "sqlite" not in config.get("ENGINE", ""):
             continue
@@ -61,28 +70,23 @@ def check_sqlite(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
         if "journal_mode=wal" not in str(options.get("init_command", "")).lower().replace(" ", ""):
             missing.append('"init_command": "PRAGMA journal_mode=WAL;"')
         if missing:
-            messages.append(
-                Warning(
-                    f"SQLite database {alias!r} is not set up for concurrent workers.",
-                    hint=f"Add {', '.join(missing)} to DATABASES[{alias!r}]['OPTIONS'].",
-                    id="scylla_django.W002",
-                )
+            yield Warning(
+                f"SQLite database {alias!r} is not set up for concurrent workers.",
+                hint=f"Add {', '.join(missing)} to DATABASES[{alias!r}]['OPTIONS'].",
+                id="scylla_django.W002",
             )
-    return messages
 
 
-@register()
-def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+@system_check
+def check_schedules() -> Iterator[CheckMessage]:
     """scylla_django.E010: a schedule in SCYLLA["SCHEDULES"] is invalid (one error each)."""
     user = getattr(settings, "SCYLLA", None) or {}
     if not isinstance(user, dict):
-        return []
-    return [
-        Error(
+        return
+    for name, problem in schedule_errors(user.get("SCHEDULES", {})).items():
+        yield Error(
             f"SCYLLA['SCHEDULES'][{name!r}] is invalid: {problem}" if name else problem,
             hint='A schedule is {"cron": "0 3 * * *" or "every": "5m", "queue": ..., "spec": '
             '..., "timezone"?, "priority"?, "enabled"?, "catch_up"?, "skip_if_running"?}.',
             id="scylla_django.E010",
         )
-        for name, problem in schedule_errors(user.get("SCHEDULES", {})).items()
-    ]

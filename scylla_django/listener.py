@@ -17,19 +17,21 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connections
 
 from .db import READY_CHANNEL, STOP_CHANNEL
+from .retries import database_retry_delay
 
 logger = logging.getLogger("scylla_django")
 
-MAX_BACKOFF = 1.0
 # Django's own connection parameters that are not libpq's or the listener has no use for.
 _DJANGO_ONLY = {"cursor_factory", "context", "prepare_threshold"}
 
 
+@dataclass(eq=False, kw_only=True)
 class Listener:
     """Listens in a daemon thread and calls back: `on_ready(queue)`, `on_stop(worker_name)`.
 
@@ -37,28 +39,18 @@ class Listener:
     it was down are lost, so the caller should then act as if it had been notified.
     """
 
-    def __init__(
-        self,
-        *,
-        on_ready: Callable[[str], object],
-        on_stop: Callable[[str], object],
-        on_connect: Callable[[], object] = lambda: None,
-        using: str = "default",
-        dsn: str | None = None,
-        name: str = "scylla_django",
-    ) -> None:
-        self.on_ready = on_ready
-        self.on_stop = on_stop
-        self.on_connect = on_connect
-        self.using = using
-        self.dsn = dsn
-        self.name = name
-        self.connected = threading.Event()
-        """Set while the LISTEN is established (tests wait on it)."""
-        self.connections = 0
-        """How many times the LISTEN was established."""
-        self._closed = threading.Event()
-        self._thread: threading.Thread | None = None
+    on_ready: Callable[[str], object]
+    on_stop: Callable[[str], object]
+    on_connect: Callable[[], object] = lambda: None
+    using: str = "default"
+    dsn: str | None = None
+    name: str = "scylla_django"
+    connected: threading.Event = field(default_factory=threading.Event, init=False)
+    """Set while the LISTEN is established (tests wait on it)."""
+    connections: int = field(default=0, init=False)
+    """How many times the LISTEN was established."""
+    _closed: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _thread: threading.Thread | None = field(default=None, init=False, repr=False)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="scylla-listener", daemon=True)
@@ -84,7 +76,7 @@ class Listener:
     def _run(self) -> None:
         import psycopg
 
-        wait = 0.0
+        failures = 0  # failed connections in a row
         while not self._closed.is_set():
             connection = None
             try:
@@ -93,9 +85,9 @@ class Listener:
                 connection.execute(f"LISTEN {STOP_CHANNEL}")
                 self.connections += 1
                 self.connected.set()
-                if wait:
+                if failures:
                     logger.info("%s: listening again", self.name)
-                wait = 0.0
+                failures = 0
                 self.on_connect()
                 while not self._closed.is_set():
                     for note in connection.notifies(timeout=0.5):
@@ -105,7 +97,8 @@ class Listener:
                             self.on_stop(note.payload)
             except psycopg.Error as exc:
                 self.connected.clear()
-                wait = min(MAX_BACKOFF, wait * 2 or 0.1)
+                failures += 1
+                wait = database_retry_delay(failures)
                 logger.warning(
                     "%s: the LISTEN connection failed (%s); reconnecting in %gs",
                     self.name,

@@ -27,6 +27,7 @@ from . import followups, schedules
 from .conf import scylla_settings
 from .models import Monitor as MonitorRecord
 from .models import Task, Worker
+from .retries import exponential_delay
 from .text import DurationError, format_duration, plural, positive_duration
 
 logger = logging.getLogger("scylla_django")
@@ -182,7 +183,6 @@ class Monitor:
             if self.retention is None
             else format_duration(self.retention),
         )
-        backoff = self.backoff_initial
         failures = 0
         try:
             while not stop.is_set():
@@ -192,6 +192,9 @@ class Monitor:
                     self.run_once()
                 except DatabaseError as exc:
                     failures += 1
+                    backoff = exponential_delay(
+                        failures, initial=self.backoff_initial, cap=self.backoff_max
+                    )
                     logger.warning(
                         "monitor pass failed (%s: %s); retrying in %s",
                         type(exc).__name__,
@@ -201,12 +204,10 @@ class Monitor:
                     self._discard_connection()
                     if self._wait(stop, backoff):
                         break
-                    backoff = min(backoff * 2, self.backoff_max)
                     continue
                 if failures:
                     logger.info("database back after %s", plural(failures, "failed attempt"))
                     failures = 0
-                backoff = self.backoff_initial
                 if self._wait(stop, max(0.0, started + self.interval - time.monotonic())):
                     break
         finally:

@@ -49,6 +49,36 @@ def _number(value: object, name: str, *, minimum: float, strict: bool = False) -
     return float(value)
 
 
+def exponential_delay(attempt: int, *, initial: float, base: float = 2.0, cap: float) -> float:
+    """The backoff after failure number `attempt` (1 for the first): `initial * base **
+    (attempt - 1)` seconds, at most `cap`.
+
+    The one exponential backoff: a task's retry policy (`Exponential`), the worker's and its
+    listener's retries of a database call, and the monitor's retries of a pass all wait this.
+    """
+    exponent = max(0, attempt - 1)
+    if initial <= 0:
+        return 0.0
+    if cap <= initial:
+        return float(cap)
+    # Compare logarithms rather than computing base ** exponent, which overflows.
+    if base > 1 and exponent * math.log(base) > math.log(cap / initial):
+        return float(cap)
+    return float(min(cap, initial * base**exponent))
+
+
+#: The wait before retrying a failed database call, by consecutive failure: 0.1 s, doubling, up
+#: to 1 s. A worker (and its LISTEN connection) is back within about a second of the database
+#: accepting connections again, and a refused connection costs next to nothing.
+DATABASE_RETRY_INITIAL = 0.1
+DATABASE_RETRY_MAX = 1.0
+
+
+def database_retry_delay(failures: int) -> float:
+    """Seconds to wait after `failures` consecutive failed database calls (see above)."""
+    return exponential_delay(failures, initial=DATABASE_RETRY_INITIAL, cap=DATABASE_RETRY_MAX)
+
+
 @dataclass(frozen=True)
 class Fixed:
     """The same delay, `seconds`, before every retry."""
@@ -81,13 +111,7 @@ class Exponential:
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number `attempt` (1 for the first task)."""
-        exponent = max(0, attempt - 1)
-        # Compare logarithms rather than computing base ** exponent, which overflows.
-        if self.initial == 0:
-            return 0.0
-        if self.base > 1 and exponent * math.log(self.base) > math.log(self.cap / self.initial):
-            return float(self.cap)
-        return float(min(self.cap, self.initial * self.base**exponent))
+        return exponential_delay(attempt, initial=self.initial, base=self.base, cap=self.cap)
 
     def as_json(self) -> dict[str, Any]:
         return {"backoff": "exponential", "delay": self.initial, "base": self.base, "cap": self.cap}

@@ -25,10 +25,16 @@ QUEUE_MAX_LENGTH = 100
 JSON_MAX_DEPTH = 64
 TIMEOUT_MAX = timedelta(seconds=10**9)  # about 31 years: anything longer is a mistake
 
+# Not "." or "..": clients normalise them away in a URL (/tasks/../ is /), so such a task could
+# never be read or cancelled by its rn.
+# The validators keep the pattern strings (a migration records them); the hot path matches the
+# compiled patterns first.
+_RN_PATTERN = r"\A(?!\.\.?\Z)[A-Za-z0-9._:-]{1,128}\Z"
+_QUEUE_PATTERN = r"\A[A-Za-z0-9][A-Za-z0-9._:-]{0,99}\Z"
+_RN = re.compile(_RN_PATTERN)
+_QUEUE = re.compile(_QUEUE_PATTERN)
 rn_validator = RegexValidator(
-    # Not "." or "..": clients normalise them away in a URL (/tasks/../ is /), so such a task
-    # could never be read or cancelled by its rn.
-    r"\A(?!\.\.?\Z)[A-Za-z0-9._:-]{1,128}\Z",
+    _RN_PATTERN,
     "An rn is 1 to 128 characters of letters, digits, '.', '_', ':' and '-', and not '.' or '..'.",
     code="invalid_rn",
 )
@@ -48,25 +54,29 @@ def worker_id(name: object) -> int | None:
 
 
 queue_validator = RegexValidator(
-    r"\A[A-Za-z0-9][A-Za-z0-9._:-]{0,99}\Z",
+    _QUEUE_PATTERN,
     "A queue name is 1 to 100 characters of letters, digits, '.', '_', ':' and '-', "
     "starting with a letter or a digit.",
     code="invalid_queue",
 )
 _NUL = re.compile("\x00")
+# Compact JSON, as the databases store it (one encoder: building one per call costs more).
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def validate_rn(value: object) -> str:
     if not isinstance(value, str):
         raise ValidationError("An rn must be a string.", code="invalid_rn")
-    rn_validator(value)
+    if _RN.search(value) is None:  # the pattern alone first: submit's hot path
+        rn_validator(value)
     return value
 
 
 def validate_queue(value: object) -> str:
     if not isinstance(value, str):
         raise ValidationError("A queue name must be a string.", code="invalid_queue")
-    queue_validator(value)
+    if _QUEUE.search(value) is None:
+        queue_validator(value)
     return value
 
 
@@ -142,16 +152,20 @@ def _check_json(value: Any, what: str, depth: int = 0) -> None:
         )
 
 
-def validate_json(value: Any, what: str = "spec", *, allow_null: bool = False) -> Any:
-    """Any JSON document within the size limit (`SCYLLA['SPEC_SIZE_LIMIT']` bytes)."""
+def validate_json(
+    value: Any, what: str = "spec", *, allow_null: bool = False, limit: int | None = None
+) -> Any:
+    """Any JSON document within the size limit: `limit` bytes, by default
+    `SCYLLA['SPEC_SIZE_LIMIT']`."""
     if value is None and not allow_null:
         raise ValidationError(f"{what} must not be null.", code="required")
     _check_json(value, what)
     try:
-        encoded = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        encoded = _COMPACT_JSON.encode(value).encode()
     except (ValueError, TypeError) as exc:  # e.g. an int too long to print
         raise ValidationError(f"{what} is not valid JSON: {exc}", code="invalid_json") from exc
-    limit = scylla_settings.SPEC_SIZE_LIMIT
+    if limit is None:
+        limit = scylla_settings.SPEC_SIZE_LIMIT
     if len(encoded) > limit:
         raise ValidationError(
             f"{what} is {len(encoded)} bytes; the limit is {limit}.", code="too_large"

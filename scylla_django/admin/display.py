@@ -1,11 +1,14 @@
-"""HTML helpers shared by the task and worker pages: times, badges, JSON, errors, links."""
+"""What the task and worker pages share: HTML helpers (times, badges, JSON, errors, links) and
+`ReadOnly`."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from django.contrib import admin
 from django.http import HttpRequest
 from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
@@ -20,6 +23,20 @@ CSS = "scylla_django/admin.css"
 PAYLOAD_PREVIEW = 10_000  # characters of pretty-printed JSON shown before "show all"
 
 
+class ReadOnly:
+    """A model admin or inline that adds, changes and deletes nothing: rows change only through
+    its actions, each calling the model's own method."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 def tasks(count: int) -> str:
     """`count` tasks, in words: "1 task", "1,200 tasks"."""
     return plural(count, "task")
@@ -30,28 +47,37 @@ def timestamp(value: datetime) -> str:
     return f"{timezone.localtime(value):%Y-%m-%d %H:%M:%S %Z}"
 
 
-def moment(value: datetime | None) -> SafeString | str:
-    """A timestamp with its age: "2026-11-22 14:02:11 UTC (3 min ago)"."""
+def _time(value: datetime | None, html: str) -> SafeString | str:
+    """`value` as `html`, filled with its ISO form, its `timestamp()` and its age; "-" if None."""
     if value is None:
         return "-"
-    return format_html(
-        '<time datetime="{}">{}</time> <span class="scylla-age">({})</span>',
-        value.isoformat(),
-        timestamp(value),
-        age(value),
-    )
+    return format_html(html, value.isoformat(), timestamp(value), age(value))
+
+
+def moment(value: datetime | None) -> SafeString | str:
+    """A timestamp with its age: "2026-11-22 14:02:11 UTC (3 min ago)"."""
+    return _time(value, '<time datetime="{}">{}</time> <span class="scylla-age">({})</span>')
 
 
 def ago(value: datetime | None) -> SafeString | str:
     """An age for a list cell, "3 min ago", with the timestamp as its tooltip."""
-    if value is None:
-        return "-"
-    return format_html(
-        '<time datetime="{}" title="{}">{}</time>',
-        value.isoformat(),
-        timestamp(value),
-        age(value),
-    )
+    return _time(value, '<time datetime="{}" title="{}">{}</time>')
+
+
+def field_display(
+    field: str,
+    show: Callable[[Any], SafeString | str],
+    description: str | None = None,
+    ordering: str | None = None,
+) -> Callable[[Any, Any], SafeString | str]:
+    """A read-only column or field of a model admin: `show(obj.<field>)`, titled `description`
+    (by default the field's name, with spaces), sortable by `ordering` if given."""
+
+    @admin.display(description=description or field.replace("_", " "), ordering=ordering)
+    def display(model_admin: Any, obj: Any) -> SafeString | str:
+        return show(getattr(obj, field))
+
+    return display
 
 
 def status_badge(status: str) -> SafeString:

@@ -125,26 +125,33 @@ class InputFilter(admin.SimpleListFilter):
         }
 
 
-class QueueFilter(InputFilter):
-    """`?queue=`: one queue, by exact name."""
+def input_filter(
+    field: str, validator: Callable[[Any], Any], suggestions: Callable[[], list[str]], doc: str
+) -> type[InputFilter]:
+    """An `InputFilter` on `field` (its title and parameter too), suggesting `suggestions()`."""
+    return type(
+        f"{field.title()}Filter",
+        (InputFilter,),
+        {
+            "__doc__": doc,
+            "__module__": __name__,
+            "title": field,
+            "parameter_name": field,
+            "validator": validator,
+            "suggestions": lambda self: suggestions(),
+        },
+    )
 
-    title = "queue"
-    parameter_name = "queue"
-    validator = queue_validator
 
-    def suggestions(self) -> list[str]:
-        return dashboard.known_queues()
-
-
-class OwnerFilter(InputFilter):
-    """`?owner=`: the tasks a worker runs or ran, by its name."""
-
-    title = "owner"
-    parameter_name = "owner"
-    validator = owner_validator
-
-    def suggestions(self) -> list[str]:
-        return dashboard.known_workers()
+QueueFilter = input_filter(
+    "queue", queue_validator, dashboard.known_queues, "`?queue=`: one queue, by exact name."
+)
+OwnerFilter = input_filter(
+    "owner",
+    owner_validator,
+    dashboard.known_workers,
+    "`?owner=`: the tasks a worker runs or ran, by its name.",
+)
 
 
 class DateRangeFilter(admin.FieldListFilter):

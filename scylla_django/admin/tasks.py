@@ -32,10 +32,12 @@ from ..validation import queue_validator, rn_validator, worker_id
 from . import dashboard
 from .display import (
     CSS,
+    ReadOnly,
     ago,
     can_view_tasks,
     changelist_url,
     errors_table,
+    field_display,
     moment,
     pretty_json,
     status_badge,
@@ -106,7 +108,7 @@ class EstimatingPaginator(PaginatorBase):
         return capped if capped <= COUNT_CAP else estimate_count(queryset)
 
 
-class HistoryInline(HistoryInlineBase):
+class HistoryInline(ReadOnly, HistoryInlineBase):
     """A task's History, newest first, read-only; the latest `HISTORY_LIMIT` entries."""
 
     model = History
@@ -121,22 +123,11 @@ class HistoryInline(HistoryInlineBase):
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return can_view_tasks(request)
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
     @admin.display(description="_typ")
     def event(self, entry: History) -> str:
         return entry.typ
 
-    @admin.display(description="time")
-    def when(self, entry: History) -> SafeString | str:
-        return moment(entry.time)
+    when = field_display("time", moment)
 
 
 class TaskChangeList(ChangeList):
@@ -159,7 +150,7 @@ class TaskChangeList(ChangeList):
 
 
 @admin.register(Task)
-class TaskAdmin(TaskAdminBase):
+class TaskAdmin(ReadOnly, TaskAdminBase):
     """Tasks: a list built for millions of rows, a read-only detail, cancel and purge."""
 
     list_display = (
@@ -236,18 +227,9 @@ class TaskAdmin(TaskAdminBase):
     class Media:
         css = {"all": (CSS,)}
 
-    # -- permissions: read-only apart from the two operations -------------------------------
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
-        # No delete view or button, and so no delete_selected action: it loads every row it
-        # deletes. Terminal tasks go through purge_selected and the bulk purge page instead.
-        return False
+    # -- permissions: read-only (`ReadOnly`) apart from the operations ----------------------
+    # No delete view or button, and so no delete_selected action: it loads every row it
+    # deletes. Terminal tasks go through purge_selected and the bulk purge page instead.
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         """May cancel tasks: `scylla_django.cancel_task`."""
@@ -347,13 +329,8 @@ class TaskAdmin(TaskAdminBase):
             '<a href="{}"><code>{}</code></a>', changelist_url(error_code=code), code
         )
 
-    @admin.display(description="created", ordering="id")
-    def created_at(self, task: Task) -> SafeString | str:
-        return ago(task.created)
-
-    @admin.display(description="updated")
-    def updated_at(self, task: Task) -> SafeString | str:
-        return ago(task.updated)
+    created_at = field_display("created", ago, ordering="id")
+    updated_at = field_display("updated", ago)
 
     @admin.display(description="deadline")
     def deadline_at(self, task: Task) -> SafeString | str:
@@ -367,13 +344,8 @@ class TaskAdmin(TaskAdminBase):
 
     # -- the detail -------------------------------------------------------------------------
 
-    @admin.display(description="created")
-    def created_time(self, task: Task) -> SafeString | str:
-        return moment(task.created)
-
-    @admin.display(description="updated")
-    def updated_time(self, task: Task) -> SafeString | str:
-        return moment(task.updated)
+    created_time = field_display("created", moment)
+    updated_time = field_display("updated", moment)
 
     @admin.display(description="deadline")
     def deadline_time(self, task: Task) -> SafeString | str:
@@ -383,21 +355,10 @@ class TaskAdmin(TaskAdminBase):
             )
         return moment(task.deadline)
 
-    @admin.display(description="not before")
-    def not_before_at(self, task: Task) -> SafeString | str:
-        return moment(task.not_before)
-
-    @admin.display(description="spec")
-    def spec_json(self, task: Task) -> SafeString | str:
-        return pretty_json(task.spec)
-
-    @admin.display(description="result")
-    def result_json(self, task: Task) -> SafeString | str:
-        return pretty_json(task.result)
-
-    @admin.display(description="errors")
-    def errors_table(self, task: Task) -> SafeString | str:
-        return errors_table(task.errors)
+    not_before_at = field_display("not_before", moment)
+    spec_json = field_display("spec", pretty_json)
+    result_json = field_display("result", pretty_json)
+    errors_table = field_display("errors", errors_table)
 
     @admin.display(description="history")
     def history_note(self, task: Task) -> str:
@@ -598,31 +559,18 @@ class TaskAdmin(TaskAdminBase):
 
     def get_urls(self) -> list[URLPattern]:
         own = [
-            path(
-                "dashboard/",
-                self.admin_site.admin_view(self.dashboard_view),
-                name="scylla_django_task_dashboard",
-            ),
-            path(
-                "purge/",
-                self.admin_site.admin_view(self.purge_view),
-                name="scylla_django_task_purge",
-            ),
-            path(
-                "<int:pk>/reset-lease/",
-                self.admin_site.admin_view(self.reset_lease_view),
-                name="scylla_django_task_reset_lease",
-            ),
-            path(
-                "<int:pk>/cancel/",
-                self.admin_site.admin_view(self.cancel_view),
-                name="scylla_django_task_cancel",
-            ),
-            path(
-                "queues/<str:queue>/<str:operation>/",
-                self.admin_site.admin_view(self.queue_view),
-                name="scylla_django_queue_control",
-            ),
+            path(route, self.admin_site.admin_view(view), name=name)
+            for route, view, name in (
+                ("dashboard/", self.dashboard_view, "scylla_django_task_dashboard"),
+                ("purge/", self.purge_view, "scylla_django_task_purge"),
+                ("<int:pk>/reset-lease/", self.reset_lease_view, "scylla_django_task_reset_lease"),
+                ("<int:pk>/cancel/", self.cancel_view, "scylla_django_task_cancel"),
+                (
+                    "queues/<str:queue>/<str:operation>/",
+                    self.queue_view,
+                    "scylla_django_queue_control",
+                ),
+            )
         ]
         return [*own, *super().get_urls()]
 

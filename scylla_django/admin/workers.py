@@ -16,7 +16,16 @@ from ..enums import Status
 from ..models import Worker, WorkerQuerySet
 from ..validation import worker_id
 from . import dashboard
-from .display import CSS, ago, can_view_tasks, changelist_url, moment, status_badge
+from .display import (
+    CSS,
+    ReadOnly,
+    ago,
+    can_view_tasks,
+    changelist_url,
+    field_display,
+    moment,
+    status_badge,
+)
 from .filters import WorkerStateFilter
 
 if TYPE_CHECKING:  # django-stubs makes this generic; Django's class cannot be subscripted
@@ -42,7 +51,7 @@ class WorkerChangeList(ChangeList):
 
 
 @admin.register(Worker)
-class WorkerAdmin(WorkerAdminBase):
+class WorkerAdmin(ReadOnly, WorkerAdminBase):
     """The Worker registry, read-only."""
 
     list_display = (
@@ -84,15 +93,6 @@ class WorkerAdmin(WorkerAdminBase):
 
     class Media:
         css = {"all": (CSS,)}
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Worker | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Worker | None = None) -> bool:
-        return False
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return WorkerChangeList
@@ -160,22 +160,8 @@ class WorkerAdmin(WorkerAdminBase):
             ((reverse("admin:scylla_django_task_change", args=[pk]), rn) for pk, rn in tasks),
         )
 
-    @admin.display(description="started", ordering="started")
-    def started_at(self, worker: Worker) -> SafeString | str:
-        return ago(worker.started)
-
-    @admin.display(description="last seen", ordering="last_seen")
-    def last_seen_at(self, worker: Worker) -> SafeString | str:
-        return ago(worker.last_seen)
-
-    @admin.display(description="started")
-    def started_time(self, worker: Worker) -> SafeString | str:
-        return moment(worker.started)
-
-    @admin.display(description="last seen")
-    def last_seen_time(self, worker: Worker) -> SafeString | str:
-        return moment(worker.last_seen)
-
-    @admin.display(description="stopped")
-    def stopped_time(self, worker: Worker) -> SafeString | str:
-        return moment(worker.stopped)
+    started_at = field_display("started", ago, ordering="started")
+    last_seen_at = field_display("last_seen", ago, ordering="last_seen")
+    started_time = field_display("started", moment)
+    last_seen_time = field_display("last_seen", moment)
+    stopped_time = field_display("stopped", moment)

@@ -217,21 +217,7 @@ class TaskCursorPagination(BasePagination):
                 "description": "Sort order; ties come in id order. Default `-created`.",
                 "schema": {"type": "string", "enum": list(ORDERINGS)},
             },
-            {
-                "name": self.page_size_query_param,
-                "in": "query",
-                "required": False,
-                "description": f"Tasks per page: default {self.page_size}, at most "
-                f"{self.max_page_size} (larger values are capped).",
-                "schema": {"type": "integer", "minimum": 1},
-            },
-            {
-                "name": self.cursor_query_param,
-                "in": "query",
-                "required": False,
-                "description": "A page's position, from a `next` or `previous` link.",
-                "schema": {"type": "string"},
-            },
+            *page_parameters(self, "Tasks"),
         ]
 
 
@@ -249,20 +235,26 @@ class WorkerCursorPagination(CursorPagination):
         )
 
     def get_schema_operation_parameters(self, view: APIView) -> list[dict[str, Any]]:
-        return [
-            {
-                "name": self.page_size_query_param,
-                "in": "query",
-                "required": False,
-                "description": f"Workers per page: default {self.page_size}, at most "
-                f"{self.max_page_size} (larger values are capped).",
-                "schema": {"type": "integer", "minimum": 1},
-            },
-            {
-                "name": self.cursor_query_param,
-                "in": "query",
-                "required": False,
-                "description": "A page's position, from a `next` or `previous` link.",
-                "schema": {"type": "string"},
-            },
-        ]
+        return page_parameters(self, "Workers")
+
+
+def page_parameters(paging: Any, items: str) -> list[dict[str, Any]]:
+    """The schema of the page size and cursor query parameters of `paging`, a cursor
+    pagination of `items` ("Tasks", "Workers")."""
+    return [
+        {
+            "name": paging.page_size_query_param,
+            "in": "query",
+            "required": False,
+            "description": f"{items} per page: default {paging.page_size}, at most "
+            f"{paging.max_page_size} (larger values are capped).",
+            "schema": {"type": "integer", "minimum": 1},
+        },
+        {
+            "name": paging.cursor_query_param,
+            "in": "query",
+            "required": False,
+            "description": "A page's position, from a `next` or `previous` link.",
+            "schema": {"type": "string"},
+        },
+    ]

@@ -6,7 +6,6 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from rest_framework import status, viewsets
-from rest_framework.decorators import action
 from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,7 +13,7 @@ from rest_framework.response import Response
 from .. import schedules
 from ..models import Schedule
 from . import permissions
-from .schema import document, errors
+from .schema import detail_post, document, errors
 from .serializers import (
     CancelSerializer,
     ScheduleInputSerializer,
@@ -125,13 +124,12 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
         schedule.delete()
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    @document(
+    @detail_post(
         summary="Run a schedule now",
         description="Submit the schedule's task at once, outside its ticks.",
         request=CancelSerializer,
         responses={201: TaskSerializer, **errors(400, 401, 403, 404)},
     )
-    @action(detail=True, methods=["post"])
     def run(self, request: Request, name: str) -> Response:
         self.parse(CancelSerializer)
         task = schedules.run_now(get_schedule(name))

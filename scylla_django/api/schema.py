@@ -13,6 +13,7 @@ from drf_spectacular.extensions import (
 )
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.decorators import action
 
 from .serializers import ErrorSerializer
 
@@ -64,6 +65,18 @@ def document(**kwargs: Any) -> Callable[[F], F]:
         method.schema = AutoSchema  # type: ignore[attr-defined]
         decorated: F = extend_schema(**kwargs)(method)
         return decorated
+
+    return decorator
+
+
+def detail_post(*, url_path: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+    """A `POST` on one object (`…/{key}/<method name or url_path>/`), documented: DRF's
+    `@action(detail=True, methods=["post"])` under `@document(**kwargs)`."""
+    routing: dict[str, Any] = {} if url_path is None else {"url_path": url_path}
+
+    def decorator(method: F) -> F:
+        routed: F = action(detail=True, methods=["post"], **routing)(method)  # type: ignore[assignment]
+        return document(**kwargs)(routed)
 
     return decorator
 

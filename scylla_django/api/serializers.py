@@ -128,6 +128,16 @@ class StrictSerializer(serializers.Serializer[Any]):
         return value
 
 
+def rn_field(**kwargs: Any) -> StrictCharField:
+    """A task's rn."""
+    return StrictCharField(max_length=RN_MAX_LENGTH, validators=[rn_validator], **kwargs)
+
+
+def queue_field(**kwargs: Any) -> StrictCharField:
+    """A queue's name."""
+    return StrictCharField(max_length=QUEUE_MAX_LENGTH, validators=[queue_validator], **kwargs)
+
+
 def worker_field() -> StrictCharField:
     """The `worker` of a worker operation: the name `POST /workers/` gave it."""
     return StrictCharField(
@@ -257,13 +267,11 @@ class RetryPolicySerializer(StrictSerializer):
 class SubmitSerializer(StrictSerializer):
     """A task to submit: `queue` and `spec`, optionally `rn`, `priority` and `not_before`."""
 
-    rn = StrictCharField(
+    rn = rn_field(
         required=False,
-        max_length=RN_MAX_LENGTH,
-        validators=[rn_validator],
         help_text="Your id for the task (idempotent submission); a UUID when omitted.",
     )
-    queue = StrictCharField(max_length=QUEUE_MAX_LENGTH, validators=[queue_validator])
+    queue = queue_field()
     spec = JSONValueField(help_text="Any JSON but null, opaque to the scheduler.")
     priority = StrictIntegerField(
         required=False, min_value=0, max_value=255, help_text="0..255, higher first."
@@ -277,7 +285,7 @@ class SubmitSerializer(StrictSerializer):
         help_text="The task's retry policy (overrides its handler's).",
     )
     after = serializers.ListField(
-        child=StrictCharField(max_length=RN_MAX_LENGTH, validators=[rn_validator]),
+        child=rn_field(),
         required=False,
         min_length=1,
         max_length=MAX_PARENTS,
@@ -313,7 +321,7 @@ class BulkCancelSerializer(StrictSerializer):
 
     filter = serializers.DictField(required=False)
     rns = serializers.ListField(
-        child=StrictCharField(max_length=RN_MAX_LENGTH, validators=[rn_validator]),
+        child=rn_field(),
         required=False,
         min_length=1,
         max_length=MAX_CANCEL_RNS,
@@ -386,7 +394,7 @@ class AbortSerializer(WorkerActionSerializer):
 def queues_field(**kwargs: Any) -> serializers.ListField:
     """1 to 100 queue names."""
     return serializers.ListField(
-        child=StrictCharField(max_length=QUEUE_MAX_LENGTH, validators=[queue_validator]),
+        child=queue_field(),
         min_length=1,
         max_length=100,
         **kwargs,
@@ -570,7 +578,7 @@ class HealthQuerySerializer(serializers.Serializer[Any]):
         help_text="Seconds: check that no leasable ready task has waited longer.",
     )
     queue = serializers.ListField(
-        child=StrictCharField(max_length=QUEUE_MAX_LENGTH, validators=[queue_validator]),
+        child=queue_field(),
         required=False,
         max_length=100,
         help_text="With `max_lag`: only these queues (repeat the parameter).",
@@ -652,9 +660,7 @@ class ScheduleInputSerializer(StrictSerializer):
         required=False, allow_null=True, help_text='Seconds, or "30s", "5m", "2h", "1d".'
     )
     timezone = StrictCharField(required=False, max_length=64)
-    queue = StrictCharField(
-        required=False, max_length=QUEUE_MAX_LENGTH, validators=[queue_validator]
-    )
+    queue = queue_field(required=False)
     spec = JSONValueField(required=False)
     priority = StrictIntegerField(required=False, min_value=0, max_value=255)
     enabled = serializers.BooleanField(required=False)

@@ -9,6 +9,7 @@ Status codes: 200, or 201 for a submission or a registration; errors as in `exce
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -45,7 +46,7 @@ from .filters import FILTER_BODY_SCHEMA, RN_SCHEMA, TaskFilter, WorkerFilter, fi
 from .pagination import TaskCursorPagination, WorkerCursorPagination
 from .parsers import ScyllaJSONParser
 from .permissions import ActsAsOwnWorker, HasActionPermission
-from .schema import SCHEMA_SETTINGS, document, errors
+from .schema import SCHEMA_SETTINGS, detail_post, document, errors
 from .serializers import (
     MAX_CANCEL_RNS,
     AbortedSerializer,
@@ -78,14 +79,29 @@ MAX_BULK_ITEMS = 1000
 MAX_HELD_TASKS = 1000
 
 
-class ScyllaView(APIView):
+class ScyllaAuthMixin:
+    """Token (`Authorization: Token <key>`) or session authentication and the `{code, detail}`
+    errors of `exceptions.py`, whatever the `REST_FRAMEWORK` setting says."""
+
+    authentication_classes: Sequence[type[BaseAuthentication]] = [
+        ScyllaTokenAuthentication,
+        SessionAuthentication,
+    ]
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
+
+    def get_authenticators(self) -> list[BaseAuthentication]:
+        return authenticators(self.authentication_classes)
+
+
+class ScyllaView(ScyllaAuthMixin, APIView):
     """What every view of the API shares, so that it needs no `REST_FRAMEWORK` setting.
 
-    Token (`Authorization: Token <key>`) or session authentication, JSON in and out, the
-    `{code, detail}` errors of `exceptions.py`, and no OPTIONS introspection.
+    Token or session authentication, JSON in and out, the `{code, detail}` errors of
+    `exceptions.py`, and no OPTIONS introspection.
     """
 
-    authentication_classes = [ScyllaTokenAuthentication, SessionAuthentication]
     permission_classes = [HasActionPermission]
     parser_classes = [ScyllaJSONParser]
     renderer_classes = [JSONRenderer]
@@ -93,12 +109,6 @@ class ScyllaView(APIView):
     http_method_names = ["get", "post", "head"]
     schema = AutoSchema()
     required_permissions: ClassVar[dict[str, str]] = {}
-
-    def get_exception_handler(self) -> Any:
-        return exception_handler
-
-    def get_authenticators(self) -> list[BaseAuthentication]:
-        return authenticators(self.authentication_classes)
 
     def allowed_query_params(self) -> frozenset[str]:
         """The query parameters this request may carry; any other is refused (400)."""
@@ -140,6 +150,26 @@ class ScyllaView(APIView):
         worker = Worker.objects.get_by_name(name)
         self.check_object_permissions(self.request, worker)
         return worker
+
+    def parse_held(
+        self, serializer_class: type[Any], rn: str
+    ) -> tuple[Worker, Task, dict[str, Any]]:
+        """For a worker operation: the body's worker, the task `rn` as the lease `attempt` of
+        that worker sees it (see `held_task`), and the rest of the body."""
+        data = self.parse(serializer_class)
+        worker = self.get_worker(data.pop("worker"))
+        return worker, held_task(rn, data.pop("attempt")), data
+
+    def list_query_params(self, filterset: Any, paging: Any) -> frozenset[str]:
+        """On `list`: the filters of `filterset` and the parameters of `paging`; else none."""
+        if self.action != "list":  # type: ignore[attr-defined]
+            return frozenset()
+        names = (
+            paging.cursor_query_param,
+            paging.page_size_query_param,
+            getattr(paging, "ordering_query_param", None),
+        )
+        return frozenset(filterset.base_filters) | {name for name in names if name}
 
 
 def get_task(rn: str, *, with_history: bool = False) -> Task:
@@ -193,14 +223,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     }
 
     def allowed_query_params(self) -> frozenset[str]:
-        if self.action != "list":
-            return frozenset()
-        paging = TaskCursorPagination
-        return frozenset(TaskFilter.base_filters) | {
-            paging.cursor_query_param,
-            paging.page_size_query_param,
-            paging.ordering_query_param,
-        }
+        return self.list_query_params(TaskFilter, TaskCursorPagination)
 
     @document(
         summary="List tasks",
@@ -353,20 +376,19 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     def retrieve_cancel(self, request: Request) -> Response:
         return self.retrieve(request, rn="cancel")
 
-    @document(
+    @detail_post(
         summary="Cancel a task",
         description="ready or running → cancelled. A terminal task is a 409.",
         request=CancelSerializer,
         responses={200: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
     )
-    @action(detail=True, methods=["post"])
     def cancel(self, request: Request, rn: str) -> Response:
         self.parse(CancelSerializer)
         task = get_task(rn)
         task.cancel()
         return Response(TaskSerializer(task).data)
 
-    @document(
+    @detail_post(
         summary="Heartbeat: extend the lease",
         description=(
             "`deadline = now + timeout`, and `progress` if given. A 409 `task_cancelled` or "
@@ -375,30 +397,24 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         request=HeartbeatSerializer,
         responses={200: TaskSerializer, **WORKER_ERRORS},
     )
-    @action(detail=True, methods=["post"])
     def heartbeat(self, request: Request, rn: str) -> Response:
-        data = self.parse(HeartbeatSerializer)
-        worker = self.get_worker(data.pop("worker"))
-        task = held_task(rn, data.pop("attempt"))
+        worker, task, data = self.parse_held(HeartbeatSerializer, rn)
         task.heartbeat(worker, **data)
         worker.touch()
         return Response(TaskSerializer(task).data)
 
-    @document(
+    @detail_post(
         summary="Complete a task",
         description="running → completed, with progress 1.0 and an optional `result`.",
         request=CompleteSerializer,
         responses={200: TaskSerializer, **WORKER_ERRORS},
     )
-    @action(detail=True, methods=["post"])
     def complete(self, request: Request, rn: str) -> Response:
-        data = self.parse(CompleteSerializer)
-        worker = self.get_worker(data.pop("worker"))
-        task = held_task(rn, data.pop("attempt"))
+        worker, task, data = self.parse_held(CompleteSerializer, rn)
         task.complete(worker, **data)
         return Response(TaskSerializer(task).data)
 
-    @document(
+    @detail_post(
         summary="Abort a task",
         description=(
             "running → aborted, recording `errors`. If the task's retry policy covers the "
@@ -407,18 +423,15 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         request=AbortSerializer,
         responses={200: AbortedSerializer, **WORKER_ERRORS},
     )
-    @action(detail=True, methods=["post"])
     def abort(self, request: Request, rn: str) -> Response:
-        data = self.parse(AbortSerializer)
-        worker = self.get_worker(data["worker"])
-        task = held_task(rn, data["attempt"])
+        worker, task, data = self.parse_held(AbortSerializer, rn)
         errors = [dict(error) for error in data["errors"]]
         successor = task.abort(worker, errors, retry=data.get("retry"))
         body = dict(TaskSerializer(task).data)
         body["successor"] = successor.rn if successor is not None else None
         return Response(body)
 
-    @document(
+    @detail_post(
         summary="Retry a task by hand",
         description=(
             "Submit an aborted or cancelled task again, as the next attempt of its chain (201). "
@@ -427,13 +440,13 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         request=CancelSerializer,
         responses={201: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
     )
-    @action(detail=True, methods=["post"])
     def retry(self, request: Request, rn: str) -> Response:
         self.parse(CancelSerializer)
         successor = get_task(rn).retry()
         return Response(TaskSerializer(successor).data, status=status.HTTP_201_CREATED)
 
-    @document(
+    @detail_post(
+        url_path="yield",
         summary="Yield a task",
         description=(
             "Give the lease back (`deadline = now - 1 s`, History `TaskYield`): the monitor's "
@@ -442,15 +455,12 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         request=WorkerActionSerializer,
         responses={200: TaskSerializer, **WORKER_ERRORS},
     )
-    @action(detail=True, methods=["post"], url_path="yield")
     def yield_lease(self, request: Request, rn: str) -> Response:
-        data = self.parse(WorkerActionSerializer)
-        worker = self.get_worker(data["worker"])
-        task = held_task(rn, data["attempt"])
+        worker, task, _ = self.parse_held(WorkerActionSerializer, rn)
         task.yield_lease(worker)
         return Response(TaskSerializer(task).data)
 
-    @document(
+    @detail_post(
         summary="Reset a lease now",
         description=(
             "running → ready at once, for a task whose owner is silent, dead or stopped, "
@@ -462,7 +472,6 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         request=ResetLeaseSerializer,
         responses={200: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
     )
-    @action(detail=True, methods=["post"])
     def reset(self, request: Request, rn: str) -> Response:
         data = self.parse(ResetLeaseSerializer)
         task = get_task(rn)
@@ -490,13 +499,7 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
     pagination_class = WorkerCursorPagination
 
     def allowed_query_params(self) -> frozenset[str]:
-        if self.action != "list":
-            return frozenset()
-        paging = WorkerCursorPagination
-        return frozenset(WorkerFilter.base_filters) | {
-            paging.cursor_query_param,
-            paging.page_size_query_param,
-        }
+        return self.list_query_params(WorkerFilter, WorkerCursorPagination)
 
     @document(
         summary="Register a worker",
@@ -509,7 +512,7 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
         worker = Worker.objects.register(**data, user=request.user)
         return Response(WorkerSerializer(worker).data, status=status.HTTP_201_CREATED)
 
-    @document(
+    @detail_post(
         summary="Lease tasks",
         description=(
             "ready → running for up to `limit` tasks of `queues` (the worker's own when "
@@ -518,7 +521,6 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
         request=LeaseSerializer,
         responses={200: LeasedSerializer, **errors(400, 401, 403, 404, 413)},
     )
-    @action(detail=True, methods=["post"])
     def lease(self, request: Request, name: str) -> Response:
         data = self.parse(LeaseSerializer)
         worker = self.get_worker(name)
@@ -560,7 +562,7 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
         )
         return Response(WorkerDetailSerializer(worker).data)
 
-    @document(
+    @detail_post(
         summary="Record that a worker has stopped",
         description=(
             "For workers that talk HTTP: call it on the way out, after yielding your tasks, "
@@ -570,7 +572,6 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
         request=CancelSerializer,
         responses={200: WorkerStateSerializer, **errors(400, 401, 403, 404, 413)},
     )
-    @action(detail=True, methods=["post"])
     def stop(self, request: Request, name: str) -> Response:
         self.parse(CancelSerializer)
         worker = self.get_worker(name)
@@ -737,19 +738,12 @@ class HealthView(ScyllaView):
         )
 
 
-class SchemaView(SpectacularAPIView):
+class SchemaView(ScyllaAuthMixin, SpectacularAPIView):
     """The OpenAPI 3 schema of this API (YAML, or JSON with `?format=json`)."""
 
-    authentication_classes = ScyllaView.authentication_classes
     permission_classes = [IsAuthenticated]
     custom_settings = SCHEMA_SETTINGS
     schema = AutoSchema()
-
-    def get_exception_handler(self) -> Any:
-        return exception_handler
-
-    def get_authenticators(self) -> list[BaseAuthentication]:
-        return authenticators(self.authentication_classes)
 
     def finalize_response(
         self, request: Request, response: Response, *args: Any, **kwargs: Any

@@ -133,7 +133,6 @@ class Command(BaseCommand):
                     max_tasks=options["max_tasks"],
                     grace_period=options["grace_period"],
                     registry=registry,
-                    using=options.get("database") or "default",
                     listen=options["listen"],
                     listen_dsn=options["listen_dsn"],
                 )
