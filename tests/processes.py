@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,17 +45,24 @@ def child_env() -> dict[str, str]:
     }
 
 
-def start(*args: str, **popen) -> subprocess.Popen:
-    """Start `manage.py <args>` with the test settings and database."""
-    return subprocess.Popen(
+def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start `manage.py <args>` with the test settings and database (`env` adds to them).
+
+    Its output goes to a temporary file that `finish()` reads, not to a pipe: a pipe nobody
+    reads fills up (64 KiB, a few hundred log lines at -v 2) and then blocks the child's
+    logging, and with it whichever of its threads logs next.
+    """
+    output = tempfile.TemporaryFile("w+")  # noqa: SIM115 (finish() closes it)
+    process = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), *args],
         cwd=ROOT,
-        env=child_env(),
-        stdout=subprocess.PIPE,
+        env={**child_env(), **(env or {})},
+        stdout=output,
         stderr=subprocess.STDOUT,
         text=True,
-        **popen,
     )
+    process.output = output  # type: ignore[attr-defined]
+    return process
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 20, what: str = "") -> None:
@@ -68,11 +76,21 @@ def wait_until(predicate: Callable[[], object], timeout: float = 20, what: str =
 
 
 def finish(process: subprocess.Popen, timeout: float = 20) -> tuple[int, str]:
-    """Wait for the process; return its exit code and output (killing it if it hangs)."""
+    """Wait for a process of `start()`; return its exit code and output (killing it if it
+    hangs)."""
     try:
-        output, _ = process.communicate(timeout=timeout)
+        process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
-        output, _ = process.communicate()
-        raise AssertionError(f"process did not exit in {timeout}s; output:\n{output}") from None
-    return process.returncode, output
+        process.wait()
+        raise AssertionError(
+            f"process did not exit in {timeout}s; output:\n{_output(process)}"
+        ) from None
+    return process.returncode, _output(process)
+
+
+def _output(process: subprocess.Popen) -> str:
+    """Everything a process of `start()` printed (it has exited)."""
+    with process.output as output:  # type: ignore[attr-defined]
+        output.seek(0)
+        return str(output.read())

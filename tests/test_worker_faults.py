@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from datetime import UTC, datetime
 
@@ -16,7 +15,7 @@ from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import LeaseLost
 from scylla_django.models import History, Task, Worker
 from tests.private_postgres import PrivateCluster, available
-from tests.processes import ROOT, child_env, finish, start, wait_until
+from tests.processes import finish, start, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
 
@@ -162,14 +161,7 @@ def private_cluster():
 
 
 def start_on(cluster: PrivateCluster, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), *args],
-        cwd=ROOT,
-        env={**child_env(), "DATABASE_URL": cluster.url},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    return start(*args, env={"DATABASE_URL": cluster.url})
 
 
 OUTAGE = 17.0  # longer than the leases below and than the 15 s an outcome used to be retried
