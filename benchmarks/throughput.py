@@ -384,13 +384,16 @@ class Bench:
             if script == "lease_complete":
                 cursor.execute(
                     "INSERT INTO pgbench_scylla_task (rn, queue, spec, priority, status, progress,"
-                    " errors, attempts) SELECT 'pg-' || g, 'bench', '{}', 0, 'ready', 0, '[]', 0"
+                    " errors, attempts, attempt)"
+                    " SELECT 'pg-' || g, 'bench', '{}', 0, 'ready', 0, '[]', 0, 0"
                     " FROM generate_series(1, %s) AS g",
                     [per_client * clients],
                 )
                 cursor.execute("ANALYZE pgbench_scylla_task")
         parts = urlsplit(self.url)
-        command = ["pgbench", "-n", "-c", str(clients), "-j", str(clients), "-t", str(per_client)]
+        # Prepared statements, as the app's own hot statements are: the machine's limit.
+        command = ["pgbench", "-n", "-M", "prepared", "-c", str(clients), "-j", str(clients)]
+        command += ["-t", str(per_client)]
         command += ["-f", str(path), "-h", parts.hostname or "localhost"]
         command += ["-p", str(parts.port or 5432), "-U", parts.username or "postgres"]
         command += [parts.path.lstrip("/")]
@@ -411,8 +414,9 @@ class Bench:
 # the task and History tables), the same conditions and History rows.
 PGBENCH_SCRIPTS = {
     "insert": """\
-INSERT INTO pgbench_scylla_task (rn, queue, spec, priority, status, progress, errors, attempts)
-VALUES (gen_random_uuid()::text, 'bench', '{"n": 1}', 0, 'ready', 0, '[]', 0);
+INSERT INTO pgbench_scylla_task (rn, queue, spec, priority, status, progress, errors, attempts,
+  attempt)
+VALUES (gen_random_uuid()::text, 'bench', '{"n": 1}', 0, 'ready', 0, '[]', 0, 0);
 """,
     "lease_complete": """\
 BEGIN;

@@ -67,6 +67,8 @@ else:
     HAS_DJANGO_TASKS = True
 
 SPEC_KEY = "django_task"
+#: A Scylla task's attribute that holds its (time, worker) assignments once they are known.
+ASSIGNMENTS = "_django_task_assignments"
 STATUSES = {
     Status.READY: "READY",
     Status.RUNNING: "RUNNING",
@@ -110,7 +112,12 @@ def run_django_task(ctx: ScyllaContext) -> Any:
     spec = ctx.spec
     if not isinstance(spec, dict) or SPEC_KEY not in spec:
         raise Abort("not_a_django_task", "This task was not enqueued through django.tasks.")
-    result = _backend_for(spec).get_result(ctx.task.rn)
+    scylla_task = ctx.task
+    if scylla_task.attempts == 1:
+        # The first lease, just taken: its TaskAssignment is this row's time and owner, so the
+        # result is built without reading the History (kept for `task_finished`, too).
+        setattr(scylla_task, ASSIGNMENTS, [(scylla_task.updated, scylla_task.owner)])
+    result = _backend_for(spec).result_of(scylla_task)
     task_started.send(type(result.task.get_backend()), task_result=result)
     task = result.task
     if task.takes_context:
@@ -123,14 +130,18 @@ def run_django_task(ctx: ScyllaContext) -> Any:
 def send_task_finished(sender: Any, task: ScyllaTask, **kwargs: Any) -> None:
     """Django's `task_finished`, with the final result, for a Django task that finished.
 
-    Connected to Scylla's `task_finished`, which is sent after the outcome is committed.
+    Connected to Scylla's `task_finished`, which is sent after the outcome is committed. A task
+    the worker ran arrives as written, with its assignments; any other is read back.
     """
     spec = task.spec
     if not isinstance(spec, dict) or SPEC_KEY not in spec:
         return
     try:
         backend = _backend_for(spec)
-        result = backend.get_result(task.rn)
+        if hasattr(task, ASSIGNMENTS):
+            result = backend.result_of(task)
+        else:
+            result = backend.get_result(task.rn)
     except (ImportError, TaskResultDoesNotExist, InvalidTask):
         return  # the function is gone or the backend was reconfigured: nothing to describe
     task_finished.send(type(backend), task_result=result)
@@ -194,9 +205,13 @@ if HAS_DJANGO_TASKS:
                 scylla_task = Task.objects.get(rn=result_id)
             except Task.DoesNotExist:
                 raise TaskResultDoesNotExist(result_id) from None
+            return self.result_of(scylla_task)
+
+        def result_of(self, scylla_task: ScyllaTask) -> TaskResult[Any, Any]:
+            """The TaskResult of a Scylla task that was enqueued as a Django task."""
             spec = scylla_task.spec
             if not isinstance(spec, dict) or SPEC_KEY not in spec:
-                raise TaskResultDoesNotExist(result_id)
+                raise TaskResultDoesNotExist(scylla_task.rn)
             task = import_string(spec[SPEC_KEY])
             # The task as it was enqueued: `.using()` may have changed any of these.
             task = dataclasses.replace(
@@ -206,7 +221,7 @@ if HAS_DJANGO_TASKS:
                 run_after=scylla_task.not_before,
                 backend=spec.get("backend", self.alias),
             )
-            return self._result(task, scylla_task)
+            return self._result(task, scylla_task, getattr(scylla_task, ASSIGNMENTS, None))
 
         def check(self, **kwargs: Any) -> list[Any]:
             """E010: scylla_django not installed; E011: a bad queue name in QUEUES; E012: a
@@ -250,8 +265,10 @@ if HAS_DJANGO_TASKS:
             assignments: list[tuple[datetime, str | None]] | None = None,
         ) -> TaskResult[Any, Any]:
             """The TaskResult of `scylla_task`; `assignments` (time, worker) are read from its
-            History unless given (a task just submitted has none)."""
-            if assignments is None:
+            History unless given or the task was never leased."""
+            if assignments is None and scylla_task.attempts == 0:
+                assignments = []
+            elif assignments is None:
                 assignments = list(
                     scylla_task.history.filter(typ=EventType.ASSIGNMENT).values_list(
                         "time", "worker"

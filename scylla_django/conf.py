@@ -11,6 +11,7 @@
 | `RESET_BATCH_SIZE` | 500 | expired leases reset per transaction by `reset_expired()` |
 | `HEARTBEAT_FAILURES` | 3 | consecutive failed heartbeats after which a worker gives a task up |
 | `SCHEDULES` | `{}` | recurring schedules by name, synced into `Schedule` (see `schedules.py`) |
+| `PREPARED_STATEMENTS` | `True` | PostgreSQL: hot statements are prepared (`db.prepared_cursor`) |
 
 Durations may be given as `timedelta` or as a number of seconds.
 """
@@ -35,6 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "RESET_BATCH_SIZE": 500,
     "HEARTBEAT_FAILURES": 3,
     "SCHEDULES": {},
+    "PREPARED_STATEMENTS": True,
 }
 
 
@@ -107,6 +109,15 @@ class ScyllaSettings:
     @property
     def HEARTBEAT_FAILURES(self) -> int:
         return as_int(self._raw("HEARTBEAT_FAILURES"), "HEARTBEAT_FAILURES", minimum=1)
+
+    @property
+    def PREPARED_STATEMENTS(self) -> bool:
+        value = self._raw("PREPARED_STATEMENTS")
+        if not isinstance(value, bool):
+            raise ImproperlyConfigured(
+                f"SCYLLA['PREPARED_STATEMENTS'] must be True or False, got {value!r}"
+            )
+        return value
 
     @property
     def SCHEDULES(self) -> Any:

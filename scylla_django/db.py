@@ -29,7 +29,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any, TypeVar, cast
 
 from django.db import connections, models, transaction
@@ -37,6 +39,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet, sql
 from django.db.models.functions import Now as DjangoNow
 
+from .conf import scylla_settings
 from .enums import TRANSITIONS, Operation
 
 _Row = TypeVar("_Row", bound=models.Model)  # the Task model, which this module never imports
@@ -101,6 +104,75 @@ def write_atomic(using: str) -> Iterator[None]:
             yield
     finally:
         connection.transaction_mode = previous  # type: ignore[attr-defined]
+
+
+def prepared_cursor(connection: BaseDatabaseWrapper) -> Any:
+    """A cursor whose statements PostgreSQL parses and plans once per connection.
+
+    The hot statements of this module (submit, bulk submit, lease, batched finish) run through
+    it: psycopg binds their parameters on the server and keeps each one prepared, so a repeated
+    statement skips the parser and the planner. A value a plan must see (the ready status that
+    picks the partial ready index) is written into the statement instead.
+
+    Off (Django's own cursor) when `SCYLLA["PREPARED_STATEMENTS"]` is False, when the database
+    sets `DISABLE_SERVER_SIDE_CURSORS` (as for PgBouncer in transaction mode, which cannot keep
+    a prepared statement without `max_prepared_statements`), and on every other vendor.
+    """
+    if (
+        connection.vendor != "postgresql"
+        or not scylla_settings.PREPARED_STATEMENTS
+        or connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
+    ):
+        return connection.cursor()
+    connection.ensure_connection()
+    session = connection.connection
+    if session.prepare_threshold is None:
+        # Django's default: psycopg then prepares nothing, even when asked. A threshold no
+        # statement reaches prepares only what asks for it, and leaves the project's own
+        # statements as they were.
+        session.prepare_threshold = 2**31 - 1
+    with connection.wrap_database_errors:
+        raw = _prepared_cursor_class(connection.queries_logged)(session)
+        # Django's own wrapper (query logging, execute_wrappers), as `connection.cursor()` uses.
+        return cast(Any, connection)._prepare_cursor(raw)
+
+
+def use_generic_plans(connection: BaseDatabaseWrapper) -> None:
+    """Make this session run its prepared statements with their generic plans (PostgreSQL).
+
+    For a connection that runs nothing but this app's statements (a worker's lease loop): a
+    lease is otherwise re-planned on every call, because PostgreSQL costs its generic plan,
+    whose `limit` it cannot see, above the custom ones. The generic plan walks the same ready
+    index (the plan tests check both). Set once per session; a no-op elsewhere, and when
+    prepared statements are off.
+    """
+    if connection.vendor != "postgresql" or not scylla_settings.PREPARED_STATEMENTS:
+        return
+    connection.ensure_connection()
+    session = connection.connection
+    if getattr(session, "_scylla_generic_plans", False):
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+    session._scylla_generic_plans = True
+
+
+@cache
+def _prepared_cursor_class(logged: bool) -> type[Any]:
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    base: Any = ServerBindingCursor  # psycopg's server-side binding cursor, as Django sets it up
+
+    class PreparedCursor(base):  # type: ignore[misc]
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            result = super().execute(query, params, prepare=True, **kwargs)
+            if logged and self._query is None:  # type: ignore[has-type]
+                # psycopg keeps no query for a prepared execute, and Django's query log (DEBUG,
+                # the debug toolbar, CaptureQueriesContext) reads the statement from it.
+                self._query = self._convert_query(query, params)
+            return result
+
+    return PreparedCursor
 
 
 def uses_single_statement_transitions(connection: BaseDatabaseWrapper) -> bool:
@@ -216,10 +288,10 @@ def postgresql_lease(
     """
     connection = connections[tasks.db]
     quote = connection.ops.quote_name
-    statement, params = _lease_statement(tasks, history, workers, settings)
+    statement, params = _lease_statement(tasks, history, workers, settings, locked=False)
     params.update(worker_id=worker_id, worker=worker, queues=list(queues), limit=limit)
     params["timeout"] = timeout
-    with connection.cursor() as cursor:
+    with prepared_cursor(connection) as cursor:
         cursor.execute(statement, {**params, "locked": False})
         rows = cursor.fetchall()
         if rows[0][0] and rows[0][1]:  # a limited queue: lease again under its lock
@@ -230,6 +302,7 @@ def postgresql_lease(
                     "ORDER BY queue FOR UPDATE",
                     [list(queues)],
                 )
+                statement, _ = _lease_statement(tasks, history, workers, settings, locked=True)
                 cursor.execute(statement, {**params, "locked": True})
                 rows = cursor.fetchall()
     if not rows[0][0]:
@@ -245,9 +318,17 @@ def _lease_statement(
     history: type[models.Model],
     workers: type[models.Model],
     settings: type[models.Model],
+    *,
+    locked: bool,
 ) -> tuple[str, dict[str, Any]]:
     """The lease statement of `postgresql_lease` and the parameters that name statuses and
-    events (the caller adds the lessee, queues, limit, timeout and `locked`)."""
+    events (the caller adds the lessee, queues, limit, timeout and `locked`).
+
+    Unlocked, each queue's walk is limited by the `limit` parameter itself, which the planner
+    sees: its estimate of the statement stays small (a walk limited by a column is costed as a
+    tenth of the queue, which, at a million rows over 50 queues, crossed `jit_above_cost` and
+    compiled the statement on every lease). Locked, the walks stop at each queue's room.
+    """
     transition = TRANSITIONS[Operation.LEASE]
     [source] = transition.sources
     assert transition.event is not None
@@ -256,7 +337,9 @@ def _lease_statement(
     task_table = quote(tasks.model._meta.db_table)
     fields = list(tasks.model._meta.concrete_fields)
     columns = ", ".join(f"t.{quote(str(f.column))}" for f in fields)
-    # Note: `status = %(source)s` is bound client-side, so the planner matches the partial index.
+    # The ready status is written into the statement, not bound: the statement is prepared, and
+    # a generic plan must still see `status = 'ready'` to walk the partial ready index.
+    ready = _literal(source.value)
     # `gate`: the requested queues that are not paused, each with the room it has (`budget`):
     # `limit`, or for a limited queue what is left under its limit (counted only when locked).
     statement = f"""
@@ -275,15 +358,15 @@ def _lease_statement(
             LEFT JOIN {quote(settings._meta.db_table)} AS s ON s.queue = q.name
             WHERE s.paused IS NOT TRUE
         ), picked AS MATERIALIZED (
-            SELECT c.id FROM gate AS q
+            SELECT c.ctid FROM gate AS q
             CROSS JOIN LATERAL (
-                SELECT t.id, t.priority, t.created FROM {task_table} AS t
-                WHERE t.status = %(source)s AND t.queue = q.name
+                SELECT t.ctid, t.id, t.priority, t.created FROM {task_table} AS t
+                WHERE t.status = {ready} AND t.queue = q.name
                   AND (t.not_before IS NULL OR t.not_before <= statement_timestamp())
                   AND EXISTS (SELECT 1 FROM lessee)
                   AND (%(locked)s OR NOT EXISTS (SELECT 1 FROM gate WHERE limited))
                 ORDER BY t.priority DESC, t.created ASC, t.id ASC
-                LIMIT q.budget
+                LIMIT {"q.budget" if locked else "%(limit)s"}
                 FOR UPDATE OF t SKIP LOCKED
             ) AS c
             ORDER BY c.priority DESC, c.created ASC, c.id ASC
@@ -296,8 +379,12 @@ def _lease_statement(
             SET status = %(target)s, owner = %(worker)s,
                 deadline = clock.now + %(timeout)s, lease_length = %(timeout)s,
                 attempts = t.attempts + 1, updated = clock.now
-            FROM picked, clock
-            WHERE t.id = picked.id AND t.status = %(source)s
+            FROM clock
+            -- The rows `picked` locked, by their tuple ids: a TID scan, whatever the planner
+            -- knows of the table (joined by key and re-filtered by status, a table without
+            -- statistics yet was walked whole through the ready index). They are still ready:
+            -- FOR UPDATE re-checked the status when it locked them, and they stay locked.
+            WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM picked))
             RETURNING {columns}
         ), assigned AS (
             INSERT INTO {quote(history._meta.db_table)} (task_id, typ, worker, progress, time)
@@ -310,11 +397,16 @@ def _lease_statement(
         ORDER BY t.priority DESC, t.created ASC, t.id ASC
     """
     params: dict[str, Any] = {
-        "source": source.value,
         "target": transition.target.value,
         "event": transition.event.value,
     }
     return statement, params
+
+
+def _literal(word: str) -> str:
+    """A status or event name as an SQL string literal (they are plain lowercase words)."""
+    assert word.isidentifier() and word.isascii(), word
+    return f"'{word}'"
 
 
 def _insert_parts(tasks: QuerySet[_Row]) -> tuple[list[models.Field[Any, Any]], str]:
@@ -335,59 +427,96 @@ def _ready_notification(table: str) -> str:
     )
 
 
-def postgresql_submit(tasks: QuerySet[_Row], task: _Row) -> tuple[int, datetime, datetime] | None:
+# What a submission sets, with its type in SQL (the last three link a retry to the task it
+# retries); every other column takes its default.
+SUBMITTED = {
+    "rn": "text",
+    "queue": "text",
+    "spec": "jsonb",
+    "priority": "integer",
+    "not_before": "timestamptz",
+    "retry_policy": "jsonb",
+    "retry_of": "text",
+    "root": "text",
+    "attempt": "integer",
+}
+
+
+@dataclass(frozen=True)
+class _Submission:
+    """The submit statements of a task model on one database, built once."""
+
+    given: list[models.Field[Any, Any]]  # the SUBMITTED fields, first in the column list
+    defaults: list[Any]  # the other columns' defaults, prepared as the ORM would
+    one: str  # a single task: its values as parameters
+    many: str  # many tasks: their values as one JSON array
+
+
+@cache
+def _submission(model: type[models.Model], using: str) -> _Submission:
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    fields, _ = _insert_parts(model._default_manager.using(using))
+    given = [f for f in fields if f.name in SUBMITTED]
+    others = [f for f in fields if f.name not in SUBMITTED]
+    assert len(given) == len(SUBMITTED), "a SUBMITTED field is not a column of the model"
+    columns = ", ".join(quote(str(f.column)) for f in [*given, *others])
+    defaults = ", ".join(["%s"] * len(others))
+    table = quote(model._meta.db_table)
+    record = ", ".join(f"{quote(f.name)} {SUBMITTED[f.name]}" for f in given)
+    picked = ", ".join(f"r.{quote(f.name)}" for f in given)
+    return _Submission(
+        given=given,
+        defaults=[f.get_db_prep_save(f.get_default(), connection) for f in others],
+        one=(
+            f"WITH inserted AS (INSERT INTO {table} ({columns}) "
+            f"VALUES ({', '.join(['%s'] * len(given))}, {defaults}) ON CONFLICT (rn) DO NOTHING "
+            "RETURNING id, created, updated, queue, not_before), "
+            f"{_ready_notification('inserted')} "
+            "SELECT id, created, updated, (SELECT n FROM notified) FROM inserted"
+        ),
+        many=(
+            f"WITH inserted AS (INSERT INTO {table} ({columns}) "
+            f"SELECT {picked}, {defaults} FROM jsonb_to_recordset(%s::jsonb) AS r({record}) "
+            "ON CONFLICT (rn) DO NOTHING RETURNING rn, queue, not_before), "
+            f"{_ready_notification('inserted')} "
+            "SELECT rn, (SELECT n FROM notified) FROM inserted"
+        ),
+    )
+
+
+def postgresql_submit(
+    tasks: QuerySet[_Row], values: dict[str, Any]
+) -> tuple[int, datetime, datetime] | None:
     """Insert one task in one statement (PostgreSQL); None if its rn exists.
 
+    `values` are the validated SUBMITTED fields (a missing one takes its default).
     `ON CONFLICT (rn) DO NOTHING` reports a duplicate as "no row returned", so no error and no
     second query is needed; in autocommit this is the whole round trip. Listening workers are
     notified in the same statement if the task is leasable now.
     """
     connection = connections[tasks.db]
-    fields, columns = _insert_parts(tasks)
-    values = [f.get_db_prep_save(getattr(task, f.attname), connection) for f in fields]
-    quote = connection.ops.quote_name
-    statement = (
-        f"WITH inserted AS (INSERT INTO {quote(tasks.model._meta.db_table)} ({columns}) "
-        f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT (rn) DO NOTHING "
-        "RETURNING id, created, updated, queue, not_before), "
-        f"{_ready_notification('inserted')} "
-        "SELECT id, created, updated, (SELECT n FROM notified) FROM inserted"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(statement, [*values, READY_CHANNEL])
+    submission = _submission(tasks.model, tasks.db)
+    params = [
+        f.get_db_prep_save(values[f.name] if f.name in values else f.get_default(), connection)
+        for f in submission.given
+    ]
+    with prepared_cursor(connection) as cursor:
+        cursor.execute(submission.one, [*params, *submission.defaults, READY_CHANNEL])
         row = cursor.fetchone()
     return None if row is None else (row[0], row[1], row[2])
 
 
 def postgresql_submit_many(tasks: QuerySet[_Row], rows: Sequence[dict[str, Any]]) -> set[str]:
-    """Insert validated rows (`rn`, `queue`, `spec`, `priority`, `not_before`, `retry_policy`)
-    in one statement.
+    """Insert validated rows (the SUBMITTED fields; a missing one takes its default) in one
+    statement.
 
     The rows travel as one JSON array, expanded by `jsonb_to_recordset` into `INSERT … SELECT
     … ON CONFLICT (rn) DO NOTHING` (no per-row parameters to bind); the other columns take
     their defaults. Returns the rns inserted, and notifies READY_CHANNEL once per queue that
     got leasable tasks.
     """
-    connection = connections[tasks.db]
-    quote = connection.ops.quote_name
-    fields, columns = _insert_parts(tasks)
-    given = {
-        "rn": "text",
-        "queue": "text",
-        "spec": "jsonb",
-        "priority": "integer",
-        "not_before": "timestamptz",
-        "retry_policy": "jsonb",
-    }
-    selected, constants = [], []
-    for f in fields:
-        if f.name in given:
-            selected.append(f"r.{quote(f.name)}")
-        else:
-            # The field's default, prepared as the ORM would, the same for every row.
-            selected.append("%s")
-            constants.append(f.get_db_prep_save(f.get_default(), connection))
-    record = ", ".join(f"{quote(name)} {kind}" for name, kind in given.items())
+    submission = _submission(tasks.model, tasks.db)
     document = json.dumps(
         [
             {
@@ -397,20 +526,16 @@ def postgresql_submit_many(tasks: QuerySet[_Row], rows: Sequence[dict[str, Any]]
                 "priority": row["priority"],
                 "not_before": row["not_before"].isoformat() if row["not_before"] else None,
                 "retry_policy": row.get("retry_policy"),
+                "retry_of": row.get("retry_of"),
+                "root": row.get("root"),
+                "attempt": row.get("attempt", 0),
             }
             for row in rows
         ],
         separators=(",", ":"),
     )
-    statement = (
-        f"WITH inserted AS (INSERT INTO {quote(tasks.model._meta.db_table)} ({columns}) "
-        f"SELECT {', '.join(selected)} FROM jsonb_to_recordset(%s::jsonb) AS r({record}) "
-        "ON CONFLICT (rn) DO NOTHING RETURNING rn, queue, not_before), "
-        f"{_ready_notification('inserted')} "
-        "SELECT rn, (SELECT n FROM notified) FROM inserted"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(statement, [*constants, document, READY_CHANNEL])
+    with prepared_cursor(connections[tasks.db]) as cursor:
+        cursor.execute(submission.many, [*submission.defaults, document, READY_CHANNEL])
         return {row[0] for row in cursor.fetchall()}
 
 
@@ -477,14 +602,26 @@ def postgresql_finish(
     history_model: type[models.Model],
     worker: str,
     rows: Sequence[dict[str, Any]],
-) -> set[int]:
+) -> dict[int, datetime]:
     """Complete or abort several leases of `worker` in one statement (PostgreSQL).
 
     `rows` are `{id, attempts, status, result, errors}` with the target status of the complete
     or abort transition. Each task is fenced on its lease (the transitions' source status,
     owner, attempts); a data-modifying CTE writes the completion or abort History row of each one
-    that matched. Returns the pks written.
+    that matched. Returns the pks written, each with its `updated`.
     """
+    statement, params = _finish_statement(tasks, history_model)
+    params.update(rows=json.dumps(list(rows)), worker=worker)
+    with prepared_cursor(connections[tasks.db]) as cursor:
+        cursor.execute(statement, params)
+        return dict(cursor.fetchall())
+
+
+def _finish_statement(
+    tasks: QuerySet[_Row], history_model: type[models.Model]
+) -> tuple[str, dict[str, Any]]:
+    """The batched finish statement and its fixed parameters (`rows` and `worker` are the
+    caller's)."""
     complete, abort = TRANSITIONS[Operation.COMPLETE], TRANSITIONS[Operation.ABORT]
     [source] = complete.sources | abort.sources
     assert complete.event is not None and abort.event is not None
@@ -502,25 +639,29 @@ def postgresql_finish(
                 errors = CASE WHEN o.status = %(completed)s THEN t.errors ELSE o.errors END,
                 deadline = NULL, updated = statement_timestamp()
             FROM outcome AS o
-            WHERE t.id = o.id AND t.status = %(running)s AND t.owner = %(worker)s
-              AND t.attempts = o.attempts
-            RETURNING t.id, t.status, t.progress
+            -- Found by key, then fenced on the lease (running, owned by the worker, the same
+            -- attempt). The fence is written with IS NOT DISTINCT FROM (the same test here:
+            -- none of the values is NULL) because no index answers it: a worker's finished
+            -- tasks keep its name, and a plan that found the rows through the owner (or the
+            -- running) index, or walked a table without statistics, read every task the
+            -- worker had ever finished, on every finish. A row changed by a concurrent
+            -- transaction is re-checked, fence included, on its new version.
+            WHERE t.id = ANY(ARRAY(SELECT id FROM outcome)) AND t.id = o.id
+              AND (t.status, t.owner, t.attempts)
+                IS NOT DISTINCT FROM (%(running)s, %(worker)s, o.attempts)
+            RETURNING t.id, t.status, t.progress, t.updated
         ), logged AS (
             INSERT INTO {history} (task_id, typ, worker, progress, time)
             SELECT id, CASE WHEN status = %(completed)s THEN %(completion)s ELSE %(abort)s END,
                    %(worker)s, progress, statement_timestamp()
             FROM changed
         )
-        SELECT id FROM changed
+        SELECT id, updated FROM changed
     """
-    params = {
-        "rows": json.dumps(list(rows)),
+    params: dict[str, Any] = {
         "completed": complete.target.value,
         "running": source.value,
-        "worker": worker,
         "completion": complete.event.value,
         "abort": abort.event.value,
     }
-    with connections[tasks.db].cursor() as cursor:
-        cursor.execute(statement, params)
-        return {row[0] for row in cursor.fetchall()}
+    return statement, params

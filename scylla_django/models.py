@@ -7,7 +7,7 @@ for worker operations), with its History row in the same transaction.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -114,6 +114,18 @@ def _clock(using: str) -> datetime:
         value = converter(value, expression, connections[using])
     assert isinstance(value, datetime)
     return value
+
+
+@dataclass(frozen=True)
+class SubmitDefaults:
+    """The settings a submission applies: read once for a whole `submit_many()` batch."""
+
+    spec_size_limit: int
+    priority: int
+
+    @classmethod
+    def read(cls) -> SubmitDefaults:
+        return cls(scylla_settings.SPEC_SIZE_LIMIT, scylla_settings.DEFAULT_PRIORITY)
 
 
 class TaskOptions(TypedDict, total=False):
@@ -241,18 +253,26 @@ class TaskQuerySet(models.QuerySet["Task"]):
         On PostgreSQL a task without `after` is one statement (one round trip in autocommit)
         that also detects the duplicate rn and notifies listening workers.
         """
-        task = self.model.build(queue, spec, **options)
+        values = self.model.validated(queue, spec, **options)
         if after is not None:
-            return self._submit_after(task, after)
+            return self._submit_after(self.model(**values), after)
         if db.uses_single_statement_transitions(connections[self.db]):
-            inserted = db.postgresql_submit(self, task)
+            inserted = db.postgresql_submit(self, values)
             if inserted is None:
-                raise DuplicateTask(f"A task with rn {task.rn!r} exists.", rn=task.rn)
+                raise DuplicateTask(f"A task with rn {values['rn']!r} exists.", rn=values["rn"])
+            task = self.model(**values)
             task.pk, task.created, task.updated = inserted
             task._state.adding = False
             task._state.db = self.db
             _later(signals.task_submitted, self.db, task=task)
             return task
+        task = self.model(**values)
+        self._insert_new(task)
+        _later(signals.task_submitted, self.db, task=task)
+        return task
+
+    def _insert_new(self, task: Task) -> None:
+        """Insert `task` (in a savepoint); DuplicateTask if its rn exists."""
         try:
             with transaction.atomic(using=self.db):
                 task.save(force_insert=True, using=self.db)
@@ -260,8 +280,6 @@ class TaskQuerySet(models.QuerySet["Task"]):
             if self.filter(rn=task.rn).exists():
                 raise DuplicateTask(f"A task with rn {task.rn!r} exists.", rn=task.rn) from exc
             raise
-        _later(signals.task_submitted, self.db, task=task)
-        return task
 
     def _submit_after(self, task: Task, after: Sequence[str]) -> Task:
         """Insert `task` held until the tasks named by `after` have completed (a follow-up)."""
@@ -280,13 +298,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
                     f"after: no task has rn {missing[0]!r} ({len(missing)} unknown).",
                     rn=missing[0],
                 )
-            try:
-                with transaction.atomic(using=self.db):
-                    task.save(force_insert=True, using=self.db)
-            except IntegrityError as exc:
-                if self.filter(rn=task.rn).exists():
-                    raise DuplicateTask(f"A task with rn {task.rn!r} exists.", rn=task.rn) from exc
-                raise
+            self._insert_new(task)
             Dependency.objects.using(self.db).bulk_create(
                 (
                     Dependency(child=task, parent_id=found[rn], parent_rn=rn, release_at=release_at)
@@ -307,9 +319,10 @@ class TaskQuerySet(models.QuerySet["Task"]):
         outcomes: dict[int, SubmitOutcome] = {}
         pending: list[tuple[int, dict[str, Any]]] = []
         seen: set[str] = set()
+        defaults = SubmitDefaults.read()
         for index, item in enumerate(items):
             try:
-                task = self.model.validated_from(item)
+                task = self.model.validated_from(item, defaults)
             except ValidationError as exc:
                 rn = item.get("rn") if isinstance(item, Mapping) else None
                 outcomes[index] = SubmitOutcome(
@@ -481,14 +494,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 status=transition.target, deadline=None, updated=now
             )
             History.objects.using(self.db).bulk_create(
-                History(
-                    task_id=row["pk"],
-                    typ=event(Operation.CANCEL),
-                    worker=row["owner"],
-                    progress=row["progress"],
-                    time=now,
-                )
-                for row in rows
+                History.of(row, event(Operation.CANCEL), now) for row in rows
             )
             if db.uses_single_statement_transitions(connections[self.db]):
                 db.postgresql_notify(
@@ -577,15 +583,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
             for row in rows:
                 if row["pk"] in yielded:
                     continue
-                events.append(
-                    History(
-                        task_id=row["pk"],
-                        typ=event(Operation.RESET),
-                        worker=row["owner"],
-                        progress=row["progress"],
-                        time=now,
-                    )
-                )
+                events.append(History.of(row, event(Operation.RESET), now))
                 if row["pk"] in exhausted:
                     aborted = event(Operation.EXHAUST)
                     events.append(History(task_id=row["pk"], typ=aborted, time=now))
@@ -761,30 +759,54 @@ class TaskQuerySet(models.QuerySet["Task"]):
             # A retry policy may follow an abort by its next attempt: in the same transaction.
             with db.write_atomic(self.db):
                 done = self._finish_rows(name, rows)
-                _follow_with_retries(self.model.objects.using(self.db), done & aborted)
+                _follow_with_retries(self.model.objects.using(self.db), done.keys() & aborted)
         else:
             done = self._finish_rows(name, rows)
         if done and signals.task_finished.has_listeners(Task):
-            durations = {outcome.pk: outcome.duration for outcome in outcomes}
-            for task in self.model.objects.using(self.db).filter(pk__in=done):
+            for task, duration in self._finished(outcomes, rows, done):
                 _later(
-                    signals.task_finished,
-                    self.db,
-                    task=task,
-                    status=task.status,
-                    duration=durations.get(task.pk),
+                    signals.task_finished, self.db, task=task, status=task.status, duration=duration
                 )
-        return done
+        return set(done)
 
-    def _finish_rows(self, name: str, rows: list[dict[str, Any]]) -> set[int]:
+    def _finished(
+        self, outcomes: Sequence[Outcome], rows: list[dict[str, Any]], done: Mapping[int, datetime]
+    ) -> Iterator[tuple[Task, float | None]]:
+        """The tasks `finish_many` finished, as written, each with its handler's run time.
+
+        An outcome that carries its task (as the worker's do) gets that instance updated in
+        place, with no query; the others are read back, in one query.
+        """
+        written = {row["id"]: row for row in rows if row["id"] in done}
+        missing = [o.pk for o in outcomes if o.pk in written and o.task is None]
+        read = self.model.objects.using(self.db).in_bulk(missing) if missing else {}
+        for outcome in outcomes:
+            row = written.pop(outcome.pk, None)
+            if row is None:
+                continue
+            task = outcome.task
+            if task is None:
+                task = read.get(outcome.pk)
+                if task is None:  # purged since: nothing left to describe
+                    continue
+            else:
+                task.status, task.deadline, task.updated = row["status"], None, done[outcome.pk]
+                if row["errors"] is None:
+                    task.progress, task.result = 1.0, row["result"]
+                else:
+                    task.errors = row["errors"]
+            yield task, outcome.duration
+
+    def _finish_rows(self, name: str, rows: list[dict[str, Any]]) -> dict[int, datetime]:
         if db.uses_single_statement_transitions(connections[self.db]):
             return db.postgresql_finish(self.model.objects.using(self.db), History, name, rows)
         return self._finish_portable(name, rows)
 
-    def _finish_portable(self, name: str, rows: list[dict[str, Any]]) -> set[int]:
+    def _finish_portable(self, name: str, rows: list[dict[str, Any]]) -> dict[int, datetime]:
         manager = self.model.objects.using(self.db)
-        done: set[int] = set()
+        done: dict[int, datetime] = {}
         with db.write_atomic(self.db):
+            now = _clock(self.db)
             for row in rows:
                 completed = row["status"] == Status.COMPLETED
                 values: dict[str, Any] = {"status": row["status"], "deadline": None}
@@ -795,11 +817,13 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 fenced = manager.filter(
                     pk=row["id"], status=Status.RUNNING, owner=name, attempts=row["attempts"]
                 )
-                if fenced.update(updated=Now(), **values):
-                    done.add(row["id"])
+                if fenced.update(updated=now, **values):
+                    done[row["id"]] = now
             events = {Status.COMPLETED: EventType.COMPLETION, Status.ABORTED: EventType.ABORT}
             History.objects.using(self.db).bulk_create(
-                History(task_id=pk, typ=events[Status(status)], worker=name, progress=progress)
+                History(
+                    task_id=pk, typ=events[Status(status)], worker=name, progress=progress, time=now
+                )
                 for pk, status, progress in manager.filter(pk__in=done).values_list(
                     "pk", "status", "progress"
                 )
@@ -979,21 +1003,25 @@ class Task(models.Model):
         rn: str | None = None,
         not_before: datetime | None = None,
         retry: retries.Retry | Mapping[str, Any] | None = None,
+        defaults: SubmitDefaults | None = None,
     ) -> dict[str, Any]:
         """The field values of a new task, validated (a generated rn if none is given).
 
+        `defaults` are the settings that apply, read once by a caller that validates many.
         Raises ValidationError naming every bad field.
         """
+        if defaults is None:
+            defaults = SubmitDefaults.read()
         errors = FieldErrors()
         check = errors.check
         values = dict(
             rn=check("rn", validate_rn, str(uuid.uuid4()) if rn is None else rn),
             queue=check("queue", validate_queue, queue),
-            spec=check("spec", validate_json, spec),
+            spec=check("spec", partial(validate_json, limit=defaults.spec_size_limit), spec),
             priority=check(
                 "priority",
                 validate_priority,
-                scylla_settings.DEFAULT_PRIORITY if priority is None else priority,
+                defaults.priority if priority is None else priority,
             ),
             not_before=check("not_before", _validate_not_before, not_before),
             retry_policy=check("retry", _validate_retry, retry),
@@ -1007,7 +1035,9 @@ class Task(models.Model):
         return cls(**cls.validated_from(item))
 
     @classmethod
-    def validated_from(cls, item: Mapping[str, Any]) -> dict[str, Any]:
+    def validated_from(
+        cls, item: Mapping[str, Any], defaults: SubmitDefaults | None = None
+    ) -> dict[str, Any]:
         """`validated()` from a mapping, rejecting unknown keys (as a bulk submission item)."""
         if not isinstance(item, Mapping):
             raise ValidationError("Each item must be an object.", code="invalid")
@@ -1032,6 +1062,7 @@ class Task(models.Model):
             rn=item.get("rn"),
             not_before=item.get("not_before"),
             retry=item.get("retry"),
+            defaults=defaults,
         )
 
     # -- transitions ------------------------------------------------------------------------
@@ -1145,7 +1176,7 @@ class Task(models.Model):
         root = self.root or self.rn
         attempt = self.attempt + 1
         not_before = None if policy is None else self.updated + policy.delay(self.attempt)
-        successor = Task(
+        values = dict(
             rn=retries.successor_rn(root, attempt),
             queue=self.queue,
             spec=self.spec,
@@ -1156,12 +1187,13 @@ class Task(models.Model):
             attempt=attempt,
             retry_policy=self.retry_policy,
         )
+        successor = Task(**values)
         manager = Task.objects.using(using)
         # The unique rn (and one retry per task) make a second successor impossible.
         created: Task | None
         if db.uses_single_statement_transitions(connections[using]):
             # As `submit`: one statement, and listening workers are notified if it is due now.
-            inserted = db.postgresql_submit(manager, successor)
+            inserted = db.postgresql_submit(manager, values)
             if inserted is None:
                 return None
             successor.pk, successor.created, successor.updated = inserted
@@ -1433,6 +1465,13 @@ class History(models.Model):
 
     def __str__(self) -> str:
         return f"{self.typ} {self.worker or ''}".strip()
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any], typ: str, time: datetime) -> History:
+        """The `typ` event of a task row read as `{"pk", "owner", "progress"}`, at `time`."""
+        return cls(
+            task_id=row["pk"], typ=typ, worker=row["owner"], progress=row["progress"], time=time
+        )
 
     def as_json(self) -> dict[str, Any]:
         """The JSON rendering: `{"_typ", "worker", "progress", "time"}`."""
@@ -1845,6 +1884,9 @@ class Outcome:
     errors: list[dict[str, Any]] | None = None
     # Seconds the handler ran, as the worker measured it; sent with `task_finished`.
     duration: float | None = None
+    # The leased task, if the caller holds it: updated in place and sent with `task_finished`
+    # instead of being read back.
+    task: Task | None = field(default=None, repr=False, compare=False)
 
 
 class QueueSettingQuerySet(models.QuerySet["QueueSetting"]):

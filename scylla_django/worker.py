@@ -39,8 +39,8 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
-from contextlib import suppress
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from datetime import timedelta
 from typing import Any
 
@@ -48,6 +48,7 @@ from django.core.exceptions import ValidationError
 from django.db import Error as DatabaseError
 from django.db import close_old_connections, connections
 
+from . import db
 from .conf import scylla_settings
 from .exceptions import (
     Abort,
@@ -62,13 +63,10 @@ from .handlers import HandlerRegistry, TaskContext
 from .handlers import registry as default_registry
 from .listener import Listener
 from .models import Outcome, Task, Worker
+from .retries import database_retry_delay
 from .validation import validate_json, validate_queues
 
 logger = logging.getLogger("scylla_django")
-
-# Retries after a database error back off up to this: a worker resumes within about this long
-# of the database accepting connections again (a refused connection costs next to nothing).
-MAX_BACKOFF = 1.0
 
 
 def exception_error(exc: BaseException) -> dict[str, Any]:
@@ -84,11 +82,6 @@ def exception_error(exc: BaseException) -> dict[str, Any]:
             "traceback": trace[-8000:],
         },
     )
-
-
-def backoff(previous: float) -> float:
-    """The next wait after a failed database call: 0.1 s, doubling, up to MAX_BACKOFF."""
-    return min(MAX_BACKOFF, previous * 2 or 0.1)
 
 
 class TaskWorker:
@@ -271,7 +264,7 @@ class TaskWorker:
         )
 
     def _lease_loop(self, once: bool) -> None:
-        wait = 0.0
+        failures = 0  # database errors in a row
         while not self.stopping.is_set():
             if self.max_tasks is not None and self.leased >= self.max_tasks:
                 break
@@ -288,12 +281,14 @@ class TaskWorker:
                 if self.max_tasks is not None:
                     free = min(free, self.max_tasks - self.leased)
                 try:
+                    db.use_generic_plans(connections[self.using])  # this thread only leases
                     tasks = Task.objects.using(self.using).lease(
                         self.worker_model, self.queues, limit=free, timeout=self.lease_timeout
                     )
-                    wait = 0.0
+                    failures = 0
                 except DatabaseError as exc:
-                    wait = backoff(wait)
+                    failures += 1
+                    wait = database_retry_delay(failures)
                     logger.warning("%s cannot lease (%s); retrying in %gs", self.name, exc, wait)
                     self._discard_connection()
                     self.stopping.wait(wait)
@@ -378,39 +373,42 @@ class TaskWorker:
                 logger.exception("%s: running %s failed", self.name, ctx.task.rn)
                 self._release([ctx])
 
-    def _execute(self, ctx: TaskContext) -> None:
-        func = self.registry.get(ctx.task.queue)
-        assert func is not None, "leased a task of a queue without a handler"
+    @contextmanager
+    def _running(self, ctx: TaskContext) -> Iterator[_Run]:
+        """Run the handler of `ctx` in the block (`run.result = run.handler(ctx)`, or awaited);
+        afterwards `run.outcome` is what it returned or raised, timed.
+
+        Whatever the handler raises is its outcome, never ours: SystemExit, KeyboardInterrupt,
+        and asyncio.CancelledError too.
+        """
+        handler = self.registry.get(ctx.task.queue)
+        assert handler is not None, "leased a task of a queue without a handler"
+        run = _Run(handler)
         outcome: Outcome | None
         ctx.handler_running = True
         started = time.monotonic()
         try:
-            outcome = self._returned(ctx, func(ctx))
-        except BaseException as exc:  # SystemExit, KeyboardInterrupt: a handler never ends us
+            yield run
+            outcome = self._returned(ctx, run.result)
+        except BaseException as exc:
             outcome = self._raised(ctx, exc)
         finally:
             ctx.handler_running = False
-        outcome = _timed(outcome, started)
+        run.outcome = _timed(outcome, ctx.task, started)
+
+    def _execute(self, ctx: TaskContext) -> None:
+        with self._running(ctx) as run:
+            run.result = run.handler(ctx)
         if any(c.connection is not None for c in connections.all(initialized_only=True)):
             close_old_connections()  # the handler's own queries: as at the end of a request
-        self._handled(ctx, outcome)
+        self._handled(ctx, run.outcome)
 
     async def _execute_async(self, ctx: TaskContext) -> None:
         """An `async def` handler, on the event loop thread: many run at once there."""
-        func = self.registry.get(ctx.task.queue)
-        assert func is not None, "leased a task of a queue without a handler"
-        outcome: Outcome | None
-        ctx.handler_running = True
-        started = time.monotonic()
+        with self._running(ctx) as run:
+            run.result = await run.handler(ctx)
         try:
-            outcome = self._returned(ctx, await func(ctx))
-        except BaseException as exc:  # asyncio.CancelledError too
-            outcome = self._raised(ctx, exc)
-        finally:
-            ctx.handler_running = False
-        outcome = _timed(outcome, started)
-        try:
-            self._handled(ctx, outcome)
+            self._handled(ctx, run.outcome)
         except Exception:  # a bug of ours: log it, give the task up
             logger.exception("%s: running %s failed", self.name, ctx.task.rn)
             self._release([ctx])
@@ -446,7 +444,8 @@ class TaskWorker:
         # The slot stays taken until the outcome is written: a task is the worker's until then.
         with self._outcomes_ready:
             self._outcomes.append((ctx, outcome))
-            if len(self._outcomes) in (1, self.batch_size):  # the first wakes, a full one flushes
+            # The first wakes the writer; a full batch, or the last task in hand, flushes.
+            if len(self._outcomes) in (1, self.batch_size) or self._all_handled():
                 self._outcomes_ready.notify()
 
     def _release(self, done: Sequence[TaskContext]) -> None:
@@ -465,9 +464,14 @@ class TaskWorker:
                         self._outcomes_ready.wait()
                     if not self._outcomes:
                         return
-                    # Let the batch fill up for `batch_wait`; a full one wakes us at once.
+                    # Let the batch fill up for `batch_wait`, unless it is full or no handler
+                    # is still running (nothing more can come until this batch is written).
                     deadline = time.monotonic() + self.batch_wait
-                    while len(self._outcomes) < self.batch_size and not self._done.is_set():
+                    while (
+                        len(self._outcomes) < self.batch_size
+                        and not self._all_handled()
+                        and not self._done.is_set()
+                    ):
                         left = deadline - time.monotonic()
                         if left <= 0:
                             break
@@ -478,9 +482,13 @@ class TaskWorker:
         finally:
             connections.close_all()
 
+    def _all_handled(self) -> bool:
+        """Whether every task in hand has its outcome waiting to be written (caller holds
+        `_outcomes_ready`)."""
+        return len(self._outcomes) >= len(self._in_flight)
+
     def _write(self, batch: list[tuple[TaskContext, Outcome]]) -> None:
         """Write a batch of outcomes; retry through database errors until the grace period ends."""
-        wait = 0.0
         failures = 0
         while True:
             try:
@@ -514,7 +522,7 @@ class TaskWorker:
                     self._count("not written", len(batch))
                     self._release([ctx for ctx, _ in batch])
                     return
-                wait = backoff(wait)
+                wait = database_retry_delay(failures)
                 logger.warning(
                     "%s could not write %d outcome(s) (%s); retrying in %gs",
                     self.name,
@@ -663,12 +671,13 @@ class TaskWorker:
             logger.debug("closing the database connection failed: %s", exc)
 
     def _retry(self, action: Callable[[], Worker], what: str) -> Worker | None:
-        wait = 0.0
+        failures = 0
         while not self.stopping.is_set():
             try:
                 return action()
             except DatabaseError as exc:
-                wait = backoff(wait)
+                failures += 1
+                wait = database_retry_delay(failures)
                 logger.warning("cannot %s (%s); retrying in %gs", what, exc, wait)
                 self._discard_connection()
                 self.stopping.wait(wait)
@@ -761,8 +770,17 @@ class WorkerProcesses:
                     os.kill(process.pid, signal.SIGTERM)
 
 
-def _timed(outcome: Outcome | None, started: float) -> Outcome | None:
-    """`outcome` with the seconds since `started` (the handler's run time)."""
+@dataclasses.dataclass
+class _Run:
+    """A handler's run in `TaskWorker._running()`."""
+
+    handler: Callable[[TaskContext], Any]
+    result: Any = None
+    outcome: Outcome | None = None
+
+
+def _timed(outcome: Outcome | None, task: Task, started: float) -> Outcome | None:
+    """`outcome` with the seconds since `started` (the handler's run time) and its task."""
     if outcome is None:
         return None
-    return dataclasses.replace(outcome, duration=time.monotonic() - started)
+    return dataclasses.replace(outcome, duration=time.monotonic() - started, task=task)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -165,3 +166,33 @@ def staff(*codenames: str) -> Client:
     client = Client()
     client.force_login(user)
     return client
+
+
+def prepared_plan(
+    statement: str, params: dict[str, Any], mode: str, analyze: bool = False
+) -> dict[str, Any]:
+    """The plan of `statement` (with `%(name)s` parameters) as PostgreSQL runs it prepared:
+    `mode` is `force_generic_plan` (what a prepared statement may settle on) or
+    `force_custom_plan`. With `analyze` it runs, and the plan has the rows each node read."""
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
+    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m[1]) + 1}", statement)
+    with connection.cursor() as cursor:
+        args = ", ".join(cursor.mogrify("%s", [params[name]]) for name in names)
+        cursor.execute(f"SET plan_cache_mode = {mode}")
+        cursor.execute(f"PREPARE plan_probe AS {numbered}")
+        try:
+            options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
+            cursor.execute(f"EXPLAIN ({options}) EXECUTE plan_probe({args})")
+            [[[plan]]] = cursor.fetchall()
+        finally:
+            cursor.execute("DEALLOCATE plan_probe")
+            cursor.execute("RESET plan_cache_mode")
+    return plan  # type: ignore[no-any-return]
+
+
+def task_scans(node: dict[str, Any], table: str) -> list[dict[str, Any]]:
+    """The plan nodes under `node` that scan `table`."""
+    found = [node] if node.get("Relation Name") == table and "Scan" in node["Node Type"] else []
+    for child in node.get("Plans", []):
+        found += task_scans(child, table)
+    return found

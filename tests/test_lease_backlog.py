@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scylla_django.models import Task, Worker
+from scylla_django import db
+from scylla_django.models import History, QueueSetting, Task, Worker
+from tests.helpers import prepared_plan, task_scans
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,29 +54,36 @@ def sorts_over_task_rows(node: dict[str, Any], table: str) -> list[str]:
     return found
 
 
-def task_scans(node: dict[str, Any], table: str) -> list[dict[str, Any]]:
-    found = [node] if node.get("Relation Name") == table and "Scan" in node["Node Type"] else []
-    for child in node.get("Plans", []):
-        found += task_scans(child, table)
-    return found
+def lease_plan(worker: Worker, queues: list[str], limit: int, mode: str, analyze: bool = False):
+    """The plan of the lease statement as PostgreSQL runs it prepared: `mode` is
+    `force_generic_plan` (what a prepared statement may settle on) or `force_custom_plan`."""
+    statement, params = db._lease_statement(
+        Task.objects.all(), History, Worker, QueueSetting, locked=False
+    )
+    params.update(
+        worker_id=worker.pk,
+        worker=worker.name,
+        queues=queues,
+        limit=limit,
+        timeout=timedelta(seconds=30),
+        locked=False,
+    )
+    return prepared_plan(statement, params, mode, analyze)
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
 @pytest.mark.parametrize("limit", [1, 10])
-def test_the_lease_plan_walks_the_ready_index_per_queue_without_sorting_the_backlog(limit):
-    """EXPLAIN the lease over 50 queues: no Sort reads the ready rows, only per-queue LIMITs."""
+def test_the_lease_plan_walks_the_ready_index_per_queue_without_sorting_the_backlog(limit, mode):
+    """EXPLAIN the prepared lease over 50 queues, with the plan PostgreSQL makes for the
+    statement's parameters and with the generic one: no Sort reads the ready rows, only
+    per-queue LIMITs."""
     queues = [f"q{n:02d}" for n in range(50)]
     submit_over(queues, 100)
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {Task._meta.db_table}")
     worker = Worker.objects.register(queues=queues)
-    with CaptureQueriesContext(connection) as captured:
-        leased = Task.objects.lease(worker, queues, limit=limit)
-    assert len(leased) == limit
-    [lease_sql] = [q["sql"] for q in captured.captured_queries]
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (FORMAT JSON) " + lease_sql)
-        [[[plan]]] = cursor.fetchall()
+    plan = lease_plan(worker, queues, limit, mode)
     root = plan["Plan"]
     table = Task._meta.db_table
     assert sorts_over_task_rows(root, table) == [], plan
@@ -135,3 +143,41 @@ def test_rows_another_lessee_holds_are_skipped_not_waited_for():
         holder.join(30)
     assert got == ["a2", "b2"]
     assert [t.rn for t in Task.objects.lease(worker, ["a", "b"], limit=2)] == ["a1", "b1"]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_a_burst_the_statistics_have_not_seen_is_leased_without_walking_it(mode):
+    """The statistics say ready rows are rare (most tasks finished); then a burst of ready tasks
+    arrives before the next ANALYZE. The lease must touch only the rows it takes."""
+    submit_over(["steady"], 3000)
+    Task.objects.filter(queue="steady").update(status="completed", progress=1.0)
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Task._meta.db_table}")
+    submit_over(["burst"], 3000)
+    worker = Worker.objects.register(queues=["burst"])
+    Task.objects.lease(worker, ["burst"], limit=1)
+    plan = lease_plan(worker, ["burst"], 1, mode, analyze=True)
+    scans = task_scans(plan["Plan"], Task._meta.db_table)
+    read = sum(
+        s["Actual Rows"] * s["Actual Loops"] + s.get("Rows Removed by Filter", 0) for s in scans
+    )
+    assert read <= 10, plan
+    assert Task.objects.filter(queue="burst", status="running").count() == 2
+
+
+@pytest.mark.postgres
+def test_the_lease_s_estimated_cost_follows_its_limit_not_the_backlog():
+    """PostgreSQL compiles a statement with JIT once its estimated cost passes `jit_above_cost`
+    (100,000 by default): that took 55 ms per lease at a million ready rows over 50 queues.
+    The estimate must not grow with the rows waiting."""
+    queues = [f"q{n:02d}" for n in range(50)]
+    worker = Worker.objects.register(queues=queues)
+    costs = []
+    for per_queue in (50, 400):  # 50, then 450 rows per queue
+        submit_over(queues, per_queue)
+        with connection.cursor() as cursor:
+            cursor.execute(f"ANALYZE {Task._meta.db_table}")
+        plan = lease_plan(worker, queues, 1, "force_custom_plan")
+        costs.append(plan["Plan"]["Total Cost"])
+    assert costs[1] < 1.5 * costs[0], costs

@@ -3,8 +3,6 @@ events counted in a worker process and read back in multi-process mode."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import timedelta
 
 import pytest
@@ -17,7 +15,7 @@ from scylla_django import metrics
 from scylla_django.models import Monitor, Outcome, Task, Worker
 from scylla_django.monitor import Monitor as MonitorLoop
 from tests.factories import TaskFactory, running_task
-from tests.processes import ROOT, child_env, finish
+from tests.processes import finish, start
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -161,27 +159,55 @@ def test_the_run_time_a_worker_measured_is_observed_without_a_query(client, work
 
 
 @pytest.mark.django_db(transaction=True)
+def test_finish_many_sends_the_tasks_it_was_given_as_written_without_reading_them_back(worker):
+    """Receivers of `task_finished` cost no query when the outcomes carry their tasks."""
+    from scylla_django import signals
+
+    def finish(receiver):
+        done, failed = running_task(worker, queue="m-given"), running_task(worker, queue="m-given")
+        outcomes = [
+            Outcome(done.pk, done.attempts, result={"x": 1}, duration=0.5, task=done),
+            Outcome(
+                failed.pk, failed.attempts, errors=[{"code": "boom"}], duration=0.1, task=failed
+            ),
+        ]
+        if receiver is not None:
+            signals.task_finished.connect(receiver)
+        try:
+            with CaptureQueriesContext(connection) as queries:
+                Task.objects.finish_many(worker, outcomes)
+        finally:
+            if receiver is not None:
+                signals.task_finished.disconnect(receiver)
+        return (done, failed), len(queries.captured_queries)
+
+    sent: list[tuple[object, str, float | None]] = []
+    (done, failed), with_receiver = finish(
+        lambda sender, task, status, duration=None, **kw: sent.append((task, status, duration))
+    )
+    _, without = finish(None)
+    assert with_receiver == without
+    assert sent == [(done, "completed", 0.5), (failed, "aborted", 0.1)]
+    for given in (done, failed):
+        stored = Task.objects.get(pk=given.pk)
+        for field in ("status", "deadline", "updated", "progress", "result", "errors"):
+            assert getattr(given, field) == getattr(stored, field), field
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.concurrency
 def test_a_worker_process_s_counters_reach_the_view_in_multi_process_mode(
     client, tmp_path, monkeypatch
 ):
     for n in range(2):
         Task.objects.submit("t-echo", {"n": n}, rn=f"mp{n}")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "manage.py"),
-            "scylla_worker",
-            "--queue=t-echo",
-            "--concurrency=2",
-            "--once",
-            "--handlers=tests.worker_handlers",
-        ],
-        cwd=ROOT,
-        env={**child_env(), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    process = start(
+        "scylla_worker",
+        "--queue=t-echo",
+        "--concurrency=2",
+        "--once",
+        "--handlers=tests.worker_handlers",
+        env={"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
     )
     code, output = finish(process)
     assert code == 0, output

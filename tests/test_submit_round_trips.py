@@ -41,7 +41,7 @@ def test_submit_is_one_statement_without_a_transaction_block():
     with round_trips() as (statements, switches):
         task = Task.objects.submit("one", {"n": 1}, rn="single")
     assert len(statements) == 1 and switches == []
-    assert statements[0].lstrip().upper().startswith("WITH")
+    assert 'WITH inserted AS (INSERT INTO "scylla_django_task"' in statements[0]
     stored = Task.objects.get(rn="single")
     assert (task.pk, task.created, task.updated) == (stored.pk, stored.created, stored.updated)
     assert not task._state.adding and task._state.db == "default"
@@ -75,3 +75,88 @@ def test_submit_many_inserts_thousands_in_one_statement_with_per_item_outcomes()
     assert kinds.count("inserted") == 1998
     assert Task.objects.filter(queue="bulk").count() == 1999
     assert Task.objects.get(rn="bulk-1999").spec == {"n": 1999}
+
+
+def prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_submit_lease_and_finish_are_prepared_once_per_connection(worker):
+    from scylla_django.models import Outcome
+
+    connection.close()  # a new session: nothing prepared yet
+    for n in range(3):
+        Task.objects.submit("prep", {"n": n}, rn=f"prep-{n}")
+    Task.objects.submit_many([{"queue": "prep", "spec": {}, "rn": "prep-bulk"}])
+    leased = Task.objects.lease(worker, ["prep"], limit=4)
+    Task.objects.finish_many(worker, [Outcome(t.pk, t.attempts, result=1) for t in leased])
+    prepared = prepared_statements()
+    assert sum("RETURNING id, created, updated" in s for s in prepared) == 1  # submit
+    assert sum("RETURNING rn, queue" in s for s in prepared) == 1  # submit_many
+    assert sum("WITH outcome AS" in s for s in prepared) == 1  # finish_many
+    # The lease too, with the ready status written in, so a generic plan keeps the ready index.
+    assert sum("SKIP LOCKED" in s and "t.status = 'ready'" in s for s in prepared) == 1
+    assert Task.objects.filter(queue="prep", status="completed").count() == 4
+
+
+@pytest.mark.parametrize("how", ["setting", "server_side_cursors_disabled"])
+def test_nothing_is_prepared_when_turned_off(how, settings, monkeypatch):
+    if how == "setting":
+        settings.SCYLLA = {"PREPARED_STATEMENTS": False}
+    else:
+        monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", True)
+    connection.close()
+    Task.objects.submit("prep", {}, rn="unprepared")
+    Task.objects.submit_many([{"queue": "prep", "spec": {}, "rn": "unprepared-bulk"}])
+    assert prepared_statements() == []
+
+
+def plan_cache_mode() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        return cursor.fetchone()[0]
+
+
+def test_use_generic_plans_sets_each_new_session_once():
+    from scylla_django import db
+
+    for _ in range(2):  # a new session (after a lost connection) gets it again
+        connection.close()
+        assert plan_cache_mode() == "auto"
+        db.use_generic_plans(connection)
+        db.use_generic_plans(connection)
+        assert plan_cache_mode() == "force_generic_plan"
+
+
+def test_the_worker_s_lease_loop_asks_for_generic_plans(monkeypatch):
+    from scylla_django import db
+    from scylla_django.handlers import HandlerRegistry
+    from scylla_django.worker import TaskWorker
+
+    sessions = []
+    real = db.use_generic_plans
+
+    def spy(conn):
+        real(conn)
+        with conn.cursor() as cursor:
+            cursor.execute("SHOW plan_cache_mode")
+            sessions.append(cursor.fetchone()[0])
+
+    monkeypatch.setattr(db, "use_generic_plans", spy)
+    registry = HandlerRegistry()
+    registry.register("generic", lambda ctx: None)
+    Task.objects.submit("generic", {})
+    TaskWorker(["generic"], registry=registry, poll_interval=0.05).run(once=True)
+    assert sessions and set(sessions) == {"force_generic_plan"}
+    assert Task.objects.get(queue="generic").status == "completed"
+
+
+def test_no_generic_plans_without_prepared_statements(settings):
+    from scylla_django import db
+
+    settings.SCYLLA = {"PREPARED_STATEMENTS": False}
+    connection.close()
+    db.use_generic_plans(connection)
+    assert plan_cache_mode() == "auto"

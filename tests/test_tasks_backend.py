@@ -8,6 +8,7 @@ import django
 import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
+from django.db import connection
 from django.utils import timezone
 
 from scylla_django.backends import (
@@ -72,7 +73,6 @@ def test_enqueue_submits_a_scylla_task_and_the_worker_runs_it():
 
 @pytest.mark.postgres
 def test_enqueue_is_one_statement_on_postgresql():
-    from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from tests.django_tasks import add
@@ -183,6 +183,55 @@ def test_task_finished_is_sent_after_the_outcome_with_the_final_result():
             (cancelled.id, TaskResultStatus.FAILED, Status.CANCELLED),
         ]
     )
+
+
+def test_the_worker_runs_a_first_attempt_without_reading_it_back(monkeypatch):
+    """The leased row is the task's state: no History or task read before or after the run."""
+    from django.db.backends.utils import CursorWrapper
+    from django.tasks import TaskResultStatus
+    from django.tasks.signals import task_finished, task_started
+
+    from scylla_django.models import History
+    from tests.django_tasks import add
+
+    statements: list[str] = []  # from every thread: the worker runs handlers in its own
+    execute = CursorWrapper._execute
+
+    def spy(self, sql, *args, **kwargs):
+        statements.append(sql)
+        return execute(self, sql, *args, **kwargs)
+
+    results = []
+    task_started.connect(receiver := lambda sender, task_result, **kw: results.append(task_result))
+    task_finished.connect(receiver)
+    try:
+        enqueued = add.enqueue(2, 3)
+        monkeypatch.setattr(CursorWrapper, "_execute", spy)
+        run_worker("default")
+        monkeypatch.undo()
+    finally:
+        task_started.disconnect(receiver)
+        task_finished.disconnect(receiver)
+    started, finished = results
+    stored = Task.objects.get(rn=enqueued.id)
+    [assigned] = stored.history.filter(typ="TaskAssignment").values_list("time", "worker")
+    assert (started.status, finished.status) == (
+        TaskResultStatus.RUNNING,
+        TaskResultStatus.SUCCESSFUL,
+    )
+    assert started.started_at == finished.started_at == assigned[0]
+    assert finished.worker_ids == [assigned[1]]
+    assert (finished.return_value, finished.finished_at) == (5, stored.updated)
+    quote = connection.ops.quote_name  # "name" on PostgreSQL and SQLite, `name` on MariaDB
+    history, tasks = quote(History._meta.db_table), quote(Task._meta.db_table)
+    assert any(tasks in sql for sql in statements)  # the spy saw the worker's writes
+    reads = [
+        sql
+        for sql in statements
+        if sql.lstrip().upper().startswith("SELECT")
+        and (f"{history}.{quote('time')}" in sql or f"WHERE {tasks}.{quote('rn')} =" in sql)
+    ]
+    assert not reads
 
 
 def test_get_result_keeps_the_using_overrides():

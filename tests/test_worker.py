@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -92,6 +93,17 @@ def test_max_tasks_stops_after_that_many():
     TaskWorker(["t-echo"], concurrency=3, max_tasks=2, poll_interval=0.05).run()
     assert Task.objects.filter(status=Status.COMPLETED).count() == 2
     assert Task.objects.filter(status=Status.READY).count() == 2
+
+
+def test_an_outcome_is_written_at_once_when_no_other_handler_is_running():
+    """`batch_wait` gathers outcomes of handlers still running; with none, nothing can join."""
+    for n in range(3):
+        Task.objects.submit("t-echo", {"n": n})
+    worker = TaskWorker(["t-echo"], concurrency=1, batch_wait=5.0, poll_interval=0.05, max_tasks=3)
+    started = time.monotonic()
+    worker.run()
+    assert Task.objects.filter(status=Status.COMPLETED).count() == 3
+    assert time.monotonic() - started < 4.0  # one batch_wait per task would take 15 s
 
 
 def test_cancel_reaches_the_handler_on_the_next_heartbeat():
