@@ -447,7 +447,6 @@ class _Submission:
     """The submit statements of a task model on one database, built once."""
 
     given: list[models.Field[Any, Any]]  # the SUBMITTED fields, first in the column list
-    defaults: list[Any]  # the other columns' defaults, prepared as the ORM would
     one: str  # a single task: its values as parameters
     many: str  # many tasks: their values as one JSON array
 
@@ -461,13 +460,20 @@ def _submission(model: type[models.Model], using: str) -> _Submission:
     others = [f for f in fields if f.name not in SUBMITTED]
     assert len(given) == len(SUBMITTED), "a SUBMITTED field is not a column of the model"
     columns = ", ".join(quote(str(f.column)) for f in [*given, *others])
-    defaults = ", ".join(["%s"] * len(others))
+    # The other columns' defaults are constants, written into the statements as literals
+    # (prepared as the ORM would, quoted by the driver): nothing to adapt and send per task.
+    assert all(
+        not f.has_default() or not callable(f.default) or f.default in (list, dict) for f in others
+    ), "a default that varies cannot be a literal"
+    defaults = connection.ops.compose_sql(
+        ", ".join(["%s"] * len(others)),
+        [f.get_db_prep_save(f.get_default(), connection) for f in others],
+    )
     table = quote(model._meta.db_table)
     record = ", ".join(f"{quote(f.name)} {SUBMITTED[f.name]}" for f in given)
     picked = ", ".join(f"r.{quote(f.name)}" for f in given)
     return _Submission(
         given=given,
-        defaults=[f.get_db_prep_save(f.get_default(), connection) for f in others],
         one=(
             f"WITH inserted AS (INSERT INTO {table} ({columns}) "
             f"VALUES ({', '.join(['%s'] * len(given))}, {defaults}) ON CONFLICT (rn) DO NOTHING "
@@ -498,13 +504,26 @@ def postgresql_submit(
     connection = connections[tasks.db]
     submission = _submission(tasks.model, tasks.db)
     params = [
-        f.get_db_prep_save(values[f.name] if f.name in values else f.get_default(), connection)
+        _db_value(f, values[f.name] if f.name in values else f.get_default(), connection)
         for f in submission.given
     ]
     with prepared_cursor(connection) as cursor:
-        cursor.execute(submission.one, [*params, *submission.defaults, READY_CHANNEL])
+        cursor.execute(submission.one, [*params, READY_CHANNEL])
         row = cursor.fetchone()
     return None if row is None else (row[0], row[1], row[2])
+
+
+def _db_value(field: models.Field[Any, Any], value: Any, connection: BaseDatabaseWrapper) -> Any:
+    """A validated value of a SUBMITTED field as a statement parameter: what
+    `field.get_db_prep_save(value, connection)` gives, without its generic path for the plain
+    text and integer values (the ones every submission has)."""
+    if value is None:
+        return None
+    if isinstance(field, models.JSONField):  # any JSON document, a bare string or number too
+        return connection.ops.adapt_json_value(value, field.encoder)
+    if type(value) is str or type(value) is int:
+        return value
+    return field.get_db_prep_save(value, connection)
 
 
 def postgresql_submit_many(tasks: QuerySet[_Row], rows: Sequence[dict[str, Any]]) -> set[str]:
@@ -535,7 +554,7 @@ def postgresql_submit_many(tasks: QuerySet[_Row], rows: Sequence[dict[str, Any]]
         separators=(",", ":"),
     )
     with prepared_cursor(connections[tasks.db]) as cursor:
-        cursor.execute(submission.many, [*submission.defaults, document, READY_CHANNEL])
+        cursor.execute(submission.many, [document, READY_CHANNEL])
         return {row[0] for row in cursor.fetchall()}
 
 

@@ -260,10 +260,8 @@ class TaskQuerySet(models.QuerySet["Task"]):
             inserted = db.postgresql_submit(self, values)
             if inserted is None:
                 raise DuplicateTask(f"A task with rn {values['rn']!r} exists.", rn=values["rn"])
-            task = self.model(**values)
-            task.pk, task.created, task.updated = inserted
-            task._state.adding = False
-            task._state.db = self.db
+            pk, created, updated = inserted
+            task = self.model.inserted(self.db, values, id=pk, created=created, updated=updated)
             _later(signals.task_submitted, self.db, task=task)
             return task
         task = self.model(**values)
@@ -993,6 +991,21 @@ class Task(models.Model):
     ) -> Task:
         """A validated, unsaved task. Raises ValidationError naming every bad field."""
         return cls(**cls.validated(queue, spec, **options))
+
+    @classmethod
+    def inserted(cls, using: str, values: Mapping[str, Any], **filled: Any) -> Task:
+        """The task just inserted with `values` and the columns the database `filled` in (its
+        key, `created`, `updated`); every other field at its default.
+
+        Built as a query builds its rows: the model's positional constructor, a quarter of the
+        cost of the keyword one that `Task(**values)` takes, per submitted task.
+        """
+        given = {**values, **filled}
+        row = [
+            given[f.attname] if f.attname in given else f.get_default()
+            for f in cls._meta.concrete_fields
+        ]
+        return cls.from_db(using, (), row)
 
     @staticmethod
     def validated(

@@ -47,6 +47,22 @@ def test_submit_is_one_statement_without_a_transaction_block():
     assert not task._state.adding and task._state.db == "default"
 
 
+SPECS = [{"n": 1}, [1, "two"], "text", 7, 2.5, True, {}]
+
+
+@pytest.mark.parametrize("n", range(len(SPECS)))
+def test_the_task_submit_returns_is_the_row_it_wrote_field_by_field(n):
+    """The returned task is built from the submitted values and the columns' defaults, not read
+    back: every field must still equal the stored row's."""
+    spec = SPECS[n]
+    policy = Retry(max_attempts=2, backoff=Fixed(1))
+    task = Task.objects.submit("one", spec, rn=f"same-{n}", priority=3, retry=policy)
+    stored = Task.objects.get(pk=task.pk)
+    fields = [f.attname for f in Task._meta.concrete_fields]
+    assert {f: getattr(task, f) for f in fields} == {f: getattr(stored, f) for f in fields}
+    assert (stored.spec, stored.status, stored.errors, stored.attempts) == (spec, "ready", [], 0)
+
+
 def test_submit_with_a_retry_policy_is_still_one_statement():
     policy = Retry(max_attempts=3, backoff=Fixed(5))
     with round_trips() as (statements, switches):
