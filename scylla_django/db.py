@@ -116,13 +116,10 @@ def prepared_cursor(connection: BaseDatabaseWrapper) -> Any:
 
     Off (Django's own cursor) when `SCYLLA["PREPARED_STATEMENTS"]` is False, when the database
     sets `DISABLE_SERVER_SIDE_CURSORS` (as for PgBouncer in transaction mode, which cannot keep
-    a prepared statement without `max_prepared_statements`), and on every other vendor.
+    a prepared statement without `max_prepared_statements`), with psycopg2, and on every other
+    vendor.
     """
-    if (
-        connection.vendor != "postgresql"
-        or not scylla_settings.PREPARED_STATEMENTS
-        or connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
-    ):
+    if not _prepares(connection):
         return connection.cursor()
     connection.ensure_connection()
     session = connection.connection
@@ -146,7 +143,7 @@ def use_generic_plans(connection: BaseDatabaseWrapper) -> None:
     index (the plan tests check both). Set once per session; a no-op elsewhere, and when
     prepared statements are off.
     """
-    if connection.vendor != "postgresql" or not scylla_settings.PREPARED_STATEMENTS:
+    if not _prepares(connection):
         return
     connection.ensure_connection()
     session = connection.connection
@@ -155,6 +152,15 @@ def use_generic_plans(connection: BaseDatabaseWrapper) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SET plan_cache_mode = force_generic_plan")
     session._scylla_generic_plans = True
+
+
+def _prepares(connection: BaseDatabaseWrapper) -> bool:
+    """Whether `prepared_cursor()` prepares on this connection (see there)."""
+    if connection.vendor != "postgresql" or not scylla_settings.PREPARED_STATEMENTS:
+        return False
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return is_psycopg3 and not connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
 
 
 @cache
@@ -465,7 +471,8 @@ def _submission(model: type[models.Model], using: str) -> _Submission:
     assert all(
         not f.has_default() or not callable(f.default) or f.default in (list, dict) for f in others
     ), "a default that varies cannot be a literal"
-    defaults = connection.ops.compose_sql(
+    operations: Any = connection.ops  # PostgreSQL's, which can compose SQL with literals
+    defaults = operations.compose_sql(
         ", ".join(["%s"] * len(others)),
         [f.get_db_prep_save(f.get_default(), connection) for f in others],
     )

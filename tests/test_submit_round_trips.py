@@ -117,10 +117,12 @@ def test_submit_lease_and_finish_are_prepared_once_per_connection(worker):
     assert Task.objects.filter(queue="prep", status="completed").count() == 4
 
 
-@pytest.mark.parametrize("how", ["setting", "server_side_cursors_disabled"])
+@pytest.mark.parametrize("how", ["setting", "server_side_cursors_disabled", "psycopg2"])
 def test_nothing_is_prepared_when_turned_off(how, settings, monkeypatch):
     if how == "setting":
         settings.SCYLLA = {"PREPARED_STATEMENTS": False}
+    elif how == "psycopg2":
+        monkeypatch.setattr("django.db.backends.postgresql.psycopg_any.is_psycopg3", False)
     else:
         monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", True)
     connection.close()
