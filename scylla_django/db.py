@@ -36,7 +36,7 @@ from typing import Any, TypeVar, cast
 
 from django.db import connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import QuerySet, sql
+from django.db.models import QuerySet, Value, sql
 from django.db.models.functions import Now as DjangoNow
 
 from .conf import scylla_settings
@@ -77,6 +77,30 @@ class Clock(Now):
 
     def as_postgresql(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
         return f"(SELECT now FROM {CLOCK_CTE})", []
+
+
+def now_plus(delta: timedelta, clock: type[Now] = Now) -> models.Expression:
+    """`clock` (the database's now) plus `delta`, as a datetime expression."""
+    return models.ExpressionWrapper(clock() + Value(delta), output_field=models.DateTimeField())
+
+
+def read_clock(using: str) -> datetime:
+    """The database clock, read once (PostgreSQL: `clock_timestamp()`, after the caller's locks).
+
+    A set operation stamps its task rows and their History rows with this one value.
+    """
+    connection = connections[using]
+    expression = Now(output_field=models.DateTimeField())
+    statement, params = sql.Query(None).get_compiler(using).compile(expression)
+    if uses_single_statement_transitions(connection):
+        statement, params = "clock_timestamp()", []
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {statement}", params)
+        [value] = cursor.fetchone() or [None]
+    for converter in connection.ops.get_db_converters(expression):
+        value = converter(value, expression, connection)
+    assert isinstance(value, datetime)
+    return value
 
 
 @contextmanager

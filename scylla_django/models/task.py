@@ -1,4 +1,4 @@
-"""Task, History and Worker. The Task methods and the TaskQuerySet set operations are the state
+"""Task and TaskQuerySet. The Task methods and the TaskQuerySet set operations are the state
 machine of `enums.TRANSITIONS` (README, "How it stays correct"): each transition is one
 conditional write on the database clock, fenced by status (and by the lease, owner and attempt,
 for worker operations), with its History row in the same transaction.
@@ -9,23 +9,21 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, ClassVar, Literal, Self, TypedDict, TypeVar, Unpack
+from typing import Any, ClassVar, Literal, Unpack
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, models, transaction
-from django.db.models import Case, Exists, F, FloatField, Max, Min, Q, Value, When, sql
-from django.db.models.expressions import RawSQL
+from django.db.models import Case, Exists, F, FloatField, Max, Min, Q, Value, When
 from django.db.models.functions import Coalesce, Greatest
 from django.dispatch import Signal
 from django.utils import timezone
 
-from . import db, retries, signals, validation
-from .conf import scylla_settings
-from .db import Clock, Now
-from .enums import (
+from .. import db, retries, signals, validation
+from ..conf import scylla_settings
+from ..db import Clock, Now
+from ..enums import (
     TERMINAL_STATUSES,
     TRANSITIONS,
     EventType,
@@ -35,7 +33,7 @@ from .enums import (
     event,
     sources,
 )
-from .exceptions import (
+from ..exceptions import (
     DuplicateTask,
     InvalidTransition,
     LeaseLost,
@@ -45,7 +43,7 @@ from .exceptions import (
     TaskNotFound,
     WorkerNotFound,
 )
-from .validation import (
+from ..validation import (
     QUEUE_MAX_LENGTH,
     RN_MAX_LENGTH,
     FieldErrors,
@@ -61,25 +59,20 @@ from .validation import (
     validate_rn,
     validate_timeout,
 )
-
-WORKER_PREFIX = validation.WORKER_PREFIX
-#: The `not_before` of a follow-up task whose parents have not all completed: never leasable.
-HELD = datetime(9999, 12, 31, tzinfo=UTC)
-#: Most parents a follow-up task may wait for.
-MAX_PARENTS = 10_000
-
-
-def worker_name(worker: Worker | str) -> str:
-    """The name a task's `owner` holds for `worker` (a Worker or its name)."""
-    return worker.name if isinstance(worker, Worker) else worker
-
-
-def worker_id(name: str) -> int:
-    """The primary key in the worker name `worker-<id>`, or WorkerNotFound if it is not one."""
-    pk = validation.worker_id(name)
-    if pk is None:
-        raise WorkerNotFound(f"{name!r} is not a worker name.")
-    return pk
+from .dependencies import HELD, Dependency
+from .history import History, _finished_by
+from .inputs import (
+    SubmitDefaults,
+    SubmitOutcome,
+    TaskOptions,
+    _error_dict,
+    _terminal_statuses,
+    _validate_after,
+    _validate_not_before,
+    _validate_retry,
+)
+from .processes import Worker, _sqlite_json_each, worker_id, worker_name
+from .queues import QueueSetting
 
 
 def _later(signal: Signal, using: str, **kwargs: Any) -> None:
@@ -92,67 +85,19 @@ def _later(signal: Signal, using: str, **kwargs: Any) -> None:
         transaction.on_commit(partial(signal.send, sender=Task, **kwargs), using=using)
 
 
-def _now_plus(delta: timedelta, clock: type[Now] = Now) -> models.Expression:
-    return models.ExpressionWrapper(clock() + Value(delta), output_field=models.DateTimeField())
-
-
-def _clock(using: str) -> datetime:
-    """The database clock, read once (PostgreSQL: `clock_timestamp()`, after the caller's locks).
-
-    A set operation stamps its task rows and their History rows with this one value.
-    """
-    query = sql.Query(Task)
-    compiler = query.get_compiler(using)
-    expression = Now(output_field=models.DateTimeField())
-    statement, params = compiler.compile(expression)
-    if db.uses_single_statement_transitions(connections[using]):
-        statement, params = "clock_timestamp()", []
-    with connections[using].cursor() as cursor:
-        cursor.execute(f"SELECT {statement}", params)
-        [value] = cursor.fetchone() or [None]
-    for converter in connections[using].ops.get_db_converters(expression):
-        value = converter(value, expression, connections[using])
-    assert isinstance(value, datetime)
-    return value
-
-
-@dataclass(frozen=True)
-class SubmitDefaults:
-    """The settings a submission applies: read once for a whole `submit_many()` batch."""
-
-    spec_size_limit: int
-    priority: int
-
-    @classmethod
-    def read(cls) -> SubmitDefaults:
-        return cls(scylla_settings.SPEC_SIZE_LIMIT, scylla_settings.DEFAULT_PRIORITY)
-
-
-class TaskOptions(TypedDict, total=False):
-    """The optional fields of a new task, as `submit()` and `Task.build()` take them."""
-
-    priority: int | None
-    rn: str | None
-    not_before: datetime | None
-    retry: retries.Retry | Mapping[str, Any] | None
-
-
-@dataclass(frozen=True)
-class SubmitOutcome:
-    """What happened to one item of `Task.objects.submit_many`."""
-
-    index: int
-    rn: str | None
-    outcome: Literal["inserted", "duplicate", "invalid"]
-    errors: dict[str, list[str]] = field(default_factory=dict)
-
-
-SCHEDULED = "scheduled"
-
-
 def _due() -> Q:
     """A task whose `not_before` has passed (or that has none): leasable if it is ready."""
     return Q(not_before__isnull=True) | Q(not_before__lte=Now())
+
+
+# A yield is the only write that sets a task's deadline before its own `updated` time, so a
+# running task with `deadline < updated` has been given back. A heartbeat is fenced on this row
+# condition rather than on History: PostgreSQL re-checks a row condition against the version a
+# concurrent yield committed, so even a heartbeat already waiting for the row cannot undo a yield.
+NOT_YIELDED = Q(deadline__gte=F("updated"))
+
+
+SCHEDULED = "scheduled"
 
 
 @dataclass(frozen=True)
@@ -448,7 +393,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
             if not ids:
                 return []
             base = tasks.filter(pk__in=ids, status__in=sources(Operation.LEASE))
-            now = _clock(self.db)
+            now = db.read_clock(self.db)
             leased = base.update(
                 status=transition.target,
                 owner=name,
@@ -487,7 +432,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
             if not rows:
                 return 0
             ids = [row["pk"] for row in rows]
-            now = _clock(self.db)
+            now = db.read_clock(self.db)
             cancelled = manager.filter(pk__in=ids, status__in=active).update(
                 status=transition.target, deadline=None, updated=now
             )
@@ -559,7 +504,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 and row["attempts"] >= max_attempts
             }
             reset, exhaust = TRANSITIONS[Operation.RESET], TRANSITIONS[Operation.EXHAUST]
-            now = _clock(self.db)
+            now = db.read_clock(self.db)
             manager.filter(pk__in=set(ids) - exhausted, status__in=sources(Operation.RESET)).update(
                 status=reset.target, owner=None, deadline=None, progress=0.0, updated=now
             )
@@ -604,7 +549,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         """Terminal tasks not updated for `older_than` (default `SCYLLA['RETENTION']`)."""
         age = validate_timeout(scylla_settings.RETENTION if older_than is None else older_than)
         chosen = _terminal_statuses(statuses)
-        qs = self.filter(status__in=chosen, updated__lt=_now_plus(-age))
+        qs = self.filter(status__in=chosen, updated__lt=db.now_plus(-age))
         return qs.filter(queue=validate_queue(queue)) if queue is not None else qs
 
     def purge(
@@ -718,7 +663,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
             .filter(held, status__in=sources(Operation.HEARTBEAT), owner=name)
             .filter(NOT_YIELDED)
         )
-        values: dict[str, Any] = {"deadline": _now_plus(lease_for), "updated": Now()}
+        values: dict[str, Any] = {"deadline": db.now_plus(lease_for), "updated": Now()}
         progress = [
             When(pk=pk, then=Value(validate_progress(value)))
             for pk, (_, value) in leases.items()
@@ -804,7 +749,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         manager = self.model.objects.using(self.db)
         done: dict[int, datetime] = {}
         with db.write_atomic(self.db):
-            now = _clock(self.db)
+            now = db.read_clock(self.db)
             for row in rows:
                 completed = row["status"] == Status.COMPLETED
                 values: dict[str, Any] = {"status": row["status"], "deadline": None}
@@ -869,23 +814,39 @@ class TaskQuerySet(models.QuerySet["Task"]):
         return errors
 
 
-def _terminal_statuses(statuses: Iterable[str] | None) -> list[str]:
-    if statuses is None:
-        return sorted(TERMINAL_STATUSES)
-    chosen = sorted(set(statuses))
-    wrong = [s for s in chosen if s not in {t.value for t in TERMINAL_STATUSES}]
-    if wrong or not chosen:
-        raise ValidationError(
-            f"Only terminal tasks can be purged (completed, aborted, cancelled), not {wrong}.",
-            code="invalid_status",
-        )
-    return chosen
+def _follow_with_retries(manager: TaskQuerySet, ids: set[int]) -> None:
+    """Follow the tasks `ids` just aborted (by a worker, or for `max_attempts_exceeded`) by
+    their next attempt where a retry policy covers the abort. Call it in the aborting
+    transaction; only tasks with a policy of their own or of their queue's handler are read.
+    """
+    if not ids:
+        return
+    candidates = manager.filter(pk__in=ids, status=Status.ABORTED).filter(
+        Q(retry_policy__isnull=False) | Q(queue__in=retries.policy_queues())
+    )
+    for task in candidates:
+        policy = task._retry_decision(task.errors, None)
+        if policy is not None:
+            task._submit_retry(policy, manager.db)
 
 
-def _error_dict(exc: ValidationError) -> dict[str, list[str]]:
-    if hasattr(exc, "error_dict"):
-        return {k: [str(m) for e in v for m in e.messages] for k, v in exc.error_dict.items()}
-    return {"__all__": list(exc.messages)}
+@dataclass(frozen=True)
+class Outcome:
+    """How a worker ends one lease, for `TaskQuerySet.finish_many`.
+
+    The lease is the task's pk and its `attempts` when leased. Without `errors` the task is
+    completed with `result`; with them it is aborted.
+    """
+
+    pk: int
+    attempts: int
+    result: Any = None
+    errors: list[dict[str, Any]] | None = None
+    # Seconds the handler ran, as the worker measured it; sent with `task_finished`.
+    duration: float | None = None
+    # The leased task, if the caller holds it: updated in place and sent with `task_finished`
+    # instead of being read back.
+    task: Task | None = field(default=None, repr=False, compare=False)
 
 
 class Task(models.Model):
@@ -1097,7 +1058,7 @@ class Task(models.Model):
         if timeout is None:
             timeout = self.lease_length or scylla_settings.LEASE_TIMEOUT
         lease_for = validate_timeout(timeout)
-        values: dict[str, Any] = {"deadline": _now_plus(lease_for, Clock)}
+        values: dict[str, Any] = {"deadline": db.now_plus(lease_for, Clock)}
         if progress is not None:
             values["progress"] = validate_progress(progress)
         self._apply(
@@ -1233,7 +1194,7 @@ class Task(models.Model):
         self._apply(
             Operation.YIELD,
             worker,
-            {"deadline": _now_plus(timedelta(seconds=-1), Clock)},
+            {"deadline": db.now_plus(timedelta(seconds=-1), Clock)},
             notify=(db.READY_CHANNEL, "queue"),
         )
 
@@ -1394,670 +1355,3 @@ class Task(models.Model):
         return OwnerAlive(
             f"{owner} is alive: it still heartbeats task {self.rn}.", rn=self.rn, status=status
         )
-
-
-def _validate_after(after: object) -> list[str]:
-    if isinstance(after, str) or not isinstance(after, Sequence):
-        raise ValidationError(
-            {"after": ValidationError("after is a list of task rns.", code="invalid_after")}
-        )
-    parents = list(dict.fromkeys(after))
-    if not 1 <= len(parents) <= MAX_PARENTS:
-        raise ValidationError(
-            {
-                "after": ValidationError(
-                    f"after names 1..{MAX_PARENTS} tasks, not {len(parents)}.",
-                    code="invalid_after",
-                )
-            }
-        )
-    for rn in parents:
-        try:
-            validate_rn(rn)
-        except ValidationError as exc:
-            raise ValidationError({"after": exc}) from None
-    return parents
-
-
-def _follow_with_retries(manager: TaskQuerySet, ids: set[int]) -> None:
-    """Follow the tasks `ids` just aborted (by a worker, or for `max_attempts_exceeded`) by
-    their next attempt where a retry policy covers the abort. Call it in the aborting
-    transaction; only tasks with a policy of their own or of their queue's handler are read.
-    """
-    if not ids:
-        return
-    candidates = manager.filter(pk__in=ids, status=Status.ABORTED).filter(
-        Q(retry_policy__isnull=False) | Q(queue__in=retries.policy_queues())
-    )
-    for task in candidates:
-        policy = task._retry_decision(task.errors, None)
-        if policy is not None:
-            task._submit_retry(policy, manager.db)
-
-
-def _validate_retry(value: object) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    if isinstance(value, retries.Retry):
-        return value.as_json()
-    if not isinstance(value, Mapping):
-        raise ValidationError(
-            "retry must be a Retry(...) or its JSON object.", code="invalid_retry"
-        )
-    return retries.Retry.from_json(value).as_json()
-
-
-def _validate_not_before(value: object) -> datetime | None:
-    if value is None:
-        return None
-    if not isinstance(value, datetime):
-        raise ValidationError("not_before must be a datetime.", code="invalid_not_before")
-    if timezone.is_naive(value):
-        raise ValidationError("not_before must be timezone-aware.", code="invalid_not_before")
-    return value
-
-
-class History(models.Model):
-    """One event in a task's life: TaskAssignment, TaskTimeout, TaskYield, … (README, "The task").
-
-    `time` is the task row's `updated` of the same transition, so time order is causal order.
-    """
-
-    id = models.BigAutoField(primary_key=True)
-    # DO_NOTHING: tasks are deleted in bulk by TaskQuerySet.delete(), which removes these first.
-    task = models.ForeignKey(Task, on_delete=models.DO_NOTHING, related_name="history")
-    typ = models.CharField(max_length=32, choices=EventType.choices)
-    worker = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
-    progress = models.FloatField(null=True, blank=True)
-    time = models.DateTimeField(db_default=Now())
-
-    class Meta:
-        ordering = ["id"]
-        verbose_name_plural = "history"
-        indexes = [models.Index(fields=["task", "id"], name="scylla_history_task_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.typ} {self.worker or ''}".strip()
-
-    @classmethod
-    def of(cls, row: Mapping[str, Any], typ: str, time: datetime) -> History:
-        """The `typ` event of a task row read as `{"pk", "owner", "progress"}`, at `time`."""
-        return cls(
-            task_id=row["pk"], typ=typ, worker=row["owner"], progress=row["progress"], time=time
-        )
-
-    def as_json(self) -> dict[str, Any]:
-        """The JSON rendering: `{"_typ", "worker", "progress", "time"}`."""
-        entry: dict[str, Any] = {"_typ": self.typ, "worker": self.worker}
-        if self.typ in (EventType.TIMEOUT, EventType.YIELD) or self.progress is not None:
-            entry["progress"] = self.progress
-        entry["time"] = self.time.isoformat() if isinstance(self.time, datetime) else None
-        return entry
-
-
-_Registered = TypeVar("_Registered", bound=models.Model)
-
-
-class LivenessQuerySet(models.QuerySet[_Registered]):
-    """Registered processes (workers, monitors) by liveness, on the database clock.
-
-    A process is silent after two of its intervals unseen and dead after its lease timeout (a
-    worker) or three intervals (a monitor); see `Liveness`.
-    """
-
-    # Workers registered before the liveness columns existed are judged by `last_seen`.
-    worker_fallback: ClassVar[bool] = False
-
-    def state_q(self, state: Liveness) -> Q:
-        """The condition for the processes in `state`."""
-        return _liveness_q(state, worker_fallback=self.worker_fallback)
-
-    def in_state(self, *states: Liveness | str) -> Self:
-        """The processes in any of `states` (`alive`, `silent`, `dead`, `stopped`)."""
-        condition = Q(pk__in=[])
-        for state in states:
-            condition |= self.state_q(Liveness(state))
-        return self.filter(condition)
-
-    def with_state(self) -> Self:
-        """Annotate each process with `liveness`: alive, silent, dead or stopped."""
-        return self.annotate(liveness=_liveness_case(worker_fallback=self.worker_fallback))
-
-    def count_by_state(self) -> dict[str, int]:
-        """How many processes are in each state (every state present, zeros included)."""
-        return _count_by_state(self, worker_fallback=self.worker_fallback)
-
-
-class WorkerQuerySet(LivenessQuerySet["Worker"]):
-    """Worker processes: registration, lookup by name, liveness."""
-
-    worker_fallback = True
-
-    def register(
-        self,
-        queues: Sequence[str],
-        capacity: int = 1,
-        *,
-        hostname: str = "",
-        pid: int | None = None,
-        user: Any = None,
-        heartbeat_interval: timedelta | float | None = None,
-        lease_timeout: timedelta | float | None = None,
-    ) -> Worker:
-        """Register a worker process; its name `worker-<id>` comes from the database sequence.
-
-        `user` is who registered it over HTTP: only they (or staff) may act as it there.
-        `lease_timeout` (default `SCYLLA['LEASE_TIMEOUT']`) and `heartbeat_interval` (default a
-        third of it) say when the worker counts as silent and dead if it is not seen again.
-        """
-        queues = validate_queues(queues)
-        if (
-            isinstance(capacity, bool)
-            or not isinstance(capacity, int)
-            or not 1 <= capacity <= 10_000
-        ):
-            raise ValidationError(
-                {"capacity": ValidationError("Capacity must be 1..10000.", code="invalid")}
-            )
-        lease, interval = _liveness_intervals(lease_timeout, heartbeat_interval)
-        worker = self.create(
-            queues=queues,
-            capacity=capacity,
-            hostname=hostname[:255],
-            pid=pid,
-            user=user,
-            heartbeat_interval=interval,
-            lease_timeout=lease,
-            silent_at=_now_plus(2 * interval),
-            dead_at=_now_plus(lease),
-        )
-        worker.refresh_from_db(fields=["silent_at", "dead_at"])
-        return worker
-
-    def get_by_name(self, name: str) -> Worker:
-        """The worker called `name` (`worker-<id>`), or WorkerNotFound."""
-        try:
-            return self.get(pk=worker_id(name))
-        except self.model.DoesNotExist:
-            raise WorkerNotFound(f"No worker is called {name!r}.") from None
-
-    def alive(self, within: timedelta) -> WorkerQuerySet:
-        """Workers not stopped that were seen in the last `within`."""
-        return self.filter(stopped__isnull=True, last_seen__gte=_now_plus(-within))
-
-    def serving(self, queue: str) -> WorkerQuerySet:
-        """Workers whose `queues` include `queue` (exact name)."""
-        return self.filter(_json_list_has(self.model, "queues", validate_queue(queue), self.db))
-
-    def purge(self, older_than: timedelta | None = None, *, batch_size: int = 1000) -> int:
-        """Delete workers not seen for `older_than` (default `SCYLLA['RETENTION']`).
-
-        A worker that still owns a running task is kept (its name is the task's `owner` until
-        the lease is reset). Returns how many were deleted.
-        """
-        age = validate_timeout(scylla_settings.RETENTION if older_than is None else older_than)
-        gone = self.filter(last_seen__lt=_now_plus(-age)).order_by("pk")
-        total, after = 0, 0
-        while True:
-            ids = list(gone.filter(pk__gt=after).values_list("pk", flat=True)[:batch_size])
-            if not ids:
-                return total
-            after = ids[-1]
-            with db.write_atomic(self.db):
-                busy = set(
-                    Task.objects.using(self.db)
-                    .filter(
-                        status=Status.RUNNING,
-                        owner__in=[validation.worker_name_for(pk) for pk in ids],
-                    )
-                    .values_list("owner", flat=True)
-                )
-                idle = [pk for pk in ids if validation.worker_name_for(pk) not in busy]
-                total += self.model.objects.using(self.db).filter(pk__in=idle).delete()[0]
-
-
-class RegisteredProcess(models.Model):
-    """What workers and monitors have in common: a `<prefix><id>` name, where they run, when
-    they were last seen, and when they turn silent and dead unless seen again.
-
-    Each touch writes `silent_at` and `dead_at` from the database clock, so telling a state is a
-    comparison with now() on every database (no per-row interval arithmetic).
-    """
-
-    prefix: ClassVar[str]
-
-    id = models.BigAutoField(primary_key=True)
-    hostname = models.CharField(max_length=255, blank=True)
-    pid = models.PositiveIntegerField(null=True, blank=True)
-    started = models.DateTimeField(db_default=Now(), editable=False)
-    last_seen = models.DateTimeField(db_default=Now())
-    stopped = models.DateTimeField(null=True, blank=True)
-    silent_at = models.DateTimeField(null=True, blank=True)
-    dead_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        abstract = True
-        ordering = ["-id"]
-
-    def __str__(self) -> str:
-        return self.name
-
-    @property
-    def name(self) -> str:
-        return f"{self.prefix}{self.pk}"
-
-    def stop(self) -> None:
-        """Record that the process has stopped."""
-        type(self)._default_manager.using(self._state.db).filter(
-            pk=self.pk, stopped__isnull=True
-        ).update(stopped=Now())
-        self.refresh_from_db(fields=["stopped"])
-
-
-class Worker(RegisteredProcess):
-    """A worker process. Its name is `worker-<id>`; a restarted process registers anew."""
-
-    prefix = WORKER_PREFIX
-
-    queues = models.JSONField(default=list)
-    capacity = models.PositiveIntegerField(default=1)
-    # Who registered the worker over HTTP; only they may act as it (null for local workers).
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
-    # The intervals the worker announced: silent after two heartbeat intervals unseen, dead
-    # after its lease timeout.
-    heartbeat_interval = models.DurationField(null=True, blank=True)
-    lease_timeout = models.DurationField(null=True, blank=True)
-
-    objects: ClassVar[WorkerQuerySet] = WorkerQuerySet.as_manager()  # type: ignore[assignment]
-
-    def touch(self) -> None:
-        """Record that the worker is alive (`last_seen = now`), pushing back silent and dead."""
-        lease, interval = _liveness_intervals(self.lease_timeout, self.heartbeat_interval)
-        Worker.objects.filter(pk=self.pk).update(
-            last_seen=Now(), silent_at=_now_plus(2 * interval), dead_at=_now_plus(lease)
-        )
-
-    def current_state(self) -> str:
-        """This worker's liveness now (one query): alive, silent, dead or stopped."""
-        found = (
-            Worker.objects.using(self._state.db)
-            .filter(pk=self.pk)
-            .annotate(liveness=_liveness_case(worker_fallback=True))
-            .values_list("liveness", flat=True)
-            .first()
-        )
-        return str(found) if found is not None else Liveness.DEAD.value
-
-
-def _liveness_intervals(
-    lease_timeout: timedelta | float | None, heartbeat_interval: timedelta | float | None
-) -> tuple[timedelta, timedelta]:
-    """A worker's lease timeout and heartbeat interval, defaulted and validated."""
-    lease = validate_timeout(
-        scylla_settings.LEASE_TIMEOUT if lease_timeout is None else lease_timeout
-    )
-    interval = lease / 3 if heartbeat_interval is None else validate_timeout(heartbeat_interval)
-    return lease, interval
-
-
-def _liveness_q(state: Liveness, *, worker_fallback: bool) -> Q:
-    """The condition for a registered process (worker or monitor) to be in `state`.
-
-    Rows written before the liveness columns existed have no `silent_at`/`dead_at`; for
-    workers they are judged by `last_seen` against the `LEASE_TIMEOUT` setting instead.
-    """
-    now = Now()
-    dead = Q(dead_at__lte=now)
-    silent = Q(silent_at__lte=now)
-    if worker_fallback:
-        lease = scylla_settings.LEASE_TIMEOUT
-        dead |= Q(dead_at__isnull=True, last_seen__lte=_now_plus(-lease))
-        silent |= Q(silent_at__isnull=True, last_seen__lte=_now_plus(-2 * lease / 3))
-    running = Q(stopped__isnull=True)
-    if state == Liveness.STOPPED:
-        return ~running
-    if state == Liveness.DEAD:
-        return running & dead
-    if state == Liveness.SILENT:
-        return running & ~dead & silent
-    return running & ~dead & ~silent
-
-
-def _liveness_case(*, worker_fallback: bool) -> Case:
-    """`state` as an expression: the first of stopped, dead, silent that holds, else alive."""
-    return Case(
-        *(
-            When(_liveness_q(state, worker_fallback=worker_fallback), then=Value(state.value))
-            for state in (Liveness.STOPPED, Liveness.DEAD, Liveness.SILENT)
-        ),
-        default=Value(Liveness.ALIVE.value),
-        output_field=models.CharField(),
-    )
-
-
-def _count_by_state(queryset: models.QuerySet[Any], *, worker_fallback: bool) -> dict[str, int]:
-    counts = dict.fromkeys(Liveness.values, 0)
-    rows = (
-        queryset.order_by()
-        .annotate(liveness=_liveness_case(worker_fallback=worker_fallback))
-        .values_list("liveness")
-        .annotate(n=models.Count("*"))
-        .values_list("liveness", "n")
-    )
-    for state, count in rows:
-        counts[str(state)] = int(count)
-    return counts
-
-
-def _json_list_has(model: type[models.Model], field_name: str, value: str, using: str) -> Q:
-    """`value` is an element of the JSON list in `field_name` (JSON containment; SQLite, which
-    has none in Django, looks through `json_each`)."""
-    if connections[using].vendor == "sqlite":
-        return Q(_sqlite_json_each(model, field_name, "json_each.value = %s", value))
-    return Q(**{f"{field_name}__contains": [value]})
-
-
-def _sqlite_json_each(
-    model: type[models.Model], field_name: str, condition: str, value: str
-) -> RawSQL:
-    """SQLite: some element of the JSON list in `field_name` meets `condition` (one %s)."""
-    quote = connections["default"].ops.quote_name
-    field = model._meta.get_field(field_name)
-    assert isinstance(field, models.Field) and field.column, field_name
-    column = f"{quote(model._meta.db_table)}.{quote(field.column)}"
-    return RawSQL(
-        f"EXISTS (SELECT 1 FROM json_each({column}) WHERE {condition})",
-        [value],
-        output_field=models.BooleanField(),
-    )
-
-
-MONITOR_PREFIX = "monitor-"
-
-
-class MonitorQuerySet(LivenessQuerySet["Monitor"]):
-    """Registered monitor processes, and what the latest of their passes did."""
-
-    def register(
-        self, interval: timedelta | float, *, hostname: str = "", pid: int | None = None
-    ) -> Monitor:
-        """Register a monitor making a pass every `interval`; its name is `monitor-<id>`."""
-        every = validate_timeout(interval)
-        monitor = self.create(
-            hostname=hostname[:255],
-            pid=pid,
-            interval=every,
-            silent_at=_now_plus(2 * every),
-            dead_at=_now_plus(3 * every),
-        )
-        monitor.refresh_from_db(fields=["silent_at", "dead_at"])
-        return monitor
-
-    def status(self) -> MonitorStatus:
-        """When the last pass of any monitor ended, and whether none has run for three of its
-        intervals (then expired leases are not being reset). On the database clock."""
-        found = self.aggregate(
-            last=Max("last_pass"),
-            age=models.ExpressionWrapper(
-                Now() - Max("last_pass"), output_field=models.DurationField()
-            ),
-        )
-        # A monitor run once (`--once`, e.g. from cron) is stopped yet counts until its
-        # `dead_at`: three intervals after its pass.
-        running = self.filter(dead_at__gt=Now()).exists()
-        age = found["age"]
-        return MonitorStatus(
-            last_pass=found["last"],
-            last_pass_age=max(age, timedelta(0)) if age is not None else None,
-            missing=not running,
-        )
-
-    def purge(self, older_than: timedelta | None = None) -> int:
-        """Delete monitors not seen for `older_than` (default `SCYLLA['RETENTION']`)."""
-        age = validate_timeout(scylla_settings.RETENTION if older_than is None else older_than)
-        return self.filter(last_seen__lt=_now_plus(-age)).delete()[0]
-
-
-@dataclass(frozen=True)
-class MonitorStatus:
-    """The monitors at a glance: the end of the latest pass, its age, and whether none runs."""
-
-    last_pass: datetime | None
-    last_pass_age: timedelta | None
-    missing: bool
-
-
-class Monitor(RegisteredProcess):
-    """A monitor process (`scylla_monitor`): registered like a worker, touched at every pass.
-
-    Kept apart from `Worker` so that nothing that lists, leases for or counts workers can
-    mistake a monitor for one; the liveness rules are the same functions.
-    """
-
-    prefix = MONITOR_PREFIX
-
-    interval = models.DurationField()
-    last_pass = models.DateTimeField(null=True, blank=True)
-    last_reset = models.PositiveIntegerField(default=0)
-    last_purged = models.PositiveIntegerField(default=0)
-
-    objects: ClassVar[MonitorQuerySet] = MonitorQuerySet.as_manager()  # type: ignore[assignment]
-
-    def touch(self, *, reset: int | None = None, purged: int | None = None) -> None:
-        """Record that the monitor is alive; with `reset`/`purged`, that it finished a pass."""
-        values: dict[str, Any] = {
-            "last_seen": Now(),
-            "silent_at": _now_plus(2 * self.interval),
-            "dead_at": _now_plus(3 * self.interval),
-        }
-        if reset is not None:
-            values.update(last_pass=Now(), last_reset=reset, last_purged=purged or 0)
-        Monitor.objects.using(self._state.db).filter(pk=self.pk).update(**values)
-
-
-# A yield is the only write that sets a task's deadline before its own `updated` time, so a
-# running task with `deadline < updated` has been given back. A heartbeat is fenced on this row
-# condition rather than on History: PostgreSQL re-checks a row condition against the version a
-# concurrent yield committed, so even a heartbeat already waiting for the row cannot undo a yield.
-NOT_YIELDED = Q(deadline__gte=F("updated"))
-
-
-def _finished_by(worker: str | None, pks: Sequence[int], using: str) -> set[int]:
-    """The tasks among `pks` that `worker` itself completed or aborted (not the monitor)."""
-    if worker is None or not pks:
-        return set()
-    return set(
-        History.objects.using(using)
-        .filter(
-            task_id__in=list(pks),
-            worker=worker,
-            typ__in=[EventType.COMPLETION, EventType.ABORT],
-        )
-        .values_list("task_id", flat=True)
-    )
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a worker ends one lease, for `TaskQuerySet.finish_many`.
-
-    The lease is the task's pk and its `attempts` when leased. Without `errors` the task is
-    completed with `result`; with them it is aborted.
-    """
-
-    pk: int
-    attempts: int
-    result: Any = None
-    errors: list[dict[str, Any]] | None = None
-    # Seconds the handler ran, as the worker measured it; sent with `task_finished`.
-    duration: float | None = None
-    # The leased task, if the caller holds it: updated in place and sent with `task_finished`
-    # instead of being read back.
-    task: Task | None = field(default=None, repr=False, compare=False)
-
-
-class QueueSettingQuerySet(models.QuerySet["QueueSetting"]):
-    """Operators' settings per queue: paused, and a limit on its running tasks.
-
-    A queue without a row is neither paused nor limited. Leasing reads these rows in its own
-    statement (`TaskQuerySet.lease`), so a change applies to the next lease of every worker.
-    """
-
-    def pause(self, queue: str) -> QueueSetting:
-        """Stop leasing from `queue` (its tasks still go in; running ones carry on)."""
-        return self._set(queue, paused=True)
-
-    def resume(self, queue: str) -> QueueSetting:
-        """Lease from `queue` again, and wake the workers that listen for it."""
-        setting = self._set(queue, paused=False)
-        if db.uses_single_statement_transitions(connections[self.db]):
-            db.postgresql_notify(self.db, db.READY_CHANNEL, [setting.queue])
-        return setting
-
-    def limit(self, queue: str, max_running: int | None) -> QueueSetting:
-        """At most `max_running` tasks of `queue` run at once across all workers (None: no
-        limit). Tasks already running above a new limit finish; no new one is leased until
-        the queue is under it."""
-        return self._set(queue, max_running=validate_max_running(max_running))
-
-    def _set(self, queue: str, **values: Any) -> QueueSetting:
-        name = validate_queue(queue)
-        with db.write_atomic(self.db):
-            setting, _ = self.update_or_create(queue=name, defaults={**values, "updated": Now()})
-        setting.refresh_from_db(fields=["updated"])
-        return setting
-
-    def of(self, queue: str) -> QueueSetting:
-        """The settings of `queue`: its row, or an unsaved default one (neither paused nor
-        limited)."""
-        name = validate_queue(queue)
-        return self.filter(queue=name).first() or self.model(queue=name)
-
-
-def validate_max_running(value: object) -> int | None:
-    """A per-queue limit on running tasks: None, or an integer from 1 to 1,000,000."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
-        raise ValidationError(
-            "max_running must be an integer from 1 to 1000000, or null for no limit.",
-            code="invalid_max_running",
-        )
-    return value
-
-
-class QueueSetting(models.Model):
-    """How a queue is leased: `paused` (no lease takes its tasks) and `max_running` (at most
-    that many of its tasks run at once, across all workers; null: no limit)."""
-
-    id = models.BigAutoField(primary_key=True)
-    queue = models.CharField(max_length=QUEUE_MAX_LENGTH, unique=True, validators=[queue_validator])
-    paused = models.BooleanField(default=False)
-    max_running = models.PositiveIntegerField(null=True, blank=True)
-    updated = models.DateTimeField(db_default=Now())
-
-    objects: ClassVar[QueueSettingQuerySet] = QueueSettingQuerySet.as_manager()  # type: ignore[assignment]
-
-    class Meta:
-        ordering = ["queue"]
-        permissions = [("control_queue", "Can pause, resume and limit queues")]
-
-    def __str__(self) -> str:
-        state = "paused" if self.paused else "active"
-        limit = f", at most {self.max_running} running" if self.max_running else ""
-        return f"{self.queue} ({state}{limit})"
-
-
-class Dependency(models.Model):
-    """A follow-up task (`child`) waits for `parent` to complete (`submit(..., after=[...])`).
-
-    The child is held by `not_before = HELD` until every parent has completed; the monitor then
-    releases it (`scylla_django.followups`). Rows are deleted once the child is released or
-    cancelled. Neither key is a database constraint, so purging tasks never cascades here.
-    """
-
-    id = models.BigAutoField(primary_key=True)
-    child = models.ForeignKey(
-        Task, on_delete=models.DO_NOTHING, db_constraint=False, related_name="dependencies"
-    )
-    parent = models.ForeignKey(
-        Task, on_delete=models.DO_NOTHING, db_constraint=False, related_name="dependents"
-    )
-    # The parent's rn, to name it in an error even after it was purged.
-    parent_rn = models.CharField(max_length=RN_MAX_LENGTH)
-    # The child's own `not_before`, set when it is released.
-    release_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        indexes = [models.Index(fields=["parent"], name="scylla_dependency_parent_idx")]
-        constraints = [
-            models.UniqueConstraint(fields=["child", "parent"], name="scylla_dependency_unique")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.child_id} after {self.parent_rn}"
-
-
-class CatchUp(models.TextChoices):
-    """What a schedule submits for the ticks it missed while no monitor ran."""
-
-    ONE = "one", "The latest missed tick only"
-    ALL = "all", "Every missed tick"
-    NONE = "none", "No missed tick"
-
-
-class Schedule(models.Model):
-    """A recurring submission: a task every `cron` tick (in `timezone`) or every `every`.
-
-    Each tick's task has the rn `schedule:<name>:<tick in UTC>`, so any number of monitors
-    submit it exactly once. Schedules come from `SCYLLA["SCHEDULES"]` (`from_settings`) or are
-    created in the admin or over the API. See `scylla_django.schedules`.
-    """
-
-    id = models.BigAutoField(primary_key=True)
-    name = models.CharField(max_length=100, unique=True, validators=[queue_validator])
-    cron = models.CharField(max_length=200, blank=True)
-    every = models.DurationField(null=True, blank=True)
-    timezone = models.CharField(max_length=64, default="UTC")
-    queue = models.CharField(max_length=QUEUE_MAX_LENGTH, validators=[queue_validator])
-    spec = models.JSONField(default=dict, blank=True)
-    priority = models.PositiveSmallIntegerField(default=0)
-    enabled = models.BooleanField(default=True)
-    catch_up = models.CharField(max_length=8, choices=CatchUp.choices, default=CatchUp.ONE)
-    skip_if_running = models.BooleanField(default=False)
-    from_settings = models.BooleanField(default=False, editable=False)
-    next_run = models.DateTimeField(null=True, blank=True, editable=False)
-    last_run = models.DateTimeField(null=True, blank=True, editable=False)
-    last_task = models.CharField(  # noqa: DJ001
-        max_length=RN_MAX_LENGTH, null=True, blank=True, editable=False
-    )
-    created = models.DateTimeField(db_default=Now(), editable=False)
-    updated = models.DateTimeField(db_default=Now(), editable=False)
-
-    class Meta:
-        ordering = ["name"]
-        indexes = [
-            models.Index(
-                fields=["next_run"], name="scylla_schedule_due_idx", condition=Q(enabled=True)
-            )
-        ]
-        constraints = [
-            models.CheckConstraint(
-                condition=(Q(every__isnull=True) & ~Q(cron=""))
-                | (Q(every__isnull=False) & Q(cron="")),
-                name="scylla_schedule_cron_or_every",
-            ),
-            models.CheckConstraint(
-                condition=Q(priority__gte=0, priority__lte=255),
-                name="scylla_schedule_priority_range",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return self.name

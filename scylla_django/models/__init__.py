@@ -1,0 +1,56 @@
+"""The app's models: tasks and their History, workers and monitors, queue settings,
+dependencies and schedules. Import them from here: `from scylla_django.models import Task`.
+"""
+
+from .dependencies import HELD, MAX_PARENTS, Dependency
+from .history import History
+from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions
+from .processes import (
+    MONITOR_PREFIX,
+    WORKER_PREFIX,
+    LivenessQuerySet,
+    Monitor,
+    MonitorQuerySet,
+    MonitorStatus,
+    RegisteredProcess,
+    Worker,
+    WorkerQuerySet,
+    worker_id,
+    worker_name,
+)
+from .queues import QueueSetting, QueueSettingQuerySet, validate_max_running
+from .schedules import CatchUp, Schedule
+from .task import NOT_YIELDED, SCHEDULED, Outcome, QueueSummary, Task, TaskQuerySet, _later
+
+__all__ = [
+    "HELD",
+    "MAX_PARENTS",
+    "MONITOR_PREFIX",
+    "NOT_YIELDED",
+    "SCHEDULED",
+    "WORKER_PREFIX",
+    "CatchUp",
+    "Dependency",
+    "History",
+    "LivenessQuerySet",
+    "Monitor",
+    "MonitorQuerySet",
+    "MonitorStatus",
+    "Outcome",
+    "QueueSetting",
+    "QueueSettingQuerySet",
+    "QueueSummary",
+    "RegisteredProcess",
+    "Schedule",
+    "SubmitDefaults",
+    "SubmitOutcome",
+    "Task",
+    "TaskOptions",
+    "TaskQuerySet",
+    "Worker",
+    "WorkerQuerySet",
+    "_later",
+    "validate_max_running",
+    "worker_id",
+    "worker_name",
+]
