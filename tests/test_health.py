@@ -191,3 +191,10 @@ def test_http_health_refuses_bad_parameters(query, field):
     response = APIClient().get(f"/api/scylla/health/?{query}")
     assert response.status_code == 400, response.content
     assert field in response.json()["errors"]
+
+
+@pytest.mark.django_db
+def test_http_health_takes_a_hostname_of_whitespace_as_given():
+    """The schema allows any non-empty hostname; one of spaces matches no worker (503)."""
+    response = APIClient().get("/api/scylla/health/?hostname=%0D")
+    assert response.status_code == 503, response.content

@@ -560,10 +560,13 @@ class ResetLeaseSerializer(StrictSerializer):
 class HealthQuerySerializer(serializers.Serializer[Any]):
     """Which checks to run besides the database's (query parameters)."""
 
+    # Taken as given, as hostnames are stored: trimmed, a parameter of spaces would turn
+    # blank and be refused although the schema allows it.
     hostname = serializers.CharField(
         required=False,
         min_length=1,
         max_length=255,
+        trim_whitespace=False,
         help_text="Check that a worker registered from this host is heartbeating.",
     )
     monitor = serializers.BooleanField(
