@@ -3,7 +3,7 @@ dependencies and schedules. Import them from here: `from scylla_django.models im
 """
 
 from .dependencies import HELD, MAX_PARENTS, Dependency
-from .history import History
+from .history import History, _later
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions
 from .processes import (
     MONITOR_PREFIX,
@@ -18,9 +18,15 @@ from .processes import (
     worker_id,
     worker_name,
 )
-from .queues import QueueSetting, QueueSettingQuerySet, validate_max_running
+from .queues import (
+    SCHEDULED,
+    QueueSetting,
+    QueueSettingQuerySet,
+    QueueSummary,
+    validate_max_running,
+)
 from .schedules import CatchUp, Schedule
-from .task import NOT_YIELDED, SCHEDULED, Outcome, QueueSummary, Task, TaskQuerySet, _later
+from .task import NOT_YIELDED, Outcome, Task, TaskQuerySet
 
 __all__ = [
     "HELD",

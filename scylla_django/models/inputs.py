@@ -1,11 +1,14 @@
-"""What task operations take and check: the options and outcomes of a submission, and the
-validation of their arguments (parents, retry policy, `not_before`, statuses to purge)."""
+"""What task operations take and check: the options and outcomes of a submission, the field
+values of a new task (`task_values`), and the validation of their arguments (parents, retry
+policy, `not_before`, statuses to purge)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any, Literal, TypedDict
 
 from django.core.exceptions import ValidationError
@@ -17,6 +20,10 @@ from ..enums import (
     TERMINAL_STATUSES,
 )
 from ..validation import (
+    FieldErrors,
+    validate_json,
+    validate_priority,
+    validate_queue,
     validate_rn,
 )
 from .dependencies import MAX_PARENTS
@@ -115,3 +122,66 @@ def _terminal_statuses(statuses: Iterable[str] | None) -> list[str]:
             code="invalid_status",
         )
     return chosen
+
+
+def task_values(
+    queue: str,
+    spec: Any,
+    *,
+    priority: int | None = None,
+    rn: str | None = None,
+    not_before: datetime | None = None,
+    retry: retries.Retry | Mapping[str, Any] | None = None,
+    defaults: SubmitDefaults | None = None,
+) -> dict[str, Any]:
+    """The field values of a new task, validated (a generated rn if none is given).
+
+    `defaults` are the settings that apply, read once by a caller that validates many.
+    Raises ValidationError naming every bad field.
+    """
+    if defaults is None:
+        defaults = SubmitDefaults.read()
+    errors = FieldErrors()
+    check = errors.check
+    values = dict(
+        rn=check("rn", validate_rn, str(uuid.uuid4()) if rn is None else rn),
+        queue=check("queue", validate_queue, queue),
+        spec=check("spec", partial(validate_json, limit=defaults.spec_size_limit), spec),
+        priority=check(
+            "priority",
+            validate_priority,
+            defaults.priority if priority is None else priority,
+        ),
+        not_before=check("not_before", _validate_not_before, not_before),
+        retry_policy=check("retry", _validate_retry, retry),
+    )
+    errors.raise_any()
+    return values
+
+
+def task_values_from(
+    item: Mapping[str, Any], defaults: SubmitDefaults | None = None
+) -> dict[str, Any]:
+    """`task_values()` from a mapping, rejecting unknown keys (as a bulk submission item)."""
+    if not isinstance(item, Mapping):
+        raise ValidationError("Each item must be an object.", code="invalid")
+    allowed = {"queue", "spec", "priority", "rn", "not_before", "retry"}
+    unknown = set(item) - allowed
+    if unknown:
+        raise ValidationError(
+            {key: ValidationError("Unknown field.", code="unknown_field") for key in unknown}
+        )
+    missing = {"queue", "spec"} - set(item)
+    if missing:
+        raise ValidationError(
+            {key: ValidationError("This field is required.", code="required") for key in missing}
+        )
+    return task_values(
+        item["queue"],
+        item["spec"],
+        priority=item.get("priority"),
+        rn=item.get("rn"),
+        not_before=item.get("not_before"),
+        retry=item.get("retry"),
+        defaults=defaults,
+    )

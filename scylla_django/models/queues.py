@@ -1,14 +1,20 @@
-"""QueueSetting: an operator's per-queue switches, paused and a limit on running tasks."""
+"""Queues: an operator's switches per queue (`QueueSetting`: paused, a limit on running
+tasks), and what each queue holds (`queue_summaries`, `ready_summary`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError
 from django.db import connections, models
+from django.db.models import Min, Q
+from django.db.models.functions import Coalesce, Greatest
 
 from .. import db
 from ..db import Now
+from ..enums import Status
 from ..validation import (
     QUEUE_MAX_LENGTH,
     queue_validator,
@@ -86,3 +92,100 @@ class QueueSetting(models.Model):
         state = "paused" if self.paused else "active"
         limit = f", at most {self.max_running} running" if self.max_running else ""
         return f"{self.queue} ({state}{limit})"
+
+
+def _due() -> Q:
+    """A task whose `not_before` has passed (or that has none): leasable if it is ready."""
+    return Q(not_before__isnull=True) | Q(not_before__lte=Now())
+
+
+def _waiting_since() -> Greatest:
+    """When a ready task became leasable: `created`, or its `not_before` if later."""
+    return Greatest("created", Coalesce("not_before", "created"))
+
+
+SCHEDULED = "scheduled"
+
+
+@dataclass(frozen=True)
+class QueueSummary:
+    """One queue, as `Task.objects.queue_summaries()` sees it.
+
+    `counts` has every status and `scheduled`: `ready` counts the leasable tasks only, and
+    `scheduled` the ready tasks whose `not_before` is still ahead. `waiting_since` is when the
+    longest-waiting leasable task became leasable (`created`, or its `not_before` if later),
+    and `waited` how long ago that was on the database clock; both None if none is leasable.
+    """
+
+    queue: str
+    counts: dict[str, int]
+    waiting_since: datetime | None
+    waited: timedelta | None
+
+
+def queue_summaries(tasks: models.QuerySet[Any]) -> list[QueueSummary]:
+    """Every queue of `tasks` that has tasks, by name: see `QueueSummary`.
+
+    Two GROUP BY queries: counts per (queue, status), which the queue/status index answers
+    alone, and the scheduled count and longest wait over the ready tasks.
+    """
+    counts: dict[str, dict[str, int]] = {}
+
+    def row(queue: str) -> dict[str, int]:
+        return counts.setdefault(queue, dict.fromkeys([*Status.values, SCHEDULED], 0))
+
+    # COUNT(*), not COUNT(id): the queue/status index then answers without reading the table.
+    for queue, status, n in (
+        tasks.order_by().values_list("queue", "status").annotate(n=models.Count("*"))
+    ):
+        # Ready tasks are counted below, split into leasable and scheduled.
+        row(queue)[status] = 0 if status == Status.READY else n
+    leasable = _due()
+    since = models.Min(_waiting_since(), filter=leasable)
+    ready = (
+        tasks.filter(status=Status.READY)
+        .order_by()
+        .values("queue")
+        .annotate(
+            leasable=models.Count("id", filter=leasable),
+            scheduled=models.Count("id", filter=Q(not_before__gt=Now())),
+            since=since,
+            waited=models.ExpressionWrapper(Now() - since, output_field=models.DurationField()),
+        )
+    )
+    waits: dict[str, tuple[datetime | None, timedelta | None]] = {}
+    for found in ready:  # its own snapshot: ready and scheduled always add up
+        row(found["queue"]).update(
+            {Status.READY.value: found["leasable"], SCHEDULED: found["scheduled"]}
+        )
+        waits[found["queue"]] = (found["since"], found["waited"])
+    return [
+        QueueSummary(queue, counts[queue], *waits.get(queue, (None, None)))
+        for queue in sorted(counts)
+    ]
+
+
+def ready_summary(tasks: models.QuerySet[Any]) -> dict[str, tuple[int, timedelta | None]]:
+    """Per queue with ready tasks: how many, and how long the oldest leasable one has
+    waited (since it was created, or since its `not_before` if later; None while every
+    ready task still waits for its `not_before`). One query over the ready-task index,
+    on the database clock."""
+    leasable = _due()
+    waiting_since = _waiting_since()
+    rows = (
+        tasks.filter(status=Status.READY)
+        .order_by()
+        .values("queue")
+        .annotate(
+            n=models.Count("*"),
+            age=models.ExpressionWrapper(
+                Now() - Min(waiting_since, filter=leasable),
+                output_field=models.DurationField(),
+            ),
+        )
+        .values_list("queue", "n", "age")
+    )
+    return {
+        queue: (count, max(age, timedelta(0)) if age is not None else None)
+        for queue, count, age in rows
+    }

@@ -6,18 +6,14 @@ for worker operations), with its History row in the same transaction.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any, ClassVar, Literal, Unpack
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, models, transaction
-from django.db.models import Case, Exists, F, FloatField, Max, Min, Q, Value, When
-from django.db.models.functions import Coalesce, Greatest
-from django.dispatch import Signal
+from django.db.models import Case, Exists, F, FloatField, Q, Value, When
 from django.utils import timezone
 
 from .. import db, retries, signals, validation
@@ -26,7 +22,6 @@ from ..db import Clock, Now
 from ..enums import (
     TERMINAL_STATUSES,
     TRANSITIONS,
-    EventType,
     Liveness,
     Operation,
     Status,
@@ -36,31 +31,26 @@ from ..enums import (
 from ..exceptions import (
     DuplicateTask,
     InvalidTransition,
-    LeaseLost,
-    OwnerAlive,
     ScyllaError,
-    TaskCancelled,
     TaskNotFound,
     WorkerNotFound,
 )
 from ..validation import (
     QUEUE_MAX_LENGTH,
     RN_MAX_LENGTH,
-    FieldErrors,
     queue_validator,
     rn_validator,
     validate_errors,
     validate_json,
     validate_limit,
-    validate_priority,
     validate_progress,
     validate_queue,
     validate_queues,
-    validate_rn,
     validate_timeout,
 )
+from . import maintenance, portable, successors
 from .dependencies import HELD, Dependency
-from .history import History, _finished_by
+from .history import History, _later
 from .inputs import (
     SubmitDefaults,
     SubmitOutcome,
@@ -68,52 +58,18 @@ from .inputs import (
     _error_dict,
     _terminal_statuses,
     _validate_after,
-    _validate_not_before,
-    _validate_retry,
+    task_values,
+    task_values_from,
 )
 from .processes import Worker, _sqlite_json_each, worker_id, worker_name
-from .queues import QueueSetting
-
-
-def _later(signal: Signal, using: str, **kwargs: Any) -> None:
-    """Send `signal` once the current transaction commits (at once outside a transaction).
-
-    Nothing is scheduled when no receiver is connected: leases and bulk submissions call this
-    once per task.
-    """
-    if signal.has_listeners(Task):
-        transaction.on_commit(partial(signal.send, sender=Task, **kwargs), using=using)
-
-
-def _due() -> Q:
-    """A task whose `not_before` has passed (or that has none): leasable if it is ready."""
-    return Q(not_before__isnull=True) | Q(not_before__lte=Now())
-
+from .queues import QueueSetting, QueueSummary, _due, queue_summaries, ready_summary
+from .refusals import lease_reset_refusal, refusal_errors
 
 # A yield is the only write that sets a task's deadline before its own `updated` time, so a
 # running task with `deadline < updated` has been given back. A heartbeat is fenced on this row
 # condition rather than on History: PostgreSQL re-checks a row condition against the version a
 # concurrent yield committed, so even a heartbeat already waiting for the row cannot undo a yield.
 NOT_YIELDED = Q(deadline__gte=F("updated"))
-
-
-SCHEDULED = "scheduled"
-
-
-@dataclass(frozen=True)
-class QueueSummary:
-    """One queue, as `Task.objects.queue_summaries()` sees it.
-
-    `counts` has every status and `scheduled`: `ready` counts the leasable tasks only, and
-    `scheduled` the ready tasks whose `not_before` is still ahead. `waiting_since` is when the
-    longest-waiting leasable task became leasable (`created`, or its `not_before` if later),
-    and `waited` how long ago that was on the database clock; both None if none is leasable.
-    """
-
-    queue: str
-    counts: dict[str, int]
-    waiting_since: datetime | None
-    waited: timedelta | None
 
 
 class TaskQuerySet(models.QuerySet["Task"]):
@@ -125,45 +81,8 @@ class TaskQuerySet(models.QuerySet["Task"]):
         return qs.filter(queue__in=list(queues)) if queues is not None else qs
 
     def queue_summaries(self) -> list[QueueSummary]:
-        """Every queue of this queryset that has tasks, by name: see `QueueSummary`.
-
-        Two GROUP BY queries: counts per (queue, status), which the queue/status index answers
-        alone, and the scheduled count and longest wait over the ready tasks.
-        """
-        counts: dict[str, dict[str, int]] = {}
-
-        def row(queue: str) -> dict[str, int]:
-            return counts.setdefault(queue, dict.fromkeys([*Status.values, SCHEDULED], 0))
-
-        # COUNT(*), not COUNT(id): the queue/status index then answers without reading the table.
-        for queue, status, n in (
-            self.order_by().values_list("queue", "status").annotate(n=models.Count("*"))
-        ):
-            # Ready tasks are counted below, split into leasable and scheduled.
-            row(queue)[status] = 0 if status == Status.READY else n
-        leasable = _due()
-        since = models.Min(Greatest("created", Coalesce("not_before", "created")), filter=leasable)
-        ready = (
-            self.filter(status=Status.READY)
-            .order_by()
-            .values("queue")
-            .annotate(
-                leasable=models.Count("id", filter=leasable),
-                scheduled=models.Count("id", filter=Q(not_before__gt=Now())),
-                since=since,
-                waited=models.ExpressionWrapper(Now() - since, output_field=models.DurationField()),
-            )
-        )
-        waits: dict[str, tuple[datetime | None, timedelta | None]] = {}
-        for found in ready:  # its own snapshot: ready and scheduled always add up
-            row(found["queue"]).update(
-                {Status.READY.value: found["leasable"], SCHEDULED: found["scheduled"]}
-            )
-            waits[found["queue"]] = (found["since"], found["waited"])
-        return [
-            QueueSummary(queue, counts[queue], *waits.get(queue, (None, None)))
-            for queue in sorted(counts)
-        ]
+        """Every queue of this queryset that has tasks, by name: see `QueueSummary`."""
+        return queue_summaries(self)
 
     def expired(self) -> TaskQuerySet:
         """Running tasks whose lease deadline has passed (on the database clock)."""
@@ -198,7 +117,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         On PostgreSQL a task without `after` is one statement (one round trip in autocommit)
         that also detects the duplicate rn and notifies listening workers.
         """
-        values = self.model.validated(queue, spec, **options)
+        values = task_values(queue, spec, **options)
         if after is not None:
             return self._submit_after(self.model(**values), after)
         if db.uses_single_statement_transitions(connections[self.db]):
@@ -265,7 +184,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         defaults = SubmitDefaults.read()
         for index, item in enumerate(items):
             try:
-                task = self.model.validated_from(item, defaults)
+                task = task_values_from(item, defaults)
             except ValidationError as exc:
                 rn = item.get("rn") if isinstance(item, Mapping) else None
                 outcomes[index] = SubmitOutcome(
@@ -338,77 +257,13 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 self, History, Worker, QueueSetting, pk, name, queues, limit, lease_for
             )
         else:
-            leased = self._lease_portable(pk, name, queues, limit, lease_for)
+            leased = portable.lease(self, pk, name, queues, limit, lease_for)
         if leased is None:
             raise WorkerNotFound(f"No registered, running worker is called {name!r}.")
         tasks = leased
         for task in tasks:
             _later(signals.task_leased, self.db, task=task)
         return tasks
-
-    def _lease_portable(
-        self, pk: int, name: str, queues: list[str], limit: int, lease_for: timedelta
-    ) -> list[Task] | None:
-        transition = TRANSITIONS[Operation.LEASE]
-        order = ("-priority", "created", "id")
-        tasks = self.model.objects.using(self.db)
-        with db.write_atomic(self.db):
-            # Lock the limited queues' settings first (in a fixed order), so that the running
-            # tasks counted below cannot change until this lease commits.
-            settings = list(
-                QueueSetting.objects.using(self.db)
-                .filter(queue__in=queues)
-                .select_for_update()
-                .order_by("queue")
-                .values_list("queue", "paused", "max_running")
-            )
-            if not Worker.objects.using(self.db).filter(pk=pk, stopped__isnull=True).exists():
-                return None
-            paused = {queue for queue, is_paused, _ in settings if is_paused}
-            limits = {q: n for q, is_paused, n in settings if n is not None and not is_paused}
-            free = [q for q in queues if q not in paused and q not in limits]
-            budgets = dict.fromkeys(free, limit)
-            if limits:
-                running = dict(
-                    tasks.filter(status=Status.RUNNING, queue__in=list(limits))
-                    .order_by()
-                    .values_list("queue")
-                    .annotate(n=models.Count("*"))
-                    .values_list("queue", "n")
-                )
-                for queue, most in limits.items():
-                    budgets[queue] = max(0, min(limit, most - running.get(queue, 0)))
-            walks = [(free, limit)] if free else []
-            walks += [([q], budgets[q]) for q in limits if budgets[q]]
-            found: list[tuple[int, int, datetime, int]] = []
-            for walk, size in walks:
-                found += (
-                    tasks.ready(walk)
-                    .select_for_update(skip_locked=True)
-                    .order_by(*order)
-                    .values_list("priority", "pk", "created", "pk")[:size]
-                )
-            found.sort(key=lambda row: (-row[0], row[2], row[3]))
-            ids = [row[1] for row in found[:limit]]
-            if not ids:
-                return []
-            base = tasks.filter(pk__in=ids, status__in=sources(Operation.LEASE))
-            now = db.read_clock(self.db)
-            leased = base.update(
-                status=transition.target,
-                owner=name,
-                deadline=now + lease_for,
-                lease_length=lease_for,
-                attempts=F("attempts") + 1,
-                updated=now,
-            )
-            if leased != len(ids):  # only possible if the database ignored the row locks
-                raise RuntimeError("lease lost a race it should have been protected from")
-            History.objects.using(self.db).bulk_create(
-                History(task_id=task_pk, typ=event(Operation.LEASE), worker=name, time=now)
-                for task_pk in ids
-            )
-            return list(tasks.filter(pk__in=ids).order_by(*order))
 
     # -- clients ----------------------------------------------------------------------------
 
@@ -464,81 +319,10 @@ class TaskQuerySet(models.QuerySet["Task"]):
         size = batch_size or scylla_settings.RESET_BATCH_SIZE
         total = 0
         while True:
-            done = self._reset_batch(size)
+            done = maintenance.reset_batch(self, size)
             total += done
             if done < size:
                 return total
-
-    def _reset_batch(self, size: int) -> int:
-        manager = self.model.objects.using(self.db)
-        with db.write_atomic(self.db):
-            rows = list(
-                manager.expired()
-                .select_for_update(skip_locked=True)
-                .order_by("deadline")
-                .values("pk", "owner", "progress", "attempts", "queue")[:size]
-            )
-            if not rows:
-                return 0
-            ids = [row["pk"] for row in rows]
-            # Read after the rows are locked (a fresh snapshot), so a yield that committed while
-            # we waited is seen and no TaskTimeout is written after it.
-            last_ids = (
-                History.objects.using(self.db)
-                .filter(task_id__in=ids)
-                .values("task_id")
-                .annotate(last=Max("id"))
-                .values("last")
-            )
-            yielded = set(
-                History.objects.using(self.db)
-                .filter(pk__in=last_ids, typ=EventType.YIELD)
-                .values_list("task_id", flat=True)
-            )
-            max_attempts = scylla_settings.MAX_ATTEMPTS
-            exhausted = {
-                row["pk"]
-                for row in rows
-                if row["pk"] not in yielded
-                and max_attempts is not None
-                and row["attempts"] >= max_attempts
-            }
-            reset, exhaust = TRANSITIONS[Operation.RESET], TRANSITIONS[Operation.EXHAUST]
-            now = db.read_clock(self.db)
-            manager.filter(pk__in=set(ids) - exhausted, status__in=sources(Operation.RESET)).update(
-                status=reset.target, owner=None, deadline=None, progress=0.0, updated=now
-            )
-            if exhausted:
-                manager.filter(pk__in=exhausted, status__in=sources(Operation.EXHAUST)).update(
-                    status=exhaust.target,
-                    deadline=None,
-                    errors=[
-                        {
-                            "code": "max_attempts_exceeded",
-                            "args": {"max_attempts": max_attempts},
-                            "description": f"The lease expired after {max_attempts} attempts.",
-                        }
-                    ],
-                    updated=now,
-                )
-                _follow_with_retries(manager, exhausted)
-            events = []
-            for row in rows:
-                if row["pk"] in yielded:
-                    continue
-                events.append(History.of(row, event(Operation.RESET), now))
-                if row["pk"] in exhausted:
-                    aborted = event(Operation.EXHAUST)
-                    events.append(History(task_id=row["pk"], typ=aborted, time=now))
-            History.objects.using(self.db).bulk_create(events)
-            if db.uses_single_statement_transitions(connections[self.db]):
-                made_ready = [row["queue"] for row in rows if row["pk"] not in exhausted]
-                db.postgresql_notify(self.db, db.READY_CHANNEL, made_ready)
-        if signals.task_reset.has_listeners(Task) or signals.task_finished.has_listeners(Task):
-            for task in manager.filter(pk__in=ids):
-                signal = signals.task_finished if task.pk in exhausted else signals.task_reset
-                _later(signal, self.db, task=task, status=task.status)
-        return len(rows)
 
     def purgeable(
         self,
@@ -601,28 +385,8 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
     def ready_summary(self) -> dict[str, tuple[int, timedelta | None]]:
         """Per queue with ready tasks: how many, and how long the oldest leasable one has
-        waited (since it was created, or since its `not_before` if later; None while every
-        ready task still waits for its `not_before`). One query over the ready-task index,
-        on the database clock."""
-        leasable = Q(not_before__isnull=True) | Q(not_before__lte=Now())
-        waiting_since = Greatest("created", Coalesce("not_before", "created"))
-        rows = (
-            self.filter(status=Status.READY)
-            .order_by()
-            .values("queue")
-            .annotate(
-                n=models.Count("*"),
-                age=models.ExpressionWrapper(
-                    Now() - Min(waiting_since, filter=leasable),
-                    output_field=models.DurationField(),
-                ),
-            )
-            .values_list("queue", "n", "age")
-        )
-        return {
-            queue: (count, max(age, timedelta(0)) if age is not None else None)
-            for queue, count, age in rows
-        }
+        waited (see `queues.ready_summary`)."""
+        return ready_summary(self)
 
     def with_error_code(self, code: str) -> TaskQuerySet:
         """Tasks that recorded an error with this `code` (in any entry of `errors`)."""
@@ -702,7 +466,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
             # A retry policy may follow an abort by its next attempt: in the same transaction.
             with db.write_atomic(self.db):
                 done = self._finish_rows(name, rows)
-                _follow_with_retries(self.model.objects.using(self.db), done.keys() & aborted)
+                successors.follow_with_retries(
+                    self.model.objects.using(self.db), done.keys() & aborted
+                )
         else:
             done = self._finish_rows(name, rows)
         if done and signals.task_finished.has_listeners(Task):
@@ -743,91 +509,12 @@ class TaskQuerySet(models.QuerySet["Task"]):
     def _finish_rows(self, name: str, rows: list[dict[str, Any]]) -> dict[int, datetime]:
         if db.uses_single_statement_transitions(connections[self.db]):
             return db.postgresql_finish(self.model.objects.using(self.db), History, name, rows)
-        return self._finish_portable(name, rows)
-
-    def _finish_portable(self, name: str, rows: list[dict[str, Any]]) -> dict[int, datetime]:
-        manager = self.model.objects.using(self.db)
-        done: dict[int, datetime] = {}
-        with db.write_atomic(self.db):
-            now = db.read_clock(self.db)
-            for row in rows:
-                completed = row["status"] == Status.COMPLETED
-                values: dict[str, Any] = {"status": row["status"], "deadline": None}
-                if completed:
-                    values.update(progress=1.0, result=row["result"])
-                else:
-                    values["errors"] = row["errors"]
-                fenced = manager.filter(
-                    pk=row["id"], status=Status.RUNNING, owner=name, attempts=row["attempts"]
-                )
-                if fenced.update(updated=now, **values):
-                    done[row["id"]] = now
-            events = {Status.COMPLETED: EventType.COMPLETION, Status.ABORTED: EventType.ABORT}
-            History.objects.using(self.db).bulk_create(
-                History(
-                    task_id=pk, typ=events[Status(status)], worker=name, progress=progress, time=now
-                )
-                for pk, status, progress in manager.filter(pk__in=done).values_list(
-                    "pk", "status", "progress"
-                )
-            )
-        return done
+        return portable.finish(self, name, rows)
 
     def refusals(self, worker: Worker | str, leases: Mapping[int, int]) -> dict[int, ScyllaError]:
-        """Why `worker` no longer holds these leases (task pk → attempts), one error per pk.
-
-        TaskCancelled for a cancelled task; InvalidTransition for a task this very lease has
-        finished already (a write retried after its reply was lost); TaskNotFound for a purged
-        one; LeaseLost for everything else (reset, taken over, aborted by the monitor, yielded).
-        """
-        name = worker_name(worker)
-        current = {
-            pk: (rn, status, owner, attempts)
-            for pk, rn, status, owner, attempts in self.model.objects.using(self.db)
-            .filter(pk__in=list(leases))
-            .values_list("pk", "rn", "status", "owner", "attempts")
-        }
-        finished = _finished_by(name, list(current), self.db)
-        errors: dict[int, ScyllaError] = {}
-        for pk, attempts in leases.items():
-            if pk not in current:
-                errors[pk] = TaskNotFound(f"Task {pk} no longer exists.")
-                continue
-            rn, status, owner, now_attempts = current[pk]
-            if status == Status.CANCELLED:
-                errors[pk] = TaskCancelled(f"Task {rn} was cancelled.", rn=rn, status=status)
-            elif owner == name and now_attempts == attempts and pk in finished:
-                errors[pk] = InvalidTransition(
-                    f"Task {rn} is already {status}.", rn=rn, status=status
-                )
-            elif status == Status.RUNNING and owner == name and now_attempts == attempts:
-                errors[pk] = LeaseLost(
-                    f"{name} gave the lease of task {rn} back.", rn=rn, status=status
-                )
-            else:
-                errors[pk] = LeaseLost(
-                    f"{name} does not hold lease {attempts} of task {rn} "
-                    f"(status {status}, owner {owner}, attempt {now_attempts}).",
-                    rn=rn,
-                    status=status,
-                )
-        return errors
-
-
-def _follow_with_retries(manager: TaskQuerySet, ids: set[int]) -> None:
-    """Follow the tasks `ids` just aborted (by a worker, or for `max_attempts_exceeded`) by
-    their next attempt where a retry policy covers the abort. Call it in the aborting
-    transaction; only tasks with a policy of their own or of their queue's handler are read.
-    """
-    if not ids:
-        return
-    candidates = manager.filter(pk__in=ids, status=Status.ABORTED).filter(
-        Q(retry_policy__isnull=False) | Q(queue__in=retries.policy_queues())
-    )
-    for task in candidates:
-        policy = task._retry_decision(task.errors, None)
-        if policy is not None:
-            task._submit_retry(policy, manager.db)
+        """Why `worker` no longer holds these leases (task pk → attempts), one error per pk:
+        see `refusals.refusal_errors`."""
+        return refusal_errors(self, worker_name(worker), leases)
 
 
 @dataclass(frozen=True)
@@ -951,7 +638,7 @@ class Task(models.Model):
         **options: Unpack[TaskOptions],
     ) -> Task:
         """A validated, unsaved task. Raises ValidationError naming every bad field."""
-        return cls(**cls.validated(queue, spec, **options))
+        return cls(**task_values(queue, spec, **options))
 
     @classmethod
     def inserted(cls, using: str, values: Mapping[str, Any], **filled: Any) -> Task:
@@ -968,76 +655,10 @@ class Task(models.Model):
         ]
         return cls.from_db(using, (), row)
 
-    @staticmethod
-    def validated(
-        queue: str,
-        spec: Any,
-        *,
-        priority: int | None = None,
-        rn: str | None = None,
-        not_before: datetime | None = None,
-        retry: retries.Retry | Mapping[str, Any] | None = None,
-        defaults: SubmitDefaults | None = None,
-    ) -> dict[str, Any]:
-        """The field values of a new task, validated (a generated rn if none is given).
-
-        `defaults` are the settings that apply, read once by a caller that validates many.
-        Raises ValidationError naming every bad field.
-        """
-        if defaults is None:
-            defaults = SubmitDefaults.read()
-        errors = FieldErrors()
-        check = errors.check
-        values = dict(
-            rn=check("rn", validate_rn, str(uuid.uuid4()) if rn is None else rn),
-            queue=check("queue", validate_queue, queue),
-            spec=check("spec", partial(validate_json, limit=defaults.spec_size_limit), spec),
-            priority=check(
-                "priority",
-                validate_priority,
-                defaults.priority if priority is None else priority,
-            ),
-            not_before=check("not_before", _validate_not_before, not_before),
-            retry_policy=check("retry", _validate_retry, retry),
-        )
-        errors.raise_any()
-        return values
-
     @classmethod
     def build_from(cls, item: Mapping[str, Any]) -> Task:
         """`build()` from a mapping, rejecting unknown keys (as a bulk submission item)."""
-        return cls(**cls.validated_from(item))
-
-    @classmethod
-    def validated_from(
-        cls, item: Mapping[str, Any], defaults: SubmitDefaults | None = None
-    ) -> dict[str, Any]:
-        """`validated()` from a mapping, rejecting unknown keys (as a bulk submission item)."""
-        if not isinstance(item, Mapping):
-            raise ValidationError("Each item must be an object.", code="invalid")
-        allowed = {"queue", "spec", "priority", "rn", "not_before", "retry"}
-        unknown = set(item) - allowed
-        if unknown:
-            raise ValidationError(
-                {key: ValidationError("Unknown field.", code="unknown_field") for key in unknown}
-            )
-        missing = {"queue", "spec"} - set(item)
-        if missing:
-            raise ValidationError(
-                {
-                    key: ValidationError("This field is required.", code="required")
-                    for key in missing
-                }
-            )
-        return cls.validated(
-            item["queue"],
-            item["spec"],
-            priority=item.get("priority"),
-            rn=item.get("rn"),
-            not_before=item.get("not_before"),
-            retry=item.get("retry"),
-            defaults=defaults,
-        )
+        return cls(**task_values_from(item))
 
     # -- transitions ------------------------------------------------------------------------
 
@@ -1088,14 +709,15 @@ class Task(models.Model):
         """
         cleaned = validate_errors(errors)
         values = {"status": Status.ABORTED, "deadline": None, "errors": cleaned}
-        policy = self._retry_decision(cleaned, retry)
+        policy = successors.retry_decision(self, cleaned, retry)
         if policy is None:
             self._apply(Operation.ABORT, worker, values)
             return None
         using = self._state.db or "default"
         with db.write_atomic(using):
             self._apply(Operation.ABORT, worker, values)
-            return self._submit_retry(policy, using)
+            successor: Task | None = successors.submit_retry(self, policy, using)
+            return successor
 
     def retry(self) -> Task:
         """Resubmit this aborted or cancelled task by hand, as the next attempt of its chain.
@@ -1121,69 +743,11 @@ class Task(models.Model):
                 raise DuplicateTask(
                     f"Task {self.rn} was already retried as {existing}.", rn=existing
                 )
-            successor = self._submit_retry(None, using)
+            successor: Task | None = successors.submit_retry(self, None, using)
             if successor is None:
                 rn = retries.successor_rn(self.root or self.rn, self.attempt + 1)
                 raise DuplicateTask(f"A task with rn {rn!r} exists.", rn=rn)
             return successor
-
-    def _retry_decision(
-        self, errors: Sequence[Mapping[str, Any]], retry: bool | None
-    ) -> retries.Retry | None:
-        """The policy under which this abort is followed by a retry, or None."""
-        if retry is False:
-            return None
-        policy = retries.policy_for(self.queue, self.retry_policy)
-        if retry is True:
-            policy = policy or retries.Retry()
-        elif policy is None or not policy.covers(errors):
-            return None
-        return policy if policy.allows(self.attempt) else None
-
-    def _submit_retry(self, policy: retries.Retry | None, using: str) -> Task | None:
-        """Insert the next attempt of this task's chain; return it (None if its rn is taken).
-
-        Called in the transaction that aborted the task, so `updated` is the abort time on the
-        database clock; the retry waits the policy's backoff from then (no wait without one).
-        Follow-ups waiting for this task wait for the retry instead.
-        """
-        root = self.root or self.rn
-        attempt = self.attempt + 1
-        not_before = None if policy is None else self.updated + policy.delay(self.attempt)
-        values = dict(
-            rn=retries.successor_rn(root, attempt),
-            queue=self.queue,
-            spec=self.spec,
-            priority=self.priority,
-            not_before=not_before,
-            retry_of=self.rn,
-            root=root,
-            attempt=attempt,
-            retry_policy=self.retry_policy,
-        )
-        successor = Task(**values)
-        manager = Task.objects.using(using)
-        # The unique rn (and one retry per task) make a second successor impossible.
-        created: Task | None
-        if db.uses_single_statement_transitions(connections[using]):
-            # As `submit`: one statement, and listening workers are notified if it is due now.
-            inserted = db.postgresql_submit(manager, values)
-            if inserted is None:
-                return None
-            successor.pk, successor.created, successor.updated = inserted
-            successor._state.adding = False
-            successor._state.db = using
-            created = successor
-        else:
-            manager.bulk_create([successor], ignore_conflicts=True)
-            created = manager.filter(rn=successor.rn, retry_of=self.rn).first()
-            if created is None:
-                return None
-        Dependency.objects.using(using).filter(parent_id=self.pk).update(
-            parent_id=created.pk, parent_rn=created.rn
-        )
-        _later(signals.task_submitted, using, task=created)
-        return created
 
     def yield_lease(self, worker: Worker | str) -> None:
         """Give the task back: `deadline = now - 1 s` and a TaskYield{worker, progress} row.
@@ -1319,7 +883,7 @@ class Task(models.Model):
             if row is None or not fenced.update(
                 status=transition.target, owner=None, deadline=None, progress=0.0, updated=Now()
             ):
-                raise self._lease_refusal(owner, attempt, using)
+                raise lease_reset_refusal(self, owner, attempt, using)
             History.objects.using(using).create(
                 task=self, typ=event, worker=owner, progress=row["progress"]
             )
@@ -1327,31 +891,3 @@ class Task(models.Model):
                 using=using, fields=["status", "owner", "deadline", "progress", "updated"]
             )
         _later(signals.task_reset, using, task=self, status=self.status)
-
-    def _lease_refusal(self, owner: str, attempt: int, using: str) -> Exception:
-        """Why `reset_lease(owner, attempt)` matched no row."""
-        current = (
-            Task.objects.using(using)
-            .filter(pk=self.pk)
-            .values("status", "owner", "attempts")
-            .first()
-        )
-        if current is None:
-            return TaskNotFound(f"No task has rn {self.rn!r}.", rn=self.rn)
-        status = current["status"]
-        if status not in sources(Operation.RESET_LEASE):
-            return InvalidTransition(
-                f"Cannot reset the lease of task {self.rn}: it is {status}.",
-                rn=self.rn,
-                status=status,
-            )
-        if current["owner"] != owner or current["attempts"] != attempt:
-            return LeaseLost(
-                f"Task {self.rn} is now held by {current['owner']} in attempt "
-                f"{current['attempts']}, not by {owner} in attempt {attempt}.",
-                rn=self.rn,
-                status=status,
-            )
-        return OwnerAlive(
-            f"{owner} is alive: it still heartbeats task {self.rn}.", rn=self.rn, status=status
-        )

@@ -1,0 +1,122 @@
+"""The transitions that PostgreSQL makes in one statement (`db.py`), for the other databases
+(SQLite, MySQL/MariaDB): a transaction that locks, writes the task rows, then their History
+rows. `TaskQuerySet.lease` and `finish_many` choose between the two."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import models
+from django.db.models import F
+
+from .. import db
+from ..enums import TRANSITIONS, EventType, Operation, Status, event, sources
+from .history import History
+from .processes import Worker
+from .queues import QueueSetting, _due
+
+
+def lease(
+    tasks: models.QuerySet[Any],
+    pk: int,
+    name: str,
+    queues: list[str],
+    limit: int,
+    lease_for: timedelta,
+) -> list[Any] | None:
+    """Lease up to `limit` tasks of `queues` for the worker `name` (pk `pk`); None if it may
+    not lease. As `db.postgresql_lease`, with the limited queues' settings locked first."""
+    transition = TRANSITIONS[Operation.LEASE]
+    order = ("-priority", "created", "id")
+    tasks = tasks.model.objects.using(tasks.db)
+    with db.write_atomic(tasks.db):
+        # Lock the limited queues' settings first (in a fixed order), so that the running
+        # tasks counted below cannot change until this lease commits.
+        settings = list(
+            QueueSetting.objects.using(tasks.db)
+            .filter(queue__in=queues)
+            .select_for_update()
+            .order_by("queue")
+            .values_list("queue", "paused", "max_running")
+        )
+        if not Worker.objects.using(tasks.db).filter(pk=pk, stopped__isnull=True).exists():
+            return None
+        paused = {queue for queue, is_paused, _ in settings if is_paused}
+        limits = {q: n for q, is_paused, n in settings if n is not None and not is_paused}
+        free = [q for q in queues if q not in paused and q not in limits]
+        budgets = dict.fromkeys(free, limit)
+        if limits:
+            running = dict(
+                tasks.filter(status=Status.RUNNING, queue__in=list(limits))
+                .order_by()
+                .values_list("queue")
+                .annotate(n=models.Count("*"))
+                .values_list("queue", "n")
+            )
+            for queue, most in limits.items():
+                budgets[queue] = max(0, min(limit, most - running.get(queue, 0)))
+        walks = [(free, limit)] if free else []
+        walks += [([q], budgets[q]) for q in limits if budgets[q]]
+        found: list[tuple[int, int, datetime, int]] = []
+        for walk, size in walks:
+            found += (
+                tasks.filter(status=Status.READY, queue__in=walk)
+                .filter(_due())
+                .select_for_update(skip_locked=True)
+                .order_by(*order)
+                .values_list("priority", "pk", "created", "pk")[:size]
+            )
+        found.sort(key=lambda row: (-row[0], row[2], row[3]))
+        ids = [row[1] for row in found[:limit]]
+        if not ids:
+            return []
+        base = tasks.filter(pk__in=ids, status__in=sources(Operation.LEASE))
+        now = db.read_clock(tasks.db)
+        leased = base.update(
+            status=transition.target,
+            owner=name,
+            deadline=now + lease_for,
+            lease_length=lease_for,
+            attempts=F("attempts") + 1,
+            updated=now,
+        )
+        if leased != len(ids):  # only possible if the database ignored the row locks
+            raise RuntimeError("lease lost a race it should have been protected from")
+        History.objects.using(tasks.db).bulk_create(
+            History(task_id=task_pk, typ=event(Operation.LEASE), worker=name, time=now)
+            for task_pk in ids
+        )
+        return list(tasks.filter(pk__in=ids).order_by(*order))
+
+
+def finish(
+    tasks: models.QuerySet[Any], name: str, rows: list[dict[str, Any]]
+) -> dict[int, datetime]:
+    """Complete or abort the leases in `rows`; as `db.postgresql_finish`."""
+    manager = tasks.model.objects.using(tasks.db)
+    done: dict[int, datetime] = {}
+    with db.write_atomic(tasks.db):
+        now = db.read_clock(tasks.db)
+        for row in rows:
+            completed = row["status"] == Status.COMPLETED
+            values: dict[str, Any] = {"status": row["status"], "deadline": None}
+            if completed:
+                values.update(progress=1.0, result=row["result"])
+            else:
+                values["errors"] = row["errors"]
+            fenced = manager.filter(
+                pk=row["id"], status=Status.RUNNING, owner=name, attempts=row["attempts"]
+            )
+            if fenced.update(updated=now, **values):
+                done[row["id"]] = now
+        events = {Status.COMPLETED: EventType.COMPLETION, Status.ABORTED: EventType.ABORT}
+        History.objects.using(tasks.db).bulk_create(
+            History(
+                task_id=pk, typ=events[Status(status)], worker=name, progress=progress, time=now
+            )
+            for pk, status, progress in manager.filter(pk__in=done).values_list(
+                "pk", "status", "progress"
+            )
+        )
+    return done

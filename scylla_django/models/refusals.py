@@ -1,0 +1,89 @@
+"""Why a worker's write was refused: the error each lease it no longer holds gets."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import models
+
+from ..enums import Operation, Status, sources
+from ..exceptions import (
+    InvalidTransition,
+    LeaseLost,
+    OwnerAlive,
+    ScyllaError,
+    TaskCancelled,
+    TaskNotFound,
+)
+from .history import _finished_by
+
+
+def refusal_errors(
+    tasks: models.QuerySet[Any], name: str, leases: Mapping[int, int]
+) -> dict[int, ScyllaError]:
+    """Why the worker `name` no longer holds these leases (task pk → attempts), one error per pk.
+
+    TaskCancelled for a cancelled task; InvalidTransition for a task this very lease has
+    finished already (a write retried after its reply was lost); TaskNotFound for a purged
+    one; LeaseLost for everything else (reset, taken over, aborted by the monitor, yielded).
+    """
+    current = {
+        pk: (rn, status, owner, attempts)
+        for pk, rn, status, owner, attempts in tasks.model.objects.using(tasks.db)
+        .filter(pk__in=list(leases))
+        .values_list("pk", "rn", "status", "owner", "attempts")
+    }
+    finished = _finished_by(name, list(current), tasks.db)
+    errors: dict[int, ScyllaError] = {}
+    for pk, attempts in leases.items():
+        if pk not in current:
+            errors[pk] = TaskNotFound(f"Task {pk} no longer exists.")
+            continue
+        rn, status, owner, now_attempts = current[pk]
+        if status == Status.CANCELLED:
+            errors[pk] = TaskCancelled(f"Task {rn} was cancelled.", rn=rn, status=status)
+        elif owner == name and now_attempts == attempts and pk in finished:
+            errors[pk] = InvalidTransition(f"Task {rn} is already {status}.", rn=rn, status=status)
+        elif status == Status.RUNNING and owner == name and now_attempts == attempts:
+            errors[pk] = LeaseLost(
+                f"{name} gave the lease of task {rn} back.", rn=rn, status=status
+            )
+        else:
+            errors[pk] = LeaseLost(
+                f"{name} does not hold lease {attempts} of task {rn} "
+                f"(status {status}, owner {owner}, attempt {now_attempts}).",
+                rn=rn,
+                status=status,
+            )
+    return errors
+
+
+def lease_reset_refusal(task: Any, owner: str, attempt: int, using: str) -> ScyllaError:
+    """Why `task.reset_lease(owner, attempt)` matched no row."""
+    current = (
+        type(task)
+        ._default_manager.using(using)
+        .filter(pk=task.pk)
+        .values("status", "owner", "attempts")
+        .first()
+    )
+    if current is None:
+        return TaskNotFound(f"No task has rn {task.rn!r}.", rn=task.rn)
+    status = current["status"]
+    if status not in sources(Operation.RESET_LEASE):
+        return InvalidTransition(
+            f"Cannot reset the lease of task {task.rn}: it is {status}.",
+            rn=task.rn,
+            status=status,
+        )
+    if current["owner"] != owner or current["attempts"] != attempt:
+        return LeaseLost(
+            f"Task {task.rn} is now held by {current['owner']} in attempt "
+            f"{current['attempts']}, not by {owner} in attempt {attempt}.",
+            rn=task.rn,
+            status=status,
+        )
+    return OwnerAlive(
+        f"{owner} is alive: it still heartbeats task {task.rn}.", rn=task.rn, status=status
+    )
