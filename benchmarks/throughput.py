@@ -564,7 +564,7 @@ def cpu_of_postgres() -> float:
     for child in Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split():
         try:
             stat = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
             continue  # exited meanwhile: its time moves to the postmaster's cutime
         total += sum(int(f) for f in stat[11:15])
     return total / TICKS

@@ -158,24 +158,34 @@ def prepared_cursor(connection: BaseDatabaseWrapper) -> Any:
         return cast(Any, connection)._prepare_cursor(raw)
 
 
-def use_generic_plans(connection: BaseDatabaseWrapper) -> None:
-    """Make this session run its prepared statements with their generic plans (PostgreSQL).
+def use_worker_plans(connection: BaseDatabaseWrapper) -> None:
+    """Plan this session's statements for a worker's hot path, whatever the statistics say
+    (PostgreSQL).
 
-    For a connection that runs nothing but this app's statements (a worker's lease loop): a
-    lease is otherwise re-planned on every call, because PostgreSQL costs its generic plan,
-    whose `limit` it cannot see, above the custom ones. The generic plan walks the same ready
-    index (the plan tests check both). Set once per session; a no-op elsewhere, and when
-    prepared statements are off.
+    For a connection that runs nothing but this app's statements (a worker's lease loop, its
+    writer and its heartbeats), two session settings:
+
+    - prepared statements run their generic plans: a lease is otherwise re-planned on every
+      call, because PostgreSQL costs its generic plan, whose `limit` it cannot see, above the
+      custom ones; the generic plan walks the same ready index (the plan tests check both);
+    - no plan reads the task table sequentially. A generic plan is made once, on the first
+      call, and kept until the next ANALYZE: made while the table was empty or small (a new
+      installation, a worker started before the first tasks, a table just truncated), the
+      lease and the finish found their rows by reading the whole table, on every call, as it
+      grew. Every statement of the hot path has an index, or the tuple ids, to go by.
+
+    Set once per session; a no-op elsewhere, and when prepared statements are off.
     """
     if not _prepares(connection):
         return
     connection.ensure_connection()
     session = connection.connection
-    if getattr(session, "_scylla_generic_plans", False):
+    if getattr(session, "_scylla_worker_plans", False):
         return
     with connection.cursor() as cursor:
         cursor.execute("SET plan_cache_mode = force_generic_plan")
-    session._scylla_generic_plans = True
+        cursor.execute("SET enable_seqscan = off")
+    session._scylla_worker_plans = True
 
 
 def _prepares(connection: BaseDatabaseWrapper) -> bool:

@@ -281,7 +281,7 @@ class TaskWorker:
                 if self.max_tasks is not None:
                     free = min(free, self.max_tasks - self.leased)
                 try:
-                    db.use_generic_plans(connections[self.using])  # this thread only leases
+                    db.use_worker_plans(connections[self.using])  # this thread only leases
                     tasks = Task.objects.using(self.using).lease(
                         self.worker_model, self.queues, limit=free, timeout=self.lease_timeout
                     )
@@ -492,6 +492,7 @@ class TaskWorker:
         failures = 0
         while True:
             try:
+                db.use_worker_plans(connections[self.using])  # this thread only writes outcomes
                 written = Task.objects.using(self.using).finish_many(
                     self.worker_model, [outcome for _, outcome in batch]
                 )
@@ -585,6 +586,7 @@ class TaskWorker:
                 for ctx in live
             }
             try:
+                db.use_worker_plans(connections[self.using])  # this thread only heartbeats
                 extended = Task.objects.using(self.using).heartbeat_many(
                     self.worker_model, leases, timeout=self.lease_timeout
                 )

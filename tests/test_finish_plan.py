@@ -84,3 +84,40 @@ def test_a_heartbeat_reads_only_its_own_rows_however_many_tasks_its_worker_finis
         s["Actual Rows"] * s["Actual Loops"] + s.get("Rows Removed by Filter", 0) for s in scans
     )
     assert scans and read <= 10, plan
+
+
+def test_plans_made_while_the_table_was_empty_do_not_read_it_whole_as_it_grows():
+    """A worker's lease and finish are planned once per session, on their first call, and the
+    plan is kept until the next ANALYZE. A worker that started before the first tasks made its
+    plans on an empty table: without the worker's session settings, both read every task in the
+    table on every call (3,000 rows here, then more with each task submitted)."""
+    from django.db import transaction
+
+    table = Task._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {table} RESTART IDENTITY CASCADE")  # forgets reltuples too
+    worker = Worker.objects.register(queues=["work"])
+    try:
+        db.use_worker_plans(connection)
+        # The first calls, on an empty table: their plans are made now.
+        assert Task.objects.lease(worker, ["work"]) == []
+        assert Task.objects.finish_many(worker, [Outcome(1, 1, result=None)]) == set()
+        Task.objects.submit_many({"queue": "work", "spec": {"n": n}} for n in range(3000))
+
+        def sequential_reads() -> int:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT seq_tup_read FROM pg_stat_xact_user_tables WHERE relname = %s",
+                    [table],
+                )
+                return int(cursor.fetchone()[0])
+
+        with transaction.atomic():  # one transaction: its table counters cover both calls
+            before = sequential_reads()
+            [task] = Task.objects.lease(worker, ["work"])
+            done = Task.objects.finish_many(worker, [Outcome(task.pk, task.attempts, result=1)])
+            read = sequential_reads() - before
+        assert done == {task.pk}
+        assert read == 0, f"{read} task rows read sequentially"
+    finally:
+        connection.close()  # the session settings go with the session

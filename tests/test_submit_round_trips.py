@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -137,38 +138,49 @@ def plan_cache_mode() -> str:
         return cursor.fetchone()[0]
 
 
-def test_use_generic_plans_sets_each_new_session_once():
+def show(setting: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SHOW {setting}")
+        return cursor.fetchone()[0]
+
+
+def test_use_worker_plans_sets_each_new_session_once():
     from scylla_django import db
 
-    for _ in range(2):  # a new session (after a lost connection) gets it again
+    try:
+        for _ in range(2):  # a new session (after a lost connection) gets it again
+            connection.close()
+            assert (plan_cache_mode(), show("enable_seqscan")) == ("auto", "on")
+            db.use_worker_plans(connection)
+            db.use_worker_plans(connection)
+            assert (plan_cache_mode(), show("enable_seqscan")) == ("force_generic_plan", "off")
+    finally:
         connection.close()
-        assert plan_cache_mode() == "auto"
-        db.use_generic_plans(connection)
-        db.use_generic_plans(connection)
-        assert plan_cache_mode() == "force_generic_plan"
 
 
-def test_the_worker_s_lease_loop_asks_for_generic_plans(monkeypatch):
+def test_the_worker_s_lease_loop_and_writer_ask_for_worker_plans(monkeypatch):
     from scylla_django import db
     from scylla_django.handlers import HandlerRegistry
     from scylla_django.worker import TaskWorker
 
     sessions = []
-    real = db.use_generic_plans
+    real = db.use_worker_plans
 
     def spy(conn):
         real(conn)
         with conn.cursor() as cursor:
             cursor.execute("SHOW plan_cache_mode")
-            sessions.append(cursor.fetchone()[0])
+            sessions.append((threading.current_thread().name, cursor.fetchone()[0]))
 
-    monkeypatch.setattr(db, "use_generic_plans", spy)
+    monkeypatch.setattr(db, "use_worker_plans", spy)
     registry = HandlerRegistry()
     registry.register("generic", lambda ctx: None)
     Task.objects.submit("generic", {})
     TaskWorker(["generic"], registry=registry, poll_interval=0.05).run(once=True)
-    assert sessions and set(sessions) == {"force_generic_plan"}
+    assert {mode for _, mode in sessions} == {"force_generic_plan"}
+    assert {"MainThread", "scylla-writer"} <= {thread for thread, _ in sessions}
     assert Task.objects.get(queue="generic").status == "completed"
+    connection.close()  # this thread's session had the worker's settings
 
 
 def test_no_generic_plans_without_prepared_statements(settings):
@@ -176,5 +188,5 @@ def test_no_generic_plans_without_prepared_statements(settings):
 
     settings.SCYLLA = {"PREPARED_STATEMENTS": False}
     connection.close()
-    db.use_generic_plans(connection)
+    db.use_worker_plans(connection)
     assert plan_cache_mode() == "auto"
