@@ -168,11 +168,17 @@ def use_worker_plans(connection: BaseDatabaseWrapper) -> None:
     - prepared statements run their generic plans: a lease is otherwise re-planned on every
       call, because PostgreSQL costs its generic plan, whose `limit` it cannot see, above the
       custom ones; the generic plan walks the same ready index (the plan tests check both);
-    - no plan reads the task table sequentially. A generic plan is made once, on the first
-      call, and kept until the next ANALYZE: made while the table was empty or small (a new
-      installation, a worker started before the first tasks, a table just truncated), the
-      lease and the finish found their rows by reading the whole table, on every call, as it
-      grew. Every statement of the hot path has an index, or the tuple ids, to go by.
+    - no plan reads the task table sequentially or sorts what it read, when it can do
+      otherwise. A generic plan is made once, on the first call, and kept until the next
+      ANALYZE. Made without statistics (a new installation, a worker started before the first
+      tasks, a table just truncated), the lease and the finish read the whole table on every
+      call, and the lease sorted every ready task of its queue, as the backlog grew. Every
+      statement of the hot path has an index, or the tuple ids, to go by, and the lease walks
+      the ready index in the order it takes tasks; the sorts that remain (of the few rows the
+      walks picked) have no alternative and stay;
+    - no JIT compilation: each statement touches a few rows, and compiling one took longer
+      than running it a hundred times (the sorts that remain are costed as disabled, which
+      lifts every lease's estimate above `jit_above_cost`).
 
     Set once per session; a no-op elsewhere, and when prepared statements are off.
     """
@@ -185,6 +191,8 @@ def use_worker_plans(connection: BaseDatabaseWrapper) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SET plan_cache_mode = force_generic_plan")
         cursor.execute("SET enable_seqscan = off")
+        cursor.execute("SET enable_sort = off")
+        cursor.execute("SET jit = off")
     session._scylla_worker_plans = True
 
 

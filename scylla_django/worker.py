@@ -9,7 +9,11 @@ Threads:
 - the caller's thread runs `run()`: it leases (pull model: as many tasks as there are free
   slots, in one statement), hands them to the handler threads, and on shutdown yields what is
   still in flight;
-- `concurrency` handler threads run handlers, one task at a time each; `async def` handlers
+- `concurrency` handler threads run handlers, one task at a time each. A thread whose task
+  was the only one in hand (nothing could join its outcome's batch) writes the outcome itself
+  and then leases the next task, which it runs at once: no hand-off to the writer and back to
+  the lease loop. It does so on a database connection of its own, apart from the one the
+  handler's queries use. `async def` handlers
   run on one event loop thread instead, as many at once as there are free slots, with the same
   `ctx` (`ctx.check()` and `ctx.set_progress()` are plain calls);
 - a heartbeat thread extends every in-flight lease in one statement each `heartbeat_interval`
@@ -17,7 +21,8 @@ Threads:
   whose lease the database refused (cancelled, lost, aborted by the monitor) or whose
   heartbeats failed `SCYLLA['HEARTBEAT_FAILURES']` times in a row (the worker then gives it up
   rather than run on unsupervised);
-- a writer thread writes outcomes (complete or abort) in batches, each row fenced on its lease;
+- a writer thread writes the other outcomes (complete or abort) in batches, each row fenced
+  on its lease;
   through a database outage it keeps retrying until the database answers or the grace period
   of a shutdown ends;
 - on PostgreSQL, a listener thread wakes the lease loop when tasks become ready and the
@@ -156,6 +161,11 @@ class TaskWorker:
         self._lock = threading.Lock()
         self._lease_lock = threading.Lock()  # a heartbeat pass and a yield never overlap
         self._in_flight: dict[int, TaskContext] = {}  # leased, outcome not written yet
+        # Slots a lease in progress will fill: counted as taken, so that the lease loop and a
+        # handler thread leasing at the same time never hold more than `concurrency` tasks.
+        self._claimed = 0
+        self._continuing = False  # whether a handler thread may lease its next task itself
+        self._own = threading.local()  # a handler thread's connection for the worker's writes
         self._jobs: queue.SimpleQueue[TaskContext | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None  # runs `async def` handlers
         self._outcomes: list[tuple[TaskContext, Outcome]] = []
@@ -190,6 +200,7 @@ class TaskWorker:
         self.worker = self._retry(self._register, "register the worker")
         if self.worker is None:
             return
+        self._continuing = not once
         logger.info(
             "%s started: queues %s, concurrency %d, lease %gs, heartbeat every %gs",
             self.name,
@@ -270,21 +281,15 @@ class TaskWorker:
                 break
             self._wake.clear()  # before leasing: a wake-up during the lease is not lost
             with self._lock:
-                free = self.concurrency - len(self._in_flight)
+                free = self._free()
             if 0 < free < self.concurrency and self.batch_wait > 0:
                 # Other handlers are busy and may be about to finish: a moment's wait lets one
                 # lease fill several slots instead of one statement per slot.
                 self.stopping.wait(self.batch_wait)
-                with self._lock:
-                    free = self.concurrency - len(self._in_flight)
-            if free > 0:
-                if self.max_tasks is not None:
-                    free = min(free, self.max_tasks - self.leased)
+            claimed = self._claim()
+            if claimed > 0:
                 try:
-                    db.use_worker_plans(connections[self.using])  # this thread only leases
-                    tasks = Task.objects.using(self.using).lease(
-                        self.worker_model, self.queues, limit=free, timeout=self.lease_timeout
-                    )
+                    started = self._lease(claimed)
                     failures = 0
                 except DatabaseError as exc:
                     failures += 1
@@ -293,29 +298,73 @@ class TaskWorker:
                     self._discard_connection()
                     self.stopping.wait(wait)
                     continue
-                for task in tasks:
-                    self._start(task)
+                for ctx in started:
+                    self._dispatch(ctx)
                 if once:
                     break
-                if tasks and len(tasks) == free:
+                if len(started) == claimed:
                     continue  # there may be more ready tasks: fill the free slots at once
             self._wake.wait(self.poll_interval)
 
-    def _start(self, task: Task) -> None:
-        ctx = TaskContext(task, self.worker_model)
+    def _free(self) -> int:
+        """Slots neither in hand nor claimed by a lease in progress, within `max_tasks` (the
+        caller holds `_lock`)."""
+        free = self.concurrency - len(self._in_flight) - self._claimed
+        if self.max_tasks is not None:
+            free = min(free, self.max_tasks - self.leased - self._claimed)
+        return max(0, free)
+
+    def _claim(self, done: TaskContext | None = None) -> int:
+        """Claim every free slot for a lease, after freeing `done`'s (its outcome is written):
+        in one step, so no other lease takes the slot meanwhile. The caller then calls
+        `_lease()` with what this returns, even 0."""
         with self._lock:
-            self._in_flight[task.pk] = ctx
-        self.leased += 1
-        logger.debug(
-            "%s leased %s (queue %s, attempt %d)", self.name, task.rn, task.queue, task.attempts
+            if done is not None:
+                self._in_flight.pop(done.task.pk, None)
+            claimed = self._free()
+            self._claimed += claimed
+            return claimed
+
+    def _lease(self, claimed: int) -> list[TaskContext]:
+        """Lease up to `claimed` tasks into the slots claimed for them (released whatever
+        happens); return their contexts, in hand from now on."""
+        tasks: list[Task] = []
+        try:
+            if claimed:
+                db.use_worker_plans(connections[self.using])  # this connection only leases
+                tasks = Task.objects.using(self.using).lease(
+                    self.worker_model, self.queues, limit=claimed, timeout=self.lease_timeout
+                )
+        finally:
+            with self._lock:
+                self._claimed -= claimed
+                started = [TaskContext(task, self.worker_model) for task in tasks]
+                for ctx in started:
+                    self._in_flight[ctx.task.pk] = ctx
+                self.leased += len(started)
+        for ctx in started:
+            task = ctx.task
+            logger.debug(
+                "%s leased %s (queue %s, attempt %d)", self.name, task.rn, task.queue, task.attempts
+            )
+        return started
+
+    def _is_async(self, ctx: TaskContext) -> bool:
+        return self._loop is not None and inspect.iscoroutinefunction(
+            self.registry.get(ctx.task.queue)
         )
-        if self._loop is not None and inspect.iscoroutinefunction(self.registry.get(task.queue)):
+
+    def _dispatch(self, ctx: TaskContext) -> None:
+        """Hand a leased task to a handler thread, or to the event loop."""
+        if self._is_async(ctx):
+            assert self._loop is not None
             asyncio.run_coroutine_threadsafe(self._execute_async(ctx), self._loop)
         else:
             self._jobs.put(ctx)
 
     def _wait(self, give_up: Callable[[], bool]) -> None:
-        """Wait until no task is in flight (handlers done, outcomes written), or `give_up()`."""
+        """Wait until no task is in flight (handlers done, outcomes written) and no lease is in
+        progress, or `give_up()`."""
         while self.in_flight_count() and not give_up():
             self._wake.wait(0.05)
             self._wake.clear()
@@ -363,15 +412,20 @@ class TaskWorker:
     # -- running a task ---------------------------------------------------------------------
 
     def _handler_loop(self) -> None:
-        while True:
+        try:
             ctx = self._jobs.get()
-            if ctx is None:
-                return
-            try:
-                self._execute(ctx)
-            except Exception:  # a bug of ours: log it, give the task up, keep the thread
-                logger.exception("%s: running %s failed", self.name, ctx.task.rn)
-                self._release([ctx])
+            while ctx is not None:
+                try:
+                    following = self._execute(ctx)
+                except Exception:  # a bug of ours: log it, give the task up, keep the thread
+                    logger.exception("%s: running %s failed", self.name, ctx.task.rn)
+                    self._release([ctx])
+                    following = None
+                ctx = following if following is not None else self._jobs.get()
+        finally:
+            own = getattr(self._own, "connection", None)
+            if own is not None:
+                own.close()
 
     @contextmanager
     def _running(self, ctx: TaskContext) -> Iterator[_Run]:
@@ -396,19 +450,25 @@ class TaskWorker:
             ctx.handler_running = False
         run.outcome = _timed(outcome, ctx.task, started)
 
-    def _execute(self, ctx: TaskContext) -> None:
+    def _execute(self, ctx: TaskContext) -> TaskContext | None:
+        """Run `ctx`'s handler on this thread; return the next task this thread should run,
+        if it leased one."""
         with self._running(ctx) as run:
             run.result = run.handler(ctx)
         if any(c.connection is not None for c in connections.all(initialized_only=True)):
             close_old_connections()  # the handler's own queries: as at the end of a request
-        self._handled(ctx, run.outcome)
+        outcome = self._kept(ctx, run.outcome)
+        if outcome is not None and self._continuing and self._alone(ctx):
+            return self._finish_and_continue(ctx, outcome)
+        self._handled(ctx, outcome)
+        return None
 
     async def _execute_async(self, ctx: TaskContext) -> None:
         """An `async def` handler, on the event loop thread: many run at once there."""
         with self._running(ctx) as run:
             run.result = await run.handler(ctx)
         try:
-            self._handled(ctx, run.outcome)
+            self._handled(ctx, self._kept(ctx, run.outcome))
         except Exception:  # a bug of ours: log it, give the task up
             logger.exception("%s: running %s failed", self.name, ctx.task.rn)
             self._release([ctx])
@@ -432,11 +492,24 @@ class TaskWorker:
         logger.warning("%s: handler of %s raised %r", self.name, task.rn, exc)
         return Outcome(task.pk, task.attempts, errors=[exception_error(exc)])
 
-    def _handled(self, ctx: TaskContext, outcome: Outcome | None) -> None:
-        """Free the handler's slot and queue its outcome for the writer (or drop the task)."""
+    def _kept(self, ctx: TaskContext, outcome: Outcome | None) -> Outcome | None:
+        """The outcome to write: none for a task stopped while its handler ran."""
         if outcome is not None and ctx.stopped and not ctx.yielded:
             logger.info("%s: %s was stopped; its outcome is not written", self.name, ctx.task.rn)
-            outcome = None
+            return None
+        return outcome
+
+    def _alone(self, ctx: TaskContext) -> bool:
+        """Whether `ctx` is the only task in hand and no outcome waits: nothing could join a
+        batch of its outcome."""
+        with self._lock:
+            if len(self._in_flight) != 1 or self._claimed:
+                return False
+        with self._outcomes_ready:
+            return not self._outcomes
+
+    def _handled(self, ctx: TaskContext, outcome: Outcome | None) -> None:
+        """Free the handler's slot and queue its outcome for the writer (or drop the task)."""
         if outcome is None:
             self._count("stopped")
             self._release([ctx])
@@ -453,6 +526,71 @@ class TaskWorker:
             for ctx in done:
                 self._in_flight.pop(ctx.task.pk, None)
         self._wake.set()
+
+    def _finish_and_continue(self, ctx: TaskContext, outcome: Outcome) -> TaskContext | None:
+        """Write `ctx`'s outcome on this thread, then lease into the slot it frees (and any
+        other free slot); return the leased task this thread runs next, the others handed out.
+
+        The outcome is committed before the lease: the database never sees this worker hold
+        more than `concurrency` running tasks. A database error leaves the outcome to the
+        writer, which retries it, and the lease to the lease loop.
+        """
+        batch = [(ctx, outcome)]
+        with self._own_connection():
+            try:
+                errors = self._finish(batch)
+            except DatabaseError as exc:
+                logger.warning(
+                    "%s could not write the outcome of %s (%s); retrying",
+                    self.name,
+                    ctx.task.rn,
+                    exc,
+                )
+                self._discard_connection()
+                self._handled(ctx, outcome)
+                return None
+            self._report(batch, errors)
+            claimed = self._claim(done=ctx) if not self.stopping.is_set() else 0
+            try:
+                started = self._lease(claimed)
+            except (DatabaseError, ScyllaError) as exc:
+                logger.debug("%s: leasing after %s failed: %s", self.name, ctx.task.rn, exc)
+                if isinstance(exc, DatabaseError):
+                    self._discard_connection()
+                started = []
+            finally:
+                if not claimed:
+                    self._release([ctx])  # the claim above did not run: free the slot here
+        if len(started) < claimed:
+            self._wake.set()  # a task that became ready meanwhile is the lease loop's
+        if started and self.stopping.is_set():
+            # The stop came while leasing: give these back rather than start them.
+            with self._lease_lock:
+                for new in started:
+                    if not new.yielded:
+                        self._yield(new)
+            self._release(started)
+            return None
+        mine = next((new for new in started if not self._is_async(new)), None)
+        for new in started:
+            if new is not mine:
+                self._dispatch(new)
+        return mine
+
+    @contextmanager
+    def _own_connection(self) -> Iterator[None]:
+        """Run the block on this thread's own connection for the worker's writes, kept open
+        between tasks, apart from the one the handler's queries use (which Django closes at
+        the end of each task, as at the end of a request, under `CONN_MAX_AGE = 0`)."""
+        own = getattr(self._own, "connection", None)
+        if own is None:
+            own = self._own.connection = connections.create_connection(self.using)
+        handlers = connections[self.using]
+        connections[self.using] = own
+        try:
+            yield
+        finally:
+            connections[self.using] = handlers
 
     # -- writing outcomes -------------------------------------------------------------------
 
@@ -492,20 +630,7 @@ class TaskWorker:
         failures = 0
         while True:
             try:
-                db.use_worker_plans(connections[self.using])  # this thread only writes outcomes
-                written = Task.objects.using(self.using).finish_many(
-                    self.worker_model, [outcome for _, outcome in batch]
-                )
-                refused = {
-                    outcome.pk: outcome.attempts
-                    for _, outcome in batch
-                    if outcome.pk not in written
-                }
-                errors = (
-                    Task.objects.using(self.using).refusals(self.worker_model, refused)
-                    if refused
-                    else {}
-                )
+                errors = self._finish(batch)
                 break
             except DatabaseError as exc:
                 failures += 1
@@ -532,6 +657,26 @@ class TaskWorker:
                     wait,
                 )
                 self._give_up.wait(wait)
+        self._report(batch, errors)
+        self._release([ctx for ctx, _ in batch])
+
+    def _finish(self, batch: list[tuple[TaskContext, Outcome]]) -> dict[int, ScyllaError]:
+        """Write `batch`'s outcomes; return why each one not written was refused, by pk."""
+        db.use_worker_plans(connections[self.using])  # this connection only writes outcomes
+        written = Task.objects.using(self.using).finish_many(
+            self.worker_model, [outcome for _, outcome in batch]
+        )
+        refused = {
+            outcome.pk: outcome.attempts for _, outcome in batch if outcome.pk not in written
+        }
+        return (
+            Task.objects.using(self.using).refusals(self.worker_model, refused) if refused else {}
+        )
+
+    def _report(
+        self, batch: list[tuple[TaskContext, Outcome]], errors: dict[int, ScyllaError]
+    ) -> None:
+        """Count and log the outcomes of `batch` once written (`errors`: those refused)."""
         for ctx, outcome in batch:
             task = ctx.task
             error = errors.get(outcome.pk)
@@ -545,7 +690,6 @@ class TaskWorker:
             else:
                 self._count("not written")
                 logger.info("%s could not finish %s: %s", self.name, task.rn, error)
-        self._release([ctx for ctx, _ in batch])
 
     # -- heartbeats -------------------------------------------------------------------------
 
@@ -642,8 +786,9 @@ class TaskWorker:
             return list(self._in_flight.values())
 
     def in_flight_count(self) -> int:
+        """Tasks in hand, and slots a lease in progress may fill."""
         with self._lock:
-            return len(self._in_flight)
+            return len(self._in_flight) + self._claimed
 
     def _count(self, what: str, n: int = 1) -> None:
         with self._lock:

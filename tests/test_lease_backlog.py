@@ -181,3 +181,20 @@ def test_the_lease_s_estimated_cost_follows_its_limit_not_the_backlog():
         plan = lease_plan(worker, queues, 1, "force_custom_plan")
         costs.append(plan["Plan"]["Total Cost"])
     assert costs[1] < 1.5 * costs[0], costs
+
+
+@pytest.mark.postgres
+def test_a_worker_session_s_lease_is_never_jit_compiled():
+    """A worker's session costs the sorts it cannot avoid as disabled (see
+    `db.use_worker_plans`), which lifts the lease's estimate past `jit_above_cost`: compiled,
+    each lease took half a second. The session turns JIT off."""
+    queues = [f"q{n:02d}" for n in range(5)]
+    submit_over(queues, 20)
+    worker = Worker.objects.register(queues=queues)
+    try:
+        db.use_worker_plans(connection)
+        plan = lease_plan(worker, queues, 1, "force_generic_plan", analyze=True)
+    finally:
+        connection.close()  # the session settings go with the session
+    assert plan["Plan"]["Total Cost"] > 100_000  # what would have been compiled
+    assert "JIT" not in plan, plan["JIT"]

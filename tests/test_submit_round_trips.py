@@ -150,10 +150,16 @@ def test_use_worker_plans_sets_each_new_session_once():
     try:
         for _ in range(2):  # a new session (after a lost connection) gets it again
             connection.close()
-            assert (plan_cache_mode(), show("enable_seqscan")) == ("auto", "on")
+            settings = ("enable_seqscan", "enable_sort", "jit")
+            assert (plan_cache_mode(), *map(show, settings)) == ("auto", "on", "on", "on")
             db.use_worker_plans(connection)
             db.use_worker_plans(connection)
-            assert (plan_cache_mode(), show("enable_seqscan")) == ("force_generic_plan", "off")
+            assert (plan_cache_mode(), *map(show, settings)) == (
+                "force_generic_plan",
+                "off",
+                "off",
+                "off",
+            )
     finally:
         connection.close()
 
