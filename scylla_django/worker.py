@@ -45,7 +45,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -829,92 +829,6 @@ class TaskWorker:
                 self._discard_connection()
                 self.stopping.wait(wait)
         return None
-
-
-class WorkerProcesses:
-    """Runs `target` in `processes` forked child processes and supervises them.
-
-    Each child is a worker of its own (it registers itself: its own name, its own threads), for
-    handlers that need more than one CPU. `stop()` (the first SIGTERM/SIGINT) passes SIGTERM on
-    to every child, which yields its tasks and exits after its grace period; `stop_now()` (the
-    second) passes a second SIGTERM, which ends them at once. A child that dies while the
-    parent is not stopping (killed, crashed) is replaced after `restart_delay` seconds; one
-    that exits 0 (`--once`, `--max-tasks`) is done. `run()` returns the highest exit status.
-    """
-
-    def __init__(
-        self, target: Callable[[], int], processes: int, *, restart_delay: float = 1.0
-    ) -> None:
-        if processes < 1:
-            raise ValueError("processes must be at least 1")
-        self.target = target
-        self.processes = processes
-        self.restart_delay = restart_delay
-        self.stopping = threading.Event()
-        self._children: dict[int, Any] = {}
-
-    def _spawn(self, slot: int) -> Any:
-        import multiprocessing
-
-        connections.close_all()  # a forked child must open connections of its own
-        process = multiprocessing.get_context("fork").Process(
-            target=self._child, name=f"scylla-worker-{slot}", daemon=False
-        )
-        process.start()
-        logger.info("started worker process %d (pid %s)", slot, process.pid)
-        return process
-
-    def _child(self) -> None:
-        import signal
-        import sys
-
-        # A group of its own: a terminal's Ctrl-C reaches the parent alone, which passes it on
-        # once (a child seeing it twice would exit at once).
-        os.setpgrp()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, signal.SIG_DFL)  # the target installs its own
-        sys.exit(self.target())
-
-    def run(self) -> int:
-        """Start the children and supervise them until every one has exited."""
-        self._children = {slot: self._spawn(slot) for slot in range(self.processes)}
-        codes: dict[int, int] = {}
-        while len(codes) < self.processes:
-            for slot, process in list(self._children.items()):
-                if slot in codes or process.is_alive():
-                    continue
-                code = process.exitcode if process.exitcode is not None else 1
-                if self.stopping.is_set() or code == 0:
-                    codes[slot] = code
-                    continue
-                logger.warning(
-                    "worker process %d (pid %s) exited with %s; starting another in %gs",
-                    slot,
-                    process.pid,
-                    code,
-                    self.restart_delay,
-                )
-                if not self.stopping.wait(self.restart_delay):
-                    self._children[slot] = self._spawn(slot)
-            self.stopping.wait(0.1)
-        return max((abs(code) if code < 0 else code) for code in codes.values())
-
-    def stop(self) -> None:
-        """Pass a graceful stop (SIGTERM) on to every child (safe from a signal handler)."""
-        self.stopping.set()
-        self._signal_children()
-
-    def stop_now(self) -> None:
-        """Pass a second SIGTERM on: the children exit at once."""
-        self._signal_children()
-
-    def _signal_children(self) -> None:
-        import signal
-
-        for process in self._children.values():
-            if process.is_alive() and process.pid is not None:
-                with suppress(ProcessLookupError):
-                    os.kill(process.pid, signal.SIGTERM)
 
 
 @dataclasses.dataclass

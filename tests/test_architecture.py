@@ -32,7 +32,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "checks",
         "migrations",
     ),
-    "runtime": ("handlers", "listener", "worker", "monitor", "health"),
+    "runtime": ("handlers", "listener", "worker", "supervisor", "monitor", "health"),
     "faces": ("management", "api", "admin", "backends", "metrics", "apps", "__init__"),
 }
 ORDER = list(LAYERS)

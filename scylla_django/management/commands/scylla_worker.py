@@ -14,7 +14,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...backends import register_handlers
 from ...conf import scylla_settings
 from ...handlers import autodiscover, registry
-from ...worker import TaskWorker, WorkerProcesses
+from ...supervisor import WorkerProcesses
+from ...worker import TaskWorker
 from ..base import StopSignals, configure_logging, duration, positive_int, queue_name, seconds
 from ..reloader import run_with_reloader
 
