@@ -260,3 +260,44 @@ def test_an_async_handler_sees_a_cancel_through_ctx_check():
     worker.stop()
     thread.join(10)
     assert Task.objects.get(pk=task.pk).status == Status.CANCELLED
+
+
+@pytest.mark.postgres
+def test_the_thread_that_ran_a_task_writes_its_outcome_and_leases_the_next_on_its_own_session(
+    monkeypatch,
+):
+    """One thread per worker: the handler thread writes each outcome itself and leases the
+    next task (no hand-off to the writer and back to the lease loop), on a session of its own
+    kept open across tasks. The handler's own queries get Django's usual connection, closed
+    after each task under CONN_MAX_AGE = 0, and never the worker's session."""
+    from django.db import connection, connections
+
+    registry = HandlerRegistry()
+    handler_sessions: list[tuple[str, int]] = []
+
+    def query(ctx):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            handler_sessions.append((threading.current_thread().name, cursor.fetchone()[0]))
+
+    registry.register("direct", query)
+    finishes: list[tuple[str, int]] = []
+    real = TaskQuerySet.finish_many
+
+    def spy(self, worker, outcomes):
+        with connections[self.db].cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            finishes.append((threading.current_thread().name, cursor.fetchone()[0]))
+        return real(self, worker, outcomes)
+
+    monkeypatch.setattr(TaskQuerySet, "finish_many", spy)
+    Task.objects.submit_many({"queue": "direct", "spec": {"n": n}} for n in range(10))
+    TaskWorker(["direct"], registry=registry, poll_interval=0.05, max_tasks=10).run()
+
+    assert Task.objects.filter(status=Status.COMPLETED).count() == 10
+    assert {thread for thread, _ in finishes} == {"scylla-task-0"}
+    assert len(finishes) == 10
+    assert len({pid for _, pid in finishes}) == 1  # one session, kept open
+    assert len({pid for _, pid in handler_sessions}) == 10  # closed after each task
+    assert not {pid for _, pid in finishes} & {pid for _, pid in handler_sessions}
+    assert History.objects.filter(typ=EventType.ASSIGNMENT).count() == 10  # no task twice
