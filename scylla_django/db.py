@@ -163,7 +163,8 @@ def use_worker_plans(connection: BaseDatabaseWrapper) -> None:
     (PostgreSQL).
 
     For a connection that runs nothing but this app's statements (a worker's lease loop, its
-    writer and its heartbeats), two session settings:
+    writer, its heartbeats and its handler threads' own connections), three settings, set in
+    one statement:
 
     - prepared statements run their generic plans: a lease is otherwise re-planned on every
       call, because PostgreSQL costs its generic plan, whose `limit` it cannot see, above the
@@ -188,11 +189,17 @@ def use_worker_plans(connection: BaseDatabaseWrapper) -> None:
     session = connection.connection
     if getattr(session, "_scylla_worker_plans", False):
         return
+    settings = {
+        "plan_cache_mode": "force_generic_plan",
+        "enable_seqscan": "off",
+        "enable_sort": "off",
+        "jit": "off",
+    }
     with connection.cursor() as cursor:
-        cursor.execute("SET plan_cache_mode = force_generic_plan")
-        cursor.execute("SET enable_seqscan = off")
-        cursor.execute("SET enable_sort = off")
-        cursor.execute("SET jit = off")
+        cursor.execute(
+            "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in settings),
+            [word for pair in settings.items() for word in pair],
+        )
     session._scylla_worker_plans = True
 
 

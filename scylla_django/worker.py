@@ -314,14 +314,14 @@ class TaskWorker:
             free = min(free, self.max_tasks - self.leased - self._claimed)
         return max(0, free)
 
-    def _claim(self, done: TaskContext | None = None) -> int:
-        """Claim every free slot for a lease, after freeing `done`'s (its outcome is written):
-        in one step, so no other lease takes the slot meanwhile. The caller then calls
-        `_lease()` with what this returns, even 0."""
+    def _claim(self, done: TaskContext | None = None, *, lease: bool = True) -> int:
+        """Claim every free slot for a lease (none unless `lease`), after freeing `done`'s
+        (its outcome is written): in one step, so no other lease takes the slot meanwhile.
+        The caller then calls `_lease()` with what this returns, even 0."""
         with self._lock:
             if done is not None:
                 self._in_flight.pop(done.task.pk, None)
-            claimed = self._free()
+            claimed = self._free() if lease else 0
             self._claimed += claimed
             return claimed
 
@@ -331,7 +331,7 @@ class TaskWorker:
         tasks: list[Task] = []
         try:
             if claimed:
-                db.use_worker_plans(connections[self.using])  # this connection only leases
+                db.use_worker_plans(connections[self.using])  # a connection of the worker's own
                 tasks = Task.objects.using(self.using).lease(
                     self.worker_model, self.queues, limit=claimed, timeout=self.lease_timeout
                 )
@@ -550,7 +550,7 @@ class TaskWorker:
                 self._handled(ctx, outcome)
                 return None
             self._report(batch, errors)
-            claimed = self._claim(done=ctx) if not self.stopping.is_set() else 0
+            claimed = self._claim(done=ctx, lease=not self.stopping.is_set())
             try:
                 started = self._lease(claimed)
             except (DatabaseError, ScyllaError) as exc:
@@ -558,10 +558,7 @@ class TaskWorker:
                 if isinstance(exc, DatabaseError):
                     self._discard_connection()
                 started = []
-            finally:
-                if not claimed:
-                    self._release([ctx])  # the claim above did not run: free the slot here
-        if len(started) < claimed:
+        if len(started) < claimed or self.stopping.is_set():
             self._wake.set()  # a task that became ready meanwhile is the lease loop's
         if started and self.stopping.is_set():
             # The stop came while leasing: give these back rather than start them.
@@ -662,7 +659,7 @@ class TaskWorker:
 
     def _finish(self, batch: list[tuple[TaskContext, Outcome]]) -> dict[int, ScyllaError]:
         """Write `batch`'s outcomes; return why each one not written was refused, by pk."""
-        db.use_worker_plans(connections[self.using])  # this connection only writes outcomes
+        db.use_worker_plans(connections[self.using])  # a connection of the worker's own
         written = Task.objects.using(self.using).finish_many(
             self.worker_model, [outcome for _, outcome in batch]
         )
