@@ -244,10 +244,35 @@ def _convert(
     queryset: QuerySet[Any], fields: Sequence[models.Field[Any, Any]], rows: list[Any]
 ) -> list[Any]:
     """Apply the fields' database converters (JSON, …) to raw `rows`, as the ORM would."""
-    compiler = queryset.query.get_compiler(queryset.db)
-    table = queryset.model._meta.db_table
-    converters = compiler.get_converters([f.get_col(table) for f in fields])
-    return list(compiler.apply_converters(rows, converters)) if converters else rows
+    converters = _converters(queryset.model, queryset.db, tuple(fields))
+    if not converters:
+        return rows
+    connection = connections[queryset.db]
+    converted = []
+    for row in rows:
+        values = list(row)
+        for position, functions, expression in converters:
+            value = values[position]
+            for function in functions:
+                value = function(value, expression, connection)
+            values[position] = value
+        converted.append(values)
+    return converted
+
+
+@cache
+def _converters(
+    model: type[models.Model], using: str, fields: tuple[models.Field[Any, Any], ...]
+) -> list[tuple[int, list[Any], Any]]:
+    """The converters the ORM would apply to `fields` read from `using`, by position: each
+    field's own (`from_db_value`) and the backend's (none on PostgreSQL, where these run), found
+    once rather than on every row read."""
+    compiler = model._default_manager.using(using).all().query.get_compiler(using)
+    table = model._meta.db_table
+    found = compiler.get_converters([f.get_col(table) for f in fields])
+    return [
+        (position, functions, expression) for position, (functions, expression) in found.items()
+    ]
 
 
 def postgresql_transition(
@@ -341,31 +366,85 @@ def postgresql_lease(
     tasks in its own snapshot (taken after the lock, so every earlier lease of that queue is
     counted) and walks at most the room left under the limit.
     """
-    connection = connections[tasks.db]
-    quote = connection.ops.quote_name
     statement, params = _lease_statement(tasks, history, workers, settings, locked=False)
     params.update(worker_id=worker_id, worker=worker, queues=list(queues), limit=limit)
-    params["timeout"] = timeout
-    with prepared_cursor(connection) as cursor:
-        cursor.execute(statement, {**params, "locked": False})
+    params.update(timeout=timeout, locked=False)
+    with prepared_cursor(connections[tasks.db]) as cursor:
+        cursor.execute(statement, params)
         rows = cursor.fetchall()
-        if rows[0][0] and rows[0][1]:  # a limited queue: lease again under its lock
-            with transaction.atomic(using=tasks.db):
-                cursor.execute(
-                    f"SELECT 1 FROM {quote(settings._meta.db_table)} "
-                    "WHERE queue = ANY(%s) AND max_running IS NOT NULL AND NOT paused "
-                    "ORDER BY queue FOR UPDATE",
-                    [list(queues)],
-                )
-                statement, _ = _lease_statement(tasks, history, workers, settings, locked=True)
-                cursor.execute(statement, {**params, "locked": True})
-                rows = cursor.fetchall()
-    if not rows[0][0]:
-        return None
+    if rows[0][0] and rows[0][1]:  # a limited queue: lease again under its lock
+        rows = _lease_limited(tasks, history, workers, settings, params)
+    return _leased(tasks, rows, 2) if rows[0][0] else None
+
+
+def _lease_limited(
+    tasks: QuerySet[_Row],
+    history: type[models.Model],
+    workers: type[models.Model],
+    settings: type[models.Model],
+    params: dict[str, Any],
+) -> list[tuple[Any, ...]]:
+    """The lease of `postgresql_lease` when a requested queue has a running-task limit: in a
+    transaction that first locks the limited queues' settings rows. Returns the lease
+    statement's rows."""
+    connection = connections[tasks.db]
+    quote = connection.ops.quote_name
+    statement, _ = _lease_statement(tasks, history, workers, settings, locked=True)
+    with transaction.atomic(using=tasks.db), prepared_cursor(connection) as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {quote(settings._meta.db_table)} "
+            "WHERE queue = ANY(%s) AND max_running IS NOT NULL AND NOT paused "
+            "ORDER BY queue FOR UPDATE",
+            [params["queues"]],
+        )
+        cursor.execute(statement, {**params, "locked": True})
+        return cursor.fetchall()
+
+
+def _leased(tasks: QuerySet[_Row], rows: list[tuple[Any, ...]], skip: int) -> list[_Row]:
+    """The tasks of a lease statement's `rows` (each row's task columns follow `skip` others;
+    a row without a task, as when nothing was leased, is left out)."""
     fields = list(tasks.model._meta.concrete_fields)
-    values = [row[2:] for row in rows if row[2] is not None]
+    values = [row[skip:] for row in rows if row[skip] is not None]
     names = [f.attname for f in fields]
     return [tasks.model.from_db(tasks.db, names, row) for row in _convert(tasks, fields, values)]
+
+
+def postgresql_finish_and_lease(
+    tasks: QuerySet[_Row],
+    history: type[models.Model],
+    workers: type[models.Model],
+    settings: type[models.Model],
+    worker_id: int,
+    worker: str,
+    rows: Sequence[dict[str, Any]],
+    queues: Sequence[str],
+    limit: int,
+    timeout: timedelta,
+) -> tuple[dict[int, datetime], list[_Row]]:
+    """Complete or abort `rows` (as `postgresql_finish`) and lease up to `limit` tasks (as
+    `postgresql_lease`), in one statement: one round trip and one commit.
+
+    The finished tasks and the leased ones change status in the same commit, so no snapshot
+    sees the worker hold both. Returns the pks finished (each with its `updated`) and the
+    tasks leased; a lessee that may not lease (unregistered, stopped) leases nothing. If a
+    requested queue has a running-task limit, the outcomes are written by this statement and
+    the lease is then made as `postgresql_lease` makes it for such a queue.
+    """
+    statement, params = _lease_statement(
+        tasks, history, workers, settings, locked=False, finishing=True
+    )
+    params.update(worker_id=worker_id, worker=worker, queues=list(queues), limit=limit)
+    params.update(timeout=timeout, locked=False, rows=json.dumps(list(rows)))
+    with prepared_cursor(connections[tasks.db]) as cursor:
+        cursor.execute(statement, params)
+        found = cursor.fetchall()
+    allowed, limited, pks, updated = found[0][:4]
+    finished = dict(zip(pks or [], updated or [], strict=True))
+    if allowed and limited:
+        found = _lease_limited(tasks, history, workers, settings, params)
+        return finished, _leased(tasks, found, 2) if found[0][0] else []
+    return finished, _leased(tasks, found, 4) if allowed else []
 
 
 def _lease_statement(
@@ -375,9 +454,31 @@ def _lease_statement(
     settings: type[models.Model],
     *,
     locked: bool,
+    finishing: bool = False,
+) -> tuple[str, dict[str, Any]]:
+    """The lease statement (see `_lease_sql`), and a new dict of its fixed parameters."""
+    statement, params = _lease_sql(
+        tasks.model, history, workers, settings, tasks.db, locked, finishing
+    )
+    return statement, dict(params)
+
+
+@cache
+def _lease_sql(
+    model: type[models.Model],
+    history: type[models.Model],
+    workers: type[models.Model],
+    settings: type[models.Model],
+    using: str,
+    locked: bool,
+    finishing: bool,
 ) -> tuple[str, dict[str, Any]]:
     """The lease statement of `postgresql_lease` and the parameters that name statuses and
     events (the caller adds the lessee, queues, limit, timeout and `locked`).
+
+    `finishing`: the statement first writes the outcomes of the `rows` parameter, with the
+    CTEs of `_finish_statement`, and its rows carry the pks finished and their `updated`
+    (arrays, in the same order) after the first two columns (`postgresql_finish_and_lease`).
 
     Unlocked, each queue's walk is limited by the `limit` parameter itself, which the planner
     sees: its estimate of the statement stays small (a walk limited by a column is costed as a
@@ -387,18 +488,25 @@ def _lease_statement(
     transition = TRANSITIONS[Operation.LEASE]
     [source] = transition.sources
     assert transition.event is not None
-    connection = connections[tasks.db]
+    connection = connections[using]
     quote = connection.ops.quote_name
-    task_table = quote(tasks.model._meta.db_table)
-    fields = list(tasks.model._meta.concrete_fields)
+    task_table = quote(model._meta.db_table)
+    fields = list(model._meta.concrete_fields)
     columns = ", ".join(f"t.{quote(str(f.column))}" for f in fields)
     # The ready status is written into the statement, not bound: the statement is prepared, and
     # a generic plan must still see `status = 'ready'` to walk the partial ready index.
     ready = _literal(source.value)
+    finish, params = _finish_ctes(model, history, using) if finishing else ("", {})
+    finished = (
+        "(SELECT array_agg(id ORDER BY id) FROM changed), "
+        "(SELECT array_agg(updated ORDER BY id) FROM changed), "
+        if finishing
+        else ""
+    )
     # `gate`: the requested queues that are not paused, each with the room it has (`budget`):
     # `limit`, or for a limited queue what is left under its limit (counted only when locked).
     statement = f"""
-        WITH lessee AS MATERIALIZED (
+        WITH {finish + ", " if finish else ""}lessee AS MATERIALIZED (
             SELECT 1 FROM {quote(workers._meta.db_table)}
             WHERE id = %(worker_id)s AND stopped IS NULL
         ), gate AS MATERIALIZED (
@@ -446,16 +554,24 @@ def _lease_statement(
             SELECT id, %(event)s, owner, NULL, updated FROM leased
         )
         SELECT (SELECT count(*) FROM lessee),
-            NOT %(locked)s AND EXISTS (SELECT 1 FROM gate WHERE limited), t.*
+            NOT %(locked)s AND EXISTS (SELECT 1 FROM gate WHERE limited), {finished}t.*
         FROM (SELECT 1) AS one
         LEFT JOIN leased AS t ON true
         ORDER BY t.priority DESC, t.created ASC, t.id ASC
     """
-    params: dict[str, Any] = {
-        "target": transition.target.value,
-        "event": transition.event.value,
-    }
-    return statement, params
+    params.update(target=transition.target.value, event=transition.event.value)
+    return compact(statement), params
+
+
+def compact(statement: str) -> str:
+    """`statement` without its comments (`-- …` to the end of a line) and with single spaces.
+
+    Shorter on the wire, and short enough for psycopg to keep its parsed form: it parses a
+    statement of over 4 kB again on every call. The statements given here quote no text that
+    holds two hyphens or runs of spaces.
+    """
+    lines = (line.split("--", 1)[0] for line in statement.splitlines())
+    return " ".join(" ".join(lines).split())
 
 
 def _literal(word: str) -> str:
@@ -697,13 +813,22 @@ def _finish_statement(
 ) -> tuple[str, dict[str, Any]]:
     """The batched finish statement and its fixed parameters (`rows` and `worker` are the
     caller's)."""
+    ctes, params = _finish_ctes(tasks.model, history_model, tasks.db)
+    return compact(f"WITH {ctes} SELECT id, updated FROM changed"), dict(params)
+
+
+@cache
+def _finish_ctes(
+    model: type[models.Model], history_model: type[models.Model], using: str
+) -> tuple[str, dict[str, Any]]:
+    """The CTEs of the batched finish (`outcome`, `changed`: the rows written, `logged`), and
+    their fixed parameters (not to be changed: the caller copies them)."""
     complete, abort = TRANSITIONS[Operation.COMPLETE], TRANSITIONS[Operation.ABORT]
     [source] = complete.sources | abort.sources
     assert complete.event is not None and abort.event is not None
-    quote = connections[tasks.db].ops.quote_name
-    task, history = quote(tasks.model._meta.db_table), quote(history_model._meta.db_table)
-    statement = f"""
-        WITH outcome AS (
+    quote = connections[using].ops.quote_name
+    task, history = quote(model._meta.db_table), quote(history_model._meta.db_table)
+    ctes = f"""outcome AS (
             SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
                 AS o(id bigint, attempts integer, status text, result jsonb, errors jsonb)
         ), changed AS (
@@ -731,7 +856,6 @@ def _finish_statement(
                    %(worker)s, progress, statement_timestamp()
             FROM changed
         )
-        SELECT id, updated FROM changed
     """
     params: dict[str, Any] = {
         "completed": complete.target.value,
@@ -739,4 +863,4 @@ def _finish_statement(
         "completion": complete.event.value,
         "abort": abort.event.value,
     }
-    return statement, params
+    return ctes, params

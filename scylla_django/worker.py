@@ -336,12 +336,18 @@ class TaskWorker:
                     self.worker_model, self.queues, limit=claimed, timeout=self.lease_timeout
                 )
         finally:
-            with self._lock:
-                self._claimed -= claimed
-                started = [TaskContext(task, self.worker_model) for task in tasks]
-                for ctx in started:
-                    self._in_flight[ctx.task.pk] = ctx
-                self.leased += len(started)
+            started = self._take(claimed, tasks)
+        return started
+
+    def _take(self, claimed: int, tasks: Sequence[Task]) -> list[TaskContext]:
+        """Put the leased `tasks` in hand and release the `claimed` slots they were leased
+        into; return their contexts."""
+        with self._lock:
+            self._claimed -= claimed
+            started = [TaskContext(task, self.worker_model) for task in tasks]
+            for ctx in started:
+                self._in_flight[ctx.task.pk] = ctx
+            self.leased += len(started)
         for ctx in started:
             task = ctx.task
             logger.debug(
@@ -528,36 +534,40 @@ class TaskWorker:
         self._wake.set()
 
     def _finish_and_continue(self, ctx: TaskContext, outcome: Outcome) -> TaskContext | None:
-        """Write `ctx`'s outcome on this thread, then lease into the slot it frees (and any
-        other free slot); return the leased task this thread runs next, the others handed out.
+        """Write `ctx`'s outcome on this thread and lease into the slot it frees (and any other
+        free slot); return the leased task this thread runs next, the others handed out.
 
-        The outcome is committed before the lease: the database never sees this worker hold
-        more than `concurrency` running tasks. A database error leaves the outcome to the
-        writer, which retries it, and the lease to the lease loop.
+        On PostgreSQL both are one statement (`finish_and_lease`), one commit; elsewhere the
+        outcome is committed first. Either way the database never sees this worker hold more
+        than `concurrency` running tasks. A database error leaves the outcome to the writer,
+        which retries it, and the lease to the lease loop.
         """
         batch = [(ctx, outcome)]
+        # The finished task's slot passes straight to the lease: no other lease can take it.
+        claimed = self._claim(done=ctx, lease=not self.stopping.is_set())
+        tasks: list[Task] = []
         with self._own_connection():
             try:
-                errors = self._finish(batch)
-            except DatabaseError as exc:
+                if claimed:
+                    errors, tasks = self._finish_and_lease(batch, claimed)
+                else:
+                    errors = self._finish(batch)
+            except (DatabaseError, ScyllaError) as exc:
                 logger.warning(
                     "%s could not write the outcome of %s (%s); retrying",
                     self.name,
                     ctx.task.rn,
                     exc,
                 )
-                self._discard_connection()
+                if isinstance(exc, DatabaseError):
+                    self._discard_connection()
+                with self._lock:  # the task is still in hand, its outcome not written
+                    self._claimed -= claimed
+                    self._in_flight[ctx.task.pk] = ctx
                 self._handled(ctx, outcome)
                 return None
             self._report(batch, errors)
-            claimed = self._claim(done=ctx, lease=not self.stopping.is_set())
-            try:
-                started = self._lease(claimed)
-            except (DatabaseError, ScyllaError) as exc:
-                logger.debug("%s: leasing after %s failed: %s", self.name, ctx.task.rn, exc)
-                if isinstance(exc, DatabaseError):
-                    self._discard_connection()
-                started = []
+        started = self._take(claimed, tasks)
         if len(started) < claimed or self.stopping.is_set():
             self._wake.set()  # a task that became ready meanwhile is the lease loop's
         if started and self.stopping.is_set():
@@ -663,6 +673,26 @@ class TaskWorker:
         written = Task.objects.using(self.using).finish_many(
             self.worker_model, [outcome for _, outcome in batch]
         )
+        return self._refusals(batch, written)
+
+    def _finish_and_lease(
+        self, batch: list[tuple[TaskContext, Outcome]], claimed: int
+    ) -> tuple[dict[int, ScyllaError], list[Task]]:
+        """Write `batch`'s outcomes and lease up to `claimed` tasks: why each outcome not
+        written was refused, by pk, and the tasks leased."""
+        db.use_worker_plans(connections[self.using])  # a connection of the worker's own
+        written, tasks = Task.objects.using(self.using).finish_and_lease(
+            self.worker_model,
+            [outcome for _, outcome in batch],
+            self.queues,
+            limit=claimed,
+            timeout=self.lease_timeout,
+        )
+        return self._refusals(batch, written), tasks
+
+    def _refusals(
+        self, batch: list[tuple[TaskContext, Outcome]], written: set[int]
+    ) -> dict[int, ScyllaError]:
         refused = {
             outcome.pk: outcome.attempts for _, outcome in batch if outcome.pk not in written
         }

@@ -109,13 +109,23 @@ def test_submit_lease_and_finish_are_prepared_once_per_connection(worker):
     Task.objects.submit_many([{"queue": "prep", "spec": {}, "rn": "prep-bulk"}])
     leased = Task.objects.lease(worker, ["prep"], limit=4)
     Task.objects.finish_many(worker, [Outcome(t.pk, t.attempts, result=1) for t in leased])
+    for n in range(3):
+        Task.objects.submit("prep", {"n": n}, rn=f"prep-next-{n}")
+    [first] = Task.objects.lease(worker, ["prep"])
+    for _ in range(2):  # each outcome with the next lease
+        _, [first] = Task.objects.finish_and_lease(
+            worker, [Outcome(first.pk, first.attempts, result=1)], ["prep"]
+        )
     prepared = prepared_statements()
     assert sum("RETURNING id, created, updated" in s for s in prepared) == 1  # submit
     assert sum("RETURNING rn, queue" in s for s in prepared) == 1  # submit_many
-    assert sum("WITH outcome AS" in s for s in prepared) == 1  # finish_many
+    finishes = [s for s in prepared if "WITH outcome AS" in s]
+    assert len(finishes) == 2  # finish_many, and finish_and_lease (a lease in it)
+    assert sum("SKIP LOCKED" in s for s in finishes) == 1
     # The lease too, with the ready status written in, so a generic plan keeps the ready index.
-    assert sum("SKIP LOCKED" in s and "t.status = 'ready'" in s for s in prepared) == 1
-    assert Task.objects.filter(queue="prep", status="completed").count() == 4
+    assert sum("SKIP LOCKED" in s and "t.status = 'ready'" in s for s in prepared) == 2
+    assert Task.objects.filter(queue="prep", status="completed").count() == 6
+    assert Task.objects.get(pk=first.pk).status == "running"
 
 
 @pytest.mark.parametrize("how", ["setting", "server_side_cursors_disabled", "psycopg2"])

@@ -267,7 +267,8 @@ def test_the_thread_that_ran_a_task_writes_its_outcome_and_leases_the_next_on_it
     monkeypatch,
 ):
     """One thread per worker: the handler thread writes each outcome itself and leases the
-    next task (no hand-off to the writer and back to the lease loop), on a session of its own
+    next task in the same call (no hand-off to the writer and back to the lease loop; on
+    PostgreSQL, one statement), on a session of its own
     kept open across tasks. The handler's own queries get Django's usual connection, closed
     after each task under CONN_MAX_AGE = 0, and never the worker's session."""
     from django.db import connection, connections
@@ -282,21 +283,29 @@ def test_the_thread_that_ran_a_task_writes_its_outcome_and_leases_the_next_on_it
 
     registry.register("direct", query)
     finishes: list[tuple[str, int]] = []
-    real = TaskQuerySet.finish_many
+    calls: list[str] = []
 
-    def spy(self, worker, outcomes):
-        with connections[self.db].cursor() as cursor:
-            cursor.execute("SELECT pg_backend_pid()")
-            finishes.append((threading.current_thread().name, cursor.fetchone()[0]))
-        return real(self, worker, outcomes)
+    def spy(name):
+        real = getattr(TaskQuerySet, name)
 
-    monkeypatch.setattr(TaskQuerySet, "finish_many", spy)
+        def spied(self, worker, outcomes, *args, **kwargs):
+            with connections[self.db].cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                finishes.append((threading.current_thread().name, cursor.fetchone()[0]))
+            calls.append(name)
+            return real(self, worker, outcomes, *args, **kwargs)
+
+        monkeypatch.setattr(TaskQuerySet, name, spied)
+
+    spy("finish_many")
+    spy("finish_and_lease")
     Task.objects.submit_many({"queue": "direct", "spec": {"n": n}} for n in range(10))
     TaskWorker(["direct"], registry=registry, poll_interval=0.05, max_tasks=10).run()
 
     assert Task.objects.filter(status=Status.COMPLETED).count() == 10
     assert {thread for thread, _ in finishes} == {"scylla-task-0"}
-    assert len(finishes) == 10
+    # Each outcome with the next lease, in one call; the last alone (max_tasks reached).
+    assert calls == ["finish_and_lease"] * 9 + ["finish_many"]
     assert len({pid for _, pid in finishes}) == 1  # one session, kept open
     assert len({pid for _, pid in handler_sessions}) == 10  # closed after each task
     assert not {pid for _, pid in finishes} & {pid for _, pid in handler_sessions}

@@ -5,6 +5,7 @@ dependencies and schedules. Import them from here: `from scylla_django.models im
 from .dependencies import HELD, MAX_PARENTS, Dependency
 from .history import History, _later
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions
+from .outcomes import Outcome
 from .processes import (
     MONITOR_PREFIX,
     WORKER_PREFIX,
@@ -26,7 +27,7 @@ from .queues import (
     validate_max_running,
 )
 from .schedules import CatchUp, Schedule
-from .task import NOT_YIELDED, Outcome, Task, TaskQuerySet
+from .task import NOT_YIELDED, Task, TaskQuerySet
 
 __all__ = [
     "HELD",

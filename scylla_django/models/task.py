@@ -6,8 +6,7 @@ for worker operations), with its History row in the same transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal, Unpack
 
@@ -61,6 +60,7 @@ from .inputs import (
     task_values,
     task_values_from,
 )
+from .outcomes import Outcome, finished_tasks, outcome_rows
 from .processes import Worker, _sqlite_json_each, worker_id, worker_name
 from .queues import QueueSetting, QueueSummary, _due, queue_summaries, ready_summary
 from .refusals import lease_reset_refusal, refusal_errors
@@ -447,18 +447,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         result was not written: `refusals()` says why.
         """
         name = worker_name(worker)
-        rows = [
-            {
-                "id": outcome.pk,
-                "attempts": outcome.attempts,
-                "status": Status.COMPLETED if outcome.errors is None else Status.ABORTED,
-                "result": validate_json(outcome.result, "result", allow_null=True)
-                if outcome.errors is None
-                else None,
-                "errors": None if outcome.errors is None else validate_errors(outcome.errors),
-            }
-            for outcome in outcomes
-        ]
+        rows = outcome_rows(outcomes)
         if not rows:
             return set()
         aborted = {row["id"] for row in rows if row["errors"] is not None}
@@ -471,40 +460,57 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 )
         else:
             done = self._finish_rows(name, rows)
-        if done and signals.task_finished.has_listeners(Task):
-            for task, duration in self._finished(outcomes, rows, done):
-                _later(
-                    signals.task_finished, self.db, task=task, status=task.status, duration=duration
-                )
+        self._finished(outcomes, rows, done)
         return set(done)
+
+    def finish_and_lease(
+        self,
+        worker: Worker | str,
+        outcomes: Sequence[Outcome],
+        queues: Sequence[str],
+        *,
+        limit: int = 1,
+        timeout: timedelta | float | None = None,
+    ) -> tuple[set[int], list[Task]]:
+        """`finish_many(worker, outcomes)`, then `lease(worker, queues, limit=…, timeout=…)`;
+        return the pks finished and the tasks leased.
+
+        For a worker that ends its tasks and takes the next ones. On PostgreSQL, when no outcome
+        aborts its task, both are one statement: one round trip and one commit, in which the
+        finished tasks and the leased ones change status together. A worker that may not lease
+        (unregistered, stopped) leases nothing here; `lease()` raises WorkerNotFound for it.
+        """
+        name = worker_name(worker)
+        queues = validate_queues(queues)
+        limit = validate_limit(limit)
+        lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
+        rows = outcome_rows(outcomes)
+        pk = validation.worker_id(name)
+        single = db.uses_single_statement_transitions(connections[self.db])
+        if not single or pk is None or not rows or any(r["errors"] is not None for r in rows):
+            finished = self.finish_many(worker, outcomes)
+            try:
+                return finished, self.lease(worker, queues, limit=limit, timeout=lease_for)
+            except WorkerNotFound:
+                return finished, []
+        done, tasks = db.postgresql_finish_and_lease(
+            self, History, Worker, QueueSetting, pk, name, rows, queues, limit, lease_for
+        )
+        self._finished(outcomes, rows, done)
+        for task in tasks:
+            _later(signals.task_leased, self.db, task=task)
+        return set(done), tasks
 
     def _finished(
         self, outcomes: Sequence[Outcome], rows: list[dict[str, Any]], done: Mapping[int, datetime]
-    ) -> Iterator[tuple[Task, float | None]]:
-        """The tasks `finish_many` finished, as written, each with its handler's run time.
-
-        An outcome that carries its task (as the worker's do) gets that instance updated in
-        place, with no query; the others are read back, in one query.
-        """
-        written = {row["id"]: row for row in rows if row["id"] in done}
-        missing = [o.pk for o in outcomes if o.pk in written and o.task is None]
-        read = self.model.objects.using(self.db).in_bulk(missing) if missing else {}
-        for outcome in outcomes:
-            row = written.pop(outcome.pk, None)
-            if row is None:
-                continue
-            task = outcome.task
-            if task is None:
-                task = read.get(outcome.pk)
-                if task is None:  # purged since: nothing left to describe
-                    continue
-            else:
-                task.status, task.deadline, task.updated = row["status"], None, done[outcome.pk]
-                if row["errors"] is None:
-                    task.progress, task.result = 1.0, row["result"]
-                else:
-                    task.errors = row["errors"]
-            yield task, outcome.duration
+    ) -> None:
+        """Send `task_finished` for the tasks written from `rows` (see `finished_tasks`)."""
+        if done and signals.task_finished.has_listeners(Task):
+            tasks = self.model.objects.using(self.db)
+            for task, duration in finished_tasks(tasks, outcomes, rows, done):
+                _later(
+                    signals.task_finished, self.db, task=task, status=task.status, duration=duration
+                )
 
     def _finish_rows(self, name: str, rows: list[dict[str, Any]]) -> dict[int, datetime]:
         if db.uses_single_statement_transitions(connections[self.db]):
@@ -515,25 +521,6 @@ class TaskQuerySet(models.QuerySet["Task"]):
         """Why `worker` no longer holds these leases (task pk → attempts), one error per pk:
         see `refusals.refusal_errors`."""
         return refusal_errors(self, worker_name(worker), leases)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a worker ends one lease, for `TaskQuerySet.finish_many`.
-
-    The lease is the task's pk and its `attempts` when leased. Without `errors` the task is
-    completed with `result`; with them it is aborted.
-    """
-
-    pk: int
-    attempts: int
-    result: Any = None
-    errors: list[dict[str, Any]] | None = None
-    # Seconds the handler ran, as the worker measured it; sent with `task_finished`.
-    duration: float | None = None
-    # The leased task, if the caller holds it: updated in place and sent with `task_finished`
-    # instead of being read back.
-    task: Task | None = field(default=None, repr=False, compare=False)
 
 
 class Task(models.Model):
