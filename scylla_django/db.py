@@ -244,7 +244,8 @@ def _convert(
     queryset: QuerySet[Any], fields: Sequence[models.Field[Any, Any]], rows: list[Any]
 ) -> list[Any]:
     """Apply the fields' database converters (JSON, …) to raw `rows`, as the ORM would."""
-    converters = _converters(queryset.model, queryset.db, tuple(fields))
+    model: type[models.Model] = queryset.model
+    converters = _converters(model, queryset.db, tuple(fields))
     if not converters:
         return rows
     connection = connections[queryset.db]
@@ -398,7 +399,8 @@ def _lease_limited(
             [params["queues"]],
         )
         cursor.execute(statement, {**params, "locked": True})
-        return cursor.fetchall()
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+        return rows
 
 
 def _leased(tasks: QuerySet[_Row], rows: list[tuple[Any, ...]], skip: int) -> list[_Row]:
