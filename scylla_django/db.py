@@ -27,11 +27,12 @@ SQL as parameters.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
+from itertools import chain
 from typing import Any, TypeVar, cast
 
 from django.db import connections, models, transaction
@@ -700,17 +701,81 @@ def _db_value(field: models.Field[Any, Any], value: Any, connection: BaseDatabas
     return field.get_db_prep_save(value, connection)
 
 
-def postgresql_submit_many(tasks: QuerySet[_Row], rows: Sequence[dict[str, Any]]) -> set[str]:
-    """Insert validated rows (the SUBMITTED fields; a missing one takes its default) in one
-    statement.
+# Tasks per statement of a bulk submission on PostgreSQL (see `postgresql_submit_many`).
+SUBMIT_CHUNK = 100
 
-    The rows travel as one JSON array, expanded by `jsonb_to_recordset` into `INSERT … SELECT
-    … ON CONFLICT (rn) DO NOTHING` (no per-row parameters to bind); the other columns take
-    their defaults. Returns the rns inserted, and notifies READY_CHANNEL once per queue that
-    got leasable tasks.
+
+def postgresql_submit_many(
+    tasks: QuerySet[_Row], chunks: Iterable[Sequence[dict[str, Any]]]
+) -> set[str]:
+    """Insert chunks of validated rows (the SUBMITTED fields; a missing one takes its
+    default), one statement per chunk, all in one transaction; return the rns inserted.
+
+    Each chunk travels as one JSON array, expanded by `jsonb_to_recordset` into `INSERT …
+    SELECT … ON CONFLICT (rn) DO NOTHING` (no per-row parameters to bind); the other columns
+    take their defaults. Each statement notifies READY_CHANNEL once per queue that got
+    leasable tasks.
+
+    `chunks` is taken one chunk at a time as the statements go out. Where the cursor binds its
+    parameters on the server (see `prepared_cursor`), the statements go out in one pipeline:
+    each is sent as soon as its chunk is ready, and nothing waits for a reply until the last
+    one has gone, so a caller that validates its chunks lazily validates the next one while
+    the server inserts the last. A chunk smaller than SUBMIT_CHUNK ends the batch: a single
+    one is one statement in autocommit.
     """
-    submission = _submission(tasks.model, tasks.db)
-    document = json.dumps(
+    connection = connections[tasks.db]
+    statement = _submission(tasks.model, tasks.db).many
+    chunks = iter(chunks)
+    first = next(chunks, None)
+    if first is None:
+        return set()
+    if len(first) < SUBMIT_CHUNK:
+        return _submit_chunks(connection, statement, [first])
+    with transaction.atomic(using=tasks.db):
+        if not _prepares(connection) or not _pipeline_supported():
+            return _submit_chunks(connection, statement, chain([first], chunks))
+        with connection.wrap_database_errors, connection.connection.pipeline():
+            cursors = [_send_chunk(connection, statement, first)]
+            cursors += [_send_chunk(connection, statement, chunk) for chunk in chunks]
+        return _inserted(cursors)
+
+
+def _submit_chunks(
+    connection: BaseDatabaseWrapper, statement: str, chunks: Iterable[Sequence[dict[str, Any]]]
+) -> set[str]:
+    """Run the bulk submission `statement` for each chunk in turn; the rns inserted."""
+    return _inserted([_send_chunk(connection, statement, chunk) for chunk in chunks])
+
+
+def _send_chunk(
+    connection: BaseDatabaseWrapper, statement: str, rows: Sequence[dict[str, Any]]
+) -> Any:
+    """Execute the bulk submission `statement` for `rows` on a cursor of its own (which holds
+    the rns inserted once the statement has run)."""
+    cursor = prepared_cursor(connection)
+    cursor.execute(statement, [_submission_document(rows), READY_CHANNEL])
+    return cursor
+
+
+def _inserted(cursors: Sequence[Any]) -> set[str]:
+    """The rns the bulk submission statements of `cursors` inserted (closing the cursors)."""
+    inserted: set[str] = set()
+    for cursor in cursors:
+        with cursor:
+            inserted.update(row[0] for row in cursor.fetchall())
+    return inserted
+
+
+@cache
+def _pipeline_supported() -> bool:
+    from psycopg import Pipeline
+
+    return bool(Pipeline.is_supported())
+
+
+def _submission_document(rows: Sequence[dict[str, Any]]) -> str:
+    """`rows` as the JSON array the bulk submission statement expands."""
+    return json.dumps(
         [
             {
                 "rn": row["rn"],
@@ -727,9 +792,6 @@ def postgresql_submit_many(tasks: QuerySet[_Row], rows: Sequence[dict[str, Any]]
         ],
         separators=(",", ":"),
     )
-    with prepared_cursor(connections[tasks.db]) as cursor:
-        cursor.execute(submission.many, [document, READY_CHANNEL])
-        return {row[0] for row in cursor.fetchall()}
 
 
 def can_insert_returning_on_conflict(connection: BaseDatabaseWrapper) -> bool:

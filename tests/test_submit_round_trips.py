@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,6 +11,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from scylla_django import db
 from scylla_django.exceptions import DuplicateTask
 from scylla_django.models import Task
 from scylla_django.retries import Fixed, Retry
@@ -80,18 +82,57 @@ def test_a_duplicate_submission_is_detected_by_the_same_statement():
     assert Task.objects.get(rn="twice").spec == {"n": 1}
 
 
-def test_submit_many_inserts_thousands_in_one_statement_with_per_item_outcomes():
-    Task.objects.submit("bulk", {}, rn="bulk-0007")
-    items = [{"queue": "bulk", "spec": {"n": n}, "rn": f"bulk-{n:04d}"} for n in range(2000)]
-    items[10] = {"queue": "bad queue", "spec": {}}
+def test_submit_many_inserts_a_small_batch_in_one_statement():
+    items = [{"queue": "bulk", "spec": {"n": n}} for n in range(db.SUBMIT_CHUNK - 1)]
     with round_trips() as (statements, switches):
         outcomes = Task.objects.submit_many(items)
     assert len(statements) == 1 and switches == []
+    assert {o.outcome for o in outcomes} == {"inserted"}
+
+
+def test_submit_many_pipelines_thousands_in_one_transaction_with_per_item_outcomes():
+    """Chunks of SUBMIT_CHUNK tasks, one statement each, sent in one pipeline: each chunk is
+    validated while the statements before it are on their way or running."""
+    from psycopg import pq
+
+    Task.objects.submit("bulk", {}, rn="bulk-0007")
+    pipelined: list[bool] = []
+
+    def items():
+        for n in range(2000):
+            status = connection.connection.pgconn.pipeline_status
+            pipelined.append(status != pq.PipelineStatus.OFF)
+            yield {"queue": "bulk", "spec": {"n": n}, "rn": f"bulk-{n:04d}"}
+
+    with round_trips() as (statements, switches):
+        outcomes = Task.objects.submit_many(
+            {"queue": "bad queue", "spec": {}} if n == 10 else item
+            for n, item in enumerate(items())
+        )
+    assert switches == [False, True]  # one transaction
+    inserts = [s for s in statements if s not in ("BEGIN", "COMMIT")]
+    assert len(inserts) == math.ceil(1998 / db.SUBMIT_CHUNK)
+    assert all("jsonb_to_recordset" in statement for statement in inserts)
+    # Past the first chunk, every item was validated with the pipeline open.
+    assert pipelined[db.SUBMIT_CHUNK + 2 :] and all(pipelined[db.SUBMIT_CHUNK + 2 :])
     kinds = [o.outcome for o in outcomes]
     assert kinds[7] == "duplicate" and kinds[10] == "invalid"
     assert kinds.count("inserted") == 1998
     assert Task.objects.filter(queue="bulk").count() == 1999
     assert Task.objects.get(rn="bulk-1999").spec == {"n": 1999}
+
+
+def test_a_batch_whose_items_fail_midway_inserts_none_of_them():
+    def items():
+        for n in range(3 * db.SUBMIT_CHUNK):
+            yield {"queue": "bulk", "spec": {"n": n}}
+        raise RuntimeError("the source of the items failed")
+
+    with pytest.raises(RuntimeError):
+        Task.objects.submit_many(items())
+    assert not Task.objects.filter(queue="bulk").exists()
+    Task.objects.submit("bulk", {})  # the connection is usable
+    assert Task.objects.filter(queue="bulk").count() == 1
 
 
 def prepared_statements() -> list[str]:

@@ -157,3 +157,19 @@ def test_an_error_class_names_its_code_in_its_header():
         "lease_lost",
         "scylla_error",
     )
+
+
+def test_a_generated_rn_is_a_random_version_4_uuid():
+    import uuid
+
+    from scylla_django.models.inputs import new_rn
+
+    rns = [new_rn() for _ in range(2000)]
+    assert len(set(rns)) == len(rns)
+    for rn in rns:
+        parsed = uuid.UUID(rn)
+        assert str(parsed) == rn
+        assert (parsed.version, parsed.variant) == (4, uuid.RFC_4122)
+    # Every variant digit (8, 9, a, b) and every hex digit elsewhere turns up.
+    assert {rn[19] for rn in rns} == set("89ab")
+    assert set("".join(rns).replace("-", "")) == set("0123456789abcdef")

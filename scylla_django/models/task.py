@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal, Unpack
 
-from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models import Case, Exists, F, FloatField, Q, Value, When
 from django.utils import timezone
@@ -51,10 +50,9 @@ from . import maintenance, portable, successors
 from .dependencies import HELD, Dependency
 from .history import History, _later
 from .inputs import (
-    SubmitDefaults,
+    BulkSubmission,
     SubmitOutcome,
     TaskOptions,
-    _error_dict,
     _terminal_statuses,
     _validate_after,
     task_values,
@@ -172,50 +170,34 @@ class TaskQuerySet(models.QuerySet["Task"]):
         return task
 
     def submit_many(self, items: Iterable[Mapping[str, Any]]) -> list[SubmitOutcome]:
-        """Submit several tasks in one round trip; return one outcome per item, in order.
+        """Submit several tasks at once; return one outcome per item, in order.
 
         Each item is a mapping of `submit()`'s arguments (`queue`, `spec`, and optionally
         `priority`, `rn`, `not_before`). Invalid items and duplicate rns (in the database or
-        earlier in the same batch) are reported and skipped; the others are inserted.
+        earlier in the same batch) are reported and skipped; the others are inserted, all in
+        one transaction. On PostgreSQL that is one round trip: one statement, or for more than
+        `db.SUBMIT_CHUNK` tasks one pipeline of them, each chunk sent as soon as it is
+        validated.
         """
-        outcomes: dict[int, SubmitOutcome] = {}
-        pending: list[tuple[int, dict[str, Any]]] = []
-        seen: set[str] = set()
-        defaults = SubmitDefaults.read()
-        for index, item in enumerate(items):
-            try:
-                task = task_values_from(item, defaults)
-            except ValidationError as exc:
-                rn = item.get("rn") if isinstance(item, Mapping) else None
-                outcomes[index] = SubmitOutcome(
-                    index, rn if isinstance(rn, str) else None, "invalid", _error_dict(exc)
-                )
-                continue
-            rn = task["rn"]
-            if rn in seen:
-                outcomes[index] = SubmitOutcome(index, rn, "duplicate")
-                continue
-            seen.add(rn)
-            pending.append((index, task))
-
+        batch = BulkSubmission(items)
         inserted: set[str] = set()
         connection = connections[self.db]
         if db.uses_single_statement_transitions(connection):
-            for start in range(0, len(pending), 5000):
-                rows = [values for _, values in pending[start : start + 5000]]
-                inserted |= db.postgresql_submit_many(self, rows)
+            # Validated a chunk at a time as the statements go out (see there).
+            inserted = db.postgresql_submit_many(self, batch.chunks(db.SUBMIT_CHUNK))
         elif db.can_insert_returning_on_conflict(connection):
-            for start in range(0, len(pending), 500):
-                chunk = [self.model(**values) for _, values in pending[start : start + 500]]
-                inserted |= db.insert_ignoring_duplicates(self, chunk)
+            for chunk in batch.chunks(500):
+                inserted |= db.insert_ignoring_duplicates(self, [self.model(**v) for v in chunk])
         else:
-            for _, values in pending:
-                try:
-                    with transaction.atomic(using=self.db):
-                        self.model(**values).save(force_insert=True, using=self.db)
-                    inserted.add(values["rn"])
-                except IntegrityError:
-                    pass
+            for chunk in batch.chunks(500):
+                for values in chunk:
+                    try:
+                        with transaction.atomic(using=self.db):
+                            self.model(**values).save(force_insert=True, using=self.db)
+                        inserted.add(values["rn"])
+                    except IntegrityError:
+                        pass
+        outcomes, pending = batch.outcomes, batch.pending
         notify = signals.task_submitted.has_listeners(Task)
         for index, values in pending:
             status: Literal["inserted", "duplicate"] = (
