@@ -122,19 +122,6 @@ def test_submit_many_pipelines_thousands_in_one_transaction_with_per_item_outcom
     assert Task.objects.get(rn="bulk-1999").spec == {"n": 1999}
 
 
-def test_a_batch_whose_items_fail_midway_inserts_none_of_them():
-    def items():
-        for n in range(3 * db.SUBMIT_CHUNK):
-            yield {"queue": "bulk", "spec": {"n": n}}
-        raise RuntimeError("the source of the items failed")
-
-    with pytest.raises(RuntimeError):
-        Task.objects.submit_many(items())
-    assert not Task.objects.filter(queue="bulk").exists()
-    Task.objects.submit("bulk", {})  # the connection is usable
-    assert Task.objects.filter(queue="bulk").count() == 1
-
-
 def prepared_statements() -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")

@@ -534,3 +534,17 @@ def test_signals_are_sent_after_commit(worker, django_capture_on_commit_callback
     with django_capture_on_commit_callbacks() as callbacks:
         Task.objects.submit("default", {}, rn="c")  # no receiver: nothing is scheduled
     assert callbacks == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_whose_items_fail_midway_inserts_none_of_them():
+    def items():
+        for n in range(1234):
+            yield {"queue": "bulk", "spec": {"n": n}}
+        raise RuntimeError("the source of the items failed")
+
+    with pytest.raises(RuntimeError):
+        Task.objects.submit_many(items())
+    assert not Task.objects.filter(queue="bulk").exists()
+    Task.objects.submit("bulk", {})  # the connection is usable
+    assert Task.objects.filter(queue="bulk").count() == 1

@@ -186,17 +186,20 @@ class TaskQuerySet(models.QuerySet["Task"]):
             # Validated a chunk at a time as the statements go out (see there).
             inserted = db.postgresql_submit_many(self, batch.chunks(db.SUBMIT_CHUNK))
         elif db.can_insert_returning_on_conflict(connection):
-            for chunk in batch.chunks(500):
-                inserted |= db.insert_ignoring_duplicates(self, [self.model(**v) for v in chunk])
+            with db.write_atomic(self.db):
+                for chunk in batch.chunks(500):
+                    new = [self.model(**values) for values in chunk]
+                    inserted |= db.insert_ignoring_duplicates(self, new)
         else:
-            for chunk in batch.chunks(500):
-                for values in chunk:
-                    try:
-                        with transaction.atomic(using=self.db):
-                            self.model(**values).save(force_insert=True, using=self.db)
-                        inserted.add(values["rn"])
-                    except IntegrityError:
-                        pass
+            with db.write_atomic(self.db):
+                for chunk in batch.chunks(500):
+                    for values in chunk:
+                        try:
+                            with transaction.atomic(using=self.db):
+                                self.model(**values).save(force_insert=True, using=self.db)
+                            inserted.add(values["rn"])
+                        except IntegrityError:
+                            pass
         outcomes, pending = batch.outcomes, batch.pending
         notify = signals.task_submitted.has_listeners(Task)
         for index, values in pending:
