@@ -20,7 +20,8 @@ before every run: point it at a scratch database. Figures (`--only`, repeatable)
   another) per task, one client per worker process. Also the CPU per task of the workers and of
   PostgreSQL (the whole server: cpu_of_postgres; this database's backends: BackendSampler), and
   the statement time and connections per task from pg_stat_database.
-- django_tasks: `noop_task.enqueue()` per call, then processing by the workers (Django 6+).
+- django_tasks: `noop_task.enqueue()` per call, beside native `submit()` per call in the same
+  runs, then processing by the workers (Django 6+).
 - latency: submit -> handler start with one idle worker (default options), and cancel ->
   `ctx.check()` raising in a running handler.
 
@@ -198,6 +199,8 @@ class Bench:
             print("django.tasks path: skipped (Django 6+ only)")
             return
 
+        from scylla_django.models import Task
+
         def enqueue() -> float:
             empty()
             started = time.perf_counter()
@@ -205,12 +208,28 @@ class Bench:
                 noop_task.enqueue()
             return self.tasks / (time.perf_counter() - started)
 
+        def submit() -> float:
+            empty()
+            started = time.perf_counter()
+            for n in range(self.tasks):
+                Task.objects.submit("default", {"n": n})
+            return self.tasks / (time.perf_counter() - started)
+
         enqueued: list[float] = []
+        submitted: list[float] = []
         processed: list[float] = []
         for _ in range(self.runs):
+            # The native submit beside each enqueue run: the ratio holds if the machine drifts.
+            submitted.append(submit())
             enqueued.append(enqueue())
             processed.append(self.process_once((), queue="default", submit=False).rate)
-        line("django.tasks enqueue, one per call", enqueued, "tasks/s")
+        line(
+            "django.tasks enqueue, one per call",
+            enqueued,
+            "tasks/s",
+            submitted,
+            "native submit, same runs",
+        )
         line(f"django.tasks processed, {self.workers} workers, defaults", processed, "tasks/s")
 
     def latency(self) -> None:
