@@ -688,7 +688,12 @@ class TaskWorker:
             limit=claimed,
             timeout=self.lease_timeout,
         )
-        return self._refusals(batch, written), tasks
+        try:
+            return self._refusals(batch, written), tasks
+        except DatabaseError as exc:  # the tasks are leased: keep them, whatever the reason
+            self._discard_connection()
+            unknown = ScyllaError(f"it was refused, and reading why failed: {exc}")
+            return {o.pk: unknown for _, o in batch if o.pk not in written}, tasks
 
     def _refusals(
         self, batch: list[tuple[TaskContext, Outcome]], written: set[int]

@@ -262,6 +262,46 @@ def test_an_async_handler_sees_a_cancel_through_ctx_check():
     assert Task.objects.get(pk=task.pk).status == Status.CANCELLED
 
 
+def test_a_task_leased_with_a_refused_outcome_runs_even_if_reading_why_fails(monkeypatch, caplog):
+    """The thread that ran a task writes its outcome and leases the next in one call. The
+    outcome is refused (the task was cancelled while it ran), and reading why fails: the
+    task leased by the same call is still the worker's, and runs."""
+    registry = HandlerRegistry()
+    ran: list[int] = []
+
+    def run(ctx):
+        ran.append(ctx.task.spec["n"])
+        if ctx.task.spec["n"] == 0:
+            Task.objects.get(pk=ctx.task.pk).cancel()
+
+    registry.register("refused", run)
+    real = TaskQuerySet.refusals
+    failures = []
+
+    def refusals(self, worker, leases):
+        if not failures:
+            failures.append(leases)
+            raise OperationalError("the connection dropped")
+        return real(self, worker, leases)
+
+    monkeypatch.setattr(TaskQuerySet, "refusals", refusals)
+    first = Task.objects.submit("refused", {"n": 0})
+    second = Task.objects.submit("refused", {"n": 1})
+    worker = TaskWorker(["refused"], registry=registry, poll_interval=0.05, max_tasks=2)
+    caplog.set_level("INFO", logger="scylla_django.worker")
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_until(lambda: Task.objects.get(pk=second.pk).status == Status.COMPLETED, 20)
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert ran == [0, 1] and failures
+    assert Task.objects.get(pk=first.pk).status == Status.CANCELLED
+    assert "1 completed, 1 not written" in caplog.text
+    assert "reading why failed: the connection dropped" in caplog.text
+
+
 @pytest.mark.postgres
 def test_the_thread_that_ran_a_task_writes_its_outcome_and_leases_the_next_on_its_own_session(
     monkeypatch,
