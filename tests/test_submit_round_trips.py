@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from scylla_django import db
 from scylla_django.exceptions import DuplicateTask
-from scylla_django.models import Task
+from scylla_django.models import Outcome, Task, Worker
 from scylla_django.retries import Fixed, Retry
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -129,8 +129,6 @@ def prepared_statements() -> list[str]:
 
 
 def test_submit_lease_and_finish_are_prepared_once_per_connection(worker):
-    from scylla_django.models import Outcome
-
     connection.close()  # a new session: nothing prepared yet
     for n in range(3):
         Task.objects.submit("prep", {"n": n}, rn=f"prep-{n}")
@@ -167,7 +165,18 @@ def test_nothing_is_prepared_when_turned_off(how, settings, monkeypatch):
     connection.close()
     Task.objects.submit("prep", {}, rn="unprepared")
     Task.objects.submit_many([{"queue": "prep", "spec": {}, "rn": "unprepared-bulk"}])
+    # Several chunks: statements one after another (no pipeline), in one transaction.
+    outcomes = Task.objects.submit_many(
+        {"queue": "prep", "spec": {"n": n}} for n in range(2 * db.SUBMIT_CHUNK + 1)
+    )
+    assert {o.outcome for o in outcomes} == {"inserted"}
+    worker = Worker.objects.register(queues=["prep"])
+    [first] = Task.objects.lease(worker, ["prep"])
+    _, leased = Task.objects.finish_and_lease(worker, [Outcome(first.pk, 1)], ["prep"])
     assert prepared_statements() == []
+    assert len(leased) == 1 and leased[0].status == "running"
+    assert Task.objects.filter(queue="prep").count() == 2 * db.SUBMIT_CHUNK + 3
+    assert Task.objects.get(pk=first.pk).status == "completed"
 
 
 def plan_cache_mode() -> str:
