@@ -103,8 +103,7 @@ class BulkSubmission:
 
 def new_rn() -> str:
     """A new random rn: a version 4 UUID in its usual text form, as `str(uuid.uuid4())` gives
-    it, written out from 16 random bytes at a third of its cost (bulk submissions generate
-    one per task)."""
+    it, written out from 16 random bytes for less (bulk submissions generate one per task)."""
     h = os.urandom(16).hex()
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
