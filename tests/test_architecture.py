@@ -24,6 +24,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "conf",
         "validation",
         "db",
+        "inserts",
         "models",
         "retries",
         "signals",

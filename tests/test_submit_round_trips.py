@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scylla_django import db
+from scylla_django import inserts
 from scylla_django.exceptions import DuplicateTask
 from scylla_django.models import Outcome, Task, Worker
 from scylla_django.retries import Fixed, Retry
@@ -83,7 +83,7 @@ def test_a_duplicate_submission_is_detected_by_the_same_statement():
 
 
 def test_submit_many_inserts_a_small_batch_in_one_statement():
-    items = [{"queue": "bulk", "spec": {"n": n}} for n in range(db.SUBMIT_CHUNK - 1)]
+    items = [{"queue": "bulk", "spec": {"n": n}} for n in range(inserts.SUBMIT_CHUNK - 1)]
     with round_trips() as (statements, switches):
         outcomes = Task.objects.submit_many(items)
     assert len(statements) == 1 and switches == []
@@ -110,11 +110,11 @@ def test_submit_many_pipelines_thousands_in_one_transaction_with_per_item_outcom
             for n, item in enumerate(items())
         )
     assert switches == [False, True]  # one transaction
-    inserts = [s for s in statements if s not in ("BEGIN", "COMMIT")]
-    assert len(inserts) == math.ceil(1998 / db.SUBMIT_CHUNK)
-    assert all("jsonb_to_recordset" in statement for statement in inserts)
+    sent = [s for s in statements if s not in ("BEGIN", "COMMIT")]
+    assert len(sent) == math.ceil(1998 / inserts.SUBMIT_CHUNK)
+    assert all("jsonb_to_recordset" in statement for statement in sent)
     # Past the first chunk, every item was validated with the pipeline open.
-    assert pipelined[db.SUBMIT_CHUNK + 2 :] and all(pipelined[db.SUBMIT_CHUNK + 2 :])
+    assert pipelined[inserts.SUBMIT_CHUNK + 2 :] and all(pipelined[inserts.SUBMIT_CHUNK + 2 :])
     kinds = [o.outcome for o in outcomes]
     assert kinds[7] == "duplicate" and kinds[10] == "invalid"
     assert kinds.count("inserted") == 1998
@@ -167,7 +167,7 @@ def test_nothing_is_prepared_when_turned_off(how, settings, monkeypatch):
     Task.objects.submit_many([{"queue": "prep", "spec": {}, "rn": "unprepared-bulk"}])
     # Several chunks: statements one after another (no pipeline), in one transaction.
     outcomes = Task.objects.submit_many(
-        {"queue": "prep", "spec": {"n": n}} for n in range(2 * db.SUBMIT_CHUNK + 1)
+        {"queue": "prep", "spec": {"n": n}} for n in range(2 * inserts.SUBMIT_CHUNK + 1)
     )
     assert {o.outcome for o in outcomes} == {"inserted"}
     worker = Worker.objects.register(queues=["prep"])
@@ -175,7 +175,7 @@ def test_nothing_is_prepared_when_turned_off(how, settings, monkeypatch):
     _, leased = Task.objects.finish_and_lease(worker, [Outcome(first.pk, 1)], ["prep"])
     assert prepared_statements() == []
     assert len(leased) == 1 and leased[0].status == "running"
-    assert Task.objects.filter(queue="prep").count() == 2 * db.SUBMIT_CHUNK + 3
+    assert Task.objects.filter(queue="prep").count() == 2 * inserts.SUBMIT_CHUNK + 3
     assert Task.objects.get(pk=first.pk).status == "completed"
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from django.db import connections, models
 from django.db.models import Q
 
-from .. import db, retries, signals
+from .. import db, inserts, retries, signals
 from ..enums import Status
 from .dependencies import Dependency
 from .history import _later
@@ -71,7 +71,7 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
     created: Any
     if db.uses_single_statement_transitions(connections[using]):
         # As `submit`: one statement, and listening workers are notified if it is due now.
-        inserted = db.postgresql_submit(manager, values)
+        inserted = inserts.postgresql_submit(manager, values)
         if inserted is None:
             return None
         successor.pk, successor.created, successor.updated = inserted

@@ -14,7 +14,7 @@ from django.db import IntegrityError, connections, models, transaction
 from django.db.models import Case, Exists, F, FloatField, Q, Value, When
 from django.utils import timezone
 
-from .. import db, retries, signals, validation
+from .. import db, inserts, retries, signals, validation
 from ..conf import scylla_settings
 from ..db import Clock, Now
 from ..enums import (
@@ -119,7 +119,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         if after is not None:
             return self._submit_after(self.model(**values), after)
         if db.uses_single_statement_transitions(connections[self.db]):
-            inserted = db.postgresql_submit(self, values)
+            inserted = inserts.postgresql_submit(self, values)
             if inserted is None:
                 raise DuplicateTask(f"A task with rn {values['rn']!r} exists.", rn=values["rn"])
             pk, created, updated = inserted
@@ -176,7 +176,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         `priority`, `rn`, `not_before`). Invalid items and duplicate rns (in the database or
         earlier in the same batch) are reported and skipped; the others are inserted, all in
         one transaction. On PostgreSQL that is one round trip: one statement, or for more than
-        `db.SUBMIT_CHUNK` tasks one pipeline of them, each chunk sent as soon as it is
+        `inserts.SUBMIT_CHUNK` tasks one pipeline of them, each chunk sent as soon as it is
         validated.
         """
         batch = BulkSubmission(items)
@@ -184,12 +184,12 @@ class TaskQuerySet(models.QuerySet["Task"]):
         connection = connections[self.db]
         if db.uses_single_statement_transitions(connection):
             # Validated a chunk at a time as the statements go out (see there).
-            inserted = db.postgresql_submit_many(self, batch.chunks(db.SUBMIT_CHUNK))
-        elif db.can_insert_returning_on_conflict(connection):
+            inserted = inserts.postgresql_submit_many(self, batch.chunks(inserts.SUBMIT_CHUNK))
+        elif inserts.can_insert_returning_on_conflict(connection):
             with db.write_atomic(self.db):
                 for chunk in batch.chunks(500):
                     new = [self.model(**values) for values in chunk]
-                    inserted |= db.insert_ignoring_duplicates(self, new)
+                    inserted |= inserts.insert_ignoring_duplicates(self, new)
         else:
             with db.write_atomic(self.db):
                 for chunk in batch.chunks(500):

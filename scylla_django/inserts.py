@@ -1,0 +1,262 @@
+"""How new tasks reach the task table, per database vendor: the single and bulk submission
+statements of PostgreSQL, the bulk insert of SQLite. (`db` has the other vendor SQL.)
+
+- PostgreSQL: a submission is one `INSERT … ON CONFLICT (rn) DO NOTHING RETURNING`, which
+  reports a duplicate rn as "no row returned"; a bulk one inserts chunks of rows expanded
+  from a JSON document, its statements sent in one pipeline. Both notify listening workers
+  (`db.READY_CHANNEL`) in the same statement.
+- SQLite: the bulk insert is one `INSERT … ON CONFLICT DO NOTHING RETURNING` per chunk.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from itertools import chain
+from typing import Any, TypeVar
+
+from django.db import connections, models, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import QuerySet
+
+from . import db
+
+_Row = TypeVar("_Row", bound=models.Model)  # the Task model, which this module never imports
+
+
+def _insert_parts(tasks: QuerySet[_Row]) -> tuple[list[models.Field[Any, Any]], str]:
+    # Every column but the key and those the database fills in itself (created, updated).
+    fields = [
+        f for f in tasks.model._meta.concrete_fields if not f.primary_key and not f.has_db_default()
+    ]
+    quote = connections[tasks.db].ops.quote_name
+    return fields, ", ".join(quote(str(f.column)) for f in fields)
+
+
+def _ready_notification(table: str) -> str:
+    """A CTE that notifies db.READY_CHANNEL once per queue of `table`'s rows leasable now."""
+    return (
+        "notified AS (SELECT count(pg_notify(%s, queue)) AS n FROM "
+        f"(SELECT DISTINCT queue FROM {table} "
+        "WHERE not_before IS NULL OR not_before <= statement_timestamp()) AS q)"
+    )
+
+
+# What a submission sets, with its type in SQL (the last three link a retry to the task it
+# retries); every other column takes its default.
+SUBMITTED = {
+    "rn": "text",
+    "queue": "text",
+    "spec": "jsonb",
+    "priority": "integer",
+    "not_before": "timestamptz",
+    "retry_policy": "jsonb",
+    "retry_of": "text",
+    "root": "text",
+    "attempt": "integer",
+}
+
+
+@dataclass(frozen=True)
+class _Submission:
+    """The submit statements of a task model on one database, built once."""
+
+    given: list[models.Field[Any, Any]]  # the SUBMITTED fields, first in the column list
+    one: str  # a single task: its values as parameters
+    many: str  # many tasks: their values as one JSON array
+
+
+@cache
+def _submission(model: type[models.Model], using: str) -> _Submission:
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    fields, _ = _insert_parts(model._default_manager.using(using))
+    given = [f for f in fields if f.name in SUBMITTED]
+    others = [f for f in fields if f.name not in SUBMITTED]
+    assert len(given) == len(SUBMITTED), "a SUBMITTED field is not a column of the model"
+    columns = ", ".join(quote(str(f.column)) for f in [*given, *others])
+    # The other columns' defaults are constants, written into the statements as literals
+    # (prepared as the ORM would, quoted by the driver): nothing to adapt and send per task.
+    assert all(
+        not f.has_default() or not callable(f.default) or f.default in (list, dict) for f in others
+    ), "a default that varies cannot be a literal"
+    operations: Any = connection.ops  # PostgreSQL's, which can compose SQL with literals
+    defaults = operations.compose_sql(
+        ", ".join(["%s"] * len(others)),
+        [f.get_db_prep_save(f.get_default(), connection) for f in others],
+    )
+    table = quote(model._meta.db_table)
+    record = ", ".join(f"{quote(f.name)} {SUBMITTED[f.name]}" for f in given)
+    picked = ", ".join(f"r.{quote(f.name)}" for f in given)
+    return _Submission(
+        given=given,
+        one=(
+            f"WITH inserted AS (INSERT INTO {table} ({columns}) "
+            f"VALUES ({', '.join(['%s'] * len(given))}, {defaults}) ON CONFLICT (rn) DO NOTHING "
+            "RETURNING id, created, updated, queue, not_before), "
+            f"{_ready_notification('inserted')} "
+            "SELECT id, created, updated, (SELECT n FROM notified) FROM inserted"
+        ),
+        many=(
+            f"WITH inserted AS (INSERT INTO {table} ({columns}) "
+            f"SELECT {picked}, {defaults} FROM jsonb_to_recordset(%s::jsonb) AS r({record}) "
+            "ON CONFLICT (rn) DO NOTHING RETURNING rn, queue, not_before), "
+            f"{_ready_notification('inserted')} "
+            "SELECT rn, (SELECT n FROM notified) FROM inserted"
+        ),
+    )
+
+
+def postgresql_submit(
+    tasks: QuerySet[_Row], values: dict[str, Any]
+) -> tuple[int, datetime, datetime] | None:
+    """Insert one task in one statement (PostgreSQL); None if its rn exists.
+
+    `values` are the validated SUBMITTED fields (a missing one takes its default).
+    `ON CONFLICT (rn) DO NOTHING` reports a duplicate as "no row returned", so no error and no
+    second query is needed; in autocommit this is the whole round trip. Listening workers are
+    notified in the same statement if the task is leasable now.
+    """
+    connection = connections[tasks.db]
+    submission = _submission(tasks.model, tasks.db)
+    params = [
+        _db_value(f, values[f.name] if f.name in values else f.get_default(), connection)
+        for f in submission.given
+    ]
+    with db.prepared_cursor(connection) as cursor:
+        cursor.execute(submission.one, [*params, db.READY_CHANNEL])
+        row = cursor.fetchone()
+    return None if row is None else (row[0], row[1], row[2])
+
+
+def _db_value(field: models.Field[Any, Any], value: Any, connection: BaseDatabaseWrapper) -> Any:
+    """A validated value of a SUBMITTED field as a statement parameter: what
+    `field.get_db_prep_save(value, connection)` gives, without its generic path for the plain
+    text and integer values (the ones every submission has)."""
+    if value is None:
+        return None
+    if isinstance(field, models.JSONField):  # any JSON document, a bare string or number too
+        return connection.ops.adapt_json_value(value, field.encoder)
+    if type(value) is str or type(value) is int:
+        return value
+    return field.get_db_prep_save(value, connection)
+
+
+# Tasks per statement of a bulk submission on PostgreSQL (see `postgresql_submit_many`).
+SUBMIT_CHUNK = 100
+
+
+def postgresql_submit_many(
+    tasks: QuerySet[_Row], chunks: Iterable[Sequence[dict[str, Any]]]
+) -> set[str]:
+    """Insert chunks of validated rows (the SUBMITTED fields; a missing one takes its
+    default), one statement per chunk, all in one transaction; return the rns inserted.
+
+    Each chunk travels as one JSON array, expanded by `jsonb_to_recordset` into `INSERT …
+    SELECT … ON CONFLICT (rn) DO NOTHING` (no per-row parameters to bind); the other columns
+    take their defaults. Each statement notifies db.READY_CHANNEL once per queue that got
+    leasable tasks.
+
+    `chunks` is taken one chunk at a time as the statements go out. Where the cursor binds its
+    parameters on the server (see `prepared_cursor`), the statements go out in one pipeline:
+    each is sent as soon as its chunk is ready, and nothing waits for a reply until the last
+    one has gone, so a caller that validates its chunks lazily validates the next one while
+    the server inserts the last. A chunk smaller than SUBMIT_CHUNK ends the batch: a single
+    one is one statement in autocommit.
+    """
+    connection = connections[tasks.db]
+    statement = _submission(tasks.model, tasks.db).many
+    chunks = iter(chunks)
+    first = next(chunks, None)
+    if first is None:
+        return set()
+    if len(first) < SUBMIT_CHUNK:
+        return _submit_chunks(connection, statement, [first])
+    with transaction.atomic(using=tasks.db):
+        if not db.prepares(connection) or not _pipeline_supported():
+            return _submit_chunks(connection, statement, chain([first], chunks))
+        with connection.wrap_database_errors, connection.connection.pipeline():
+            cursors = [_send_chunk(connection, statement, first)]
+            cursors += [_send_chunk(connection, statement, chunk) for chunk in chunks]
+        return _inserted(cursors)
+
+
+def _submit_chunks(
+    connection: BaseDatabaseWrapper, statement: str, chunks: Iterable[Sequence[dict[str, Any]]]
+) -> set[str]:
+    """Run the bulk submission `statement` for each chunk in turn; the rns inserted."""
+    return _inserted([_send_chunk(connection, statement, chunk) for chunk in chunks])
+
+
+def _send_chunk(
+    connection: BaseDatabaseWrapper, statement: str, rows: Sequence[dict[str, Any]]
+) -> Any:
+    """Execute the bulk submission `statement` for `rows` on a cursor of its own (which holds
+    the rns inserted once the statement has run)."""
+    cursor = db.prepared_cursor(connection)
+    cursor.execute(statement, [_submission_document(rows), db.READY_CHANNEL])
+    return cursor
+
+
+def _inserted(cursors: Sequence[Any]) -> set[str]:
+    """The rns the bulk submission statements of `cursors` inserted (closing the cursors)."""
+    inserted: set[str] = set()
+    for cursor in cursors:
+        with cursor:
+            inserted.update(row[0] for row in cursor.fetchall())
+    return inserted
+
+
+@cache
+def _pipeline_supported() -> bool:
+    from psycopg import Pipeline
+
+    return bool(Pipeline.is_supported())
+
+
+def _submission_document(rows: Sequence[dict[str, Any]]) -> str:
+    """`rows` as the JSON array the bulk submission statement expands."""
+    return json.dumps(
+        [
+            {
+                "rn": row["rn"],
+                "queue": row["queue"],
+                "spec": row["spec"],
+                "priority": row["priority"],
+                "not_before": row["not_before"].isoformat() if row["not_before"] else None,
+                "retry_policy": row.get("retry_policy"),
+                "retry_of": row.get("retry_of"),
+                "root": row.get("root"),
+                "attempt": row.get("attempt", 0),
+            }
+            for row in rows
+        ],
+        separators=(",", ":"),
+    )
+
+
+def can_insert_returning_on_conflict(connection: BaseDatabaseWrapper) -> bool:
+    return connection.vendor in {"postgresql", "sqlite"}
+
+
+def insert_ignoring_duplicates(tasks: QuerySet[_Row], batch: Sequence[_Row]) -> set[str]:
+    """Insert `batch` in one statement, skipping any whose rn exists; return the inserted rns."""
+    connection = connections[tasks.db]
+    fields, columns = _insert_parts(tasks)
+    quote = connection.ops.quote_name
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    params = [
+        field.get_db_prep_save(getattr(obj, field.attname), connection)
+        for obj in batch
+        for field in fields
+    ]
+    statement = (
+        f"INSERT INTO {quote(tasks.model._meta.db_table)} ({columns}) "
+        f"VALUES {', '.join([row] * len(batch))} ON CONFLICT (rn) DO NOTHING RETURNING rn"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return {row[0] for row in cursor.fetchall()}
