@@ -1,20 +1,16 @@
-"""How a worker ends its leases: `Outcome`, the rows the batched finish writes from them, and
-the finished tasks as written (for `task_finished`)."""
+"""How a worker ends its leases: `Outcome`, and the rows the batched finish writes from
+them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from django.db.models import QuerySet
+from django.db import models
 
 from ..enums import Status
 from ..validation import validate_errors, validate_json
-
-if TYPE_CHECKING:
-    from .task import Task
 
 
 @dataclass(frozen=True)
@@ -31,9 +27,9 @@ class Outcome:
     errors: list[dict[str, Any]] | None = None
     # Seconds the handler ran, as the worker measured it; sent with `task_finished`.
     duration: float | None = None
-    # The leased task, if the caller holds it: updated in place and sent with `task_finished`
+    # The leased Task, if the caller holds it: updated in place and sent with `task_finished`
     # instead of being read back.
-    task: Task | None = field(default=None, repr=False, compare=False)
+    task: models.Model | None = field(default=None, repr=False, compare=False)
 
 
 def outcome_rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
@@ -51,36 +47,3 @@ def outcome_rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
         }
         for outcome in outcomes
     ]
-
-
-def finished_tasks(
-    tasks: QuerySet[Task],
-    outcomes: Sequence[Outcome],
-    rows: list[dict[str, Any]],
-    done: Mapping[int, datetime],
-) -> Iterator[tuple[Task, float | None]]:
-    """The tasks written from `rows` (`done`: their pks, each with its `updated`), as written,
-    each with its handler's run time.
-
-    An outcome that carries its task (as the worker's do) gets that instance updated in place,
-    with no query; the others are read back, in one query.
-    """
-    written = {row["id"]: row for row in rows if row["id"] in done}
-    missing = [o.pk for o in outcomes if o.pk in written and o.task is None]
-    read = tasks.in_bulk(missing) if missing else {}
-    for outcome in outcomes:
-        row = written.pop(outcome.pk, None)
-        if row is None:
-            continue
-        task = outcome.task
-        if task is None:
-            task = read.get(outcome.pk)
-            if task is None:  # purged since: nothing left to describe
-                continue
-        else:
-            task.status, task.deadline, task.updated = row["status"], None, done[outcome.pk]
-            if row["errors"] is None:
-                task.progress, task.result = 1.0, row["result"]
-            else:
-                task.errors = row["errors"]
-        yield task, outcome.duration

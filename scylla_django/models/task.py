@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Literal, Unpack
+from typing import Any, ClassVar, Literal, Unpack, cast
 
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models import Case, Exists, F, FloatField, Q, Value, When
@@ -58,7 +58,7 @@ from .inputs import (
     task_values,
     task_values_from,
 )
-from .outcomes import Outcome, finished_tasks, outcome_rows
+from .outcomes import Outcome, outcome_rows
 from .processes import Worker, _sqlite_json_each, worker_id, worker_name
 from .queues import QueueSetting, QueueSummary, _due, queue_summaries, ready_summary
 from .refusals import lease_reset_refusal, refusal_errors
@@ -489,13 +489,39 @@ class TaskQuerySet(models.QuerySet["Task"]):
     def _finished(
         self, outcomes: Sequence[Outcome], rows: list[dict[str, Any]], done: Mapping[int, datetime]
     ) -> None:
-        """Send `task_finished` for the tasks written from `rows` (see `finished_tasks`)."""
-        if done and signals.task_finished.has_listeners(Task):
-            tasks = self.model.objects.using(self.db)
-            for task, duration in finished_tasks(tasks, outcomes, rows, done):
-                _later(
-                    signals.task_finished, self.db, task=task, status=task.status, duration=duration
-                )
+        """Send `task_finished` for the tasks written from `rows` (`done`: their pks, each with
+        its `updated`), as written, each with its handler's run time.
+
+        An outcome that carries its task (as the worker's do) gets that instance updated in
+        place, with no query; the others are read back, in one query.
+        """
+        if not done or not signals.task_finished.has_listeners(Task):
+            return
+        written = {row["id"]: row for row in rows if row["id"] in done}
+        missing = [o.pk for o in outcomes if o.pk in written and o.task is None]
+        read = self.model.objects.using(self.db).in_bulk(missing) if missing else {}
+        for outcome in outcomes:
+            row = written.pop(outcome.pk, None)
+            if row is None:
+                continue
+            task = cast(Task | None, outcome.task)
+            if task is None:
+                task = read.get(outcome.pk)
+                if task is None:  # purged since: nothing left to describe
+                    continue
+            else:
+                task.status, task.deadline, task.updated = row["status"], None, done[outcome.pk]
+                if row["errors"] is None:
+                    task.progress, task.result = 1.0, row["result"]
+                else:
+                    task.errors = row["errors"]
+            _later(
+                signals.task_finished,
+                self.db,
+                task=task,
+                status=task.status,
+                duration=outcome.duration,
+            )
 
     def _finish_rows(self, name: str, rows: list[dict[str, Any]]) -> dict[int, datetime]:
         if db.uses_single_statement_transitions(connections[self.db]):
