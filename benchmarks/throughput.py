@@ -122,16 +122,9 @@ class Bench:
 
     # -- figures ------------------------------------------------------------------------------
     def submit(self) -> None:
-        from scylla_django.models import Task
-
-        def ours() -> float:
-            empty()
-            started = time.perf_counter()
-            for n in range(self.tasks):
-                Task.objects.submit("bench-submit", {"n": n})
-            return self.tasks / (time.perf_counter() - started)
-
-        rates, limits = interleave(self.runs, ours, lambda: self.pgbench("insert", 1))
+        rates, limits = interleave(
+            self.runs, lambda: self.submit_rate("bench-submit"), lambda: self.pgbench("insert", 1)
+        )
         line("submit, one task per call", rates, "tasks/s", limits, "pgbench INSERT, 1 client")
 
     def submit_many(self) -> None:
@@ -199,8 +192,6 @@ class Bench:
             print("django.tasks path: skipped (Django 6+ only)")
             return
 
-        from scylla_django.models import Task
-
         def enqueue() -> float:
             empty()
             started = time.perf_counter()
@@ -208,19 +199,12 @@ class Bench:
                 noop_task.enqueue()
             return self.tasks / (time.perf_counter() - started)
 
-        def submit() -> float:
-            empty()
-            started = time.perf_counter()
-            for n in range(self.tasks):
-                Task.objects.submit("default", {"n": n})
-            return self.tasks / (time.perf_counter() - started)
-
         enqueued: list[float] = []
         submitted: list[float] = []
         processed: list[float] = []
         for _ in range(self.runs):
             # The native submit beside each enqueue run: the ratio holds if the machine drifts.
-            submitted.append(submit())
+            submitted.append(self.submit_rate("default"))
             enqueued.append(enqueue())
             processed.append(self.process_once((), queue="default", submit=False).rate)
         line(
@@ -252,6 +236,16 @@ class Bench:
         )
 
     # -- measurements -------------------------------------------------------------------------
+    def submit_rate(self, queue: str) -> float:
+        """Tasks/s of `Task.objects.submit()` in a loop, one task per call, on emptied tables."""
+        from scylla_django.models import Task
+
+        empty()
+        started = time.perf_counter()
+        for n in range(self.tasks):
+            Task.objects.submit(queue, {"n": n})
+        return self.tasks / (time.perf_counter() - started)
+
     def process_once(
         self, options: Sequence[str], queue: str = "bench-noop", submit: bool = True
     ) -> Run:

@@ -348,8 +348,11 @@ def postgresql_lease(
     queues: Sequence[str],
     limit: int,
     timeout: timedelta,
-) -> list[_Row] | None:
-    """Lease up to `limit` tasks (PostgreSQL); None if the worker may not lease.
+    finish: Sequence[dict[str, Any]] = (),
+) -> tuple[dict[int, datetime], list[_Row] | None]:
+    """Lease up to `limit` tasks (PostgreSQL); None if the worker may not lease. With
+    `finish`, first complete or abort those rows (as `postgresql_finish`) in the same statement.
+    Returns the pks finished (each with its `updated`) and the tasks leased.
 
     For each requested queue that is not paused, a LATERAL subquery walks the ready index
     (queue, priority desc, created, id) in order, skipping rows other lessees hold (`SKIP
@@ -365,16 +368,31 @@ def postgresql_lease(
     settings rows, then runs the statement again, which counts each limited queue's running
     tasks in its own snapshot (taken after the lock, so every earlier lease of that queue is
     counted) and walks at most the room left under the limit.
+
+    Finishing and leasing in one statement is one round trip and one commit for a worker that
+    ends a task and takes the next: the finished tasks and the leased ones change status in
+    the same commit, so no snapshot sees the worker hold both. With a limited queue the
+    outcomes are written by the first statement, and the lease is made under the lock after.
     """
-    statement, params = _lease_statement(tasks, history, workers, settings, locked=False)
+    finishing = bool(finish)
+    statement, params = _lease_statement(
+        tasks, history, workers, settings, locked=False, finishing=finishing
+    )
     params.update(worker_id=worker_id, worker=worker, queues=list(queues), limit=limit)
     params.update(timeout=timeout, locked=False)
+    if finishing:
+        params["rows"] = json.dumps(list(finish))
     with prepared_cursor(connections[tasks.db]) as cursor:
         cursor.execute(statement, params)
         rows = cursor.fetchall()
+    finished: dict[int, datetime] = {}
+    skip = 2
+    if finishing:  # the pks finished and their `updated`, after the first two columns
+        finished = dict(zip(rows[0][2] or [], rows[0][3] or [], strict=True))
+        skip = 4
     if rows[0][0] and rows[0][1]:  # a limited queue: lease again under its lock
-        rows = _lease_limited(tasks, history, workers, settings, params)
-    return _leased(tasks, rows, 2) if rows[0][0] else None
+        rows, skip = _lease_limited(tasks, history, workers, settings, params), 2
+    return finished, _leased(tasks, rows, skip) if rows[0][0] else None
 
 
 def _lease_limited(
@@ -411,43 +429,6 @@ def _leased(tasks: QuerySet[_Row], rows: list[tuple[Any, ...]], skip: int) -> li
     return [tasks.model.from_db(tasks.db, names, row) for row in _convert(tasks, fields, values)]
 
 
-def postgresql_finish_and_lease(
-    tasks: QuerySet[_Row],
-    history: type[models.Model],
-    workers: type[models.Model],
-    settings: type[models.Model],
-    worker_id: int,
-    worker: str,
-    rows: Sequence[dict[str, Any]],
-    queues: Sequence[str],
-    limit: int,
-    timeout: timedelta,
-) -> tuple[dict[int, datetime], list[_Row]]:
-    """Complete or abort `rows` (as `postgresql_finish`) and lease up to `limit` tasks (as
-    `postgresql_lease`), in one statement: one round trip and one commit.
-
-    The finished tasks and the leased ones change status in the same commit, so no snapshot
-    sees the worker hold both. Returns the pks finished (each with its `updated`) and the
-    tasks leased; a lessee that may not lease (unregistered, stopped) leases nothing. If a
-    requested queue has a running-task limit, the outcomes are written by this statement and
-    the lease is then made as `postgresql_lease` makes it for such a queue.
-    """
-    statement, params = _lease_statement(
-        tasks, history, workers, settings, locked=False, finishing=True
-    )
-    params.update(worker_id=worker_id, worker=worker, queues=list(queues), limit=limit)
-    params.update(timeout=timeout, locked=False, rows=json.dumps(list(rows)))
-    with prepared_cursor(connections[tasks.db]) as cursor:
-        cursor.execute(statement, params)
-        found = cursor.fetchall()
-    allowed, limited, pks, updated = found[0][:4]
-    finished = dict(zip(pks or [], updated or [], strict=True))
-    if allowed and limited:
-        found = _lease_limited(tasks, history, workers, settings, params)
-        return finished, _leased(tasks, found, 2) if found[0][0] else []
-    return finished, _leased(tasks, found, 4) if allowed else []
-
-
 def _lease_statement(
     tasks: QuerySet[_Row],
     history: type[models.Model],
@@ -479,7 +460,7 @@ def _lease_sql(
 
     `finishing`: the statement first writes the outcomes of the `rows` parameter, with the
     CTEs of `_finish_statement`, and its rows carry the pks finished and their `updated`
-    (arrays, in the same order) after the first two columns (`postgresql_finish_and_lease`).
+    (arrays, in the same order) after the first two columns (`postgresql_lease`'s `finish`).
 
     Unlocked, each queue's walk is limited by the `limit` parameter itself, which the planner
     sees: its estimate of the statement stays small (a walk limited by a column is costed as a

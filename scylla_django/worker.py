@@ -317,7 +317,8 @@ class TaskWorker:
     def _claim(self, done: TaskContext | None = None, *, lease: bool = True) -> int:
         """Claim every free slot for a lease (none unless `lease`), after freeing `done`'s
         (its outcome is written): in one step, so no other lease takes the slot meanwhile.
-        The caller then calls `_lease()` with what this returns, even 0."""
+        The caller then calls `_lease()` with what this returns, even 0 (or `_take()` with what
+        it leased itself)."""
         with self._lock:
             if done is not None:
                 self._in_flight.pop(done.task.pk, None)

@@ -238,7 +238,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         limit = validate_limit(limit)
         lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
         if db.uses_single_statement_transitions(connections[self.db]):
-            leased = db.postgresql_lease(
+            _, leased = db.postgresql_lease(
                 self, History, Worker, QueueSetting, pk, name, queues, limit, lease_for
             )
         else:
@@ -431,8 +431,12 @@ class TaskQuerySet(models.QuerySet["Task"]):
         row in the same transaction (on PostgreSQL, in the same statement). A pk missing from the
         result was not written: `refusals()` says why.
         """
-        name = worker_name(worker)
-        rows = outcome_rows(outcomes)
+        return self._finish_outcomes(worker_name(worker), outcomes, outcome_rows(outcomes))
+
+    def _finish_outcomes(
+        self, name: str, outcomes: Sequence[Outcome], rows: list[dict[str, Any]]
+    ) -> set[int]:
+        """`finish_many` of `outcomes`, whose `rows` are already built."""
         if not rows:
             return set()
         aborted = {row["id"] for row in rows if row["errors"] is not None}
@@ -473,14 +477,15 @@ class TaskQuerySet(models.QuerySet["Task"]):
         pk = validation.worker_id(name)
         single = db.uses_single_statement_transitions(connections[self.db])
         if not single or pk is None or not rows or any(r["errors"] is not None for r in rows):
-            finished = self.finish_many(worker, outcomes)
+            finished = self._finish_outcomes(name, outcomes, rows)
             try:
                 return finished, self.lease(worker, queues, limit=limit, timeout=lease_for)
             except WorkerNotFound:
                 return finished, []
-        done, tasks = db.postgresql_finish_and_lease(
-            self, History, Worker, QueueSetting, pk, name, rows, queues, limit, lease_for
+        done, leased = db.postgresql_lease(
+            self, History, Worker, QueueSetting, pk, name, queues, limit, lease_for, finish=rows
         )
+        tasks = leased or []
         self._finished(outcomes, rows, done)
         for task in tasks:
             _later(signals.task_leased, self.db, task=task)
