@@ -7,14 +7,26 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from django.db import connections
 
 logger = logging.getLogger("scylla_django")
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextmanager
+def _stop_signals_blocked() -> Iterator[None]:
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class WorkerProcesses:
@@ -26,6 +38,9 @@ class WorkerProcesses:
     second) passes a second SIGTERM, which ends them at once. A child that dies while the
     parent is not stopping (killed, crashed) is replaced after `restart_delay` seconds; one
     that exits 0 (`--once`, `--max-tasks`) is done. `run()` returns the highest exit status.
+
+    `target` starts with SIGTERM and SIGINT blocked, and unblocks them once it handles them
+    (`StopSignals.installed()` does): a stop that comes while it is starting waits for it.
     """
 
     def __init__(
@@ -39,35 +54,53 @@ class WorkerProcesses:
         self.stopping = threading.Event()
         self._children: dict[int, Any] = {}
 
-    def _spawn(self, slot: int) -> Any:
+    def _spawn(self, slot: int) -> None:
+        """Start the child of `slot`, unless a stop came first.
+
+        SIGTERM and SIGINT are blocked meanwhile: a stop arriving during the fork is handled
+        after the child is in `_children`, so it reaches the child too. The child starts with
+        them still blocked, and they stay pending until the target handles them (StopSignals
+        unblocks them once its handlers are in), so a stop that reaches a child while it is
+        still starting is neither lost nor fatal.
+        """
         import multiprocessing
 
-        connections.close_all()  # a forked child must open connections of its own
-        process = multiprocessing.get_context("fork").Process(
-            target=self._child, name=f"scylla-worker-{slot}", daemon=False
-        )
-        process.start()
+        with _stop_signals_blocked():
+            if self.stopping.is_set():
+                return
+            connections.close_all()  # a forked child must open connections of its own
+            process = multiprocessing.get_context("fork").Process(
+                target=self._child, name=f"scylla-worker-{slot}", daemon=False
+            )
+            process.start()
+            self._children[slot] = process
         logger.info("started worker process %d (pid %s)", slot, process.pid)
-        return process
 
     def _child(self) -> None:
-        import signal
         import sys
 
         # A group of its own: a terminal's Ctrl-C reaches the parent alone, which passes it on
         # once (a child seeing it twice would exit at once).
         os.setpgrp()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, signal.SIG_DFL)  # the target installs its own
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)  # not the parent's; the target installs its own
         sys.exit(self.target())
 
     def run(self) -> int:
         """Start the children and supervise them until every one has exited."""
-        self._children = {slot: self._spawn(slot) for slot in range(self.processes)}
+        self._children = {}
+        for slot in range(self.processes):
+            self._spawn(slot)
         codes: dict[int, int] = {}
         while len(codes) < self.processes:
-            for slot, process in list(self._children.items()):
-                if slot in codes or process.is_alive():
+            for slot in range(self.processes):
+                if slot in codes:
+                    continue
+                process = self._children.get(slot)
+                if process is None:  # never started: the stop came first
+                    codes[slot] = 0
+                    continue
+                if process.is_alive():
                     continue
                 code = process.exitcode if process.exitcode is not None else 1
                 if self.stopping.is_set() or code == 0:
@@ -81,7 +114,7 @@ class WorkerProcesses:
                     self.restart_delay,
                 )
                 if not self.stopping.wait(self.restart_delay):
-                    self._children[slot] = self._spawn(slot)
+                    self._spawn(slot)
             self.stopping.wait(0.1)
         return max((abs(code) if code < 0 else code) for code in codes.values())
 
@@ -95,8 +128,6 @@ class WorkerProcesses:
         self._signal_children()
 
     def _signal_children(self) -> None:
-        import signal
-
         for process in self._children.values():
             if process.is_alive() and process.pid is not None:
                 with suppress(ProcessLookupError):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from urllib.parse import quote
 
@@ -76,17 +78,59 @@ def wait_until(predicate: Callable[[], object], timeout: float = 20, what: str =
 
 
 def finish(process: subprocess.Popen, timeout: float = 20) -> tuple[int, str]:
-    """Wait for a process of `start()`; return its exit code and output (killing it if it
-    hangs)."""
+    """Wait for a process of `start()`; return its exit code and output.
+
+    One that hangs is asked for its threads' stacks (SIGUSR1: a worker prints them), then
+    killed with every process it started (the children of --processes have process groups of
+    their own); the stacks are in the output the failure shows.
+    """
     try:
         process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        process.kill()
+        family = [process.pid, *descendants(process.pid)]
+        for pid in family:  # one at a time: their stacks would interleave
+            signal_each([pid], signal.SIGUSR1)
+            time.sleep(0.5)
+        signal_each(family, signal.SIGKILL)
         process.wait()
         raise AssertionError(
             f"process did not exit in {timeout}s; output:\n{_output(process)}"
         ) from None
     return process.returncode, _output(process)
+
+
+def descendants(pid: int) -> list[int]:
+    """The pids of the processes `pid` started, and theirs (Linux: read from /proc)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:  # it exited meanwhile
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found.extend(children)
+        todo.extend(children)
+    return found
+
+
+def signal_each(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def output_so_far(process: subprocess.Popen) -> str:
+    """What a process of `start()` has printed so far (it may still be running).
+
+    Read with pread: the child writes at the file's shared offset, which a seek would move.
+    """
+    fd = process.output.fileno()  # type: ignore[attr-defined]
+    return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
 
 def _output(process: subprocess.Popen) -> str:

@@ -13,7 +13,7 @@ import pytest
 from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import LeaseLost
 from scylla_django.models import History, Task, Worker
-from tests.processes import finish, start, wait_until
+from tests.processes import finish, output_so_far, start, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
 
@@ -77,6 +77,21 @@ def test_a_second_signal_exits_at_once():
     code, output = finish(process, timeout=5)
     assert code == 1, output
     assert "exiting now" in output
+
+
+def test_sigusr1_prints_every_threads_stack_and_the_worker_carries_on():
+    task = Task.objects.submit("t-sleep", {"seconds": 60})
+    process = worker("t-sleep")
+    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="leased")
+    process.send_signal(signal.SIGUSR1)
+    wait_until(lambda: "worker_handlers.py" in output_so_far(process), what="the stacks")
+    output = output_so_far(process)
+    assert "in sleep" in output and "in _heartbeat_loop" in output, output
+    assert Task.objects.get(pk=task.pk).status == Status.RUNNING
+    process.send_signal(signal.SIGTERM)
+    code, output = finish(process)
+    assert code == 0, output
+    assert typs(task) == [EventType.ASSIGNMENT, EventType.YIELD]
 
 
 def test_sigkill_leaves_the_lease_to_expire_and_the_monitor_resets_it():

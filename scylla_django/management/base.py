@@ -134,6 +134,9 @@ class StopSignals:
         previous = {signum: signal.getsignal(signum) for signum in signums}
         for signum in signums:
             signal.signal(signum, self._handle)
+        # A process may start with them blocked (a child of --processes): deliver a stop
+        # that came while it was starting, now that it is handled.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, signums)
         try:
             yield self
         finally:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import logging
 import signal
+import sys
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -14,14 +16,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...backends import register_handlers
 from ...conf import scylla_settings
 from ...handlers import autodiscover, registry
-from ...supervisor import WorkerProcesses
+from ...supervisor import STOP_SIGNALS, WorkerProcesses
 from ...worker import TaskWorker
 from ..base import StopSignals, configure_logging, duration, positive_int, queue_name, seconds
 from ..reloader import run_with_reloader
 
 # Exit status when handlers ignoring ctx.check() outlived the grace period of a shutdown.
 EXIT_ABANDONED = 3
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 logger = logging.getLogger("scylla_django")
 
@@ -115,6 +116,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"])
+        # `kill -USR1 <pid>` prints every thread's stack to stderr: where a stuck worker is.
+        # The children of --processes inherit it.
+        if hasattr(signal, "SIGUSR1") and sys.__stderr__ is not None:
+            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
         autodiscover()
         register_handlers()
         for module in options["handler_modules"]:

@@ -1,0 +1,53 @@
+"""WorkerProcesses: a stop that comes while a child is being started still reaches it."""
+
+from __future__ import annotations
+
+import multiprocessing.process
+import os
+import signal
+import time
+
+import pytest
+
+from scylla_django.management.base import StopSignals
+from scylla_django.supervisor import WorkerProcesses
+
+pytestmark = pytest.mark.concurrency
+
+
+def stop_or_timeout() -> int:
+    """A child's target: still starting when the stop comes; 0 once stopped, 7 if never."""
+    time.sleep(0.5)
+    stop = StopSignals()
+    with stop.installed():
+        return 0 if stop.requested.wait(5) else 7
+
+
+def test_a_stop_that_comes_while_a_child_is_forked_reaches_it_once_it_handles_signals(
+    monkeypatch,
+):
+    supervisor = WorkerProcesses(stop_or_timeout, 1)
+    start = multiprocessing.process.BaseProcess.start
+
+    def start_then_sigterm(process):
+        start(process)
+        os.kill(os.getpid(), signal.SIGTERM)  # the parent is told to stop mid-spawn
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", start_then_sigterm)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: supervisor.stop())
+    try:
+        began = time.monotonic()
+        code = supervisor.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    # Not 7 (the stop never reached the child) nor 15 (it killed the child before it could
+    # yield anything), and without waiting out the child's five seconds.
+    assert code == 0
+    assert time.monotonic() - began < 4
+
+
+def test_a_stop_that_comes_before_a_replacement_is_forked_starts_none():
+    supervisor = WorkerProcesses(stop_or_timeout, 2)
+    supervisor.stop()
+    assert supervisor.run() == 0
+    assert supervisor._children == {}
