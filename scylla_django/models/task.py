@@ -546,7 +546,9 @@ class Task(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
-    rn = models.CharField(max_length=RN_MAX_LENGTH, unique=True, validators=[rn_validator])
+    # Unique by a constraint (below), not `unique=True`: on PostgreSQL that would add a second,
+    # `varchar_pattern_ops` index for LIKE, which no query here uses and every insert pays for.
+    rn = models.CharField(max_length=RN_MAX_LENGTH, validators=[rn_validator])
     queue = models.CharField(max_length=QUEUE_MAX_LENGTH, validators=[queue_validator])
     spec = models.JSONField()
     priority = models.PositiveSmallIntegerField(default=0)
@@ -607,6 +609,11 @@ class Task(models.Model):
             ),
         ]
         constraints = [
+            models.UniqueConstraint(
+                fields=["rn"],
+                name="scylla_task_rn_unique",
+                violation_error_message="A task with this rn exists.",
+            ),
             models.CheckConstraint(
                 condition=Q(priority__gte=0, priority__lte=255), name="scylla_task_priority_range"
             ),
