@@ -314,17 +314,24 @@ class TaskWorker:
             free = min(free, self.max_tasks - self.leased - self._claimed)
         return max(0, free)
 
-    def _claim(self, done: TaskContext | None = None, *, lease: bool = True) -> int:
-        """Claim every free slot for a lease (none unless `lease`), after freeing `done`'s
-        (its outcome is written): in one step, so no other lease takes the slot meanwhile.
-        The caller then calls `_lease()` with what this returns, even 0 (or `_take()` with what
-        it leased itself)."""
+    def _claim(self, done: Sequence[TaskContext] = (), *, lease: bool = True) -> int:
+        """Claim every free slot for a lease (none unless `lease`), after freeing the slots of
+        `done` (their outcomes are being written with the lease): in one step, so no other
+        lease takes them meanwhile. The caller then calls `_lease()` with what this returns,
+        even 0 (or `_take()` with what it leased itself)."""
         with self._lock:
-            if done is not None:
-                self._in_flight.pop(done.task.pk, None)
+            for ctx in done:
+                self._in_flight.pop(ctx.task.pk, None)
             claimed = self._free() if lease else 0
             self._claimed += claimed
             return claimed
+
+    def _unclaim(self, claimed: int, done: Sequence[TaskContext]) -> None:
+        """Undo `_claim(done)`: the outcomes were not written, their tasks are still in hand."""
+        with self._lock:
+            self._claimed -= claimed
+            for ctx in done:
+                self._in_flight[ctx.task.pk] = ctx
 
     def _lease(self, claimed: int) -> list[TaskContext]:
         """Lease up to `claimed` tasks into the slots claimed for them (released whatever
@@ -545,14 +552,14 @@ class TaskWorker:
         """
         batch = [(ctx, outcome)]
         # The finished task's slot passes straight to the lease: no other lease can take it.
-        claimed = self._claim(done=ctx, lease=not self.stopping.is_set())
-        tasks: list[Task] = []
+        claimed = self._claim([ctx], lease=not self.stopping.is_set())
         with self._own_connection():
             try:
-                if claimed:
-                    errors, tasks = self._finish_and_lease(batch, claimed)
-                else:
-                    errors = self._finish(batch)
+                if not claimed:
+                    self._report(batch, self._finish(batch))
+                    self._release([ctx])
+                    return None
+                started = self._finish_and_refill(batch, claimed)
             except (DatabaseError, ScyllaError) as exc:
                 logger.warning(
                     "%s could not write the outcome of %s (%s); retrying",
@@ -562,12 +569,26 @@ class TaskWorker:
                 )
                 if isinstance(exc, DatabaseError):
                     self._discard_connection()
-                with self._lock:  # the task is still in hand, its outcome not written
-                    self._claimed -= claimed
-                    self._in_flight[ctx.task.pk] = ctx
+                self._unclaim(claimed, [ctx])
                 self._handled(ctx, outcome)
                 return None
-            self._report(batch, errors)
+        mine = next((new for new in started if not self._is_async(new)), None)
+        for new in started:
+            if new is not mine:
+                self._dispatch(new)
+        return mine
+
+    def _finish_and_refill(
+        self, batch: list[tuple[TaskContext, Outcome]], claimed: int
+    ) -> list[TaskContext]:
+        """Write `batch`'s outcomes and lease into the `claimed` slots (their tasks' slots
+        among them: see `_claim`), in one statement on PostgreSQL; return the contexts of the
+        tasks leased, in hand, for the caller to run or hand out.
+
+        A database error (raised) leaves the claim to the caller (`_unclaim`).
+        """
+        errors, tasks = self._finish_and_lease(batch, claimed)
+        self._report(batch, errors)
         started = self._take(claimed, tasks)
         if len(started) < claimed or self.stopping.is_set():
             self._wake.set()  # a task that became ready meanwhile is the lease loop's
@@ -578,12 +599,8 @@ class TaskWorker:
                     if not new.yielded:
                         self._yield(new)
             self._release(started)
-            return None
-        mine = next((new for new in started if not self._is_async(new)), None)
-        for new in started:
-            if new is not mine:
-                self._dispatch(new)
-        return mine
+            return []
+        return started
 
     @contextmanager
     def _own_connection(self) -> Iterator[None]:
@@ -634,7 +651,11 @@ class TaskWorker:
         return len(self._outcomes) >= len(self._in_flight)
 
     def _write(self, batch: list[tuple[TaskContext, Outcome]]) -> None:
-        """Write a batch of outcomes; retry through database errors until the grace period ends."""
+        """Write a batch of outcomes, and lease into the slots they free in the same statement
+        (see `_finish_and_refill`); on a database error, write them alone, retrying until the
+        grace period ends."""
+        if self._continuing and self._write_and_lease(batch):
+            return
         failures = 0
         while True:
             try:
@@ -667,6 +688,32 @@ class TaskWorker:
                 self._give_up.wait(wait)
         self._report(batch, errors)
         self._release([ctx for ctx, _ in batch])
+
+    def _write_and_lease(self, batch: list[tuple[TaskContext, Outcome]]) -> bool:
+        """Write `batch` and lease into the slots it frees, handing the leased tasks out;
+        False if nothing was (no slot to lease into, or a database error): the batch is still
+        in hand, for a write of its own."""
+        done = [ctx for ctx, _ in batch]
+        claimed = self._claim(done, lease=not self.stopping.is_set())
+        if not claimed:
+            self._unclaim(0, done)
+            return False
+        try:
+            started = self._finish_and_refill(batch, claimed)
+        except (DatabaseError, ScyllaError) as exc:
+            logger.warning(
+                "%s could not write %d outcome(s) with a lease (%s); retrying them alone",
+                self.name,
+                len(batch),
+                exc,
+            )
+            if isinstance(exc, DatabaseError):
+                self._discard_connection()
+            self._unclaim(claimed, done)
+            return False
+        for ctx in started:
+            self._dispatch(ctx)
+        return True
 
     def _finish(self, batch: list[tuple[TaskContext, Outcome]]) -> dict[int, ScyllaError]:
         """Write `batch`'s outcomes; return why each one not written was refused, by pk."""

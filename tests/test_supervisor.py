@@ -12,7 +12,11 @@ import pytest
 from scylla_django.management.base import StopSignals
 from scylla_django.supervisor import WorkerProcesses
 
-pytestmark = pytest.mark.concurrency
+pytestmark = [
+    pytest.mark.concurrency,
+    # The test process may have threads of earlier tests; the children here use none of them.
+    pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning"),
+]
 
 
 def stop_or_timeout() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from datetime import timedelta
@@ -301,6 +302,47 @@ def test_a_task_leased_with_a_refused_outcome_runs_even_if_reading_why_fails(mon
     assert Task.objects.get(pk=first.pk).status == Status.RUNNING  # not ours to finish
     assert "1 completed, 1 not written" in caplog.text
     assert "reading why failed: the connection dropped" in caplog.text
+
+
+def test_the_writer_leases_into_the_slots_a_batch_of_outcomes_frees_in_the_same_call(
+    monkeypatch,
+):
+    """Several threads: the writer writes a batch of outcomes and leases into the slots they
+    free in one call (on PostgreSQL, one statement and one commit), and hands the tasks out;
+    the lease loop, polling rarely here, only makes the first lease."""
+    registry = HandlerRegistry()
+    together = threading.Barrier(4, timeout=5)
+
+    def in_step(ctx):
+        with contextlib.suppress(threading.BrokenBarrierError):
+            together.wait()  # the four finish together: their outcomes make one batch
+
+    registry.register("step", in_step)
+    refills: list[tuple[str, int, int, int]] = []
+    leases: list[str] = []
+    finish_and_lease, lease = TaskQuerySet.finish_and_lease, TaskQuerySet.lease
+
+    def spied_finish_and_lease(self, worker, outcomes, queues, **kwargs):
+        finished, tasks = finish_and_lease(self, worker, outcomes, queues, **kwargs)
+        name = threading.current_thread().name
+        refills.append((name, len(outcomes), kwargs["limit"], len(tasks)))
+        return finished, tasks
+
+    def spied_lease(self, *args, **kwargs):
+        leases.append(threading.current_thread().name)
+        return lease(self, *args, **kwargs)
+
+    monkeypatch.setattr(TaskQuerySet, "finish_and_lease", spied_finish_and_lease)
+    monkeypatch.setattr(TaskQuerySet, "lease", spied_lease)
+    Task.objects.submit_many({"queue": "step", "spec": {"n": n}} for n in range(40))
+    TaskWorker(["step"], registry=registry, concurrency=4, poll_interval=30, max_tasks=40).run()
+
+    assert Task.objects.filter(status=Status.COMPLETED).count() == 40
+    assert History.objects.filter(typ=EventType.ASSIGNMENT).count() == 40  # no task twice
+    assert {name for name, *_ in refills} == {"scylla-writer"}
+    assert all(limit <= 4 and got <= limit for _, _, limit, got in refills)
+    assert sum(got for *_, got in refills) == 36  # all but the first lease's four
+    assert leases.count("MainThread") == 1
 
 
 @pytest.mark.postgres
