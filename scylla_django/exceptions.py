@@ -5,6 +5,7 @@ Each carries a machine-readable `code`; an HTTP API returns `{"code": ..., "deta
 
 from __future__ import annotations
 
+import traceback
 from typing import Any
 
 
@@ -72,6 +73,21 @@ def error_record(code: str, description: str = "", args: object = None) -> dict[
     `args` is any JSON value, `{}` when omitted.
     """
     return {"code": code, "args": {} if args is None else args, "description": description}
+
+
+def exception_error(exc: BaseException) -> dict[str, Any]:
+    """The error recorded when a handler raises: code `exception`, with type, message, trace."""
+    message = str(exc).replace("\x00", "\\0")  # NUL cannot be stored in JSON columns
+    trace = "".join(traceback.format_exception(exc)).replace("\x00", "\\0")
+    return error_record(
+        "exception",
+        f"{type(exc).__name__}: {message}"[:500],
+        {
+            "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "message": message[:2000],
+            "traceback": trace[-8000:],
+        },
+    )
 
 
 class Abort(Exception):

@@ -10,21 +10,18 @@ Threads:
   slots, in one statement), hands them to the handler threads, and on shutdown yields what is
   still in flight;
 - `concurrency` handler threads run handlers, one task at a time each. A thread whose task
-  was the only one in hand (nothing could join its outcome's batch) writes the outcome itself
-  and then leases the next task, which it runs at once: no hand-off to the writer and back to
-  the lease loop. It does so on a database connection of its own, apart from the one the
-  handler's queries use. `async def` handlers
-  run on one event loop thread instead, as many at once as there are free slots, with the same
-  `ctx` (`ctx.check()` and `ctx.set_progress()` are plain calls);
+  was the only one in hand writes the outcome itself and leases the next task in the same
+  statement, which it runs at once, on a database connection of its own (not the handler's).
+  `async def` handlers run on one event loop thread instead, as many at once as there are free
+  slots, with the same `ctx` (`ctx.check()` and `ctx.set_progress()` are plain calls);
 - a heartbeat thread extends every in-flight lease in one statement each `heartbeat_interval`
   (at once when told a task of this worker was cancelled), sends progress, and stops a task
   whose lease the database refused (cancelled, lost, aborted by the monitor) or whose
   heartbeats failed `SCYLLA['HEARTBEAT_FAILURES']` times in a row (the worker then gives it up
   rather than run on unsupervised);
-- a writer thread writes the other outcomes (complete or abort) in batches, each row fenced
-  on its lease;
-  through a database outage it keeps retrying until the database answers or the grace period
-  of a shutdown ends;
+- a writer thread writes the other outcomes in batches, each row fenced on its lease, and
+  leases into the slots they free in the same statement; through a database outage it keeps
+  retrying the outcomes until the database answers or the grace period of a shutdown ends;
 - on PostgreSQL, a listener thread wakes the lease loop when tasks become ready and the
   heartbeat thread when a task of this worker is cancelled (see `listener.py`).
 
@@ -43,7 +40,6 @@ import queue
 import socket
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -63,6 +59,7 @@ from .exceptions import (
     TaskCancelled,
     WorkerStopping,
     error_record,
+    exception_error,
 )
 from .handlers import HandlerRegistry, TaskContext
 from .handlers import registry as default_registry
@@ -72,21 +69,6 @@ from .retries import database_retry_delay
 from .validation import validate_json, validate_queues
 
 logger = logging.getLogger("scylla_django")
-
-
-def exception_error(exc: BaseException) -> dict[str, Any]:
-    """The error recorded when a handler raises: code `exception`, with type, message, trace."""
-    message = str(exc).replace("\x00", "\\0")  # NUL cannot be stored in JSON columns
-    trace = "".join(traceback.format_exception(exc)).replace("\x00", "\\0")
-    return error_record(
-        "exception",
-        f"{type(exc).__name__}: {message}"[:500],
-        {
-            "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-            "message": message[:2000],
-            "traceback": trace[-8000:],
-        },
-    )
 
 
 class TaskWorker:
@@ -581,12 +563,9 @@ class TaskWorker:
     def _finish_and_refill(
         self, batch: list[tuple[TaskContext, Outcome]], claimed: int
     ) -> list[TaskContext]:
-        """Write `batch`'s outcomes and lease into the `claimed` slots (their tasks' slots
-        among them: see `_claim`), in one statement on PostgreSQL; return the contexts of the
-        tasks leased, in hand, for the caller to run or hand out.
-
-        A database error (raised) leaves the claim to the caller (`_unclaim`).
-        """
+        """Write `batch`'s outcomes and lease into the `claimed` slots (see `_claim`), in one
+        statement on PostgreSQL; return the leased tasks' contexts, in hand, for the caller to
+        run or hand out. A database error (raised) leaves the claim to the caller's `_unclaim`."""
         errors, tasks = self._finish_and_lease(batch, claimed)
         self._report(batch, errors)
         started = self._take(claimed, tasks)
@@ -690,9 +669,8 @@ class TaskWorker:
         self._release([ctx for ctx, _ in batch])
 
     def _write_and_lease(self, batch: list[tuple[TaskContext, Outcome]]) -> bool:
-        """Write `batch` and lease into the slots it frees, handing the leased tasks out;
-        False if nothing was (no slot to lease into, or a database error): the batch is still
-        in hand, for a write of its own."""
+        """Write `batch` and lease into the slots it frees, handing the leased tasks out; False
+        if nothing was (no free slot, a database error): the batch is in hand, to write alone."""
         done = [ctx for ctx, _ in batch]
         claimed = self._claim(done, lease=not self.stopping.is_set())
         if not claimed:
@@ -701,12 +679,7 @@ class TaskWorker:
         try:
             started = self._finish_and_refill(batch, claimed)
         except (DatabaseError, ScyllaError) as exc:
-            logger.warning(
-                "%s could not write %d outcome(s) with a lease (%s); retrying them alone",
-                self.name,
-                len(batch),
-                exc,
-            )
+            logger.warning("%s could not write outcomes with a lease (%s)", self.name, exc)
             if isinstance(exc, DatabaseError):
                 self._discard_connection()
             self._unclaim(claimed, done)

@@ -26,13 +26,7 @@ from ..enums import (
     event,
     sources,
 )
-from ..exceptions import (
-    DuplicateTask,
-    InvalidTransition,
-    ScyllaError,
-    TaskNotFound,
-    WorkerNotFound,
-)
+from ..exceptions import DuplicateTask, InvalidTransition, ScyllaError, TaskNotFound, WorkerNotFound
 from ..validation import (
     QUEUE_MAX_LENGTH,
     RN_MAX_LENGTH,
@@ -62,6 +56,9 @@ from .outcomes import Outcome, outcome_rows
 from .processes import Worker, _sqlite_json_each, worker_id, worker_name
 from .queues import QueueSetting, QueueSummary, _due, queue_summaries, ready_summary
 from .refusals import lease_reset_refusal, refusal_errors
+
+# What a form says of an rn that is taken (the constraint on Task.rn).
+_RN_TAKEN = "A task with this rn exists."
 
 # A yield is the only write that sets a task's deadline before its own `updated` time, so a
 # running task with `deadline < updated` has been given back. A heartbeat is fenced on this row
@@ -546,8 +543,6 @@ class Task(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
-    # Unique by a constraint (below), not `unique=True`: on PostgreSQL that would add a second,
-    # `varchar_pattern_ops` index for LIKE, which no query here uses and every insert pays for.
     rn = models.CharField(max_length=RN_MAX_LENGTH, validators=[rn_validator])
     queue = models.CharField(max_length=QUEUE_MAX_LENGTH, validators=[queue_validator])
     spec = models.JSONField()
@@ -609,10 +604,9 @@ class Task(models.Model):
             ),
         ]
         constraints = [
+            # Not `unique=True`: on PostgreSQL it adds a LIKE index no query uses, inserts pay.
             models.UniqueConstraint(
-                fields=["rn"],
-                name="scylla_task_rn_unique",
-                violation_error_message="A task with this rn exists.",
+                fields=["rn"], name="scylla_task_rn_unique", violation_error_message=_RN_TAKEN
             ),
             models.CheckConstraint(
                 condition=Q(priority__gte=0, priority__lte=255), name="scylla_task_priority_range"
