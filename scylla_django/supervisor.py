@@ -52,16 +52,18 @@ class WorkerProcesses:
         self.processes = processes
         self.restart_delay = restart_delay
         self.stopping = threading.Event()
+        self._wakeup = threading.Event()  # a stop: `run()` passes it on at once
+        self._stops = 1  # SIGTERMs each child gets once stopping (2: exit at once)
+        self._sent: dict[int, int] = {}  # SIGTERMs sent, by child pid
         self._children: dict[int, Any] = {}
 
     def _spawn(self, slot: int) -> None:
         """Start the child of `slot`, unless a stop came first.
 
-        SIGTERM and SIGINT are blocked meanwhile: a stop arriving during the fork is handled
-        after the child is in `_children`, so it reaches the child too. The child starts with
-        them still blocked, and they stay pending until the target handles them (StopSignals
-        unblocks them once its handlers are in), so a stop that reaches a child while it is
-        still starting is neither lost nor fatal.
+        The child starts with SIGTERM and SIGINT blocked (the mask of the fork), and they stay
+        pending until the target handles them (StopSignals unblocks them once its handlers
+        are in): a stop that reaches a child while it is still starting is neither lost nor
+        fatal. (`run()` passes a stop on to every child in `_children`, this one included.)
         """
         import multiprocessing
 
@@ -93,6 +95,7 @@ class WorkerProcesses:
             self._spawn(slot)
         codes: dict[int, int] = {}
         while len(codes) < self.processes:
+            self._pass_stops_on()
             for slot in range(self.processes):
                 if slot in codes:
                     continue
@@ -115,20 +118,30 @@ class WorkerProcesses:
                 )
                 if not self.stopping.wait(self.restart_delay):
                     self._spawn(slot)
-            self.stopping.wait(0.1)
+            self._wakeup.wait(0.1)
+            self._wakeup.clear()
         return max((abs(code) if code < 0 else code) for code in codes.values())
 
     def stop(self) -> None:
-        """Pass a graceful stop (SIGTERM) on to every child (safe from a signal handler)."""
+        """Stop gracefully: SIGTERM to every child (safe from a signal handler: `run()`
+        sends it)."""
         self.stopping.set()
-        self._signal_children()
+        self._wakeup.set()
 
     def stop_now(self) -> None:
-        """Pass a second SIGTERM on: the children exit at once."""
-        self._signal_children()
+        """A second SIGTERM to every child: they exit at once."""
+        self._stops = 2
+        self.stop()
 
-    def _signal_children(self) -> None:
+    def _pass_stops_on(self) -> None:
+        """Send each live child as many SIGTERMs as stops were asked for (one, or two),
+        counting what each got: a child started after a stop gets it too, and none gets one
+        twice. Only `run()` calls this, never a signal handler, so nothing here interleaves."""
+        wanted = self._stops if self.stopping.is_set() else 0
         for process in self._children.values():
-            if process.is_alive() and process.pid is not None:
+            if process.pid is None or not process.is_alive():
+                continue
+            while self._sent.get(process.pid, 0) < wanted:
+                self._sent[process.pid] = self._sent.get(process.pid, 0) + 1
                 with suppress(ProcessLookupError):
                     os.kill(process.pid, signal.SIGTERM)
