@@ -298,13 +298,15 @@ class TaskWorker:
 
     def _claim(self, done: Sequence[TaskContext] = (), *, lease: bool = True) -> int:
         """Claim every free slot for a lease (none unless `lease`), after freeing the slots of
-        `done` (their outcomes are being written with the lease): in one step, so no other
-        lease takes them meanwhile. The caller then calls `_lease()` with what this returns,
-        even 0 (or `_take()` with what it leased itself)."""
+        `done` (their outcomes are written with the lease; if none is claimed, `done` stay in
+        hand): in one step, so no other lease takes them meanwhile. The caller then calls
+        `_lease()` with what this returns, even 0 (or `_take()` with what it leased)."""
         with self._lock:
             for ctx in done:
                 self._in_flight.pop(ctx.task.pk, None)
             claimed = self._free() if lease else 0
+            if not claimed:  # nothing to pass their slots to: in hand until written
+                self._in_flight.update((ctx.task.pk, ctx) for ctx in done)
             self._claimed += claimed
             return claimed
 
@@ -630,9 +632,8 @@ class TaskWorker:
         return len(self._outcomes) >= len(self._in_flight)
 
     def _write(self, batch: list[tuple[TaskContext, Outcome]]) -> None:
-        """Write a batch of outcomes, and lease into the slots they free in the same statement
-        (see `_finish_and_refill`); on a database error, write them alone, retrying until the
-        grace period ends."""
+        """Write a batch of outcomes, leasing into the slots they free (`_write_and_lease`), or
+        alone, retrying through database errors until the grace period ends."""
         if self._continuing and self._write_and_lease(batch):
             return
         failures = 0
@@ -674,7 +675,6 @@ class TaskWorker:
         done = [ctx for ctx, _ in batch]
         claimed = self._claim(done, lease=not self.stopping.is_set())
         if not claimed:
-            self._unclaim(0, done)
             return False
         try:
             started = self._finish_and_refill(batch, claimed)
