@@ -6,7 +6,8 @@ For each layout (all tasks in 1 queue, then spread over 50 queues), it replaces 
 the database named by DATABASE_URL (default postgres://postgres@127.0.0.1:5432/
 scylla_bench_lease, created if missing) with `--tasks` ready tasks of mixed priorities, then
 times `--leases` calls of `lease(limit=1)` and of `lease(limit=10)` by one registered worker,
-asking for every queue of the layout and, with 50 queues, also for a random 10 of them. Each
+asking for every queue of the layout, with 50 queues also for a random 10 of them, and for
+every queue once more with a running-task limit on each (`max_running`, "limited"). Each
 leased task is put back to ready after its call (outside the timing), so the backlog stays
 the same. Times are measured in the client, round trip included.
 """
@@ -42,27 +43,34 @@ def main() -> None:
     for layout in (1, 50):
         queues = [f"q{n:02d}" for n in range(layout)]
         seed(args.tasks, queues)
-        cases = [queues] + ([random.Random(7).sample(queues, 10)] if layout > 10 else [])
-        for asked in cases:
+        cases = [(queues, "")]
+        if layout > 10:
+            cases.append((random.Random(7).sample(queues, 10), ""))
+        cases.append((queues, "limited"))
+        for asked, note in cases:
+            if note:
+                limit_queues(asked)
             for limit in (1, 10):
                 times = time_leases(asked, limit, args.leases)
                 p50 = statistics.median(times)
                 p99 = statistics.quantiles(times, n=100)[98]
                 print(
                     f"{layout:>6} {len(asked):>6} {limit:>5} {p50:>8.2f} {p99:>8.2f} "
-                    f"{max(times):>8.2f}",
+                    f"{max(times):>8.2f} {note}",
                     flush=True,
                 )
 
 
 def seed(n: int, queues: list[str]) -> None:
-    """Replace all tasks and History with `n` ready tasks over `queues` (one INSERT … SELECT)."""
+    """Replace all tasks, History, workers and queue settings with `n` ready tasks over `queues`
+    (one INSERT … SELECT)."""
     from django.db import connection
 
     started = time.perf_counter()
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE scylla_django_history, scylla_django_task, scylla_django_worker "
+            "TRUNCATE scylla_django_history, scylla_django_task, scylla_django_worker, "
+            "scylla_django_queuesetting "
             "RESTART IDENTITY"
         )
         cursor.execute(
@@ -81,6 +89,15 @@ def seed(n: int, queues: list[str]) -> None:
         f"in {time.perf_counter() - started:.1f} s",
         flush=True,
     )
+
+
+def limit_queues(queues: list[str]) -> None:
+    """Give each of `queues` a running-task limit far above what the timed leases hold, so
+    every lease takes the limited path (the queues' settings rows locked, their room counted)."""
+    from scylla_django.models import QueueSetting
+
+    for queue in queues:
+        QueueSetting.objects.update_or_create(queue=queue, defaults={"max_running": 1_000})
 
 
 def time_leases(queues: list[str], limit: int, count: int) -> list[float]:

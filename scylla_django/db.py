@@ -462,10 +462,12 @@ def _lease_sql(
     CTEs of `_finish_statement`, and its rows carry the pks finished and their `updated`
     (arrays, in the same order) after the first two columns (`postgresql_lease`'s `finish`).
 
-    Unlocked, each queue's walk is limited by the `limit` parameter itself, which the planner
-    sees: its estimate of the statement stays small (a walk limited by a column is costed as a
-    tenth of the queue, which, at a million rows over 50 queues, crossed `jit_above_cost` and
-    compiled the statement on every lease). Locked, the walks stop at each queue's room.
+    Each queue's walk is limited by the `limit` parameter itself, which the planner sees: its
+    estimate of the statement stays small (a walk limited by a column is costed as a tenth of
+    the queue, which, at a million rows over 50 queues, crossed `jit_above_cost` and compiled
+    the statement on every lease). Locked, each walk is read through a second limit, the
+    queue's room: it stops there, so no row past the room is locked, and the second limit,
+    being over at most `limit` rows, costs nothing that grows with the backlog.
     """
     transition = TRANSITIONS[Operation.LEASE]
     [source] = transition.sources
@@ -505,14 +507,16 @@ def _lease_sql(
         ), picked AS MATERIALIZED (
             SELECT c.ctid FROM gate AS q
             CROSS JOIN LATERAL (
+                {"SELECT * FROM (" if locked else ""}
                 SELECT t.ctid, t.id, t.priority, t.created FROM {task_table} AS t
                 WHERE t.status = {ready} AND t.queue = q.name
                   AND (t.not_before IS NULL OR t.not_before <= statement_timestamp())
                   AND EXISTS (SELECT 1 FROM lessee)
                   AND (%(locked)s OR NOT EXISTS (SELECT 1 FROM gate WHERE limited))
                 ORDER BY t.priority DESC, t.created ASC, t.id ASC
-                LIMIT {"q.budget" if locked else "%(limit)s"}
+                LIMIT %(limit)s
                 FOR UPDATE OF t SKIP LOCKED
+                {") AS w LIMIT q.budget" if locked else ""}
             ) AS c
             ORDER BY c.priority DESC, c.created ASC, c.id ASC
             LIMIT %(limit)s

@@ -54,11 +54,19 @@ def sorts_over_task_rows(node: dict[str, Any], table: str) -> list[str]:
     return found
 
 
-def lease_plan(worker: Worker, queues: list[str], limit: int, mode: str, analyze: bool = False):
+def lease_plan(
+    worker: Worker,
+    queues: list[str],
+    limit: int,
+    mode: str,
+    analyze: bool = False,
+    locked: bool = False,
+):
     """The plan of the lease statement as PostgreSQL runs it prepared: `mode` is
-    `force_generic_plan` (what a prepared statement may settle on) or `force_custom_plan`."""
+    `force_generic_plan` (what a prepared statement may settle on) or `force_custom_plan`;
+    `locked`: the statement of a lease from queues with a running-task limit."""
     statement, params = db._lease_statement(
-        Task.objects.all(), History, Worker, QueueSetting, locked=False
+        Task.objects.all(), History, Worker, QueueSetting, locked=locked
     )
     params.update(
         worker_id=worker.pk,
@@ -66,7 +74,7 @@ def lease_plan(worker: Worker, queues: list[str], limit: int, mode: str, analyze
         queues=queues,
         limit=limit,
         timeout=timedelta(seconds=30),
-        locked=False,
+        locked=locked,
     )
     return prepared_plan(statement, params, mode, analyze)
 
@@ -167,18 +175,22 @@ def test_a_burst_the_statistics_have_not_seen_is_leased_without_walking_it(mode)
 
 
 @pytest.mark.postgres
-def test_the_lease_s_estimated_cost_follows_its_limit_not_the_backlog():
+@pytest.mark.parametrize("limited", [False, True], ids=["unlimited", "limited"])
+def test_the_lease_s_estimated_cost_follows_its_limit_not_the_backlog(limited):
     """PostgreSQL compiles a statement with JIT once its estimated cost passes `jit_above_cost`
-    (100,000 by default): that took 55 ms per lease at a million ready rows over 50 queues.
-    The estimate must not grow with the rows waiting."""
+    (100,000 by default): that took 55 ms per lease at a million ready rows over 50 queues,
+    and 20 ms for queues with a running-task limit. The estimate must not grow with the rows
+    waiting, on either path."""
     queues = [f"q{n:02d}" for n in range(50)]
+    for queue in queues if limited else []:
+        QueueSetting.objects.limit(queue, 1000)
     worker = Worker.objects.register(queues=queues)
     costs = []
     for per_queue in (50, 400):  # 50, then 450 rows per queue
         submit_over(queues, per_queue)
         with connection.cursor() as cursor:
-            cursor.execute(f"ANALYZE {Task._meta.db_table}")
-        plan = lease_plan(worker, queues, 1, "force_custom_plan")
+            cursor.execute(f"ANALYZE {Task._meta.db_table}, {QueueSetting._meta.db_table}")
+        plan = lease_plan(worker, queues, 1, "force_custom_plan", locked=limited)
         costs.append(plan["Plan"]["Total Cost"])
     assert costs[1] < 1.5 * costs[0], costs
 
