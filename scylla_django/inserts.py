@@ -93,12 +93,13 @@ def _submission(model: type[models.Model], using: str) -> _Submission:
     picked = ", ".join(f"r.{quote(f.name)}" for f in given)
     return _Submission(
         given=given,
+        # One row: its notification is an expression of what it returns (a CTE around the
+        # INSERT, as for many rows, cost the server a tenth more per submission).
         one=(
-            f"WITH inserted AS (INSERT INTO {table} ({columns}) "
+            f"INSERT INTO {table} ({columns}) "
             f"VALUES ({', '.join(['%s'] * len(given))}, {defaults}) ON CONFLICT (rn) DO NOTHING "
-            "RETURNING id, created, updated, queue, not_before), "
-            f"{_ready_notification('inserted')} "
-            "SELECT id, created, updated, (SELECT n FROM notified) FROM inserted"
+            "RETURNING id, created, updated, CASE WHEN not_before IS NULL "
+            "OR not_before <= statement_timestamp() THEN pg_notify(%s, queue) END"
         ),
         many=(
             f"WITH inserted AS (INSERT INTO {table} ({columns}) "
@@ -196,7 +197,7 @@ def _send_chunk(
 ) -> Any:
     """Execute the bulk submission `statement` for `rows` on a cursor of its own (which holds
     the rns inserted once the statement has run)."""
-    cursor = db.prepared_cursor(connection)
+    cursor = db.prepared_cursor(connection, shared=False)
     cursor.execute(statement, [_submission_document(rows), db.READY_CHANNEL])
     return cursor
 
