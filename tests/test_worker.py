@@ -13,7 +13,7 @@ from django.db import OperationalError
 from django.db.models import F
 
 from scylla_django.enums import EventType, Status
-from scylla_django.exceptions import LeaseLost, TaskCancelled
+from scylla_django.exceptions import Abort, LeaseLost, TaskCancelled
 from scylla_django.handlers import HandlerAlreadyRegistered, HandlerRegistry, TaskContext, handler
 from scylla_django.models import History, Task, TaskQuerySet, Worker
 from scylla_django.worker import TaskWorker
@@ -262,6 +262,62 @@ def test_an_async_handler_sees_a_cancel_through_ctx_check():
     worker.stop()
     thread.join(10)
     assert Task.objects.get(pk=task.pk).status == Status.CANCELLED
+
+
+def test_an_async_handler_s_progress_and_outcomes_are_a_plain_handler_s():
+    """A progress set between awaits is sent with the heartbeats; a returned value, Abort and
+    any other exception end the task as they would from a plain handler."""
+    registry = HandlerRegistry()
+    released = threading.Event()
+
+    async def run(ctx):
+        import asyncio
+
+        ctx.set_progress(0.5)
+        while not released.is_set():
+            await asyncio.sleep(0.01)
+        if ctx.spec["how"] == "abort":
+            raise Abort("empty", "nothing matched", args={"day": 3})
+        if ctx.spec["how"] == "raise":
+            raise KeyError("missing")
+        return {"ok": True}
+
+    registry.register("async-outcomes", run)
+    tasks = {
+        how: Task.objects.submit("async-outcomes", {"how": how})
+        for how in ("return", "abort", "raise")
+    }
+    worker = TaskWorker(
+        ["async-outcomes"],
+        registry=registry,
+        concurrency=3,
+        heartbeat_interval=0.1,
+        poll_interval=0.05,
+    )
+    thread = run_in_thread(worker)
+    try:
+        wait_until(
+            lambda: Task.objects.filter(status=Status.RUNNING, progress=0.5).count() == 3,
+            what="the progress of all three, running at once",
+        )
+        released.set()
+        wait_until(
+            lambda: not Task.objects.filter(status__in=[Status.READY, Status.RUNNING]).exists(),
+            what="all three finished",
+        )
+    finally:
+        released.set()
+        worker.stop()
+        thread.join(10)
+    done = {how: Task.objects.get(pk=task.pk) for how, task in tasks.items()}
+    assert done["return"].status == Status.COMPLETED and done["return"].result == {"ok": True}
+    assert done["abort"].status == Status.ABORTED
+    assert done["abort"].errors == [
+        {"code": "empty", "args": {"day": 3}, "description": "nothing matched"}
+    ]
+    assert done["raise"].status == Status.ABORTED
+    [error] = done["raise"].errors
+    assert error["code"] == "exception" and error["args"]["type"] == "builtins.KeyError"
 
 
 def test_a_task_leased_with_a_refused_outcome_runs_even_if_reading_why_fails(monkeypatch, caplog):
