@@ -155,6 +155,29 @@ def test_submit_lease_and_finish_are_prepared_once_per_connection(worker):
     assert Task.objects.get(pk=first.pk).status == "running"
 
 
+def test_the_hot_statements_share_one_cursor_per_session_which_goes_with_it(worker):
+    from scylla_django import db
+
+    connection.close()
+    shared = db.prepared_cursor(connection)
+    with shared:  # closing it keeps it for the next statement
+        pass
+    Task.objects.submit("share", {}, rn="share-1")
+    [task] = Task.objects.lease(worker, ["share"])
+    Task.objects.finish_many(worker, [Outcome(task.pk, task.attempts, result=1)])
+    assert db.prepared_cursor(connection) is shared and not shared.cursor.closed
+    assert db.prepared_cursor(connection, shared=False) is not shared  # a pipeline's own
+    with CaptureQueriesContext(connection):  # the query log has a cursor of its own
+        logged = db.prepared_cursor(connection)
+        Task.objects.submit("share", {}, rn="share-2")
+    assert logged is not shared and db.prepared_cursor(connection) is shared
+    connection.close()  # a new session, a new cursor: the old one went with its session
+    Task.objects.submit("share", {}, rn="share-3")
+    assert db.prepared_cursor(connection) is not shared
+    assert Task.objects.get(pk=task.pk).status == "completed"
+    assert Task.objects.filter(queue="share").count() == 3
+
+
 @pytest.mark.parametrize("how", ["setting", "server_side_cursors_disabled", "psycopg2"])
 def test_nothing_is_prepared_when_turned_off(how, settings, monkeypatch):
     if how == "setting":
