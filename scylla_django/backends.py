@@ -69,6 +69,8 @@ else:
 SPEC_KEY = "django_task"
 #: A Scylla task's attribute that holds its (time, worker) assignments once they are known.
 ASSIGNMENTS = "_django_task_assignments"
+#: A Scylla task's attribute that holds the Django task as it was enqueued, set by the worker.
+ENQUEUED = "_django_task_enqueued"
 STATUSES = {
     Status.READY: "READY",
     Status.RUNNING: "RUNNING",
@@ -118,6 +120,9 @@ def run_django_task(ctx: ScyllaContext) -> Any:
         # result is built without reading the History (kept for `task_finished`, too).
         setattr(scylla_task, ASSIGNMENTS, [(scylla_task.updated, scylla_task.owner)])
     result = _backend_for(spec).result_of(scylla_task)
+    # Kept for `task_finished`, sent with this instance once the outcome is written: the
+    # fields the Django task is built from do not change while it runs.
+    setattr(scylla_task, ENQUEUED, result.task)
     task_started.send(type(result.task.get_backend()), task_result=result)
     task = result.task
     if task.takes_context:
@@ -212,15 +217,17 @@ if HAS_DJANGO_TASKS:
             spec = scylla_task.spec
             if not isinstance(spec, dict) or SPEC_KEY not in spec:
                 raise TaskResultDoesNotExist(scylla_task.rn)
-            task = import_string(spec[SPEC_KEY])
-            # The task as it was enqueued: `.using()` may have changed any of these.
-            task = dataclasses.replace(
-                task,
-                priority=spec.get("priority", task.priority),
-                queue_name=scylla_task.queue,
-                run_after=scylla_task.not_before,
-                backend=spec.get("backend", self.alias),
-            )
+            task = getattr(scylla_task, ENQUEUED, None)
+            if task is None:
+                task = import_string(spec[SPEC_KEY])
+                # The task as it was enqueued: `.using()` may have changed any of these.
+                task = dataclasses.replace(
+                    task,
+                    priority=spec.get("priority", task.priority),
+                    queue_name=scylla_task.queue,
+                    run_after=scylla_task.not_before,
+                    backend=spec.get("backend", self.alias),
+                )
             return self._result(task, scylla_task, getattr(scylla_task, ASSIGNMENTS, None))
 
         def check(self, **kwargs: Any) -> list[Any]:

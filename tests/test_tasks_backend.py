@@ -213,6 +213,8 @@ def test_the_worker_runs_a_first_attempt_without_reading_it_back(monkeypatch):
         task_started.disconnect(receiver)
         task_finished.disconnect(receiver)
     started, finished = results
+    # The task as enqueued, built once for both signals.
+    assert finished.task is started.task and started.task == enqueued.task
     stored = Task.objects.get(rn=enqueued.id)
     [assigned] = stored.history.filter(typ="TaskAssignment").values_list("time", "worker")
     assert (started.status, finished.status) == (
