@@ -21,7 +21,8 @@ before every run: point it at a scratch database. Figures (`--only`, repeatable)
   PostgreSQL (the whole server: cpu_of_postgres; this database's backends: BackendSampler), and
   the statement time and connections per task from pg_stat_database.
 - django_tasks: `noop_task.enqueue()` per call, beside native `submit()` per call in the same
-  runs, then processing by the workers (Django 6+).
+  runs, then processing by the workers, beside native processing (as in `process`, default
+  options) in the same runs (Django 6+).
 - latency: submit -> handler start with one idle worker (default options), and cancel ->
   `ctx.check()` raising in a running handler.
 
@@ -202,11 +203,13 @@ class Bench:
         enqueued: list[float] = []
         submitted: list[float] = []
         processed: list[float] = []
+        native: list[float] = []
         for _ in range(self.runs):
-            # The native submit beside each enqueue run: the ratio holds if the machine drifts.
+            # The native path beside each run: the ratios hold if the machine drifts.
             submitted.append(self.submit_rate("default"))
             enqueued.append(enqueue())
             processed.append(self.process_once((), queue="default", submit=False).rate)
+            native.append(self.process_once(()).rate)
         line(
             "django.tasks enqueue, one per call",
             enqueued,
@@ -214,7 +217,13 @@ class Bench:
             submitted,
             "native submit, same runs",
         )
-        line(f"django.tasks processed, {self.workers} workers, defaults", processed, "tasks/s")
+        line(
+            f"django.tasks processed, {self.workers} workers, defaults",
+            processed,
+            "tasks/s",
+            native,
+            "native processed, same runs",
+        )
 
     def latency(self) -> None:
         starts: list[float] = []
