@@ -167,10 +167,14 @@ def test_the_hot_statements_share_one_cursor_per_session_which_goes_with_it(work
     Task.objects.finish_many(worker, [Outcome(task.pk, task.attempts, result=1)])
     assert db.prepared_cursor(connection) is shared and not shared.cursor.closed
     assert db.prepared_cursor(connection, shared=False) is not shared  # a pipeline's own
-    with CaptureQueriesContext(connection):  # the query log has a cursor of its own
+    with CaptureQueriesContext(connection) as captured:  # the query log has a cursor of its own
         logged = db.prepared_cursor(connection)
         Task.objects.submit("share", {}, rn="share-2")
+        assert Task.objects.lease(worker, ["share"]) != []
     assert logged is not shared and db.prepared_cursor(connection) is shared
+    # Each statement logged as itself, not as the one before it on the same cursor.
+    [insert, lease] = [q["sql"] for q in captured.captured_queries]
+    assert insert.startswith("INSERT") and "SKIP LOCKED" in lease
     connection.close()  # a new session, a new cursor: the old one went with its session
     Task.objects.submit("share", {}, rn="share-3")
     assert db.prepared_cursor(connection) is not shared
