@@ -123,8 +123,42 @@ def validate_limit(value: object) -> int:
     return value
 
 
+# Members of a JSON document that need no check: `type(member) in _PLAIN`.
+_PLAIN = frozenset({int, bool, type(None)})
+
+
 def _check_json(value: Any, what: str, depth: int = 0) -> None:
-    """Reject what the databases cannot store as JSON: NUL characters, NaN, deep nesting."""
+    """Reject what the databases cannot store as JSON: NUL characters, NaN, deep nesting.
+
+    A plain dict or list has its plain members (strings, numbers, booleans, null) checked in
+    its own loop, not by a call each; anything else, and a container with a member found
+    wrong, goes through `_check_any`, which says what is wrong first.
+    """
+    kind = type(value)
+    if depth >= JSON_MAX_DEPTH or (kind is not dict and kind is not list):
+        _check_any(value, what, depth)
+        return
+    if kind is dict:
+        if any(type(key) is not str or "\x00" in key for key in value):
+            _check_any(value, what, depth)
+            return
+        members = value.values()
+    else:
+        members = value
+    for item in members:
+        member = type(item)
+        if member is str:
+            if "\x00" in item:
+                _check_any(value, what, depth)
+        elif member is float:
+            if not math.isfinite(item):
+                _check_any(value, what, depth)
+        elif member not in _PLAIN:
+            _check_json(item, what, depth + 1)
+
+
+def _check_any(value: Any, what: str, depth: int) -> None:
+    """`_check_json` for any value, one call per member."""
     if depth > JSON_MAX_DEPTH:
         raise ValidationError(
             f"{what} is nested deeper than {JSON_MAX_DEPTH} levels.", code="invalid_json"
@@ -139,13 +173,13 @@ def _check_json(value: Any, what: str, depth: int = 0) -> None:
             raise ValidationError(f"{what} contains NaN or infinity.", code="invalid_json")
     elif isinstance(value, list | tuple):
         for item in value:
-            _check_json(item, what, depth + 1)
+            _check_any(item, what, depth + 1)
     elif isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ValidationError(f"{what} has a non-string key.", code="invalid_json")
-            _check_json(key, what, depth + 1)
-            _check_json(item, what, depth + 1)
+            _check_any(key, what, depth + 1)
+            _check_any(item, what, depth + 1)
     else:
         raise ValidationError(
             f"{what} holds a {type(value).__name__}, which is not JSON.", code="invalid_json"

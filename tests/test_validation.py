@@ -5,10 +5,20 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
+from scylla_django.enums import Status
 from scylla_django.exceptions import Abort, LeaseLost, ScyllaError, error_record
 from scylla_django.models import Task
-from scylla_django.validation import validate_errors, validate_json
+from scylla_django.validation import (
+    JSON_MAX_DEPTH,
+    _check_any,
+    _check_json,
+    validate_errors,
+    validate_json,
+)
 from tests.factories import TaskFactory
 
 pytestmark = pytest.mark.django_db
@@ -84,6 +94,57 @@ def test_deep_nesting_is_rejected_not_a_crash():
         spec = [spec]
     with pytest.raises(ValidationError):
         Task.objects.submit("q", spec)
+
+
+def json_check_outcome(check, value) -> str | None:
+    try:
+        check(value)
+    except ValidationError as exc:
+        return f"{exc.code}: {exc.message}"
+    return None
+
+
+LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),  # NaN and infinities included
+    st.text(alphabet=st.sampled_from("ab\x00☃")),
+    st.sampled_from([Status.READY, 1.5, b"bytes", {1, 2}]),  # a str subclass, not JSON
+)
+KEYS = st.one_of(st.text(alphabet=st.sampled_from("k\x00")), st.integers(), st.just(Status.READY))
+
+
+@hypothesis_settings(max_examples=400, deadline=None)
+@given(
+    st.recursive(
+        LEAVES,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4),
+            st.lists(inner, max_size=3).map(tuple),
+            st.dictionaries(KEYS, inner, max_size=4),
+        ),
+        max_leaves=20,
+    )
+)
+def test_the_json_check_s_fast_path_says_what_the_full_walk_says(value):
+    """Plain dicts and lists check their plain members in a loop of their own: for any value,
+    the same error (or none) as the walk that checks every member by a call."""
+    assert json_check_outcome(lambda v: _check_json(v, "spec"), value) == json_check_outcome(
+        lambda v: _check_any(v, "spec", 0), value
+    )
+
+
+@pytest.mark.parametrize("levels", range(JSON_MAX_DEPTH - 2, JSON_MAX_DEPTH + 3))
+@pytest.mark.parametrize("innermost", [[], {}, [1], {"a": "b"}, ["\x00"], [float("nan")]])
+@pytest.mark.parametrize("container", [lambda inner: [inner], lambda inner: {"k": inner}])
+def test_the_json_check_s_fast_path_keeps_the_depth_limit(levels, innermost, container):
+    value = innermost
+    for _ in range(levels):
+        value = container(value)
+    assert json_check_outcome(lambda v: _check_json(v, "spec"), value) == json_check_outcome(
+        lambda v: _check_any(v, "spec", 0), value
+    )
 
 
 def test_huge_integers_are_rejected_or_stored_intact():
