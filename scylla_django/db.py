@@ -158,18 +158,16 @@ def prepared_cursor(connection: BaseDatabaseWrapper, *, shared: bool = True) -> 
         # statements as they were.
         session.prepare_threshold = 2**31 - 1
     logged = connection.queries_logged
-    if not shared:
-        with connection.wrap_database_errors:
-            raw = _prepared_cursor_class(logged, kept=False)(session)
-        # Django's own wrapper (query logging, execute_wrappers), as `connection.cursor()` uses.
-        return cast(Any, connection)._prepare_cursor(raw)
-    connection.validate_thread_sharing()
     kept = session.__dict__.setdefault("_scylla_cursors", {})  # goes with the session
-    wrapped = kept.get(logged)
-    if wrapped is None or wrapped.cursor.closed:
-        with connection.wrap_database_errors:
-            raw = _prepared_cursor_class(logged, kept=True)(session)
-        wrapped = kept[logged] = cast(Any, connection)._prepare_cursor(raw)
+    if shared and logged in kept:
+        connection.validate_thread_sharing()  # as `_prepare_cursor` does for a new one
+        return kept[logged]
+    with connection.wrap_database_errors:
+        raw = _prepared_cursor_class(logged, kept=shared)(session)
+    # Django's own wrapper (query logging, execute_wrappers), as `connection.cursor()` uses.
+    wrapped = cast(Any, connection)._prepare_cursor(raw)
+    if shared:
+        kept[logged] = wrapped
     return wrapped
 
 

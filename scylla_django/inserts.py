@@ -93,8 +93,8 @@ def _submission(model: type[models.Model], using: str) -> _Submission:
     picked = ", ".join(f"r.{quote(f.name)}" for f in given)
     return _Submission(
         given=given,
-        # One row: its notification is an expression of what it returns (a CTE around the
-        # INSERT, as for many rows, cost the server a tenth more per submission).
+        # One row: its notification is an expression of what it returns (no CTE around the
+        # INSERT to count notifications, as for many rows: less for the server to do).
         one=(
             f"INSERT INTO {table} ({columns}) "
             f"VALUES ({', '.join(['%s'] * len(given))}, {defaults}) ON CONFLICT (rn) DO NOTHING "

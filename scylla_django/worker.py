@@ -538,24 +538,19 @@ class TaskWorker:
         # The finished task's slot passes straight to the lease: no other lease can take it.
         claimed = self._claim([ctx], lease=not self.stopping.is_set())
         with self._own_connection():
-            try:
-                if not claimed:
+            if not claimed:
+                try:
                     self._report(batch, self._finish(batch))
+                except (DatabaseError, ScyllaError) as exc:
+                    self._not_written(exc, batch)
+                    self._handled(ctx, outcome)  # still in hand: the writer retries it
+                else:
                     self._release([ctx])
-                    return None
-                started = self._finish_and_refill(batch, claimed)
-            except (DatabaseError, ScyllaError) as exc:
-                logger.warning(
-                    "%s could not write the outcome of %s (%s); retrying",
-                    self.name,
-                    ctx.task.rn,
-                    exc,
-                )
-                if isinstance(exc, DatabaseError):
-                    self._discard_connection()
-                self._unclaim(claimed, [ctx])
-                self._handled(ctx, outcome)
                 return None
+            started = self._finish_and_refill(batch, claimed)
+        if started is None:  # still in hand: the writer retries it
+            self._handled(ctx, outcome)
+            return None
         mine = next((new for new in started if not self._is_async(new)), None)
         for new in started:
             if new is not mine:
@@ -564,11 +559,16 @@ class TaskWorker:
 
     def _finish_and_refill(
         self, batch: list[tuple[TaskContext, Outcome]], claimed: int
-    ) -> list[TaskContext]:
+    ) -> list[TaskContext] | None:
         """Write `batch`'s outcomes and lease into the `claimed` slots (see `_claim`), in one
         statement on PostgreSQL; return the leased tasks' contexts, in hand, for the caller to
-        run or hand out. A database error (raised) leaves the claim to the caller's `_unclaim`."""
-        errors, tasks = self._finish_and_lease(batch, claimed)
+        run or hand out. None if nothing was written: the claim is undone, the batch in hand."""
+        try:
+            errors, tasks = self._finish_and_lease(batch, claimed)
+        except (DatabaseError, ScyllaError) as exc:
+            self._not_written(exc, batch)
+            self._unclaim(claimed, [ctx for ctx, _ in batch])
+            return None
         self._report(batch, errors)
         started = self._take(claimed, tasks)
         if len(started) < claimed or self.stopping.is_set():
@@ -672,21 +672,21 @@ class TaskWorker:
     def _write_and_lease(self, batch: list[tuple[TaskContext, Outcome]]) -> bool:
         """Write `batch` and lease into the slots it frees, handing the leased tasks out; False
         if nothing was (no free slot, a database error): the batch is in hand, to write alone."""
-        done = [ctx for ctx, _ in batch]
-        claimed = self._claim(done, lease=not self.stopping.is_set())
-        if not claimed:
-            return False
-        try:
-            started = self._finish_and_refill(batch, claimed)
-        except (DatabaseError, ScyllaError) as exc:
-            logger.warning("%s could not write outcomes with a lease (%s)", self.name, exc)
-            if isinstance(exc, DatabaseError):
-                self._discard_connection()
-            self._unclaim(claimed, done)
+        claimed = self._claim([ctx for ctx, _ in batch], lease=not self.stopping.is_set())
+        started = self._finish_and_refill(batch, claimed) if claimed else None
+        if started is None:
             return False
         for ctx in started:
             self._dispatch(ctx)
         return True
+
+    def _not_written(self, exc: Exception, batch: list[tuple[TaskContext, Outcome]]) -> None:
+        """Log a write of `batch` that failed (retried later), dropping a lost connection."""
+        logger.warning(
+            "%s could not write %d outcome(s) (%s); retrying", self.name, len(batch), exc
+        )
+        if isinstance(exc, DatabaseError):
+            self._discard_connection()
 
     def _finish(self, batch: list[tuple[TaskContext, Outcome]]) -> dict[int, ScyllaError]:
         """Write `batch`'s outcomes; return why each one not written was refused, by pk."""
