@@ -81,8 +81,10 @@ def reload(task: Task) -> Task:
     return Task.objects.get(pk=task.pk)
 
 
-def typs(task: Task) -> list[str]:
-    return list(History.objects.filter(task=task).order_by("id").values_list("typ", flat=True))
+def typs(task: Task | str) -> list[str]:
+    """The event types of a task's history (the task or its rn), oldest first."""
+    rows = History.objects.filter(**{"task__rn" if isinstance(task, str) else "task": task})
+    return list(rows.order_by("id").values_list("typ", flat=True))
 
 
 def post(client: APIClient, path: str, body: object = None):

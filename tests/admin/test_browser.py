@@ -21,7 +21,7 @@ from scylla_django.models import Task, Worker
 from tests.factories import TaskFactory, running_task
 
 CHROMIUM = Path("/usr/bin/chromium")
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs Playwright for Python")
 pytestmark = pytest.mark.skipif(

@@ -12,14 +12,9 @@ from rest_framework.test import APIClient
 from scylla_django.api.pagination import ORDERINGS
 from scylla_django.models import Task
 from tests.factories import TaskFactory, running_task
-from tests.helpers import API, CLIENT_PERMISSIONS, assert_error, client_for, make_user
+from tests.helpers import API, assert_error
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def api() -> APIClient:
-    return client_for(make_user("client", *CLIENT_PERMISSIONS))
 
 
 def rns(api: APIClient, query: str = "") -> list[str]:

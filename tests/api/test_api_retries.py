@@ -28,16 +28,6 @@ ERROR = {"code": "exception", "args": {"type": "builtins.TimeoutError"}, "descri
 
 
 @pytest.fixture
-def api():
-    return client_for(make_user("client", "view_task", "submit_task", "cancel_task"))
-
-
-@pytest.fixture
-def worker_user():
-    return make_user("worker", "work_task")
-
-
-@pytest.fixture
 def as_worker(worker_user):
     return client_for(worker_user)
 

@@ -13,6 +13,7 @@ from scylla_django.exceptions import InvalidTransition, LeaseLost, OwnerAlive, T
 from scylla_django.models import History, Monitor, Task, Worker
 from scylla_django.monitor import Monitor as MonitorLoop
 from tests.factories import TaskFactory, running_task
+from tests.helpers import typs
 
 pytestmark = pytest.mark.django_db
 
@@ -173,10 +174,6 @@ def test_the_monitor_purges_old_worker_and_monitor_records():
 
 
 # -- reset lease now --------------------------------------------------------------------------
-
-
-def typs(task: Task) -> list[str]:
-    return list(History.objects.filter(task=task).values_list("typ", flat=True))
 
 
 def test_reset_lease_of_a_silent_owner(worker):

@@ -29,7 +29,7 @@ def canceller():
 
 
 @pytest.fixture
-def api(canceller):
+def canceller_api(canceller):
     return client_for(canceller)
 
 
@@ -38,7 +38,7 @@ def submit(queue: str, n: int) -> list[str]:
     return [outcome.rn for outcome in outcomes if outcome.rn is not None]
 
 
-def test_a_filter_cancels_2500_tasks_in_one_request_and_one_transaction(api, canceller):
+def test_a_filter_cancels_2500_tasks_in_one_request_and_one_transaction(canceller_api, canceller):
     submit("bulk", N)
     worker = worker_of(canceller, ("bulk",))
     running = Task.objects.lease(worker, ["bulk"], limit=10)
@@ -46,7 +46,7 @@ def test_a_filter_cancels_2500_tasks_in_one_request_and_one_transaction(api, can
     running[0].complete(worker)
     submit("other", 3)
     with CaptureQueriesContext(connection) as queries:
-        response = post(api, "/tasks/cancel/", {"filter": {"queue": "bulk"}})
+        response = post(canceller_api, "/tasks/cancel/", {"filter": {"queue": "bulk"}})
     assert response.status_code == 200, response.content
     assert response.json() == {"cancelled": N - 1, "skipped": 1, "not_found": 0}
     assert len(queries) < 40  # not one round trip per task
@@ -56,20 +56,20 @@ def test_a_filter_cancels_2500_tasks_in_one_request_and_one_transaction(api, can
     assert History.objects.filter(typ=EventType.CANCELLATION).count() == N - 1
 
 
-def test_rns_cancel_those_tasks_and_count_the_unknown_ones(api):
+def test_rns_cancel_those_tasks_and_count_the_unknown_ones(canceller_api):
     rns = submit("bulk", N)
-    response = post(api, "/tasks/cancel/", {"rns": [*rns, "no-such-task"]})
+    response = post(canceller_api, "/tasks/cancel/", {"rns": [*rns, "no-such-task"]})
     assert response.json() == {"cancelled": N, "skipped": 0, "not_found": 1}
-    again = post(api, "/tasks/cancel/", {"rns": rns[:5]})
+    again = post(canceller_api, "/tasks/cancel/", {"rns": rns[:5]})
     assert again.json() == {"cancelled": 0, "skipped": 5, "not_found": 0}
 
 
-def test_a_filter_takes_the_list_s_filters_with_json_values(api):
+def test_a_filter_takes_the_list_s_filters_with_json_values(canceller_api):
     submit("a", 3)
     submit("b", 2)
     Task.objects.filter(queue="a").update(priority=7)
     body = {"filter": {"status": ["ready", "running"], "priority_min": 5, "queue": "a"}}
-    assert post(api, "/tasks/cancel/", body).json()["cancelled"] == 3
+    assert post(canceller_api, "/tasks/cancel/", body).json()["cancelled"] == 3
     assert Task.objects.filter(queue="b", status=Status.READY).count() == 2
 
 
@@ -89,9 +89,9 @@ def test_a_filter_takes_the_list_s_filters_with_json_values(api):
         ({"rns": ["a"], "all": True}, "all", "unknown_field"),
     ],
 )
-def test_an_invalid_selection_is_400_and_cancels_nothing(api, body, field, code):
+def test_an_invalid_selection_is_400_and_cancels_nothing(canceller_api, body, field, code):
     submit("a", 2)
-    assert_field_error(post(api, "/tasks/cancel/", body), field, code)
+    assert_field_error(post(canceller_api, "/tasks/cancel/", body), field, code)
     assert not Task.objects.filter(status=Status.CANCELLED).exists()
 
 

@@ -13,7 +13,6 @@ from scylla_django.models import Task, Worker
 from tests.factories import running_task
 from tests.helpers import (
     API,
-    CLIENT_PERMISSIONS,
     assert_error,
     assert_field_error,
     client_for,
@@ -24,16 +23,6 @@ from tests.helpers import (
 )
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def api():
-    return client_for(make_user("client", *CLIENT_PERMISSIONS))
-
-
-@pytest.fixture
-def worker_user():
-    return make_user("worker", "work_task")
 
 
 def silence(worker: Worker, *, dead: bool = False) -> None:

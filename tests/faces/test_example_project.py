@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from django.urls import clear_url_caches
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

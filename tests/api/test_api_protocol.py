@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from scylla_django.enums import Status
@@ -16,21 +15,14 @@ from scylla_django.models import Task
 from tests.factories import TaskFactory
 from tests.helpers import (
     API,
-    CLIENT_PERMISSIONS,
     assert_error,
     assert_field_error,
     client_for,
-    make_user,
     post,
 )
 from tests.processes import ROOT, child_env
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def client_user() -> User:
-    return make_user("client", *CLIENT_PERMISSIONS)
 
 
 @pytest.mark.parametrize("path", ["/nope/", "/tasks/t1/restart/", "/tasks", "/workers/w/x/"])

@@ -45,13 +45,13 @@ def staff():
 
 
 @pytest.fixture
-def api(staff):
+def staff_api(staff):
     return client_for(staff)
 
 
-def raw(api, path: str, body: str | bytes):
+def raw(staff_api, path: str, body: str | bytes):
     """POST a body exactly as given."""
-    return api.generic("POST", f"{API}{path}", body, content_type="application/json")
+    return staff_api.generic("POST", f"{API}{path}", body, content_type="application/json")
 
 
 # -- the JSON itself ----------------------------------------------------------------------------
@@ -70,8 +70,8 @@ def raw(api, path: str, body: str | bytes):
     ],
     ids=["deep", "long-int", "nan", "infinity", "truncated", "not-utf8", "empty"],
 )
-def test_unparseable_json_is_400_parse_error(api, body):
-    response = raw(api, "/tasks/", body)
+def test_unparseable_json_is_400_parse_error(staff_api, body):
+    response = raw(staff_api, "/tasks/", body)
     if body == "":
         assert_field_error(response, "queue", "required")
     else:
@@ -79,10 +79,10 @@ def test_unparseable_json_is_400_parse_error(api, body):
     assert not Task.objects.exists()
 
 
-def test_nesting_past_64_levels_is_refused_by_the_spec_rules(api):
+def test_nesting_past_64_levels_is_refused_by_the_spec_rules(staff_api):
     spec = "[" * 70 + "0" + "]" * 70
     assert_field_error(
-        raw(api, "/tasks/", f'{{"queue": "q", "spec": {spec}}}'), "spec", "invalid_json"
+        raw(staff_api, "/tasks/", f'{{"queue": "q", "spec": {spec}}}'), "spec", "invalid_json"
     )
 
 
@@ -105,46 +105,50 @@ def test_nesting_past_64_levels_is_refused_by_the_spec_rules(api):
         ('{"queue": "q", "spec": 1, "\\u0000": 1}', "\x00", "unknown_field"),
     ],
 )
-def test_wrong_types_huge_numbers_and_nul_are_400_per_field(api, body, field, code):
-    assert_field_error(raw(api, "/tasks/", body), field, code)
+def test_wrong_types_huge_numbers_and_nul_are_400_per_field(staff_api, body, field, code):
+    assert_field_error(raw(staff_api, "/tasks/", body), field, code)
     assert not Task.objects.exists()
 
 
-def test_a_huge_integer_inside_a_spec_is_stored_exactly(api):
-    response = raw(api, "/tasks/", '{"rn": "big", "queue": "q", "spec": {"n": ' + "9" * 400 + "}}")
+def test_a_huge_integer_inside_a_spec_is_stored_exactly(staff_api):
+    response = raw(
+        staff_api, "/tasks/", '{"rn": "big", "queue": "q", "spec": {"n": ' + "9" * 400 + "}}"
+    )
     assert response.status_code == 201
     assert Task.objects.get(rn="big").spec == {"n": int("9" * 400)}
-    assert api.get(f"{API}/tasks/big/").json()["spec"] == {"n": int("9" * 400)}
+    assert staff_api.get(f"{API}/tasks/big/").json()["spec"] == {"n": int("9" * 400)}
 
 
-def test_a_timestamp_beyond_what_utc_can_hold_is_clamped(api):
+def test_a_timestamp_beyond_what_utc_can_hold_is_clamped(staff_api):
     body = {"rn": "t", "queue": "q", "spec": 1, "not_before": "0001-01-01T00:00:00+01:00"}
-    response = api.post(f"{API}/tasks/", body, format="json")
+    response = staff_api.post(f"{API}/tasks/", body, format="json")
     assert response.status_code == 201
     assert response.json()["not_before"] == "0001-01-01T00:00:00Z"
 
 
 @pytest.mark.parametrize("operation", ["heartbeat", "complete", "abort", "yield"])
 @pytest.mark.parametrize("worker_name", [7, None, "worker-1\x00", "w" * 65, "worker-" + "9" * 30])
-def test_a_bad_worker_name_is_a_4xx(api, staff, operation, worker_name):
+def test_a_bad_worker_name_is_a_4xx(staff_api, staff, operation, worker_name):
     task = running_task(worker_of(staff), rn="t1")
     body = {"worker": worker_name, "errors": [{"code": "x"}], "progress": 0.5}
     allowed = {"heartbeat": {"worker", "progress"}, "abort": {"worker", "errors"}}
     body = {k: v for k, v in body.items() if k in allowed.get(operation, {"worker"})}
-    response = api.post(f"{API}/tasks/t1/{operation}/", body, format="json")
+    response = staff_api.post(f"{API}/tasks/t1/{operation}/", body, format="json")
     assert response.status_code in {400, 404}, response.content
     assert response.json()["code"] in {"invalid", "worker_not_found"}
     assert reload(task).status == Status.RUNNING
 
 
 @pytest.mark.parametrize("value", ["1e999", "-1e999", "9" * 400, '"1"', "true", "null"])
-def test_bad_numbers_in_worker_bodies_are_400(api, staff, value):
+def test_bad_numbers_in_worker_bodies_are_400(staff_api, staff, value):
     worker = worker_of(staff)
     task = running_task(worker, rn="t1")
     body = f'{{"worker": "{worker.name}", "attempt": 1, "progress": {value}, "timeout": {value}}}'
-    response = raw(api, "/tasks/t1/heartbeat/", body)
+    response = raw(staff_api, "/tasks/t1/heartbeat/", body)
     assert set(assert_error(response, 400, "invalid")["errors"]) == {"progress", "timeout"}
-    lease = raw(api, f"/workers/{worker.name}/lease/", f'{{"limit": {value}, "timeout": {value}}}')
+    lease = raw(
+        staff_api, f"/workers/{worker.name}/lease/", f'{{"limit": {value}, "timeout": {value}}}'
+    )
     assert set(assert_error(lease, 400, "invalid")["errors"]) == {"limit", "timeout"}
     assert reload(task).progress == 0.0
 
@@ -153,14 +157,14 @@ def test_bad_numbers_in_worker_bodies_are_400(api, staff, value):
 
 
 @pytest.mark.parametrize("rn", ["%00", "a%00b", "%FF", "..", "%2e%2e"])
-def test_odd_rns_in_paths_are_404(api, rn):
-    assert_error(api.get(f"{API}/tasks/{rn}/"), 404, "task_not_found")
-    assert_error(api.post(f"{API}/tasks/{rn}/cancel/"), 404, "task_not_found")
+def test_odd_rns_in_paths_are_404(staff_api, rn):
+    assert_error(staff_api.get(f"{API}/tasks/{rn}/"), 404, "task_not_found")
+    assert_error(staff_api.post(f"{API}/tasks/{rn}/cancel/"), 404, "task_not_found")
 
 
 @pytest.mark.parametrize("name", ["worker-%00", "worker-1%00", "%00"])
-def test_odd_worker_names_in_paths_are_404(api, name):
-    assert_error(api.post(f"{API}/workers/{name}/lease/"), 404, "worker_not_found")
+def test_odd_worker_names_in_paths_are_404(staff_api, name):
+    assert_error(staff_api.post(f"{API}/workers/{name}/lease/"), 404, "worker_not_found")
 
 
 @pytest.mark.parametrize(
@@ -185,47 +189,49 @@ def test_odd_worker_names_in_paths_are_404(api, name):
         ("page_size=ten", "page_size", "invalid"),
     ],
 )
-def test_bad_query_parameters_are_400(api, query, param, code):
+def test_bad_query_parameters_are_400(staff_api, query, param, code):
     TaskFactory()
-    assert_field_error(api.get(f"{API}/tasks/?{query}"), param, code)
+    assert_field_error(staff_api.get(f"{API}/tasks/?{query}"), param, code)
 
 
 @pytest.mark.parametrize("cursor", ["%00", "garbage", "W10", "WyJ4Il0", "eyJhIjoxfQ"])
-def test_a_cursor_that_is_not_ours_is_404(api, cursor):
+def test_a_cursor_that_is_not_ours_is_404(staff_api, cursor):
     TaskFactory()
-    assert_error(api.get(f"{API}/tasks/?cursor={cursor}"), 404, "invalid_cursor")
+    assert_error(staff_api.get(f"{API}/tasks/?cursor={cursor}"), 404, "invalid_cursor")
 
 
-def test_timestamps_beyond_utc_in_filters_are_clamped(api):
+def test_timestamps_beyond_utc_in_filters_are_clamped(staff_api):
     TaskFactory()
-    response = api.get(f"{API}/tasks/?created_after=0001-01-01T00:00:00%2B01:00")
+    response = staff_api.get(f"{API}/tasks/?created_after=0001-01-01T00:00:00%2B01:00")
     assert len(response.json()["results"]) == 1
-    response = api.get(f"{API}/tasks/?created_before=9999-12-31T23:00:00-05:00")
+    response = staff_api.get(f"{API}/tasks/?created_before=9999-12-31T23:00:00-05:00")
     assert len(response.json()["results"]) == 1
 
 
 @override_settings(DATA_UPLOAD_MAX_NUMBER_FIELDS=10)
-def test_too_many_query_parameters_is_400(api):
-    assert_error(api.get(f"{API}/tasks/?" + "&".join(["status=ready"] * 20)), 400, "bad_request")
+def test_too_many_query_parameters_is_400(staff_api):
+    assert_error(
+        staff_api.get(f"{API}/tasks/?" + "&".join(["status=ready"] * 20)), 400, "bad_request"
+    )
 
 
 # -- mass assignment ----------------------------------------------------------------------------
 
 
-def test_server_owned_fields_cannot_be_submitted(api):
+def test_server_owned_fields_cannot_be_submitted(staff_api):
     body = {"rn": "t1", "queue": "q", "spec": 1, **SERVER_OWNED}
-    response = api.post(f"{API}/tasks/", body, format="json")
+    response = staff_api.post(f"{API}/tasks/", body, format="json")
     assert set(assert_error(response, 400, "invalid")["errors"]) == set(SERVER_OWNED)
     assert not Task.objects.exists()
 
 
 @pytest.mark.parametrize(("field", "value"), list(SERVER_OWNED.items()))
-def test_a_server_owned_field_in_a_bulk_item_makes_it_invalid(api, field, value):
+def test_a_server_owned_field_in_a_bulk_item_makes_it_invalid(staff_api, field, value):
     items = [
         {"rn": "bad", "queue": "q", "spec": 1, field: value},
         {"rn": "ok", "queue": "q", "spec": 1},
     ]
-    outcomes = api.post(f"{API}/tasks/bulk/", items, format="json").json()
+    outcomes = staff_api.post(f"{API}/tasks/bulk/", items, format="json").json()
     assert [o["outcome"] for o in outcomes] == ["invalid", "inserted"]
     assert outcomes[0]["errors"] == {field: [{"code": "unknown_field", "detail": "Unknown field."}]}
     assert list(Task.objects.values_list("rn", flat=True)) == ["ok"]
@@ -240,7 +246,7 @@ def test_a_server_owned_field_in_a_bulk_item_makes_it_invalid(api, field, value)
 
 
 @pytest.mark.parametrize("operation", ["heartbeat", "complete", "abort", "yield"])
-def test_server_owned_fields_cannot_ride_along_a_worker_operation(api, staff, operation):
+def test_server_owned_fields_cannot_ride_along_a_worker_operation(staff_api, staff, operation):
     worker = worker_of(staff)
     task = running_task(worker, rn="t1")
     before = reload(task)
@@ -253,7 +259,7 @@ def test_server_owned_fields_cannot_ride_along_a_worker_operation(api, staff, op
     }
     if operation == "abort":
         body["errors"] = [{"code": "x"}]
-    response = api.post(f"{API}/tasks/t1/{operation}/", body, format="json")
+    response = staff_api.post(f"{API}/tasks/t1/{operation}/", body, format="json")
     assert set(assert_error(response, 400, "invalid")["errors"]) == {"owner", "status", "attempts"}
     after = reload(task)
     assert (after.status, after.owner, after.attempts, after.deadline, after.updated) == (

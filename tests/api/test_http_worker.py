@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from scylla_django.enums import EventType, Status
-from scylla_django.models import History, Task, Worker
-from tests.helpers import make_user, token_header
+from scylla_django.models import Task, Worker
+from tests.helpers import make_user, token_header, typs
 from tests.processes import ROOT, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
@@ -47,10 +47,6 @@ def start(live_server):
 def finish(process: subprocess.Popen[str], timeout: float = 20) -> tuple[int, str]:
     output, _ = process.communicate(timeout=timeout)
     return process.returncode, output
-
-
-def typs(rn: str) -> list[str]:
-    return list(History.objects.filter(task__rn=rn).order_by("id").values_list("typ", flat=True))
 
 
 def test_it_completes_a_task_and_aborts_one_that_fails(start):

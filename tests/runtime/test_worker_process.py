@@ -13,6 +13,7 @@ import pytest
 from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import LeaseLost
 from scylla_django.models import History, Task, Worker
+from tests.helpers import typs
 from tests.processes import finish, output_so_far, start, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
@@ -33,10 +34,6 @@ def worker(*queues: str, lease: str = "5s", extra: tuple[str, ...] = ()):
 
 def statuses() -> Counter[str]:
     return Counter(Task.objects.values_list("status", flat=True))
-
-
-def typs(task: Task) -> list[str]:
-    return list(History.objects.filter(task=task).order_by("id").values_list("typ", flat=True))
 
 
 def test_sigterm_yields_running_tasks_and_another_worker_finishes_them():

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = "scylla_django"
-ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 
 # The allowed layer order, lowest first: a module may import its own layer and the ones below.
 LAYERS: dict[str, tuple[str, ...]] = {
@@ -187,7 +187,7 @@ def test_no_test_module_imports_another():
     """Shared test code lives in tests/helpers.py, factories.py or processes.py, never in a
     test module, so each test module can be read, run and moved on its own."""
     offenders = []
-    for path in sorted((ROOT.parent / "tests").glob("*.py")):
+    for path in sorted((ROOT.parent / "tests").rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
             names = (
@@ -200,6 +200,6 @@ def test_no_test_module_imports_another():
             offenders += [
                 f"{path.name}:{node.lineno} imports {name}"
                 for name in names
-                if name.startswith("tests.test_")
+                if name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_")
             ]
     assert not offenders, "Move shared test code to tests/helpers.py:\n  " + "\n  ".join(offenders)

@@ -9,7 +9,6 @@ from datetime import timedelta
 
 import pytest
 import yaml
-from django.contrib.auth.models import User
 from django.db.models.functions import Now
 from django.utils.dateparse import parse_datetime
 from rest_framework.test import APIClient
@@ -19,13 +18,11 @@ from scylla_django.models import History, Task, Worker
 from tests.factories import TaskFactory, running_task
 from tests.helpers import (
     API,
-    CLIENT_PERMISSIONS,
     TASK_FIELDS,
     assert_error,
     assert_field_error,
     client_for,
     expire,
-    make_user,
     post,
     reload,
     typs,
@@ -33,22 +30,6 @@ from tests.helpers import (
 )
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def client_user() -> User:
-    return make_user("client", *CLIENT_PERMISSIONS)
-
-
-@pytest.fixture
-def api(client_user) -> APIClient:
-    """A client application: may view, submit and cancel."""
-    return client_for(client_user)
-
-
-@pytest.fixture
-def worker_user() -> User:
-    return make_user("worker", "work_task")
 
 
 @pytest.fixture
