@@ -21,6 +21,7 @@ from datetime import timedelta
 from django.db import Error as DatabaseError
 from django.db import connections
 
+from . import db
 from .enums import Liveness
 from .models import Monitor, Task, Worker
 from .text import format_duration
@@ -67,9 +68,7 @@ def run_checks(
 def check_database(using: str = "default") -> Check:
     """The database answers a query."""
     try:
-        with connections[using].cursor() as cursor:
-            cursor.execute("SELECT 1")
-            cursor.fetchone()
+        db.ping(using)
     except DatabaseError as exc:
         with suppress(DatabaseError):  # a probe process may ask again: start afresh
             connections[using].close()

@@ -18,17 +18,10 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from django.db import connections
-
-from .db import READY_CHANNEL, STOP_CHANNEL
-from .retries import database_retry_delay
+from .db import READY_CHANNEL, STOP_CHANNEL, DatabaseRetry, listen
 
 logger = logging.getLogger("scylla_django")
-
-# Django's own connection parameters that are not libpq's or the listener has no use for.
-_DJANGO_ONLY = {"cursor_factory", "context", "prepare_threshold"}
 
 
 @dataclass(eq=False, kw_only=True)
@@ -62,32 +55,18 @@ class Listener:
         if self._thread is not None:
             self._thread.join(timeout=2)
 
-    def _connect(self) -> Any:
-        import psycopg
-
-        options: dict[str, Any] = {"autocommit": True, "application_name": self.name}
-        if self.dsn:
-            return psycopg.connect(self.dsn, **options)
-        params = connections[self.using].get_connection_params()
-        for key in _DJANGO_ONLY:
-            params.pop(key, None)
-        return psycopg.connect(**{**params, **options})
-
     def _run(self) -> None:
         import psycopg
 
-        failures = 0  # failed connections in a row
+        retry = DatabaseRetry()  # failed connections in a row; no Django connection to drop
         while not self._closed.is_set():
             connection = None
             try:
-                connection = self._connect()
-                connection.execute(f"LISTEN {READY_CHANNEL}")
-                connection.execute(f"LISTEN {STOP_CHANNEL}")
+                connection = listen(self.using, self.dsn, self.name)
                 self.connections += 1
                 self.connected.set()
-                if failures:
+                if retry.succeeded():
                     logger.info("%s: listening again", self.name)
-                failures = 0
                 self.on_connect()
                 while not self._closed.is_set():
                     for note in connection.notifies(timeout=0.5):
@@ -97,8 +76,7 @@ class Listener:
                             self.on_stop(note.payload)
             except psycopg.Error as exc:
                 self.connected.clear()
-                failures += 1
-                wait = database_retry_delay(failures)
+                wait = retry.failed()
                 logger.warning(
                     "%s: the LISTEN connection failed (%s); reconnecting in %gs",
                     self.name,

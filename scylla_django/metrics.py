@@ -27,7 +27,7 @@ Metric names follow Prometheus conventions: `scylla_` prefix, `_total` for count
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -42,11 +42,10 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
         'scylla_django.metrics needs prometheus_client: pip install "scylla-django[metrics]"'
     ) from exc
 
-from django.db import connections
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 
-from . import signals
+from . import db, signals
 from .enums import TERMINAL_STATUSES, EventType, Status
 from .models import History, Monitor, Task, Worker
 
@@ -165,52 +164,12 @@ class TaskMetricsCollector(Collector):
 
     def _queues(self) -> list[str]:
         """Every queue that has a task: one index probe per queue, never a scan."""
-        table = connections[self.using].ops.quote_name(Task._meta.db_table)
-        sql = f"""
-            WITH RECURSIVE queues(queue) AS (
-                SELECT MIN(queue) FROM {table}
-                UNION ALL
-                SELECT (SELECT MIN(queue) FROM {table} WHERE queue > queues.queue)
-                FROM queues WHERE queues.queue IS NOT NULL
-            )
-            SELECT queue FROM queues WHERE queue IS NOT NULL
-        """
-        with connections[self.using].cursor() as cursor:
-            cursor.execute(sql)
-            return [row[0] for row in cursor.fetchall()]
+        return db.queues_present(Task.objects.using(self.using))
 
     def _terminal_counts(self, queues: list[str]) -> dict[tuple[str, str], int]:
         """Terminal tasks per queue and status: exact up to the cap, else an estimate."""
-        statuses = sorted(TERMINAL_STATUSES)
-        connection = connections[self.using]
-        if connection.vendor != "postgresql":
-            # SQLite (small deployments) counts exactly, one indexed count per pair.
-            tasks = Task.objects.using(self.using).order_by()
-            return {
-                (queue, status): tasks.filter(queue=queue, status=status).count()
-                for queue in queues
-                for status in statuses
-            }
-        table = connection.ops.quote_name(Task._meta.db_table)
-        # One statement: a count capped by LIMIT per (queue, status), through the index.
-        sql = f"""
-            SELECT q.queue, s.status, (
-                SELECT count(*) FROM (
-                    SELECT 1 FROM {table} AS t
-                    WHERE t.queue = q.queue AND t.status = s.status LIMIT %s
-                ) AS capped
-            )
-            FROM unnest(%s::text[]) AS q(queue) CROSS JOIN unnest(%s::text[]) AS s(status)
-        """
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [self.cap, queues, [str(s) for s in statuses]])
-            exact = {(queue, status): count for queue, status, count in cursor.fetchall()}
-        capped = [key for key, count in exact.items() if count >= self.cap]
-        if capped:
-            estimate = _postgresql_estimator(self.using)
-            for key in capped:
-                exact[key] = max(self.cap, estimate(*key))
-        return exact
+        tasks = Task.objects.using(self.using)
+        return db.capped_counts(tasks, queues, sorted(TERMINAL_STATUSES), self.cap)
 
     # -- processes ------------------------------------------------------------------------------
 
@@ -245,49 +204,6 @@ class TaskMetricsCollector(Collector):
                 "When the latest monitor pass ended (Unix time, database clock).",
                 value=status.last_pass.timestamp(),
             )
-
-
-def _postgresql_estimator(using: str) -> Callable[[str, str], int]:
-    """How many tasks have a queue and a status, as PostgreSQL's planner would guess it.
-
-    From the table's statistics (two queries, nothing else read): the row count in
-    `pg_class`, and each column's most common values and their frequencies in `pg_stats`;
-    a value outside them gets an even share of the rest. The two columns are taken as
-    independent, as the planner does without extended statistics.
-    """
-    table = Task._meta.db_table
-    with connections[using].cursor() as cursor:
-        cursor.execute(
-            "SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)",
-            [connections[using].ops.quote_name(table)],
-        )
-        found = cursor.fetchone()
-        rows = max(float(found[0]) if found else 0.0, 0.0)
-        cursor.execute(
-            "SELECT attname, most_common_vals::text::text[], most_common_freqs, null_frac, "
-            "n_distinct FROM pg_stats WHERE tablename = %s AND attname IN ('queue', 'status') "
-            "AND schemaname = ANY(current_schemas(false))",
-            [table],
-        )
-        stats = {row[0]: row[1:] for row in cursor.fetchall()}
-
-    def frequency(column: str, value: str) -> float:
-        if column not in stats:
-            return 1.0
-        values, freqs, null_frac, n_distinct = stats[column]
-        values, freqs = values or [], freqs or []
-        if value in values:
-            share: float = freqs[values.index(value)]
-            return share
-        distinct = n_distinct if n_distinct >= 0 else -n_distinct * rows
-        others = max(distinct - len(values), 1.0)
-        rest = max(1.0 - float(sum(freqs)) - float(null_frac or 0.0), 0.0)
-        return rest / float(others)
-
-    def estimate(queue: str, status: str) -> int:
-        return round(rows * frequency("queue", queue) * frequency("status", status))
-
-    return estimate
 
 
 def registry(using: str = "default") -> CollectorRegistry:

@@ -25,6 +25,7 @@ from django.db import close_old_connections, connections
 
 from . import followups, schedules
 from .conf import scylla_settings
+from .db import DatabaseRetry, discard_connection
 from .models import Monitor as MonitorRecord
 from .models import Task, Worker
 from .retries import exponential_delay
@@ -183,7 +184,12 @@ class Monitor:
             if self.retention is None
             else format_duration(self.retention),
         )
-        failures = 0
+        retry = DatabaseRetry(
+            self.using,
+            lambda failures: exponential_delay(
+                failures, initial=self.backoff_initial, cap=self.backoff_max
+            ),
+        )
         try:
             while not stop.is_set():
                 started = time.monotonic()
@@ -191,28 +197,23 @@ class Monitor:
                     self._refresh_connections()
                     self.run_once()
                 except DatabaseError as exc:
-                    failures += 1
-                    backoff = exponential_delay(
-                        failures, initial=self.backoff_initial, cap=self.backoff_max
-                    )
+                    backoff = retry.failed()  # the connection is dropped too
                     logger.warning(
                         "monitor pass failed (%s: %s); retrying in %s",
                         type(exc).__name__,
                         " ".join(str(exc).split()) or "no message",
                         format_duration(timedelta(seconds=backoff)),
                     )
-                    self._discard_connection()
                     if self._wait(stop, backoff):
                         break
                     continue
-                if failures:
+                if failures := retry.succeeded():
                     logger.info("database back after %s", plural(failures, "failed attempt"))
-                    failures = 0
                 if self._wait(stop, max(0.0, started + self.interval - time.monotonic())):
                     break
         finally:
             self.stop_record()
-            self._discard_connection()
+            discard_connection(self.using)
             logger.info("monitor stopped")
 
     def _wait(self, stop: threading.Event, timeout: float) -> bool:
@@ -232,14 +233,6 @@ class Monitor:
         """Replace connections that are broken or past CONN_MAX_AGE, as Django does per request."""
         if not self._in_transaction():
             close_old_connections()
-
-    def _discard_connection(self) -> None:
-        """Close our connection (after an error, or when the loop ends); the next query reopens."""
-        if not self._in_transaction():
-            try:
-                connections[self.using].close()
-            except DatabaseError as exc:  # closing a broken connection may itself fail
-                logger.debug("closing the database connection failed: %s", exc)
 
 
 class Recurring:

@@ -30,7 +30,7 @@ from typing import Any
 
 from cronsim import CronSim, CronSimError
 from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from . import db
@@ -290,15 +290,7 @@ def sync_from_settings(
 
 
 def _database_now(using: str) -> datetime:
-    with connections[using].cursor() as cursor:
-        cursor.execute("SELECT CURRENT_TIMESTAMP")
-        (raw,) = cursor.fetchone()
-    if isinstance(raw, str):  # SQLite: UTC as text
-        raw = datetime.fromisoformat(raw)
-    if raw.tzinfo is None:
-        raw = raw.replace(tzinfo=UTC)
-    assert isinstance(raw, datetime)
-    return raw.astimezone(UTC)
+    return db.read_clock(using).astimezone(UTC)
 
 
 # -- ticking ------------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -13,7 +12,6 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db import connections
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KT
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -23,6 +21,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from .. import db
 from ..conf import scylla_settings
 from ..enums import TERMINAL_STATUSES, Liveness, Operation, Status, sources
 from ..exceptions import InvalidTransition, LeaseLost, OwnerAlive, TaskNotFound
@@ -87,10 +86,10 @@ def estimate_count(queryset: QuerySet[Any]) -> int:
     PostgreSQL: the planner's estimate from EXPLAIN, kept current by autovacuum's ANALYZE, as an
     ApproximateCount (never below the cap). Other databases: an exact COUNT(*).
     """
-    if connections[queryset.db].vendor != "postgresql":
+    planned = db.planned_rows(queryset)
+    if planned is None:
         return queryset.count()
-    plan = json.loads(queryset.order_by().explain(format="json"))
-    return ApproximateCount(max(int(plan[0]["Plan"]["Plan Rows"]), COUNT_CAP + 1))
+    return ApproximateCount(max(planned, COUNT_CAP + 1))
 
 
 class EstimatingPaginator(PaginatorBase):

@@ -27,7 +27,7 @@ from .queues import (
     validate_max_running,
 )
 from .schedules import CatchUp, Schedule
-from .task import NOT_YIELDED, Task, TaskQuerySet
+from .task import NOT_YIELDED, TABLES, Task, TaskQuerySet
 
 __all__ = [
     "HELD",
@@ -35,6 +35,7 @@ __all__ = [
     "MONITOR_PREFIX",
     "NOT_YIELDED",
     "SCHEDULED",
+    "TABLES",
     "WORKER_PREFIX",
     "CatchUp",
     "Dependency",

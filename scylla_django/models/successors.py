@@ -8,7 +8,8 @@ from typing import Any
 from django.db import connections, models
 from django.db.models import Q
 
-from .. import db, inserts, retries, signals
+from .. import db, retries, signals
+from ..db import inserts
 from ..enums import Status
 from .dependencies import Dependency
 from .history import _later

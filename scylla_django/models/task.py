@@ -14,9 +14,9 @@ from django.db import IntegrityError, connections, models, transaction
 from django.db.models import Case, Exists, F, FloatField, Q, Value, When
 from django.utils import timezone
 
-from .. import db, inserts, retries, signals, validation
+from .. import db, retries, signals, validation
 from ..conf import scylla_settings
-from ..db import Clock, Now
+from ..db import Clock, Now, inserts
 from ..enums import (
     TERMINAL_STATUSES,
     TRANSITIONS,
@@ -236,7 +236,13 @@ class TaskQuerySet(models.QuerySet["Task"]):
         lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
         if db.uses_single_statement_transitions(connections[self.db]):
             _, leased = db.postgresql_lease(
-                self, History, Worker, QueueSetting, pk, name, queues, limit, lease_for
+                TABLES,
+                self.db,
+                worker_id=pk,
+                worker=name,
+                queues=queues,
+                limit=limit,
+                timeout=lease_for,
             )
         else:
             leased = portable.lease(self, pk, name, queues, limit, lease_for)
@@ -480,7 +486,14 @@ class TaskQuerySet(models.QuerySet["Task"]):
             except WorkerNotFound:
                 return finished, []
         done, leased = db.postgresql_lease(
-            self, History, Worker, QueueSetting, pk, name, queues, limit, lease_for, finish=rows
+            TABLES,
+            self.db,
+            worker_id=pk,
+            worker=name,
+            queues=queues,
+            limit=limit,
+            timeout=lease_for,
+            finish=rows,
         )
         tasks = leased or []
         self._finished(outcomes, rows, done)
@@ -527,7 +540,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
     def _finish_rows(self, name: str, rows: list[dict[str, Any]]) -> dict[int, datetime]:
         if db.uses_single_statement_transitions(connections[self.db]):
-            return db.postgresql_finish(self.model.objects.using(self.db), History, name, rows)
+            return db.postgresql_finish(TABLES, self.db, name, rows)
         return portable.finish(self, name, rows)
 
     def refusals(self, worker: Worker | str, leases: Mapping[int, int]) -> dict[int, ScyllaError]:
@@ -895,3 +908,7 @@ class Task(models.Model):
                 using=using, fields=["status", "owner", "deadline", "progress", "updated"]
             )
         _later(signals.task_reset, using, task=self, status=self.status)
+
+
+TABLES = db.Tables(task=Task, history=History, worker=Worker, queue_setting=QueueSetting)
+"""The models the PostgreSQL lease and finish statements name (`db.Tables`)."""

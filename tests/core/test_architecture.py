@@ -24,7 +24,6 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "conf",
         "validation",
         "db",
-        "inserts",
         "models",
         "retries",
         "signals",

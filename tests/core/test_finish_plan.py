@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 from scylla_django import db
-from scylla_django.models import History, Outcome, Task, Worker
+from scylla_django.models import TABLES, Outcome, Task, Worker
 from tests.helpers import prepared_plan, task_scans
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -29,7 +29,7 @@ def test_a_finish_reads_only_its_own_rows_however_many_tasks_its_worker_finished
     Task.objects.submit("work", {})
     [task] = Task.objects.lease(worker, ["work"])
 
-    statement, params = db._finish_statement(Task.objects.all(), History)
+    statement, params = db.finish_statement(TABLES, "default")
     row = {"id": task.pk, "attempts": task.attempts, "status": "completed", "result": 1}
     rows = [{**row, "errors": None}]
     params.update(rows=json.dumps(rows), worker=worker.name)

@@ -11,7 +11,7 @@ from django.db import connection
 from django.utils import timezone
 
 from scylla_django import db
-from scylla_django.models import History, QueueSetting, Task, Worker
+from scylla_django.models import TABLES, QueueSetting, Task, Worker
 from tests.helpers import prepared_plan, task_scans
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -65,9 +65,7 @@ def lease_plan(
     """The plan of the lease statement as PostgreSQL runs it prepared: `mode` is
     `force_generic_plan` (what a prepared statement may settle on) or `force_custom_plan`;
     `locked`: the statement of a lease from queues with a running-task limit."""
-    statement, params = db._lease_statement(
-        Task.objects.all(), History, Worker, QueueSetting, locked=locked
-    )
+    statement, params = db.lease_statement(TABLES, "default", locked=locked)
     params.update(
         worker_id=worker.pk,
         worker=worker.name,

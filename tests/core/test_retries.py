@@ -166,7 +166,7 @@ def test_a_failing_successor_insert_rolls_the_abort_back(worker, monkeypatch):
         raise IntegrityError("boom")
 
     monkeypatch.setattr("django.db.models.query.QuerySet.bulk_create", broken)
-    monkeypatch.setattr("scylla_django.inserts.postgresql_submit", broken)
+    monkeypatch.setattr("scylla_django.db.inserts.postgresql_submit", broken)
     with pytest.raises(IntegrityError):
         task.abort(worker, [exception_error(ValueError())])
     assert Task.objects.get(rn="atomic").status == Status.RUNNING
@@ -200,7 +200,7 @@ def test_a_failing_successor_insert_rolls_finish_many_back(worker, monkeypatch):
         raise IntegrityError("boom")
 
     monkeypatch.setattr("django.db.models.query.QuerySet.bulk_create", broken)
-    monkeypatch.setattr("scylla_django.inserts.postgresql_submit", broken)
+    monkeypatch.setattr("scylla_django.db.inserts.postgresql_submit", broken)
     with pytest.raises(IntegrityError):
         Task.objects.finish_many(
             worker, [Outcome(task.pk, 1, errors=[exception_error(KeyError())])]

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scylla_django import inserts
+from scylla_django.db import inserts
 from scylla_django.exceptions import DuplicateTask
 from scylla_django.models import Outcome, Task, Worker
 from scylla_django.retries import Fixed, Retry

@@ -1,10 +1,10 @@
 """How new tasks reach the task table, per database vendor: the single and bulk submission
-statements of PostgreSQL, the bulk insert of SQLite. (`db` has the other vendor SQL.)
+statements of PostgreSQL, the bulk insert of SQLite.
 
 - PostgreSQL: a submission is one `INSERT … ON CONFLICT (rn) DO NOTHING RETURNING`, which
   reports a duplicate rn as "no row returned"; a bulk one inserts chunks of rows expanded
   from a JSON document, its statements sent in one pipeline. Both notify listening workers
-  (`db.READY_CHANNEL`) in the same statement.
+  (`READY_CHANNEL`) in the same statement.
 - SQLite: the bulk insert is one `INSERT … ON CONFLICT DO NOTHING RETURNING` per chunk.
 """
 
@@ -22,9 +22,11 @@ from django.db import connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet
 
-from . import db
+from .notifications import READY_CHANNEL
+from .prepared import prepared_cursor, prepares
+from .vendors import returns_written_rows
 
-_Row = TypeVar("_Row", bound=models.Model)  # the Task model, which this module never imports
+_Row = TypeVar("_Row", bound=models.Model)  # the Task model, which this room never imports
 
 
 def _insert_parts(tasks: QuerySet[_Row]) -> tuple[list[models.Field[Any, Any]], str]:
@@ -37,7 +39,7 @@ def _insert_parts(tasks: QuerySet[_Row]) -> tuple[list[models.Field[Any, Any]], 
 
 
 def _ready_notification(table: str) -> str:
-    """A CTE that notifies db.READY_CHANNEL once per queue of `table`'s rows leasable now."""
+    """A CTE that notifies READY_CHANNEL once per queue of `table`'s rows leasable now."""
     return (
         "notified AS (SELECT count(pg_notify(%s, queue)) AS n FROM "
         f"(SELECT DISTINCT queue FROM {table} "
@@ -127,8 +129,8 @@ def postgresql_submit(
         _db_value(f, values[f.name] if f.name in values else f.get_default(), connection)
         for f in submission.given
     ]
-    with db.prepared_cursor(connection) as cursor:
-        cursor.execute(submission.one, [*params, db.READY_CHANNEL])
+    with prepared_cursor(connection) as cursor:
+        cursor.execute(submission.one, [*params, READY_CHANNEL])
         row = cursor.fetchone()
     return None if row is None else (row[0], row[1], row[2])
 
@@ -158,7 +160,7 @@ def postgresql_submit_many(
 
     Each chunk travels as one JSON array, expanded by `jsonb_to_recordset` into `INSERT …
     SELECT … ON CONFLICT (rn) DO NOTHING` (no per-row parameters to bind); the other columns
-    take their defaults. Each statement notifies db.READY_CHANNEL once per queue that got
+    take their defaults. Each statement notifies READY_CHANNEL once per queue that got
     leasable tasks.
 
     `chunks` is taken one chunk at a time as the statements go out. Where the cursor binds its
@@ -177,7 +179,7 @@ def postgresql_submit_many(
     if len(first) < SUBMIT_CHUNK:
         return _submit_chunks(connection, statement, [first])
     with transaction.atomic(using=tasks.db):
-        if not db.prepares(connection) or not _pipeline_supported():
+        if not prepares(connection) or not _pipeline_supported():
             return _submit_chunks(connection, statement, chain([first], chunks))
         with connection.wrap_database_errors, connection.connection.pipeline():
             cursors = [_send_chunk(connection, statement, first)]
@@ -197,8 +199,8 @@ def _send_chunk(
 ) -> Any:
     """Execute the bulk submission `statement` for `rows` on a cursor of its own (which holds
     the rns inserted once the statement has run)."""
-    cursor = db.prepared_cursor(connection, shared=False)
-    cursor.execute(statement, [_submission_document(rows), db.READY_CHANNEL])
+    cursor = prepared_cursor(connection, shared=False)
+    cursor.execute(statement, [_submission_document(rows), READY_CHANNEL])
     return cursor
 
 
@@ -240,7 +242,8 @@ def _submission_document(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def can_insert_returning_on_conflict(connection: BaseDatabaseWrapper) -> bool:
-    return connection.vendor in {"postgresql", "sqlite"}
+    """Whether `insert_ignoring_duplicates` runs on `connection` (PostgreSQL, SQLite)."""
+    return returns_written_rows(connection)
 
 
 def insert_ignoring_duplicates(tasks: QuerySet[_Row], batch: Sequence[_Row]) -> set[str]:

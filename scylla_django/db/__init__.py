@@ -1,0 +1,101 @@
+"""The database room: every SQL statement of the app and every difference between vendors.
+
+Nothing outside this package (migrations aside) writes SQL, asks `connection.vendor` or opens
+a cursor; it calls the names below (`from scylla_django import db`). The room stands on
+`enums`, `conf` and `retries` only and never imports the models: each function receives the
+queryset, the model or the `Tables` it works on.
+
+- PostgreSQL: every transition is one statement (`postgresql`), submissions are one
+  statement each, or a pipeline of them (`inserts`), the hot statements are prepared
+  (`prepared`), and `pg_notify` tells listening workers which queues got leasable tasks
+  (`notifications`).
+- SQLite: no row locks, so every write transaction of this app begins with `BEGIN IMMEDIATE`
+  (`transactions`); timestamps are text, written with microseconds (`clock`).
+- Anything else (MySQL/MariaDB 10.6+): the portable ORM path, `SELECT … FOR UPDATE SKIP
+  LOCKED` then a conditional UPDATE, and one savepoint per row for bulk submission.
+
+| module | holds |
+|---|---|
+| `vendors` | which path a database takes (the only `connection.vendor` tests) |
+| `clock` | `Now`, `Clock`, `now_plus()`, `read_clock()`: the database clock |
+| `transactions` | `write_atomic()`: the transaction of a state change |
+| `connections` | `discard_connection()`, `ping()` |
+| `retry` | `DatabaseRetry`: a loop's retries of a failed database call |
+| `prepared` | prepared statements and a worker's plan settings (PostgreSQL) |
+| `tables` | `Tables`: the models the lease and finish statements name |
+| `rows` | raw rows converted as the ORM would |
+| `postgresql` | the single-statement transition, lease and batched finish |
+| `inserts` | submissions: single, pipelined bulk (PostgreSQL), bulk insert (SQLite) |
+| `notifications` | the LISTEN/NOTIFY channels, NOTIFY, a LISTEN connection |
+| `sqlite` | SQL only SQLite needs (`json_each`) |
+| `portable` | one call per query, the vendor's way inside: JSON list tests, UPDATE … RETURNING |
+| `counts` | counts of a big table: capped, estimated, the queues present |
+"""
+
+from . import inserts
+from .clock import CLOCK_CTE, Clock, Now, now_plus, read_clock
+from .connections import discard_connection, ping
+from .counts import capped_counts, estimator, planned_rows, queues_present
+from .notifications import READY_CHANNEL, STOP_CHANNEL, listen, postgresql_notify
+from .portable import json_list_contains, update_returning_pks
+from .postgresql import (
+    compact,
+    finish_statement,
+    lease_statement,
+    postgresql_finish,
+    postgresql_lease,
+    postgresql_transition,
+)
+from .prepared import prepared_cursor, prepares, use_worker_plans
+from .retry import DatabaseRetry
+from .sqlite import sqlite_json_each
+from .tables import Tables
+from .transactions import write_atomic
+from .vendors import (
+    can_listen,
+    has_planner_estimates,
+    is_postgresql,
+    is_sqlite,
+    returns_written_rows,
+    uses_single_statement_transitions,
+)
+
+__all__ = [
+    "CLOCK_CTE",
+    "READY_CHANNEL",
+    "STOP_CHANNEL",
+    "Clock",
+    "DatabaseRetry",
+    "Now",
+    "Tables",
+    "can_listen",
+    "capped_counts",
+    "compact",
+    "discard_connection",
+    "estimator",
+    "finish_statement",
+    "has_planner_estimates",
+    "inserts",
+    "is_postgresql",
+    "is_sqlite",
+    "json_list_contains",
+    "lease_statement",
+    "listen",
+    "now_plus",
+    "ping",
+    "planned_rows",
+    "postgresql_finish",
+    "postgresql_lease",
+    "postgresql_notify",
+    "postgresql_transition",
+    "prepared_cursor",
+    "prepares",
+    "queues_present",
+    "read_clock",
+    "returns_written_rows",
+    "sqlite_json_each",
+    "update_returning_pks",
+    "use_worker_plans",
+    "uses_single_statement_transitions",
+    "write_atomic",
+]

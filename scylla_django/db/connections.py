@@ -1,0 +1,38 @@
+"""A loop's database connection: whether the database answers, and dropping a broken one.
+
+A long-running loop (worker, monitor) keeps its connection between calls; after a database
+error it drops it, and the next query opens a new one.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import Error as DatabaseError
+from django.db import connections
+
+logger = logging.getLogger("scylla_django")
+
+
+def discard_connection(using: str) -> None:
+    """Close this thread's connection to `using` (after an error, or when a loop ends); the
+    next query opens a new one.
+
+    Inside a transaction the caller opened (`atomic()`: a test case, never a loop in
+    production) the connection is kept, since closing it would break that transaction. A
+    broken connection may fail to close: that is logged (debug) and otherwise ignored.
+    """
+    connection = connections[using]
+    if connection.in_atomic_block:
+        return
+    try:
+        connection.close()
+    except DatabaseError as exc:
+        logger.debug("closing the database connection failed: %s", exc)
+
+
+def ping(using: str) -> None:
+    """Ask database `using` a trivial query; a database error if it does not answer."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()

@@ -1,0 +1,377 @@
+"""PostgreSQL's single-statement transitions: a task's transition with its History row, the
+lease (walks of the ready index, `FOR UPDATE SKIP LOCKED`), and the worker's batched finish,
+alone or with its next lease.
+
+Every transition is one statement. A lease walks the ready index once per requested queue that
+is not paused (each walk ordered and limited, `FOR UPDATE SKIP LOCKED`), merges the walks, marks
+the best `limit` rows running and writes their TaskAssignment rows; it also checks, in the same
+statement, that the lessee is a registered worker that has not stopped. A worker's outcome and
+its next lease can be one statement too. Times written by a transition are `clock_timestamp()`,
+read after the statement's snapshot, so a transition that saw another one's commit is always
+stamped after it. Statuses and event names come from `enums.TRANSITIONS` and reach the SQL as
+parameters (the ready status, which a plan must see, as a literal).
+
+The functions receive the queryset they work on, or `Tables` (the models whose tables the lease
+and finish name), and never import the models.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from functools import cache
+from typing import Any, TypeVar, cast
+
+from django.db import connections, models, transaction
+from django.db.models import QuerySet, sql
+
+from ..enums import TRANSITIONS, Operation
+from .clock import CLOCK_CTE
+from .prepared import prepared_cursor
+from .rows import concrete_fields, convert_rows
+from .tables import Tables
+
+_Row = TypeVar("_Row", bound=models.Model)  # the Task model, which this room never imports
+
+
+def postgresql_transition(
+    fenced: QuerySet[_Row],
+    history: type[models.Model],
+    values: dict[str, Any],
+    fields: Sequence[str],
+    operation: Operation,
+    notify: tuple[str, str] | None = None,
+) -> dict[str, Any] | None:
+    """Apply `values` to the one row `fenced` selects and write its History row, in one statement.
+
+    The fenced UPDATE (built by the ORM, so expressions such as `Clock()` compile as usual) gets a
+    RETURNING clause; a data-modifying CTE inserts the History row `{event, owner, progress}`
+    of `operation` from the updated row, stamped with the row's new `updated`. `notify` is
+    `(channel, column)`: the statement also sends `pg_notify(channel, <column of the row>)`
+    when that column is not null. Returns the new values of `fields`, or None if the fence
+    matched no row (then nothing was written).
+    """
+    model = fenced.model
+    event = TRANSITIONS[operation].event
+    # Lock the row first (waiting for a concurrent writer if needed), then read the clock.
+    lock_sql, lock_params = fenced.order_by().values("pk").query.sql_with_params()
+    lock_sql += " FOR UPDATE"
+    query = cast(sql.UpdateQuery, fenced.query.chain(sql.UpdateQuery))
+    query.add_update_values(values)
+    compiler = query.get_compiler(fenced.db)
+    update_sql, params = compiler.as_sql()
+    quote = compiler.connection.ops.quote_name
+    extra = ["owner", "progress", "updated"] + ([notify[1]] if notify else [])
+    returned = concrete_fields(model, list(dict.fromkeys([*fields, *extra])))
+    columns = ", ".join(quote(str(f.column)) for f in returned)
+    statement = (
+        f"WITH locked AS MATERIALIZED ({lock_sql}), "
+        f"{CLOCK_CTE} AS MATERIALIZED (SELECT clock_timestamp() AS now "
+        "FROM (SELECT count(*) FROM locked) AS l), "
+        f"changed AS ({update_sql} RETURNING {quote('id')}, {columns})"
+    )
+    args = [*lock_params, *params]
+    if event is not None:
+        statement += (
+            f", logged AS (INSERT INTO {quote(history._meta.db_table)} "
+            "(task_id, typ, worker, progress, time) "
+            f"SELECT id, %s, owner, progress, {quote('updated')} FROM changed)"
+        )
+        args.append(event.value)
+    if notify is not None:
+        column = quote(str(concrete_fields(model, [notify[1]])[0].column))
+        statement += (
+            f", notified AS (SELECT count(pg_notify(%s, {column})) AS n FROM changed "
+            f"WHERE {column} IS NOT NULL)"
+        )
+        args.append(notify[0])
+        statement += f" SELECT {columns}, (SELECT n FROM notified) FROM changed"
+    else:
+        statement += f" SELECT {columns} FROM changed"
+    with compiler.connection.cursor() as cursor:
+        cursor.execute(statement, args)
+        rows = [row[: len(returned)] for row in cursor.fetchall()]
+    if not rows:
+        return None
+    [row] = convert_rows(model, fenced.db, returned, rows)
+    return {f.attname: value for f, value in zip(returned, row, strict=True)}
+
+
+def postgresql_lease(
+    tables: Tables,
+    using: str,
+    *,
+    worker_id: int,
+    worker: str,
+    queues: Sequence[str],
+    limit: int,
+    timeout: timedelta,
+    finish: Sequence[dict[str, Any]] = (),
+) -> tuple[dict[int, datetime], list[Any] | None]:
+    """Lease up to `limit` tasks of `tables.task` on database `using` (PostgreSQL) for
+    `worker` (its name; `worker_id` its key); None if the worker may not lease. With `finish`,
+    first complete or abort those rows (as `postgresql_finish`) in the same statement. Returns
+    the pks finished (each with its `updated`) and the tasks leased.
+
+    For each requested queue that is not paused, a LATERAL subquery walks the ready index
+    (queue, priority desc, created, id) in order, skipping rows other lessees hold (`SKIP
+    LOCKED`) and rows whose `not_before` is still ahead, and stops after `limit` rows; the
+    walks are merged and cut to the best `limit`, so the cost depends on `limit` and the number
+    of queues, not on the backlog, and priority-then-age order holds across queues. The locked
+    rows that are not kept are released when the statement ends. The lessee must be a
+    registered worker that has not stopped; otherwise nothing is leased and None is returned.
+
+    Paused queues are skipped by the same statement (one probe of the queue settings per
+    queue). If a requested queue has a running-task limit, that statement leases nothing and
+    says so: the lease is then made in a transaction that first locks the limited queues'
+    settings rows, then runs the statement again, which counts each limited queue's running
+    tasks in its own snapshot (taken after the lock, so every earlier lease of that queue is
+    counted) and walks at most the room left under the limit.
+
+    Finishing and leasing in one statement is one round trip and one commit for a worker that
+    ends a task and takes the next: the finished tasks and the leased ones change status in
+    the same commit, so no snapshot sees the worker hold both. With a limited queue the
+    outcomes are written by the first statement, and the lease is made under the lock after.
+    """
+    finishing = bool(finish)
+    statement, params = lease_statement(tables, using, locked=False, finishing=finishing)
+    params.update(worker_id=worker_id, worker=worker, queues=list(queues), limit=limit)
+    params.update(timeout=timeout, locked=False)
+    if finishing:
+        params["rows"] = json.dumps(list(finish))
+    with prepared_cursor(connections[using]) as cursor:
+        cursor.execute(statement, params)
+        rows = cursor.fetchall()
+    finished: dict[int, datetime] = {}
+    skip = 2
+    if finishing:  # the pks finished and their `updated`, after the first two columns
+        finished = dict(zip(rows[0][2] or [], rows[0][3] or [], strict=True))
+        skip = 4
+    if rows[0][0] and rows[0][1]:  # a limited queue: lease again under its lock
+        rows, skip = _lease_limited(tables, using, params), 2
+    return finished, _leased(tables.task, using, rows, skip) if rows[0][0] else None
+
+
+def _lease_limited(tables: Tables, using: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The lease of `postgresql_lease` when a requested queue has a running-task limit: in a
+    transaction that first locks the limited queues' settings rows. Returns the lease
+    statement's rows."""
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    statement, _ = lease_statement(tables, using, locked=True)
+    with transaction.atomic(using=using), prepared_cursor(connection) as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {quote(tables.queue_setting._meta.db_table)} "
+            "WHERE queue = ANY(%s) AND max_running IS NOT NULL AND NOT paused "
+            "ORDER BY queue FOR UPDATE",
+            [params["queues"]],
+        )
+        cursor.execute(statement, {**params, "locked": True})
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+        return rows
+
+
+def _leased(model: type[_Row], using: str, rows: list[tuple[Any, ...]], skip: int) -> list[_Row]:
+    """The tasks of a lease statement's `rows` (each row's task columns follow `skip` others;
+    a row without a task, as when nothing was leased, is left out)."""
+    fields = list(model._meta.concrete_fields)
+    values = [row[skip:] for row in rows if row[skip] is not None]
+    names = [f.attname for f in fields]
+    return [model.from_db(using, names, row) for row in convert_rows(model, using, fields, values)]
+
+
+def lease_statement(
+    tables: Tables, using: str, *, locked: bool, finishing: bool = False
+) -> tuple[str, dict[str, Any]]:
+    """The lease statement of `postgresql_lease` (see `_lease_sql`), and a new dict of its
+    fixed parameters."""
+    statement, params = _lease_sql(tables, using, locked, finishing)
+    return statement, dict(params)
+
+
+@cache
+def _lease_sql(
+    tables: Tables, using: str, locked: bool, finishing: bool
+) -> tuple[str, dict[str, Any]]:
+    """The lease statement of `postgresql_lease` and the parameters that name statuses and
+    events (the caller adds the lessee, queues, limit, timeout and `locked`).
+
+    `finishing`: the statement first writes the outcomes of the `rows` parameter, with the
+    CTEs of `finish_statement`, and its rows carry the pks finished and their `updated`
+    (arrays, in the same order) after the first two columns (`postgresql_lease`'s `finish`).
+
+    Each queue's walk is limited by the `limit` parameter itself, which the planner sees: its
+    estimate of the statement stays small (a walk limited by a column is costed as a tenth of
+    the queue, which, at a million rows over 50 queues, crossed `jit_above_cost` and compiled
+    the statement on every lease). Locked, each walk is read through a second limit, the
+    queue's room: it stops there, so no row past the room is locked, and the second limit,
+    being over at most `limit` rows, costs nothing that grows with the backlog.
+    """
+    transition = TRANSITIONS[Operation.LEASE]
+    [source] = transition.sources
+    assert transition.event is not None
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    task_table = quote(tables.task._meta.db_table)
+    history_table = quote(tables.history._meta.db_table)
+    fields = list(tables.task._meta.concrete_fields)
+    columns = ", ".join(f"t.{quote(str(f.column))}" for f in fields)
+    # The ready status is written into the statement, not bound: the statement is prepared, and
+    # a generic plan must still see `status = 'ready'` to walk the partial ready index.
+    ready = _literal(source.value)
+    finish, params = _finish_ctes(tables, using) if finishing else ("", {})
+    finished = (
+        "(SELECT array_agg(id ORDER BY id) FROM changed), "
+        "(SELECT array_agg(updated ORDER BY id) FROM changed), "
+        if finishing
+        else ""
+    )
+    # `gate`: the requested queues that are not paused, each with the room it has (`budget`):
+    # `limit`, or for a limited queue what is left under its limit (counted only when locked).
+    statement = f"""
+        WITH {finish + ", " if finish else ""}lessee AS MATERIALIZED (
+            SELECT 1 FROM {quote(tables.worker._meta.db_table)}
+            WHERE id = %(worker_id)s AND stopped IS NULL
+        ), gate AS MATERIALIZED (
+            SELECT q.name, s.max_running IS NOT NULL AS limited,
+                CASE WHEN s.max_running IS NULL THEN %(limit)s
+                     WHEN NOT %(locked)s THEN 0
+                     ELSE GREATEST(0, LEAST(%(limit)s, s.max_running - (
+                        SELECT count(*) FROM {task_table} AS r
+                        WHERE r.status = %(target)s AND r.queue = q.name)))
+                END AS budget
+            FROM unnest(%(queues)s::text[]) AS q(name)
+            LEFT JOIN {quote(tables.queue_setting._meta.db_table)} AS s ON s.queue = q.name
+            WHERE s.paused IS NOT TRUE
+        ), picked AS MATERIALIZED (
+            SELECT c.ctid FROM gate AS q
+            CROSS JOIN LATERAL (
+                {"SELECT * FROM (" if locked else ""}
+                SELECT t.ctid, t.id, t.priority, t.created FROM {task_table} AS t
+                WHERE t.status = {ready} AND t.queue = q.name
+                  AND (t.not_before IS NULL OR t.not_before <= statement_timestamp())
+                  AND EXISTS (SELECT 1 FROM lessee)
+                  AND (%(locked)s OR NOT EXISTS (SELECT 1 FROM gate WHERE limited))
+                ORDER BY t.priority DESC, t.created ASC, t.id ASC
+                LIMIT %(limit)s
+                FOR UPDATE OF t SKIP LOCKED
+                {") AS w LIMIT q.budget" if locked else ""}
+            ) AS c
+            ORDER BY c.priority DESC, c.created ASC, c.id ASC
+            LIMIT %(limit)s
+        ), clock AS MATERIALIZED (
+            -- Read once the rows are locked, so after every commit the lease could see.
+            SELECT clock_timestamp() AS now FROM (SELECT count(*) FROM picked) AS p
+        ), leased AS (
+            UPDATE {task_table} AS t
+            SET status = %(target)s, owner = %(worker)s,
+                deadline = clock.now + %(timeout)s, lease_length = %(timeout)s,
+                attempts = t.attempts + 1, updated = clock.now
+            FROM clock
+            -- The rows `picked` locked, by their tuple ids: a TID scan, whatever the planner
+            -- knows of the table (joined by key and re-filtered by status, a table without
+            -- statistics yet was walked whole through the ready index). They are still ready:
+            -- FOR UPDATE re-checked the status when it locked them, and they stay locked.
+            WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM picked))
+            RETURNING {columns}
+        ), assigned AS (
+            INSERT INTO {history_table} (task_id, typ, worker, progress, time)
+            SELECT id, %(event)s, owner, NULL, updated FROM leased
+        )
+        SELECT (SELECT count(*) FROM lessee),
+            NOT %(locked)s AND EXISTS (SELECT 1 FROM gate WHERE limited), {finished}t.*
+        FROM (SELECT 1) AS one
+        LEFT JOIN leased AS t ON true
+        ORDER BY t.priority DESC, t.created ASC, t.id ASC
+    """
+    params.update(target=transition.target.value, event=transition.event.value)
+    return compact(statement), params
+
+
+def compact(statement: str) -> str:
+    """`statement` without its comments (`-- …` to the end of a line) and with single spaces.
+
+    Shorter on the wire, and short enough for psycopg to keep its parsed form: it parses a
+    statement of over 4 kB again on every call. The statements given here quote no text that
+    holds two hyphens or runs of spaces.
+    """
+    lines = (line.split("--", 1)[0] for line in statement.splitlines())
+    return " ".join(" ".join(lines).split())
+
+
+def _literal(word: str) -> str:
+    """A status or event name as an SQL string literal (they are plain lowercase words)."""
+    assert word.isidentifier() and word.isascii(), word
+    return f"'{word}'"
+
+
+def postgresql_finish(
+    tables: Tables, using: str, worker: str, rows: Sequence[dict[str, Any]]
+) -> dict[int, datetime]:
+    """Complete or abort several leases of `worker` in one statement (PostgreSQL).
+
+    `rows` are `{id, attempts, status, result, errors}` with the target status of the complete
+    or abort transition. Each task is fenced on its lease (the transitions' source status,
+    owner, attempts); a data-modifying CTE writes the completion or abort History row of each one
+    that matched. Returns the pks written, each with its `updated`.
+    """
+    statement, params = finish_statement(tables, using)
+    params.update(rows=json.dumps(list(rows)), worker=worker)
+    with prepared_cursor(connections[using]) as cursor:
+        cursor.execute(statement, params)
+        return dict(cursor.fetchall())
+
+
+def finish_statement(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
+    """The batched finish statement of `postgresql_finish` and a new dict of its fixed
+    parameters (`rows` and `worker` are the caller's)."""
+    ctes, params = _finish_ctes(tables, using)
+    return compact(f"WITH {ctes} SELECT id, updated FROM changed"), dict(params)
+
+
+@cache
+def _finish_ctes(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
+    """The CTEs of the batched finish (`outcome`, `changed`: the rows written, `logged`), and
+    their fixed parameters (not to be changed: the caller copies them)."""
+    complete, abort = TRANSITIONS[Operation.COMPLETE], TRANSITIONS[Operation.ABORT]
+    [source] = complete.sources | abort.sources
+    assert complete.event is not None and abort.event is not None
+    quote = connections[using].ops.quote_name
+    task, history = quote(tables.task._meta.db_table), quote(tables.history._meta.db_table)
+    ctes = f"""outcome AS (
+            SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
+                AS o(id bigint, attempts integer, status text, result jsonb, errors jsonb)
+        ), changed AS (
+            UPDATE {task} AS t
+            SET status = o.status,
+                progress = CASE WHEN o.status = %(completed)s THEN 1.0 ELSE t.progress END,
+                result = CASE WHEN o.status = %(completed)s THEN o.result ELSE t.result END,
+                errors = CASE WHEN o.status = %(completed)s THEN t.errors ELSE o.errors END,
+                deadline = NULL, updated = statement_timestamp()
+            FROM outcome AS o
+            -- Found by key, then fenced on the lease (running, owned by the worker, the same
+            -- attempt). The fence is written with IS NOT DISTINCT FROM (the same test here:
+            -- none of the values is NULL) because no index answers it: a worker's finished
+            -- tasks keep its name, and a plan that found the rows through the owner (or the
+            -- running) index, or walked a table without statistics, read every task the
+            -- worker had ever finished, on every finish. A row changed by a concurrent
+            -- transaction is re-checked, fence included, on its new version.
+            WHERE t.id = ANY(ARRAY(SELECT id FROM outcome)) AND t.id = o.id
+              AND (t.status, t.owner, t.attempts)
+                IS NOT DISTINCT FROM (%(running)s, %(worker)s, o.attempts)
+            RETURNING t.id, t.status, t.progress, t.updated
+        ), logged AS (
+            INSERT INTO {history} (task_id, typ, worker, progress, time)
+            SELECT id, CASE WHEN status = %(completed)s THEN %(completion)s ELSE %(abort)s END,
+                   %(worker)s, progress, statement_timestamp()
+            FROM changed
+        )
+    """
+    params: dict[str, Any] = {
+        "completed": complete.target.value,
+        "running": source.value,
+        "completion": complete.event.value,
+        "abort": abort.event.value,
+    }
+    return ctes, params
