@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
+from . import db
 from .conf import DEFAULTS, scylla_settings
 from .schedules import schedule_errors
 
@@ -59,7 +60,7 @@ def check_sqlite() -> Iterator[CheckMessage]:
     for it instead of failing with "database is locked".
     """
     for alias, config in settings.DATABASES.items():
-        if "sqlite" not in config.get("ENGINE", ""):
+        if not db.configures_sqlite(config):
             continue
         options = config.get("OPTIONS", {})
         missing = []

@@ -53,6 +53,7 @@ from .tables import Tables
 from .transactions import write_atomic
 from .vendors import (
     can_listen,
+    configures_sqlite,
     has_planner_estimates,
     is_postgresql,
     is_sqlite,
@@ -71,6 +72,7 @@ __all__ = [
     "can_listen",
     "capped_counts",
     "compact",
+    "configures_sqlite",
     "discard_connection",
     "estimator",
     "finish_statement",

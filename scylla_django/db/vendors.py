@@ -11,6 +11,9 @@ Every other module of this room asks these functions, never `connection.vendor` 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -23,6 +26,12 @@ def is_postgresql(connection: BaseDatabaseWrapper) -> bool:
 def is_sqlite(connection: BaseDatabaseWrapper) -> bool:
     """Whether `connection` is SQLite's."""
     return connection.vendor == "sqlite"
+
+
+def configures_sqlite(database: Mapping[str, Any]) -> bool:
+    """Whether `database`, an entry of `settings.DATABASES`, is an SQLite database (read from
+    its ENGINE, without connecting: for the system checks)."""
+    return "sqlite" in database.get("ENGINE", "")
 
 
 def uses_single_statement_transitions(connection: BaseDatabaseWrapper) -> bool:

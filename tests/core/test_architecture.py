@@ -9,6 +9,7 @@ explains the layers.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,3 +203,100 @@ def test_no_test_module_imports_another():
                 if name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_")
             ]
     assert not offenders, "Move shared test code to tests/helpers.py:\n  " + "\n  ".join(offenders)
+
+
+# -- the database room ---------------------------------------------------------------------------
+
+DB_ROOM = f"{PACKAGE}.db"
+
+# What only the database room may do: write SQL, tell vendors apart, open a cursor.
+SQL_START = re.compile(
+    r"^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|LISTEN|NOTIFY|BEGIN|EXPLAIN|ANALYZE|TRUNCATE|SET)\s"
+)
+ROOM_ONLY_CALLS = {"cursor", "execute", "executemany", "raw", "extra"}
+
+# Lines outside the room that still do it, each with the reason: delete an entry once its
+# line is gone (the test then fails if the line comes back).
+ALLOWED_OUTSIDE_THE_ROOM: dict[tuple[str, str], str] = {
+    (f"{PACKAGE}.worker", "a vendor test"): "to be replaced by db.can_listen(using)",
+    (f"{PACKAGE}.models.task", "a vendor test"): "to be replaced by db.json_list_contains()",
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes of `tree` (a string statement is documentation)."""
+    return {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+
+
+def room_only_uses(path: Path) -> list[tuple[int, str]]:
+    """Where `path` writes SQL, tests a vendor or opens a cursor: (line, what) pairs."""
+    tree = ast.parse(path.read_text(), str(path))
+    documentation = _docstrings(tree)
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "vendor":
+            found.append((node.lineno, "a vendor test"))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ROOM_ONLY_CALLS
+        ):
+            found.append((node.lineno, f"a .{node.func.attr}() call"))
+        elif (isinstance(node, ast.Name) and node.id == "RawSQL") or (
+            isinstance(node, ast.Attribute) and node.attr == "RawSQL"
+        ):
+            found.append((node.lineno, "RawSQL"))
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in documentation
+            and SQL_START.match(node.value)
+        ):
+            found.append((node.lineno, "an SQL statement"))
+    return sorted(found)
+
+
+def test_the_room_check_sees_what_it_looks_for(tmp_path):
+    """The reader finds each kind of use, so that the test below can fail."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        '"""SELECT in a docstring is documentation."""\n'
+        "if connection.vendor == 'sqlite':\n"
+        "    with connection.cursor() as c:\n"
+        "        c.execute('SELECT 1')\n"
+        "q = RawSQL('x', [])\n"
+        "s = f'SELECT {x} FROM t'\n"
+    )
+    assert room_only_uses(sample) == [
+        (2, "a vendor test"),
+        (3, "a .cursor() call"),
+        (4, "a .execute() call"),
+        (4, "an SQL statement"),
+        (5, "RawSQL"),
+        (6, "an SQL statement"),
+    ]
+
+
+def test_sql_vendor_tests_and_cursors_live_in_the_database_room():
+    """Only `scylla_django/db/` (and the migrations) write SQL, ask `connection.vendor` or open
+    a cursor; everything else calls `db`."""
+    offenders: list[str] = []
+    allowed_seen: set[tuple[str, str]] = set()
+    for path in sorted(ROOT.rglob("*.py")):
+        module = module_name(path)
+        if module == DB_ROOM or module.startswith(f"{DB_ROOM}.") or ".migrations" in module:
+            continue
+        for line, what in room_only_uses(path):
+            if (module, what) in ALLOWED_OUTSIDE_THE_ROOM:
+                allowed_seen.add((module, what))
+                continue
+            offenders.append(f"{module}, line {line}: {what}")
+    assert not offenders, "Move it into scylla_django/db/ and call that:\n  " + "\n  ".join(
+        offenders
+    )
+    stale = set(ALLOWED_OUTSIDE_THE_ROOM) - allowed_seen
+    assert not stale, f"Gone: delete these entries from ALLOWED_OUTSIDE_THE_ROOM: {stale}"
