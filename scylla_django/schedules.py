@@ -290,6 +290,7 @@ def sync_from_settings(
 
 
 def _database_now(using: str) -> datetime:
+    """The schedules' clock: the database's (`db.read_clock`), in UTC."""
     return db.read_clock(using).astimezone(UTC)
 
 

@@ -1,6 +1,6 @@
-"""The transitions that PostgreSQL makes in one statement (`db.py`), for the other databases
-(SQLite, MySQL/MariaDB): a transaction that locks, writes the task rows, then their History
-rows. `TaskQuerySet.lease` and `finish_many` choose between the two."""
+"""The transitions that PostgreSQL makes in one statement (`db.postgresql`), for the other
+databases (SQLite, MySQL/MariaDB): a transaction that locks, writes the task rows, then their
+History rows. `TaskQuerySet.lease` and `finish_many` choose between the two."""
 
 from __future__ import annotations
 
