@@ -7,6 +7,7 @@ notifications in their own statements (`postgresql`, `inserts`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,6 +56,7 @@ def listen(using: str, dsn: str | None = None, name: str = "scylla_django") -> A
         connection.execute(f"LISTEN {READY_CHANNEL}")
         connection.execute(f"LISTEN {STOP_CHANNEL}")
     except BaseException:
-        connection.close()
+        with contextlib.suppress(psycopg.Error):
+            connection.close()
         raise
     return connection

@@ -309,7 +309,8 @@ def _count_by_state(queryset: models.QuerySet[Any], *, worker_fallback: bool) ->
     return counts
 
 
-# `models/task.py` reads an error's code with it under this name.
+# The name `models/task.py` still imports for its error-code filter, which
+# `db.json_list_contains(model, "errors", {"code": code}, using)` replaces.
 _sqlite_json_each = db.sqlite_json_each
 
 
