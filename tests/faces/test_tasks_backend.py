@@ -20,7 +20,7 @@ from scylla_django.backends import (
 from scylla_django.enums import Status
 from scylla_django.handlers import autodiscover, registry
 from scylla_django.models import Task
-from scylla_django.worker import TaskWorker
+from scylla_django.worker import TaskWorker, WorkerOptions
 
 if HAS_DJANGO_TASKS:
     from scylla_django.backends import ScyllaBackend
@@ -38,7 +38,7 @@ def handlers():
 
 
 def run_worker(*queues: str) -> None:
-    TaskWorker(list(queues), concurrency=4, poll_interval=0.05).run(once=True)
+    TaskWorker(WorkerOptions(list(queues), concurrency=4, poll_interval=0.05)).run(once=True)
 
 
 def test_priorities_map_linearly_onto_0_to_255():
