@@ -62,7 +62,7 @@ class TaskWorker:
         """The rns whose handlers were still running when the grace period ended."""
         self.stopping = threading.Event()
         self._wakeup = threading.Event()  # lease now: a slot was freed, or tasks became ready
-        self._give_up = threading.Event()  # the grace period is over: stop retrying writes
+        self._grace_over = threading.Event()  # stop retrying writes: the grace period is over
         self._slots = Slots(options.concurrency, options.max_tasks, on_free=self.wake)
         self._heartbeat: Heartbeat | None = None
 
@@ -118,7 +118,7 @@ class TaskWorker:
             heartbeat=heartbeat,
             summary=summary,
             stopping=self.stopping,
-            give_up=self._give_up,
+            grace_over=self._grace_over,
             wake=self.wake,
             refill=not once,
         )
@@ -175,7 +175,7 @@ class TaskWorker:
         heartbeat.give_back(self._slots.in_hand())
         deadline = time.monotonic() + self.options.grace_period
         self._slots.wait_until_empty(lambda: time.monotonic() >= deadline)
-        self._give_up.set()
+        self._grace_over.set()
         running = self._slots.running()
         self.abandoned = running
         if running:

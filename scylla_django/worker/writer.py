@@ -40,7 +40,7 @@ Batch = list[tuple[TaskContext, Outcome]]
 class OutcomeWriter:
     """Writes the outcomes handed to it, and, with `refill`, leases into the slots they free.
 
-    `stopping` is set when the worker stops leasing; `give_up` when the grace period of the
+    `stopping` is set when the worker stops leasing; `grace_over` when the grace period of the
     shutdown is over (an outcome that cannot be written then is left to its lease's expiry);
     `wake` asks the lease loop to lease (a slot is free, or a task became ready meanwhile).
     """
@@ -55,7 +55,7 @@ class OutcomeWriter:
         heartbeat: Heartbeat,
         summary: Summary,
         stopping: threading.Event,
-        give_up: threading.Event,
+        grace_over: threading.Event,
         wake: Callable[[], None],
         refill: bool,
     ) -> None:
@@ -66,7 +66,7 @@ class OutcomeWriter:
         self.heartbeat = heartbeat
         self.summary = summary
         self.stopping = stopping
-        self.give_up_writes = give_up
+        self.grace_over = grace_over
         self.wake = wake
         self.refill = refill
         self._outcomes: Batch = []
@@ -196,7 +196,7 @@ class OutcomeWriter:
                 break
             except DatabaseError as exc:
                 wait = failures.failed()
-                if self.give_up_writes.is_set():
+                if self.grace_over.is_set():
                     for ctx, _ in batch:
                         logger.error(
                             "%s gave up the outcome of %s after %d failed writes (%s); the "
@@ -216,7 +216,7 @@ class OutcomeWriter:
                     exc,
                     wait,
                 )
-                self.give_up_writes.wait(wait)
+                self.grace_over.wait(wait)
             except Exception:
                 self._failed_after_sending(batch)
                 self.slots.release([ctx for ctx, _ in batch])
