@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from datetime import timedelta
@@ -163,6 +164,42 @@ def test_failed_heartbeats_make_the_worker_give_the_task_up(monkeypatch, setting
     task.refresh_from_db()
     # Nothing more was written: the lease runs out and the monitor will reset it.
     assert (task.status, task.owner) == (Status.RUNNING, Worker.objects.get().name)
+
+
+def test_a_task_finished_receiver_that_raises_never_keeps_a_slot(caplog):
+    """A receiver of `task_finished` runs once the outcome is committed: what it raises is
+    logged with its traceback and is not the task's. The slot is freed: `--once` returns, and
+    a worker that goes on (its handler thread writing and leasing itself) runs the next task."""
+    from scylla_django import signals
+
+    def receiver(sender, task, **kwargs):
+        if task.status == Status.ABORTED:
+            raise RuntimeError("a receiver's bug")
+
+    def returns(worker: TaskWorker, **kwargs) -> None:
+        thread = run_in_thread(worker, **kwargs)
+        thread.join(20)
+        assert not thread.is_alive(), "the worker never returned"
+        assert worker.in_flight_count() == 0
+
+    options = WorkerOptions(["t-abort", "t-echo"], concurrency=1, poll_interval=0.05)
+    signals.task_finished.connect(receiver)
+    try:
+        for attempt in ("once", "on"):
+            Task.objects.submit("t-abort", {"day": 1}, rn=f"abort-{attempt}", priority=255)
+            Task.objects.submit("t-echo", {}, rn=f"echo-{attempt}")
+            if attempt == "once":
+                returns(TaskWorker(options), once=True)
+                returns(TaskWorker(options), once=True)
+            else:
+                returns(TaskWorker(dataclasses.replace(options, max_tasks=2)))
+            assert Task.objects.get(rn=f"abort-{attempt}").status == Status.ABORTED
+            assert Task.objects.get(rn=f"echo-{attempt}").status == Status.COMPLETED
+    finally:
+        signals.task_finished.disconnect(receiver)
+    failures = [r for r in caplog.records if r.name == "scylla_django" and r.exc_info]
+    assert [r.exc_info[0] for r in failures] == [RuntimeError, RuntimeError]
+    assert "could not yield" not in caplog.text
 
 
 def test_the_context_raises_the_reason_it_was_stopped():
