@@ -208,7 +208,7 @@ def cancel_to_stop(samples: int) -> None:
     how = "cancel notifies" if emits else "NOTIFY sent by the benchmark after cancel"
     print(
         f"cancel -> ctx.check() raises ({how}; heartbeat every "
-        f"{worker.heartbeat_interval:g} s): {percentiles(latencies)}"
+        f"{worker.options.heartbeat_seconds:g} s): {percentiles(latencies)}"
     )
 
 
