@@ -59,7 +59,7 @@ def clean() -> None:
 def cpu(n: int, concurrency: int) -> None:
     from scylla_django.handlers import HandlerRegistry
     from scylla_django.models import Task
-    from scylla_django.worker import TaskWorker
+    from scylla_django.worker import TaskWorker, WorkerOptions
 
     clean()
     registry = HandlerRegistry()
@@ -69,12 +69,14 @@ def cpu(n: int, concurrency: int) -> None:
             {"queue": "bench-noop", "spec": {"n": i}} for i in range(start, min(n, start + 1000))
         )
     worker = TaskWorker(
-        ["bench-noop"],
-        concurrency=concurrency,
-        poll_interval=0.05,
-        max_tasks=n,
-        registry=registry,
-        listen=False,
+        WorkerOptions(
+            ["bench-noop"],
+            concurrency=concurrency,
+            poll_interval=0.05,
+            max_tasks=n,
+            registry=registry,
+            listen=False,
+        )
     )
     wall, cpu_time = time.perf_counter(), time.process_time()
     worker.run()
@@ -108,9 +110,9 @@ def notifies(channel: str, action: Any) -> bool:
 
 
 def running_worker(registry: Any) -> tuple[Any, threading.Thread]:
-    from scylla_django.worker import TaskWorker
+    from scylla_django.worker import TaskWorker, WorkerOptions
 
-    worker = TaskWorker(["bench-probe"], poll_interval=1.0, registry=registry)
+    worker = TaskWorker(WorkerOptions(["bench-probe"], poll_interval=1.0, registry=registry))
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     while worker.listener is None or not worker.listener.connected.is_set():
@@ -206,7 +208,7 @@ def cancel_to_stop(samples: int) -> None:
     how = "cancel notifies" if emits else "NOTIFY sent by the benchmark after cancel"
     print(
         f"cancel -> ctx.check() raises ({how}; heartbeat every "
-        f"{worker.heartbeat_interval:g} s): {percentiles(latencies)}"
+        f"{worker.options.heartbeat_seconds:g} s): {percentiles(latencies)}"
     )
 
 

@@ -71,6 +71,9 @@ SPEC_KEY = "django_task"
 ASSIGNMENTS = "_django_task_assignments"
 #: A Scylla task's attribute that holds the Django task as it was enqueued, set by the worker.
 ENQUEUED = "_django_task_enqueued"
+#: A Scylla task's attribute that holds what its Django task raised, set by the worker, until
+#: Django's `task_finished` is sent with it.
+RAISED = "_django_task_raised"
 STATUSES = {
     Status.READY: "READY",
     Status.RUNNING: "RUNNING",
@@ -109,7 +112,7 @@ def run_django_task(ctx: ScyllaContext) -> Any:
 
     A task function that cannot be imported fails like any other exception (its ImportError
     is recorded with its traceback). Django's `task_finished` is sent by `send_task_finished`
-    once the outcome is committed.
+    once the outcome is committed, with what the task raised as the exception being handled.
     """
     spec = ctx.spec
     if not isinstance(spec, dict) or SPEC_KEY not in spec:
@@ -125,10 +128,14 @@ def run_django_task(ctx: ScyllaContext) -> Any:
     setattr(scylla_task, ENQUEUED, result.task)
     task_started.send(type(result.task.get_backend()), task_result=result)
     task = result.task
-    if task.takes_context:
-        value = task.call(TaskContext(task_result=result), *spec["args"], **spec["kwargs"])
-    else:
-        value = task.call(*spec["args"], **spec["kwargs"])
+    try:
+        if task.takes_context:
+            value = task.call(TaskContext(task_result=result), *spec["args"], **spec["kwargs"])
+        else:
+            value = task.call(*spec["args"], **spec["kwargs"])
+    except BaseException as exc:
+        setattr(scylla_task, RAISED, exc)  # for Django's log of `task_finished`
+        raise
     return normalize_json(value)
 
 
@@ -136,7 +143,9 @@ def send_task_finished(sender: Any, task: ScyllaTask, **kwargs: Any) -> None:
     """Django's `task_finished`, with the final result, for a Django task that finished.
 
     Connected to Scylla's `task_finished`, which is sent after the outcome is committed. A task
-    the worker ran arrives as written, with its assignments; any other is read back.
+    the worker ran arrives as written, with its assignments; any other is read back. A task
+    that failed with an exception of its own is sent while that exception is handled: Django's
+    receiver logs the failure with `sys.exc_info()`, its type and traceback.
     """
     spec = task.spec
     if not isinstance(spec, dict) or SPEC_KEY not in spec:
@@ -149,7 +158,14 @@ def send_task_finished(sender: Any, task: ScyllaTask, **kwargs: Any) -> None:
             result = backend.get_result(task.rn)
     except (ImportError, TaskResultDoesNotExist, InvalidTask):
         return  # the function is gone or the backend was reconfigured: nothing to describe
-    task_finished.send(type(backend), task_result=result)
+    raised: BaseException | None = task.__dict__.pop(RAISED, None)
+    if raised is None or result.status != TaskResultStatus.FAILED:
+        task_finished.send(type(backend), task_result=result)
+        return
+    try:
+        raise raised
+    except BaseException:  # the exception being handled while the receivers run
+        task_finished.send(type(backend), task_result=result)
 
 
 def _backend_for(spec: dict[str, Any]) -> ScyllaBackend:

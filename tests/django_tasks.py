@@ -28,3 +28,7 @@ def attempt(context) -> int:
 @task
 def shout(text: str) -> str:
     return text.upper()
+
+
+def plain() -> None:
+    """A plain function, not a Task: a Scylla task whose spec names it cannot be run."""

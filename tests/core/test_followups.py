@@ -9,11 +9,10 @@ from django.core.exceptions import ValidationError
 
 from scylla_django import Fixed, Retry
 from scylla_django.enums import EventType, Status
-from scylla_django.exceptions import TaskNotFound
+from scylla_django.exceptions import TaskNotFound, exception_error
 from scylla_django.followups import FollowUpPass, release_followups
 from scylla_django.models import HELD, Dependency, History, Task, Worker
 from scylla_django.monitor import Monitor
-from scylla_django.worker import exception_error
 from tests.helpers import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)

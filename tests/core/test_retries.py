@@ -12,11 +12,11 @@ from django.db import IntegrityError, connection, transaction
 
 from scylla_django import Abort, Exponential, Fixed, Retry, handler
 from scylla_django.enums import Status
-from scylla_django.exceptions import DuplicateTask, InvalidTransition, LeaseLost
+from scylla_django.exceptions import DuplicateTask, InvalidTransition, LeaseLost, exception_error
 from scylla_django.handlers import HandlerRegistry
 from scylla_django.models import Outcome, Task, Worker
 from scylla_django.retries import queue_policy, register_policy, successor_rn
-from scylla_django.worker import TaskWorker, exception_error
+from scylla_django.worker import TaskWorker, WorkerOptions
 from tests.helpers import expire, run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -284,7 +284,7 @@ def test_the_worker_applies_the_handler_s_policy(registry):
     assert queue_policy("r-mail") is not None
     for kind in ("flaky", "asked", "bug"):
         Task.objects.submit("r-mail", {"kind": kind}, rn=kind)
-    TaskWorker(["r-mail"], registry=registry, concurrency=3).run(once=True)
+    TaskWorker(WorkerOptions(["r-mail"], registry=registry, concurrency=3)).run(once=True)
     retried = set(Task.objects.filter(retry_of__isnull=False).values_list("retry_of", flat=True))
     assert retried == {"flaky", "asked"}
     assert Task.objects.get(rn="asked").errors[0]["retry"] is True

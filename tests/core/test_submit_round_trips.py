@@ -242,7 +242,7 @@ def test_use_worker_plans_sets_each_new_session_once():
 def test_the_worker_s_lease_loop_and_writer_ask_for_worker_plans(monkeypatch):
     from scylla_django import db
     from scylla_django.handlers import HandlerRegistry
-    from scylla_django.worker import TaskWorker
+    from scylla_django.worker import TaskWorker, WorkerOptions
 
     sessions = []
     real = db.use_worker_plans
@@ -257,7 +257,7 @@ def test_the_worker_s_lease_loop_and_writer_ask_for_worker_plans(monkeypatch):
     registry = HandlerRegistry()
     registry.register("generic", lambda ctx: None)
     Task.objects.submit("generic", {})
-    TaskWorker(["generic"], registry=registry, poll_interval=0.05).run(once=True)
+    TaskWorker(WorkerOptions(["generic"], registry=registry, poll_interval=0.05)).run(once=True)
     assert {mode for _, mode in sessions} == {"force_generic_plan"}
     assert {"MainThread", "scylla-writer"} <= {thread for thread, _ in sessions}
     assert Task.objects.get(queue="generic").status == "completed"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 from datetime import timedelta
 
 import django
@@ -20,7 +22,7 @@ from scylla_django.backends import (
 from scylla_django.enums import Status
 from scylla_django.handlers import autodiscover, registry
 from scylla_django.models import Task
-from scylla_django.worker import TaskWorker
+from scylla_django.worker import TaskWorker, WorkerOptions
 
 if HAS_DJANGO_TASKS:
     from scylla_django.backends import ScyllaBackend
@@ -38,7 +40,7 @@ def handlers():
 
 
 def run_worker(*queues: str) -> None:
-    TaskWorker(list(queues), concurrency=4, poll_interval=0.05).run(once=True)
+    TaskWorker(WorkerOptions(list(queues), concurrency=4, poll_interval=0.05)).run(once=True)
 
 
 def test_priorities_map_linearly_onto_0_to_255():
@@ -266,6 +268,63 @@ def test_a_task_that_cannot_be_imported_records_its_import_error():
     assert error["code"] == "exception"
     assert error["args"]["type"] == "builtins.ImportError"
     assert "gone" in error["args"]["traceback"]
+
+
+def test_django_s_log_of_a_failed_task_carries_its_exception_and_traceback(caplog):
+    """Django's receiver of `task_finished` logs a failed task at ERROR with `sys.exc_info()`:
+    the signal is sent while what the task raised is the exception being handled."""
+    from tests.django_tasks import explode
+
+    result = explode.enqueue()
+    caplog.set_level("INFO", logger="django.tasks")
+    run_worker("default")
+    [record] = [
+        r
+        for r in caplog.records
+        if r.name == "django.tasks"
+        and f"id={result.id}" in r.getMessage()
+        and "FAILED" in r.getMessage()
+    ]
+    assert record.levelname == "ERROR"
+    assert record.exc_info is not None and record.exc_info[0] is KeyError
+    assert str(record.exc_info[1]) == "'missing'"
+    assert 'raise KeyError("missing")' in caplog.text  # the traceback, down to the task's line
+
+
+def run_until_it_returns(worker: TaskWorker, **kwargs) -> None:
+    thread = threading.Thread(target=worker.run, kwargs=kwargs, daemon=True)
+    thread.start()
+    thread.join(20)
+    assert not thread.is_alive(), "the worker never returned"
+
+
+def test_a_receiver_that_fails_after_the_outcome_frees_the_slot(caplog):
+    """A task whose path names a plain function: the handler aborts it, then sending Django's
+    `task_finished` raises (a function has no `backend`) once the outcome is committed. The
+    error is logged with its traceback, never the task's, and the slot is freed: `--once`
+    returns, and a worker that goes on runs the next task."""
+    from tests.django_tasks import add
+
+    spec = {"django_task": "tests.django_tasks.plain", "args": [], "kwargs": {}}
+    for attempt in ("once", "on"):
+        Task.objects.submit("default", spec, rn=f"plain-{attempt}", priority=255)
+        normal = add.enqueue(1, 2)
+        options = WorkerOptions(["default"], concurrency=1, poll_interval=0.05)
+        if attempt == "once":
+            worker = TaskWorker(options)
+            run_until_it_returns(worker, once=True)
+            assert worker.in_flight_count() == 0
+            run_until_it_returns(TaskWorker(options), once=True)
+        else:  # the handler thread writes the outcome and leases the next task itself
+            worker = TaskWorker(dataclasses.replace(options, max_tasks=2))
+            run_until_it_returns(worker)
+            assert worker.in_flight_count() == 0
+        assert Task.objects.get(rn=f"plain-{attempt}").status == Status.ABORTED
+        assert Task.objects.get(rn=normal.id).status == Status.COMPLETED
+    failures = [r for r in caplog.records if r.name == "scylla_django" and r.exc_info]
+    assert len(failures) == 2
+    assert all(r.exc_info[0] is AttributeError for r in failures)
+    assert "could not yield" not in caplog.text
 
 
 class SubclassedBackend(ScyllaBackend if HAS_DJANGO_TASKS else object):  # type: ignore[misc]

@@ -10,9 +10,9 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from scylla_django.enums import EventType, Status
+from scylla_django.exceptions import exception_error
 from scylla_django.models import History, Outcome, QueueSetting, Task, Worker
 from scylla_django.retries import Fixed, Retry
-from scylla_django.worker import exception_error
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from datetime import timedelta
@@ -16,7 +17,7 @@ from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import Abort, LeaseLost, TaskCancelled
 from scylla_django.handlers import HandlerAlreadyRegistered, HandlerRegistry, TaskContext, handler
 from scylla_django.models import History, Task, TaskQuerySet, Worker
-from scylla_django.worker import TaskWorker
+from scylla_django.worker import TaskWorker, WorkerOptions
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
 from tests.processes import wait_until
 
@@ -31,7 +32,7 @@ def run_in_thread(worker: TaskWorker, **kwargs) -> threading.Thread:
 
 def test_a_returned_value_completes_the_task():
     task = Task.objects.submit("t-echo", {"x": [1, 2]})
-    TaskWorker(["t-echo"], poll_interval=0.05).run(once=True)
+    TaskWorker(WorkerOptions(["t-echo"], poll_interval=0.05)).run(once=True)
     task.refresh_from_db()
     assert (task.status, task.progress) == (Status.COMPLETED, 1.0)
     assert task.result == {"echo": {"x": [1, 2]}}
@@ -42,7 +43,7 @@ def test_a_returned_value_completes_the_task():
 
 def test_an_exception_aborts_with_its_type_message_and_traceback():
     task = Task.objects.submit("t-fail", {"n": 1})
-    TaskWorker(["t-fail"]).run(once=True)
+    TaskWorker(WorkerOptions(["t-fail"])).run(once=True)
     task.refresh_from_db()
     [error] = task.errors
     assert task.status == Status.ABORTED
@@ -55,7 +56,7 @@ def test_an_exception_aborts_with_its_type_message_and_traceback():
 
 def test_abort_records_its_code_description_and_args():
     task = Task.objects.submit("t-abort", {"day": 3})
-    TaskWorker(["t-abort"]).run(once=True)
+    TaskWorker(WorkerOptions(["t-abort"])).run(once=True)
     task.refresh_from_db()
     assert task.status == Status.ABORTED
     assert task.errors == [{"code": "empty", "args": {"day": 3}, "description": "no rows matched"}]
@@ -63,7 +64,7 @@ def test_abort_records_its_code_description_and_args():
 
 def test_a_result_that_is_not_json_aborts_instead_of_crashing():
     task = Task.objects.submit("t-bad-result", {})
-    TaskWorker(["t-bad-result"]).run(once=True)
+    TaskWorker(WorkerOptions(["t-bad-result"])).run(once=True)
     task.refresh_from_db()
     assert task.status == Status.ABORTED
     assert task.errors[0]["code"] == "invalid_result"
@@ -72,7 +73,9 @@ def test_a_result_that_is_not_json_aborts_instead_of_crashing():
 def test_it_leases_only_up_to_its_concurrency_and_sends_progress():
     for n in range(5):
         Task.objects.submit("t-sleep", {"seconds": 0.6}, rn=f"s{n}")
-    worker = TaskWorker(["t-sleep"], concurrency=2, heartbeat_interval=0.1, poll_interval=0.05)
+    worker = TaskWorker(
+        WorkerOptions(["t-sleep"], concurrency=2, heartbeat_interval=0.1, poll_interval=0.05)
+    )
     thread = run_in_thread(worker)
     wait_until(lambda: Task.objects.filter(status=Status.RUNNING).count() == 2, what="2 running")
     wait_until(
@@ -92,7 +95,7 @@ def test_it_leases_only_up_to_its_concurrency_and_sends_progress():
 def test_max_tasks_stops_after_that_many():
     for n in range(4):
         Task.objects.submit("t-echo", n)
-    TaskWorker(["t-echo"], concurrency=3, max_tasks=2, poll_interval=0.05).run()
+    TaskWorker(WorkerOptions(["t-echo"], concurrency=3, max_tasks=2, poll_interval=0.05)).run()
     assert Task.objects.filter(status=Status.COMPLETED).count() == 2
     assert Task.objects.filter(status=Status.READY).count() == 2
 
@@ -101,7 +104,9 @@ def test_an_outcome_is_written_at_once_when_no_other_handler_is_running():
     """`batch_wait` gathers outcomes of handlers still running; with none, nothing can join."""
     for n in range(3):
         Task.objects.submit("t-echo", {"n": n})
-    worker = TaskWorker(["t-echo"], concurrency=1, batch_wait=5.0, poll_interval=0.05, max_tasks=3)
+    worker = TaskWorker(
+        WorkerOptions(["t-echo"], concurrency=1, batch_wait=5.0, poll_interval=0.05, max_tasks=3)
+    )
     started = time.monotonic()
     worker.run()
     assert Task.objects.filter(status=Status.COMPLETED).count() == 3
@@ -110,7 +115,7 @@ def test_an_outcome_is_written_at_once_when_no_other_handler_is_running():
 
 def test_cancel_reaches_the_handler_on_the_next_heartbeat():
     task = Task.objects.submit("t-sleep", {"seconds": 30})
-    worker = TaskWorker(["t-sleep"], heartbeat_interval=0.2, poll_interval=0.05)
+    worker = TaskWorker(WorkerOptions(["t-sleep"], heartbeat_interval=0.2, poll_interval=0.05))
     thread = run_in_thread(worker)
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="running")
     Task.objects.get(pk=task.pk).cancel()
@@ -124,7 +129,9 @@ def test_cancel_reaches_the_handler_on_the_next_heartbeat():
 
 def test_stop_yields_running_tasks_and_marks_the_worker_stopped():
     task = Task.objects.submit("t-sleep", {"seconds": 30})
-    worker = TaskWorker(["t-sleep"], heartbeat_interval=0.2, poll_interval=0.05, grace_period=5)
+    worker = TaskWorker(
+        WorkerOptions(["t-sleep"], heartbeat_interval=0.2, poll_interval=0.05, grace_period=5)
+    )
     thread = run_in_thread(worker)
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="running")
     worker.stop()
@@ -147,7 +154,7 @@ def test_failed_heartbeats_make_the_worker_give_the_task_up(monkeypatch, setting
     def broken(self, *args, **kwargs):
         raise OperationalError("connection refused")
 
-    worker = TaskWorker(["t-sleep"], heartbeat_interval=0.1, poll_interval=0.05)
+    worker = TaskWorker(WorkerOptions(["t-sleep"], heartbeat_interval=0.1, poll_interval=0.05))
     thread = run_in_thread(worker)
     wait_until(lambda: worker.in_flight_count() == 1, what="leased")
     monkeypatch.setattr(TaskQuerySet, "heartbeat_many", broken)
@@ -157,6 +164,42 @@ def test_failed_heartbeats_make_the_worker_give_the_task_up(monkeypatch, setting
     task.refresh_from_db()
     # Nothing more was written: the lease runs out and the monitor will reset it.
     assert (task.status, task.owner) == (Status.RUNNING, Worker.objects.get().name)
+
+
+def test_a_task_finished_receiver_that_raises_never_keeps_a_slot(caplog):
+    """A receiver of `task_finished` runs once the outcome is committed: what it raises is
+    logged with its traceback and is not the task's. The slot is freed: `--once` returns, and
+    a worker that goes on (its handler thread writing and leasing itself) runs the next task."""
+    from scylla_django import signals
+
+    def receiver(sender, task, **kwargs):
+        if task.status == Status.ABORTED:
+            raise RuntimeError("a receiver's bug")
+
+    def returns(worker: TaskWorker, **kwargs) -> None:
+        thread = run_in_thread(worker, **kwargs)
+        thread.join(20)
+        assert not thread.is_alive(), "the worker never returned"
+        assert worker.in_flight_count() == 0
+
+    options = WorkerOptions(["t-abort", "t-echo"], concurrency=1, poll_interval=0.05)
+    signals.task_finished.connect(receiver)
+    try:
+        for attempt in ("once", "on"):
+            Task.objects.submit("t-abort", {"day": 1}, rn=f"abort-{attempt}", priority=255)
+            Task.objects.submit("t-echo", {}, rn=f"echo-{attempt}")
+            if attempt == "once":
+                returns(TaskWorker(options), once=True)
+                returns(TaskWorker(options), once=True)
+            else:
+                returns(TaskWorker(dataclasses.replace(options, max_tasks=2)))
+            assert Task.objects.get(rn=f"abort-{attempt}").status == Status.ABORTED
+            assert Task.objects.get(rn=f"echo-{attempt}").status == Status.COMPLETED
+    finally:
+        signals.task_finished.disconnect(receiver)
+    failures = [r for r in caplog.records if r.name == "scylla_django" and r.exc_info]
+    assert [r.exc_info[0] for r in failures] == [RuntimeError, RuntimeError]
+    assert "could not yield" not in caplog.text
 
 
 def test_the_context_raises_the_reason_it_was_stopped():
@@ -175,7 +218,7 @@ def test_the_context_raises_the_reason_it_was_stopped():
 
 def test_a_queue_without_a_handler_is_refused():
     with pytest.raises(ValueError, match="no-such-queue"):
-        TaskWorker(["t-echo", "no-such-queue"])
+        TaskWorker(WorkerOptions(["t-echo", "no-such-queue"]))
     with pytest.raises(CommandError, match="no-such-queue"):
         call_command("scylla_worker", "--queue", "no-such-queue", "--once")
 
@@ -228,7 +271,9 @@ def test_one_handler_per_queue():
 
 def test_lease_timeout_from_the_worker():
     task = Task.objects.submit("t-sleep", {"seconds": 1})
-    worker = TaskWorker(["t-sleep"], lease_timeout=timedelta(seconds=42), poll_interval=0.05)
+    worker = TaskWorker(
+        WorkerOptions(["t-sleep"], lease_timeout=timedelta(seconds=42), poll_interval=0.05)
+    )
     thread = run_in_thread(worker)
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="leased")
     running = Task.objects.get(pk=task.pk)
@@ -240,7 +285,7 @@ def test_lease_timeout_from_the_worker():
 
 def test_async_handlers_run_many_at_once_on_one_event_loop_thread():
     tasks = [Task.objects.submit("t-async", {"seconds": 0.5}) for _ in range(6)]
-    worker = TaskWorker(["t-async"], concurrency=6, poll_interval=0.05)
+    worker = TaskWorker(WorkerOptions(["t-async"], concurrency=6, poll_interval=0.05))
     thread = run_in_thread(worker)
     wait_until(lambda: Task.objects.filter(status=Status.RUNNING).count() == 6, what="6 at once")
     wait_until(
@@ -254,7 +299,7 @@ def test_async_handlers_run_many_at_once_on_one_event_loop_thread():
 
 def test_an_async_handler_sees_a_cancel_through_ctx_check():
     task = Task.objects.submit("t-async", {"seconds": 30})
-    worker = TaskWorker(["t-async"], heartbeat_interval=0.1, poll_interval=0.05)
+    worker = TaskWorker(WorkerOptions(["t-async"], heartbeat_interval=0.1, poll_interval=0.05))
     thread = run_in_thread(worker)
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="running")
     Task.objects.get(pk=task.pk).cancel()
@@ -288,11 +333,13 @@ def test_an_async_handler_s_progress_and_outcomes_are_a_plain_handler_s():
         for how in ("return", "abort", "raise")
     }
     worker = TaskWorker(
-        ["async-outcomes"],
-        registry=registry,
-        concurrency=3,
-        heartbeat_interval=0.1,
-        poll_interval=0.05,
+        WorkerOptions(
+            ["async-outcomes"],
+            registry=registry,
+            concurrency=3,
+            heartbeat_interval=0.1,
+            poll_interval=0.05,
+        )
     )
     thread = run_in_thread(worker)
     try:
@@ -346,7 +393,9 @@ def test_a_task_leased_with_a_refused_outcome_runs_even_if_reading_why_fails(mon
     monkeypatch.setattr(TaskQuerySet, "refusals", refusals)
     first = Task.objects.submit("refused", {"n": 0})
     second = Task.objects.submit("refused", {"n": 1})
-    worker = TaskWorker(["refused"], registry=registry, poll_interval=0.05, max_tasks=2)
+    worker = TaskWorker(
+        WorkerOptions(["refused"], registry=registry, poll_interval=0.05, max_tasks=2)
+    )
     caplog.set_level("INFO", logger="scylla_django")
     thread = threading.Thread(target=worker.run)
     thread.start()
@@ -392,7 +441,9 @@ def test_the_writer_leases_into_the_slots_a_batch_of_outcomes_frees_in_the_same_
     monkeypatch.setattr(TaskQuerySet, "finish_and_lease", spied_finish_and_lease)
     monkeypatch.setattr(TaskQuerySet, "lease", spied_lease)
     Task.objects.submit_many({"queue": "step", "spec": {"n": n}} for n in range(40))
-    TaskWorker(["step"], registry=registry, concurrency=4, poll_interval=30, max_tasks=40).run()
+    TaskWorker(
+        WorkerOptions(["step"], registry=registry, concurrency=4, poll_interval=30, max_tasks=40)
+    ).run()
 
     assert Task.objects.filter(status=Status.COMPLETED).count() == 40
     assert History.objects.filter(typ=EventType.ASSIGNMENT).count() == 40  # no task twice
@@ -440,7 +491,7 @@ def test_the_thread_that_ran_a_task_writes_its_outcome_and_leases_the_next_on_it
     spy("finish_many")
     spy("finish_and_lease")
     Task.objects.submit_many({"queue": "direct", "spec": {"n": n}} for n in range(10))
-    TaskWorker(["direct"], registry=registry, poll_interval=0.05, max_tasks=10).run()
+    TaskWorker(WorkerOptions(["direct"], registry=registry, poll_interval=0.05, max_tasks=10)).run()
 
     assert Task.objects.filter(status=Status.COMPLETED).count() == 10
     assert {thread for thread, _ in finishes} == {"scylla-task-0"}

@@ -13,7 +13,7 @@ from django.db import connection
 from scylla_django import db
 from scylla_django.enums import Status
 from scylla_django.models import Task
-from scylla_django.worker import TaskWorker
+from scylla_django.worker import TaskWorker, WorkerOptions
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
 from tests.processes import database_url, wait_until
 
@@ -28,7 +28,7 @@ def notify(channel: str, payload: str) -> None:
 
 
 def started(**options) -> tuple[TaskWorker, threading.Thread]:
-    worker = TaskWorker(["t-echo", "t-sleep"], poll_interval=SLOW_POLL, **options)
+    worker = TaskWorker(WorkerOptions(["t-echo", "t-sleep"], poll_interval=SLOW_POLL, **options))
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     wait_until(lambda: worker.listener is not None, what="the listener")

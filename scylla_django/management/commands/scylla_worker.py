@@ -17,7 +17,7 @@ from ...backends import register_handlers
 from ...conf import scylla_settings
 from ...handlers import autodiscover, registry
 from ...supervisor import STOP_SIGNALS, WorkerProcesses
-from ...worker import TaskWorker
+from ...worker import TaskWorker, WorkerOptions
 from ..base import StopSignals, configure_logging, duration, positive_int, queue_name, seconds
 from ..reloader import run_with_reloader
 
@@ -130,17 +130,24 @@ class Command(BaseCommand):
 
         def make_worker() -> TaskWorker:
             try:
+                # Left out when not given: WorkerOptions' defaults follow the settings.
+                given = {
+                    key: options[key]
+                    for key in ("lease_timeout", "heartbeat_interval")
+                    if options[key] is not None
+                }
                 return TaskWorker(
-                    options["queues"],
-                    concurrency=options["concurrency"],
-                    lease_timeout=options["lease_timeout"],
-                    heartbeat_interval=options["heartbeat_interval"],
-                    poll_interval=options["poll_interval"],
-                    max_tasks=options["max_tasks"],
-                    grace_period=options["grace_period"],
-                    registry=registry,
-                    listen=options["listen"],
-                    listen_dsn=options["listen_dsn"],
+                    WorkerOptions(
+                        options["queues"],
+                        concurrency=options["concurrency"],
+                        poll_interval=options["poll_interval"],
+                        max_tasks=options["max_tasks"],
+                        grace_period=options["grace_period"],
+                        registry=registry,
+                        listen=options["listen"],
+                        listen_dsn=options["listen_dsn"],
+                        **given,
+                    )
                 )
             except ValueError as exc:
                 raise CommandError(str(exc)) from exc

@@ -1,0 +1,220 @@
+"""The worker runtime: lease tasks when there is free capacity, run their handlers, heartbeat
+them, write their outcomes in batches, and shut down gracefully.
+
+`TaskWorker(WorkerOptions(...))` is a plain class; `manage.py scylla_worker` only parses
+arguments and calls it. It wires the parts, one concept each:
+
+- `options`: `WorkerOptions`, what the worker is told;
+- `slots`: what is in hand, and the free slots a lease may claim;
+- `leasing`: the lease loop, on the caller's thread (it runs `run()`);
+- `execution`: handler threads for plain handlers, an event loop thread for `async def` ones;
+- `writer`: the outcome writer, on a thread of its own or on the handler's thread, writing
+  outcomes with the lease that refills their slots;
+- `heartbeat`: a thread that extends the leases in hand, and yields them on shutdown;
+- `summary`: the counts of the INFO summary lines;
+- `database`: connections, retries through an outage, and whether the database can LISTEN;
+- on PostgreSQL, a listener thread wakes the lease loop when tasks become ready and the
+  heartbeat when a task of this worker is cancelled (see `listener.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+
+from django.db import Error as DatabaseError
+from django.db import connections
+
+from ..handlers import TaskContext
+from ..listener import Listener
+from ..models import Worker
+from .database import can_listen, retry
+from .execution import Execution, start_daemon
+from .heartbeat import Heartbeat
+from .leasing import LeaseLoop
+from .options import WorkerOptions
+from .slots import Slots
+from .summary import Summary
+from .writer import OutcomeWriter
+
+__all__ = ["TaskContext", "TaskWorker", "WorkerOptions"]
+
+logger = logging.getLogger("scylla_django")
+
+
+class TaskWorker:
+    """Runs the handlers of `options.queues`, at most `options.concurrency` tasks at a time.
+
+    After a shutdown, `abandoned` names the handlers still running after the grace period
+    (their tasks were yielded already; handler threads are daemon threads).
+    """
+
+    def __init__(self, options: WorkerOptions) -> None:
+        self.options = options
+        self.worker: Worker | None = None
+        """The worker's registration, once `run()` has made it."""
+        self.listener: Listener | None = None
+        """The LISTEN connection's thread, on PostgreSQL (None elsewhere or if not `listen`)."""
+        self.abandoned: list[str] = []
+        """The rns whose handlers were still running when the grace period ended."""
+        self.stopping = threading.Event()
+        self._wakeup = threading.Event()  # lease now: a slot was freed, or tasks became ready
+        self._grace_over = threading.Event()  # stop retrying writes: the grace period is over
+        self._slots = Slots(options.concurrency, options.max_tasks, on_free=self.wake)
+        self._heartbeat: Heartbeat | None = None
+
+    @property
+    def name(self) -> str:
+        return self.worker.name if self.worker else "worker-?"
+
+    @property
+    def leased(self) -> int:
+        """Tasks leased since `run()` started."""
+        return self._slots.leased()
+
+    def in_flight_count(self) -> int:
+        """Tasks in hand, and slots a lease in progress may fill."""
+        return self._slots.taken()
+
+    def stop(self) -> None:
+        """Ask `run()` to shut down gracefully (safe from a signal handler)."""
+        self.stopping.set()
+        self._wakeup.set()
+
+    def wake(self) -> None:
+        """Lease at once (a slot was freed, or tasks became ready), if there are free slots."""
+        self._wakeup.set()
+
+    def run(self, *, once: bool = False) -> None:
+        """Register, work until stopped (or after one batch with `once`), shut down gracefully.
+
+        With `once`, lease at most one batch (up to `concurrency` tasks), finish it and return.
+        """
+        options = self.options
+        worker = retry(
+            self._register, "register the worker", using=options.using, stop=self.stopping
+        )
+        if worker is None:
+            return
+        self.worker = worker
+        summary = Summary(options.summary_interval)
+        execution = Execution(
+            options.registry, options.queues, options.concurrency, options.using, lambda: self.name
+        )
+        heartbeat = self._heartbeat = Heartbeat(
+            options,
+            worker,
+            self._slots.in_hand,
+            lambda: summary.log_when_due(self.name, self._slots.held()),
+        )
+        writer = OutcomeWriter(
+            options,
+            worker,
+            slots=self._slots,
+            execution=execution,
+            heartbeat=heartbeat,
+            summary=summary,
+            stopping=self.stopping,
+            grace_over=self._grace_over,
+            wake=self.wake,
+            refill=not once,
+        )
+        leasing = LeaseLoop(
+            options,
+            worker,
+            slots=self._slots,
+            execution=execution,
+            stopping=self.stopping,
+            wakeup=self._wakeup,
+        )
+        logger.info(
+            "%s started: queues %s, concurrency %d, lease %gs, heartbeat every %gs",
+            self.name,
+            ",".join(options.queues),
+            options.concurrency,
+            options.lease_timeout.total_seconds(),
+            options.heartbeat_seconds,
+        )
+        threads = [
+            start_daemon(heartbeat.run, "scylla-heartbeat"),
+            start_daemon(writer.run, "scylla-writer"),
+        ]
+        execution.start(writer)
+        if options.listen and can_listen(options.using):
+            self.listener = Listener(
+                on_ready=self._on_ready,
+                on_stop=self._on_stop,
+                on_connect=self._on_listening,
+                using=options.using,
+                dsn=options.listen_dsn,
+                name=f"scylla_django {self.name}",
+            )
+            self.listener.start()
+        try:
+            leasing.run(once=once)
+            self._slots.wait_until_empty(self.stopping.is_set)  # finish the tasks in hand
+        finally:
+            if self.listener is not None:
+                self.listener.close()
+            self._shutdown(worker, heartbeat, execution, summary)
+            heartbeat.close()
+            writer.close()
+            for thread in threads:
+                thread.join(timeout=5)
+            execution.stop_loop()
+            if not connections[options.using].in_atomic_block:
+                connections[options.using].close()  # this thread's; others closed their own
+
+    def _shutdown(
+        self, worker: Worker, heartbeat: Heartbeat, execution: Execution, summary: Summary
+    ) -> None:
+        """Yield what is still in hand, give handlers the grace period, record the stop."""
+        heartbeat.give_back(self._slots.in_hand())
+        deadline = time.monotonic() + self.options.grace_period
+        self._slots.wait_until_empty(lambda: time.monotonic() >= deadline)
+        self._grace_over.set()
+        running = self._slots.running()
+        self.abandoned = running
+        if running:
+            logger.warning(
+                "%s: %d handler(s) still running after the %gs grace period: %s",
+                self.name,
+                len(running),
+                self.options.grace_period,
+                ", ".join(running),
+            )
+        execution.stop()
+        try:
+            worker.stop()
+        except DatabaseError as exc:
+            logger.warning("%s could not record its stop: %s", self.name, exc)
+        summary.log(self.name, self._slots.held())
+        logger.info("%s stopped after leasing %d task(s)", self.name, self.leased)
+
+    def _register(self) -> Worker:
+        options = self.options
+        return Worker.objects.db_manager(options.using).register(
+            list(options.queues),
+            options.concurrency,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            heartbeat_interval=options.heartbeat_seconds,
+            lease_timeout=options.lease_timeout,
+        )
+
+    def _on_ready(self, queue: str) -> None:
+        if queue in self.options.queues:
+            self.wake()
+
+    def _on_stop(self, worker: str) -> None:
+        if worker == self.name and self._heartbeat is not None:
+            self._heartbeat.beat_now()  # its refusal tells which task, and stops it
+
+    def _on_listening(self) -> None:
+        # Whatever was notified while the LISTEN was down: lease and heartbeat now.
+        self.wake()
+        if self._heartbeat is not None:
+            self._heartbeat.beat_now()

@@ -1,0 +1,151 @@
+"""The heartbeat: every `heartbeat_interval` (at once when told a task of this worker may be
+cancelled) extend every live lease in one statement, sending progress; stop a task whose lease
+the database refused (cancelled, lost, aborted by the monitor) or whose heartbeats failed
+`SCYLLA['HEARTBEAT_FAILURES']` times in a row (the worker then gives it up rather than run on
+unsupervised). Yields go through here too, so that a heartbeat never undoes one."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from django.db import Error as DatabaseError
+from django.db import connections
+
+from .. import db
+from ..conf import scylla_settings
+from ..exceptions import InvalidTransition, LeaseLost, ScyllaError, WorkerStopping
+from ..handlers import TaskContext
+from ..models import Task, Worker
+from .database import discard_connection
+from .options import WorkerOptions
+
+logger = logging.getLogger("scylla_django")
+
+
+class Heartbeat:
+    """Keeps the leases of `worker` on the tasks `in_hand()` returns alive, and gives them
+    back. `run()` is the heartbeat thread; `tick()`, called after each pass, is the place of
+    periodic chores (the summary line)."""
+
+    def __init__(
+        self,
+        options: WorkerOptions,
+        worker: Worker,
+        in_hand: Callable[[], list[TaskContext]],
+        tick: Callable[[], None],
+    ) -> None:
+        self.options = options
+        self.worker = worker
+        self._in_hand = in_hand
+        self._tick = tick
+        self._lock = threading.Lock()  # a heartbeat pass and a yield never overlap
+        self._now = threading.Event()  # heartbeat now: a task of ours may be cancelled
+        self._done = threading.Event()
+
+    def beat_now(self) -> None:
+        """Heartbeat at once (a task of this worker may have been cancelled)."""
+        self._now.set()
+
+    def close(self) -> None:
+        """End `run()` after the pass in progress, if any."""
+        self._done.set()
+        self._now.set()
+
+    def run(self) -> None:
+        interval = self.options.heartbeat_seconds
+        next_touch = time.monotonic()
+        try:
+            while not self._done.is_set():
+                self._now.wait(interval)
+                self._now.clear()
+                if self._done.is_set():
+                    return
+                self._beat()
+                now = time.monotonic()
+                if now >= next_touch:
+                    next_touch = now + interval * 0.9
+                    try:
+                        self.worker.touch()
+                    except DatabaseError:
+                        discard_connection(self.options.using)
+                self._tick()
+        finally:
+            connections.close_all()
+
+    def give_back(self, contexts: Sequence[TaskContext]) -> None:
+        """Yield the leases of `contexts` not yielded yet, between heartbeat passes."""
+        with self._lock:  # a yield waits for this heartbeat, and is then not undone
+            for ctx in contexts:
+                if not ctx.yielded:
+                    self._yield(ctx)
+
+    def _yield(self, ctx: TaskContext) -> None:
+        """Give the lease back (the caller holds `_lock`, so no heartbeat is in flight)."""
+        ctx.yielded = True  # first: a handler returning now still gets its outcome written
+        ctx.stop(WorkerStopping(f"{self.worker.name} is stopping", rn=ctx.task.rn))
+        try:
+            ctx.task.yield_lease(self.worker)
+            logger.info("%s yielded %s (queue %s)", self.worker.name, ctx.task.rn, ctx.task.queue)
+        except (ScyllaError, DatabaseError) as exc:
+            logger.warning("%s could not yield %s: %s", self.worker.name, ctx.task.rn, exc)
+            if isinstance(exc, DatabaseError):
+                discard_connection(self.options.using)
+
+    def _beat(self) -> None:
+        """Extend every live lease in one statement; stop the tasks whose lease was refused."""
+        using = self.options.using
+        max_failures = scylla_settings.HEARTBEAT_FAILURES
+        with self._lock:
+            live = [ctx for ctx in self._in_hand() if not ctx.stopped]
+            if not live:
+                return
+            leases = {
+                ctx.task.pk: (
+                    ctx.task.attempts,
+                    None if ctx.progress == ctx.sent_progress else ctx.progress,
+                )
+                for ctx in live
+            }
+            try:
+                db.use_worker_plans(connections[using])  # this thread only heartbeats
+                extended = Task.objects.using(using).heartbeat_many(
+                    self.worker, leases, timeout=self.options.lease_timeout
+                )
+                refused = {pk: leases[pk][0] for pk in leases if pk not in extended}
+                errors = Task.objects.using(using).refusals(self.worker, refused) if refused else {}
+            except Exception as exc:  # the database, mostly; never let this thread die
+                discard_connection(using)
+                for ctx in live:
+                    ctx.failed_heartbeats += 1
+                    if ctx.failed_heartbeats >= max_failures:
+                        ctx.stop(
+                            LeaseLost(
+                                f"{max_failures} heartbeats in a row failed; giving the task up",
+                                rn=ctx.task.rn,
+                            )
+                        )
+                logger.warning(
+                    "%s: heartbeat of %d task(s) failed (%d/%d): %r",
+                    self.worker.name,
+                    len(live),
+                    max(ctx.failed_heartbeats for ctx in live),
+                    max_failures,
+                    exc,
+                )
+                return
+        for ctx in live:
+            if ctx.task.pk in extended:
+                ctx.failed_heartbeats = 0
+                sent = leases[ctx.task.pk][1]
+                if sent is not None:
+                    ctx.sent_progress = sent
+                continue
+            error = errors[ctx.task.pk]
+            if type(error) is InvalidTransition and not ctx.handler_running:
+                continue  # its outcome was written since we looked
+            # Any other refusal means stop: cancelled, reset, aborted by the monitor, taken over.
+            logger.info("%s: %s", self.worker.name, error)
+            ctx.stop(error)

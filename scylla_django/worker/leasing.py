@@ -1,0 +1,94 @@
+"""The lease loop: lease as many tasks as there are free slots, in one statement, whenever a
+slot is freed, tasks become ready (a LISTEN notification) or `poll_interval` passes, and hand
+them to the handlers (pull model: a worker never holds more than its concurrency)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.db import Error as DatabaseError
+from django.db import connections
+
+from .. import db
+from ..handlers import TaskContext
+from ..models import Task, Worker
+from .database import Failures
+from .execution import Execution
+from .options import WorkerOptions
+from .slots import Claim, Slots
+
+logger = logging.getLogger("scylla_django")
+
+
+class LeaseLoop:
+    """Leases into the free `slots` of `worker` and dispatches the tasks to `execution`, on the
+    thread that calls `run()`, until `stopping` is set (or `max_tasks` are leased)."""
+
+    def __init__(
+        self,
+        options: WorkerOptions,
+        worker: Worker,
+        *,
+        slots: Slots,
+        execution: Execution,
+        stopping: threading.Event,
+        wakeup: threading.Event,
+    ) -> None:
+        self.options = options
+        self.worker = worker
+        self.slots = slots
+        self.execution = execution
+        self.stopping = stopping
+        self._wakeup = wakeup
+
+    def run(self, *, once: bool = False) -> None:
+        """Lease until stopped; with `once`, lease one batch (up to `concurrency` tasks) and
+        return."""
+        options = self.options
+        failures = Failures(options.using)
+        while not self.stopping.is_set():
+            if self.slots.exhausted():
+                break
+            self._wakeup.clear()  # before leasing: a wake-up during the lease is not lost
+            free = self.slots.free()
+            if 0 < free < options.concurrency and options.batch_wait > 0:
+                # Other handlers are busy and may be about to finish: a moment's wait lets one
+                # lease fill several slots instead of one statement per slot.
+                self.stopping.wait(options.batch_wait)
+            claim = self.slots.claim()
+            if claim.size > 0:
+                try:
+                    started = self._lease(claim)
+                    failures.succeeded()
+                except DatabaseError as exc:
+                    wait = failures.failed()
+                    logger.warning(
+                        "%s cannot lease (%s); retrying in %gs", self.worker.name, exc, wait
+                    )
+                    self.stopping.wait(wait)
+                    continue
+                for ctx in started:
+                    self.execution.dispatch(ctx)
+                if once:
+                    break
+                if len(started) == claim.size:
+                    continue  # there may be more ready tasks: fill the free slots at once
+            self._wakeup.wait(options.poll_interval)
+
+    def _lease(self, claim: Claim) -> list[TaskContext]:
+        """Lease up to `claim.size` tasks into the slots claimed for them (released whatever
+        happens); return their contexts, in hand from now on."""
+        tasks: list[Task] = []
+        try:
+            using = self.options.using
+            db.use_worker_plans(connections[using])  # a connection of the worker's own
+            tasks = Task.objects.using(using).lease(
+                self.worker,
+                self.options.queues,
+                limit=claim.size,
+                timeout=self.options.lease_timeout,
+            )
+        finally:
+            started = self.slots.take(claim, tasks, self.worker)
+        return started

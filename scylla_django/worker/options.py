@@ -1,0 +1,79 @@
+"""`WorkerOptions`: everything a `TaskWorker` is told, checked once when it is made."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import timedelta
+
+from ..conf import scylla_settings
+from ..handlers import HandlerRegistry
+from ..handlers import registry as default_registry
+from ..validation import validate_queues
+
+
+def _configured_lease_timeout() -> timedelta:
+    return scylla_settings.LEASE_TIMEOUT
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerOptions:
+    """How a worker works: which queues, how many tasks at a time, how long its leases are.
+
+    - `queues`: the queues to lease from; each needs a handler in `registry`.
+    - `concurrency`: tasks in hand at a time (handler threads; `async def` handlers share one
+      event loop thread).
+    - `lease_timeout`: the lease length (default `SCYLLA['LEASE_TIMEOUT']` when made).
+    - `heartbeat_interval`: seconds between heartbeats (default a third of the lease timeout).
+    - `poll_interval`: seconds between polls when idle.
+    - `max_tasks`: stop after leasing this many tasks (None: no limit).
+    - `grace_period`: seconds a shutdown waits for the handlers still running.
+    - `registry`: the handlers; `using`: the database alias.
+    - `batch_size`, `batch_wait`: outcomes are written when `batch_size` are ready or
+      `batch_wait` seconds after the first of a batch, whichever comes first.
+    - `summary_interval`: seconds between INFO summaries (per-task lines are DEBUG).
+    - `listen`: on PostgreSQL, LISTEN for ready tasks and cancellations (see `listener.py`)
+      over the database's own settings, or over `listen_dsn` (a session, not a
+      transaction-mode pooler); polling goes on as a fallback.
+
+    ValueError when an option is out of range or a queue has no handler.
+    """
+
+    queues: Sequence[str]
+    concurrency: int = 1
+    lease_timeout: timedelta = dataclasses.field(default_factory=_configured_lease_timeout)
+    heartbeat_interval: float | None = None
+    poll_interval: float = 1.0
+    max_tasks: int | None = None
+    grace_period: float = 30.0
+    registry: HandlerRegistry = default_registry
+    using: str = "default"
+    batch_size: int = 100
+    batch_wait: float = 0.002
+    summary_interval: float = 60.0
+    listen: bool = True
+    listen_dsn: str | None = None
+
+    def __post_init__(self) -> None:
+        queues = tuple(validate_queues(list(self.queues)))
+        object.__setattr__(self, "queues", queues)
+        missing = [q for q in queues if self.registry.get(q) is None]
+        if missing:
+            known = ", ".join(self.registry.queues()) or "none"
+            raise ValueError(
+                f"No handler is registered for queue(s) {', '.join(missing)} (registered: {known})."
+            )
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        if self.heartbeat_seconds >= self.lease_timeout.total_seconds():
+            raise ValueError(
+                f"The heartbeat interval ({self.heartbeat_seconds:g} s) must be shorter than "
+                f"the lease timeout ({self.lease_timeout.total_seconds():g} s)."
+            )
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        """The heartbeat interval in force: `heartbeat_interval`, or a third of the lease."""
+        return self.heartbeat_interval or self.lease_timeout.total_seconds() / 3

@@ -1,0 +1,159 @@
+"""What a worker has in hand: the tasks it leased and has not finished, and the free slots a
+lease in progress has claimed. `Slots` owns its lock; the other parts ask it, never look."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from ..handlers import TaskContext
+from ..models import Task, Worker
+
+logger = logging.getLogger("scylla_django")
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """Free slots taken for one lease in progress (`size`), and the tasks in `done` whose
+    outcomes are written with that lease (their slots are among the `size`)."""
+
+    size: int
+    done: tuple[TaskContext, ...] = ()
+
+
+class Slots:
+    """At most `concurrency` tasks in hand, `max_tasks` leased in all (None: no limit).
+
+    A slot is taken from the moment a lease is claimed (`claim()`) until the task's outcome
+    is written or the task is given up (`release()`): a lease and a handler thread leasing at
+    the same time never hold more than `concurrency` tasks. `on_free` is called whenever a
+    slot is freed (the lease loop may fill it).
+    """
+
+    def __init__(
+        self, concurrency: int, max_tasks: int | None, on_free: Callable[[], None]
+    ) -> None:
+        self.concurrency = concurrency
+        self.max_tasks = max_tasks
+        self._on_free = on_free
+        self._changed = threading.Condition(threading.Lock())
+        self._hand: dict[int, TaskContext] = {}  # leased, outcome not written yet
+        self._claimed = 0  # slots a lease in progress will fill
+        self._leased = 0
+
+    # -- leasing ----------------------------------------------------------------------------
+
+    def _free(self) -> int:
+        """Slots neither in hand nor claimed, within `max_tasks` (the caller holds the lock)."""
+        free = self.concurrency - len(self._hand) - self._claimed
+        if self.max_tasks is not None:
+            free = min(free, self.max_tasks - self._leased - self._claimed)
+        return max(0, free)
+
+    def free(self) -> int:
+        """Slots a lease could claim now."""
+        with self._changed:
+            return self._free()
+
+    def claim(self, done: Sequence[TaskContext] = (), *, lease: bool = True) -> Claim:
+        """Claim every free slot for a lease (none unless `lease`), after freeing the slots of
+        `done` (their outcomes are written with the lease): in one step, so no other lease
+        takes them meanwhile. With an empty claim, `done` stay in hand until written. The
+        caller ends the claim with `take()`, `unclaim()` or `drop()`."""
+        with self._changed:
+            for ctx in done:
+                self._hand.pop(ctx.task.pk, None)
+            size = self._free() if lease else 0
+            if not size:  # nothing to pass their slots to: in hand until written
+                self._hand.update((ctx.task.pk, ctx) for ctx in done)
+                return Claim(0)
+            self._claimed += size
+            return Claim(size, tuple(done))
+
+    def take(self, claim: Claim, tasks: Sequence[Task], worker: Worker) -> list[TaskContext]:
+        """Put the `tasks` leased into `claim`'s slots in hand, release the rest of the claim;
+        return their contexts. (Whether to lease again into the rest is the caller's call.)"""
+        started = [TaskContext(task, worker) for task in tasks]
+        with self._changed:
+            self._claimed -= claim.size
+            for ctx in started:
+                self._hand[ctx.task.pk] = ctx
+            self._leased += len(started)
+            self._changed.notify_all()
+        for ctx in started:
+            task = ctx.task
+            logger.debug(
+                "%s leased %s (queue %s, attempt %d)",
+                worker.name,
+                task.rn,
+                task.queue,
+                task.attempts,
+            )
+        return started
+
+    def unclaim(self, claim: Claim) -> None:
+        """Undo `claim`: its outcomes were not written, their tasks are in hand again."""
+        with self._changed:
+            self._claimed -= claim.size
+            for ctx in claim.done:
+                self._hand[ctx.task.pk] = ctx
+
+    def drop(self, claim: Claim) -> None:
+        """End `claim` with nothing leased and its `done` out of hand (whether their outcomes
+        were written is not known: their slots are free either way)."""
+        with self._changed:
+            self._claimed -= claim.size
+            self._changed.notify_all()
+        self._on_free()
+
+    def release(self, done: Sequence[TaskContext]) -> None:
+        """Free the slots of `done`: their outcomes are written, or they were given up."""
+        with self._changed:
+            for ctx in done:
+                self._hand.pop(ctx.task.pk, None)
+            self._changed.notify_all()
+        self._on_free()
+
+    # -- what is in hand --------------------------------------------------------------------
+
+    def in_hand(self) -> list[TaskContext]:
+        """The tasks leased whose outcomes are not written yet."""
+        with self._changed:
+            return list(self._hand.values())
+
+    def held(self) -> int:
+        """How many tasks are in hand."""
+        with self._changed:
+            return len(self._hand)
+
+    def taken(self) -> int:
+        """Tasks in hand, and slots a lease in progress may fill."""
+        with self._changed:
+            return len(self._hand) + self._claimed
+
+    def only(self, ctx: TaskContext) -> bool:
+        """Whether `ctx` is the only task in hand and no lease is in progress."""
+        with self._changed:
+            return len(self._hand) == 1 and ctx.task.pk in self._hand and not self._claimed
+
+    def leased(self) -> int:
+        """Tasks leased since the worker started."""
+        with self._changed:
+            return self._leased
+
+    def exhausted(self) -> bool:
+        """Whether `max_tasks` tasks were leased: the worker leases no more."""
+        return self.max_tasks is not None and self.leased() >= self.max_tasks
+
+    def running(self) -> list[str]:
+        """The rns of the tasks in hand whose handlers are still running."""
+        with self._changed:
+            return [ctx.task.rn for ctx in self._hand.values() if ctx.handler_running]
+
+    def wait_until_empty(self, give_up: Callable[[], bool]) -> None:
+        """Wait until no task is in hand and no lease in progress, or `give_up()`."""
+        with self._changed:
+            while (self._hand or self._claimed) and not give_up():
+                self._changed.wait(0.05)

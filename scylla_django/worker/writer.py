@@ -1,0 +1,351 @@
+"""The outcome writer: ends the leases of the tasks whose handlers have run.
+
+Outcomes wait in a batch for the writer thread, which writes them together, each row fenced on
+its lease, and leases into the slots they free in the same statement (`finish_and_lease`);
+through a database outage it keeps retrying them until the database answers or the grace
+period of a shutdown ends. A handler thread whose task is the only one in hand writes its
+outcome itself, the same way, on a connection of its own, and runs the task it leased at once.
+
+Whatever fails once an outcome is sent to the database (a `task_finished` receiver, a log
+handler) is logged with its traceback and never keeps a slot: the slot is freed, the error is
+never the task's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from django.db import Error as DatabaseError
+from django.db import connections
+
+from .. import db
+from ..exceptions import InvalidTransition, ScyllaError
+from ..handlers import TaskContext
+from ..models import Outcome, Task, Worker
+from .database import Failures, discard_connection
+from .execution import Execution
+from .heartbeat import Heartbeat
+from .options import WorkerOptions
+from .slots import Claim, Slots
+from .summary import Summary
+
+logger = logging.getLogger("scylla_django")
+
+Batch = list[tuple[TaskContext, Outcome]]
+
+
+class OutcomeWriter:
+    """Writes the outcomes handed to it, and, with `refill`, leases into the slots they free.
+
+    `stopping` is set when the worker stops leasing; `grace_over` when the grace period of the
+    shutdown is over (an outcome that cannot be written then is left to its lease's expiry);
+    `wake` asks the lease loop to lease (a slot is free, or a task became ready meanwhile).
+    """
+
+    def __init__(
+        self,
+        options: WorkerOptions,
+        worker: Worker,
+        *,
+        slots: Slots,
+        execution: Execution,
+        heartbeat: Heartbeat,
+        summary: Summary,
+        stopping: threading.Event,
+        grace_over: threading.Event,
+        wake: Callable[[], None],
+        refill: bool,
+    ) -> None:
+        self.options = options
+        self.worker = worker
+        self.slots = slots
+        self.execution = execution
+        self.heartbeat = heartbeat
+        self.summary = summary
+        self.stopping = stopping
+        self.grace_over = grace_over
+        self.wake = wake
+        self.refill = refill
+        self._outcomes: Batch = []
+        self._ready = threading.Condition(threading.Lock())
+        self._done = False
+
+    # -- what the handlers hand over --------------------------------------------------------
+
+    def hand_over(self, ctx: TaskContext, outcome: Outcome | None) -> None:
+        """Queue `ctx`'s outcome for the writer thread (or drop a task stopped meanwhile)."""
+        if outcome is None:
+            self.summary.count("stopped")
+            self.slots.release([ctx])
+            return
+        # The slot stays taken until the outcome is written: a task is the worker's until then.
+        with self._ready:
+            self._outcomes.append((ctx, outcome))
+            # The first wakes the writer; a full batch, or the last task in hand, flushes.
+            if len(self._outcomes) in (1, self.options.batch_size) or self._all_handled():
+                self._ready.notify()
+
+    def finish_here(self, ctx: TaskContext, outcome: Outcome | None) -> TaskContext | None:
+        """On the thread that ran `ctx`: if it is the only task in hand and no outcome waits
+        (nothing could join a batch of its outcome), write the outcome and lease into the slot
+        it frees; return the leased task this thread runs next, the others handed out.
+        Otherwise queue the outcome for the writer thread.
+
+        On PostgreSQL both are one statement (`finish_and_lease`), one commit; elsewhere the
+        outcome is committed first. Either way the database never sees this worker hold more
+        than `concurrency` running tasks. A database error leaves the outcome to the writer,
+        which retries it, and the lease to the lease loop.
+        """
+        if outcome is None or not self.refill or not self._alone(ctx):
+            self.hand_over(ctx, outcome)
+            return None
+        batch = [(ctx, outcome)]
+        # The finished task's slot passes straight to the lease: no other lease can take it.
+        claim = self.slots.claim([ctx], lease=not self.stopping.is_set())
+        if not claim.size:
+            try:
+                errors = self._finish(batch)
+            except (DatabaseError, ScyllaError) as exc:
+                self._not_written(exc, batch)
+                self.hand_over(ctx, outcome)  # still in hand: the writer retries it
+            except Exception:
+                self._failed_after_sending(batch)
+                self.slots.release([ctx])
+            else:
+                self._settle(batch, errors)
+            return None
+        started = self._finish_and_refill(batch, claim)
+        if started is None:  # still in hand: the writer retries it
+            self.hand_over(ctx, outcome)
+            return None
+        mine = next((new for new in started if not self.execution.runs_on_loop(new)), None)
+        for new in started:
+            if new is not mine:
+                self.execution.dispatch(new)
+        return mine
+
+    def give_up(self, ctx: TaskContext) -> None:
+        """Free `ctx`'s slot after a failure of the worker's own: its outcome is lost."""
+        self.slots.release([ctx])
+
+    def _alone(self, ctx: TaskContext) -> bool:
+        if not self.slots.only(ctx):
+            return False
+        with self._ready:
+            return not self._outcomes
+
+    def _all_handled(self) -> bool:
+        """Whether every task in hand has its outcome waiting to be written (the caller holds
+        `_ready`)."""
+        return len(self._outcomes) >= self.slots.held()
+
+    # -- the writer thread ------------------------------------------------------------------
+
+    def close(self) -> None:
+        """End `run()` once the outcomes waiting are written."""
+        with self._ready:
+            self._done = True
+            self._ready.notify_all()
+
+    def run(self) -> None:
+        """The writer thread: write the outcomes in batches until `close()`."""
+        batch_size, batch_wait = self.options.batch_size, self.options.batch_wait
+        try:
+            while True:
+                with self._ready:
+                    while not self._outcomes and not self._done:
+                        self._ready.wait()
+                    if not self._outcomes:
+                        return
+                    # Let the batch fill up for `batch_wait`, unless it is full or no handler
+                    # is still running (nothing more can come until this batch is written).
+                    deadline = time.monotonic() + batch_wait
+                    while (
+                        len(self._outcomes) < batch_size
+                        and not self._all_handled()
+                        and not self._done
+                    ):
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._ready.wait(left)
+                    batch = self._outcomes[:batch_size]
+                    del self._outcomes[:batch_size]
+                try:
+                    self._write(batch)
+                except Exception:  # a bug of ours: never let it keep the slots or this thread
+                    logger.exception(
+                        "%s: writing %d outcome(s) failed", self.worker.name, len(batch)
+                    )
+                    self.slots.release([ctx for ctx, _ in batch])
+        finally:
+            connections.close_all()
+
+    def _write(self, batch: Batch) -> None:
+        """Write a batch of outcomes, leasing into the slots they free (`_write_and_lease`), or
+        alone, retrying through database errors until the grace period ends."""
+        if self.refill and self._write_and_lease(batch):
+            return
+        failures = Failures(self.options.using)
+        while True:
+            try:
+                errors = self._finish(batch)
+                break
+            except DatabaseError as exc:
+                wait = failures.failed()
+                if self.grace_over.is_set():
+                    for ctx, _ in batch:
+                        logger.error(
+                            "%s gave up the outcome of %s after %d failed writes (%s); the "
+                            "task will run again once its lease expires",
+                            self.worker.name,
+                            ctx.task.rn,
+                            failures.count,
+                            exc,
+                        )
+                    self.summary.count("not written", len(batch))
+                    self.slots.release([ctx for ctx, _ in batch])
+                    return
+                logger.warning(
+                    "%s could not write %d outcome(s) (%s); retrying in %gs",
+                    self.worker.name,
+                    len(batch),
+                    exc,
+                    wait,
+                )
+                self.grace_over.wait(wait)
+            except Exception:
+                self._failed_after_sending(batch)
+                self.slots.release([ctx for ctx, _ in batch])
+                return
+        self._settle(batch, errors)
+
+    def _write_and_lease(self, batch: Batch) -> bool:
+        """Write `batch` and lease into the slots it frees, handing the leased tasks out; False
+        if nothing was (no free slot, a database error): the batch is in hand, to write alone."""
+        claim = self.slots.claim([ctx for ctx, _ in batch], lease=not self.stopping.is_set())
+        started = self._finish_and_refill(batch, claim) if claim.size else None
+        if started is None:
+            return False
+        for ctx in started:
+            self.execution.dispatch(ctx)
+        return True
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _finish_and_refill(self, batch: Batch, claim: Claim) -> list[TaskContext] | None:
+        """Write `batch`'s outcomes and lease into `claim`'s slots, in one statement on
+        PostgreSQL; return the leased tasks' contexts, in hand, for the caller to run or hand
+        out. None if nothing was written: the claim is undone, the batch in hand."""
+        try:
+            errors, tasks = self._finish_and_lease(batch, claim.size)
+        except (DatabaseError, ScyllaError) as exc:
+            self._not_written(exc, batch)
+            self.slots.unclaim(claim)
+            return None
+        except Exception:
+            self._failed_after_sending(batch)
+            self.slots.drop(claim)
+            return []
+        self._report(batch, errors)
+        started = self.slots.take(claim, tasks, self.worker)
+        if len(started) < claim.size or self.stopping.is_set():
+            self.wake()  # a task that became ready meanwhile is the lease loop's
+        if started and self.stopping.is_set():
+            # The stop came while leasing: give these back rather than start them.
+            self.heartbeat.give_back(started)
+            self.slots.release(started)
+            return []
+        return started
+
+    def _finish(self, batch: Batch) -> dict[int, ScyllaError]:
+        """Write `batch`'s outcomes; return why each one not written was refused, by pk."""
+        using = self.options.using
+        db.use_worker_plans(connections[using])  # a connection of the worker's own
+        written = Task.objects.using(using).finish_many(
+            self.worker, [outcome for _, outcome in batch]
+        )
+        return self._refusals(batch, written)
+
+    def _finish_and_lease(
+        self, batch: Batch, limit: int
+    ) -> tuple[dict[int, ScyllaError], list[Task]]:
+        """Write `batch`'s outcomes and lease up to `limit` tasks: why each outcome not
+        written was refused, by pk, and the tasks leased."""
+        using = self.options.using
+        db.use_worker_plans(connections[using])  # a connection of the worker's own
+        written, tasks = Task.objects.using(using).finish_and_lease(
+            self.worker,
+            [outcome for _, outcome in batch],
+            self.options.queues,
+            limit=limit,
+            timeout=self.options.lease_timeout,
+        )
+        try:
+            return self._refusals(batch, written), tasks
+        except DatabaseError as exc:  # the tasks are leased: keep them, whatever the reason
+            discard_connection(using)
+            unknown = ScyllaError(f"it was refused, and reading why failed: {exc}")
+            return {o.pk: unknown for _, o in batch if o.pk not in written}, tasks
+
+    def _refusals(self, batch: Batch, written: set[int]) -> dict[int, ScyllaError]:
+        refused = {
+            outcome.pk: outcome.attempts for _, outcome in batch if outcome.pk not in written
+        }
+        if not refused:
+            return {}
+        return Task.objects.using(self.options.using).refusals(self.worker, refused)
+
+    # -- reporting --------------------------------------------------------------------------
+
+    def _settle(self, batch: Batch, errors: dict[int, ScyllaError]) -> None:
+        """Report a written batch and free its slots."""
+        self._report(batch, errors)
+        self.slots.release([ctx for ctx, _ in batch])
+
+    def _report(self, batch: Batch, errors: dict[int, ScyllaError]) -> None:
+        """Count and log the outcomes of `batch` once written (`errors`: those refused); a
+        failure to log is logged, never raised (the outcomes are written)."""
+        try:
+            self._count_and_log(batch, errors)
+        except Exception:
+            logger.exception("%s: reporting %d outcome(s) failed", self.worker.name, len(batch))
+
+    def _count_and_log(self, batch: Batch, errors: dict[int, ScyllaError]) -> None:
+        name = self.worker.name
+        for ctx, outcome in batch:
+            task = ctx.task
+            error = errors.get(outcome.pk)
+            if error is None:
+                done = "completed" if outcome.errors is None else "aborted"
+                self.summary.count(done)
+                logger.debug("%s %s %s (queue %s)", name, done, task.rn, task.queue)
+            elif type(error) is InvalidTransition:
+                self.summary.count("completed" if outcome.errors is None else "aborted")
+                logger.debug("%s: %s", name, error)  # an earlier write of ours committed
+            else:
+                self.summary.count("not written")
+                logger.info("%s could not finish %s: %s", name, task.rn, error)
+
+    def _not_written(self, exc: Exception, batch: Batch) -> None:
+        """Log a write of `batch` that failed (retried later), dropping a lost connection."""
+        logger.warning(
+            "%s could not write %d outcome(s) (%s); retrying", self.worker.name, len(batch), exc
+        )
+        if isinstance(exc, DatabaseError):
+            discard_connection(self.options.using)
+
+    def _failed_after_sending(self, batch: Batch) -> None:
+        """Log an error other than the database's raised by a write of `batch`: most often a
+        receiver of `task_finished`, run once the outcomes are committed. Never the tasks'
+        errors: their slots are freed (an outcome that was not written leaves its task to its
+        lease's expiry)."""
+        logger.exception(
+            "%s: writing the outcome(s) of %s raised an error that is not the database's "
+            "(a task_finished receiver?); their slots are freed",
+            self.worker.name,
+            ", ".join(ctx.task.rn for ctx, _ in batch),
+        )
