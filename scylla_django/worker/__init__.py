@@ -12,7 +12,7 @@ arguments and calls it. It wires the parts, one concept each:
   outcomes with the lease that refills their slots;
 - `heartbeat`: a thread that extends the leases in hand, and yields them on shutdown;
 - `summary`: the counts of the INFO summary lines;
-- `database`: connections, retries through an outage, and whether the database can LISTEN;
+- `database`: retries through an outage and the handler threads' own connections;
 - on PostgreSQL, a listener thread wakes the lease loop when tasks become ready and the
   heartbeat when a task of this worker is cancelled (see `listener.py`).
 """
@@ -28,10 +28,11 @@ import time
 from django.db import Error as DatabaseError
 from django.db import connections
 
+from .. import db
 from ..handlers import TaskContext
 from ..listener import Listener
 from ..models import Worker
-from .database import can_listen, retry
+from .database import retry
 from .execution import Execution, start_daemon
 from .heartbeat import Heartbeat
 from .leasing import LeaseLoop
@@ -143,7 +144,7 @@ class TaskWorker:
             start_daemon(writer.run, "scylla-writer"),
         ]
         execution.start(writer)
-        if options.listen and can_listen(options.using):
+        if options.listen and db.can_listen(options.using):
             self.listener = Listener(
                 on_ready=self._on_ready,
                 on_stop=self._on_stop,

@@ -1,5 +1,5 @@
-"""The worker's database connections: dropping a broken one, waiting out an outage, a handler
-thread's connection of its own, and whether the database can LISTEN."""
+"""The worker's database connections: waiting out an outage (through `db.DatabaseRetry`) and a
+handler thread's connection of its own."""
 
 from __future__ import annotations
 
@@ -12,27 +12,11 @@ from typing import TypeVar
 from django.db import Error as DatabaseError
 from django.db import close_old_connections, connections
 
-from ..retries import database_retry_delay
+from .. import db
 
 logger = logging.getLogger("scylla_django")
 
 T = TypeVar("T")
-
-
-def discard_connection(using: str) -> None:
-    """Close this thread's connection after an error; the next query opens a new one."""
-    connection = connections[using]
-    if connection.in_atomic_block:
-        return
-    try:
-        connection.close()
-    except DatabaseError as exc:
-        logger.debug("closing the database connection failed: %s", exc)
-
-
-def can_listen(using: str) -> bool:
-    """Whether the database of `using` has LISTEN/NOTIFY (PostgreSQL)."""
-    return connections[using].vendor == "postgresql"
 
 
 def close_handler_connections() -> None:
@@ -41,27 +25,10 @@ def close_handler_connections() -> None:
         close_old_connections()
 
 
-class Failures:
-    """Database errors in a row on one thread, and how long to wait before the next try."""
-
-    def __init__(self, using: str) -> None:
-        self.using = using
-        self.count = 0
-
-    def failed(self) -> float:
-        """Count a failure, drop the connection it broke; return the seconds to wait."""
-        self.count += 1
-        discard_connection(self.using)
-        return database_retry_delay(self.count)
-
-    def succeeded(self) -> None:
-        self.count = 0
-
-
 def retry(action: Callable[[], T], what: str, *, using: str, stop: threading.Event) -> T | None:
     """`action()`, tried again through database errors until it succeeds (its value) or `stop`
     is set (None)."""
-    failures = Failures(using)
+    failures = db.DatabaseRetry(using)
     while not stop.is_set():
         try:
             return action()

@@ -19,7 +19,6 @@ from ..conf import scylla_settings
 from ..exceptions import InvalidTransition, LeaseLost, ScyllaError, WorkerStopping
 from ..handlers import TaskContext
 from ..models import Task, Worker
-from .database import discard_connection
 from .options import WorkerOptions
 
 logger = logging.getLogger("scylla_django")
@@ -70,7 +69,7 @@ class Heartbeat:
                     try:
                         self.worker.touch()
                     except DatabaseError:
-                        discard_connection(self.options.using)
+                        db.discard_connection(self.options.using)
                 self._tick()
         finally:
             connections.close_all()
@@ -92,7 +91,7 @@ class Heartbeat:
         except (ScyllaError, DatabaseError) as exc:
             logger.warning("%s could not yield %s: %s", self.worker.name, ctx.task.rn, exc)
             if isinstance(exc, DatabaseError):
-                discard_connection(self.options.using)
+                db.discard_connection(self.options.using)
 
     def _beat(self) -> None:
         """Extend every live lease in one statement; stop the tasks whose lease was refused."""
@@ -117,7 +116,7 @@ class Heartbeat:
                 refused = {pk: leases[pk][0] for pk in leases if pk not in extended}
                 errors = Task.objects.using(using).refusals(self.worker, refused) if refused else {}
             except Exception as exc:  # the database, mostly; never let this thread die
-                discard_connection(using)
+                db.discard_connection(using)
                 for ctx in live:
                     ctx.failed_heartbeats += 1
                     if ctx.failed_heartbeats >= max_failures:

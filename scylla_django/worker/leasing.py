@@ -13,7 +13,6 @@ from django.db import connections
 from .. import db
 from ..handlers import TaskContext
 from ..models import Task, Worker
-from .database import Failures
 from .execution import Execution
 from .options import WorkerOptions
 from .slots import Claim, Slots
@@ -46,7 +45,7 @@ class LeaseLoop:
         """Lease until stopped; with `once`, lease one batch (up to `concurrency` tasks) and
         return."""
         options = self.options
-        failures = Failures(options.using)
+        failures = db.DatabaseRetry(options.using)
         while not self.stopping.is_set():
             if self.slots.exhausted():
                 break

@@ -25,7 +25,6 @@ from .. import db
 from ..exceptions import InvalidTransition, ScyllaError
 from ..handlers import TaskContext
 from ..models import Outcome, Task, Worker
-from .database import Failures, discard_connection
 from .execution import Execution
 from .heartbeat import Heartbeat
 from .options import WorkerOptions
@@ -189,7 +188,7 @@ class OutcomeWriter:
         alone, retrying through database errors until the grace period ends."""
         if self.refill and self._write_and_lease(batch):
             return
-        failures = Failures(self.options.using)
+        failures = db.DatabaseRetry(self.options.using)
         while True:
             try:
                 errors = self._finish(batch)
@@ -203,7 +202,7 @@ class OutcomeWriter:
                             "task will run again once its lease expires",
                             self.worker.name,
                             ctx.task.rn,
-                            failures.count,
+                            failures.failures,
                             exc,
                         )
                     self.summary.count("not written", len(batch))
@@ -287,7 +286,7 @@ class OutcomeWriter:
         try:
             return self._refusals(batch, written), tasks
         except DatabaseError as exc:  # the tasks are leased: keep them, whatever the reason
-            discard_connection(using)
+            db.discard_connection(using)
             unknown = ScyllaError(f"it was refused, and reading why failed: {exc}")
             return {o.pk: unknown for _, o in batch if o.pk not in written}, tasks
 
@@ -336,7 +335,7 @@ class OutcomeWriter:
             "%s could not write %d outcome(s) (%s); retrying", self.worker.name, len(batch), exc
         )
         if isinstance(exc, DatabaseError):
-            discard_connection(self.options.using)
+            db.discard_connection(self.options.using)
 
     def _failed_after_sending(self, batch: Batch) -> None:
         """Log an error other than the database's raised by a write of `batch`: most often a

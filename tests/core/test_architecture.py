@@ -218,7 +218,6 @@ ROOM_ONLY_CALLS = {"cursor", "execute", "executemany", "raw", "extra"}
 # Lines outside the room that still do it, each with the reason: delete an entry once its
 # line is gone (the test then fails if the line comes back).
 ALLOWED_OUTSIDE_THE_ROOM: dict[tuple[str, str], str] = {
-    (f"{PACKAGE}.worker", "a vendor test"): "to be replaced by db.can_listen(using)",
     (f"{PACKAGE}.models.task", "a vendor test"): "to be replaced by db.json_list_contains()",
 }
 
