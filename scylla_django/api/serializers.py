@@ -317,7 +317,7 @@ class CancelSerializer(StrictSerializer):
 
 
 class BulkCancelSerializer(StrictSerializer):
-    """What `POST /tasks/cancel/` cancels: `filter` (the list's filters) or `rns`, not both."""
+    """What `POST /bulk/tasks/cancel/` cancels: `filter` (the list's filters) or `rns`, not both."""
 
     filter = serializers.DictField(required=False)
     rns = serializers.ListField(
@@ -336,7 +336,7 @@ class BulkCancelSerializer(StrictSerializer):
 
 
 class CancelledSerializer(serializers.Serializer[Any]):
-    """What `POST /tasks/cancel/` did."""
+    """What `POST /bulk/tasks/cancel/` did."""
 
     cancelled = serializers.IntegerField(help_text="Ready or running tasks now cancelled.")
     skipped = serializers.IntegerField(help_text="Selected tasks that were already finished.")

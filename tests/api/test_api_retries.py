@@ -151,7 +151,7 @@ def test_a_follow_up_over_http(api):
 
 def test_bulk_items_cannot_be_follow_ups(api):
     Task.objects.submit("default", {}, rn="parent")
-    [outcome] = post(api, "/tasks/bulk/", [{"queue": "q", "spec": {}, "after": ["parent"]}]).json()
+    [outcome] = post(api, "/bulk/tasks/", [{"queue": "q", "spec": {}, "after": ["parent"]}]).json()
     assert outcome["outcome"] == "invalid"
 
 
