@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import django
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
@@ -128,6 +129,23 @@ class HistoryInline(ReadOnly, HistoryInlineBase):
         return entry.typ
 
     when = field_display("time", moment)
+
+
+def task_by_key(key: str) -> Task | None:
+    """The task whose id is `key`, else the task whose rn is `key`, else None.
+
+    The payloads are left out: the page loads its task again, whole.
+    """
+    found = Task.objects.defer("spec", "result", "errors")
+    if key.isascii() and key.isdigit() and len(key) <= 18:  # a bigint
+        task = found.filter(pk=int(key)).first()
+        if task is not None:
+            return task
+    try:
+        rn_validator(key)
+    except ValidationError:
+        return None
+    return found.filter(rn=key).first()
 
 
 class TaskChangeList(ChangeList):
@@ -454,12 +472,49 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        """The task page, with "Cancel" and "Reset lease now" for the users who may use them."""
+        """The task page, with "Cancel" and "Reset lease now" for the users who may use them.
+
+        The address names the task's id, as the admin's links do, or its rn, as people and the
+        rest of the app do: an rn redirects to the id's address. An unknown key is a message
+        and the task list, as Django's admin does for an unknown id.
+        """
+        task = self.task_at(request, object_id, "change")
+        if not isinstance(task, Task):
+            return task
         context = {**(extra_context or {})}
-        task = Task.objects.filter(pk=object_id).defer("spec", "result", "errors").first()
-        if task is not None and self.has_cancel_permission(request):
+        if self.has_cancel_permission(request):
             context.update(self.buttons(task))
         return super().change_view(request, object_id, form_url, context)
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """Django's history page of a task, by id or by rn (as `change_view`)."""
+        task = self.task_at(request, object_id, "history")
+        if not isinstance(task, Task):
+            return task
+        return super().history_view(request, object_id, extra_context)
+
+    def task_at(self, request: HttpRequest, object_id: str, page: str) -> Task | HttpResponse:
+        """The task that the address of a task's `page` names by `object_id`, an id or an rn;
+        or the answer instead: a redirect from an rn to the id's address, or a message and the
+        task list for an unknown key. A user who may not view tasks is refused first (403)."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        key = unquote(object_id)
+        task = task_by_key(key)
+        if task is None:
+            self.message_user(
+                request,
+                f"No task has the id or rn “{key}”. Perhaps it was purged?",
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(reverse("admin:scylla_django_task_changelist"))
+        if str(task.pk) != key:
+            url = reverse(f"admin:scylla_django_task_{page}", args=[task.pk])
+            query = request.GET.urlencode()
+            return HttpResponseRedirect(f"{url}?{query}" if query else url)
+        return task
 
     def buttons(self, task: Task) -> dict[str, Any]:
         """The task page's operations that apply to `task` now (one query for a running task)."""

@@ -288,6 +288,44 @@ def test_detail_is_read_only_and_pretty(admin_client, tasks):
     assert Task.objects.get(pk=task.pk).queue == "beta"
 
 
+def test_detail_by_rn_redirects_to_the_task_s_page(admin_client, tasks):
+    task = tasks["fail"]
+    by_id = reverse("admin:scylla_django_task_change", args=[task.pk])
+    response = admin_client.get(reverse("admin:scylla_django_task_change", args=["fail"]))
+    assert response.status_code == 302
+    assert response["Location"] == by_id
+    assert admin_client.get(response["Location"]).context["original"] == task
+    filters = "_changelist_filters=status%3Daborted"
+    response = admin_client.get(f"/admin/scylla_django/task/fail/change/?{filters}")
+    assert response["Location"] == f"{by_id}?{filters}"
+
+
+def test_history_by_rn_redirects_to_the_task_s_history(admin_client, tasks):
+    response = admin_client.get("/admin/scylla_django/task/fail/history/")
+    url = reverse("admin:scylla_django_task_history", args=[tasks["fail"].pk])
+    assert response["Location"] == url
+    assert admin_client.get(url).status_code == 200
+
+
+def test_detail_by_an_rn_of_digits_that_is_no_id(admin_client, worker):
+    task = TaskFactory(rn="900000001")
+    response = admin_client.get("/admin/scylla_django/task/900000001/change/")
+    assert response["Location"] == reverse("admin:scylla_django_task_change", args=[task.pk])
+
+
+@pytest.mark.parametrize("key", ["no-such-task", "99999999", "99999999999999999999", "a%20b"])
+def test_detail_of_an_unknown_key_is_a_message_and_the_list(admin_client, tasks, key):
+    response = admin_client.get(f"/admin/scylla_django/task/{key}/change/")
+    assert response.status_code == 302
+    assert response["Location"] == LIST
+    [message] = messages_of(admin_client.get(LIST))
+    assert "No task has the id or rn" in message
+
+
+def test_detail_by_rn_needs_the_view_permission(tasks):
+    assert staff().get("/admin/scylla_django/task/fail/change/").status_code == 403
+
+
 def test_detail_shows_history_newest_first(admin_client, tasks):
     task = tasks["done"]
     response = admin_client.get(reverse("admin:scylla_django_task_change", args=[task.pk]))

@@ -271,6 +271,14 @@ def test_operator_session(console, page, live_server):
     invoice = Task.objects.get(rn="invoice-7")
     assert (invoice.status, invoice.owner) == (Status.READY, None)
 
+    # A task's page by its rn, as the API and the logs name it; an unknown one is a message.
+    page.goto(f"{live_server.url}/admin/scylla_django/task/invoice-7/change/")
+    assert page.url.endswith(f"/admin/scylla_django/task/{invoice.pk}/change/")
+    expect(page.locator(".fieldBox.field-rn")).to_contain_text("invoice-7")
+    page.goto(f"{live_server.url}/admin/scylla_django/task/no-such-task/change/")
+    assert page.url.endswith("/admin/scylla_django/task/")
+    expect(page.locator(".messagelist")).to_contain_text("No task has the id or rn “no-such-task”")
+
     # Dark mode: the badges take the dark palette.
     page.goto(f"{live_server.url}/admin/scylla_django/task/dashboard/?refresh=0")
     badge = page.locator("#scylla-queues thead .scylla-ready")
