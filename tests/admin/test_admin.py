@@ -326,6 +326,48 @@ def test_detail_by_rn_needs_the_view_permission(tasks):
     assert staff().get("/admin/scylla_django/task/fail/change/").status_code == 403
 
 
+def test_a_waiting_follow_up_shows_its_parents_and_no_far_off_date(admin_client, tasks):
+    Task.objects.submit("delta", {}, rn="child", after=["done", "wait", "run"])
+    Task.objects.submit("delta", {}, rn="later", after=["wait"], not_before=tasks["done"].created)
+    Task.objects.filter(rn="run").delete()  # purged while the child waits
+    html = admin_client.get(reverse("admin:scylla_django_task_change", args=["child"]), follow=True)
+    html = html.content.decode()
+    assert "9999" not in html
+    assert "waiting for parents" in html
+    parents = re.search(r'<ul class="scylla-parents">(.*?)</ul>', html, re.S)[1]
+    done, wait = (
+        reverse("admin:scylla_django_task_change", args=[tasks[k].pk]) for k in ("done", "wait")
+    )
+    assert re.findall(r"<li>(.*?)</li>", parents) == [
+        f'<a href="{done}">done</a> <span class="scylla-badge scylla-completed">completed</span>',
+        f'<a href="{wait}">wait</a> <span class="scylla-badge scylla-ready">ready</span>',
+        'run <span class="scylla-age">purged</span>',
+    ]
+    assert "No events yet" in html
+    later = admin_client.get("/admin/scylla_django/task/later/change/", follow=True)
+    assert re.search(r"waiting for parents, then <time", later.content.decode())
+    listed = admin_client.get(LIST, {"q": "delta"}).content.decode()
+    assert listed.count("waiting for parents") == 2
+    assert "9999" not in listed
+
+
+def test_a_follow_up_s_parents_are_shown_up_to_a_limit(admin_client, worker, monkeypatch):
+    monkeypatch.setattr(task_admin, "PARENTS_LIMIT", 2)
+    for n in range(5):
+        TaskFactory(rn=f"p{n}")
+    Task.objects.submit("q", {}, rn="child", after=[f"p{n}" for n in range(5)])
+    html = admin_client.get("/admin/scylla_django/task/child/change/", follow=True)
+    html = html.content.decode()
+    parents = re.search(r'<ul class="scylla-parents">(.*?)</ul>', html, re.S)[1]
+    assert re.findall(r"<li><a [^>]+>(p\d)</a>", parents) == ["p0", "p1"]
+    assert "and 3 more" in html
+
+
+def test_a_task_that_waits_for_nothing_has_no_parents_row(admin_client, tasks):
+    html = admin_client.get(reverse("admin:scylla_django_task_change", args=[tasks["wait"].pk]))
+    assert "waits for" not in html.content.decode()
+
+
 def test_detail_shows_history_newest_first(admin_client, tasks):
     task = tasks["done"]
     response = admin_client.get(reverse("admin:scylla_django_task_change", args=[task.pk]))

@@ -279,6 +279,19 @@ def test_operator_session(console, page, live_server):
     assert page.url.endswith("/admin/scylla_django/task/")
     expect(page.locator(".messagelist")).to_contain_text("No task has the id or rn “no-such-task”")
 
+    # A follow-up says what it waits for, and links to each parent.
+    Task.objects.submit("invoices", {}, rn="invoice-7-mail", after=["job-000", "invoice-7"])
+    page.goto(f"{live_server.url}/admin/scylla_django/task/invoice-7-mail/change/")
+    expect(page.locator(".fieldBox.field-status_badge")).to_contain_text("waiting for parents")
+    expect(page.locator(".fieldBox.field-not_before_at")).to_contain_text("waiting for parents")
+    expect(page.locator("body")).not_to_contain_text("9999")
+    parents = page.locator(".field-parents_list li")
+    expect(parents).to_have_count(2)
+    expect(parents.first).to_contain_text("job-000 completed")
+    expect(parents.last).to_contain_text("invoice-7 ready")
+    parents.last.locator("a").click()
+    expect(page.locator(".fieldBox.field-rn")).to_contain_text("invoice-7")
+
     # Dark mode: the badges take the dark palette.
     page.goto(f"{live_server.url}/admin/scylla_django/task/dashboard/?refresh=0")
     badge = page.locator("#scylla-queues thead .scylla-ready")
