@@ -26,10 +26,12 @@ from django.utils.safestring import SafeString
 
 from .. import followups
 from ..conf import scylla_settings
+from ..durations import ago as ago_words
+from ..durations import short
 from ..enums import TERMINAL_STATUSES, Liveness, Operation, Status, sources
 from ..exceptions import InvalidTransition, LeaseLost, OwnerAlive, TaskNotFound
 from ..models import HELD, Dependency, History, QueueSetting, Task, TaskQuerySet, Worker
-from ..text import age, plural
+from ..text import plural
 from ..validation import queue_validator, rn_validator, worker_id
 from . import dashboard
 from .display import (
@@ -373,7 +375,7 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
             return format_html(
                 '<span class="scylla-badge scylla-expired" title="{}, {}">expired</span>',
                 timestamp(task.deadline),
-                age(task.deadline),
+                ago_words(task.deadline),
             )
         return ago(task.deadline)
 
@@ -491,7 +493,7 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         else:
             self.message_user(
                 request,
-                f"{run.deleted} purged, then stopped after {run.seconds:.0f} s: run the action "
+                f"{run.deleted} purged, then stopped after {short(run.seconds)}: run the action "
                 "again for the rest.",
                 messages.WARNING,
             )
@@ -747,7 +749,7 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         if remaining:
             self.message_user(
                 request,
-                f"Purged {tasks(run.deleted)} in {run.seconds:.0f} s, then stopped; "
+                f"Purged {tasks(run.deleted)} in {short(run.seconds)}, then stopped; "
                 f"{remaining:,} more match: purge again, or run manage.py scylla_cleanup.",
                 messages.WARNING,
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -209,34 +210,20 @@ def test_failure_groups_count_by_queue_and_first_error_code(worker):
     assert (capped.total, capped.truncated) == (2, True)
 
 
-@pytest.mark.parametrize(
-    ("offset", "expected"),
-    [
-        (timedelta(seconds=-12.4), "12 s ago"),
-        (timedelta(0), "0 s ago"),
-        (timedelta(minutes=-3, seconds=-59), "3 min ago"),
-        (timedelta(hours=-2, minutes=-5), "2 h ago"),
-        (timedelta(days=-30), "30 d ago"),
-        (timedelta(seconds=20), "in 20 s"),
-        (timedelta(hours=2, minutes=1), "in 2 h"),
-    ],
-)
-def test_age(offset, expected):
-    now = timezone.now()
-    assert dashboard.age(now + offset, now) == expected
+def test_the_queue_table_words_its_waits_with_the_duration_formatter(worker):
+    waiting = TaskFactory(rn="waiting", queue="a")
+    Task.objects.filter(pk=waiting.pk).update(created=Now() - timedelta(minutes=2, seconds=5))
+    [row] = dashboard.queue_table()
+    assert row.wait in ("2 min 5 s", "2 min 6 s")
+    assert dashboard.totals([row]).wait == row.wait
 
 
-@pytest.mark.parametrize(
-    ("offset", "expected"),
-    [
-        (timedelta(seconds=-45), "45 s"),
-        (timedelta(hours=-2, minutes=-12), "2\xa0hours, 12\xa0minutes"),
-        (timedelta(minutes=5), "5\xa0minutes"),
-    ],
-)
-def test_span(offset, expected):
-    now = timezone.now()
-    assert dashboard.span(now + offset, now) == expected
+def test_the_last_monitor_pass_is_worded_with_the_duration_formatter():
+    board = dashboard.build()
+    assert board.last_pass == ""  # no monitor yet
+    last = board.generated - timedelta(seconds=0.971)
+    shown = replace(board, monitors=replace(board.monitors, last_pass=last))
+    assert shown.last_pass == "971 ms ago"
 
 
 def test_worker_silence_follows_the_lease_timeout(settings):

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 LAYERS: dict[str, tuple[str, ...]] = {
     "core": (
         "text",
+        "durations",
         "enums",
         "exceptions",
         "conf",
