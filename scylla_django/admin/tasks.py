@@ -17,7 +17,7 @@ from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KT
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
@@ -33,7 +33,7 @@ from ..exceptions import InvalidTransition, LeaseLost, OwnerAlive, TaskNotFound
 from ..models import HELD, Dependency, History, QueueSetting, Task, TaskQuerySet, Worker
 from ..text import plural
 from ..validation import queue_validator, rn_validator, worker_id
-from . import dashboard
+from . import charts, dashboard
 from .display import (
     CSS,
     ReadOnly,
@@ -670,6 +670,11 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
             path(route, self.admin_site.admin_view(view), name=name)
             for route, view, name in (
                 ("dashboard/", self.dashboard_view, "scylla_django_task_dashboard"),
+                (
+                    "dashboard/charts/",
+                    self.dashboard_charts_view,
+                    "scylla_django_task_dashboard_charts",
+                ),
                 ("purge/", self.purge_view, "scylla_django_task_purge"),
                 ("<int:pk>/reset-lease/", self.reset_lease_view, "scylla_django_task_reset_lease"),
                 ("<int:pk>/cancel/", self.cancel_view, "scylla_django_task_cancel"),
@@ -703,10 +708,24 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         context = {
             **self.page_context(request, "Scylla dashboard"),
             "dashboard": dashboard.build(),
+            "charts": charts.build(request.GET.get("range")),
             "may_control_queues": self.has_queue_permission(request),
             "refresh": int(refresh) if refresh in {"0", "5", "10", "30", "60"} else 10,
         }
         return TemplateResponse(request, "scylla_django/admin/dashboard.html", context)
+
+    def dashboard_charts_view(self, request: HttpRequest) -> JsonResponse:
+        """The data of the dashboard's per-queue charts, as JSON: `?range=hour|day|week`."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        key = request.GET.get("range", charts.DEFAULT_RANGE)
+        if key not in charts.RANGES:
+            choices = ", ".join(charts.RANGES)
+            return JsonResponse(
+                {"code": "invalid_range", "detail": f"range is one of {choices}, not {key!r}."},
+                status=400,
+            )
+        return JsonResponse(charts.build(key).as_json())
 
     def purge_view(self, request: HttpRequest) -> HttpResponse:
         """Bulk purge: choose (GET), see how many tasks match (GET), confirm and purge (POST)."""

@@ -750,6 +750,44 @@ def test_dashboard_page(admin_client, tasks, worker):
     assert 'id="scylla-monitor-missing"' in html  # no monitor has run
 
 
+CHARTS = reverse("admin:scylla_django_task_dashboard_charts")
+
+
+@pytest.mark.parametrize("key", [None, "day", "week"])
+def test_dashboard_shows_three_per_queue_charts_over_a_chosen_range(admin_client, tasks, key):
+    html = admin_client.get(DASHBOARD, {"range": key} if key else {}).content.decode()
+    label = {None: "Last hour", "day": "Last day", "week": "Last week"}[key]
+    assert f"<h2>Per queue: {label.lower()}</h2>" in html
+    assert f"<strong>{label}</strong>" in html
+    for chart in ("throughput", "failures", "wait"):
+        assert f'id="scylla-chart-{chart}"' in html
+    assert re.search(r'<polyline class="scylla-line scylla-line-\d+" points="[\d., ]+">', html)
+    others = {"hour", "day", "week"} - {key or "hour"}
+    for other in others:
+        assert f'data-range="{other}"' in html
+
+
+def test_dashboard_chart_data(admin_client, tasks):
+    data = admin_client.get(CHARTS, {"range": "day"}).json()
+    assert data["range"] == "day"
+    assert set(data) == {
+        "range",
+        "interval_seconds",
+        "starts",
+        "throughput",
+        "failures",
+        "wait_p50",
+        "wait_p95",
+    }
+    assert sum(data["throughput"]["alpha"]) == 1  # "done"
+    assert sum(data["failures"]["beta"]) == 1  # "fail"
+    response = admin_client.get(CHARTS, {"range": "year"})
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid_range"
+    assert staff().get(CHARTS).status_code == 403
+    assert staff("view_task").get(CHARTS).status_code == 200
+
+
 @pytest.mark.parametrize(
     ("refresh", "meta"), [("0", None), ("30", "30"), ("abc", "10"), ("-5", "10")]
 )

@@ -237,6 +237,22 @@ def test_operator_session(console, page, live_server):
     expect(group.locator("td.scylla-num")).to_have_text("4")
     screenshot(page, "dashboard", full_page=True)
 
+    # Three per-queue charts; the range selector switches them to the last day and back.
+    charts = page.locator("#scylla-charts")
+    for chart in ("throughput", "failures", "wait"):
+        expect(charts.locator(f"#scylla-chart-{chart} svg")).to_have_count(1)
+    expect(charts.locator("#scylla-chart-throughput polyline")).not_to_have_count(0)
+    expect(charts.locator("#scylla-chart-throughput .scylla-legend")).to_contain_text("emails")
+    expect(charts.locator("#scylla-chart-failures .scylla-legend")).to_contain_text("emails")
+    expect(charts.locator("#scylla-chart-wait polyline.scylla-dashed")).not_to_have_count(0)
+    charts.locator("a[data-range=day]").click()
+    assert "range=day" in page.url
+    expect(charts.locator("h2").first).to_contain_text("Per queue: last day")
+    expect(charts.locator(".scylla-ranges strong")).to_have_text("Last day")
+    expect(charts.locator("#scylla-chart-throughput .scylla-legend")).to_contain_text("emails")
+    charts.locator("a[data-range=hour]").click()
+    expect(charts.locator(".scylla-ranges strong")).to_have_text("Last hour")
+
     # The failures group links to its tasks.
     group.locator("td.scylla-num a").click()
     assert "error_code=smtp_timeout" in page.url and "status=aborted" in page.url
