@@ -14,7 +14,7 @@ All three come from History, one grouped query over one range of its
 Intervals are whole minutes (last hour) or hours (last day, last week), truncated by the
 database in the current time zone. A closed interval never changes, so each is read from
 History once and then kept in Django's cache (`cached_intervals`): a request reads the
-intervals closed since the last one, and the open one. The few busiest queues are drawn; the
+intervals settled since the last one, and the recent ones. The few busiest queues are drawn; the
 counts of the others are summed as "other".
 """
 
@@ -39,6 +39,7 @@ from ..models import History
 
 QUEUE_LIMIT = 6
 CACHE_PREFIX = "scylla_django:charts"
+SETTLED = timedelta(minutes=1)
 OTHER = "other"
 WIDTH = 600
 HEIGHT = 120
@@ -228,43 +229,50 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def cached_intervals(chosen: Range, first: datetime) -> dict[tuple[datetime, str], Interval]:
-    """`intervals()` of the range from `first`: the closed intervals from the cache where they
-    are (History does not change once written), the others and the open one from the database.
+def cached_intervals(
+    chosen: Range, first: datetime, now: datetime
+) -> dict[tuple[datetime, str], Interval]:
+    """`intervals()` of the range from `first`: the settled intervals from the cache where they
+    are (History does not change once written), the others and the recent ones from the database.
 
+    An interval is settled `SETTLED` after its end, so that a History row stamped with its
+    transaction's start (or by a database clock a little behind this host's) is not left out.
     Entries are per interval length and start, so the last day reuses the last week's hours;
     each lasts as long as the longest range. Purged History leaves them as they were.
     """
     starts = [first + chosen.step * n for n in range(chosen.points)]
-    current = starts[-1]
+    settled = [start for start in starts if start + chosen.step + SETTLED <= now]
+    recent = starts[len(settled)]
     step = int(chosen.step.total_seconds())
-    keys = {start: f"{CACHE_PREFIX}:{step}:{start.timestamp():.0f}" for start in starts[:-1]}
+    keys = {start: f"{CACHE_PREFIX}:{step}:{start.timestamp():.0f}" for start in settled}
     hits: dict[str, dict[str, Interval]] = cache.get_many(list(keys.values()))
-    missing = [start for start in starts[:-1] if keys[start] not in hits]
+    missing = [start for start in settled if keys[start] not in hits]
     found: dict[tuple[datetime, str], Interval] = {
         (start, queue): counted
-        for start in starts[:-1]
+        for start in settled
         for queue, counted in hits.get(keys[start], {}).items()
     }
     if missing:
-        fresh = intervals(missing[0], chosen.truncate, until=current)
+        fresh = intervals(missing[0], chosen.truncate, until=recent)
         by_start: dict[datetime, dict[str, Interval]] = defaultdict(dict)
         for (interval, queue), counted in fresh.items():
             by_start[timezone.localtime(interval)][queue] = counted
         timeout = max(r.span for r in RANGES.values()).total_seconds()
         cache.set_many({keys[s]: by_start.get(s, {}) for s in missing}, timeout=timeout)
         found.update(((s, q), c) for s in missing for q, c in by_start.get(s, {}).items())
-    found.update(intervals(current, chosen.truncate))
+    found.update(intervals(recent, chosen.truncate))
     return found
 
 
 def build(key: str | None = None, now: datetime | None = None) -> Charts:
-    """The three charts of the range called `key` (default: the last hour): one query."""
+    """The three charts of the range called `key` (default: the last hour): one or two queries
+    (and one more for the waits, but on PostgreSQL)."""
+    now = now or timezone.now()
     chosen = chosen_range(key)
-    first = chosen.first(now or timezone.now())
+    first = chosen.first(now)
     starts = [first + chosen.step * n for n in range(chosen.points)]
     index = {start: n for n, start in enumerate(starts)}
-    found = cached_intervals(chosen, first)
+    found = cached_intervals(chosen, first, now)
     volume: dict[str, int] = defaultdict(int)
     for (_, queue), counted in found.items():
         volume[queue] += counted.completed + counted.aborted
