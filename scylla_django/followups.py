@@ -16,7 +16,9 @@ No status is added to the state machine.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db.models import Exists, OuterRef, Q, Subquery
 
@@ -32,6 +34,62 @@ class FollowUpPass:
 
     released: int
     cancelled: int
+
+
+@dataclass(frozen=True)
+class Parent:
+    """A task that a follow-up waits for: its id and rn, and its status (None once purged)."""
+
+    id: int
+    rn: str
+    status: str | None
+
+
+def waits_for_parents(task: Task) -> bool:
+    """Whether `task` is a follow-up still held until its parents have completed."""
+    return task.status == Status.READY and task.not_before == HELD
+
+
+def parents(task: Task, limit: int | None = None) -> list[Parent]:
+    """The tasks that `task` waits for, in the order it named them (at most `limit`).
+
+    Empty once the task was released or cancelled: its dependency rows go then.
+    """
+    using = task._state.db or "default"
+    rows = (
+        Dependency.objects.using(using)
+        .filter(child_id=task.pk)
+        .annotate(
+            status=Subquery(
+                Task.objects.using(using).filter(pk=OuterRef("parent_id")).values("status")[:1]
+            )
+        )
+        .order_by("pk")
+        .values_list("parent_id", "parent_rn", "status")
+    )
+    return [Parent(pk, rn, status) for pk, rn, status in (rows if limit is None else rows[:limit])]
+
+
+def own_not_before(tasks: Iterable[Task]) -> dict[int, datetime | None]:
+    """Each task's own `not_before` by id: the date that holds a follow-up is never one.
+
+    A held follow-up's is the delayed start it takes when released (None: none); one query
+    for all the held tasks among `tasks`, none if there are none.
+    """
+    found: dict[int, datetime | None] = {}
+    held: list[int] = []
+    using = "default"
+    for task in tasks:
+        if task.not_before == HELD:
+            held.append(task.pk)
+            found[task.pk] = None
+            using = task._state.db or using
+        else:
+            found[task.pk] = task.not_before
+    if held:
+        rows = Dependency.objects.using(using).filter(child_id__in=held)
+        found.update(rows.values_list("child_id", "release_at"))
+    return found
 
 
 def release_followups(using: str = "default") -> FollowUpPass:

@@ -22,9 +22,9 @@ from django.db import Error as DatabaseError
 from django.db import connections
 
 from . import db
+from .durations import short
 from .enums import Liveness
 from .models import Monitor, Task, Worker
-from .text import format_duration
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def check_monitor(using: str = "default") -> Check:
     if status.last_pass_age is None:
         last = "no monitor has ever made a pass"
     else:
-        last = f"the last pass ended {format_duration(_whole_seconds(status.last_pass_age))} ago"
+        last = f"the last pass ended {short(max(status.last_pass_age, timedelta(0)))} ago"
     if status.missing:
         return Check(
             "monitor", False, f"no monitor is running: expired leases are not reset ({last})"
@@ -115,11 +115,9 @@ def check_lag(using: str, max_lag: timedelta, queues: Sequence[str] = ()) -> Che
         tasks = tasks.filter(queue__in=list(queues))
     ages = {queue: age for queue, (_, age) in tasks.ready_summary().items() if age is not None}
     late = sorted(((age, queue) for queue, age in ages.items() if age > max_lag), reverse=True)
-    limit = format_duration(_whole_seconds(max_lag))
+    limit = short(max_lag)
     if late:
-        described = ", ".join(
-            f"{queue} ({format_duration(_whole_seconds(age))})" for age, queue in late[:5]
-        )
+        described = ", ".join(f"{queue} ({short(age)})" for age, queue in late[:5])
         return Check("lag", False, f"ready tasks waiting longer than {limit}: {described}")
     if not ages:
         return Check("lag", True, "no ready task is waiting")
@@ -127,15 +125,8 @@ def check_lag(using: str, max_lag: timedelta, queues: Sequence[str] = ()) -> Che
     return Check(
         "lag",
         True,
-        f"the longest wait is {format_duration(_whole_seconds(worst_age))} "
-        f"({worst_queue}), under {limit}",
+        f"the longest wait is {short(max(worst_age, timedelta(0)))} ({worst_queue}), under {limit}",
     )
-
-
-def _whole_seconds(value: timedelta) -> timedelta:
-    """Whole seconds, or milliseconds under ten seconds: enough to read, never "0 seconds"."""
-    seconds = max(value.total_seconds(), 0.0)
-    return timedelta(seconds=round(seconds, 3) if seconds < 10 else round(seconds))
 
 
 def _one_line(exc: BaseException) -> str:

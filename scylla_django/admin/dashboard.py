@@ -29,9 +29,9 @@ from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from ..conf import scylla_settings
+from ..durations import ago, short
 from ..enums import TERMINAL_STATUSES, Liveness, Status
 from ..models import SCHEDULED, Monitor, MonitorStatus, QueueSetting, Task, Worker
-from ..text import age, span
 from ..validation import worker_id, worker_name_for
 
 STATUSES: tuple[Status, ...] = tuple(Status)
@@ -66,8 +66,10 @@ class QueueRow:
 
     @property
     def wait(self) -> str:
-        """How long the longest-waiting task has waited, in words ("" if none waits)."""
-        return span(self.waiting_since) if self.waiting_since is not None else ""
+        """How long the longest-waiting task has waited ("" if none waits)."""
+        if self.waiting_since is None:
+            return ""
+        return short(max(timezone.now() - self.waiting_since, timedelta(0)))
 
     @property
     def scheduled(self) -> int:
@@ -232,7 +234,7 @@ class TaskRow:
 
     @property
     def age(self) -> str:
-        return age(self.when)
+        return ago(self.when)
 
 
 @dataclass(frozen=True)
@@ -281,7 +283,7 @@ class FailureGroup:
 
     @property
     def age(self) -> str:
-        return age(self.latest)
+        return ago(self.latest)
 
 
 @dataclass(frozen=True)
@@ -368,7 +370,7 @@ class WorkerRow:
     @property
     def seen(self) -> str:
         """When it was last seen, in words."""
-        return age(self.last_seen)
+        return ago(self.last_seen)
 
     @property
     def load(self) -> float:
@@ -509,6 +511,12 @@ class Dashboard:
     def statuses(self) -> tuple[Status, ...]:
         """The columns of the queue table."""
         return STATUSES
+
+    @property
+    def last_pass(self) -> str:
+        """When the latest monitor pass ended: "12 s ago" ("" if none has run)."""
+        last = self.monitors.last_pass
+        return ago(last, self.generated) if last is not None else ""
 
 
 def build() -> Dashboard:

@@ -17,7 +17,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from ..text import age, plural
+from ..durations import ago as ago_words
+from ..text import plural
 
 CSS = "scylla_django/admin.css"
 PAYLOAD_PREVIEW = 10_000  # characters of pretty-printed JSON shown before "show all"
@@ -51,7 +52,7 @@ def _time(value: datetime | None, html: str) -> SafeString | str:
     """`value` as `html`, filled with its ISO form, its `timestamp()` and its age; "-" if None."""
     if value is None:
         return "-"
-    return format_html(html, value.isoformat(), timestamp(value), age(value))
+    return format_html(html, value.isoformat(), timestamp(value), ago_words(value))
 
 
 def moment(value: datetime | None) -> SafeString | str:

@@ -24,6 +24,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from .. import schedules
+from ..durations import short
 from ..enums import Status
 from ..exceptions import DuplicateTask, InvalidTransition
 from ..models import Schedule, Task
@@ -57,7 +58,8 @@ class ScheduleForm(ScheduleFormBase):
         super().__init__(*args, **kwargs)
         every = self.instance.every if self.instance.pk else None
         if every is not None:
-            self.initial["every"] = f"{int(every.total_seconds())}s"
+            # Exact (to the microsecond a timedelta holds): the form saves what it shows.
+            self.initial["every"] = f"{every.total_seconds():.6f}".rstrip("0").rstrip(".") + "s"
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -113,7 +115,7 @@ class ScheduleAdmin(ScheduleAdminBase):
     @admin.display(description="schedule")
     def timing(self, obj: Schedule) -> str:
         if obj.every is not None:
-            return f"every {int(obj.every.total_seconds())} s"
+            return f"every {short(obj.every)}"
         return f"{obj.cron} ({obj.timezone})"
 
     @admin.display(description="last task")

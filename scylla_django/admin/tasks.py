@@ -9,26 +9,29 @@ from typing import TYPE_CHECKING, Any
 import django
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KT
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from .. import db
+from .. import db, followups
 from ..conf import scylla_settings
+from ..durations import ago as ago_words
+from ..durations import short
 from ..enums import TERMINAL_STATUSES, Liveness, Operation, Status, sources
 from ..exceptions import InvalidTransition, LeaseLost, OwnerAlive, TaskNotFound
-from ..models import History, QueueSetting, Task, TaskQuerySet, Worker
-from ..text import age, plural
+from ..models import HELD, Dependency, History, QueueSetting, Task, TaskQuerySet, Worker
+from ..text import plural
 from ..validation import queue_validator, rn_validator, worker_id
-from . import dashboard
+from . import charts, dashboard
 from .display import (
     CSS,
     ReadOnly,
@@ -59,6 +62,7 @@ logger = logging.getLogger("scylla_django")
 
 COUNT_CAP = 10_000
 HISTORY_LIMIT = 200
+PARENTS_LIMIT = 100
 
 if TYPE_CHECKING:  # django-stubs makes these generic; Django's classes cannot be subscripted
     TaskAdminBase = admin.ModelAdmin[Task]
@@ -127,6 +131,33 @@ class HistoryInline(ReadOnly, HistoryInlineBase):
         return entry.typ
 
     when = field_display("time", moment)
+
+
+def parent_item(parent: followups.Parent) -> SafeString:
+    """A parent of a follow-up: a link to its page and its status; "purged" once it is gone."""
+    if parent.status is None:
+        return format_html('<li>{} <span class="scylla-age">purged</span></li>', parent.rn)
+    url = reverse("admin:scylla_django_task_change", args=[parent.id])
+    return format_html(
+        '<li><a href="{}">{}</a> {}</li>', url, parent.rn, status_badge(parent.status)
+    )
+
+
+def task_by_key(key: str) -> Task | None:
+    """The task whose id is `key`, else the task whose rn is `key`, else None.
+
+    The payloads are left out: the page loads its task again, whole.
+    """
+    found = Task.objects.defer("spec", "result", "errors")
+    if key.isascii() and key.isdigit() and len(key) <= 18:  # a bigint
+        task = found.filter(pk=int(key)).first()
+        if task is not None:
+            return task
+    try:
+        rn_validator(key)
+    except ValidationError:
+        return None
+    return found.filter(rn=key).first()
 
 
 class TaskChangeList(ChangeList):
@@ -218,6 +249,7 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         "errors_table",
         "history_note",
         "chain",
+        "parents_list",
     )
     # About 500,000 tasks a request at the 25,000/s measured (docs/admin.md); for more, there
     # is scylla_cleanup.
@@ -297,6 +329,10 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
 
     @admin.display(description="status")
     def status_badge(self, task: Task) -> SafeString:
+        if followups.waits_for_parents(task):
+            return format_html(
+                '{} <span class="scylla-age">waiting for parents</span>', status_badge(task.status)
+            )
         return status_badge(task.status)
 
     @admin.display(description="progress")
@@ -337,7 +373,7 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
             return format_html(
                 '<span class="scylla-badge scylla-expired" title="{}, {}">expired</span>',
                 timestamp(task.deadline),
-                age(task.deadline),
+                ago_words(task.deadline),
             )
         return ago(task.deadline)
 
@@ -354,7 +390,39 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
             )
         return moment(task.deadline)
 
-    not_before_at = field_display("not_before", moment)
+    @admin.display(description="not before")
+    def not_before_at(self, task: Task) -> SafeString | str:
+        """The delayed start; a follow-up's is its own, taken once its parents completed."""
+        if task.not_before != HELD:
+            return moment(task.not_before)
+        own = followups.own_not_before([task])[task.pk]
+        if not followups.waits_for_parents(task):
+            return moment(own)
+        if own is None:
+            return "waiting for parents"
+        return format_html("waiting for parents, then {}", moment(own))
+
+    @admin.display(description="waits for")
+    def parents_list(self, task: Task) -> SafeString | str:
+        """The parents of a waiting follow-up, each linked, with its status."""
+        shown = followups.parents(task, limit=PARENTS_LIMIT + 1)
+        if not shown:
+            return "-"
+        items = format_html_join("", "{}", ((parent_item(p),) for p in shown[:PARENTS_LIMIT]))
+        more = ""
+        if len(shown) > PARENTS_LIMIT:
+            total = Dependency.objects.filter(child_id=task.pk).count()
+            more = f"and {total - PARENTS_LIMIT:,} more"
+        return format_html('<ul class="scylla-parents">{}</ul>{}', items, more)
+
+    def get_fieldsets(self, request: HttpRequest, obj: Task | None = None) -> Any:
+        """The task's fields; a waiting follow-up's parents among them."""
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or not followups.waits_for_parents(obj):
+            return fieldsets
+        (name, options), *rest = fieldsets
+        return [(name, {**options, "fields": (*options["fields"], ("parents_list",))}), *rest]
+
     spec_json = field_display("spec", pretty_json)
     result_json = field_display("result", pretty_json)
     errors_table = field_display("errors", errors_table)
@@ -362,6 +430,8 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
     @admin.display(description="history")
     def history_note(self, task: Task) -> str:
         count = History.objects.filter(task=task).count()
+        if not count:
+            return "No events yet: the task was never leased."
         if count > HISTORY_LIMIT:
             return f"{count:,} events; the latest {HISTORY_LIMIT} are shown below."
         return f"{plural(count, 'event')}, shown below."
@@ -421,7 +491,7 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         else:
             self.message_user(
                 request,
-                f"{run.deleted} purged, then stopped after {run.seconds:.0f} s: run the action "
+                f"{run.deleted} purged, then stopped after {short(run.seconds)}: run the action "
                 "again for the rest.",
                 messages.WARNING,
             )
@@ -453,12 +523,49 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        """The task page, with "Cancel" and "Reset lease now" for the users who may use them."""
+        """The task page, with "Cancel" and "Reset lease now" for the users who may use them.
+
+        The address names the task's id, as the admin's links do, or its rn, as people and the
+        rest of the app do: an rn redirects to the id's address. An unknown key is a message
+        and the task list, as Django's admin does for an unknown id.
+        """
+        task = self.task_at(request, object_id, "change")
+        if not isinstance(task, Task):
+            return task
         context = {**(extra_context or {})}
-        task = Task.objects.filter(pk=object_id).defer("spec", "result", "errors").first()
-        if task is not None and self.has_cancel_permission(request):
+        if self.has_cancel_permission(request):
             context.update(self.buttons(task))
         return super().change_view(request, object_id, form_url, context)
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """Django's history page of a task, by id or by rn (as `change_view`)."""
+        task = self.task_at(request, object_id, "history")
+        if not isinstance(task, Task):
+            return task
+        return super().history_view(request, object_id, extra_context)
+
+    def task_at(self, request: HttpRequest, object_id: str, page: str) -> Task | HttpResponse:
+        """The task that the address of a task's `page` names by `object_id`, an id or an rn;
+        or the answer instead: a redirect from an rn to the id's address, or a message and the
+        task list for an unknown key. A user who may not view tasks is refused first (403)."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        key = unquote(object_id)
+        task = task_by_key(key)
+        if task is None:
+            self.message_user(
+                request,
+                f"No task has the id or rn “{key}”. Perhaps it was purged?",
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(reverse("admin:scylla_django_task_changelist"))
+        if str(task.pk) != key:
+            url = reverse(f"admin:scylla_django_task_{page}", args=[task.pk])
+            query = request.GET.urlencode()
+            return HttpResponseRedirect(f"{url}?{query}" if query else url)
+        return task
 
     def buttons(self, task: Task) -> dict[str, Any]:
         """The task page's operations that apply to `task` now (one query for a running task)."""
@@ -561,6 +668,11 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
             path(route, self.admin_site.admin_view(view), name=name)
             for route, view, name in (
                 ("dashboard/", self.dashboard_view, "scylla_django_task_dashboard"),
+                (
+                    "dashboard/charts/",
+                    self.dashboard_charts_view,
+                    "scylla_django_task_dashboard_charts",
+                ),
                 ("purge/", self.purge_view, "scylla_django_task_purge"),
                 ("<int:pk>/reset-lease/", self.reset_lease_view, "scylla_django_task_reset_lease"),
                 ("<int:pk>/cancel/", self.cancel_view, "scylla_django_task_cancel"),
@@ -594,10 +706,24 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         context = {
             **self.page_context(request, "Scylla dashboard"),
             "dashboard": dashboard.build(),
+            "charts": charts.build(request.GET.get("range")),
             "may_control_queues": self.has_queue_permission(request),
             "refresh": int(refresh) if refresh in {"0", "5", "10", "30", "60"} else 10,
         }
         return TemplateResponse(request, "scylla_django/admin/dashboard.html", context)
+
+    def dashboard_charts_view(self, request: HttpRequest) -> JsonResponse:
+        """The data of the dashboard's per-queue charts, as JSON: `?range=hour|day|week`."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        key = request.GET.get("range", charts.DEFAULT_RANGE)
+        if key not in charts.RANGES:
+            choices = ", ".join(charts.RANGES)
+            return JsonResponse(
+                {"code": "invalid_range", "detail": f"range is one of {choices}, not {key!r}."},
+                status=400,
+            )
+        return JsonResponse(charts.build(key).as_json())
 
     def purge_view(self, request: HttpRequest) -> HttpResponse:
         """Bulk purge: choose (GET), see how many tasks match (GET), confirm and purge (POST)."""
@@ -640,7 +766,7 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         if remaining:
             self.message_user(
                 request,
-                f"Purged {tasks(run.deleted)} in {run.seconds:.0f} s, then stopped; "
+                f"Purged {tasks(run.deleted)} in {short(run.seconds)}, then stopped; "
                 f"{remaining:,} more match: purge again, or run manage.py scylla_cleanup.",
                 messages.WARNING,
             )

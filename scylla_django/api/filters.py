@@ -195,7 +195,7 @@ class WorkerFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignor
         return queryset.serving(queue) if queue else queryset
 
 
-# -- the same filters in a request body (`POST /tasks/cancel/`) -------------------------------
+# -- the same filters in a request body (`POST /bulk/tasks/cancel/`) ---------------------------
 
 RN_SCHEMA = string_schema(rn_validator, RN_MAX_LENGTH, "Exact rn.")
 TIMESTAMP_SCHEMA = {"type": "string", "format": "date-time"}

@@ -53,17 +53,23 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
     }
 
     @document(
+        operation_id="list_schedules",
         summary="List schedules",
         responses={200: ScheduleSerializer(many=True), **errors(401, 403)},
     )
     def list(self, request: Request) -> Response:
         return Response(ScheduleSerializer(Schedule.objects.all(), many=True).data)
 
-    @document(summary="One schedule", responses={200: ScheduleSerializer, **errors(401, 403, 404)})
+    @document(
+        operation_id="get_schedule",
+        summary="One schedule",
+        responses={200: ScheduleSerializer, **errors(401, 403, 404)},
+    )
     def retrieve(self, request: Request, name: str) -> Response:
         return Response(ScheduleSerializer(get_schedule(name)).data)
 
     @document(
+        operation_id="create_schedule",
         summary="Create a schedule",
         request=ScheduleInputSerializer,
         responses={201: ScheduleSerializer, **errors(400, 401, 403, 409)},
@@ -88,6 +94,7 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
         return Response(ScheduleSerializer(schedule).data, status=status.HTTP_201_CREATED)
 
     @document(
+        operation_id="update_schedule",
         summary="Change a schedule",
         request=ScheduleInputSerializer,
         responses={200: ScheduleSerializer, **errors(400, 401, 403, 404, 409)},
@@ -116,7 +123,11 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
             schedules.reschedule(schedule)
         return Response(ScheduleSerializer(schedule).data)
 
-    @document(summary="Delete a schedule", responses={204: None, **errors(401, 403, 404, 409)})
+    @document(
+        operation_id="delete_schedule",
+        summary="Delete a schedule",
+        responses={204: None, **errors(401, 403, 404, 409)},
+    )
     def destroy(self, request: Request, name: str) -> Response:
         schedule = get_schedule(name)
         if schedule.from_settings:
@@ -125,6 +136,7 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @detail_post(
+        operation_id="run_schedule",
         summary="Run a schedule now",
         description="Submit the schedule's task at once, outside its ticks.",
         request=CancelSerializer,

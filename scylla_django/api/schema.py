@@ -53,8 +53,12 @@ ERROR_DESCRIPTIONS = {
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def document(**kwargs: Any) -> Callable[[F], F]:
-    """`extend_schema(**kwargs)` on a view method, based on drf-spectacular's `AutoSchema`.
+def document(*, operation_id: str, **kwargs: Any) -> Callable[[F], F]:
+    """`extend_schema(operation_id=..., **kwargs)` on a view method, based on drf-spectacular's
+    `AutoSchema`.
+
+    Every operation names its `operation_id` (`verb_noun`: `submit_task`, `cancel_tasks`), so
+    that a generated client's method names never depend on the routes or on their order.
 
     `extend_schema` bases a method's schema on DRF's `DEFAULT_SCHEMA_CLASS` unless the method
     names its own, and that setting is DRF's own inspector unless the project changed it. The
@@ -63,20 +67,22 @@ def document(**kwargs: Any) -> Callable[[F], F]:
 
     def decorator(method: F) -> F:
         method.schema = AutoSchema  # type: ignore[attr-defined]
-        decorated: F = extend_schema(**kwargs)(method)
+        decorated: F = extend_schema(operation_id=operation_id, **kwargs)(method)
         return decorated
 
     return decorator
 
 
-def detail_post(*, url_path: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+def detail_post(
+    *, operation_id: str, url_path: str | None = None, **kwargs: Any
+) -> Callable[[F], F]:
     """A `POST` on one object (`…/{key}/<method name or url_path>/`), documented: DRF's
-    `@action(detail=True, methods=["post"])` under `@document(**kwargs)`."""
+    `@action(detail=True, methods=["post"])` under `@document(operation_id=..., **kwargs)`."""
     routing: dict[str, Any] = {} if url_path is None else {"url_path": url_path}
 
     def decorator(method: F) -> F:
         routed: F = action(detail=True, methods=["post"], **routing)(method)  # type: ignore[assignment]
-        return document(**kwargs)(routed)
+        return document(operation_id=operation_id, **kwargs)(routed)
 
     return decorator
 

@@ -21,6 +21,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 
+from .. import followups
 from ..enums import EventType, Liveness, Status
 from ..models import MAX_PARENTS, CatchUp, History, Schedule, Task, Worker
 from ..retries import MAX_DELAY as MAX_RETRY_DELAY
@@ -168,6 +169,26 @@ class TaskErrorSerializer(StrictSerializer):
     )
 
 
+class NotBeforeField(serializers.DateTimeField):
+    """A task's own `not_before`: for a follow-up waiting for its parents, the delayed start it
+    takes once released (null: none), never the far-off date that holds it meanwhile."""
+
+    def get_attribute(self, instance: Task) -> datetime | None:
+        known: dict[int, datetime | None] = getattr(self.parent, "own_not_before", {})
+        if instance.pk in known:
+            return known[instance.pk]
+        return followups.own_not_before([instance])[instance.pk]
+
+
+class TaskListSerializer(serializers.ListSerializer[Task]):
+    """Tasks: the own `not_before` of the follow-ups among them in one query."""
+
+    def to_representation(self, data: Any) -> list[Any]:
+        tasks = list(data.all() if hasattr(data, "all") else data)
+        self.child.own_not_before = followups.own_not_before(tasks)  # type: ignore[union-attr]
+        return super().to_representation(tasks)
+
+
 class TaskSerializer(serializers.ModelSerializer[Task]):
     """A task, with the field names of the README's "The task". Every field is read-only."""
 
@@ -180,9 +201,15 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
     rn = serializers.CharField(read_only=True)
     queue = serializers.CharField(read_only=True)
     owner = serializers.CharField(read_only=True, allow_null=True)
+    not_before = NotBeforeField(
+        read_only=True,
+        allow_null=True,
+        help_text="Not leased before this time. A follow-up also waits for its `parents`.",
+    )
 
     class Meta:
         model = Task
+        list_serializer_class = TaskListSerializer
         fields = [
             "rn",
             "queue",
@@ -226,14 +253,35 @@ class HistorySerializer(serializers.Serializer[History]):
         }
 
 
-class TaskDetailSerializer(TaskSerializer):
-    """A task with its History, oldest entry first."""
+class ParentSerializer(serializers.Serializer[Any]):
+    """A task that a follow-up waits for."""
 
+    rn = serializers.CharField(read_only=True)
+    status = serializers.ChoiceField(
+        choices=Status.choices,
+        read_only=True,
+        allow_null=True,
+        help_text="null once the parent was purged (the follow-up is then cancelled).",
+    )
+
+
+class TaskDetailSerializer(TaskSerializer):
+    """A task with the tasks it waits for, and its History, oldest entry first."""
+
+    parents = serializers.SerializerMethodField(
+        help_text="A follow-up's parents while it waits for them to complete (`after`), in "
+        "the order named; empty for any other task, and once the follow-up was released."
+    )
     history = HistorySerializer(many=True, read_only=True)
 
     class Meta(TaskSerializer.Meta):
-        fields = [*TaskSerializer.Meta.fields, "history"]
+        fields = [*TaskSerializer.Meta.fields, "parents", "history"]
         read_only_fields = fields
+
+    @extend_schema_field(ParentSerializer(many=True))
+    def get_parents(self, task: Task) -> list[Any]:
+        """The parents `task` waits for, as `{rn, status}`."""
+        return list(ParentSerializer(followups.parents(task), many=True).data)
 
 
 class RetryPolicySerializer(StrictSerializer):
@@ -317,7 +365,7 @@ class CancelSerializer(StrictSerializer):
 
 
 class BulkCancelSerializer(StrictSerializer):
-    """What `POST /tasks/cancel/` cancels: `filter` (the list's filters) or `rns`, not both."""
+    """What `POST /bulk/tasks/cancel/` cancels: `filter` (the list's filters) or `rns`, not both."""
 
     filter = serializers.DictField(required=False)
     rns = serializers.ListField(
@@ -336,7 +384,7 @@ class BulkCancelSerializer(StrictSerializer):
 
 
 class CancelledSerializer(serializers.Serializer[Any]):
-    """What `POST /tasks/cancel/` did."""
+    """What `POST /bulk/tasks/cancel/` did."""
 
     cancelled = serializers.IntegerField(help_text="Ready or running tasks now cancelled.")
     skipped = serializers.IntegerField(help_text="Selected tasks that were already finished.")

@@ -2,10 +2,13 @@
 
     path("api/scylla/", include("scylla_django.api.urls"))
 
-Route names are namespaced `scylla:` (e.g. `scylla:task-detail`, `scylla:schema`).
+Route names are namespaced `scylla:` (e.g. `scylla:task-detail`, `scylla:task-bulk`,
+`scylla:schema`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.urls import URLPattern, URLResolver, path, re_path
 from rest_framework.routers import SimpleRouter
@@ -29,8 +32,17 @@ router.register("tasks", TaskViewSet, basename="task")
 router.register("workers", WorkerViewSet, basename="worker")
 router.register("schedules", ScheduleViewSet, basename="schedule")
 
+# Bulk operations have a prefix of their own: under `tasks/`, every segment is a task's rn.
+BULK: dict[str, Any] = {"filter_backends": [], "pagination_class": None}
+
 urlpatterns: list[URLPattern | URLResolver] = [
     *router.urls,
+    path("bulk/tasks/", TaskViewSet.as_view({"post": "bulk"}, **BULK), name="task-bulk"),
+    path(
+        "bulk/tasks/cancel/",
+        TaskViewSet.as_view({"post": "cancel_many"}, **BULK),
+        name="task-cancel-many",
+    ),
     path("queues/", QueueView.as_view(), name="queues"),
     path("queues/<str:name>/pause/", QueuePauseView.as_view(), name="queue-pause"),
     path("queues/<str:name>/limit/", QueueLimitView.as_view(), name="queue-limit"),

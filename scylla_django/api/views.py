@@ -25,7 +25,6 @@ from drf_spectacular.utils import OpenApiResponse
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import status, viewsets
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
-from rest_framework.decorators import action
 from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
@@ -195,6 +194,9 @@ WORKER_ERRORS = errors(400, 401, 403, 404, 409, 413)
 class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     """Tasks: list, submit (one or in bulk), read and cancel them, as a client; heartbeat,
     complete, abort and yield them, as the worker that holds their lease.
+
+    The bulk operations (`bulk`, `cancel_many`) are routed under `bulk/tasks/` by `urls.py`,
+    so that no path under `tasks/` is anything but a task's rn.
     """
 
     queryset = Task.objects.all()
@@ -208,12 +210,10 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     required_permissions = {
         "list": permissions.VIEW,
         "retrieve": permissions.VIEW,
-        "retrieve_bulk": permissions.VIEW,
         "create": permissions.SUBMIT,
         "bulk": permissions.SUBMIT,
         "cancel": permissions.CANCEL,
         "cancel_many": permissions.CANCEL,
-        "retrieve_cancel": permissions.VIEW,
         "heartbeat": permissions.WORK,
         "complete": permissions.WORK,
         "abort": permissions.WORK,
@@ -226,6 +226,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         return self.list_query_params(TaskFilter, TaskCursorPagination)
 
     @document(
+        operation_id="list_tasks",
         summary="List tasks",
         description="Filtered, ordered, a cursor page at a time. History is left out.",
         responses={200: TaskSerializer(many=True), **errors(400, 401, 403, 404)},
@@ -235,6 +236,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         return self.get_paginated_response(TaskSerializer(tasks, many=True).data)
 
     @document(
+        operation_id="get_task",
         summary="One task, with its history",
         responses={200: TaskDetailSerializer, **errors(400, 401, 403, 404)},
     )
@@ -242,6 +244,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         return Response(TaskDetailSerializer(get_task(rn, with_history=True)).data)
 
     @document(
+        operation_id="submit_task",
         summary="Submit a task",
         request=SubmitSerializer,
         responses={201: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
@@ -251,6 +254,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         return Response(TaskSerializer(task).data, status=status.HTTP_201_CREATED)
 
     @document(
+        operation_id="submit_tasks",
         summary="Submit many tasks",
         description=(
             f"1 to {MAX_BULK_ITEMS} tasks in one statement. The answer is 200 with one outcome "
@@ -268,7 +272,6 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         },
         responses={200: BulkOutcomeSerializer(many=True), **errors(400, 401, 403, 413)},
     )
-    @action(detail=False, methods=["post"], filter_backends=[], pagination_class=None)
     def bulk(self, request: Request) -> Response:
         items = request.data
         if not isinstance(items, list) or not 1 <= len(items) <= MAX_BULK_ITEMS:
@@ -304,14 +307,8 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
             BulkOutcomeSerializer([outcomes[i] for i in sorted(outcomes)], many=True).data
         )
 
-    # `/tasks/bulk/` and `/tasks/cancel/` are also the addresses of the tasks with those rns:
-    # GET reads them, as `GET /tasks/{rn}/` documents (so these are not in the schema).
-    @document(exclude=True)
-    @bulk.mapping.get
-    def retrieve_bulk(self, request: Request) -> Response:
-        return self.retrieve(request, rn="bulk")
-
     @document(
+        operation_id="cancel_tasks",
         summary="Cancel many tasks",
         description=(
             "Cancels, in one transaction, the tasks that `filter` (the filters of "
@@ -346,14 +343,6 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         },
         responses={200: CancelledSerializer, **errors(400, 401, 403, 413)},
     )
-    @action(
-        detail=False,
-        methods=["post"],
-        url_path="cancel",
-        url_name="cancel-many",
-        filter_backends=[],
-        pagination_class=None,
-    )
     def cancel_many(self, request: Request) -> Response:
         data = self.parse(BulkCancelSerializer)
         if "rns" in data:
@@ -371,12 +360,8 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         }
         return Response(CancelledSerializer(counts).data)
 
-    @document(exclude=True)
-    @cancel_many.mapping.get
-    def retrieve_cancel(self, request: Request) -> Response:
-        return self.retrieve(request, rn="cancel")
-
     @detail_post(
+        operation_id="cancel_task",
         summary="Cancel a task",
         description="ready or running → cancelled. A terminal task is a 409.",
         request=CancelSerializer,
@@ -389,6 +374,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         return Response(TaskSerializer(task).data)
 
     @detail_post(
+        operation_id="heartbeat_task",
         summary="Heartbeat: extend the lease",
         description=(
             "`deadline = now + timeout`, and `progress` if given. A 409 `task_cancelled` or "
@@ -404,6 +390,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         return Response(TaskSerializer(task).data)
 
     @detail_post(
+        operation_id="complete_task",
         summary="Complete a task",
         description="running → completed, with progress 1.0 and an optional `result`.",
         request=CompleteSerializer,
@@ -415,6 +402,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         return Response(TaskSerializer(task).data)
 
     @detail_post(
+        operation_id="abort_task",
         summary="Abort a task",
         description=(
             "running → aborted, recording `errors`. If the task's retry policy covers the "
@@ -432,6 +420,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         return Response(body)
 
     @detail_post(
+        operation_id="retry_task",
         summary="Retry a task by hand",
         description=(
             "Submit an aborted or cancelled task again, as the next attempt of its chain (201). "
@@ -446,6 +435,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         return Response(TaskSerializer(successor).data, status=status.HTTP_201_CREATED)
 
     @detail_post(
+        operation_id="yield_task",
         url_path="yield",
         summary="Yield a task",
         description=(
@@ -461,6 +451,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         return Response(TaskSerializer(task).data)
 
     @detail_post(
+        operation_id="reset_task_lease",
         summary="Reset a lease now",
         description=(
             "running → ready at once, for a task whose owner is silent, dead or stopped, "
@@ -502,6 +493,7 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
         return self.list_query_params(WorkerFilter, WorkerCursorPagination)
 
     @document(
+        operation_id="register_worker",
         summary="Register a worker",
         description="The answer's `name` is what the worker operations take as `worker`.",
         request=RegisterSerializer,
@@ -513,6 +505,7 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
         return Response(WorkerSerializer(worker).data, status=status.HTTP_201_CREATED)
 
     @detail_post(
+        operation_id="lease_tasks",
         summary="Lease tasks",
         description=(
             "ready → running for up to `limit` tasks of `queues` (the worker's own when "
@@ -537,6 +530,7 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
         return Worker.objects.with_state()
 
     @document(
+        operation_id="list_workers",
         summary="List workers",
         description=(
             "Newest first, with their liveness on the database clock: `alive`, `silent` "
@@ -550,6 +544,7 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
         return self.get_paginated_response(WorkerStateSerializer(workers, many=True).data)
 
     @document(
+        operation_id="get_worker",
         summary="One worker, with the tasks it holds",
         responses={200: WorkerDetailSerializer, **errors(401, 403, 404)},
     )
@@ -563,6 +558,7 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
         return Response(WorkerDetailSerializer(worker).data)
 
     @detail_post(
+        operation_id="stop_worker",
         summary="Record that a worker has stopped",
         description=(
             "For workers that talk HTTP: call it on the way out, after yielding your tasks, "
@@ -585,6 +581,7 @@ class QueueView(ScyllaView):
     required_permissions = {"get": permissions.VIEW}
 
     @document(
+        operation_id="list_queues",
         summary="Queue counts",
         description=(
             "Two aggregate queries, as the admin dashboard's. `ready` counts leasable tasks "
@@ -642,6 +639,7 @@ class QueuePauseView(ScyllaView):
     }
 
     @document(
+        operation_id="get_queue_settings",
         summary="A queue's settings",
         description="Whether the queue is paused, and its limit on running tasks.",
         responses={200: QueueSettingSerializer, **errors(400, 401, 403, 404)},
@@ -650,6 +648,7 @@ class QueuePauseView(ScyllaView):
         return queue_setting(QueueSetting.objects.of(queue_named(name)))
 
     @document(
+        operation_id="pause_queue",
         summary="Pause a queue",
         description=(
             "No task of the queue is leased from the next lease on (the lease statement reads "
@@ -664,6 +663,7 @@ class QueuePauseView(ScyllaView):
         return queue_setting(QueueSetting.objects.pause(queue_named(name)))
 
     @document(
+        operation_id="resume_queue",
         summary="Resume a queue",
         description=(
             "Lease the queue's tasks again, and wake the listening workers. Idempotent. "
@@ -682,6 +682,7 @@ class QueueLimitView(ScyllaView):
     required_permissions = {"put": permissions.CONTROL}
 
     @document(
+        operation_id="limit_queue",
         summary="Limit a queue's running tasks",
         description=(
             "At most `max_running` tasks of the queue run at once across all workers "
@@ -706,6 +707,7 @@ class HealthView(ScyllaView):
         return frozenset(HealthQuerySerializer().fields)
 
     @document(
+        operation_id="check_health",
         summary="Health checks",
         description=(
             "No authentication, for load balancers and Kubernetes probes. The database is "
@@ -755,6 +757,7 @@ class SchemaView(ScyllaAuthMixin, SpectacularAPIView):
         return super().finalize_response(request, response, *args, **kwargs)
 
     @document(
+        operation_id="get_schema",
         summary="The OpenAPI 3 schema",
         responses={200: OpenApiTypes.OBJECT, **errors(401, 404)},
     )

@@ -33,6 +33,7 @@ queryset, the model or the `Tables` it works on.
 """
 
 from . import inserts
+from .aggregates import Percentile
 from .clock import CLOCK_CTE, Clock, Now, now_plus, read_clock
 from .connections import discard_connection, ping
 from .counts import capped_counts, estimator, planned_rows, queues_present
@@ -68,6 +69,7 @@ __all__ = [
     "Clock",
     "DatabaseRetry",
     "Now",
+    "Percentile",
     "Tables",
     "can_listen",
     "capped_counts",

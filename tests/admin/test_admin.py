@@ -280,12 +280,92 @@ def test_detail_is_read_only_and_pretty(admin_client, tasks):
     assert "<td><code>boom</code></td><td>it broke</td>" in html  # errors table
     assert "scylla-badge scylla-aborted" in html
     assert re.search(r"<time datetime=[^>]+>[0-9-]+ [0-9:]+ UTC</time> <span", html)
-    assert re.search(r"\(\d+ s ago\)", html)
+    assert re.search(r"\(\d+(\.\d)? m?s ago\)", html)  # "(971 ms ago)", "(3.3 s ago)"
     assert 'name="_save"' not in html
     assert admin_client.post(url, {"queue": "other"}).status_code == 403
     assert admin_client.get(f"{url}delete/").status_code == 403
     assert admin_client.get(reverse("admin:scylla_django_task_add")).status_code == 403
     assert Task.objects.get(pk=task.pk).queue == "beta"
+
+
+def test_detail_by_rn_redirects_to_the_task_s_page(admin_client, tasks):
+    task = tasks["fail"]
+    by_id = reverse("admin:scylla_django_task_change", args=[task.pk])
+    response = admin_client.get(reverse("admin:scylla_django_task_change", args=["fail"]))
+    assert response.status_code == 302
+    assert response["Location"] == by_id
+    assert admin_client.get(response["Location"]).context["original"] == task
+    filters = "_changelist_filters=status%3Daborted"
+    response = admin_client.get(f"/admin/scylla_django/task/fail/change/?{filters}")
+    assert response["Location"] == f"{by_id}?{filters}"
+
+
+def test_history_by_rn_redirects_to_the_task_s_history(admin_client, tasks):
+    response = admin_client.get("/admin/scylla_django/task/fail/history/")
+    url = reverse("admin:scylla_django_task_history", args=[tasks["fail"].pk])
+    assert response["Location"] == url
+    assert admin_client.get(url).status_code == 200
+
+
+def test_detail_by_an_rn_of_digits_that_is_no_id(admin_client, worker):
+    task = TaskFactory(rn="900000001")
+    response = admin_client.get("/admin/scylla_django/task/900000001/change/")
+    assert response["Location"] == reverse("admin:scylla_django_task_change", args=[task.pk])
+
+
+@pytest.mark.parametrize("key", ["no-such-task", "99999999", "99999999999999999999", "a%20b"])
+def test_detail_of_an_unknown_key_is_a_message_and_the_list(admin_client, tasks, key):
+    response = admin_client.get(f"/admin/scylla_django/task/{key}/change/")
+    assert response.status_code == 302
+    assert response["Location"] == LIST
+    [message] = messages_of(admin_client.get(LIST))
+    assert "No task has the id or rn" in message
+
+
+def test_detail_by_rn_needs_the_view_permission(tasks):
+    assert staff().get("/admin/scylla_django/task/fail/change/").status_code == 403
+
+
+def test_a_waiting_follow_up_shows_its_parents_and_no_far_off_date(admin_client, tasks):
+    Task.objects.submit("delta", {}, rn="child", after=["done", "wait", "run"])
+    Task.objects.submit("delta", {}, rn="later", after=["wait"], not_before=tasks["done"].created)
+    Task.objects.filter(rn="run").delete()  # purged while the child waits
+    html = admin_client.get(reverse("admin:scylla_django_task_change", args=["child"]), follow=True)
+    html = html.content.decode()
+    assert "9999" not in html
+    assert "waiting for parents" in html
+    parents = re.search(r'<ul class="scylla-parents">(.*?)</ul>', html, re.S)[1]
+    done, wait = (
+        reverse("admin:scylla_django_task_change", args=[tasks[k].pk]) for k in ("done", "wait")
+    )
+    assert re.findall(r"<li>(.*?)</li>", parents) == [
+        f'<a href="{done}">done</a> <span class="scylla-badge scylla-completed">completed</span>',
+        f'<a href="{wait}">wait</a> <span class="scylla-badge scylla-ready">ready</span>',
+        'run <span class="scylla-age">purged</span>',
+    ]
+    assert "No events yet" in html
+    later = admin_client.get("/admin/scylla_django/task/later/change/", follow=True)
+    assert re.search(r"waiting for parents, then <time", later.content.decode())
+    listed = admin_client.get(LIST, {"q": "delta"}).content.decode()
+    assert listed.count("waiting for parents") == 2
+    assert "9999" not in listed
+
+
+def test_a_follow_up_s_parents_are_shown_up_to_a_limit(admin_client, worker, monkeypatch):
+    monkeypatch.setattr(task_admin, "PARENTS_LIMIT", 2)
+    for n in range(5):
+        TaskFactory(rn=f"p{n}")
+    Task.objects.submit("q", {}, rn="child", after=[f"p{n}" for n in range(5)])
+    html = admin_client.get("/admin/scylla_django/task/child/change/", follow=True)
+    html = html.content.decode()
+    parents = re.search(r'<ul class="scylla-parents">(.*?)</ul>', html, re.S)[1]
+    assert re.findall(r"<li><a [^>]+>(p\d)</a>", parents) == ["p0", "p1"]
+    assert "and 3 more" in html
+
+
+def test_a_task_that_waits_for_nothing_has_no_parents_row(admin_client, tasks):
+    html = admin_client.get(reverse("admin:scylla_django_task_change", args=[tasks["wait"].pk]))
+    assert "waits for" not in html.content.decode()
 
 
 def test_detail_shows_history_newest_first(admin_client, tasks):
@@ -453,7 +533,7 @@ def test_purge_selected_stops_at_its_time_budget(admin_client, tasks, settings, 
     monkeypatch.setattr(scylla_admin.TaskAdmin, "purge_time_budget", timedelta(0))
     chosen = (tasks["done"], tasks["fail"])
     [message] = messages_of(act(admin_client, "purge_selected", *chosen, post="yes"))
-    assert message.startswith("1 purged, then stopped after 0 s")
+    assert re.match(r"1 purged, then stopped after \d+(\.\d)? m?s: run the action again", message)
     assert Task.objects.filter(rn__in=["done", "fail"]).count() == 1
 
 
@@ -546,7 +626,7 @@ def test_purge_page_stops_at_its_time_budget(admin_client, aged, settings, monke
     monkeypatch.setattr(scylla_admin.TaskAdmin, "purge_time_budget", timedelta(0))
     query = {"older_than_days": "10", "statuses": ["completed", "aborted", "cancelled"]}
     [message] = messages_of(admin_client.post(PURGE, query, follow=True))
-    assert message.startswith("Purged 1 task in 0 s, then stopped; 2 more match")
+    assert re.match(r"Purged 1 task in \d+(\.\d)? m?s, then stopped; 2 more match", message)
     assert Task.objects.filter(rn__in=["done", "fail", "gone"]).count() == 2
 
 
@@ -668,6 +748,44 @@ def test_dashboard_page(admin_client, tasks, worker):
     assert "<code>boom</code> it broke" in html
     assert '<span class="scylla-badge scylla-alive">2 alive</span>' in html
     assert 'id="scylla-monitor-missing"' in html  # no monitor has run
+
+
+CHARTS = reverse("admin:scylla_django_task_dashboard_charts")
+
+
+@pytest.mark.parametrize("key", [None, "day", "week"])
+def test_dashboard_shows_three_per_queue_charts_over_a_chosen_range(admin_client, tasks, key):
+    html = admin_client.get(DASHBOARD, {"range": key} if key else {}).content.decode()
+    label = {None: "Last hour", "day": "Last day", "week": "Last week"}[key]
+    assert f"<h2>Per queue: {label.lower()}</h2>" in html
+    assert f"<strong>{label}</strong>" in html
+    for chart in ("throughput", "failures", "wait"):
+        assert f'id="scylla-chart-{chart}"' in html
+    assert re.search(r'<polyline class="scylla-line scylla-line-\d+" points="[\d., ]+">', html)
+    others = {"hour", "day", "week"} - {key or "hour"}
+    for other in others:
+        assert f'data-range="{other}"' in html
+
+
+def test_dashboard_chart_data(admin_client, tasks):
+    data = admin_client.get(CHARTS, {"range": "day"}).json()
+    assert data["range"] == "day"
+    assert set(data) == {
+        "range",
+        "interval_seconds",
+        "starts",
+        "throughput",
+        "failures",
+        "wait_p50",
+        "wait_p95",
+    }
+    assert sum(data["throughput"]["alpha"]) == 1  # "done"
+    assert sum(data["failures"]["beta"]) == 1  # "fail"
+    response = admin_client.get(CHARTS, {"range": "year"})
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid_range"
+    assert staff().get(CHARTS).status_code == 403
+    assert staff("view_task").get(CHARTS).status_code == 200
 
 
 @pytest.mark.parametrize(

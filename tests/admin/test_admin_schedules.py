@@ -30,7 +30,7 @@ def schedule():
 def test_the_list_shows_the_next_run_and_the_last_task_with_its_status(admin_client, schedule):
     Task.objects.submit("q", {}, rn="schedule:sync:x")
     page = admin_client.get(CHANGELIST).content.decode()
-    assert "every 300 s" in page and "schedule:sync:x</a> (ready)" in page
+    assert "every 5 min" in page and "schedule:sync:x</a> (ready)" in page
 
 
 def test_add_validates_like_the_settings(admin_client):

@@ -237,6 +237,22 @@ def test_operator_session(console, page, live_server):
     expect(group.locator("td.scylla-num")).to_have_text("4")
     screenshot(page, "dashboard", full_page=True)
 
+    # Three per-queue charts; the range selector switches them to the last day and back.
+    charts = page.locator("#scylla-charts")
+    for chart in ("throughput", "failures", "wait"):
+        expect(charts.locator(f"#scylla-chart-{chart} svg")).to_have_count(1)
+    expect(charts.locator("#scylla-chart-throughput polyline")).not_to_have_count(0)
+    expect(charts.locator("#scylla-chart-throughput .scylla-legend")).to_contain_text("emails")
+    expect(charts.locator("#scylla-chart-failures .scylla-legend")).to_contain_text("emails")
+    expect(charts.locator("#scylla-chart-wait polyline.scylla-dashed")).not_to_have_count(0)
+    charts.locator("a[data-range=day]").click()
+    assert "range=day" in page.url
+    expect(charts.locator("h2").first).to_contain_text("Per queue: last day")
+    expect(charts.locator(".scylla-ranges strong")).to_have_text("Last day")
+    expect(charts.locator("#scylla-chart-throughput .scylla-legend")).to_contain_text("emails")
+    charts.locator("a[data-range=hour]").click()
+    expect(charts.locator(".scylla-ranges strong")).to_have_text("Last hour")
+
     # The failures group links to its tasks.
     group.locator("td.scylla-num a").click()
     assert "error_code=smtp_timeout" in page.url and "status=aborted" in page.url
@@ -270,6 +286,27 @@ def test_operator_session(console, page, live_server):
     expect(page.locator(".inline-related tbody tr.form-row").first).to_contain_text("Timeout")
     invoice = Task.objects.get(rn="invoice-7")
     assert (invoice.status, invoice.owner) == (Status.READY, None)
+
+    # A task's page by its rn, as the API and the logs name it; an unknown one is a message.
+    page.goto(f"{live_server.url}/admin/scylla_django/task/invoice-7/change/")
+    assert page.url.endswith(f"/admin/scylla_django/task/{invoice.pk}/change/")
+    expect(page.locator(".fieldBox.field-rn")).to_contain_text("invoice-7")
+    page.goto(f"{live_server.url}/admin/scylla_django/task/no-such-task/change/")
+    assert page.url.endswith("/admin/scylla_django/task/")
+    expect(page.locator(".messagelist")).to_contain_text("No task has the id or rn “no-such-task”")
+
+    # A follow-up says what it waits for, and links to each parent.
+    Task.objects.submit("invoices", {}, rn="invoice-7-mail", after=["job-000", "invoice-7"])
+    page.goto(f"{live_server.url}/admin/scylla_django/task/invoice-7-mail/change/")
+    expect(page.locator(".fieldBox.field-status_badge")).to_contain_text("waiting for parents")
+    expect(page.locator(".fieldBox.field-not_before_at")).to_contain_text("waiting for parents")
+    expect(page.locator("body")).not_to_contain_text("9999")
+    parents = page.locator(".field-parents_list li")
+    expect(parents).to_have_count(2)
+    expect(parents.first).to_contain_text("job-000 completed")
+    expect(parents.last).to_contain_text("invoice-7 ready")
+    parents.last.locator("a").click()
+    expect(page.locator(".fieldBox.field-rn")).to_contain_text("invoice-7")
 
     # Dark mode: the badges take the dark palette.
     page.goto(f"{live_server.url}/admin/scylla_django/task/dashboard/?refresh=0")

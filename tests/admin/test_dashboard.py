@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from scylla_django.admin import dashboard
+from scylla_django.admin import charts, dashboard
 from scylla_django.enums import Status
-from scylla_django.models import Task, Worker
+from scylla_django.models import History, Task, Worker
 from tests.factories import TaskFactory, running_task
 
 pytestmark = pytest.mark.django_db
@@ -209,34 +210,20 @@ def test_failure_groups_count_by_queue_and_first_error_code(worker):
     assert (capped.total, capped.truncated) == (2, True)
 
 
-@pytest.mark.parametrize(
-    ("offset", "expected"),
-    [
-        (timedelta(seconds=-12.4), "12 s ago"),
-        (timedelta(0), "0 s ago"),
-        (timedelta(minutes=-3, seconds=-59), "3 min ago"),
-        (timedelta(hours=-2, minutes=-5), "2 h ago"),
-        (timedelta(days=-30), "30 d ago"),
-        (timedelta(seconds=20), "in 20 s"),
-        (timedelta(hours=2, minutes=1), "in 2 h"),
-    ],
-)
-def test_age(offset, expected):
-    now = timezone.now()
-    assert dashboard.age(now + offset, now) == expected
+def test_the_queue_table_words_its_waits_with_the_duration_formatter(worker):
+    waiting = TaskFactory(rn="waiting", queue="a")
+    Task.objects.filter(pk=waiting.pk).update(created=Now() - timedelta(minutes=2, seconds=5))
+    [row] = dashboard.queue_table()
+    assert row.wait in ("2 min 5 s", "2 min 6 s")
+    assert dashboard.totals([row]).wait == row.wait
 
 
-@pytest.mark.parametrize(
-    ("offset", "expected"),
-    [
-        (timedelta(seconds=-45), "45 s"),
-        (timedelta(hours=-2, minutes=-12), "2\xa0hours, 12\xa0minutes"),
-        (timedelta(minutes=5), "5\xa0minutes"),
-    ],
-)
-def test_span(offset, expected):
-    now = timezone.now()
-    assert dashboard.span(now + offset, now) == expected
+def test_the_last_monitor_pass_is_worded_with_the_duration_formatter():
+    board = dashboard.build()
+    assert board.last_pass == ""  # no monitor yet
+    last = board.generated - timedelta(seconds=0.971)
+    shown = replace(board, monitors=replace(board.monitors, last_pass=last))
+    assert shown.last_pass == "971 ms ago"
 
 
 def test_worker_silence_follows_the_lease_timeout(settings):
@@ -268,3 +255,79 @@ def test_build_is_a_handful_of_queries(worker, django_assert_max_num_queries):
     ]
     assert board.monitors.missing
     assert board.statuses == dashboard.STATUSES
+
+
+# -- the per-queue charts -------------------------------------------------------------------
+
+
+def leased_after(worker: Worker, rn: str, queue: str, waited: timedelta) -> Task:
+    """A task of `queue` leased by `worker` `waited` after its submission."""
+    task = TaskFactory(rn=rn, queue=queue)
+    Task.objects.filter(pk=task.pk).update(created=Now() - waited)
+    [leased] = Task.objects.lease(worker, [queue])
+    return leased
+
+
+def test_charts_count_completions_and_aborts_per_queue(worker):
+    for n in range(3):
+        leased_after(worker, f"m{n}", "mail", timedelta(seconds=1)).complete(worker)
+    leased_after(worker, "p0", "pdf", timedelta(seconds=1)).abort(worker, [{"code": "x"}])
+    data = charts.build("hour").as_json()
+    assert data["range"] == "hour" and data["interval_seconds"] == 60
+    assert len(data["starts"]) == 60
+    assert sum(data["throughput"]["mail"]) == 3
+    assert data["throughput"]["mail"][-1] + data["throughput"]["mail"][-2] == 3
+    assert "pdf" not in data["throughput"]
+    assert sum(data["failures"]["pdf"]) == 1
+
+
+def test_charts_measure_the_wait_to_a_first_lease(worker):
+    for n, seconds in enumerate([10, 20, 30, 40, 50]):
+        leased_after(worker, f"w{n}", "mail", timedelta(seconds=seconds)).complete(worker)
+    again = leased_after(worker, "again", "mail", timedelta(hours=5))
+    again.yield_lease(worker)  # leased twice: its wait is not known
+    Task.objects.filter(pk=again.pk).update(attempts=2)
+    data = charts.build("hour").as_json()
+    [p50] = [v for v in data["wait_p50"]["mail"] if v is not None]
+    [p95] = [v for v in data["wait_p95"]["mail"] if v is not None]
+    assert p50 == pytest.approx(30, abs=1)
+    assert p95 == pytest.approx(48, abs=1)
+
+
+@pytest.mark.parametrize(("key", "points", "step"), [("day", 24, 3600), ("week", 168, 3600)])
+def test_charts_over_a_day_or_a_week(worker, key, points, step):
+    leased_after(worker, "old", "mail", timedelta(seconds=1)).complete(worker)
+    History.objects.filter(task__rn="old").update(time=Now() - timedelta(hours=20))
+    data = charts.build(key).as_json()
+    assert (len(data["starts"]), data["interval_seconds"]) == (points, step)
+    assert sum(data["throughput"]["mail"]) == 1
+    assert sum(charts.build("hour").as_json()["throughput"].get("mail", [])) == 0
+
+
+def test_charts_draw_the_busiest_queues_and_sum_the_others(worker, monkeypatch):
+    monkeypatch.setattr(charts, "QUEUE_LIMIT", 2)
+    for n, queue in enumerate(["a", "a", "a", "b", "b", "c", "d"]):
+        leased_after(worker, f"t{n}", queue, timedelta(seconds=1)).complete(worker)
+    built = charts.build()
+    assert [line.queue for line in built.throughput.lines] == ["a", "b", "other"]
+    assert sum(built.as_json()["throughput"]["other"]) == 2
+    assert built.throughput.peak_label in {"3/min", "2/min", "1/min"}
+
+
+def test_the_percentile_interpolates_as_postgresql_does():
+    assert charts.percentile([10, 20, 30, 40, 50], 0.95) == pytest.approx(48)
+    assert charts.percentile([7], 0.5) == 7
+
+
+def test_an_unknown_range_is_the_last_hour():
+    assert charts.chosen_range("year").key == "hour"
+
+
+def test_charts_read_a_closed_interval_once(worker, django_assert_max_num_queries):
+    leased_after(worker, "old", "mail", timedelta(seconds=1)).complete(worker)
+    History.objects.filter(task__rn="old").update(time=Now() - timedelta(hours=3))
+    assert sum(charts.build("day").as_json()["throughput"]["mail"]) == 1
+    History.objects.filter(task__rn="old").delete()  # as a purge would
+    with django_assert_max_num_queries(2):  # the open hour only (and its waits, not on PostgreSQL)
+        again = charts.build("day").as_json()
+    assert sum(again["throughput"]["mail"]) == 1

@@ -113,7 +113,7 @@ def test_a_spec_over_the_size_limit_is_400_too_large(api, settings):
     assert not Task.objects.exists()
 
 
-@pytest.mark.parametrize("path", ["/tasks/", "/tasks/bulk/"])
+@pytest.mark.parametrize("path", ["/tasks/", "/bulk/tasks/"])
 def test_a_body_over_django_s_upload_limit_is_413(api, settings, path):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
     body = {"queue": "q", "spec": "x" * 2000}
@@ -145,7 +145,7 @@ def test_bulk_submit_reports_an_outcome_per_item(api):
         "not an object",
         {"queue": "q", "spec": {"n": 6}, "priority": 9},
     ]
-    response = post(api, "/tasks/bulk/", items)
+    response = post(api, "/bulk/tasks/", items)
     assert response.status_code == 200
     outcomes = response.json()
     assert [(o["index"], o["rn"], o["outcome"]) for o in outcomes[:5]] == [
@@ -169,15 +169,22 @@ def test_bulk_submit_reports_an_outcome_per_item(api):
     "body", [[], {"queue": "q", "spec": 1}, [{"queue": "q", "spec": 1}] * 1001]
 )
 def test_bulk_takes_a_list_of_1_to_1000(api, body):
-    assert_field_error(post(api, "/tasks/bulk/", body), "non_field_errors", "invalid_bulk")
+    assert_field_error(post(api, "/bulk/tasks/", body), "non_field_errors", "invalid_bulk")
     assert not Task.objects.exists()
 
 
 @pytest.mark.parametrize("rn", ["bulk", "cancel"])
-def test_get_bulk_and_cancel_are_the_tasks_with_those_rns(api, rn):
+def test_tasks_called_bulk_or_cancel_are_tasks_like_any_other(api, rn):
     assert_error(api.get(f"{API}/tasks/{rn}/"), 404, "task_not_found")
+    assert_error(post(api, f"/tasks/{rn}/"), 405, "method_not_allowed")
     TaskFactory(rn=rn)
     assert api.get(f"{API}/tasks/{rn}/").json()["rn"] == rn
+    assert post(api, f"/tasks/{rn}/cancel/", {}).json()["status"] == Status.CANCELLED
+
+
+def test_the_bulk_routes_take_only_post(api):
+    assert_error(api.get(f"{API}/bulk/tasks/"), 405, "method_not_allowed")
+    assert_error(api.get(f"{API}/bulk/tasks/cancel/"), 405, "method_not_allowed")
 
 
 # -- read ---------------------------------------------------------------------------------------
@@ -190,7 +197,8 @@ def test_detail_has_the_task_and_its_history_in_the_seed_s_shape(api, worker):
     response = api.get(f"{API}/tasks/t1/")
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == TASK_FIELDS | {"history"}
+    assert set(body) == TASK_FIELDS | {"parents", "history"}
+    assert body["parents"] == []
     assert body["status"] == "running" and body["owner"] == worker.name
     assert body["progress"] == 0.5
     rows = History.objects.filter(task=task).order_by("id")
@@ -612,8 +620,8 @@ def test_the_schema_is_openapi_3_with_every_route(api):
     assert schema["openapi"].startswith("3.")
     assert set(schema["paths"]) == {
         f"{API}/tasks/",
-        f"{API}/tasks/bulk/",
-        f"{API}/tasks/cancel/",
+        f"{API}/bulk/tasks/",
+        f"{API}/bulk/tasks/cancel/",
         f"{API}/tasks/{{rn}}/",
         f"{API}/tasks/{{rn}}/cancel/",
         f"{API}/tasks/{{rn}}/heartbeat/",
@@ -635,9 +643,8 @@ def test_the_schema_is_openapi_3_with_every_route(api):
         f"{API}/health/",
         f"{API}/schema/",
     }
-    # GET /tasks/bulk/ and /tasks/cancel/ read the tasks with those rns: GET /tasks/{rn}/.
-    assert set(schema["paths"][f"{API}/tasks/bulk/"]) == {"post"}
-    assert set(schema["paths"][f"{API}/tasks/cancel/"]) == {"post"}
+    assert set(schema["paths"][f"{API}/bulk/tasks/"]) == {"post"}
+    assert set(schema["paths"][f"{API}/bulk/tasks/cancel/"]) == {"post"}
     assert set(schema["components"]["securitySchemes"]) == {"tokenAuth", "cookieAuth"}
     assert yaml.safe_load(api.get(f"{API}/schema/").content) == schema
 

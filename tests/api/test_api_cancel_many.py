@@ -1,4 +1,4 @@
-"""`POST /tasks/cancel/`: cancel a selection (the list's filters, or rns) in one request."""
+"""`POST /bulk/tasks/cancel/`: cancel a selection (the list's filters, or rns) in one request."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_a_filter_cancels_2500_tasks_in_one_request_and_one_transaction(cancelle
     running[0].complete(worker)
     submit("other", 3)
     with CaptureQueriesContext(connection) as queries:
-        response = post(canceller_api, "/tasks/cancel/", {"filter": {"queue": "bulk"}})
+        response = post(canceller_api, "/bulk/tasks/cancel/", {"filter": {"queue": "bulk"}})
     assert response.status_code == 200, response.content
     assert response.json() == {"cancelled": N - 1, "skipped": 1, "not_found": 0}
     assert len(queries) < 40  # not one round trip per task
@@ -58,9 +58,9 @@ def test_a_filter_cancels_2500_tasks_in_one_request_and_one_transaction(cancelle
 
 def test_rns_cancel_those_tasks_and_count_the_unknown_ones(canceller_api):
     rns = submit("bulk", N)
-    response = post(canceller_api, "/tasks/cancel/", {"rns": [*rns, "no-such-task"]})
+    response = post(canceller_api, "/bulk/tasks/cancel/", {"rns": [*rns, "no-such-task"]})
     assert response.json() == {"cancelled": N, "skipped": 0, "not_found": 1}
-    again = post(canceller_api, "/tasks/cancel/", {"rns": rns[:5]})
+    again = post(canceller_api, "/bulk/tasks/cancel/", {"rns": rns[:5]})
     assert again.json() == {"cancelled": 0, "skipped": 5, "not_found": 0}
 
 
@@ -69,7 +69,7 @@ def test_a_filter_takes_the_list_s_filters_with_json_values(canceller_api):
     submit("b", 2)
     Task.objects.filter(queue="a").update(priority=7)
     body = {"filter": {"status": ["ready", "running"], "priority_min": 5, "queue": "a"}}
-    assert post(canceller_api, "/tasks/cancel/", body).json()["cancelled"] == 3
+    assert post(canceller_api, "/bulk/tasks/cancel/", body).json()["cancelled"] == 3
     assert Task.objects.filter(queue="b", status=Status.READY).count() == 2
 
 
@@ -91,13 +91,15 @@ def test_a_filter_takes_the_list_s_filters_with_json_values(canceller_api):
 )
 def test_an_invalid_selection_is_400_and_cancels_nothing(canceller_api, body, field, code):
     submit("a", 2)
-    assert_field_error(post(canceller_api, "/tasks/cancel/", body), field, code)
+    assert_field_error(post(canceller_api, "/bulk/tasks/cancel/", body), field, code)
     assert not Task.objects.filter(status=Status.CANCELLED).exists()
 
 
 def test_cancel_many_needs_the_cancel_permission():
     submit("a", 2)
     viewer = client_for(make_user("viewer", "view_task"))
-    assert_error(post(viewer, "/tasks/cancel/", {"rns": ["x"]}), 403, "permission_denied")
-    assert_error(post(client_for(None), "/tasks/cancel/", {"rns": ["x"]}), 401, "not_authenticated")
+    assert_error(post(viewer, "/bulk/tasks/cancel/", {"rns": ["x"]}), 403, "permission_denied")
+    assert_error(
+        post(client_for(None), "/bulk/tasks/cancel/", {"rns": ["x"]}), 401, "not_authenticated"
+    )
     assert not Task.objects.filter(status=Status.CANCELLED).exists()

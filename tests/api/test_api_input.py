@@ -231,7 +231,7 @@ def test_a_server_owned_field_in_a_bulk_item_makes_it_invalid(staff_api, field, 
         {"rn": "bad", "queue": "q", "spec": 1, field: value},
         {"rn": "ok", "queue": "q", "spec": 1},
     ]
-    outcomes = staff_api.post(f"{API}/tasks/bulk/", items, format="json").json()
+    outcomes = staff_api.post(f"{API}/bulk/tasks/", items, format="json").json()
     assert [o["outcome"] for o in outcomes] == ["invalid", "inserted"]
     assert outcomes[0]["errors"] == {field: [{"code": "unknown_field", "detail": "Unknown field."}]}
     assert list(Task.objects.values_list("rn", flat=True)) == ["ok"]

@@ -34,7 +34,7 @@ ABORT = {"errors": [{"code": "x"}]}
 ROUTES = {
     "list": ("get", "/tasks/", None, 200, {"client", "staff"}),
     "submit": ("post", "/tasks/", {"queue": "q", "spec": 1}, 201, {"client", "staff"}),
-    "bulk": ("post", "/tasks/bulk/", [{"queue": "q", "spec": 1}], 200, {"client", "staff"}),
+    "bulk": ("post", "/bulk/tasks/", [{"queue": "q", "spec": 1}], 200, {"client", "staff"}),
     "detail": ("get", "/tasks/ready/", None, 200, {"client", "staff"}),
     "cancel": ("post", "/tasks/ready/cancel/", {}, 200, {"client", "staff"}),
     "queues": ("get", "/queues/", None, 200, {"client", "staff"}),

@@ -8,6 +8,7 @@ import pytest
 from django.test import override_settings
 
 from scylla_django.enums import Status
+from scylla_django.followups import release_followups
 from scylla_django.models import HELD, Schedule, Task, Worker
 from scylla_django.schedules import configured as schedules_configured
 from tests.helpers import (
@@ -149,9 +150,43 @@ def test_a_follow_up_over_http(api):
     )
 
 
+def test_a_follow_up_shows_its_parents_and_its_own_not_before(api, mine):
+    Task.objects.submit("default", {}, rn="parent-a")
+    Task.objects.submit("default", {}, rn="parent-b")
+    lease(mine).complete(mine)  # parent-a
+    start = "2030-01-02T03:04:05Z"
+    body = {"queue": "q", "spec": {}, "after": ["parent-a", "parent-b"], "not_before": start}
+    submitted = post(api, "/tasks/", body).json()
+    assert submitted["not_before"] == start
+    post(api, "/tasks/", {"queue": "q", "spec": {}, "rn": "plain-follow-up", "after": ["parent-b"]})
+    detail = api.get(f"{API}/tasks/{submitted['rn']}/").json()
+    assert detail["status"] == Status.READY
+    assert detail["not_before"] == start
+    assert detail["parents"] == [
+        {"rn": "parent-a", "status": Status.COMPLETED},
+        {"rn": "parent-b", "status": Status.READY},
+    ]
+    assert api.get(f"{API}/tasks/plain-follow-up/").json()["not_before"] is None
+    listed = api.get(f"{API}/tasks/", {"queue": "q"}).json()["results"]
+    assert {task["rn"]: task["not_before"] for task in listed} == {
+        submitted["rn"]: start,
+        "plain-follow-up": None,
+    }
+    assert api.get(f"{API}/tasks/parent-a/").json()["parents"] == []
+
+
+def test_a_follow_up_s_parents_go_once_it_is_released(api, mine):
+    Task.objects.submit("default", {}, rn="parent")
+    post(api, "/tasks/", {"queue": "q", "spec": {}, "rn": "child", "after": ["parent"]})
+    lease(mine).complete(mine)
+    release_followups()
+    detail = api.get(f"{API}/tasks/child/").json()
+    assert (detail["parents"], detail["not_before"]) == ([], None)
+
+
 def test_bulk_items_cannot_be_follow_ups(api):
     Task.objects.submit("default", {}, rn="parent")
-    [outcome] = post(api, "/tasks/bulk/", [{"queue": "q", "spec": {}, "after": ["parent"]}]).json()
+    [outcome] = post(api, "/bulk/tasks/", [{"queue": "q", "spec": {}, "after": ["parent"]}]).json()
     assert outcome["outcome"] == "invalid"
 
 

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 LAYERS: dict[str, tuple[str, ...]] = {
     "core": (
         "text",
+        "durations",
         "enums",
         "exceptions",
         "conf",
