@@ -37,7 +37,7 @@ from . import db
 from .conf import scylla_settings
 from .db import Now
 from .enums import Status
-from .models import CatchUp, Schedule, Task, _later
+from .models import CatchUp, Schedule, Task, send_on_commit
 from .signals import task_submitted
 from .text import DurationError, positive_duration
 from .validation import FieldErrors, validate_json, validate_priority, validate_queue
@@ -176,24 +176,6 @@ def clean_definition(name: object, raw: object) -> Definition:
         catch_up=str(catch_up),
         skip_if_running=raw.get("skip_if_running", False),
     )
-
-
-def definition_of(schedule: Schedule) -> Definition:
-    """The definition a Schedule row holds (validated)."""
-    raw: dict[str, Any] = {
-        "timezone": schedule.timezone,
-        "queue": schedule.queue,
-        "spec": schedule.spec,
-        "priority": schedule.priority,
-        "catch_up": schedule.catch_up,
-        "skip_if_running": schedule.skip_if_running,
-        "enabled": schedule.enabled,
-    }
-    if schedule.cron:
-        raw["cron"] = schedule.cron
-    if schedule.every is not None:
-        raw["every"] = schedule.every
-    return clean_definition(schedule.name, raw)
 
 
 # -- time ---------------------------------------------------------------------------------------
@@ -377,7 +359,7 @@ def _tick_one(schedule: Schedule, now: datetime, using: str) -> list[Tick]:
     if not tasks:
         return [Tick(schedule.name, t, None) for t in chosen]
     for task in tasks:
-        _later(task_submitted, using, task=task)
+        send_on_commit(task_submitted, using, task=task)
     return [Tick(schedule.name, t, task.rn) for t, task in zip(chosen, tasks, strict=True)]
 
 

@@ -108,7 +108,8 @@ def new_rn() -> str:
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
 
-def _validate_after(after: object) -> list[str]:
+def validate_after(after: object) -> list[str]:
+    """The parents named by `after` (a list of 1..MAX_PARENTS rns), without repeats."""
     if isinstance(after, str) or not isinstance(after, Sequence):
         raise ValidationError(
             {"after": ValidationError("after is a list of task rns.", code="invalid_after")}
@@ -159,7 +160,8 @@ def _error_dict(exc: ValidationError) -> dict[str, list[str]]:
     return {"__all__": list(exc.messages)}
 
 
-def _terminal_statuses(statuses: Iterable[str] | None) -> list[str]:
+def validate_terminal_statuses(statuses: Iterable[str] | None) -> list[str]:
+    """The statuses to purge: all terminal ones by default; ValidationError for another."""
     if statuses is None:
         return sorted(TERMINAL_STATUSES)
     chosen = sorted(set(statuses))

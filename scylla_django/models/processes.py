@@ -10,9 +10,8 @@ from typing import Any, ClassVar, Self, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import connections, models
+from django.db import models
 from django.db.models import Case, Max, Q, Value, When
-from django.db.models.expressions import RawSQL
 
 from .. import db, validation
 from ..conf import scylla_settings
@@ -29,6 +28,7 @@ from ..validation import (
     validate_queues,
     validate_timeout,
 )
+from .json_lists import json_list_has
 
 WORKER_PREFIX = validation.WORKER_PREFIX
 
@@ -138,7 +138,7 @@ class WorkerQuerySet(LivenessQuerySet["Worker"]):
 
     def serving(self, queue: str) -> WorkerQuerySet:
         """Workers whose `queues` include `queue` (exact name)."""
-        return self.filter(_json_list_has(self.model, "queues", validate_queue(queue), self.db))
+        return self.filter(json_list_has(self.model, "queues", validate_queue(queue), self.db))
 
     def purge(self, older_than: timedelta | None = None, *, batch_size: int = 1000) -> int:
         """Delete workers not seen for `older_than` (default `SCYLLA['RETENTION']`).
@@ -306,29 +306,6 @@ def _count_by_state(queryset: models.QuerySet[Any], *, worker_fallback: bool) ->
     for state, count in rows:
         counts[str(state)] = int(count)
     return counts
-
-
-def _json_list_has(model: type[models.Model], field_name: str, value: str, using: str) -> Q:
-    """`value` is an element of the JSON list in `field_name` (JSON containment; SQLite, which
-    has none in Django, looks through `json_each`)."""
-    if connections[using].vendor == "sqlite":
-        return Q(_sqlite_json_each(model, field_name, "json_each.value = %s", value))
-    return Q(**{f"{field_name}__contains": [value]})
-
-
-def _sqlite_json_each(
-    model: type[models.Model], field_name: str, condition: str, value: str
-) -> RawSQL:
-    """SQLite: some element of the JSON list in `field_name` meets `condition` (one %s)."""
-    quote = connections["default"].ops.quote_name
-    field = model._meta.get_field(field_name)
-    assert isinstance(field, models.Field) and field.column, field_name
-    column = f"{quote(model._meta.db_table)}.{quote(field.column)}"
-    return RawSQL(
-        f"EXISTS (SELECT 1 FROM json_each({column}) WHERE {condition})",
-        [value],
-        output_field=models.BooleanField(),
-    )
 
 
 MONITOR_PREFIX = "monitor-"
