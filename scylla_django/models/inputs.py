@@ -38,6 +38,7 @@ class SubmitDefaults:
 
     @classmethod
     def read(cls) -> SubmitDefaults:
+        """The defaults as the settings give them now."""
         return cls(scylla_settings.SPEC_SIZE_LIMIT, scylla_settings.DEFAULT_PRIORITY)
 
 
@@ -133,6 +134,7 @@ def validate_after(after: object) -> list[str]:
 
 
 def _validate_retry(value: object) -> dict[str, Any] | None:
+    """A task's own retry policy as stored: the JSON of a Retry, or None."""
     if value is None:
         return None
     if isinstance(value, retries.Retry):
@@ -145,6 +147,7 @@ def _validate_retry(value: object) -> dict[str, Any] | None:
 
 
 def _validate_not_before(value: object) -> datetime | None:
+    """A timezone-aware datetime, or None."""
     if value is None:
         return None
     if not isinstance(value, datetime):
@@ -155,6 +158,7 @@ def _validate_not_before(value: object) -> datetime | None:
 
 
 def _error_dict(exc: ValidationError) -> dict[str, list[str]]:
+    """The messages of `exc` by field (`__all__` for those of no field)."""
     if hasattr(exc, "error_dict"):
         return {k: [str(m) for e in v for m in e.messages] for k, v in exc.error_dict.items()}
     return {"__all__": list(exc.messages)}

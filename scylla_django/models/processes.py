@@ -197,6 +197,7 @@ class RegisteredProcess(models.Model):
 
     @property
     def name(self) -> str:
+        """The process's name: its prefix and its key (`worker-7`, `monitor-3`)."""
         return f"{self.prefix}{self.pk}"
 
     def stop(self) -> None:

@@ -578,6 +578,13 @@ class Task(models.Model):
         fence: Q | None = None,
         notify: tuple[str, str] | None = None,
     ) -> None:
+        """Make `operation` on this task: one conditional write of `values`, fenced by the
+        operation's source statuses (and by `fence`, and for a worker operation by owner and
+        attempts), with its History row; then refresh the fields `refresh` from the row.
+
+        `notify` is a (channel, field) pair: on PostgreSQL the statement notifies the channel
+        with that field's value. A write that matches no row raises the specific refusal.
+        """
         transition = TRANSITIONS[operation]
         name = worker_name(worker) if worker is not None else None
         using = self._state.db or "default"
@@ -636,6 +643,7 @@ class Task(models.Model):
 
     @property
     def is_terminal(self) -> bool:
+        """Completed, aborted or cancelled: no transition leads out of it."""
         return self.status in TERMINAL_STATUSES
 
     @property
