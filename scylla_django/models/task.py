@@ -379,7 +379,8 @@ class Task(models.Model):
     # The timeout of the current lease: a heartbeat given none extends the lease by this much.
     lease_length = models.DurationField(null=True, blank=True, editable=False)
     # Retry chains (scylla_django.retries): a retry is a new task, linked by rn to the task it
-    # follows and to the first task of its chain (null on that first task itself).
+    # follows and to the first task of its chain (the first task too, once it has a retry;
+    # null on a task never retried).
     retry_of = models.CharField(max_length=RN_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
     root = models.CharField(max_length=RN_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
     attempt = models.PositiveIntegerField(default=1)
