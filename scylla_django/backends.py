@@ -46,7 +46,7 @@ from django.utils.module_loading import autodiscover_modules, import_string
 from . import signals
 from .enums import EventType, Status
 from .exceptions import Abort
-from .handlers import _qualname, registry
+from .handlers import qualname, registry
 from .validation import validate_queue
 
 if TYPE_CHECKING:
@@ -273,10 +273,10 @@ if HAS_DJANGO_TASKS:
                     )
                     continue
                 existing = registry.get(queue)
-                if existing is not None and _qualname(existing) != _qualname(run_django_task):
+                if existing is not None and qualname(existing) != qualname(run_django_task):
                     yield checks.Error(
                         f"Queue {queue!r} is in TASKS[{self.alias!r}]['QUEUES'] and also has "
-                        f"the handler {_qualname(existing)}; a worker cannot serve it for both.",
+                        f"the handler {qualname(existing)}; a worker cannot serve it for both.",
                         hint="Use different queues for django.tasks and for @handler functions.",
                         id="scylla_django.E012",
                     )

@@ -80,14 +80,19 @@ def check_sqlite() -> Iterator[CheckMessage]:
 
 @system_check
 def check_schedules() -> Iterator[CheckMessage]:
-    """scylla_django.E010: a schedule in SCYLLA["SCHEDULES"] is invalid (one error each)."""
+    """scylla_django.W010: a schedule in SCYLLA["SCHEDULES"] is invalid (one warning each).
+
+    A warning, not an error: an error would stop every management command, workers included,
+    and workers do not run schedules. The monitor skips an invalid schedule, logs it and ticks
+    the others.
+    """
     user = getattr(settings, "SCYLLA", None) or {}
     if not isinstance(user, dict):
         return
     for name, problem in schedule_errors(user.get("SCHEDULES", {})).items():
-        yield Error(
+        yield Warning(
             f"SCYLLA['SCHEDULES'][{name!r}] is invalid: {problem}" if name else problem,
             hint='A schedule is {"cron": "0 3 * * *" or "every": "5m", "queue": ..., "spec": '
             '..., "timezone"?, "priority"?, "enabled"?, "catch_up"?, "skip_if_running"?}.',
-            id="scylla_django.E010",
+            id="scylla_django.W010",
         )

@@ -95,7 +95,8 @@ class Abort(Exception):
 
     `raise Abort("empty", "no rows matched", args={"day": 3})` aborts the task with the error
     `{"code": "empty", "args": {"day": 3}, "description": "no rows matched"}`. With
-    `retry=True` the error asks for a retry under the task's retry policy.
+    `retry=True` the error asks for a retry: under the task's retry policy, else its handler's,
+    else the default `Retry()`.
     """
 
     def __init__(

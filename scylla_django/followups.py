@@ -25,7 +25,7 @@ from django.db.models import Exists, OuterRef, Q, Subquery
 from . import db, signals
 from .db import Now
 from .enums import EventType, Status
-from .models import HELD, Dependency, History, Task, _later
+from .models import HELD, Dependency, History, Task, send_on_commit
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def release_followups(using: str = "default") -> FollowUpPass:
             Dependency.objects.using(using).filter(child_id__in=released_ids).delete()
     if released and signals.task_submitted.has_listeners(Task):
         for task in tasks.filter(pk__in=released_ids):
-            _later(signals.task_submitted, using, task=task)
+            send_on_commit(signals.task_submitted, using, task=task)
 
     failed = (
         Dependency.objects.using(using)
@@ -176,5 +176,5 @@ def _cancel_child(child_id: int, using: str) -> int:
         Dependency.objects.using(using).filter(child_id=child_id).delete()
     task = tasks.filter(pk=child_id).first()
     if task is not None:
-        _later(signals.task_finished, using, task=task, status=task.status)
+        send_on_commit(signals.task_finished, using, task=task, status=task.status)
     return 1

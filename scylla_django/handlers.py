@@ -92,10 +92,10 @@ class HandlerRegistry:
     def register(self, queue: str, func: Handler) -> None:
         queue = validate_queue(queue)
         existing = self._handlers.get(queue)
-        if existing is not None and _qualname(existing) != _qualname(func):
+        if existing is not None and qualname(existing) != qualname(func):
             raise HandlerAlreadyRegistered(
-                f"Queue {queue!r} already has the handler {_qualname(existing)}; "
-                f"cannot register {_qualname(func)} too."
+                f"Queue {queue!r} already has the handler {qualname(existing)}; "
+                f"cannot register {qualname(func)} too."
             )
         self._handlers[queue] = func
 
@@ -141,5 +141,6 @@ def autodiscover() -> None:
     autodiscover_modules("handlers")
 
 
-def _qualname(func: Handler) -> str:
+def qualname(func: Handler) -> str:
+    """The dotted name of `func` (module and qualified name), as error messages show it."""
     return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"

@@ -310,13 +310,6 @@ def _backoff_from_json(data: Mapping[str, Any]) -> Backoff:
     )
 
 
-def as_policy(value: Retry | Mapping[str, Any] | None) -> Retry | None:
-    """A Retry from a Retry, its JSON, or None."""
-    if value is None or isinstance(value, Retry):
-        return value
-    return Retry.from_json(value)
-
-
 # -- handler-level policies ---------------------------------------------------------------------
 
 _queue_policies: dict[str, Retry] = {}

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import uuid
 import zoneinfo
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,7 +37,7 @@ from . import db
 from .conf import scylla_settings
 from .db import Now
 from .enums import Status
-from .models import CatchUp, Schedule, Task, _later
+from .models import CatchUp, Schedule, Task, send_on_commit
 from .signals import task_submitted
 from .text import DurationError, positive_duration
 from .validation import FieldErrors, validate_json, validate_priority, validate_queue
@@ -178,24 +178,6 @@ def clean_definition(name: object, raw: object) -> Definition:
     )
 
 
-def definition_of(schedule: Schedule) -> Definition:
-    """The definition a Schedule row holds (validated)."""
-    raw: dict[str, Any] = {
-        "timezone": schedule.timezone,
-        "queue": schedule.queue,
-        "spec": schedule.spec,
-        "priority": schedule.priority,
-        "catch_up": schedule.catch_up,
-        "skip_if_running": schedule.skip_if_running,
-        "enabled": schedule.enabled,
-    }
-    if schedule.cron:
-        raw["cron"] = schedule.cron
-    if schedule.every is not None:
-        raw["every"] = schedule.every
-    return clean_definition(schedule.name, raw)
-
-
 # -- time ---------------------------------------------------------------------------------------
 
 
@@ -248,13 +230,17 @@ def tick_rn(schedule: Schedule, tick: datetime) -> str:
 
 
 def sync_from_settings(
-    definitions: Mapping[str, Definition], using: str = "default", now: datetime | None = None
+    definitions: Mapping[str, Definition],
+    using: str = "default",
+    now: datetime | None = None,
+    keep: Collection[str] = (),
 ) -> int:
     """Make the settings' schedules rows of Schedule; return how many rows were written.
 
     New names are created (enabled as the setting says), changed definitions updated and their
     next run recomputed; an operator's pause or resume in the admin is kept. Schedules that
-    came from settings and are no longer there are deleted. Safe to run from several monitors.
+    came from settings and are no longer there are deleted, except those named in `keep` (still
+    in the settings, but invalid there). Safe to run from several monitors.
     """
     manager = Schedule.objects.using(using)
     now = now or _database_now(using)
@@ -283,7 +269,11 @@ def sync_from_settings(
             from_settings=True, next_run=next_tick(definition, now), updated=Now(), **fields
         )
         written += changed
-    gone = [name for name, row in existing.items() if row.from_settings and name not in definitions]
+    gone = [
+        name
+        for name, row in existing.items()
+        if row.from_settings and name not in definitions and name not in keep
+    ]
     if gone:
         written += manager.filter(name__in=gone, from_settings=True).delete()[0]
     return written
@@ -307,7 +297,9 @@ class Tick:
     rn: str | None
 
 
-def tick(using: str = "default", now: datetime | None = None) -> list[Tick]:
+def tick(
+    using: str = "default", now: datetime | None = None, skip: Collection[str] = ()
+) -> list[Tick]:
     """Submit the task of every due tick of every enabled schedule; return what was done.
 
     `now` is the schedules' clock: the database's by default (a test passes a fake one). A
@@ -315,10 +307,12 @@ def tick(using: str = "default", now: datetime | None = None) -> list[Tick]:
     decides: `one` submits the latest missed tick only, `all` every missed tick (in
     transactions of up to `MAX_CATCH_UP`), `none` only a tick seen within `MISSED_AFTER` of its
     time. With `skip_if_running`, no tick is submitted while the previous tick's task is ready or
-    running.
+    running. The schedules named in `skip` are not ticked (invalid in the settings).
     """
     done: list[Tick] = []
     manager = Schedule.objects.using(using)
+    if skip:
+        manager = manager.exclude(name__in=sorted(skip))
     clock = now or _database_now(using)
     while True:
         with db.write_atomic(using):
@@ -370,7 +364,7 @@ def _tick_one(schedule: Schedule, now: datetime, using: str) -> list[Tick]:
     if not tasks:
         return [Tick(schedule.name, t, None) for t in chosen]
     for task in tasks:
-        _later(task_submitted, using, task=task)
+        send_on_commit(task_submitted, using, task=task)
     return [Tick(schedule.name, t, task.rn) for t, task in zip(chosen, tasks, strict=True)]
 
 
@@ -409,6 +403,28 @@ def schedule_errors(value: object) -> dict[str, str]:
                 for key, messages in getattr(exc, "message_dict", {"": exc.messages}).items()
             )
     return errors
+
+
+@dataclass(frozen=True)
+class SettingsSchedules:
+    """The schedules of `SCYLLA["SCHEDULES"]`: the `valid` ones, validated, and what is wrong
+    with each `invalid` one, by name (the name "" when the setting itself is not a dict)."""
+
+    valid: dict[str, Definition]
+    invalid: dict[str, str]
+
+
+def read_settings() -> SettingsSchedules:
+    """The schedules of `SCYLLA["SCHEDULES"]`, the valid ones apart from the invalid ones: the
+    monitor ticks the former and reports the latter, where `configured()` refuses them all."""
+    value = scylla_settings.SCHEDULES
+    invalid = schedule_errors(value)
+    if "" in invalid:
+        return SettingsSchedules({}, invalid)
+    valid = {
+        name: clean_definition(name, raw) for name, raw in value.items() if str(name) not in invalid
+    }
+    return SettingsSchedules(valid, invalid)
 
 
 def configured() -> dict[str, Definition]:

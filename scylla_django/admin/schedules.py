@@ -185,7 +185,7 @@ def chain(task: Task) -> SafeString | str:
         parts.append(format_html("previous: {}", task_link(task.retry_of)))
     if following:
         parts.append(format_html("next: {}", task_link(following)))
-    if task.root:
+    if task.root and task.root != task.rn:  # the first task of a chain is its own root
         parts.append(format_html("first: {}", task_link(task.root)))
     return format_html_join(" · ", "{}", ((p,) for p in parts))
 

@@ -3,8 +3,9 @@ dependencies and schedules. Import them from here: `from scylla_django.models im
 """
 
 from .dependencies import HELD, MAX_PARENTS, Dependency
-from .history import History, _later
+from .history import History
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions
+from .notices import send_on_commit
 from .outcomes import Outcome
 from .processes import (
     MONITOR_PREFIX,
@@ -57,7 +58,7 @@ __all__ = [
     "TaskQuerySet",
     "Worker",
     "WorkerQuerySet",
-    "_later",
+    "send_on_commit",
     "validate_max_running",
     "worker_id",
     "worker_name",

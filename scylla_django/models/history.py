@@ -1,20 +1,15 @@
-"""History: the events of a task's life, one row per transition; and the signals sent for
-them once they are committed."""
+"""History: the events of a task's life, one row per transition."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from functools import partial
 from typing import Any
 
-from django.db import models, transaction
-from django.dispatch import Signal
+from django.db import models
 
 from ..db import Now
-from ..enums import (
-    EventType,
-)
+from ..enums import EventType
 
 
 class History(models.Model):
@@ -34,7 +29,11 @@ class History(models.Model):
     class Meta:
         ordering = ["id"]
         verbose_name_plural = "history"
-        indexes = [models.Index(fields=["task", "id"], name="scylla_history_task_idx")]
+        indexes = [
+            models.Index(fields=["task", "id"], name="scylla_history_task_idx"),
+            # The dashboard's charts: events of some types in a time range, with their task.
+            models.Index(fields=["typ", "time", "task"], name="scylla_history_typ_time_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.typ} {self.worker or ''}".strip()
@@ -55,7 +54,7 @@ class History(models.Model):
         return entry
 
 
-def _finished_by(worker: str | None, pks: Sequence[int], using: str) -> set[int]:
+def finished_by(worker: str | None, pks: Sequence[int], using: str) -> set[int]:
     """The tasks among `pks` that `worker` itself completed or aborted (not the monitor)."""
     if worker is None or not pks:
         return set()
@@ -68,15 +67,3 @@ def _finished_by(worker: str | None, pks: Sequence[int], using: str) -> set[int]
         )
         .values_list("task_id", flat=True)
     )
-
-
-def _later(signal: Signal, using: str, *, task: models.Model, **kwargs: Any) -> None:
-    """Send `signal` for `task` once the current transaction commits (at once outside a
-    transaction), with the Task model as the sender.
-
-    Nothing is scheduled when no receiver is connected: leases and bulk submissions call this
-    once per task.
-    """
-    sender = task._meta.concrete_model
-    if signal.has_listeners(sender):
-        transaction.on_commit(partial(signal.send, sender=sender, task=task, **kwargs), using=using)

@@ -38,6 +38,7 @@ class SubmitDefaults:
 
     @classmethod
     def read(cls) -> SubmitDefaults:
+        """The defaults as the settings give them now."""
         return cls(scylla_settings.SPEC_SIZE_LIMIT, scylla_settings.DEFAULT_PRIORITY)
 
 
@@ -108,7 +109,8 @@ def new_rn() -> str:
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
 
-def _validate_after(after: object) -> list[str]:
+def validate_after(after: object) -> list[str]:
+    """The parents named by `after` (a list of 1..MAX_PARENTS rns), without repeats."""
     if isinstance(after, str) or not isinstance(after, Sequence):
         raise ValidationError(
             {"after": ValidationError("after is a list of task rns.", code="invalid_after")}
@@ -132,6 +134,7 @@ def _validate_after(after: object) -> list[str]:
 
 
 def _validate_retry(value: object) -> dict[str, Any] | None:
+    """A task's own retry policy as stored: the JSON of a Retry, or None."""
     if value is None:
         return None
     if isinstance(value, retries.Retry):
@@ -144,6 +147,7 @@ def _validate_retry(value: object) -> dict[str, Any] | None:
 
 
 def _validate_not_before(value: object) -> datetime | None:
+    """A timezone-aware datetime, or None."""
     if value is None:
         return None
     if not isinstance(value, datetime):
@@ -154,12 +158,14 @@ def _validate_not_before(value: object) -> datetime | None:
 
 
 def _error_dict(exc: ValidationError) -> dict[str, list[str]]:
+    """The messages of `exc` by field (`__all__` for those of no field)."""
     if hasattr(exc, "error_dict"):
         return {k: [str(m) for e in v for m in e.messages] for k, v in exc.error_dict.items()}
     return {"__all__": list(exc.messages)}
 
 
-def _terminal_statuses(statuses: Iterable[str] | None) -> list[str]:
+def validate_terminal_statuses(statuses: Iterable[str] | None) -> list[str]:
+    """The statuses to purge: all terminal ones by default; ValidationError for another."""
     if statuses is None:
         return sorted(TERMINAL_STATUSES)
     chosen = sorted(set(statuses))

@@ -1,8 +1,11 @@
-"""The monitor's set operation on expired leases: reset them, or abort the tasks that ran out
-of attempts."""
+"""The monitor's set operations: expired leases reset (or their tasks aborted once they ran out
+of attempts), and terminal tasks past their retention purged, in batches.
+
+`TaskQuerySet.reset_expired` and `purge` are these functions."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import connections, models
@@ -11,8 +14,45 @@ from django.db.models import Max
 from .. import db, signals
 from ..conf import scylla_settings
 from ..enums import TRANSITIONS, EventType, Operation, event, sources
-from .history import History, _later
+from .history import History
+from .notices import send_on_commit
 from .successors import follow_with_retries
+
+
+def reset_expired(tasks: models.QuerySet[Any], batch_size: int | None = None) -> int:
+    """Reset or abort every expired lease among `tasks`, a batch per transaction; return how
+    many (see `TaskQuerySet.reset_expired`)."""
+    size = batch_size or scylla_settings.RESET_BATCH_SIZE
+    total = 0
+    while True:
+        done = reset_batch(tasks, size)
+        total += done
+        if done < size:
+            return total
+
+
+def purge(
+    candidates: models.QuerySet[Any],
+    *,
+    batch_size: int | None = None,
+    on_batch: Callable[[int], object] | None = None,
+) -> int:
+    """Delete the `candidates` that are still terminal (and their History), a batch per
+    transaction, loading no row; return how many (see `TaskQuerySet.purge`)."""
+    size = batch_size or scylla_settings.PURGE_BATCH_SIZE
+    terminal = candidates.model.objects.using(candidates.db).terminal()
+    total = 0
+    while True:
+        with db.write_atomic(candidates.db):
+            ids = list(candidates.order_by().values_list("pk", flat=True)[:size])
+            if not ids:
+                return total
+            deleted: int = terminal.filter(pk__in=ids).delete()[0]
+        total += deleted
+        if on_batch is not None:
+            on_batch(deleted)
+        if len(ids) < size:
+            return total
 
 
 def reset_batch(tasks: models.QuerySet[Any], size: int) -> int:
@@ -84,5 +124,5 @@ def reset_batch(tasks: models.QuerySet[Any], size: int) -> int:
     if any(s.has_listeners(tasks.model) for s in (signals.task_reset, signals.task_finished)):
         for task in manager.filter(pk__in=ids):
             signal = signals.task_finished if task.pk in exhausted else signals.task_reset
-            _later(signal, tasks.db, task=task, status=task.status)
+            send_on_commit(signal, tasks.db, task=task, status=task.status)
     return len(rows)

@@ -198,6 +198,7 @@ class RegisteredProcess(models.Model):
 
     @property
     def name(self) -> str:
+        """The process's name: its prefix and its key (`worker-7`, `monitor-3`)."""
         return f"{self.prefix}{self.pk}"
 
     def stop(self) -> None:
@@ -307,11 +308,6 @@ def _count_by_state(queryset: models.QuerySet[Any], *, worker_fallback: bool) ->
     for state, count in rows:
         counts[str(state)] = int(count)
     return counts
-
-
-# The name `models/task.py` still imports for its error-code filter, which
-# `db.json_list_contains(model, "errors", {"code": code}, using)` replaces.
-_sqlite_json_each = db.sqlite_json_each
 
 
 MONITOR_PREFIX = "monitor-"

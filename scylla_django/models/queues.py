@@ -94,7 +94,7 @@ class QueueSetting(models.Model):
         return f"{self.queue} ({state}{limit})"
 
 
-def _due() -> Q:
+def due() -> Q:
     """A task whose `not_before` has passed (or that has none): leasable if it is ready."""
     return Q(not_before__isnull=True) | Q(not_before__lte=Now())
 
@@ -140,7 +140,7 @@ def queue_summaries(tasks: models.QuerySet[Any]) -> list[QueueSummary]:
     ):
         # Ready tasks are counted below, split into leasable and scheduled.
         row(queue)[status] = 0 if status == Status.READY else n
-    leasable = _due()
+    leasable = due()
     since = models.Min(_waiting_since(), filter=leasable)
     ready = (
         tasks.filter(status=Status.READY)
@@ -170,7 +170,7 @@ def ready_summary(tasks: models.QuerySet[Any]) -> dict[str, tuple[int, timedelta
     waited (since it was created, or since its `not_before` if later; None while every
     ready task still waits for its `not_before`). One query over the ready-task index,
     on the database clock."""
-    leasable = _due()
+    leasable = due()
     waiting_since = _waiting_since()
     rows = (
         tasks.filter(status=Status.READY)

@@ -16,7 +16,7 @@ from ..exceptions import (
     TaskCancelled,
     TaskNotFound,
 )
-from .history import _finished_by
+from .history import finished_by
 
 
 def refusal_errors(
@@ -34,7 +34,7 @@ def refusal_errors(
         .filter(pk__in=list(leases))
         .values_list("pk", "rn", "status", "owner", "attempts")
     }
-    finished = _finished_by(name, list(current), tasks.db)
+    finished = finished_by(name, list(current), tasks.db)
     errors: dict[int, ScyllaError] = {}
     for pk, attempts in leases.items():
         if pk not in current:

@@ -1,7 +1,13 @@
-"""The next attempt of an aborted task, under its retry policy (`scylla_django.retries`)."""
+"""Successors: the next attempt of an aborted task, under its retry policy
+(`scylla_django.retries`) or by hand, and the follow-ups that wait for it instead.
+
+Every task of a retry chain names the chain's first task in `root`, the first task included
+(it gets its own rn there when its first retry is submitted).
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,19 +17,29 @@ from django.db.models import Q
 from .. import db, retries, signals
 from ..db import inserts
 from ..enums import Status
+from ..exceptions import DuplicateTask, InvalidTransition, TaskNotFound
+from ..text import format_duration, plural
 from .dependencies import Dependency
-from .history import _later
+from .notices import send_on_commit
+
+logger = logging.getLogger("scylla_django")
 
 
-def follow_with_retries(manager: models.QuerySet[Any], ids: set[int]) -> None:
+def follow_with_retries(
+    manager: models.QuerySet[Any], ids: set[int], requested: set[int] | None = None
+) -> None:
     """Follow the tasks `ids` just aborted (by a worker, or for `max_attempts_exceeded`) by
-    their next attempt where a retry policy covers the abort. Call it in the aborting
-    transaction; only tasks with a policy of their own or of their queue's handler are read.
+    their next attempt where a retry policy covers the abort, or where the abort asks for a
+    retry itself (`requested`: an error with `"retry": true`). Call it in the aborting
+    transaction; only tasks with a policy of their own or of their queue's handler, and the
+    `requested` ones, are read.
     """
     if not ids:
         return
     candidates = manager.filter(pk__in=ids, status=Status.ABORTED).filter(
-        Q(retry_policy__isnull=False) | Q(queue__in=retries.policy_queues())
+        Q(retry_policy__isnull=False)
+        | Q(queue__in=retries.policy_queues())
+        | Q(pk__in=sorted(requested or ()))
     )
     for task in candidates:
         policy = retry_decision(task, task.errors, None)
@@ -34,15 +50,27 @@ def follow_with_retries(manager: models.QuerySet[Any], ids: set[int]) -> None:
 def retry_decision(
     task: Any, errors: Sequence[Mapping[str, Any]], retry: bool | None
 ) -> retries.Retry | None:
-    """The policy under which this abort is followed by a retry, or None."""
+    """The policy under which this abort is followed by a retry, or None.
+
+    A retry is asked for by `retry=True` (`Task.abort`, the HTTP abort's `"retry": true`) or by
+    an error that says `"retry": true` (`Abort(..., retry=True)` in a handler), and is made
+    under the task's policy, else its handler's, else the default `Retry()`. Without such a
+    request a policy must cover the errors; `retry=False` never retries. A chain that has used
+    up its policy's attempts is logged as given up.
+    """
     if retry is False:
         return None
+    if retry is None and retries.retry_requested(errors):
+        retry = True
     policy = retries.policy_for(task.queue, task.retry_policy)
     if retry is True:
         policy = policy or retries.Retry()
     elif policy is None or not policy.covers(errors):
         return None
-    return policy if policy.allows(task.attempt) else None
+    if policy.allows(task.attempt):
+        return policy
+    logger.info("%s failed: gave up after %s", task.rn, plural(task.attempt, "attempt"))
+    return None
 
 
 def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
@@ -50,24 +78,29 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
 
     Called in the transaction that aborted the task, so `updated` is the abort time on the
     database clock; the retry waits the policy's backoff from then (no wait without one).
-    Follow-ups waiting for this task wait for the retry instead.
+    The first task of a chain becomes its own `root`. Follow-ups waiting for this task wait for
+    the retry instead.
     """
-    root = task.root or task.rn
+    model = type(task)
+    manager = model._default_manager.using(using)
+    if task.root is None:
+        manager.filter(pk=task.pk, root__isnull=True).update(root=task.rn)
+        task.root = task.rn
+    root = task.root
     attempt = task.attempt + 1
-    not_before = None if policy is None else task.updated + policy.delay(task.attempt)
+    delay = None if policy is None else policy.delay(task.attempt)
     values = dict(
         rn=retries.successor_rn(root, attempt),
         queue=task.queue,
         spec=task.spec,
         priority=task.priority,
-        not_before=not_before,
+        not_before=None if delay is None else task.updated + delay,
         retry_of=task.rn,
         root=root,
         attempt=attempt,
         retry_policy=task.retry_policy,
     )
-    successor = type(task)(**values)
-    manager = type(task)._default_manager.using(using)
+    successor = model(**values)
     # The unique rn (and one retry per task) make a second successor impossible.
     created: Any
     if db.uses_single_statement_transitions(connections[using]):
@@ -87,5 +120,37 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
     Dependency.objects.using(using).filter(parent_id=task.pk).update(
         parent_id=created.pk, parent_rn=created.rn
     )
-    _later(signals.task_submitted, using, task=created)
+    if policy is not None and delay is not None:
+        logger.info(
+            "%s failed: retry %d of %d in %s",
+            task.rn,
+            attempt,
+            policy.max_attempts,
+            format_duration(delay),
+        )
+    send_on_commit(signals.task_submitted, using, task=created)
     return created
+
+
+def resubmit(task: Any) -> Any:
+    """Resubmit this aborted or cancelled task by hand: see `Task.retry`."""
+    using = task._state.db or "default"
+    manager = type(task)._default_manager.using(using)
+    with db.write_atomic(using):
+        status = manager.filter(pk=task.pk).values_list("status", flat=True).first()
+        if status is None:
+            raise TaskNotFound(f"No task has rn {task.rn!r}.", rn=task.rn)
+        if status not in (Status.ABORTED, Status.CANCELLED):
+            raise InvalidTransition(
+                f"Only an aborted or cancelled task can be retried; {task.rn} is {status}.",
+                rn=task.rn,
+                status=status,
+            )
+        existing = manager.filter(retry_of=task.rn).values_list("rn", flat=True).first()
+        if existing is not None:
+            raise DuplicateTask(f"Task {task.rn} was already retried as {existing}.", rn=existing)
+        successor = submit_retry(task, None, using)
+        if successor is None:
+            rn = retries.successor_rn(task.root or task.rn, task.attempt + 1)
+            raise DuplicateTask(f"A task with rn {rn!r} exists.", rn=rn)
+        return successor

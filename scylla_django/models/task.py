@@ -2,21 +2,26 @@
 machine of `enums.TRANSITIONS` (README, "How it stays correct"): each transition is one
 conditional write on the database clock, fenced by status (and by the lease, owner and attempt,
 for worker operations), with its History row in the same transaction.
+
+The set operations that take more than one statement live in rooms of their own, each named
+after its concept, and the queryset methods here are their public face: `submission` (submit,
+submit_many), `finishing` (finish_many, finish_and_lease), `successors` (retries),
+`maintenance` (reset_expired, purge), `portable` (lease and finish off PostgreSQL).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
-from typing import Any, ClassVar, Literal, Unpack, cast
+from datetime import timedelta
+from typing import Any, ClassVar, Unpack
 
-from django.db import IntegrityError, connections, models, transaction
+from django.db import connections, models, transaction
 from django.db.models import Case, Exists, F, FloatField, Q, Value, When
 from django.utils import timezone
 
-from .. import db, retries, signals, validation
+from .. import db, signals, validation
 from ..conf import scylla_settings
-from ..db import Clock, Now, inserts
+from ..db import Clock, Now
 from ..enums import (
     TERMINAL_STATUSES,
     TRANSITIONS,
@@ -26,7 +31,7 @@ from ..enums import (
     event,
     sources,
 )
-from ..exceptions import DuplicateTask, InvalidTransition, ScyllaError, TaskNotFound, WorkerNotFound
+from ..exceptions import InvalidTransition, ScyllaError, TaskNotFound, WorkerNotFound
 from ..validation import (
     QUEUE_MAX_LENGTH,
     RN_MAX_LENGTH,
@@ -40,22 +45,15 @@ from ..validation import (
     validate_queues,
     validate_timeout,
 )
-from . import maintenance, portable, successors
-from .dependencies import HELD, Dependency
-from .history import History, _later
-from .inputs import (
-    BulkSubmission,
-    SubmitOutcome,
-    TaskOptions,
-    _terminal_statuses,
-    _validate_after,
-    task_values,
-    task_values_from,
-)
-from .outcomes import Outcome, outcome_rows
-from .processes import Worker, _sqlite_json_each, worker_id, worker_name
-from .queues import QueueSetting, QueueSummary, _due, queue_summaries, ready_summary
+from . import finishing, maintenance, portable, submission, successors
+from .history import History
+from .inputs import SubmitOutcome, TaskOptions, task_values, validate_terminal_statuses
+from .notices import send_on_commit
+from .outcomes import Outcome
+from .processes import Worker, worker_id, worker_name
+from .queues import QueueSummary, due, queue_summaries, ready_summary
 from .refusals import lease_reset_refusal, refusal_errors
+from .tables import tables
 
 # What a form says of an rn that is taken (the constraint on Task.rn).
 _RN_TAKEN = "A task with this rn exists."
@@ -72,7 +70,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
     def ready(self, queues: Sequence[str] | None = None) -> TaskQuerySet:
         """Ready tasks whose `not_before` has passed, optionally on `queues` (exact names)."""
-        qs = self.filter(status=Status.READY).filter(_due())
+        qs = self.filter(status=Status.READY).filter(due())
         return qs.filter(queue__in=list(queues)) if queues is not None else qs
 
     def queue_summaries(self) -> list[QueueSummary]:
@@ -84,6 +82,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         return self.filter(status=Status.RUNNING, deadline__lt=Now())
 
     def terminal(self) -> TaskQuerySet:
+        """Completed, aborted and cancelled tasks."""
         return self.filter(status__in=sorted(TERMINAL_STATUSES))
 
     def get_by_rn(self, rn: str) -> Task:
@@ -112,59 +111,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         On PostgreSQL a task without `after` is one statement (one round trip in autocommit)
         that also detects the duplicate rn and notifies listening workers.
         """
-        values = task_values(queue, spec, **options)
-        if after is not None:
-            return self._submit_after(self.model(**values), after)
-        if db.uses_single_statement_transitions(connections[self.db]):
-            inserted = inserts.postgresql_submit(self, values)
-            if inserted is None:
-                raise DuplicateTask(f"A task with rn {values['rn']!r} exists.", rn=values["rn"])
-            pk, created, updated = inserted
-            task = self.model.inserted(self.db, values, id=pk, created=created, updated=updated)
-            _later(signals.task_submitted, self.db, task=task)
-            return task
-        task = self.model(**values)
-        self._insert_new(task)
-        _later(signals.task_submitted, self.db, task=task)
-        return task
-
-    def _insert_new(self, task: Task) -> None:
-        """Insert `task` (in a savepoint); DuplicateTask if its rn exists."""
-        try:
-            with transaction.atomic(using=self.db):
-                task.save(force_insert=True, using=self.db)
-        except IntegrityError as exc:
-            if self.filter(rn=task.rn).exists():
-                raise DuplicateTask(f"A task with rn {task.rn!r} exists.", rn=task.rn) from exc
-            raise
-
-    def _submit_after(self, task: Task, after: Sequence[str]) -> Task:
-        """Insert `task` held until the tasks named by `after` have completed (a follow-up)."""
-        parents = _validate_after(after)
-        release_at, task.not_before = task.not_before, HELD
-        with db.write_atomic(self.db):
-            found: dict[str, int] = {}
-            for start in range(0, len(parents), 500):
-                chunk = parents[start : start + 500]
-                found.update(
-                    self.model.objects.using(self.db).filter(rn__in=chunk).values_list("rn", "pk")
-                )
-            missing = [rn for rn in parents if rn not in found]
-            if missing:
-                raise TaskNotFound(
-                    f"after: no task has rn {missing[0]!r} ({len(missing)} unknown).",
-                    rn=missing[0],
-                )
-            self._insert_new(task)
-            Dependency.objects.using(self.db).bulk_create(
-                (
-                    Dependency(child=task, parent_id=found[rn], parent_rn=rn, release_at=release_at)
-                    for rn in parents
-                ),
-                batch_size=1000,
-            )
-        _later(signals.task_submitted, self.db, task=task)
-        return task
+        return submission.submit(self, queue, spec, after=after, **options)
 
     def submit_many(self, items: Iterable[Mapping[str, Any]]) -> list[SubmitOutcome]:
         """Submit several tasks at once; return one outcome per item, in order.
@@ -176,37 +123,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         `inserts.SUBMIT_CHUNK` tasks one pipeline of them, each chunk sent as soon as it is
         validated.
         """
-        batch = BulkSubmission(items)
-        inserted: set[str] = set()
-        connection = connections[self.db]
-        if db.uses_single_statement_transitions(connection):
-            # Validated a chunk at a time as the statements go out (see there).
-            inserted = inserts.postgresql_submit_many(self, batch.chunks(inserts.SUBMIT_CHUNK))
-        elif inserts.can_insert_returning_on_conflict(connection):
-            with db.write_atomic(self.db):
-                for chunk in batch.chunks(500):
-                    new = [self.model(**values) for values in chunk]
-                    inserted |= inserts.insert_ignoring_duplicates(self, new)
-        else:
-            with db.write_atomic(self.db):
-                for chunk in batch.chunks(500):
-                    for values in chunk:
-                        try:
-                            with transaction.atomic(using=self.db):
-                                self.model(**values).save(force_insert=True, using=self.db)
-                            inserted.add(values["rn"])
-                        except IntegrityError:
-                            pass
-        outcomes, pending = batch.outcomes, batch.pending
-        notify = signals.task_submitted.has_listeners(Task)
-        for index, values in pending:
-            status: Literal["inserted", "duplicate"] = (
-                "inserted" if values["rn"] in inserted else "duplicate"
-            )
-            outcomes[index] = SubmitOutcome(index, values["rn"], status)
-            if status == "inserted" and notify:
-                _later(signals.task_submitted, self.db, task=self.model(**values))
-        return [outcomes[i] for i in sorted(outcomes)]
+        return submission.submit_many(self, items)
 
     # -- leasing ----------------------------------------------------------------------------
 
@@ -250,7 +167,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
             raise WorkerNotFound(f"No registered, running worker is called {name!r}.")
         tasks = leased
         for task in tasks:
-            _later(signals.task_leased, self.db, task=task)
+            send_on_commit(signals.task_leased, self.db, task=task)
         return tasks
 
     # -- clients ----------------------------------------------------------------------------
@@ -290,7 +207,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 )
         if signals.task_finished.has_listeners(Task):
             for task in manager.filter(pk__in=ids):
-                _later(signals.task_finished, self.db, task=task, status=task.status)
+                send_on_commit(signals.task_finished, self.db, task=task, status=task.status)
         return cancelled
 
     # -- monitor ----------------------------------------------------------------------------
@@ -304,13 +221,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         assignments is aborted with the error `max_attempts_exceeded` instead. Any number of
         monitors may run this at once: each expiry is handled exactly once.
         """
-        size = batch_size or scylla_settings.RESET_BATCH_SIZE
-        total = 0
-        while True:
-            done = maintenance.reset_batch(self, size)
-            total += done
-            if done < size:
-                return total
+        return maintenance.reset_expired(self, batch_size)
 
     def purgeable(
         self,
@@ -320,7 +231,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
     ) -> TaskQuerySet:
         """Terminal tasks not updated for `older_than` (default `SCYLLA['RETENTION']`)."""
         age = validate_timeout(scylla_settings.RETENTION if older_than is None else older_than)
-        chosen = _terminal_statuses(statuses)
+        chosen = validate_terminal_statuses(statuses)
         qs = self.filter(status__in=chosen, updated__lt=db.now_plus(-age))
         return qs.filter(queue=validate_queue(queue)) if queue is not None else qs
 
@@ -340,21 +251,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
         tasks are ever deleted: `statuses` must be a subset of completed/aborted/cancelled.
         `on_batch(n)` is called after each committed batch with the number it deleted.
         """
-        size = batch_size or scylla_settings.PURGE_BATCH_SIZE
-        candidates = self.purgeable(older_than, statuses, queue)
-        terminal = self.model.objects.using(self.db).terminal()
-        total = 0
-        while True:
-            with db.write_atomic(self.db):
-                ids = list(candidates.order_by().values_list("pk", flat=True)[:size])
-                if not ids:
-                    return total
-                deleted = terminal.filter(pk__in=ids).delete()[0]
-            total += deleted
-            if on_batch is not None:
-                on_batch(deleted)
-            if len(ids) < size:
-                return total
+        return maintenance.purge(
+            self.purgeable(older_than, statuses, queue), batch_size=batch_size, on_batch=on_batch
+        )
 
     def delete(self) -> tuple[int, dict[str, int]]:
         """Delete these tasks and their History; the count covers tasks only.
@@ -378,13 +277,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
     def with_error_code(self, code: str) -> TaskQuerySet:
         """Tasks that recorded an error with this `code` (in any entry of `errors`)."""
-        if connections[self.db].vendor == "sqlite":
-            return self.filter(
-                _sqlite_json_each(
-                    self.model, "errors", "json_extract(json_each.value, '$.code') = %s", code
-                )
-            )
-        return self.filter(errors__contains=[{"code": code}])
+        return self.filter(db.json_list_contains(self.model, "errors", {"code": code}, self.db))
 
     # -- worker set operations --------------------------------------------------------------
 
@@ -434,26 +327,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         row in the same transaction (on PostgreSQL, in the same statement). A pk missing from the
         result was not written: `refusals()` says why.
         """
-        return self._finish_outcomes(worker_name(worker), outcomes, outcome_rows(outcomes))
-
-    def _finish_outcomes(
-        self, name: str, outcomes: Sequence[Outcome], rows: list[dict[str, Any]]
-    ) -> set[int]:
-        """`finish_many` of `outcomes`, whose `rows` are already built."""
-        if not rows:
-            return set()
-        aborted = {row["id"] for row in rows if row["errors"] is not None}
-        if aborted:
-            # A retry policy may follow an abort by its next attempt: in the same transaction.
-            with db.write_atomic(self.db):
-                done = self._finish_rows(name, rows)
-                successors.follow_with_retries(
-                    self.model.objects.using(self.db), done.keys() & aborted
-                )
-        else:
-            done = self._finish_rows(name, rows)
-        self._finished(outcomes, rows, done)
-        return set(done)
+        return finishing.finish_many(self, worker_name(worker), outcomes)
 
     def finish_and_lease(
         self,
@@ -472,76 +346,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         finished tasks and the leased ones change status together. A worker that may not lease
         (unregistered, stopped) leases nothing here; `lease()` raises WorkerNotFound for it.
         """
-        name = worker_name(worker)
-        queues = validate_queues(queues)
-        limit = validate_limit(limit)
-        lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
-        rows = outcome_rows(outcomes)
-        pk = validation.worker_id(name)
-        single = db.uses_single_statement_transitions(connections[self.db])
-        if not single or pk is None or not rows or any(r["errors"] is not None for r in rows):
-            finished = self._finish_outcomes(name, outcomes, rows)
-            try:
-                return finished, self.lease(worker, queues, limit=limit, timeout=lease_for)
-            except WorkerNotFound:
-                return finished, []
-        done, leased = db.postgresql_lease(
-            TABLES,
-            self.db,
-            worker_id=pk,
-            worker=name,
-            queues=queues,
-            limit=limit,
-            timeout=lease_for,
-            finish=rows,
-        )
-        tasks = leased or []
-        self._finished(outcomes, rows, done)
-        for task in tasks:
-            _later(signals.task_leased, self.db, task=task)
-        return set(done), tasks
-
-    def _finished(
-        self, outcomes: Sequence[Outcome], rows: list[dict[str, Any]], done: Mapping[int, datetime]
-    ) -> None:
-        """Send `task_finished` for the tasks written from `rows` (`done`: their pks, each with
-        its `updated`), as written, each with its handler's run time.
-
-        An outcome that carries its task (as the worker's do) gets that instance updated in
-        place, with no query; the others are read back, in one query.
-        """
-        if not done or not signals.task_finished.has_listeners(Task):
-            return
-        written = {row["id"]: row for row in rows if row["id"] in done}
-        missing = [o.pk for o in outcomes if o.pk in written and o.task is None]
-        read = self.model.objects.using(self.db).in_bulk(missing) if missing else {}
-        for outcome in outcomes:
-            row = written.pop(outcome.pk, None)
-            if row is None:
-                continue
-            task = cast(Task | None, outcome.task)
-            if task is None:
-                task = read.get(outcome.pk)
-                if task is None:  # purged since: nothing left to describe
-                    continue
-            else:
-                task.status, task.deadline, task.updated = row["status"], None, done[outcome.pk]
-                if row["errors"] is None:
-                    task.progress, task.result = 1.0, row["result"]
-                else:
-                    task.errors = row["errors"]
-            _later(
-                signals.task_finished,
-                self.db,
-                task=task,
-                status=task.status,
-                duration=outcome.duration,
-            )
-
-    def _finish_rows(self, name: str, rows: list[dict[str, Any]]) -> dict[int, datetime]:
-        if db.uses_single_statement_transitions(connections[self.db]):
-            return db.postgresql_finish(TABLES, self.db, name, rows)
-        return portable.finish(self, name, rows)
+        return finishing.finish_and_lease(self, worker, outcomes, queues, limit, timeout)
 
     def refusals(self, worker: Worker | str, leases: Mapping[int, int]) -> dict[int, ScyllaError]:
         """Why `worker` no longer holds these leases (task pk → attempts), one error per pk:
@@ -574,7 +379,8 @@ class Task(models.Model):
     # The timeout of the current lease: a heartbeat given none extends the lease by this much.
     lease_length = models.DurationField(null=True, blank=True, editable=False)
     # Retry chains (scylla_django.retries): a retry is a new task, linked by rn to the task it
-    # follows and to the first task of its chain (null on that first task itself).
+    # follows and to the first task of its chain (the first task too, once it has a retry;
+    # null on a task never retried).
     retry_of = models.CharField(max_length=RN_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
     root = models.CharField(max_length=RN_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
     attempt = models.PositiveIntegerField(default=1)
@@ -672,11 +478,6 @@ class Task(models.Model):
         ]
         return cls.from_db(using, (), row)
 
-    @classmethod
-    def build_from(cls, item: Mapping[str, Any]) -> Task:
-        """`build()` from a mapping, rejecting unknown keys (as a bulk submission item)."""
-        return cls(**task_values_from(item))
-
     # -- transitions ------------------------------------------------------------------------
 
     def heartbeat(
@@ -743,28 +544,8 @@ class Task(models.Model):
         InvalidTransition unless the task is aborted or cancelled, DuplicateTask if it was
         already followed by a retry.
         """
-        using = self._state.db or "default"
-        manager = Task.objects.using(using)
-        with db.write_atomic(using):
-            status = manager.filter(pk=self.pk).values_list("status", flat=True).first()
-            if status is None:
-                raise TaskNotFound(f"No task has rn {self.rn!r}.", rn=self.rn)
-            if status not in (Status.ABORTED, Status.CANCELLED):
-                raise InvalidTransition(
-                    f"Only an aborted or cancelled task can be retried; {self.rn} is {status}.",
-                    rn=self.rn,
-                    status=status,
-                )
-            existing = manager.filter(retry_of=self.rn).values_list("rn", flat=True).first()
-            if existing is not None:
-                raise DuplicateTask(
-                    f"Task {self.rn} was already retried as {existing}.", rn=existing
-                )
-            successor: Task | None = successors.submit_retry(self, None, using)
-            if successor is None:
-                rn = retries.successor_rn(self.root or self.rn, self.attempt + 1)
-                raise DuplicateTask(f"A task with rn {rn!r} exists.", rn=rn)
-            return successor
+        successor: Task = successors.resubmit(self)
+        return successor
 
     def yield_lease(self, worker: Worker | str) -> None:
         """Give the task back: `deadline = now - 1 s` and a TaskYield{worker, progress} row.
@@ -798,6 +579,13 @@ class Task(models.Model):
         fence: Q | None = None,
         notify: tuple[str, str] | None = None,
     ) -> None:
+        """Make `operation` on this task: one conditional write of `values`, fenced by the
+        operation's source statuses (and by `fence`, and for a worker operation by owner and
+        attempts), with its History row; then refresh the fields `refresh` from the row.
+
+        `notify` is a (channel, field) pair: on PostgreSQL the statement notifies the channel
+        with that field's value. A write that matches no row raises the specific refusal.
+        """
         transition = TRANSITIONS[operation]
         name = worker_name(worker) if worker is not None else None
         using = self._state.db or "default"
@@ -833,7 +621,7 @@ class Task(models.Model):
                         time=self.updated,
                     )
         if transition.target in TERMINAL_STATUSES:
-            _later(signals.task_finished, using, task=self, status=self.status)
+            send_on_commit(signals.task_finished, using, task=self, status=self.status)
 
     def _refusal(self, operation: Operation, worker: str | None, using: str) -> Exception:
         """The specific error for a conditional write that matched no row."""
@@ -856,6 +644,7 @@ class Task(models.Model):
 
     @property
     def is_terminal(self) -> bool:
+        """Completed, aborted or cancelled: no transition leads out of it."""
         return self.status in TERMINAL_STATUSES
 
     @property
@@ -907,8 +696,8 @@ class Task(models.Model):
             self.refresh_from_db(
                 using=using, fields=["status", "owner", "deadline", "progress", "updated"]
             )
-        _later(signals.task_reset, using, task=self, status=self.status)
+        send_on_commit(signals.task_reset, using, task=self, status=self.status)
 
 
-TABLES = db.Tables(task=Task, history=History, worker=Worker, queue_setting=QueueSetting)
+TABLES = tables(Task)
 """The models the PostgreSQL lease and finish statements name (`db.Tables`)."""

@@ -95,6 +95,8 @@ def test_retry_selected_and_the_chain(admin_user, worker):
     assert successor.status == Status.READY
     assert "next: <a" in chain(Task.objects.get(rn="x"))
     assert "previous: <a" in chain(successor) and "attempt 2" in chain(successor)
+    assert "first: <a" in chain(successor)
+    assert "first:" not in chain(Task.objects.get(rn="x"))  # its own root: no link to itself
 
 
 def test_upcoming_lists_the_next_runs_soonest_first(schedule):

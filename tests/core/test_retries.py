@@ -127,10 +127,13 @@ def test_the_chain_stops_at_max_attempts_and_keeps_its_root(worker):
     assert rns == ["c", "c:retry-2", "c:retry-3"]
     chain = Task.objects.filter(rn__in=rns).order_by("attempt")
     assert [(t.attempt, t.root, t.retry_of) for t in chain] == [
-        (1, None, None),
+        (1, "c", None),
         (2, "c", "c"),
         (3, "c", "c:retry-2"),
     ]
+    # The first task is part of its chain: one filter finds them all.
+    chain_by_root = Task.objects.filter(root="c").order_by("attempt")
+    assert list(chain_by_root.values_list("rn", flat=True)) == rns
 
 
 def test_no_policy_no_retry_and_retry_false_wins(worker):
@@ -148,6 +151,45 @@ def test_retry_true_retries_without_a_policy(worker):
     )
     assert successor is not None and successor.retry_of == "plain"
     assert successor.not_before is not None  # the default policy's backoff
+
+
+def test_an_abort_whose_error_asks_for_a_retry_retries_without_a_policy(registry, worker):
+    """`raise Abort(..., retry=True)` means what `abort(..., retry=True)` means: a retry under
+    the task's policy, else the default `Retry()`; through the worker's outcomes too."""
+
+    @handler("r-asked", registry=registry)
+    def asked(ctx):
+        raise Abort("busy", "come back", retry=True)
+
+    Task.objects.submit("r-asked", {}, rn="asked")
+    TaskWorker(["r-asked"], registry=registry).run(once=True)
+    successor = Task.objects.get(retry_of="asked")
+    assert (successor.root, successor.attempt) == ("asked", 2)
+    assert successor.not_before is not None  # the default policy's backoff
+
+    Task.objects.submit("default", {}, rn="direct")
+    task = leased(worker)
+    successor = task.abort(worker, [Abort("busy", retry=True).as_error()])
+    assert successor is not None and successor.retry_of == "direct"
+
+
+def test_an_outcome_asking_for_a_retry_is_followed_by_one(worker):
+    Task.objects.submit("default", {}, rn="batch-asked")
+    task = leased(worker)
+    error = Abort("busy", retry=True).as_error()
+    assert Task.objects.finish_many(worker, [Outcome(task.pk, task.attempts, errors=[error])])
+    assert Task.objects.filter(retry_of="batch-asked", root="batch-asked").exists()
+    assert Task.objects.get(rn="batch-asked").root == "batch-asked"
+
+
+def test_a_retried_failure_and_the_final_one_log_different_lines(worker, caplog):
+    caplog.set_level("INFO", logger="scylla_django")
+    Task.objects.submit("default", {}, rn="logged", retry=Retry(max_attempts=2, backoff=Fixed(4)))
+    leased(worker).abort(worker, [exception_error(ValueError())])
+    assert "logged failed: retry 2 of 2 in 4 seconds" in caplog.messages
+    Task.objects.filter(rn="logged:retry-2").update(not_before=None)
+    leased(worker).abort(worker, [exception_error(ValueError())])
+    assert "logged:retry-2 failed: gave up after 2 attempts" in caplog.messages
 
 
 def test_a_refused_abort_submits_nothing(worker, other_worker):
@@ -351,3 +393,23 @@ def test_concurrent_duplicate_aborts_submit_one_successor(worker):
     results = run_in_threads([abort] * 3)
     assert len([r for r in results if r is not None]) == 1
     assert Task.objects.filter(retry_of="dup").count() == 1
+
+
+def test_the_migration_makes_the_first_task_of_each_existing_chain_its_own_root():
+    from types import SimpleNamespace
+
+    from django.apps import apps
+    from django.db import connection as default
+    from django.utils.module_loading import import_string
+
+    migration = "scylla_django.migrations.0012_first_task_of_a_chain_is_its_root"
+    forwards = import_string(f"{migration}.first_tasks_root_themselves")
+    Task.objects.create(rn="m", queue="default", spec={})
+    Task.objects.create(rn="m:retry-2", queue="default", spec={}, retry_of="m", root="m", attempt=2)
+    Task.objects.create(rn="alone", queue="default", spec={})
+    forwards(apps, SimpleNamespace(connection=default))
+    assert dict(Task.objects.values_list("rn", "root")) == {
+        "m": "m",
+        "m:retry-2": "m",
+        "alone": None,
+    }

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from django.core.checks import run_checks
+from django.core.checks import WARNING, run_checks
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 
 from scylla_django.enums import Status
@@ -90,15 +90,18 @@ def test_bad_definitions_name_the_key(raw, key):
     assert key in exc.value.error_dict
 
 
-def test_a_bad_schedule_in_settings_is_a_system_check_error(settings):
+def test_a_bad_schedule_in_settings_is_a_system_check_warning(settings):
+    """A warning, not an error: an error would stop every command, workers included."""
     settings.SCYLLA = {
         "SCHEDULES": {
             "good": {"every": "5m", "queue": "q"},
             "bad": {"cron": "nope", "queue": "q"},
         }
     }
-    errors = [m for m in run_checks() if m.id == "scylla_django.E010"]
+    errors = [m for m in run_checks() if m.id == "scylla_django.W010"]
     assert len(errors) == 1 and "'bad'" in errors[0].msg and "cron" in errors[0].msg
+    assert errors[0].level == WARNING
+    assert not [m for m in run_checks() if m.id.startswith("scylla_django.E")]
     with pytest.raises(ImproperlyConfigured):
         _ = schedules_configured()
     settings.SCYLLA = {"SCHEDULES": {"good": {"every": "5m", "queue": "q"}}}
@@ -265,11 +268,71 @@ def test_the_database_clock_is_the_default():
     assert schedule.next_run > datetime.now(UTC) - timedelta(minutes=5)
 
 
-def test_the_monitor_command_refuses_bad_schedules(settings):
+BAD_AND_GOOD = {
+    "SCHEDULES": {
+        "bad": {"cron": "61 * * * *", "queue": "q"},
+        "good": {"every": "1m", "queue": "q"},
+    }
+}
+
+
+def test_a_bad_schedule_stops_no_command_and_the_monitor_ticks_the_others(settings, caplog):
+    """Workers run schedules not: a bad one must not stop them. The monitor skips it, logs it
+    (once) and ticks the good one."""
     import io
 
-    from django.core.management import CommandError, call_command
+    from django.core.management import call_command
 
-    settings.SCYLLA = {"SCHEDULES": {"bad": {"every": "never", "queue": "q"}}}
-    with pytest.raises(CommandError, match="'bad'"):
-        call_command("scylla_monitor", "--once", stdout=io.StringIO())
+    settings.SCYLLA = BAD_AND_GOOD
+    # With the system checks, as `manage.py scylla_worker` runs them.
+    call_command(
+        "scylla_worker",
+        "--queue=t-echo",
+        "--once",
+        "--handlers=tests.worker_handlers",
+        skip_checks=False,
+        verbosity=0,
+    )
+    caplog.set_level("WARNING", logger="scylla_django")
+    out = io.StringIO()
+    call_command("scylla_monitor", "--once", stdout=out, skip_checks=False)
+    assert out.getvalue() == "reset 0, purged 0\n"
+    assert list(Schedule.objects.values_list("name", flat=True)) == ["good"]
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.startswith("schedule 'bad' skipped: SCYLLA['SCHEDULES']['bad'] is invalid")
+
+    Schedule.objects.all().delete()  # synced on the database's clock: start again on ours
+    clock = [T0]
+    monitor = Monitor(clock=lambda: clock[0])
+    monitor.run_once()
+    clock[0] = T0 + timedelta(minutes=1)
+    assert monitor.run_once().ticks == 1
+    assert ticks_of("good") == [T0 + timedelta(minutes=1)]
+    assert monitor.schedules.invalid.keys() == {"bad"}
+    assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 2  # once per monitor
+
+
+def test_a_schedule_that_turns_bad_is_kept_but_not_ticked(settings):
+    settings.SCYLLA = {"SCHEDULES": {"often": {"every": "1m", "queue": "q"}}}
+    clock = [T0]
+    monitor = Monitor(clock=lambda: clock[0])
+    monitor.run_once()
+    settings.SCYLLA = {"SCHEDULES": {"often": {"every": "never", "queue": "q"}}}
+    clock[0] = T0 + timedelta(minutes=5)
+    assert monitor.run_once().ticks == 0
+    assert Schedule.objects.get().every == timedelta(minutes=1)  # kept as it was, not deleted
+    settings.SCYLLA = {"SCHEDULES": {"often": {"every": "1m", "queue": "q"}}}
+    assert monitor.run_once().ticks == 1
+
+
+def test_schedules_made_in_the_admin_or_the_api_tick_from_the_next_pass():
+    """No restart: the Schedule table is read at every pass (settings, once per process)."""
+    clock = [T0]
+    monitor = Monitor(clock=lambda: clock[0])
+    assert monitor.run_once().ticks == 0
+    make("by-hand", every="1m")
+    clock[0] = T0 + timedelta(minutes=1)
+    assert monitor.run_once().ticks == 1
+    Schedule.objects.filter(name="by-hand").update(enabled=False)
+    clock[0] = T0 + timedelta(minutes=2)
+    assert monitor.run_once().ticks == 0

@@ -21,7 +21,7 @@ from django.db.models.functions import Now
 from scylla_django.enums import EventType, Status
 from scylla_django.management.commands.scylla_monitor import Command as MonitorCommand
 from scylla_django.models import History, Task, TaskQuerySet
-from scylla_django.monitor import Monitor, MonitorPass
+from scylla_django.monitor import ExpiredLeases, Monitor, MonitorPass
 from scylla_django.text import format_duration
 from tests.factories import TaskFactory, running_task
 from tests.helpers import expire
@@ -163,7 +163,7 @@ def test_run_repeats_passes_and_stops_promptly_when_the_event_is_set(worker):
     thread = threading.Thread(target=monitor.run, kwargs={"stop": stop}, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: monitor.last_pass is not None, what="the first pass")
+        assert monitor.leases.wait_for_run(1), "the first pass"
         task = running_task(worker)
         expire(task)
         wait_for(lambda: Task.objects.get(pk=task.pk).status == Status.READY, what="a later pass")
@@ -175,6 +175,42 @@ def test_run_repeats_passes_and_stops_promptly_when_the_event_is_set(worker):
         thread.join(timeout=5)
     assert not thread.is_alive()
     assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_service_runs_at_its_own_interval_and_tests_can_wait_for_a_run(worker):
+    """The services share the loop, not their interval; `wait_for_run` replaces sleeping."""
+    monitor = Monitor(interval=0.05)
+    monitor.tasks.interval = 3600.0  # the purge: once, at the start
+    assert [s.name for s in monitor.services] == [
+        "expired leases",
+        "follow-ups",
+        "schedule ticks",
+        "finished tasks",
+        "process records",
+    ]
+    stop = threading.Event()
+    thread = threading.Thread(target=monitor.run, kwargs={"stop": stop}, daemon=True)
+    thread.start()
+    try:
+        assert monitor.leases.wait_for_run(1)
+        task = running_task(worker)
+        expire(task)
+        runs = monitor.leases.runs
+        assert monitor.leases.wait_for_run(runs + 2)  # a whole run after the lease expired
+        assert Task.objects.get(pk=task.pk).status == Status.READY
+        assert monitor.followups.wait_for_run(runs + 2)
+        assert monitor.tasks.runs == 1
+        assert not monitor.tasks.wait_for_run(2, timeout=0.1)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+
+
+def test_a_service_rejects_a_bad_interval():
+    with pytest.raises(ValueError, match="expired leases interval"):
+        ExpiredLeases(interval=0)
 
 
 @pytest.mark.django_db
@@ -215,7 +251,7 @@ def test_backoff_doubles_up_to_its_cap_and_a_success_resets_it(monkeypatch):
     monitor, stop = Monitor(interval=5), threading.Event()
     monitor.backoff_max = 30.0
 
-    def run_once():
+    def run_once(services=None):
         if not next(outcomes):
             raise OperationalError("down")
         monitor.last_pass = MonitorPass(0, 0)
@@ -236,7 +272,7 @@ def test_a_stop_during_a_backoff_ends_the_run(monkeypatch):
     """The backoff waits on the stop event: a stop ends it at once (here: before it began)."""
     monitor, stop = Monitor(), threading.Event()
 
-    def down():
+    def down(services=None):
         stop.set()
         raise OperationalError("down")
 

@@ -9,7 +9,6 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import Error as DatabaseError
 
-from ... import schedules
 from ...conf import scylla_settings
 from ...handlers import autodiscover
 from ...monitor import Monitor
@@ -58,10 +57,8 @@ class Command(BaseCommand):
                 scylla_settings.RETENTION  # noqa: B018 - fail now, not at the first pass
             except ImproperlyConfigured as exc:
                 raise CommandError(str(exc)) from exc
-        try:
-            schedules.configured()  # fail now, not at the first pass
-        except ImproperlyConfigured as exc:
-            raise CommandError(str(exc)) from exc
+        # An invalid schedule in the settings does not stop the monitor: the schedule service
+        # skips it, logs it and ticks the others.
         # Handler retry policies (@handler(..., retry=...)) then also cover lease timeouts.
         autodiscover()
         monitor = Monitor(interval=options["interval"], retention=retention)

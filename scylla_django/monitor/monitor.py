@@ -1,4 +1,5 @@
-"""The monitor: reset expired leases, then purge terminal tasks past their retention.
+"""The monitor: runs the maintenance services, each at its own interval, and retries through
+database outages.
 
 See the README, "The monitor and cleanup".
 
@@ -16,20 +17,23 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import Error as DatabaseError
 from django.db import close_old_connections, connections
 
-from . import followups, schedules
-from .conf import scylla_settings
-from .db import DatabaseRetry, discard_connection
-from .models import Monitor as MonitorRecord
-from .models import Task, Worker
-from .retries import exponential_delay
-from .text import DurationError, format_duration, plural, positive_duration
+from .. import db
+from ..conf import scylla_settings
+from ..models import Monitor as MonitorRecord
+from ..retries import exponential_delay
+from ..text import DurationError, format_duration, plural, positive_duration
+from .followups import FollowUps
+from .leases import ExpiredLeases
+from .purge import FinishedTasks, ProcessRecords
+from .schedules import ScheduleTicks
+from .service import Service
 
 logger = logging.getLogger("scylla_django")
 
@@ -39,7 +43,7 @@ class MonitorPass:
     """What one monitor pass did: `reset` expired leases were dealt with, `purged` tasks deleted.
 
     `reset` counts tasks made ready again and tasks aborted for `MAX_ATTEMPTS` alike, as
-    `Task.objects.reset_expired()` does.
+    `Task.objects.reset_expired()` does. A service that did not run in the pass counts 0.
     """
 
     reset: int
@@ -54,22 +58,31 @@ class MonitorPass:
 
 
 class Monitor:
-    """Resets expired leases and purges old terminal tasks, once or every `interval` seconds.
+    """Runs the maintenance services, once or each every its interval.
 
-    - `interval`: seconds from the start of one pass to the start of the next.
+    The services, in the order a pass runs them: `leases` (reset expired leases), `followups`
+    (release follow-ups), `schedules` (sync the settings' schedules, submit due ticks), `tasks`
+    (purge old terminal tasks) and `processes` (purge the records of workers and monitors long
+    gone). Each has its own `interval` (the monitor's when None) and `wait_for_run()`, which
+    tests wait on instead of sleeping.
+
+    - `interval`: seconds from the start of one pass to the start of the next, for the services
+      without an interval of their own.
     - `retention`: terminal tasks not updated for this long are purged. `None` means the
       `SCYLLA["RETENTION"]` setting, read again at every pass.
     - `using`: the database alias.
     - `reset_batch_size`, `purge_batch_size`: rows per transaction; `None` means the
       `RESET_BATCH_SIZE` and `PURGE_BATCH_SIZE` settings.
+    - `clock`: the schedules' clock (the database's when None; tests pass a fake one).
 
     Any number of monitors may run at once, against the same database: the model methods they
     call are safe under concurrency (each expired lease is reset exactly once, and only terminal
     tasks are ever deleted), so no leader election or locking is needed here.
 
-    `run()` survives database outages: a pass that fails with a database error is logged, the
-    broken connection is closed, and the pass is retried after an exponential backoff
-    (`backoff_initial` doubling up to `backoff_max` seconds), which a successful pass resets.
+    `run()` survives database outages, and is the one place that retries: a pass that fails
+    with a database error is logged, the broken connection is closed, and the pass is retried
+    after an exponential backoff (`backoff_initial` doubling up to `backoff_max` seconds), which
+    a successful pass resets.
     """
 
     backoff_initial: float = 1.0
@@ -107,45 +120,45 @@ class Monitor:
         self.interval = seconds
         self.retention = retention
         self.using = using
-        self.reset_batch_size = reset_batch_size
-        self.purge_batch_size = purge_batch_size
-        self.recurring = Recurring(using, clock)
+        self.leases = ExpiredLeases(batch_size=reset_batch_size)
+        self.followups = FollowUps()
+        self.schedules = ScheduleTicks(clock=clock)
+        self.tasks = FinishedTasks(retention=retention, batch_size=purge_batch_size)
+        self.processes = ProcessRecords(retention=retention)
+        self.services: list[Service] = [
+            self.leases,
+            self.followups,
+            self.schedules,
+            self.tasks,
+            self.processes,
+        ]
+        """The services, in the order a pass runs them."""
         self.last_pass: MonitorPass | None = None
         """The result of the latest successful pass (None before the first)."""
         self.record: MonitorRecord | None = None
         """This monitor's row in the registry, made at the first pass."""
 
+    def interval_of(self, service: Service) -> float:
+        """Seconds between two runs of `service`: its own interval, else the monitor's."""
+        return self.interval if service.interval is None else service.interval
+
     # -- one pass -------------------------------------------------------------------------------
 
-    def run_once(self) -> MonitorPass:
-        """One pass: reset every expired lease, then purge terminal tasks past retention.
+    def run_once(self, services: Sequence[Service] | None = None) -> MonitorPass:
+        """One pass: run `services` (all of them when None) in order, then record the pass.
 
         Database errors propagate; `run()` is the one that retries.
         """
-        retention = scylla_settings.RETENTION if self.retention is None else self.retention
-        tasks = Task.objects.using(self.using)
-        reset = tasks.reset_expired(batch_size=self.reset_batch_size)
-        if reset:
-            logger.info("reset %s", plural(reset, "expired lease"))
-        else:
-            logger.debug("no expired leases")
-        followed = self.recurring.run_once()
-        purged = tasks.purge(older_than=retention, batch_size=self.purge_batch_size)
-        age = format_duration(retention)
-        if purged:
-            logger.info("purged %s older than %s", plural(purged, "task"), age)
-        else:
-            logger.debug("no terminal tasks older than %s to purge", age)
-        workers = Worker.objects.using(self.using).purge(older_than=retention)
-        workers += MonitorRecord.objects.using(self.using).purge(older_than=retention)
-        if workers:
-            logger.info("purged %s not seen for %s", plural(workers, "worker record"), age)
+        counts: dict[str, int] = {}
+        for service in self.services if services is None else services:
+            counts.update(service.run(self.using))
         if self.record is None:
             self.record = MonitorRecord.objects.db_manager(self.using).register(
                 timedelta(seconds=self.interval), hostname=socket.gethostname(), pid=os.getpid()
             )
+        reset, purged = counts.pop("reset", 0), counts.pop("purged", 0)
         self.record.touch(reset=reset, purged=purged)
-        self.last_pass = MonitorPass(reset=reset, purged=purged, workers_purged=workers, **followed)
+        self.last_pass = MonitorPass(reset=reset, purged=purged, **counts)
         return self.last_pass
 
     def stop_record(self) -> None:
@@ -159,15 +172,15 @@ class Monitor:
     # -- the loop -------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event | None = None, once: bool = False) -> None:
-        """Run a pass every `interval` seconds until `stop` is set (forever if it is None).
+        """Run each service every its interval until `stop` is set (forever if it is None).
 
-        A stop is noticed at once, between passes or during a backoff; a pass under way is
-        finished first. A database error in a pass is logged as a warning and the pass retried
-        after a backoff (`backoff_initial` doubling up to `backoff_max`, 1 s by default), on
-        a fresh connection.
+        A pass runs the services that are due (all of them at first). A stop is noticed at
+        once, between passes or during a backoff; a pass under way is finished first. A
+        database error in a pass is logged as a warning and the pass retried after a backoff
+        (`backoff_initial` doubling up to `backoff_max`, 1 s by default), on a fresh connection.
 
-        With `once=True`, a single pass is made and a database error is raised, not retried, so
-        that a one-shot run fails loudly.
+        With `once=True`, a single pass of every service is made and a database error is
+        raised, not retried, so that a one-shot run fails loudly.
         """
         if once:
             self._refresh_connections()
@@ -184,18 +197,20 @@ class Monitor:
             if self.retention is None
             else format_duration(self.retention),
         )
-        retry = DatabaseRetry(
+        retry = db.DatabaseRetry(
             self.using,
             lambda failures: exponential_delay(
                 failures, initial=self.backoff_initial, cap=self.backoff_max
             ),
         )
+        due_at = {id(service): 0.0 for service in self.services}
         try:
             while not stop.is_set():
                 started = time.monotonic()
+                due = [s for s in self.services if due_at.get(id(s), 0.0) <= started]
                 try:
                     self._refresh_connections()
-                    self.run_once()
+                    self.run_once(due)
                 except DatabaseError as exc:
                     backoff = retry.failed()  # the connection is dropped too
                     logger.warning(
@@ -209,11 +224,14 @@ class Monitor:
                     continue
                 if failures := retry.succeeded():
                     logger.info("database back after %s", plural(failures, "failed attempt"))
-                if self._wait(stop, max(0.0, started + self.interval - time.monotonic())):
+                for service in due:
+                    due_at[id(service)] = started + self.interval_of(service)
+                following = min(due_at.get(id(s), 0.0) for s in self.services)
+                if self._wait(stop, max(0.0, following - time.monotonic())):
                     break
         finally:
             self.stop_record()
-            discard_connection(self.using)
+            db.discard_connection(self.using)
             logger.info("monitor stopped")
 
     def _wait(self, stop: threading.Event, timeout: float) -> bool:
@@ -233,32 +251,3 @@ class Monitor:
         """Replace connections that are broken or past CONN_MAX_AGE, as Django does per request."""
         if not self._in_transaction():
             close_old_connections()
-
-
-class Recurring:
-    """The monitor's part in follow-ups and schedules, once per pass.
-
-    Syncs `SCYLLA["SCHEDULES"]` into the Schedule table, releases (or cancels) follow-up tasks,
-    and submits the task of every due schedule tick. `clock` is the schedules' clock (the
-    database's when None; tests pass a fake one). Safe with any number of monitors.
-    """
-
-    def __init__(self, using: str = "default", clock: Callable[[], datetime] | None = None):
-        self.using = using
-        self.clock = clock
-
-    def run_once(self) -> dict[str, int]:
-        """One pass; returns the counts `released`, `cancelled` and `ticks`."""
-        now = self.clock() if self.clock is not None else None
-        schedules.sync_from_settings(schedules.configured(), self.using, now)
-        followed = followups.release_followups(self.using)
-        if followed.released or followed.cancelled:
-            logger.info(
-                "released %s, cancelled %s",
-                plural(followed.released, "follow-up task"),
-                plural(followed.cancelled, "follow-up task"),
-            )
-        ticks = [t for t in schedules.tick(self.using, now) if t.rn is not None]
-        if ticks:
-            logger.info("submitted %s", plural(len(ticks), "schedule tick"))
-        return {"released": followed.released, "cancelled": followed.cancelled, "ticks": len(ticks)}

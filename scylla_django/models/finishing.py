@@ -1,0 +1,147 @@
+"""Finishing: the outcomes of a batch of leases written at once (completed or aborted), the
+retries that follow the aborts, and `task_finished` for each task written.
+
+`TaskQuerySet.finish_many` and `finish_and_lease` are these functions; an `Outcome` and the rows
+written from it are in `outcomes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+from django.db import connections
+
+from .. import db, retries, signals, validation
+from ..conf import scylla_settings
+from ..exceptions import WorkerNotFound
+from ..validation import validate_limit, validate_queues, validate_timeout
+from . import portable, successors
+from .notices import send_on_commit
+from .outcomes import Outcome, outcome_rows
+from .processes import Worker, worker_name
+from .tables import tables
+
+if TYPE_CHECKING:
+    from .task import Task, TaskQuerySet
+
+
+def finish_many(tasks: TaskQuerySet, name: str, outcomes: Sequence[Outcome]) -> set[int]:
+    """Write `outcomes` for the worker called `name`: see `TaskQuerySet.finish_many`."""
+    return finish_rows(tasks, name, outcomes, outcome_rows(outcomes))
+
+
+def finish_rows(
+    tasks: TaskQuerySet, name: str, outcomes: Sequence[Outcome], rows: list[dict[str, Any]]
+) -> set[int]:
+    """`finish_many` of `outcomes`, whose `rows` are already built; return the pks written.
+
+    An abort that a retry policy covers, or whose errors ask for a retry themselves
+    (`Abort(..., retry=True)`), is followed by its next attempt in the same transaction.
+    """
+    if not rows:
+        return set()
+    aborted = {row["id"] for row in rows if row["errors"] is not None}
+    if aborted:
+        requested = {
+            row["id"]
+            for row in rows
+            if row["errors"] is not None and retries.retry_requested(row["errors"])
+        }
+        with db.write_atomic(tasks.db):
+            done = write(tasks, name, rows)
+            successors.follow_with_retries(
+                tasks.model.objects.using(tasks.db), done.keys() & aborted, done.keys() & requested
+            )
+    else:
+        done = write(tasks, name, rows)
+    announce(tasks, outcomes, rows, done)
+    return set(done)
+
+
+def finish_and_lease(
+    tasks: TaskQuerySet,
+    worker: Worker | str,
+    outcomes: Sequence[Outcome],
+    queues: Sequence[str],
+    limit: int,
+    timeout: timedelta | float | None,
+) -> tuple[set[int], list[Task]]:
+    """Finish `outcomes`, then lease for `worker`: see `TaskQuerySet.finish_and_lease`."""
+    name = worker_name(worker)
+    queues = validate_queues(queues)
+    limit = validate_limit(limit)
+    lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
+    rows = outcome_rows(outcomes)
+    pk = validation.worker_id(name)
+    single = db.uses_single_statement_transitions(connections[tasks.db])
+    if not single or pk is None or not rows or any(r["errors"] is not None for r in rows):
+        finished = finish_rows(tasks, name, outcomes, rows)
+        try:
+            return finished, tasks.lease(worker, queues, limit=limit, timeout=lease_for)
+        except WorkerNotFound:
+            return finished, []
+    done, leased = db.postgresql_lease(
+        tables(tasks.model),
+        tasks.db,
+        worker_id=pk,
+        worker=name,
+        queues=queues,
+        limit=limit,
+        timeout=lease_for,
+        finish=rows,
+    )
+    leased_tasks = leased or []
+    announce(tasks, outcomes, rows, done)
+    for task in leased_tasks:
+        send_on_commit(signals.task_leased, tasks.db, task=task)
+    return set(done), leased_tasks
+
+
+def write(tasks: TaskQuerySet, name: str, rows: list[dict[str, Any]]) -> dict[int, datetime]:
+    """Write `rows` for the worker called `name`: each task written, with its `updated`."""
+    if db.uses_single_statement_transitions(connections[tasks.db]):
+        return db.postgresql_finish(tables(tasks.model), tasks.db, name, rows)
+    return portable.finish(tasks, name, rows)
+
+
+def announce(
+    tasks: TaskQuerySet,
+    outcomes: Sequence[Outcome],
+    rows: list[dict[str, Any]],
+    done: Mapping[int, datetime],
+) -> None:
+    """Send `task_finished` for the tasks written from `rows` (`done`: their pks, each with
+    its `updated`), as written, each with its handler's run time.
+
+    An outcome that carries its task (as the worker's do) gets that instance updated in
+    place, with no query; the others are read back, in one query.
+    """
+    if not done or not signals.task_finished.has_listeners(tasks.model):
+        return
+    written = {row["id"]: row for row in rows if row["id"] in done}
+    missing = [o.pk for o in outcomes if o.pk in written and o.task is None]
+    read = tasks.model.objects.using(tasks.db).in_bulk(missing) if missing else {}
+    for outcome in outcomes:
+        row = written.pop(outcome.pk, None)
+        if row is None:
+            continue
+        task = cast("Task | None", outcome.task)
+        if task is None:
+            task = read.get(outcome.pk)
+            if task is None:  # purged since: nothing left to describe
+                continue
+        else:
+            task.status, task.deadline, task.updated = row["status"], None, done[outcome.pk]
+            if row["errors"] is None:
+                task.progress, task.result = 1.0, row["result"]
+            else:
+                task.errors = row["errors"]
+        send_on_commit(
+            signals.task_finished,
+            tasks.db,
+            task=task,
+            status=task.status,
+            duration=outcome.duration,
+        )

@@ -1,0 +1,16 @@
+"""The models the PostgreSQL lease and finish statements name, as one `db.Tables` value."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from .. import db
+from .history import History
+from .processes import Worker
+from .queues import QueueSetting
+
+
+def tables(task: type[models.Model]) -> db.Tables:
+    """The `db.Tables` of the statements that lease and finish tasks of `task` (the Task
+    model): its History, Worker and QueueSetting beside it."""
+    return db.Tables(task=task, history=History, worker=Worker, queue_setting=QueueSetting)

@@ -1,0 +1,29 @@
+"""The monitor: small maintenance services, each with its own interval, run by one `Monitor`.
+
+- `ExpiredLeases` (`leases`): expired leases made ready again, or their tasks aborted.
+- `FollowUps` (`followups`): follow-ups released, or cancelled after a failed parent.
+- `ScheduleTicks` (`schedules`): the settings' schedules synced, due ticks submitted.
+- `FinishedTasks` and `ProcessRecords` (`purge`): terminal tasks, and the records of workers
+  and monitors long gone, purged after their retention.
+
+Each service is a `Service` whose `wait_for_run()` tests wait on instead of sleeping.
+`Monitor` (`monitor`) runs them and is the one place that retries through database errors.
+"""
+
+from .followups import FollowUps
+from .leases import ExpiredLeases
+from .monitor import Monitor, MonitorPass
+from .purge import FinishedTasks, ProcessRecords
+from .schedules import ScheduleTicks
+from .service import Service
+
+__all__ = [
+    "ExpiredLeases",
+    "FinishedTasks",
+    "FollowUps",
+    "Monitor",
+    "MonitorPass",
+    "ProcessRecords",
+    "ScheduleTicks",
+    "Service",
+]

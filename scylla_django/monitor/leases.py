@@ -1,0 +1,31 @@
+"""The service that deals with expired leases: their tasks are made ready again, or aborted
+once they have run out of attempts (`Task.objects.reset_expired()`)."""
+
+from __future__ import annotations
+
+import logging
+
+from ..models import Task
+from ..text import plural
+from .service import Service
+
+logger = logging.getLogger("scylla_django")
+
+
+class ExpiredLeases(Service):
+    """Resets every expired lease, `batch_size` rows per transaction (`None`: the
+    `RESET_BATCH_SIZE` setting). Counts `reset`."""
+
+    name = "expired leases"
+
+    def __init__(self, interval: float | None = None, batch_size: int | None = None) -> None:
+        super().__init__(interval)
+        self.batch_size = batch_size
+
+    def work(self, using: str) -> dict[str, int]:
+        reset = Task.objects.using(using).reset_expired(batch_size=self.batch_size)
+        if reset:
+            logger.info("reset %s", plural(reset, "expired lease"))
+        else:
+            logger.debug("no expired leases")
+        return {"reset": reset}

@@ -1,0 +1,73 @@
+"""The services that purge what has outlived its retention: terminal tasks (with their
+History), and the registry rows of workers and monitors long gone."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from ..conf import scylla_settings
+from ..models import Monitor as MonitorRecord
+from ..models import Task, Worker
+from ..text import format_duration, plural
+from .service import Service
+
+logger = logging.getLogger("scylla_django")
+
+
+class Retained(Service):
+    """A purge service: `retention` is how long things are kept (`None`: the
+    `SCYLLA["RETENTION"]` setting, read again at every run)."""
+
+    def __init__(self, interval: float | None = None, retention: timedelta | None = None) -> None:
+        super().__init__(interval)
+        self.retention = retention
+
+    def kept_for(self) -> timedelta:
+        """The retention that applies now."""
+        return scylla_settings.RETENTION if self.retention is None else self.retention
+
+
+class FinishedTasks(Retained):
+    """Purges terminal tasks not updated for the retention, `batch_size` per transaction
+    (`None`: the `PURGE_BATCH_SIZE` setting). Counts `purged`."""
+
+    name = "finished tasks"
+
+    def __init__(
+        self,
+        interval: float | None = None,
+        retention: timedelta | None = None,
+        batch_size: int | None = None,
+    ) -> None:
+        super().__init__(interval, retention)
+        self.batch_size = batch_size
+
+    def work(self, using: str) -> dict[str, int]:
+        retention = self.kept_for()
+        purged = Task.objects.using(using).purge(older_than=retention, batch_size=self.batch_size)
+        age = format_duration(retention)
+        if purged:
+            logger.info("purged %s older than %s", plural(purged, "task"), age)
+        else:
+            logger.debug("no terminal tasks older than %s to purge", age)
+        return {"purged": purged}
+
+
+class ProcessRecords(Retained):
+    """Purges the registry rows of workers and monitors not seen for the retention. Counts
+    `workers_purged`."""
+
+    name = "process records"
+
+    def work(self, using: str) -> dict[str, int]:
+        retention = self.kept_for()
+        workers = Worker.objects.using(using).purge(older_than=retention)
+        workers += MonitorRecord.objects.using(using).purge(older_than=retention)
+        if workers:
+            logger.info(
+                "purged %s not seen for %s",
+                plural(workers, "worker record"),
+                format_duration(retention),
+            )
+        return {"workers_purged": workers}
