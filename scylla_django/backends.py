@@ -26,7 +26,7 @@ in any process that has loaded this backend: the worker (which registers its han
 process that enqueued, read a result or ran the system checks.
 
 `manage.py check` reports (through `django.tasks`' own check of every backend):
-`scylla_django.E010` scylla_django is not in INSTALLED_APPS, `E011` a queue in QUEUES is not a
+`scylla_django.E013` scylla_django is not in INSTALLED_APPS, `E011` a queue in QUEUES is not a
 valid queue name, `E012` a queue in QUEUES already has a `@handler` of its own.
 """
 
@@ -231,7 +231,7 @@ if HAS_DJANGO_TASKS:
             return self._result(task, scylla_task, getattr(scylla_task, ASSIGNMENTS, None))
 
         def check(self, **kwargs: Any) -> list[Any]:
-            """E010: scylla_django not installed; E011: a bad queue name in QUEUES; E012: a
+            """E013: scylla_django not installed; E011: a bad queue name in QUEUES; E012: a
             queue in QUEUES that already has a `@handler` (the worker could not serve both).
             """
             return [*super().check(**kwargs), *self._problems()]
@@ -242,7 +242,7 @@ if HAS_DJANGO_TASKS:
                     f"TASKS[{self.alias!r}] uses ScyllaBackend, but scylla_django is not "
                     "installed.",
                     hint='Add "scylla_django" to INSTALLED_APPS and run migrate.',
-                    id="scylla_django.E010",
+                    id="scylla_django.E013",
                 )
                 return
             autodiscover_modules("handlers")  # the @handler queues, as the worker will see them

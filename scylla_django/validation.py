@@ -59,6 +59,12 @@ queue_validator = RegexValidator(
     "starting with a letter or a digit.",
     code="invalid_queue",
 )
+schedule_name_validator = RegexValidator(
+    _QUEUE_PATTERN,
+    "A schedule name is 1 to 100 characters of letters, digits, '.', '_', ':' and '-', "
+    "starting with a letter or a digit.",
+    code="invalid_schedule_name",
+)
 _NUL = re.compile("\x00")
 # Compact JSON, as the databases store it (one encoder: building one per call costs more).
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -77,6 +83,14 @@ def validate_queue(value: object) -> str:
         raise ValidationError("A queue name must be a string.", code="invalid_queue")
     if _QUEUE.search(value) is None:
         queue_validator(value)
+    return value
+
+
+def validate_schedule_name(value: object) -> str:
+    """A schedule's name: the characters of a queue name (it goes into its tasks' rns)."""
+    if not isinstance(value, str):
+        raise ValidationError("A schedule name must be a string.", code="invalid_schedule_name")
+    schedule_name_validator(value)
     return value
 
 
