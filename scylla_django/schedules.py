@@ -71,7 +71,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def parse_every(value: object) -> timedelta:
     """An interval from a timedelta, seconds, or text such as `"30s"`, `"5m"`, `"2h"`, `"1d"`."""
     try:
-        interval = positive_duration(value, text=True)
+        interval = positive_duration(value)
     except DurationError:
         raise ValidationError(
             f'every must be a duration such as "30s", "5m", "2h", "1d", not {value!r}.',

@@ -16,7 +16,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 
-from .conf import scylla_settings
+from .conf import LEASE_MIN, scylla_settings
 from .exceptions import error_record
 from .text import DurationError, positive_duration
 
@@ -120,13 +120,24 @@ def validate_progress(value: object) -> float:
 
 
 def validate_timeout(value: object) -> timedelta:
-    """A positive lease length, from a timedelta or a number of seconds."""
+    """A positive duration, from a timedelta, a number of seconds or text such as "30s"."""
     try:
         return positive_duration(value, maximum=TIMEOUT_MAX)
     except DurationError:
         raise ValidationError(
             "A timeout must be a positive duration.", code="invalid_timeout"
         ) from None
+
+
+def validate_lease_length(value: object) -> timedelta:
+    """A lease length: a duration (as `validate_timeout` reads it) of at least `LEASE_MIN`."""
+    length = validate_timeout(value)
+    if length < LEASE_MIN:
+        raise ValidationError(
+            f"A lease must last at least {LEASE_MIN.total_seconds():g} second, not {value!r}.",
+            code="invalid_timeout",
+        )
+    return length
 
 
 def validate_limit(value: object) -> int:

@@ -25,6 +25,7 @@ from ..exceptions import (
     WorkerNotFound,
 )
 from ..validation import (
+    validate_lease_length,
     validate_queue,
     validate_queues,
     validate_timeout,
@@ -252,7 +253,7 @@ def _liveness_intervals(
     lease_timeout: timedelta | float | None, heartbeat_interval: timedelta | float | None
 ) -> tuple[timedelta, timedelta]:
     """A worker's lease timeout and heartbeat interval, defaulted and validated."""
-    lease = validate_timeout(
+    lease = validate_lease_length(
         scylla_settings.LEASE_TIMEOUT if lease_timeout is None else lease_timeout
     )
     interval = lease / 3 if heartbeat_interval is None else validate_timeout(heartbeat_interval)
