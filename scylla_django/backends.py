@@ -35,18 +35,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
+from contextlib import suppress
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.core import checks
-from django.core.exceptions import ValidationError
-from django.utils.module_loading import autodiscover_modules, import_string
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.utils.module_loading import import_string
 
 from . import signals
 from .enums import EventType, Status
 from .exceptions import Abort
-from .handlers import _qualname, registry
+from .handlers import _qualname, autodiscover, registry
 from .validation import validate_queue
 
 if TYPE_CHECKING:
@@ -245,7 +246,10 @@ if HAS_DJANGO_TASKS:
                     id="scylla_django.E013",
                 )
                 return
-            autodiscover_modules("handlers")  # the @handler queues, as the worker will see them
+            # The @handler queues, as the worker will see them (a bad HANDLER_MODULES setting
+            # is scylla_django.E001).
+            with suppress(ImproperlyConfigured):
+                autodiscover()
             for queue in sorted(self.queues):
                 try:
                     validate_queue(queue)

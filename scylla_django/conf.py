@@ -12,6 +12,7 @@
 | `HEARTBEAT_FAILURES` | 3 | consecutive failed heartbeats after which a worker gives a task up |
 | `SCHEDULES` | `{}` | recurring schedules by name, synced into `Schedule` (see `schedules.py`) |
 | `PREPARED_STATEMENTS` | `True` | PostgreSQL: hot statements are prepared (`db.prepared_cursor`) |
+| `HANDLER_MODULES` | `["handlers"]` | modules of each app imported at startup (`@handler`s) |
 
 Durations may be given as a `timedelta`, a number of seconds or text such as `"30s"`, `"5m"`,
 `"12h"`, `"7d"`. A lease lasts at least `LEASE_MIN` (1 second).
@@ -19,6 +20,7 @@ Durations may be given as a `timedelta`, a number of seconds or text such as `"3
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -41,7 +43,9 @@ DEFAULTS: dict[str, Any] = {
     "HEARTBEAT_FAILURES": 3,
     "SCHEDULES": {},
     "PREPARED_STATEMENTS": True,
+    "HANDLER_MODULES": ["handlers"],
 }
+_MODULE_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
 
 def as_duration(value: object, name: str, *, minimum: timedelta | None = None) -> timedelta:
@@ -127,6 +131,21 @@ class ScyllaSettings:
                 f"SCYLLA['PREPARED_STATEMENTS'] must be True or False, got {value!r}"
             )
         return value
+
+    @property
+    def HANDLER_MODULES(self) -> list[str]:
+        """Module names (relative to each installed app) that hold `@handler` functions."""
+        value = self._raw("HANDLER_MODULES")
+        if (
+            isinstance(value, str)
+            or not isinstance(value, list | tuple)
+            or not all(isinstance(name, str) and _MODULE_NAME.match(name) for name in value)
+        ):
+            raise ImproperlyConfigured(
+                "SCYLLA['HANDLER_MODULES'] must be a list of module names such as "
+                f"['handlers', 'tasks'], got {value!r}"
+            )
+        return list(value)
 
     @property
     def SCHEDULES(self) -> Any:

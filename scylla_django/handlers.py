@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.utils.module_loading import autodiscover_modules
 
 from . import retries
+from .conf import scylla_settings
 from .exceptions import ScyllaError
 from .validation import validate_progress, validate_queue
 
@@ -136,10 +137,14 @@ def handler(
 def autodiscover() -> None:
     """Import `handlers.py` of every installed app, registering their handlers.
 
+    The module names are the `HANDLER_MODULES` setting (default `["handlers"]`). The app's
+    `ready()` calls this, so the registry is full in every process (a shell, the web server);
+    calling it again imports nothing new.
+
     The queues of a `django.tasks` ScyllaBackend are registered by `scylla_worker`, which calls
     `scylla_django.backends.register_handlers()` too: the registry knows nothing of the adapter.
     """
-    autodiscover_modules("handlers")
+    autodiscover_modules(*scylla_settings.HANDLER_MODULES)
 
 
 # How long one read of the live workers' queues answers `unserved_queues` in this process: a
