@@ -25,7 +25,6 @@ from ..exceptions import (
     WorkerNotFound,
 )
 from ..validation import (
-    validate_lease_length,
     validate_queue,
     validate_queues,
     validate_timeout,
@@ -253,7 +252,7 @@ def _liveness_intervals(
     lease_timeout: timedelta | float | None, heartbeat_interval: timedelta | float | None
 ) -> tuple[timedelta, timedelta]:
     """A worker's lease timeout and heartbeat interval, defaulted and validated."""
-    lease = validate_lease_length(
+    lease = validate_timeout(
         scylla_settings.LEASE_TIMEOUT if lease_timeout is None else lease_timeout
     )
     interval = lease / 3 if heartbeat_interval is None else validate_timeout(heartbeat_interval)

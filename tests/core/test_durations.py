@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from scylla_django.conf import scylla_settings
-from scylla_django.models import QueueSetting, Worker
+from scylla_django.models import QueueSetting
 from scylla_django.text import DurationError, positive_duration
 from scylla_django.validation import validate_lease_length, validate_timeout
 
@@ -62,15 +62,6 @@ def test_a_lease_shorter_than_a_second_is_refused(settings, short):
         validate_lease_length(short)
     assert exc.value.code == "invalid_timeout"
     assert validate_lease_length("1s") == timedelta(seconds=1)
-
-
-@pytest.mark.django_db
-def test_a_worker_cannot_register_with_a_lease_under_a_second():
-    with pytest.raises(ValidationError, match="at least 1 second"):
-        Worker.objects.register(["q"], lease_timeout=0.2)
-    assert Worker.objects.register(["q"], lease_timeout="90s").lease_timeout == timedelta(
-        seconds=90
-    )
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,8 @@ class Command(BaseCommand):
         "Check health and exit 0 when every check passes, 1 when one fails (each check is "
         "printed on its own line), 2 for bad arguments. The database is always checked; "
         "--worker, --monitor, --max-lag and --served add checks (--served only warns). For "
-        "Kubernetes: a worker pod's "
-        "liveness probe runs `scylla_health --worker`; an alerting job runs "
-        "`--monitor --max-lag 5m`."
+        "Kubernetes: a worker pod's liveness probe runs `scylla_health --worker`; an alerting "
+        "job runs `--monitor --max-lag 5m`."
     )
     # A probe runs often: skip the system checks, which a deployment has already passed.
     requires_system_checks: list[str] = []
