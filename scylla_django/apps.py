@@ -1,4 +1,7 @@
+from contextlib import suppress
+
 from django.apps import AppConfig
+from django.core.exceptions import ImproperlyConfigured
 
 
 class ScyllaConfig(AppConfig):
@@ -10,7 +13,14 @@ class ScyllaConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        """Register the system checks, import the apps' handler modules, connect metrics."""
         from . import checks  # noqa: F401  (registers the system checks)
+        from .handlers import autodiscover
+
+        # registry.get(queue) then answers in a shell and the web server too. A bad
+        # HANDLER_MODULES setting is left to `manage.py check` to report (E001).
+        with suppress(ImproperlyConfigured):
+            autodiscover()
 
         try:
             from . import metrics

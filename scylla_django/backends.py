@@ -26,7 +26,7 @@ in any process that has loaded this backend: the worker (which registers its han
 process that enqueued, read a result or ran the system checks.
 
 `manage.py check` reports (through `django.tasks`' own check of every backend):
-`scylla_django.E010` scylla_django is not in INSTALLED_APPS, `E011` a queue in QUEUES is not a
+`scylla_django.E013` scylla_django is not in INSTALLED_APPS, `E011` a queue in QUEUES is not a
 valid queue name, `E012` a queue in QUEUES already has a `@handler` of its own.
 """
 
@@ -35,18 +35,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
+from contextlib import suppress
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.core import checks
-from django.core.exceptions import ValidationError
-from django.utils.module_loading import autodiscover_modules, import_string
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.utils.module_loading import import_string
 
 from . import signals
 from .enums import EventType, Status
 from .exceptions import Abort
-from .handlers import qualname, registry
+from .handlers import autodiscover, qualname, registry
 from .validation import validate_queue
 
 if TYPE_CHECKING:
@@ -247,7 +248,7 @@ if HAS_DJANGO_TASKS:
             return self._result(task, scylla_task, getattr(scylla_task, ASSIGNMENTS, None))
 
         def check(self, **kwargs: Any) -> list[Any]:
-            """E010: scylla_django not installed; E011: a bad queue name in QUEUES; E012: a
+            """E013: scylla_django not installed; E011: a bad queue name in QUEUES; E012: a
             queue in QUEUES that already has a `@handler` (the worker could not serve both).
             """
             return [*super().check(**kwargs), *self._problems()]
@@ -258,10 +259,13 @@ if HAS_DJANGO_TASKS:
                     f"TASKS[{self.alias!r}] uses ScyllaBackend, but scylla_django is not "
                     "installed.",
                     hint='Add "scylla_django" to INSTALLED_APPS and run migrate.',
-                    id="scylla_django.E010",
+                    id="scylla_django.E013",
                 )
                 return
-            autodiscover_modules("handlers")  # the @handler queues, as the worker will see them
+            # The @handler queues, as the worker will see them (a bad HANDLER_MODULES setting
+            # is scylla_django.E001).
+            with suppress(ImproperlyConfigured):
+                autodiscover()
             for queue in sorted(self.queues):
                 try:
                     validate_queue(queue)

@@ -12,19 +12,25 @@
 | `HEARTBEAT_FAILURES` | 3 | consecutive failed heartbeats after which a worker gives a task up |
 | `SCHEDULES` | `{}` | recurring schedules by name, synced into `Schedule` (see `schedules.py`) |
 | `PREPARED_STATEMENTS` | `True` | PostgreSQL: hot statements are prepared (`db.prepared_cursor`) |
+| `HANDLER_MODULES` | `["handlers"]` | modules of each app imported at startup (`@handler`s) |
 
-Durations may be given as `timedelta` or as a number of seconds.
+Durations may be given as a `timedelta`, a number of seconds or text such as `"30s"`, `"5m"`,
+`"12h"`, `"7d"`. A lease lasts at least `LEASE_MIN` (1 second).
 """
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
-from .text import DurationError, positive_duration
+from .text import DurationError, format_duration, positive_duration
+
+# The shortest lease: under it a worker's heartbeat (a third of the lease) cannot keep up.
+LEASE_MIN = timedelta(seconds=1)
 
 DEFAULTS: dict[str, Any] = {
     "LEASE_TIMEOUT": timedelta(seconds=10),
@@ -37,18 +43,25 @@ DEFAULTS: dict[str, Any] = {
     "HEARTBEAT_FAILURES": 3,
     "SCHEDULES": {},
     "PREPARED_STATEMENTS": True,
+    "HANDLER_MODULES": ["handlers"],
 }
+_MODULE_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
 
-def as_duration(value: object, name: str) -> timedelta:
-    """A positive `timedelta` from a timedelta or a number of seconds, else ImproperlyConfigured."""
+def as_duration(value: object, name: str, *, minimum: timedelta | None = None) -> timedelta:
+    """A `timedelta` from a timedelta, seconds or text ("30s"); else ImproperlyConfigured."""
     try:
-        return positive_duration(value)
+        return positive_duration(value, minimum=minimum)
     except DurationError as exc:
         if isinstance(value, bool):
             message = "must be a timedelta or seconds, not a bool"
         elif exc.reason == "type":
-            message = f"must be a timedelta or a number of seconds, got {value!r}"
+            message = (
+                "must be a timedelta, a number of seconds or a duration such as '30s', "
+                f"'5m', '12h', got {value!r}"
+            )
+        elif exc.reason == "short":
+            message = f"must be at least {format_duration(minimum or timedelta(0))}, got {value!r}"
         else:
             message = f"must be positive, got {value!r}"
         raise ImproperlyConfigured(f"SCYLLA[{name!r}] {message}") from None
@@ -79,7 +92,7 @@ class ScyllaSettings:
 
     @property
     def LEASE_TIMEOUT(self) -> timedelta:
-        return as_duration(self._raw("LEASE_TIMEOUT"), "LEASE_TIMEOUT")
+        return as_duration(self._raw("LEASE_TIMEOUT"), "LEASE_TIMEOUT", minimum=LEASE_MIN)
 
     @property
     def RETENTION(self) -> timedelta:
@@ -118,6 +131,21 @@ class ScyllaSettings:
                 f"SCYLLA['PREPARED_STATEMENTS'] must be True or False, got {value!r}"
             )
         return value
+
+    @property
+    def HANDLER_MODULES(self) -> list[str]:
+        """Module names (relative to each installed app) that hold `@handler` functions."""
+        value = self._raw("HANDLER_MODULES")
+        if (
+            isinstance(value, str)
+            or not isinstance(value, list | tuple)
+            or not all(isinstance(name, str) and _MODULE_NAME.match(name) for name in value)
+        ):
+            raise ImproperlyConfigured(
+                "SCYLLA['HANDLER_MODULES'] must be a list of module names such as "
+                f"['handlers', 'tasks'], got {value!r}"
+            )
+        return list(value)
 
     @property
     def SCHEDULES(self) -> Any:

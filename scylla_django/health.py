@@ -6,6 +6,9 @@
 - `monitor`: some monitor made a pass within three of its intervals, so expired leases are
   being reset.
 - `lag` (asked for with a maximum): no queue's oldest leasable ready task has waited longer.
+- `served` (asked for): every queue with leasable tasks has a live (alive or silent) worker
+  leasing from it. A queue that none serves (a typo in a queue name, say) is a warning, not a
+  failure: the scheduler itself is healthy.
 
 Each check is one small query; when the database does not answer, the others are reported as
 failed without being run.
@@ -24,16 +27,22 @@ from django.db import connections
 from . import db
 from .durations import short
 from .enums import Liveness
+from .handlers import live_worker_queues
 from .models import Monitor, Task, Worker
+from .text import plural
 
 
 @dataclass(frozen=True)
 class Check:
-    """The outcome of one check: its name, whether it passed, and why, in words."""
+    """The outcome of one check: its name, whether it passed, and why, in words.
+
+    A `warning` passed (`ok`) but found something a person should look at.
+    """
 
     name: str
     ok: bool
     detail: str
+    warning: bool = False
 
 
 def run_checks(
@@ -43,6 +52,7 @@ def run_checks(
     monitor: bool = False,
     max_lag: timedelta | None = None,
     queues: Sequence[str] = (),
+    served: bool = False,
 ) -> list[Check]:
     """Run the database check and the ones asked for, in the order of the module docstring."""
     database = check_database(using)
@@ -54,6 +64,8 @@ def run_checks(
         wanted.append(("monitor", lambda: check_monitor(using)))
     if max_lag is not None:
         wanted.append(("lag", lambda: check_lag(using, max_lag, queues)))
+    if served:
+        wanted.append(("served", lambda: check_served(using)))
     for name, run in wanted:
         if not database.ok:
             checks.append(Check(name, False, "not checked: the database does not answer"))
@@ -127,6 +139,26 @@ def check_lag(using: str, max_lag: timedelta, queues: Sequence[str] = ()) -> Che
         True,
         f"the longest wait is {short(max(worst_age, timedelta(0)))} ({worst_queue}), under {limit}",
     )
+
+
+def check_served(using: str = "default") -> Check:
+    """Every queue with leasable tasks has a live worker; a warning (still ok) when one has not."""
+    waiting = {
+        queue: count
+        for queue, (count, waited) in Task.objects.using(using).ready_summary().items()
+        if waited is not None  # None: every ready task of the queue waits for its not_before
+    }
+    if not waiting:
+        return Check("served", True, "no ready task is waiting")
+    live = live_worker_queues(using, max_age=0)
+    unserved = sorted(queue for queue in waiting if queue not in live)
+    if not unserved:
+        return Check("served", True, "every queue with ready tasks has a live worker")
+    described = ", ".join(
+        f"{queue} ({plural(waiting[queue], 'ready task')})" for queue in unserved[:5]
+    )
+    more = f" and {len(unserved) - 5} more" if len(unserved) > 5 else ""
+    return Check("served", True, f"no live worker serves {described}{more}", warning=True)
 
 
 def _one_line(exc: BaseException) -> str:

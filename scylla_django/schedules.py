@@ -40,7 +40,13 @@ from .enums import Status
 from .models import CatchUp, Schedule, Task, send_on_commit
 from .signals import task_submitted
 from .text import DurationError, positive_duration
-from .validation import FieldErrors, validate_json, validate_priority, validate_queue
+from .validation import (
+    FieldErrors,
+    validate_json,
+    validate_priority,
+    validate_queue,
+    validate_schedule_name,
+)
 
 #: Most missed ticks submitted in one transaction with `catch_up="all"` (the next one goes on).
 MAX_CATCH_UP = 1000
@@ -65,7 +71,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def parse_every(value: object) -> timedelta:
     """An interval from a timedelta, seconds, or text such as `"30s"`, `"5m"`, `"2h"`, `"1d"`."""
     try:
-        interval = positive_duration(value, text=True)
+        interval = positive_duration(value)
     except DurationError:
         raise ValidationError(
             f'every must be a duration such as "30s", "5m", "2h", "1d", not {value!r}.',
@@ -136,7 +142,7 @@ def clean_definition(name: object, raw: object) -> Definition:
     errors = FieldErrors()
     check = errors.check
 
-    checked_name = check("name", validate_queue, name)
+    checked_name = check("name", validate_schedule_name, name)
     if not isinstance(raw, Mapping):
         raise ValidationError(f"Schedule {name!r} must be a dict.", code="invalid_schedule")
     unknown = set(raw) - set(DEFINITION_KEYS)

@@ -15,32 +15,37 @@ from django.utils import timezone
 from django.utils.timesince import timesince, timeuntil
 
 UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"\A\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*\Z")
+# A sign is read so that "-5" is refused for what it is (not positive), not as unreadable.
+_DURATION = re.compile(r"\A\s*([+-]?\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*\Z")
 
 
 class DurationError(ValueError):
     """Why a value is not a positive duration.
 
-    `reason` is "type" (not a duration at all), "positive" (zero or negative) or "range"
-    (beyond `maximum`); each caller turns it into its own exception and message.
+    `reason` is "type" (not a duration at all), "positive" (zero or negative), "short"
+    (positive, but under `minimum`) or "range" (beyond `maximum`); each caller turns it into
+    its own exception and message.
     """
 
-    def __init__(self, reason: Literal["type", "positive", "range"], value: object) -> None:
+    def __init__(
+        self, reason: Literal["type", "positive", "short", "range"], value: object
+    ) -> None:
         super().__init__(f"{value!r} is not a positive duration ({reason})")
         self.reason = reason
         self.value = value
 
 
 def positive_duration(
-    value: object, *, text: bool = False, maximum: timedelta | None = None
+    value: object, *, minimum: timedelta | None = None, maximum: timedelta | None = None
 ) -> timedelta:
-    """A positive `timedelta` from a timedelta or a number of seconds, else DurationError.
+    """A positive `timedelta` from a timedelta, a number of seconds or text, else DurationError.
 
-    With `text=True` a string is read too: a number with an optional unit (`30`, `1.5s`,
-    `500ms`, `5m`, `12h`, `7d`, `2w`; a bare number is seconds). A bool is not a number here.
+    The one duration grammar of settings, Python calls, commands and schedules. Text is a
+    number with an optional unit (`30`, `1.5s`, `500ms`, `5m`, `12h`, `7d`, `2w`; a bare
+    number is seconds). A bool is not a number here.
     """
     seconds: float
-    if isinstance(value, str) and text:
+    if isinstance(value, str):
         match = _DURATION.match(value)
         if not match:
             raise DurationError("type", value)
@@ -57,6 +62,8 @@ def positive_duration(
         raise DurationError("type", value)
     if seconds <= 0:
         raise DurationError("positive", value)
+    if minimum is not None and seconds < minimum.total_seconds():
+        raise DurationError("short", value)
     if maximum is not None and seconds > maximum.total_seconds():
         raise DurationError("range", value)
     if isinstance(value, timedelta):

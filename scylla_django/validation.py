@@ -16,7 +16,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 
-from .conf import scylla_settings
+from .conf import LEASE_MIN, scylla_settings
 from .exceptions import error_record
 from .text import DurationError, positive_duration
 
@@ -59,6 +59,12 @@ queue_validator = RegexValidator(
     "starting with a letter or a digit.",
     code="invalid_queue",
 )
+schedule_name_validator = RegexValidator(
+    _QUEUE_PATTERN,
+    "A schedule name is 1 to 100 characters of letters, digits, '.', '_', ':' and '-', "
+    "starting with a letter or a digit.",
+    code="invalid_schedule_name",
+)
 _NUL = re.compile("\x00")
 # Compact JSON, as the databases store it (one encoder: building one per call costs more).
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -77,6 +83,14 @@ def validate_queue(value: object) -> str:
         raise ValidationError("A queue name must be a string.", code="invalid_queue")
     if _QUEUE.search(value) is None:
         queue_validator(value)
+    return value
+
+
+def validate_schedule_name(value: object) -> str:
+    """A schedule's name: the characters of a queue name (it goes into its tasks' rns)."""
+    if not isinstance(value, str):
+        raise ValidationError("A schedule name must be a string.", code="invalid_schedule_name")
+    schedule_name_validator(value)
     return value
 
 
@@ -106,13 +120,24 @@ def validate_progress(value: object) -> float:
 
 
 def validate_timeout(value: object) -> timedelta:
-    """A positive lease length, from a timedelta or a number of seconds."""
+    """A positive duration, from a timedelta, a number of seconds or text such as "30s"."""
     try:
         return positive_duration(value, maximum=TIMEOUT_MAX)
     except DurationError:
         raise ValidationError(
             "A timeout must be a positive duration.", code="invalid_timeout"
         ) from None
+
+
+def validate_lease_length(value: object) -> timedelta:
+    """A lease length: a duration (as `validate_timeout` reads it) of at least `LEASE_MIN`."""
+    length = validate_timeout(value)
+    if length < LEASE_MIN:
+        raise ValidationError(
+            f"A lease must last at least {LEASE_MIN.total_seconds():g} second, not {value!r}.",
+            code="invalid_timeout",
+        )
+    return length
 
 
 def validate_limit(value: object) -> int:

@@ -9,7 +9,8 @@ Status codes: 200, or 201 for a submission or a registration; errors as in `exce
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -35,6 +36,7 @@ from rest_framework.views import APIView
 from .. import db
 from ..enums import Status
 from ..exceptions import TaskNotFound
+from ..handlers import live_worker_queues, unserved_queues, unserved_warning
 from ..health import run_checks
 from ..models import QueueSetting, Task, Worker
 from ..validation import validate_queue, validate_rn
@@ -76,6 +78,24 @@ from .serializers import (
 
 MAX_BULK_ITEMS = 1000
 MAX_HELD_TASKS = 1000
+UNSERVED_HEADER = "Scylla-Warning"
+UNSERVED_QUEUE = "no live worker serves this queue"
+
+logger = logging.getLogger("scylla_django")
+
+
+def warn_if_unserved(response: Response, queues: Iterable[str]) -> Response:
+    """Say so in a `Scylla-Warning` header (and the log) when nothing serves a queue submitted to.
+
+    Nothing serves a queue when this process has no handler for it and no live worker leases
+    from it (see `handlers.unserved_queues`, which reads the workers at most every few seconds).
+    """
+    warnings = [unserved_warning(queue) for queue in unserved_queues(queues)]
+    for warning in warnings:
+        logger.warning("task submitted: %s", warning)
+    if warnings:
+        response[UNSERVED_HEADER] = "; ".join(warnings)
+    return response
 
 
 class ScyllaAuthMixin:
@@ -251,7 +271,8 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     )
     def create(self, request: Request) -> Response:
         task = Task.objects.submit(**self.parse(SubmitSerializer))
-        return Response(TaskSerializer(task).data, status=status.HTTP_201_CREATED)
+        response = Response(TaskSerializer(task).data, status=status.HTTP_201_CREATED)
+        return warn_if_unserved(response, [task.queue])
 
     @document(
         operation_id="submit_tasks",
@@ -303,9 +324,10 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
                     for name, messages in outcome.errors.items()
                 },
             }
-        return Response(
+        response = Response(
             BulkOutcomeSerializer([outcomes[i] for i in sorted(outcomes)], many=True).data
         )
+        return warn_if_unserved(response, (data["queue"] for _, data in valid))
 
     @document(
         operation_id="cancel_tasks",
@@ -588,11 +610,13 @@ class QueueView(ScyllaView):
             "only; ready tasks whose `not_before` is ahead are counted as `scheduled`. "
             "`oldest_ready` is when the longest-waiting leasable task became leasable (its "
             "`created`, or its `not_before` if later); `oldest_ready_age` is the seconds since, "
-            "on the database clock."
+            'on the database clock. `warnings` has "no live worker serves this queue" for a '
+            "queue with leasable tasks that no alive or silent worker leases from."
         ),
         responses={200: QueueSerializer(many=True), **errors(400, 401, 403)},
     )
     def get(self, request: Request) -> Response:
+        summaries = Task.objects.queue_summaries()
         queues = [
             {
                 "queue": summary.queue,
@@ -602,9 +626,15 @@ class QueueView(ScyllaView):
                     None if summary.waited is None else max(summary.waited.total_seconds(), 0.0)
                 ),
             }
-            for summary in Task.objects.queue_summaries()
+            for summary in summaries
         ]
-        return Response(QueueSerializer(queues, many=True).data)
+        data = QueueSerializer(queues, many=True).data
+        waiting = {s.queue for s in summaries if s.counts.get(Status.READY.value)}
+        live = live_worker_queues(max_age=0) if waiting else frozenset()
+        for item, summary in zip(data, summaries, strict=True):
+            served = summary.queue not in waiting or summary.queue in live
+            item["warnings"] = [] if served else [UNSERVED_QUEUE]
+        return Response(data)
 
 
 def queue_named(name: str) -> str:

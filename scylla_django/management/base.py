@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -16,33 +17,61 @@ from types import FrameType
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.core.management.base import CommandParser
 
-from ..conf import scylla_settings
+from ..conf import LEASE_MIN, scylla_settings
 from ..text import DurationError, format_duration, positive_duration
 from ..validation import validate_queue
 
 logger = logging.getLogger("scylla_django")
 
 DURATION_MAX = timedelta(days=100 * 365)
+_ZERO = re.compile(r"\A\s*[+]?0+(?:\.0*)?\s*(?:ms|s|m|h|d|w)?\s*\Z")
 
 
-def duration(text: str) -> timedelta:
+def duration(text: str, *, minimum: timedelta | None = None) -> timedelta:
     """argparse type: a positive duration such as `30`, `30s`, `5m`, `12h`, `7d`, `2w`.
 
-    A bare number is seconds.
+    A bare number is seconds (the grammar of `text.positive_duration`, as in settings).
     """
     try:
-        return positive_duration(text, text=True, maximum=DURATION_MAX)
+        return positive_duration(text, minimum=minimum, maximum=DURATION_MAX)
     except DurationError as exc:
         if exc.reason == "type":
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a duration; use a number with a unit, e.g. 30s, 5m, 12h, 7d"
-            ) from None
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive and under 100 years") from None
+            message = f"{text!r} is not a duration; use a number with a unit, e.g. 30s, 5m, 12h, 7d"
+        elif exc.reason == "positive":
+            message = f"{text!r} must be positive"
+        elif exc.reason == "short":
+            message = f"{text!r} is too short: the least is {format_duration(minimum or LEASE_MIN)}"
+        else:
+            message = f"{text!r} is too long: the most is 100 years"
+        raise argparse.ArgumentTypeError(message) from None
+
+
+def lease_length(text: str) -> timedelta:
+    """argparse type: a duration (as `duration` reads it) of at least `conf.LEASE_MIN`, 1 s."""
+    return duration(text, minimum=LEASE_MIN)
+
+
+def age(text: str) -> timedelta:
+    """argparse type: a duration, or zero (`0`, `0s`: any age at all)."""
+    if _ZERO.match(text):
+        return timedelta(0)
+    return duration(text)
 
 
 def seconds(text: str) -> float:
     """argparse type: a positive number of seconds (a duration with a unit is accepted too)."""
     return duration(text).total_seconds()
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
 
 
 def positive_int(text: str) -> int:

@@ -76,7 +76,8 @@ def test_settings_are_read_live(settings):
     "bad",
     [
         {"LEASE_TIMEOUT": 0},
-        {"LEASE_TIMEOUT": "10s"},
+        {"LEASE_TIMEOUT": "10 parsecs"},
+        {"LEASE_TIMEOUT": 0.5},
         {"RETENTION": -5},
         {"MAX_ATTEMPTS": 0},
         {"DEFAULT_PRIORITY": 256},

@@ -144,6 +144,18 @@ def test_batch_size_defaults_to_the_setting(cancelled_seven, settings):
     assert out.getvalue().endswith("\rdeleted 7 tasks\n")
 
 
+@pytest.mark.parametrize("zero", ["0", "0s", "0.0h"])
+def test_older_than_zero_deletes_every_terminal_task_whatever_its_age(tasks, zero):
+    assert cleanup("--dry-run", "--older-than", zero) == "would delete 12 tasks\n"
+    Task.objects.filter(rn__startswith="new-").update(updated=Now())
+    assert cleanup("--older-than", zero, "-v", "2") == (
+        "deleted 12 tasks\n(status aborted, cancelled, completed; any age; queue any)\n"
+    )
+    assert remaining() == {
+        f"{age}-{q}-{s}" for age in ("old", "new") for q in "ab" for s in ("ready", "running")
+    }
+
+
 def test_progress_with_nothing_to_delete(db):
     out = Terminal()
     cleanup(stdout=out)
@@ -154,8 +166,8 @@ def test_progress_with_nothing_to_delete(db):
     ("args", "message"),
     [
         (["--older-than", "7x"], "'7x' is not a duration"),
-        (["--older-than", "0"], "'0' must be positive"),
-        (["--older-than=-3d"], "'-3d' is not a duration"),
+        (["--older-than=-3d"], "'-3d' must be positive"),
+        (["--older-than", "200y"], "'200y' is not a duration"),
         (["--status", "ready"], "invalid choice: 'ready'"),
         (["--status", "running"], "invalid choice: 'running'"),
         (["--queue", "a b"], "--queue"),

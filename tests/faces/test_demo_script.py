@@ -6,6 +6,8 @@ file of its own, with the virtualenv running these tests.
 from __future__ import annotations
 
 import os
+import platform
+import shutil
 import signal
 import socket
 import sqlite3
@@ -17,6 +19,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import django
 import pytest
 
 from tests.processes import ROOT
@@ -91,6 +94,9 @@ def test_a_port_in_use_fails_the_script_and_leaves_no_process(tmp_path):
         output, _ = process.communicate(timeout=180)
     assert process.returncode != 0, output.decode()
     assert b"already in use" in output
+    says = f"demo: Python {platform.python_version()} ({sys.executable}), Django "
+    assert f"{says}{django.get_version()}\n".encode() in output, output.decode()
+    assert (b"django.tasks needs Django 6" in output) == (django.VERSION < (6, 0))
     assert wait_until_gone(marker) == [], output.decode()
 
 
@@ -123,3 +129,40 @@ def test_sigterm_stops_every_child_and_a_second_setup_submits_nothing(tmp_path):
     assert again.returncode == 0, output.decode()
     assert b"Submitted 0 demo tasks" in output
     assert demo_tasks(tmp_path) == submitted
+
+
+def find_python(path: str) -> str:
+    """What the demo's find_python() answers with only `path` on PATH (so no pyenv either)."""
+    function = subprocess.run(
+        ["sed", "-n", "/^find_python()/,/^}/p", str(ROOT / "scripts" / "demo")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    done = subprocess.run(
+        [shutil.which("bash") or "/bin/bash", "-c", f"set -euo pipefail\n{function}\nfind_python"],
+        env={"PATH": path},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def fake_python(directory: Path, name: str, works: bool = True) -> Path:
+    directory.mkdir(exist_ok=True)
+    path = directory / name
+    path.write_text(f"#!/bin/sh\nexit {0 if works else 127}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_the_demo_prefers_python_3_13_then_3_12_then_python3(tmp_path):
+    bin_dir = tmp_path / "bin"
+    assert find_python(str(bin_dir)) == "python3"
+    twelve = fake_python(bin_dir, "python3.12")
+    assert find_python(str(bin_dir)) == str(twelve)
+    fake_python(bin_dir, "python3.13", works=False)  # a pyenv shim for a missing version
+    assert find_python(str(bin_dir)) == str(twelve)
+    thirteen = fake_python(bin_dir, "python3.13")
+    assert find_python(str(bin_dir)) == str(thirteen)

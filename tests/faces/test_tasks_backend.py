@@ -359,7 +359,7 @@ def test_check_reports_scylla_django_missing_from_installed_apps(settings):
     tasks = {"default": {"BACKEND": "scylla_django.backends.ScyllaBackend"}}
     apps_without = [app for app in settings.INSTALLED_APPS if app != "scylla_django"]
     assert check_ids(settings, tasks) == []
-    assert check_ids(settings, tasks, apps_without) == ["scylla_django.E010"]
+    assert check_ids(settings, tasks, apps_without) == ["scylla_django.E013"]
 
 
 def test_check_reports_a_queue_with_a_handler_of_its_own_and_a_bad_queue_name(

@@ -12,7 +12,11 @@ from ...conf import scylla_settings
 from ...enums import TERMINAL_STATUSES
 from ...models import Task
 from ...text import format_duration, plural
-from ..base import add_setting_option, configure_logging, duration, positive_int, queue_name
+from ..base import add_setting_option, age, configure_logging, positive_int, queue_name
+
+# `--older-than 0`: every terminal task, i.e. those last updated before the database's now.
+# The purge takes a positive age, and nothing is updated a microsecond ahead of now.
+ANY_AGE = timedelta(microseconds=1)
 
 STATUS_CHOICES = sorted(status.value for status in TERMINAL_STATUSES)
 
@@ -30,10 +34,10 @@ class Command(BaseCommand):
             parser,
             "--older-than",
             setting="RETENTION",
-            type=duration,
+            type=age,
             metavar="DURATION",
             help="Delete tasks not updated for this long, e.g. 12h, 7d, 2w (a bare number is "
-            "seconds).",
+            "seconds); 0 deletes every terminal task, whatever its age.",
         )
         parser.add_argument(
             "--status",
@@ -62,7 +66,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"])
         try:
-            older_than: timedelta = options["older_than"] or scylla_settings.RETENTION
+            given: timedelta | None = options["older_than"]
+            older_than = scylla_settings.RETENTION if given is None else given or ANY_AGE
             batch_size: int = options["batch_size"] or scylla_settings.PURGE_BATCH_SIZE
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
@@ -82,9 +87,13 @@ class Command(BaseCommand):
             raise CommandError(" ".join(exc.messages)) from exc
         self.stdout.write(f"deleted {plural(deleted, 'task')}")
         if options["verbosity"] >= 2:
+            aged = (
+                "any age"
+                if older_than == ANY_AGE
+                else f"not updated for {format_duration(older_than)}"
+            )
             self.stdout.write(
-                f"(status {', '.join(sorted(set(statuses)))}; not updated for "
-                f"{format_duration(older_than)}; queue {queue or 'any'})"
+                f"(status {', '.join(sorted(set(statuses)))}; {aged}; queue {queue or 'any'})"
             )
 
     def _purge_showing_progress(

@@ -15,9 +15,9 @@ class Command(BaseCommand):
     help = (
         "Check health and exit 0 when every check passes, 1 when one fails (each check is "
         "printed on its own line), 2 for bad arguments. The database is always checked; "
-        "--worker, --monitor and --max-lag add checks. For Kubernetes: a worker pod's "
-        "liveness probe runs `scylla_health --worker`; an alerting job runs "
-        "`--monitor --max-lag 5m`."
+        "--worker, --monitor, --max-lag and --served add checks (--served only warns). For "
+        "Kubernetes: a worker pod's liveness probe runs `scylla_health --worker`; an alerting "
+        "job runs `--monitor --max-lag 5m`."
     )
     # A probe runs often: skip the system checks, which a deployment has already passed.
     requires_system_checks: list[str] = []
@@ -56,6 +56,12 @@ class Command(BaseCommand):
             help="with --max-lag: only this queue (repeatable; default every queue)",
         )
         parser.add_argument(
+            "--served",
+            action="store_true",
+            help="every queue with ready tasks has a live worker; a queue that none serves "
+            "is a warning (printed, exit status unchanged), not a failure",
+        )
+        parser.add_argument(
             "--database", default="default", help="the database alias (default 'default')"
         )
 
@@ -72,9 +78,11 @@ class Command(BaseCommand):
             monitor=options["monitor"],
             max_lag=options["max_lag"],
             queues=options["queues"],
+            served=options["served"],
         )
         for check in checks:
-            line = f"{'ok' if check.ok else 'FAIL'} {check.name}: {check.detail}"
+            word = "FAIL" if not check.ok else "WARN" if check.warning else "ok"
+            line = f"{word} {check.name}: {check.detail}"
             (self.stdout if check.ok else self.stderr).write(line)
         failed = [check.name for check in checks if not check.ok]
         if failed:

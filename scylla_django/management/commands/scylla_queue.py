@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...models import QueueSetting, Task
-from ..base import positive_int, queue_name
+from ..base import non_negative_int, queue_name
 
 
 class Command(BaseCommand):
@@ -30,7 +30,13 @@ class Command(BaseCommand):
         )
         limit.add_argument("queue", type=queue_name, metavar="QUEUE")
         group = limit.add_mutually_exclusive_group(required=True)
-        group.add_argument("max_running", type=positive_int, nargs="?", metavar="N")
+        group.add_argument(
+            "max_running",
+            type=non_negative_int,
+            nargs="?",
+            metavar="N",
+            help="1 or more (0 is refused: pause the queue instead).",
+        )
         group.add_argument("--none", action="store_true", help="Remove the limit.")
         commands.add_parser(
             "list",
@@ -51,6 +57,12 @@ class Command(BaseCommand):
                 setting = QueueSetting.objects.resume(queue)
             else:
                 most = None if options["none"] else options["max_running"]
+                if most == 0:
+                    raise CommandError(
+                        f"A limit of 0 would run no task of {queue}: to stop leasing it, use "
+                        f"`scylla_queue pause {queue}` (and `scylla_queue resume {queue}` to "
+                        f"start again); `scylla_queue limit {queue} --none` removes the limit."
+                    )
                 setting = QueueSetting.objects.limit(queue, most)
         except ValidationError as exc:
             raise CommandError(" ".join(exc.messages)) from exc

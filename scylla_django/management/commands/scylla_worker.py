@@ -18,7 +18,14 @@ from ...conf import scylla_settings
 from ...handlers import autodiscover, registry
 from ...supervisor import STOP_SIGNALS, WorkerProcesses
 from ...worker import TaskWorker, WorkerOptions
-from ..base import StopSignals, configure_logging, duration, positive_int, queue_name, seconds
+from ..base import (
+    StopSignals,
+    configure_logging,
+    lease_length,
+    positive_int,
+    queue_name,
+    seconds,
+)
 from ..reloader import run_with_reloader
 
 # Exit status when handlers ignoring ctx.check() outlived the grace period of a shutdown.
@@ -50,9 +57,10 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--lease-timeout",
-            type=duration,
+            type=lease_length,
             default=None,
-            help=f"lease length (default SCYLLA['LEASE_TIMEOUT'], now "
+            help="lease length, at least 1s: seconds or a duration such as 30s, 5m (default "
+            f"SCYLLA['LEASE_TIMEOUT'], now "
             f"{scylla_settings.LEASE_TIMEOUT.total_seconds():g}s)",
         )
         parser.add_argument(
