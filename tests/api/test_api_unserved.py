@@ -51,7 +51,7 @@ def test_bulk_submission_names_each_queue_nobody_serves_once(api):
         {"queue": "emials", "spec": 3},
         {"queue": "sms", "spec": 4},
     ]
-    response = post(api, "/tasks/bulk/", items)
+    response = post(api, "/bulk/tasks/", items)
     assert response.status_code == 200
     warning = response["Scylla-Warning"]
     assert warning.count("'emials'") == 1 and "'sms'" in warning and "'emails'" not in warning
