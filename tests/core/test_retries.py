@@ -162,7 +162,7 @@ def test_an_abort_whose_error_asks_for_a_retry_retries_without_a_policy(registry
         raise Abort("busy", "come back", retry=True)
 
     Task.objects.submit("r-asked", {}, rn="asked")
-    TaskWorker(["r-asked"], registry=registry).run(once=True)
+    TaskWorker(WorkerOptions(["r-asked"], registry=registry)).run(once=True)
     successor = Task.objects.get(retry_of="asked")
     assert (successor.root, successor.attempt) == ("asked", 2)
     assert successor.not_before is not None  # the default policy's backoff
