@@ -31,6 +31,7 @@ from django.utils import timezone
 from ..conf import scylla_settings
 from ..durations import ago, short
 from ..enums import TERMINAL_STATUSES, Liveness, Status
+from ..handlers import live_worker_queues
 from ..models import SCHEDULED, Monitor, MonitorStatus, QueueSetting, Task, Worker
 from ..validation import worker_id, worker_name_for
 
@@ -59,6 +60,8 @@ class QueueRow:
     waiting_since: datetime | None = None
     paused: bool = False
     max_running: int | None = None
+    unserved: bool = False
+    """Tasks are ready to lease and no live worker leases from this queue."""
 
     @property
     def total(self) -> int:
@@ -87,9 +90,11 @@ def queue_table() -> list[QueueRow]:
 
     As `GET /queues/` of the API (`Task.objects.queue_summaries()`): `ready` counts leasable
     tasks only, `scheduled` the ready tasks whose `not_before` is still ahead; the wait of a
-    ready task starts at `created`, or at `not_before` for a delayed task.
+    ready task starts at `created`, or at `not_before` for a delayed task. A queue with
+    leasable tasks and no live worker is marked `unserved`, as `GET /queues/` warns.
     """
     settings = {s.queue: s for s in QueueSetting.objects.all()}
+    live = live_worker_queues(max_age=0)
     rows = [
         QueueRow(
             summary.queue,
@@ -97,6 +102,7 @@ def queue_table() -> list[QueueRow]:
             summary.waiting_since,
             paused=summary.queue in settings and settings[summary.queue].paused,
             max_running=settings[summary.queue].max_running if summary.queue in settings else None,
+            unserved=summary.counts.get(Status.READY.value, 0) > 0 and summary.queue not in live,
         )
         for summary in Task.objects.queue_summaries()
     ]

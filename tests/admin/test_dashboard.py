@@ -331,3 +331,26 @@ def test_charts_read_a_closed_interval_once(worker, django_assert_max_num_querie
     with django_assert_max_num_queries(2):  # the open hour only (and its waits, not on PostgreSQL)
         again = charts.build("day").as_json()
     assert sum(again["throughput"]["mail"]) == 1
+
+
+# -- queues nobody serves ---------------------------------------------------------------------
+
+
+def test_a_queue_with_ready_tasks_and_no_live_worker_is_marked_unserved(worker):
+    """A typo in a queue name ("emials") leaves its tasks waiting for a worker that never
+    comes: the queue table says so, and stops saying it once a worker serves the queue."""
+    Task.objects.submit("emials", {}, rn="typo")
+    Task.objects.submit("default", {}, rn="served")
+    rows = {row.queue: row for row in dashboard.queue_table()}
+    assert rows["emials"].unserved and not rows["default"].unserved
+    Worker.objects.register(queues=["emials"], capacity=1, hostname="test", pid=3)
+    assert not any(row.unserved for row in dashboard.queue_table())
+
+
+def test_the_dashboard_page_warns_of_a_queue_nobody_serves(admin_client):
+    from django.urls import reverse
+
+    Task.objects.submit("emials", {}, rn="typo")
+    page = admin_client.get(reverse("admin:scylla_django_task_dashboard"))
+    assert page.status_code == 200
+    assert "no live worker serves this queue" in page.content.decode()
