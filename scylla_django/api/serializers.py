@@ -31,6 +31,7 @@ from ..validation import (
     RN_MAX_LENGTH,
     queue_validator,
     rn_validator,
+    schedule_name_validator,
     validate_json,
 )
 
@@ -705,7 +706,7 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
 class ScheduleInputSerializer(StrictSerializer):
     """A schedule to create or change: exactly one of `cron` and `every`."""
 
-    name = StrictCharField(max_length=100, validators=[queue_validator], required=False)
+    name = StrictCharField(max_length=100, validators=[schedule_name_validator], required=False)
     cron = StrictCharField(required=False, allow_blank=True, max_length=200)
     every = JSONValueField(
         required=False, allow_null=True, help_text='Seconds, or "30s", "5m", "2h", "1d".'

@@ -10,6 +10,7 @@ from ..validation import (
     QUEUE_MAX_LENGTH,
     RN_MAX_LENGTH,
     queue_validator,
+    schedule_name_validator,
 )
 
 
@@ -30,7 +31,7 @@ class Schedule(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
-    name = models.CharField(max_length=100, unique=True, validators=[queue_validator])
+    name = models.CharField(max_length=100, unique=True, validators=[schedule_name_validator])
     cron = models.CharField(max_length=200, blank=True)
     every = models.DurationField(null=True, blank=True)
     timezone = models.CharField(max_length=64, default="UTC")

@@ -267,3 +267,20 @@ def test_schedules_need_their_permissions(api):
     assert api.delete(f"{API}/schedules/s/").status_code == 403
     assert Schedule.objects.filter(name="s").exists()
     assert Task.objects.filter(status=Status.READY).count() == 0
+
+
+def test_a_bad_schedule_name_over_the_api_is_a_schedule_name_error(operator):
+    body = {"name": "-nightly", "every": "5m", "queue": "r"}
+    response = post(operator, "/schedules/", body)
+    assert response.status_code == 400, response.content
+    assert "invalid_schedule_name" in response.content.decode()
+    assert "queue name" not in response.content.decode()
+    assert not Schedule.objects.exists()
+
+
+def test_the_schedule_model_checks_its_name_as_a_schedule_name():
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError) as exc:
+        Schedule(name="-nightly", queue="r", every=timedelta(minutes=5)).full_clean()
+    assert [e.code for e in exc.value.error_dict["name"]] == ["invalid_schedule_name"]
