@@ -55,6 +55,7 @@ from .transactions import write_atomic
 from .vendors import (
     can_listen,
     configures_sqlite,
+    enforces_unique_keys,
     has_planner_estimates,
     is_postgresql,
     is_sqlite,
@@ -76,6 +77,7 @@ __all__ = [
     "compact",
     "configures_sqlite",
     "discard_connection",
+    "enforces_unique_keys",
     "estimator",
     "finish_statement",
     "has_planner_estimates",

@@ -45,6 +45,13 @@ def returns_written_rows(connection: BaseDatabaseWrapper) -> bool:
     return is_postgresql(connection) or is_sqlite(connection)
 
 
+def enforces_unique_keys(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the partial unique index of unique keys exists on `connection`'s database
+    (PostgreSQL, SQLite). MySQL/MariaDB have no partial indexes: Django does not create it
+    there, so a key would not be enforced, and a keyed submission is refused."""
+    return bool(connection.features.supports_partial_indexes)
+
+
 def can_listen(using: str) -> bool:
     """Whether workers on database `using` can be woken by LISTEN/NOTIFY (PostgreSQL);
     elsewhere they only poll."""
