@@ -445,6 +445,13 @@ class Task(models.Model):
                 name="scylla_task_owner_idx",
                 condition=Q(owner__isnull=False),
             ),
+            # Every task of a key, for the admin's key filter and search (keyless tasks are
+            # not indexed).
+            models.Index(
+                fields=["unique_key", "-id"],
+                name="scylla_task_unique_key_idx",
+                condition=Q(unique_key__isnull=False),
+            ),
             models.Index(
                 fields=["root", "attempt"],
                 name="scylla_task_root_idx",
