@@ -54,6 +54,7 @@ from .tables import Tables
 from .transactions import write_atomic
 from .vendors import (
     can_listen,
+    configures_mysql,
     configures_sqlite,
     enforces_unique_keys,
     has_planner_estimates,
@@ -75,6 +76,7 @@ __all__ = [
     "can_listen",
     "capped_counts",
     "compact",
+    "configures_mysql",
     "configures_sqlite",
     "discard_connection",
     "enforces_unique_keys",

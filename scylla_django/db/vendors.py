@@ -34,6 +34,12 @@ def configures_sqlite(database: Mapping[str, Any]) -> bool:
     return "sqlite" in database.get("ENGINE", "")
 
 
+def configures_mysql(database: Mapping[str, Any]) -> bool:
+    """Whether `database`, an entry of `settings.DATABASES`, is a MySQL/MariaDB database (read
+    from its ENGINE, without connecting: for the system checks)."""
+    return "mysql" in database.get("ENGINE", "")
+
+
 def uses_single_statement_transitions(connection: BaseDatabaseWrapper) -> bool:
     """PostgreSQL: each transition, History row included, is one statement (one round trip)."""
     return is_postgresql(connection)
