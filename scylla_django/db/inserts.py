@@ -126,7 +126,8 @@ def _keyed_submission(model: type[models.Model], using: str) -> tuple[list[Any],
     connection = connections[using]
     quote = connection.ops.quote_name
     fields, _ = _insert_parts(model._default_manager.using(using))
-    given = [f for f in fields if f.name in SUBMITTED or f.name in KEYED]
+    keyed = [f for f in model._meta.concrete_fields if f.name in KEYED]
+    given = [f for f in fields if f.name in SUBMITTED] + keyed
     others = [f for f in fields if f not in given]
     operations: Any = connection.ops
     defaults = operations.compose_sql(

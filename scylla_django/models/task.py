@@ -407,7 +407,8 @@ class Task(models.Model):
         max_length=UNIQUE_KEY_MAX_LENGTH, null=True, blank=True
     )
     unique_window = models.DurationField(null=True, blank=True)
-    unique_held = models.BooleanField(default=False)
+    # A database default too: a row inserted by SQL that does not name the column holds nothing.
+    unique_held = models.BooleanField(default=False, db_default=False)
     # -- end of unique keys ------------------------------------------------------------------
 
     #: What the `submit()` that returned this task did: "inserted" it, found it holding the
