@@ -118,6 +118,8 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
         created = _insert_keyed(manager, successor)
         if created is None:
             return None
+        if delay is None and db.uses_single_statement_transitions(connections[using]):
+            db.postgresql_notify(using, db.READY_CHANNEL, [created.queue])
     elif db.uses_single_statement_transitions(connections[using]):
         # As `submit`: one statement, and listening workers are notified if it is due now.
         inserted = inserts.postgresql_submit(manager, values)
