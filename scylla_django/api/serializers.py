@@ -338,9 +338,7 @@ class UniqueKeyField(serializers.Field):  # type: ignore[type-arg]
         return value
 
 
-@extend_schema_field(
-    {"oneOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string", "example": "1h"}]}
-)
+@extend_schema_field({"oneOf": [{"type": "number", "minimum": 0}, {"type": "string"}]})
 class DurationInputField(serializers.Field):  # type: ignore[type-arg]
     """A duration sent as seconds or as a duration string (`30`, `500ms`, `5m`, `1h`, `7d`),
     passed on as sent: the submission reads it with the project's duration rule."""

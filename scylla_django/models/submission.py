@@ -93,8 +93,8 @@ def submit_keyed(
     connection = connections[tasks.db]
     if not db.enforces_unique_keys(connection):
         raise NotSupportedError(
-            "Unique keys need partial unique indexes, which this database lacks "
-            f"({connection.vendor}); submit without unique_key."
+            "Unique keys need partial unique indexes, which this database (MySQL/MariaDB) "
+            "lacks; submit without unique_key."
         )
     key = values["unique_key"]
     if after is None and db.uses_single_statement_transitions(connection):
@@ -123,7 +123,7 @@ def submit_keyed(
             return unique.resolve_conflict(tasks, existing, values, on_conflict)
         task = tasks.model(**values)
         if after is not None:
-            return unique.mark(submit_after(tasks, task, after), "inserted")
+            return submit_after(tasks, task, after)
         insert_new(tasks, task)
     send_on_commit(signals.task_submitted, tasks.db, task=task)
     return unique.mark(task, "inserted")
@@ -175,7 +175,7 @@ def submit_after(tasks: TaskQuerySet, task: Task, after: Sequence[str]) -> Task:
             batch_size=1000,
         )
     send_on_commit(signals.task_submitted, tasks.db, task=task)
-    return task
+    return unique.mark(task, "inserted")
 
 
 def submit_many(tasks: TaskQuerySet, items: Iterable[Mapping[str, Any]]) -> list[SubmitOutcome]:
