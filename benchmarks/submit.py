@@ -2,6 +2,9 @@
 
     PYTHONPATH=. python benchmarks/submit.py [--tasks 5000] [--bulk 100000] [--batch 5000]
 
+`submit()` is also timed with a unique key (a new key per task: the insert path), in the same
+samples as the plain one and right after it, and with one key for every call (after the
+first, the "return the holder" path); each is printed beside the plain rate as a ratio.
 Uses the database named by DATABASE_URL (default postgres://postgres@127.0.0.1:5432/
 scylla_bench_submit, created if missing), emptied first. One client, autocommit, so each
 `submit()` is one round trip; `submit_many()` is timed with validation and per-item outcomes
@@ -39,6 +42,7 @@ def main() -> None:
             cursor.execute("TRUNCATE scylla_django_history, scylla_django_task RESTART IDENTITY")
 
     singles, single_cpu, plain, bulks, bulk_cpu = [], [], [], [], []
+    keyed, keyed_cpu, held = [], [], []
     insert = (
         "INSERT INTO scylla_django_task (rn, queue, spec, priority, status, progress, errors,"
         " attempts, attempt) VALUES (%s, 'bench', '{}', 0, 'ready', 0, '[]', 0, 0)"
@@ -50,6 +54,18 @@ def main() -> None:
             Task.objects.submit("bench", {"n": n}, rn=f"s{sample}-{n}")
         singles.append(args.tasks / (time.perf_counter() - started))
         single_cpu.append((time.process_time() - cpu) / args.tasks * 1e6)
+
+        empty()
+        started, cpu = time.perf_counter(), time.process_time()
+        for n in range(args.tasks):
+            Task.objects.submit("bench", {"n": n}, rn=f"k{sample}-{n}", unique_key=f"key:{n}")
+        keyed.append(args.tasks / (time.perf_counter() - started))
+        keyed_cpu.append((time.process_time() - cpu) / args.tasks * 1e6)
+
+        started = time.perf_counter()
+        for n in range(args.tasks):
+            Task.objects.submit("bench", {"n": n}, unique_key="key:0")
+        held.append(args.tasks / (time.perf_counter() - started))
 
         empty()
         started = time.perf_counter()
@@ -74,6 +90,15 @@ def main() -> None:
         f"submit, one per call: {single:,.0f} tasks/s; plain INSERT per statement: "
         f"{baseline:,.0f}/s; ratio {single / baseline:.2f}; "
         f"client CPU {statistics.median(single_cpu):.1f} µs per call"
+    )
+    with_key, returning = statistics.median(keyed), statistics.median(held)
+    print(
+        f"submit with a new unique key: {with_key:,.0f} tasks/s; ratio to submit "
+        f"{with_key / single:.2f}; client CPU {statistics.median(keyed_cpu):.1f} µs per call"
+    )
+    print(
+        f"submit of a held key (returns the holder): {returning:,.0f} calls/s; "
+        f"ratio to submit {returning / single:.2f}"
     )
     print(
         f"submit_many, batches of {args.batch}: {statistics.median(bulks):,.0f} tasks/s; "

@@ -1,4 +1,5 @@
-"""System checks: bad `SCYLLA` settings, and SQLite configured in a way that would break leases."""
+"""System checks: bad `SCYLLA` settings, SQLite configured in a way that would break leases, and
+MySQL/MariaDB, where unique keys are refused."""
 
 from __future__ import annotations
 
@@ -75,6 +76,24 @@ def check_sqlite() -> Iterator[CheckMessage]:
                 f"SQLite database {alias!r} is not set up for concurrent workers.",
                 hint=f"Add {', '.join(missing)} to DATABASES[{alias!r}]['OPTIONS'].",
                 id="scylla_django.W002",
+            )
+
+
+@system_check
+def check_unique_keys() -> Iterator[CheckMessage]:
+    """scylla_django.W003: a MySQL/MariaDB database, which cannot enforce unique keys.
+
+    A unique key is a partial unique index (README, "Unique tasks"); MySQL and MariaDB have no
+    partial indexes, so Django does not create it there, and a submission with `unique_key` is
+    refused (NotSupportedError) rather than run without its guarantee.
+    """
+    for alias, config in settings.DATABASES.items():
+        if db.configures_mysql(config):
+            yield Warning(
+                f"Database {alias!r} (MySQL/MariaDB) has no partial indexes: tasks with a "
+                "unique_key are refused there.",
+                hint="Submit without unique_key on this database, or use PostgreSQL or SQLite.",
+                id="scylla_django.W003",
             )
 
 

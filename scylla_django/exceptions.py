@@ -40,6 +40,17 @@ class DuplicateTask(ScyllaError, code="duplicate_task"):
     """A task with this rn already exists; submission is idempotent per rn."""
 
 
+class DuplicateKey(DuplicateTask, code="duplicate"):
+    """An active task (or a finished one inside its window) holds this unique key.
+
+    `key` is the key; `rn` names the task that holds it.
+    """
+
+    def __init__(self, detail: str, *, key: str, rn: str) -> None:
+        super().__init__(detail, rn=rn)
+        self.key = key
+
+
 class InvalidTransition(ScyllaError, code="invalid_transition"):
     """The task's current status does not allow the operation."""
 

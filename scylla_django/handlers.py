@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.utils.module_loading import autodiscover_modules
 
-from . import retries
+from . import retries, unique_keys
 from .conf import scylla_settings
 from .exceptions import ScyllaError
 from .validation import validate_progress, validate_queue
@@ -112,14 +112,21 @@ registry = HandlerRegistry()
 
 
 def handler(
-    *queues: str, registry: HandlerRegistry = registry, retry: retries.Retry | None = None
+    *queues: str,
+    registry: HandlerRegistry = registry,
+    retry: retries.Retry | None = None,
+    unique_key: Callable[[Any], str] | None = None,
 ) -> Callable[[H], H]:
     """Register the decorated function as the handler of `queues`.
 
     The function gets a `TaskContext`; its return value (JSON) becomes the task's result.
     `retry` is the queues' retry policy for tasks that have none of their own: an abort it
-    covers is followed by a new task (see `scylla_django.retries`).
+    covers is followed by a new task (see `scylla_django.retries`). `unique_key(spec)` is the
+    unique key of a task submitted to the queues without one, in every process that imports
+    the handler (README, "Unique tasks").
     """
+    if unique_key is not None and not callable(unique_key):
+        raise TypeError(f"unique_key must be a function of the spec, not {unique_key!r}")
     if retry is not None and not isinstance(retry, retries.Retry):
         raise TypeError(f"retry must be a Retry(...), not {retry!r}")
     if not queues:
@@ -129,6 +136,7 @@ def handler(
         for queue in queues:
             registry.register(queue, func)
             retries.register_policy(queue, retry)
+            unique_keys.register_key(queue, unique_key)
         return func
 
     return decorate

@@ -140,6 +140,53 @@ def validate_lease_length(value: object) -> timedelta:
     return length
 
 
+#: The longest unique key (`Task.unique_key`).
+UNIQUE_KEY_MAX_LENGTH = 200
+
+#: What a submission does when the unique key it names is held (`Task.objects.submit`).
+ON_CONFLICT = ("return", "raise", "replace")
+
+
+def validate_unique_key(value: object) -> str | None:
+    """A unique key: None, or a non-empty string of at most UNIQUE_KEY_MAX_LENGTH characters
+    (no NUL)."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > UNIQUE_KEY_MAX_LENGTH
+        or "\x00" in value
+    ):
+        raise ValidationError(
+            f"A unique key is a non-empty string of at most {UNIQUE_KEY_MAX_LENGTH} characters.",
+            code="invalid_unique_key",
+        )
+    return value
+
+
+def validate_unique_window(value: object) -> timedelta | None:
+    """How long a finished task keeps its unique key: None, or a positive duration (a
+    timedelta, a number of seconds or a duration string such as `"1h"`)."""
+    if value is None:
+        return None
+    try:
+        return positive_duration(value, maximum=TIMEOUT_MAX)
+    except DurationError:
+        raise ValidationError(
+            "unique_window must be a positive duration.", code="invalid_unique_window"
+        ) from None
+
+
+def validate_on_conflict(value: object) -> str:
+    """One of ON_CONFLICT."""
+    if not isinstance(value, str) or value not in ON_CONFLICT:
+        raise ValidationError(
+            f"on_conflict is one of {', '.join(ON_CONFLICT)}.", code="invalid_on_conflict"
+        )
+    return value
+
+
 def validate_limit(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
         raise ValidationError(

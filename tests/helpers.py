@@ -38,6 +38,8 @@ TASK_FIELDS = {
     "retry_of",
     "root",
     "attempt",
+    "unique_key",
+    "unique_window",
 }
 
 

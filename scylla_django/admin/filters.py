@@ -20,7 +20,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from ..enums import Liveness, Status
 from ..models import TaskQuerySet, Worker
-from ..validation import queue_validator
+from ..validation import queue_validator, validate_unique_key
 from . import dashboard
 
 # An error code as `validate_errors` accepts it: 1 to 200 characters, not all blank, no NUL.
@@ -262,6 +262,14 @@ class WorkerStateFilter(admin.SimpleListFilter):
         if value not in Liveness.values:
             raise IncorrectLookupParameters(f"Unknown state {value!r}.")
         return queryset.filter(Worker.objects.state_q(Liveness(value)))
+
+
+UniqueKeyFilter = input_filter(
+    "unique_key",
+    validate_unique_key,
+    list,
+    "`?unique_key=`: the tasks submitted with this unique key, by exact key.",
+)
 
 
 class ErrorCodeFilter(InputFilter):

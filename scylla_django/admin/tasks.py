@@ -29,8 +29,8 @@ from ..durations import short
 from ..enums import TERMINAL_STATUSES, Liveness, Operation, Status, sources
 from ..exceptions import InvalidTransition, LeaseLost, OwnerAlive, TaskNotFound
 from ..models import HELD, Dependency, History, QueueSetting, Task, TaskQuerySet, Worker
-from ..text import plural
-from ..validation import queue_validator, rn_validator, worker_id
+from ..text import format_duration, plural
+from ..validation import UNIQUE_KEY_MAX_LENGTH, queue_validator, rn_validator, worker_id
 from . import charts, dashboard
 from .display import (
     CSS,
@@ -53,6 +53,7 @@ from .filters import (
     PriorityFilter,
     QueueFilter,
     StatusFilter,
+    UniqueKeyFilter,
 )
 from .purge import PurgeForm, TimedPurge
 from .schedules import chain as chain_links
@@ -206,12 +207,13 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         PriorityFilter,
         OwnerFilter,
         ErrorCodeFilter,
+        UniqueKeyFilter,
         ("created", DateRangeFilter),
         ("updated", DateRangeFilter),
     )
-    search_fields = ("rn", "queue", "owner")
+    search_fields = ("rn", "queue", "owner", "unique_key")
     search_help_text = (
-        "An exact rn, queue or worker name (worker-<n>); every word given must match."
+        "An exact rn, queue, worker name (worker-<n>) or unique key; every word given must match."
     )
     ordering = ("-id",)
     change_list_template = "scylla_django/admin/change_list.html"
@@ -231,6 +233,7 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
                     ("owner_link", "attempts", "deadline_time"),
                     ("created_time", "updated_time", "not_before_at"),
                     ("chain",),
+                    ("unique_key_link", "unique_window_text"),
                 )
             },
         ),
@@ -250,6 +253,8 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         "history_note",
         "chain",
         "parents_list",
+        "unique_key_link",
+        "unique_window_text",
     )
     # About 500,000 tasks a request at the 25,000/s measured (docs/admin.md); for more, there
     # is scylla_cleanup.
@@ -282,14 +287,15 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
     ) -> tuple[QuerySet[Any], bool]:
-        """Each word must equal the rn, the queue or (for `worker-<n>`) the owner.
+        """Each word must equal the rn, the queue, (for `worker-<n>`) the owner, or the
+        unique key.
 
-        Equality, never LIKE: rn and queue are then answered by their indexes. owner has no
-        index, so it is tried only for words that are worker names; a word that cannot be any
-        of the three (e.g. one holding a character no name may hold) matches nothing.
+        Equality, never LIKE: rn, queue and unique key are then answered by their indexes.
+        owner has no index, so it is tried only for words that are worker names; a word that
+        cannot be any of them (e.g. one holding a character no name may hold) matches nothing.
         """
         for term in search_term.split():
-            match = Q()
+            match = Q(unique_key=term) if len(term) <= UNIQUE_KEY_MAX_LENGTH else Q()
             for field, validator in (("rn", rn_validator), ("queue", queue_validator)):
                 try:
                     validator(term)
@@ -348,6 +354,22 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
     @admin.display(description="attempts in the chain")
     def chain(self, task: Task) -> SafeString | str:
         return chain_links(task)
+
+    @admin.display(description="unique key")
+    def unique_key_link(self, task: Task) -> SafeString | str:
+        if task.unique_key is None:
+            return "-"
+        held = "held" if task.unique_held or not task.is_terminal else "free"
+        return format_html(
+            '<a href="{}"><code>{}</code></a> ({})',
+            changelist_url(unique_key=task.unique_key),
+            task.unique_key,
+            held,
+        )
+
+    @admin.display(description="unique window")
+    def unique_window_text(self, task: Task) -> str:
+        return "-" if task.unique_window is None else format_duration(task.unique_window)
 
     @admin.display(description="owner")
     def owner_link(self, task: Task) -> SafeString | str:

@@ -4,6 +4,7 @@
 |---|---|---|
 | `TaskNotFound`, `WorkerNotFound` | 404 | `task_not_found`, `worker_not_found` |
 | `DuplicateTask`, `InvalidTransition`, `LeaseLost`, `TaskCancelled` | 409 | the error's `code` |
+| `DuplicateKey` (a held unique key, `on_conflict="raise"`) | 409 | `duplicate`, `rn`, `key` |
 | Django or DRF `ValidationError` | 400 | `invalid`, with `errors` per field (see below) |
 | a body over `DATA_UPLOAD_MAX_MEMORY_SIZE` | 413 | `too_large` |
 | other DRF errors (401, 403, 404, 405, 415, …) | theirs | DRF's code, e.g. `not_authenticated` |
@@ -29,6 +30,7 @@ from rest_framework.settings import api_settings
 from rest_framework.views import set_rollback
 
 from ..exceptions import (
+    DuplicateKey,
     DuplicateTask,
     InvalidTransition,
     ScyllaError,
@@ -100,8 +102,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, NOT_FOUND + CONFLICT):
         set_rollback()
         not_found = isinstance(exc, NOT_FOUND)
+        conflict: dict[str, Any] = {"code": exc.code, "detail": exc.detail}
+        if isinstance(exc, DuplicateKey):
+            conflict.update(rn=exc.rn, key=exc.key)
         return Response(
-            {"code": exc.code, "detail": exc.detail},
+            conflict,
             status=status.HTTP_404_NOT_FOUND if not_found else status.HTTP_409_CONFLICT,
         )
     exc = _convert(exc)

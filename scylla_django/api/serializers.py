@@ -27,8 +27,10 @@ from ..models import MAX_PARENTS, CatchUp, History, Schedule, Task, Worker
 from ..retries import MAX_DELAY as MAX_RETRY_DELAY
 from ..schedules import DEFINITION_KEYS as SCHEDULE_KEYS
 from ..validation import (
+    ON_CONFLICT,
     QUEUE_MAX_LENGTH,
     RN_MAX_LENGTH,
+    UNIQUE_KEY_MAX_LENGTH,
     queue_validator,
     rn_validator,
     schedule_name_validator,
@@ -190,6 +192,14 @@ class TaskListSerializer(serializers.ListSerializer[Task]):
         return super().to_representation(tasks)
 
 
+@extend_schema_field({"type": "number", "nullable": True})
+class SecondsField(serializers.ReadOnlyField):
+    """A duration, written as a number of seconds."""
+
+    def to_representation(self, value: Any) -> Any:
+        return None if value is None else float(value.total_seconds())
+
+
 class TaskSerializer(serializers.ModelSerializer[Task]):
     """A task, with the field names of the README's "The task". Every field is read-only."""
 
@@ -207,6 +217,8 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
         allow_null=True,
         help_text="Not leased before this time. A follow-up also waits for its `parents`.",
     )
+    unique_key = serializers.CharField(read_only=True, allow_null=True)
+    unique_window = SecondsField(help_text="Seconds a finished task keeps its unique key.")
 
     class Meta:
         model = Task
@@ -229,6 +241,8 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "retry_of",
             "root",
             "attempt",
+            "unique_key",
+            "unique_window",
         ]
         read_only_fields = fields
 
@@ -313,8 +327,33 @@ class RetryPolicySerializer(StrictSerializer):
     timeouts = serializers.BooleanField(required=False)
 
 
+@extend_schema_field({"type": "string", "minLength": 1, "maxLength": UNIQUE_KEY_MAX_LENGTH})
+class UniqueKeyField(serializers.Field):  # type: ignore[type-arg]
+    """A unique key, passed on as sent: `Task.objects.submit` checks it (a 400 with the code
+    `invalid_unique_key`), by the one rule of `validation.validate_unique_key`."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+@extend_schema_field({"oneOf": [{"type": "number", "minimum": 0}, {"type": "string"}]})
+class DurationInputField(serializers.Field):  # type: ignore[type-arg]
+    """A duration sent as seconds or as a duration string (`30`, `500ms`, `5m`, `1h`, `7d`),
+    passed on as sent: the submission reads it with the project's duration rule."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
 class SubmitSerializer(StrictSerializer):
-    """A task to submit: `queue` and `spec`, optionally `rn`, `priority` and `not_before`."""
+    """A task to submit: `queue` and `spec`, optionally `rn`, `priority`, `not_before`, a
+    retry policy and a unique key."""
 
     rn = rn_field(
         required=False,
@@ -340,6 +379,22 @@ class SubmitSerializer(StrictSerializer):
         max_length=MAX_PARENTS,
         help_text="Rns of tasks that must all complete first (a follow-up task; not in bulk).",
     )
+    unique_key = UniqueKeyField(
+        required=False,
+        help_text="At most one ready or running task holds this key (README, Unique tasks).",
+    )
+    unique_window = DurationInputField(
+        required=False,
+        help_text="And none within this long after the last one finished (seconds or '1h').",
+    )
+    on_conflict = serializers.ChoiceField(
+        choices=list(ON_CONFLICT),
+        required=False,
+        help_text=(
+            "When the key is held: `return` the holder (200, the default), `raise` (409 "
+            "`duplicate`) or `replace` a still-ready holder's spec, priority and not_before."
+        ),
+    )
 
 
 class FieldErrorSerializer(serializers.Serializer[Any]):
@@ -354,7 +409,7 @@ class BulkOutcomeSerializer(serializers.Serializer[Any]):
 
     index = serializers.IntegerField(help_text="The item's position in the request.")
     rn = serializers.CharField(allow_null=True)
-    outcome = serializers.ChoiceField(choices=["inserted", "duplicate", "invalid"])
+    outcome = serializers.ChoiceField(choices=["inserted", "duplicate", "replaced", "invalid"])
     errors = serializers.DictField(  # type: ignore[assignment]  # see TaskSerializer
         child=FieldErrorSerializer(many=True),
         help_text="An invalid item's errors per field, as in a 400 response.",
@@ -559,14 +614,6 @@ class ErrorSerializer(serializers.Serializer[Any]):
 
 
 # -- operations -----------------------------------------------------------------------------
-
-
-@extend_schema_field({"type": "number", "nullable": True})
-class SecondsField(serializers.ReadOnlyField):
-    """A duration, written as a number of seconds."""
-
-    def to_representation(self, value: Any) -> Any:
-        return None if value is None else float(value.total_seconds())
 
 
 class WorkerStateSerializer(WorkerSerializer):

@@ -267,11 +267,25 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         operation_id="submit_task",
         summary="Submit a task",
         request=SubmitSerializer,
-        responses={201: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
+        description=(
+            "201 with the new task. With a `unique_key` that a task holds: 200 with that task "
+            "(`on_conflict` `return`, the default, or `replace`, after replacing a still-ready "
+            "one's spec, priority and not_before), or 409 `duplicate` naming its `rn` and "
+            "the `key` (`raise`)."
+        ),
+        responses={
+            201: TaskSerializer,
+            200: TaskSerializer,
+            **errors(400, 401, 403, 404, 409, 413),
+        },
     )
     def create(self, request: Request) -> Response:
         task = Task.objects.submit(**self.parse(SubmitSerializer))
-        response = Response(TaskSerializer(task).data, status=status.HTTP_201_CREATED)
+        created = task.submit_outcome == "inserted"
+        response = Response(
+            TaskSerializer(task).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
         return warn_if_unserved(response, [task.queue])
 
     @document(
@@ -280,8 +294,9 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         description=(
             f"1 to {MAX_BULK_ITEMS} tasks in one statement. The answer is 200 with one outcome "
             "per item, in order: `inserted`, `duplicate` (the rn exists, or came earlier in "
-            "the request) or `invalid` (with `errors`). Valid items are inserted whatever "
-            "happens to the others."
+            "the request, or a task holds the item's `unique_key`: `rn` names that task), "
+            "`replaced` (`on_conflict: replace`) or `invalid` (with `errors`). Valid items are "
+            "inserted whatever happens to the others."
         ),
         request={
             "application/json": {

@@ -54,7 +54,9 @@ from .tables import Tables
 from .transactions import write_atomic
 from .vendors import (
     can_listen,
+    configures_mysql,
     configures_sqlite,
+    enforces_unique_keys,
     has_planner_estimates,
     is_postgresql,
     is_sqlite,
@@ -74,8 +76,10 @@ __all__ = [
     "can_listen",
     "capped_counts",
     "compact",
+    "configures_mysql",
     "configures_sqlite",
     "discard_connection",
+    "enforces_unique_keys",
     "estimator",
     "finish_statement",
     "has_planner_estimates",

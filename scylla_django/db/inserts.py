@@ -22,8 +22,10 @@ from django.db import connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet
 
+from ..enums import ACTIVE_STATUSES
 from .notifications import READY_CHANNEL
 from .prepared import prepared_cursor, prepares
+from .rows import convert_rows
 from .vendors import returns_written_rows
 
 _Row = TypeVar("_Row", bound=models.Model)  # the Task model, which this room never imports
@@ -60,6 +62,10 @@ SUBMITTED = {
     "root": "text",
     "attempt": "integer",
 }
+
+
+# What a keyed submission sets besides SUBMITTED (see `postgresql_submit_keyed`).
+KEYED = ("unique_key", "unique_window", "unique_held")
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,77 @@ def _submission(model: type[models.Model], using: str) -> _Submission:
             "SELECT rn, (SELECT n FROM notified) FROM inserted"
         ),
     )
+
+
+@cache
+def _keyed_submission(model: type[models.Model], using: str) -> tuple[list[Any], str]:
+    """The keyed submission statement of a task model on one database (see
+    `postgresql_submit_keyed`), and the fields whose values are its first parameters."""
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    fields, _ = _insert_parts(model._default_manager.using(using))
+    keyed = [f for f in model._meta.concrete_fields if f.name in KEYED]
+    given = [f for f in fields if f.name in SUBMITTED] + keyed
+    others = [f for f in fields if f not in given]
+    operations: Any = connection.ops
+    defaults = operations.compose_sql(
+        ", ".join(["%s"] * len(others)),
+        [f.get_db_prep_save(f.get_default(), connection) for f in others],
+    )
+    table = quote(model._meta.db_table)
+    columns = ", ".join(quote(str(f.column)) for f in [*given, *others])
+    every = [quote(str(f.column)) for f in model._meta.concrete_fields]
+    returned = ", ".join(every)
+    held = ", ".join(f"t.{c}" for c in every)
+    # The holder's condition is the unique index's own (the statuses as literals, as the
+    # index has them), so that the planner reads the holder from that index.
+    statuses = sorted(s.value for s in ACTIVE_STATUSES)
+    active = operations.compose_sql(", ".join(["%s"] * len(statuses)), statuses)
+    statement = (
+        f"WITH inserted AS (INSERT INTO {table} ({columns}) "
+        f"VALUES ({', '.join(['%s'] * len(given))}, {defaults}) ON CONFLICT DO NOTHING "
+        f"RETURNING {returned}, CASE WHEN not_before IS NULL "
+        "OR not_before <= statement_timestamp() THEN pg_notify(%s, queue) END) "
+        f"SELECT true, false, {returned} FROM inserted UNION ALL "
+        f"SELECT false, t.status NOT IN ({active}) AND "
+        "COALESCE(t.updated + t.unique_window <= statement_timestamp(), false), "
+        f"{held} FROM {table} AS t WHERE t.unique_key = %s "
+        f"AND (t.status IN ({active}) OR t.unique_held) "
+        "AND NOT EXISTS (SELECT 1 FROM inserted)"
+    )
+    return given, statement
+
+
+def postgresql_submit_keyed(
+    tasks: QuerySet[_Row], values: dict[str, Any]
+) -> tuple[bool, bool, list[Any]] | None:
+    """Insert one keyed task in one statement (PostgreSQL), unless its key is held.
+
+    Returns `(inserted, window_over, row)`: the new task's row, or the row of the task that
+    holds the key (`window_over` when it finished longer than its window ago, and the caller
+    may release the key and try again); the row has every concrete field of the model, in
+    order, converted as the ORM would. None when nothing was inserted and no holder is
+    visible: the rn exists, or the holder committed after this statement's snapshot (the
+    unique index saw it, the statement's read cannot), so the next statement sees it.
+
+    `INSERT … ON CONFLICT DO NOTHING` lets the partial unique index on the key decide: of
+    concurrent submissions of a key one inserts, the others wait for its commit and insert
+    nothing. Listening workers are notified as by `postgresql_submit`.
+    """
+    connection = connections[tasks.db]
+    given, statement = _keyed_submission(tasks.model, tasks.db)
+    params = [
+        _db_value(f, values[f.name] if f.name in values else f.get_default(), connection)
+        for f in given
+    ]
+    with prepared_cursor(connection) as cursor:
+        cursor.execute(statement, [*params, READY_CHANNEL, values["unique_key"]])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    fields = list(tasks.model._meta.concrete_fields)
+    (converted,) = convert_rows(tasks.model, tasks.db, fields, [row[2 : 2 + len(fields)]])
+    return bool(row[0]), bool(row[1]), list(converted)
 
 
 def postgresql_submit(

@@ -34,6 +34,12 @@ def configures_sqlite(database: Mapping[str, Any]) -> bool:
     return "sqlite" in database.get("ENGINE", "")
 
 
+def configures_mysql(database: Mapping[str, Any]) -> bool:
+    """Whether `database`, an entry of `settings.DATABASES`, is a MySQL/MariaDB database (read
+    from its ENGINE, without connecting: for the system checks)."""
+    return "mysql" in database.get("ENGINE", "")
+
+
 def uses_single_statement_transitions(connection: BaseDatabaseWrapper) -> bool:
     """PostgreSQL: each transition, History row included, is one statement (one round trip)."""
     return is_postgresql(connection)
@@ -43,6 +49,13 @@ def returns_written_rows(connection: BaseDatabaseWrapper) -> bool:
     """PostgreSQL and SQLite (3.35+): an INSERT … ON CONFLICT DO NOTHING, or an UPDATE, can
     return the rows it wrote (`RETURNING`)."""
     return is_postgresql(connection) or is_sqlite(connection)
+
+
+def enforces_unique_keys(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the partial unique index of unique keys exists on `connection`'s database
+    (PostgreSQL, SQLite). MySQL/MariaDB have no partial indexes: Django does not create it
+    there, so a key would not be enforced, and a keyed submission is refused."""
+    return bool(connection.features.supports_partial_indexes)
 
 
 def can_listen(using: str) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Literal, TypedDict
 
@@ -19,12 +19,16 @@ from ..conf import scylla_settings
 from ..enums import (
     TERMINAL_STATUSES,
 )
+from ..unique_keys import default_key
 from ..validation import (
     FieldErrors,
     validate_json,
+    validate_on_conflict,
     validate_priority,
     validate_queue,
     validate_rn,
+    validate_unique_key,
+    validate_unique_window,
 )
 from .dependencies import MAX_PARENTS
 
@@ -49,6 +53,8 @@ class TaskOptions(TypedDict, total=False):
     rn: str | None
     not_before: datetime | None
     retry: retries.Retry | Mapping[str, Any] | None
+    unique_key: str | None
+    unique_window: timedelta | float | str | None
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,7 @@ class SubmitOutcome:
 
     index: int
     rn: str | None
-    outcome: Literal["inserted", "duplicate", "invalid"]
+    outcome: Literal["inserted", "duplicate", "replaced", "invalid"]
     errors: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -186,9 +192,15 @@ def task_values(
     rn: str | None = None,
     not_before: datetime | None = None,
     retry: retries.Retry | Mapping[str, Any] | None = None,
+    unique_key: str | None = None,
+    unique_window: timedelta | float | str | None = None,
     defaults: SubmitDefaults | None = None,
 ) -> dict[str, Any]:
     """The field values of a new task, validated (a generated rn if none is given).
+
+    A task without `unique_key` takes its queue's default key (`@handler(unique_key=...)`),
+    if any; a `unique_window` needs a key. The unique fields are in the values only for a
+    keyed task, so a keyless one is submitted exactly as before keys existed.
 
     `defaults` are the settings that apply, read once by a caller that validates many.
     Raises ValidationError naming every bad field.
@@ -209,8 +221,29 @@ def task_values(
         not_before=check("not_before", _validate_not_before, not_before),
         retry_policy=check("retry", _validate_retry, retry),
     )
+    if unique_key is None and values["queue"] is not None and values["spec"] is not None:
+        unique_key = check("unique_key", partial(default_key, values["queue"]), values["spec"])
+    else:
+        unique_key = check("unique_key", validate_unique_key, unique_key)
+    window = check("unique_window", validate_unique_window, unique_window)
+    if window is not None and unique_key is None and "unique_key" not in errors:
+        errors["unique_window"] = ValidationError(
+            "unique_window needs a unique_key.", code="invalid_unique_window"
+        )
     errors.raise_any()
+    if unique_key is not None:
+        values.update(unique_key=unique_key, unique_window=window, unique_held=window is not None)
     return values
+
+
+def on_conflict_of(value: object) -> str:
+    """A submission's `on_conflict` (default "return"), or ValidationError naming the field."""
+    if value is None:
+        return "return"
+    try:
+        return validate_on_conflict(value)
+    except ValidationError as exc:
+        raise ValidationError({"on_conflict": exc}) from None
 
 
 def task_values_from(
@@ -219,7 +252,17 @@ def task_values_from(
     """`task_values()` from a mapping, rejecting unknown keys (as a bulk submission item)."""
     if not isinstance(item, Mapping):
         raise ValidationError("Each item must be an object.", code="invalid")
-    allowed = {"queue", "spec", "priority", "rn", "not_before", "retry"}
+    allowed = {
+        "queue",
+        "spec",
+        "priority",
+        "rn",
+        "not_before",
+        "retry",
+        "unique_key",
+        "unique_window",
+        "on_conflict",
+    }
     unknown = set(item) - allowed
     if unknown:
         raise ValidationError(
@@ -230,12 +273,18 @@ def task_values_from(
         raise ValidationError(
             {key: ValidationError("This field is required.", code="required") for key in missing}
         )
-    return task_values(
+    on_conflict = on_conflict_of(item.get("on_conflict"))
+    values = task_values(
         item["queue"],
         item["spec"],
         priority=item.get("priority"),
         rn=item.get("rn"),
         not_before=item.get("not_before"),
         retry=item.get("retry"),
+        unique_key=item.get("unique_key"),
+        unique_window=item.get("unique_window"),
         defaults=defaults,
     )
+    if "unique_key" in values:
+        values["on_conflict"] = on_conflict
+    return values

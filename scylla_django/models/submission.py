@@ -7,16 +7,30 @@ a submission are in `inputs`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Unpack
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Unpack
 
-from django.db import IntegrityError, connections, transaction
+from django.db import (
+    IntegrityError,
+    NotSupportedError,
+    OperationalError,
+    connections,
+    transaction,
+)
 
 from .. import db, signals
 from ..db import inserts
-from ..exceptions import DuplicateTask, TaskNotFound
+from ..exceptions import DuplicateKey, DuplicateTask, TaskNotFound
+from . import unique
 from .dependencies import HELD, Dependency
-from .inputs import BulkSubmission, SubmitOutcome, TaskOptions, task_values, validate_after
+from .inputs import (
+    BulkSubmission,
+    SubmitOutcome,
+    TaskOptions,
+    on_conflict_of,
+    task_values,
+    validate_after,
+)
 from .notices import send_on_commit
 
 if TYPE_CHECKING:
@@ -26,16 +40,25 @@ if TYPE_CHECKING:
 CHUNK = 500
 
 
+#: Keyed submission statements tried before giving up (each try after the first follows a
+#: holder that committed after the last one's snapshot, or a released window).
+KEYED_TRIES = 5
+
+
 def submit(
     tasks: TaskQuerySet,
     queue: str,
     spec: Any,
     *,
     after: Sequence[str] | None = None,
+    on_conflict: str | None = None,
     **options: Unpack[TaskOptions],
 ) -> Task:
     """Submit a new `ready` task to the database of `tasks`: see `TaskQuerySet.submit`."""
+    conflict = on_conflict_of(on_conflict)
     values = task_values(queue, spec, **options)
+    if "unique_key" in values:
+        return submit_keyed(tasks, values, conflict, after)
     if after is not None:
         return submit_after(tasks, tasks.model(**values), after)
     if db.uses_single_statement_transitions(connections[tasks.db]):
@@ -45,11 +68,65 @@ def submit(
         pk, created, updated = inserted
         task = tasks.model.inserted(tasks.db, values, id=pk, created=created, updated=updated)
         send_on_commit(signals.task_submitted, tasks.db, task=task)
-        return task
+        return unique.mark(task, "inserted")
     task = tasks.model(**values)
     insert_new(tasks, task)
     send_on_commit(signals.task_submitted, tasks.db, task=task)
-    return task
+    return unique.mark(task, "inserted")
+
+
+def submit_keyed(
+    tasks: TaskQuerySet,
+    values: dict[str, Any],
+    on_conflict: str,
+    after: Sequence[str] | None = None,
+) -> Task:
+    """Submit a task with a unique key: inserted if no task holds the key, else what
+    `on_conflict` says (`unique.resolve_conflict`).
+
+    PostgreSQL: one statement (`inserts.postgresql_submit_keyed`) in which the unique index
+    decides; a second one only when the holder committed after the first one's snapshot, or
+    finished longer than its window ago (then the key is released first). Elsewhere the
+    submission is one write transaction: SQLite serialises those, so nothing can take the key
+    between the look-up and the insert, and the index stands behind it.
+    """
+    connection = connections[tasks.db]
+    if not db.enforces_unique_keys(connection):
+        raise NotSupportedError(
+            "Unique keys need partial unique indexes, which this database (MySQL/MariaDB) "
+            "lacks; submit without unique_key."
+        )
+    key = values["unique_key"]
+    if after is None and db.uses_single_statement_transitions(connection):
+        for _ in range(KEYED_TRIES):
+            found = inserts.postgresql_submit_keyed(tasks, values)
+            if found is None:
+                if tasks.filter(rn=values["rn"]).exists():
+                    raise DuplicateTask(f"A task with rn {values['rn']!r} exists.", rn=values["rn"])
+                continue
+            inserted, window_over, row = found
+            task = tasks.model.from_db(
+                tasks.db, [f.attname for f in tasks.model._meta.concrete_fields], row
+            )
+            if inserted:
+                send_on_commit(signals.task_submitted, tasks.db, task=task)
+                return unique.mark(task, "inserted")
+            if window_over:
+                unique.release_expired(tasks, key)
+                continue
+            return unique.resolve_conflict(tasks, task, values, on_conflict)
+        raise OperationalError(f"Unique key {key!r}: no holder and no insert; try again.")
+    with db.write_atomic(tasks.db):
+        unique.release_expired(tasks, key)
+        existing = unique.holder(tasks, key)
+        if existing is not None:
+            return unique.resolve_conflict(tasks, existing, values, on_conflict)
+        task = tasks.model(**values)
+        if after is not None:
+            return submit_after(tasks, task, after)
+        insert_new(tasks, task)
+    send_on_commit(signals.task_submitted, tasks.db, task=task)
+    return unique.mark(task, "inserted")
 
 
 def insert_new(tasks: TaskQuerySet, task: Task) -> None:
@@ -60,6 +137,12 @@ def insert_new(tasks: TaskQuerySet, task: Task) -> None:
     except IntegrityError as exc:
         if tasks.filter(rn=task.rn).exists():
             raise DuplicateTask(f"A task with rn {task.rn!r} exists.", rn=task.rn) from exc
+        existing = None if task.unique_key is None else unique.holder(tasks, task.unique_key)
+        if existing is not None:
+            key = task.unique_key or ""
+            raise DuplicateKey(
+                f"Task {existing.rn} holds the unique key {key!r}.", key=key, rn=existing.rn
+            ) from exc
         raise
 
 
@@ -92,7 +175,7 @@ def submit_after(tasks: TaskQuerySet, task: Task, after: Sequence[str]) -> Task:
             batch_size=1000,
         )
     send_on_commit(signals.task_submitted, tasks.db, task=task)
-    return task
+    return unique.mark(task, "inserted")
 
 
 def submit_many(tasks: TaskQuerySet, items: Iterable[Mapping[str, Any]]) -> list[SubmitOutcome]:
@@ -100,17 +183,20 @@ def submit_many(tasks: TaskQuerySet, items: Iterable[Mapping[str, Any]]) -> list
     batch = BulkSubmission(items)
     inserted: set[str] = set()
     connection = connections[tasks.db]
+    keyed: list[dict[str, Any]] = []
     if db.uses_single_statement_transitions(connection):
         # Validated a chunk at a time as the statements go out (see there).
-        inserted = inserts.postgresql_submit_many(tasks, batch.chunks(inserts.SUBMIT_CHUNK))
+        inserted = inserts.postgresql_submit_many(
+            tasks, _keyless(batch.chunks(inserts.SUBMIT_CHUNK), keyed)
+        )
     elif inserts.can_insert_returning_on_conflict(connection):
         with db.write_atomic(tasks.db):
-            for chunk in batch.chunks(CHUNK):
+            for chunk in _keyless(batch.chunks(CHUNK), keyed):
                 new = [tasks.model(**values) for values in chunk]
                 inserted |= inserts.insert_ignoring_duplicates(tasks, new)
     else:
         with db.write_atomic(tasks.db):
-            for chunk in batch.chunks(CHUNK):
+            for chunk in _keyless(batch.chunks(CHUNK), keyed):
                 for values in chunk:
                     try:
                         with transaction.atomic(using=tasks.db):
@@ -118,13 +204,40 @@ def submit_many(tasks: TaskQuerySet, items: Iterable[Mapping[str, Any]]) -> list
                         inserted.add(values["rn"])
                     except IntegrityError:
                         pass
+    # Keyed items one at a time, each as `submit` would (the index decides each), after the
+    # others; a key held by a task, or by an earlier item, is reported as a duplicate with the
+    # holder's rn.
+    found: dict[str, tuple[str, str]] = {}
+    for values in keyed:
+        conflict = values.pop("on_conflict")
+        try:
+            task = submit_keyed(tasks, values, "return" if conflict == "raise" else conflict)
+        except DuplicateTask:
+            found[values["rn"]] = (values["rn"], "duplicate")
+            continue
+        found[values["rn"]] = (task.rn, task.submit_outcome or "duplicate")
     outcomes, pending = batch.outcomes, batch.pending
     notify = signals.task_submitted.has_listeners(tasks.model)
     for index, values in pending:
-        status: Literal["inserted", "duplicate"] = (
-            "inserted" if values["rn"] in inserted else "duplicate"
+        rn, status = found.get(
+            values["rn"],
+            (values["rn"], "inserted" if values["rn"] in inserted else "duplicate"),
         )
-        outcomes[index] = SubmitOutcome(index, values["rn"], status)
+        outcomes[index] = SubmitOutcome(index, rn, status)
+        if values["rn"] in found:
+            continue
         if status == "inserted" and notify:
             send_on_commit(signals.task_submitted, tasks.db, task=tasks.model(**values))
     return [outcomes[i] for i in sorted(outcomes)]
+
+
+def _keyless(
+    chunks: Iterable[list[dict[str, Any]]], keyed: list[dict[str, Any]]
+) -> Iterator[list[dict[str, Any]]]:
+    """`chunks` without their keyed items, which are appended to `keyed` instead (a chunk
+    left empty is skipped)."""
+    for chunk in chunks:
+        keyless = [values for values in chunk if "unique_key" not in values]
+        keyed.extend(values for values in chunk if "unique_key" in values)
+        if keyless:
+            yield keyless

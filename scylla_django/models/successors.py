@@ -11,16 +11,17 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.db import connections, models
+from django.db import IntegrityError, connections, models, transaction
 from django.db.models import Q
 
 from .. import db, retries, signals
 from ..db import inserts
 from ..enums import Status
-from ..exceptions import DuplicateTask, InvalidTransition, TaskNotFound
+from ..exceptions import DuplicateKey, DuplicateTask, InvalidTransition, TaskNotFound
 from ..text import format_duration, plural
 from .dependencies import Dependency
 from .notices import send_on_commit
+from .unique import UNIQUE_HOLDER
 
 logger = logging.getLogger("scylla_django")
 
@@ -100,10 +101,26 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
         attempt=attempt,
         retry_policy=task.retry_policy,
     )
+    if task.unique_key is not None:
+        # The chain is one logical task: the retry holds its key. Without a window the task
+        # it follows let the key go when it left running (in this transaction, so no other
+        # submission can take it in between); with one, the retry takes the key over.
+        manager.filter(pk=task.pk, unique_held=True).update(unique_held=False)
+        values.update(
+            unique_key=task.unique_key,
+            unique_window=task.unique_window,
+            unique_held=task.unique_window is not None,
+        )
     successor = model(**values)
     # The unique rn (and one retry per task) make a second successor impossible.
     created: Any
-    if db.uses_single_statement_transitions(connections[using]):
+    if task.unique_key is not None:
+        created = _insert_keyed(manager, successor)
+        if created is None:
+            return None
+        if delay is None and db.uses_single_statement_transitions(connections[using]):
+            db.postgresql_notify(using, db.READY_CHANNEL, [created.queue])
+    elif db.uses_single_statement_transitions(connections[using]):
         # As `submit`: one statement, and listening workers are notified if it is due now.
         inserted = inserts.postgresql_submit(manager, values)
         if inserted is None:
@@ -130,6 +147,26 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
         )
     send_on_commit(signals.task_submitted, using, task=created)
     return created
+
+
+def _insert_keyed(manager: models.QuerySet[Any], successor: Any) -> Any:
+    """Insert the keyed `successor` (in a savepoint); None if its rn exists, DuplicateKey if
+    another task holds its key (a manual retry of a task whose key was taken since)."""
+    try:
+        with transaction.atomic(using=manager.db):
+            successor.save(force_insert=True, using=manager.db)
+    except IntegrityError:
+        if manager.filter(rn=successor.rn).exists():
+            return None
+        holder = manager.filter(UNIQUE_HOLDER, unique_key=successor.unique_key).first()
+        if holder is None:
+            raise
+        raise DuplicateKey(
+            f"Task {holder.rn} holds the unique key {successor.unique_key!r}.",
+            key=successor.unique_key,
+            rn=holder.rn,
+        ) from None
+    return successor
 
 
 def resubmit(task: Any) -> Any:

@@ -35,6 +35,7 @@ from ..exceptions import InvalidTransition, ScyllaError, TaskNotFound, WorkerNot
 from ..validation import (
     QUEUE_MAX_LENGTH,
     RN_MAX_LENGTH,
+    UNIQUE_KEY_MAX_LENGTH,
     queue_validator,
     rn_validator,
     validate_errors,
@@ -54,6 +55,7 @@ from .processes import Worker, worker_id, worker_name
 from .queues import QueueSummary, due, queue_summaries, ready_summary
 from .refusals import lease_reset_refusal, refusal_errors
 from .tables import tables
+from .unique import UNIQUE_HOLDER, Submitted
 
 # What a form says of an rn that is taken (the constraint on Task.rn).
 _RN_TAKEN = "A task with this rn exists."
@@ -100,6 +102,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         spec: Any,
         *,
         after: Sequence[str] | None = None,
+        on_conflict: str | None = None,
         **options: Unpack[TaskOptions],
     ) -> Task:
         """Submit a new `ready` task. Raises ValidationError, or DuplicateTask if `rn` exists.
@@ -108,10 +111,17 @@ class TaskQuerySet(models.QuerySet["Task"]):
         existing tasks; TaskNotFound if one is unknown) the task is a follow-up: held until
         every one of them has completed, then leasable from `not_before`.
 
+        `unique_key` (else the queue's default key, `@handler(unique_key=...)`): at most one
+        ready or running task holds it, and with `unique_window` a finished one keeps it for
+        that long after finishing. When it is held, `on_conflict` says what happens:
+        "return" (the default) returns the holder, "raise" raises DuplicateKey, "replace"
+        gives a still-ready holder this spec, priority and not_before and returns it. The
+        returned task's `submit_outcome` says which ("inserted", "duplicate", "replaced").
+
         On PostgreSQL a task without `after` is one statement (one round trip in autocommit)
         that also detects the duplicate rn and notifies listening workers.
         """
-        return submission.submit(self, queue, spec, after=after, **options)
+        return submission.submit(self, queue, spec, after=after, on_conflict=on_conflict, **options)
 
     def submit_many(self, items: Iterable[Mapping[str, Any]]) -> list[SubmitOutcome]:
         """Submit several tasks at once; return one outcome per item, in order.
@@ -386,6 +396,26 @@ class Task(models.Model):
     attempt = models.PositiveIntegerField(default=1)
     retry_policy = models.JSONField(null=True, blank=True)
 
+    # -- unique keys (README, "Unique tasks") -----------------------------------------------
+    # At most one task holds a key: the partial unique index `scylla_task_unique_key` admits
+    # one row per key among the ready and running tasks and those that still hold it
+    # (`unique_held`). With a window, a task holds its key from its submission until a
+    # submission of the same key finds it finished for `unique_window` and clears the flag (a
+    # conditional write on the database clock); without one, leaving ready/running frees the
+    # key in the same write. A retry takes its key over from the task it follows.
+    unique_key = models.CharField(  # noqa: DJ001  # null, not "": keyless tasks stay out
+        max_length=UNIQUE_KEY_MAX_LENGTH, null=True, blank=True
+    )
+    unique_window = models.DurationField(null=True, blank=True)
+    # A database default too: a row inserted by SQL that does not name the column holds nothing.
+    unique_held = models.BooleanField(default=False, db_default=False)
+    # -- end of unique keys ------------------------------------------------------------------
+
+    #: What the `submit()` that returned this task did: "inserted" it, found it holding the
+    #: unique key asked for ("duplicate", returned as it is) or "replaced" its spec; None on a
+    #: task that was read, not submitted.
+    submit_outcome: Submitted | None = None
+
     objects: ClassVar[TaskQuerySet] = TaskQuerySet.as_manager()  # type: ignore[assignment]
 
     class Meta:
@@ -416,6 +446,13 @@ class Task(models.Model):
                 name="scylla_task_owner_idx",
                 condition=Q(owner__isnull=False),
             ),
+            # Every task of a key, for the admin's key filter and search (keyless tasks are
+            # not indexed).
+            models.Index(
+                fields=["unique_key", "-id"],
+                name="scylla_task_unique_key_idx",
+                condition=Q(unique_key__isnull=False),
+            ),
             models.Index(
                 fields=["root", "attempt"],
                 name="scylla_task_root_idx",
@@ -439,6 +476,13 @@ class Task(models.Model):
             models.CheckConstraint(
                 condition=~Q(status="running") | Q(owner__isnull=False, deadline__isnull=False),
                 name="scylla_task_running_has_lease",
+            ),
+            # One holder per unique key (see the fields above).
+            models.UniqueConstraint(
+                fields=["unique_key"],
+                name="scylla_task_unique_key",
+                condition=UNIQUE_HOLDER,
+                violation_error_message="A task holds this unique key.",
             ),
             # A chain never forks: each task is followed by at most one retry.
             models.UniqueConstraint(

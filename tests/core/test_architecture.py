@@ -28,6 +28,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "db",
         "models",
         "retries",
+        "unique_keys",
         "signals",
         "followups",
         "schedules",
