@@ -5,21 +5,19 @@ does when its key is held; the handler's default key; retries keep the key."""
 from __future__ import annotations
 
 from datetime import timedelta
-from types import SimpleNamespace
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, NotSupportedError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from scylla_django import checks
-from scylla_django.exceptions import DuplicateKey, DuplicateTask, ScyllaError
+from scylla_django.exceptions import DuplicateKey, DuplicateTask
 from scylla_django.handlers import HandlerRegistry, handler
 from scylla_django.models import Task
 from scylla_django.retries import Retry
 from scylla_django.unique_keys import register_key
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.partial_indexes]
 
 
 def _finish(task: Task, worker, how: str) -> None:
@@ -220,22 +218,3 @@ def test_submit_many_reports_keyed_items():
     assert outcomes[0].rn == holder.rn
     assert outcomes[2].rn == outcomes[1].rn
     assert Task.objects.filter(unique_key="new").count() == 1
-
-
-def test_duplicate_key_is_a_scylla_error():
-    assert issubclass(DuplicateKey, ScyllaError)
-
-
-def test_a_database_without_partial_indexes_refuses_keys_and_writes_nothing(monkeypatch):
-    monkeypatch.setattr(connection.features, "supports_partial_indexes", False)
-    with pytest.raises(NotSupportedError, match="partial unique indexes"):
-        Task.objects.submit("default", {}, unique_key="k")
-    assert not Task.objects.exists()
-    assert Task.objects.submit("default", {}).submit_outcome == "inserted"
-
-
-def test_a_mysql_database_is_warned_about(monkeypatch):
-    databases = {"maria": {"ENGINE": "django.db.backends.mysql", "NAME": "x"}}
-    monkeypatch.setattr(checks, "settings", SimpleNamespace(DATABASES=databases))
-    (warning,) = [m for m in checks.check_unique_keys() if m.id == "scylla_django.W003"]
-    assert "'maria'" in warning.msg
