@@ -12,6 +12,7 @@
 | `HEARTBEAT_FAILURES` | 3 | consecutive failed heartbeats after which a worker gives a task up |
 | `SCHEDULES` | `{}` | recurring schedules by name, synced into `Schedule` (see `schedules.py`) |
 | `PREPARED_STATEMENTS` | `True` | PostgreSQL: hot statements are prepared (`db.prepared_cursor`) |
+| `LIMITS` | `{}` | limits by name: most running tasks holding a slot (`submit(limits=...)`) |
 
 Durations may be given as `timedelta` or as a number of seconds.
 """
@@ -37,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "HEARTBEAT_FAILURES": 3,
     "SCHEDULES": {},
     "PREPARED_STATEMENTS": True,
+    "LIMITS": {},
 }
 
 
@@ -118,6 +120,14 @@ class ScyllaSettings:
                 f"SCYLLA['PREPARED_STATEMENTS'] must be True or False, got {value!r}"
             )
         return value
+
+    @property
+    def LIMITS(self) -> dict[str, int]:
+        """The limits by name, each a count of running tasks of at least 1."""
+        value = self._raw("LIMITS")
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ImproperlyConfigured(f"SCYLLA['LIMITS'] must be a dict by name, got {value!r}")
+        return {name: as_int(n, f"LIMITS[{name!r}]", minimum=1) for name, n in value.items()}
 
     @property
     def SCHEDULES(self) -> Any:

@@ -59,6 +59,7 @@ SUBMITTED = {
     "retry_of": "text",
     "root": "text",
     "attempt": "integer",
+    "keys": "jsonb",
 }
 
 

@@ -5,6 +5,7 @@ dependencies and schedules. Import them from here: `from scylla_django.models im
 from .dependencies import HELD, MAX_PARENTS, Dependency
 from .history import History
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions
+from .keys import Key, Limit
 from .notices import send_on_commit
 from .outcomes import Outcome
 from .processes import (
@@ -41,6 +42,8 @@ __all__ = [
     "CatchUp",
     "Dependency",
     "History",
+    "Key",
+    "Limit",
     "LivenessQuerySet",
     "Monitor",
     "MonitorQuerySet",

@@ -27,6 +27,7 @@ from ..validation import (
     validate_rn,
 )
 from .dependencies import MAX_PARENTS
+from .keys import key_values
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class TaskOptions(TypedDict, total=False):
     rn: str | None
     not_before: datetime | None
     retry: retries.Retry | Mapping[str, Any] | None
+    locks: Sequence[str | tuple[str, str]] | None
+    limits: Sequence[str] | None
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,8 @@ def task_values(
     rn: str | None = None,
     not_before: datetime | None = None,
     retry: retries.Retry | Mapping[str, Any] | None = None,
+    locks: Sequence[str | tuple[str, str]] | None = None,
+    limits: Sequence[str] | None = None,
     defaults: SubmitDefaults | None = None,
 ) -> dict[str, Any]:
     """The field values of a new task, validated (a generated rn if none is given).
@@ -210,6 +215,8 @@ def task_values(
         retry_policy=check("retry", _validate_retry, retry),
     )
     errors.raise_any()
+    if locks is not None or limits is not None:
+        values.update(key_values(locks, limits))
     return values
 
 

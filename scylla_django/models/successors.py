@@ -99,6 +99,7 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
         root=root,
         attempt=attempt,
         retry_policy=task.retry_policy,
+        keys=task.keys,
     )
     successor = model(**values)
     # The unique rn (and one retry per task) make a second successor impossible.

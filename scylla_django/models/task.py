@@ -386,6 +386,13 @@ class Task(models.Model):
     attempt = models.PositiveIntegerField(default=1)
     retry_policy = models.JSONField(null=True, blank=True)
 
+    # -- keys taken by the lease (scylla_django.db.keys) --------------------------------------
+    # The task's locks and limit slots as key elements ("L:invoice:7" exclusive, "S:ledger"
+    # shared, "C:stripe" a limit's slot); null for a task without keys. The lease takes them
+    # with the task, every transition out of running frees them.
+    keys = models.JSONField(null=True, blank=True, editable=False)
+    # -- end of the keys block ----------------------------------------------------------------
+
     objects: ClassVar[TaskQuerySet] = TaskQuerySet.as_manager()  # type: ignore[assignment]
 
     class Meta:

@@ -1,0 +1,127 @@
+"""Keys taken by the lease: the key rows (`Key`) and the limits (`Limit`), and the options of a
+submission that name them (`key_values`).
+
+The lease takes a task's keys and every transition out of running frees them, in the same
+statement, through the task table's triggers (`db.keys`); nothing here writes a key row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import connections, models
+
+from .. import db
+from ..conf import scylla_settings
+
+#: The longest name of a lock or a limit.
+KEY_NAME_MAX_LENGTH = 200
+
+#: The modes of a lock: "exclusive" (one holder) or "shared" (any number, no exclusive one).
+LOCK_MODES = {"exclusive": "L:", "shared": "S:"}
+
+
+class Key(models.Model):
+    """One key in use: the running tasks holding it and, for a lock, whether exclusively."""
+
+    name = models.CharField(primary_key=True, max_length=KEY_NAME_MAX_LENGTH + 2)
+    holders = models.JSONField(default=list)
+    xmode = models.BooleanField(default=False)
+
+    class Meta:
+        db_table = db.keys.KEY_TABLE
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Limit(models.Model):
+    """A limit: at most `max_running` running tasks (all workers) hold one of its slots.
+    Made from `SCYLLA["LIMITS"]` on first use, editable afterwards."""
+
+    name = models.CharField(primary_key=True, max_length=KEY_NAME_MAX_LENGTH)
+    max_running = models.PositiveIntegerField()
+
+    class Meta:
+        db_table = db.keys.LIMIT_TABLE
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.max_running})"
+
+
+def _key_name(value: object, field: str) -> str:
+    """A lock's or a limit's name: a non-empty string of at most KEY_NAME_MAX_LENGTH."""
+    if not isinstance(value, str) or not value or len(value) > KEY_NAME_MAX_LENGTH:
+        raise ValidationError(
+            f"A name in {field} is a non-empty string of at most {KEY_NAME_MAX_LENGTH} characters.",
+            code="invalid_key",
+        )
+    return value
+
+
+def validate_locks(locks: object) -> list[str]:
+    """The key elements of `locks`: names (exclusive) or `(name, "shared"|"exclusive")`."""
+    if isinstance(locks, str) or not isinstance(locks, Sequence):
+        raise ValidationError("locks is a list of lock names.", code="invalid_key")
+    elements: dict[str, str] = {}
+    for lock in locks:
+        mode = "exclusive"
+        if isinstance(lock, (tuple, list)):
+            if len(lock) != 2 or lock[1] not in LOCK_MODES:
+                raise ValidationError(
+                    'A lock is a name or (name, "exclusive" | "shared").', code="invalid_key"
+                )
+            lock, mode = lock
+        name = _key_name(lock, "locks")
+        if elements.get(name, mode) != mode:
+            raise ValidationError(
+                f"Lock {name!r} is named both shared and exclusive.", code="invalid_key"
+            )
+        elements[name] = mode
+    return [LOCK_MODES[mode] + name for name, mode in elements.items()]
+
+
+def validate_limits(limits: object, using: str | None = None) -> list[str]:
+    """The key elements of `limits`: names of configured limits (`SCYLLA["LIMITS"]` or a
+    Limit row); a Limit row is made from the settings for a name that has none yet."""
+    if isinstance(limits, str) or not isinstance(limits, Sequence):
+        raise ValidationError("limits is a list of limit names.", code="invalid_key")
+    names = list(dict.fromkeys(_key_name(name, "limits") for name in limits))
+    configured = scylla_settings.LIMITS
+    known = set(Limit.objects.using(using).filter(name__in=names).values_list("name", flat=True))
+    for name in names:
+        if name in known:
+            continue
+        if name not in configured:
+            raise ValidationError(f"Unknown limit {name!r}.", code="unknown_limit")
+        Limit.objects.using(using).get_or_create(
+            name=name, defaults={"max_running": configured[name]}
+        )
+    return ["C:" + name for name in names]
+
+
+def key_values(locks: object, limits: object, using: str | None = None) -> dict[str, Any]:
+    """The `keys` field of a new task from its `locks` and `limits` (None for none). Raises
+    ValidationError naming the field; refuses keys on a database without the key triggers."""
+    elements: list[str] = []
+    errors: dict[str, ValidationError] = {}
+    for name, value, check in (("locks", locks, validate_locks), ("limits", limits, None)):
+        if value is None:
+            continue
+        try:
+            elements += validate_locks(value) if check else validate_limits(value, using)
+        except ValidationError as exc:
+            errors[name] = exc
+    if errors:
+        raise ValidationError(errors)
+    if not elements:
+        return {}
+    if not db.keys.takes_keys(connections[using or "default"]):
+        raise ValidationError(
+            "Locks and limits need the key triggers of PostgreSQL or SQLite; this database"
+            " has none.",
+            code="keys_unsupported",
+        )
+    return {"keys": sorted(elements)}

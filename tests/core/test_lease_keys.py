@@ -1,0 +1,187 @@
+"""Locks and limits taken by the lease: a task whose keys are not free is passed over, and every
+transition out of running frees them (PostgreSQL and SQLite: the task table's triggers)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from scylla_django.exceptions import LeaseLost
+from scylla_django.models import Key, Limit, Outcome, Task
+from tests.factories import WorkerFactory
+from tests.helpers import expire
+
+pytestmark = pytest.mark.django_db
+
+LIMITS = {"SCYLLA": {"LIMITS": {"stripe": 2}}}
+
+
+def lease(worker, limit: int = 10) -> list[Task]:
+    return Task.objects.lease(worker, ["default"], limit=limit, timeout=timedelta(seconds=30))
+
+
+def holders(name: str) -> list[int]:
+    key = Key.objects.filter(name=name).first()
+    return [] if key is None else sorted(key.holders)
+
+
+def test_an_exclusive_lock_is_held_by_one_running_task_at_a_time():
+    worker = WorkerFactory()
+    first = Task.objects.submit("default", 1, locks=["invoice:7"])
+    second = Task.objects.submit("default", 2, locks=["invoice:7"])
+    other = Task.objects.submit("default", 3, locks=["invoice:8"])
+    leased = lease(worker)
+    assert sorted(t.pk for t in leased) == [first.pk, other.pk]
+    assert holders("L:invoice:7") == [first.pk]
+    assert Task.objects.get(pk=second.pk).status == "ready"
+    assert lease(worker) == []  # passed over again, never leased and handed back
+    Task.objects.get(pk=first.pk).complete(worker)
+    assert holders("L:invoice:7") == []
+    assert [t.pk for t in lease(worker)] == [second.pk]
+
+
+def test_shared_locks_coexist_and_exclude_a_writer():
+    worker = WorkerFactory()
+    readers = [Task.objects.submit("default", n, locks=[("ledger", "shared")]) for n in range(3)]
+    writer = Task.objects.submit("default", 9, locks=["ledger"])
+    later = Task.objects.submit("default", 10, locks=[("ledger", "shared")])
+    leased = lease(worker)
+    assert sorted(t.pk for t in leased) == sorted([r.pk for r in readers] + [later.pk])
+    assert Task.objects.get(pk=writer.pk).status == "ready"
+    for task in leased:
+        task.complete(worker)
+    assert [t.pk for t in lease(worker)] == [writer.pk]
+    reader = Task.objects.submit("default", 11, locks=[("ledger", "shared")])
+    assert lease(worker) == []
+    assert Task.objects.get(pk=reader.pk).status == "ready"
+
+
+def test_a_task_takes_all_its_keys_or_none():
+    worker = WorkerFactory()
+    holder = Task.objects.submit("default", 1, locks=["b"])
+    [leased] = lease(worker, limit=1)
+    assert leased.pk == holder.pk
+    both = Task.objects.submit("default", 2, locks=["a", "b"])
+    assert lease(worker) == []
+    assert holders("L:a") == []  # "a" was free, but "b" was not: nothing taken
+    leased.complete(worker)
+    assert [t.pk for t in lease(worker)] == [both.pk]
+    assert holders("L:a") == holders("L:b") == [both.pk]
+
+
+@pytest.mark.parametrize("limit", [1, 10])
+def test_a_limit_is_never_exceeded(settings, limit):
+    settings.SCYLLA = LIMITS["SCYLLA"]
+    worker = WorkerFactory()
+    tasks = [Task.objects.submit("default", n, limits=["stripe"]) for n in range(5)]
+    leased = lease(worker, limit=limit) + lease(worker, limit=limit) + lease(worker, limit=limit)
+    assert sorted(t.pk for t in leased) == [tasks[0].pk, tasks[1].pk]
+    assert Limit.objects.get(name="stripe").max_running == 2
+    leased[0].abort(worker, {"code": "failed"}, retry=False)
+    assert [t.pk for t in lease(worker)] == [tasks[2].pk]
+
+
+def test_a_limit_edited_at_runtime_applies_to_the_next_lease(settings):
+    settings.SCYLLA = LIMITS["SCYLLA"]
+    worker = WorkerFactory()
+    for n in range(4):
+        Task.objects.submit("default", n, limits=["stripe"])
+    assert len(lease(worker)) == 2
+    Limit.objects.filter(name="stripe").update(max_running=3)
+    assert len(lease(worker)) == 1
+
+
+def _complete(task: Task, worker) -> None:
+    task.complete(worker)
+
+
+def _abort(task: Task, worker) -> None:
+    task.abort(worker, {"code": "boom"}, retry=False)
+
+
+def _abort_with_retry(task: Task, worker) -> None:
+    successor = task.abort(worker, {"code": "boom"}, retry=True)
+    assert successor is not None and successor.keys == task.keys
+
+
+def _cancel(task: Task, worker) -> None:
+    task.cancel()
+
+
+def _yield(task: Task, worker) -> None:
+    # A yielded task stays running (and keeps its keys) until the monitor's next pass.
+    task.yield_lease(worker)
+    assert holders("L:invoice:7") == [task.pk]
+    assert Task.objects.reset_expired() == 1
+
+
+def _reset(task: Task, worker) -> None:
+    expire(task)
+    assert Task.objects.reset_expired() == 1
+
+
+def _finish_many(task: Task, worker) -> None:
+    assert Task.objects.finish_many(worker, [Outcome(pk=task.pk, attempts=task.attempts)]) == {
+        task.pk
+    }
+
+
+@pytest.mark.parametrize(
+    "transition", [_complete, _abort, _abort_with_retry, _cancel, _yield, _reset, _finish_many]
+)
+def test_every_transition_out_of_running_frees_the_keys(settings, transition):
+    settings.SCYLLA = LIMITS["SCYLLA"]
+    worker = WorkerFactory()
+    task = Task.objects.submit(
+        "default", 1, locks=["invoice:7", ("ledger", "shared")], limits=["stripe"]
+    )
+    assert len(lease(worker)) == 1
+    assert holders("L:invoice:7") == holders("L:ledger") == holders("C:stripe") == [task.pk]
+    transition(Task.objects.get(pk=task.pk), worker)
+    assert holders("L:invoice:7") == holders("L:ledger") == holders("C:stripe") == []
+    assert not Key.objects.filter(xmode=True).exists()
+
+
+def test_a_refused_transition_frees_nothing():
+    worker, other = WorkerFactory(), WorkerFactory()
+    task = Task.objects.submit("default", 1, locks=["invoice:7"])
+    assert len(lease(worker)) == 1
+    with pytest.raises(LeaseLost):  # the lease is not the other worker's
+        Task.objects.get(pk=task.pk).complete(other)
+    assert holders("L:invoice:7") == [task.pk]
+
+
+def test_a_heartbeat_keeps_the_keys():
+    worker = WorkerFactory()
+    task = Task.objects.submit("default", 1, locks=["invoice:7"])
+    [leased] = lease(worker)
+    leased.heartbeat(worker)
+    assert holders("L:invoice:7") == [task.pk]
+
+
+@pytest.mark.parametrize(
+    ("options", "field", "code"),
+    [
+        ({"locks": "invoice:7"}, "locks", "invalid_key"),
+        ({"locks": [""]}, "locks", "invalid_key"),
+        ({"locks": ["x" * 201]}, "locks", "invalid_key"),
+        ({"locks": [7]}, "locks", "invalid_key"),
+        ({"locks": [("a", "sometimes")]}, "locks", "invalid_key"),
+        ({"locks": ["a", ("a", "shared")]}, "locks", "invalid_key"),
+        ({"limits": ["nowhere"]}, "limits", "unknown_limit"),
+        ({"limits": [None]}, "limits", "invalid_key"),
+    ],
+)
+def test_bad_keys_are_refused_and_nothing_is_written(options, field, code):
+    with pytest.raises(ValidationError) as raised:
+        Task.objects.submit("default", 1, **options)
+    assert [e.code for e in raised.value.error_dict[field]] == [code]
+    assert not Task.objects.exists()
+    assert not Limit.objects.exists()
+
+
+def test_a_task_without_keys_has_none():
+    task = Task.objects.submit("default", 1)
+    assert Task.objects.get(pk=task.pk).keys is None
