@@ -1,28 +1,31 @@
-"""Keys taken by the lease: locks and limits, held in key rows and written by the task
-table's own triggers, in the statement that makes the transition.
+"""Keys taken by the lease: locks and limits. The holders of a key are the running tasks that
+name it; the lease's own statement decides, through a trigger on the task table, whether a
+task may join them.
 
 A task names its keys in `keys` (a JSON list of text): `L:<name>` an exclusive lock,
-`S:<name>` a shared lock (the same key row as `L:<name>`), `C:<name>` a slot of a limit.
-Each key has one row in KEY_TABLE: `holders`, the ids of the running tasks that hold it (a
-JSON list), and `xmode`, whether a lock is held exclusively. LIMIT_TABLE names each limit's
-most running tasks.
+`S:<name>` a shared lock (the same key as `L:<name>`), `C:<name>` a slot of a limit. Each key
+has one row in KEY_TABLE, made when a task naming it is submitted: the row the takers of the key
+lock, so that they decide one after another. LIMIT_TABLE holds each limit's size.
 
 - **Take**, on the row's change from ready to running (only the lease makes it): a row-level
   BEFORE trigger locks the task's key rows in name order, `FOR UPDATE SKIP LOCKED` on
-  PostgreSQL (a row another transaction holds right now is not free), judges them on their
-  latest committed version, and either writes the task's id into them or returns NULL, which
-  drops the row from the lease's UPDATE: the task stays ready, never leased and handed back.
-  Candidates of one statement are judged one after another, each seeing what the earlier ones
-  took. On SQLite writers are serialised and `RAISE(IGNORE)` drops the row the same way.
-- **Release**, on every change out of running (complete, abort, cancel, yield, the monitor's
-  reset): a row-level AFTER trigger removes the task's id from its key rows (locked in name
-  order). It fires only for rows the transition's fenced write changed, so a refused
-  transition frees nothing, and a second release of the same task removes nothing.
+  PostgreSQL (a key another transaction is taking right now is not free), then counts, in a
+  snapshot taken after the lock (so every earlier taker's commit is in it), the running tasks
+  that hold each key. If a key is not free the trigger returns NULL, which drops the row from
+  the lease's UPDATE: the task stays ready, never leased and handed back. Candidates of one
+  statement are judged one after another: a BEFORE trigger sees the rows the same statement
+  changed before. On SQLite writers are serialised and `RAISE(IGNORE)` drops the row the same
+  way. A missing key row is not free.
+- **Release** is nothing to write: a task that leaves running (complete, abort, cancel, the
+  monitor's reset of a yielded or expired lease) no longer counts as a holder, in the same
+  commit as its transition, fenced as that transition is. A release cannot be forgotten, lost
+  or done twice, and a SIGKILLed worker's keys are free once the monitor resets its lease.
 
-Both triggers carry a WHEN clause on the row (`keys` not null, the status change), which the
-database tests before calling anything: a task without keys pays one comparison per update,
-and no statement's plan changes. The lease's walk skips tasks whose keys are busy on its
-snapshot (`BUSY`), a hint that keeps a held key from filling the walk; the trigger decides.
+The trigger carries a WHEN clause on the row (`keys` not null, ready to running), which the
+database tests before calling anything: a task without keys pays one comparison per update.
+The running tasks with keys are found through a partial index (RUNNING_INDEX) that holds no
+task without keys. The lease's walk passes over tasks whose keys look busy on its snapshot
+(`BUSY`): a hint that keeps held keys from filling the walk; the trigger decides.
 """
 
 from __future__ import annotations
@@ -34,152 +37,124 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 KEY_TABLE = "scylla_django_key"
 LIMIT_TABLE = "scylla_django_limit"
 TASK_TABLE = "scylla_django_task"
+RUNNING_INDEX = "scylla_task_running_keys_idx"
 
 #: The key row of key element `{e}` (a shared lock uses its lock's row).
 _KEY_ROW = "(CASE WHEN left({e}, 2) = 'S:' THEN 'L:' || substr({e}, 3) ELSE {e} END)"
-_SQLITE_KEY_ROW = "(CASE WHEN substr({e}, 1, 2) = 'S:' THEN 'L:' || substr({e}, 3) ELSE {e} END)"
 
 
-def _busy(k: str, e: str) -> str:
-    """PostgreSQL: key row `k` cannot be taken now for key element `e` (holders are live)."""
-    n = f"jsonb_array_length({k}.holders)"
+def _held(e: str, *elements: str) -> str:
+    """PostgreSQL: the running tasks (other than the one being judged) holding one of
+    `elements` (SQL text expressions) of key element `e`."""
+    tests = " OR ".join(f"r.keys @> jsonb_build_array({x})" for x in elements)
+    return f"FROM {TASK_TABLE} AS r WHERE r.status = 'running' AND r.keys IS NOT NULL AND ({tests})"
+
+
+def _busy(e: str) -> str:
+    """PostgreSQL: key element `e` cannot be taken now (one candidate alone)."""
+    name = f"substr({e}, 3)"
     return f"""CASE left({e}, 2)
-        WHEN 'L:' THEN {n} > 0
-        WHEN 'S:' THEN {k}.xmode AND {n} > 0
-        WHEN 'C:' THEN {n} >= coalesce((SELECT l.max_running FROM {LIMIT_TABLE} AS l
-                                        WHERE l.name = substr({e}, 3)), 0)
+        WHEN 'L:' THEN EXISTS (SELECT 1 {_held(e, e, f"'S:' || {name}")})
+        WHEN 'S:' THEN EXISTS (SELECT 1 {_held(e, f"'L:' || {name}")})
+        WHEN 'C:' THEN (SELECT count(*) {_held(e, e)}) >= coalesce(
+            (SELECT l.max_running FROM {LIMIT_TABLE} AS l WHERE l.name = {name}), 0)
         ELSE true END"""
 
 
 #: PostgreSQL, in the lease's walk of task `t`: some key of the task looks busy on the
-#: statement's snapshot. Only a hint (the take trigger decides on locked rows).
-BUSY = f"""EXISTS (SELECT 1 FROM jsonb_array_elements_text(t.keys) AS e(k)
-    JOIN {KEY_TABLE} AS s ON s.name = {_KEY_ROW.format(e="e.k")}
-    WHERE {_busy("s", "e.k")})"""
+#: statement's snapshot. Only a hint (the take trigger decides on locked key rows).
+BUSY = f"EXISTS (SELECT 1 FROM jsonb_array_elements_text(t.keys) AS e(k) WHERE {_busy('e.k')})"
 
 _POSTGRESQL_INSTALL = [
+    f"""CREATE INDEX {RUNNING_INDEX} ON {TASK_TABLE} USING gin (keys jsonb_path_ops)
+    WHERE status = 'running' AND keys IS NOT NULL""",
     f"""CREATE FUNCTION scylla_take_keys() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     key record;
     busy boolean;
 BEGIN
-    -- Key rows are made on first use; an existing row is neither locked nor waited for.
-    INSERT INTO {KEY_TABLE} (name, holders, xmode)
-    SELECT DISTINCT {_KEY_ROW.format(e="e.k")}, '[]'::jsonb, false
-    FROM jsonb_array_elements_text(NEW.keys) AS e(k)
-    ORDER BY 1
-    ON CONFLICT (name) DO NOTHING;
+    -- Each key row locked (in name order) before its holders are counted: the count is then
+    -- read after every earlier taker of the key committed. A row another transaction holds
+    -- right now is skipped: that key is not free for this lease.
     FOR key IN
-        SELECT e.k, s.name, s.holders, s.xmode FROM jsonb_array_elements_text(NEW.keys) AS e(k)
+        SELECT e.k, s.name FROM jsonb_array_elements_text(NEW.keys) AS e(k)
         LEFT JOIN LATERAL (
-            SELECT k.name, k.holders, k.xmode FROM {KEY_TABLE} AS k
+            SELECT k.name FROM {KEY_TABLE} AS k
             WHERE k.name = {_KEY_ROW.format(e="e.k")}
             FOR UPDATE SKIP LOCKED
         ) AS s ON true
         ORDER BY {_KEY_ROW.format(e="e.k")}
     LOOP
-        -- Not locked by us (another transaction holds it now), or not free: not leased.
-        busy := key.name IS NULL OR {_busy("key", "key.k")};
+        busy := key.name IS NULL OR {_busy("key.k")};
         IF busy THEN
             RETURN NULL;
         END IF;
     END LOOP;
-    UPDATE {KEY_TABLE} AS k
-    SET holders = k.holders || to_jsonb(NEW.id),
-        xmode = left(e.k, 2) = 'L:'
-    FROM jsonb_array_elements_text(NEW.keys) AS e(k)
-    WHERE k.name = {_KEY_ROW.format(e="e.k")};
     RETURN NEW;
-END $$""",
-    f"""CREATE FUNCTION scylla_release_keys() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM 1 FROM {KEY_TABLE} AS k
-    WHERE k.name = ANY(ARRAY(SELECT {_KEY_ROW.format(e="e.k")}
-                             FROM jsonb_array_elements_text(OLD.keys) AS e(k)))
-    ORDER BY k.name FOR UPDATE;
-    UPDATE {KEY_TABLE} AS k
-    SET holders = coalesce((SELECT jsonb_agg(h.h) FROM jsonb_array_elements(k.holders) AS h(h)
-                            WHERE h.h <> to_jsonb(OLD.id)), '[]'::jsonb),
-        xmode = k.xmode AND EXISTS (SELECT 1 FROM jsonb_array_elements(k.holders) AS h(h)
-                                    WHERE h.h <> to_jsonb(OLD.id))
-    WHERE k.name = ANY(ARRAY(SELECT {_KEY_ROW.format(e="e.k")}
-                             FROM jsonb_array_elements_text(OLD.keys) AS e(k)))
-      AND k.holders @> to_jsonb(OLD.id);
-    RETURN NULL;
 END $$""",
     f"""CREATE TRIGGER scylla_take_keys BEFORE UPDATE OF status ON {TASK_TABLE}
     FOR EACH ROW WHEN (OLD.keys IS NOT NULL AND OLD.status = 'ready'
                        AND NEW.status = 'running')
     EXECUTE FUNCTION scylla_take_keys()""",
-    f"""CREATE TRIGGER scylla_release_keys AFTER UPDATE OF status ON {TASK_TABLE}
-    FOR EACH ROW WHEN (OLD.keys IS NOT NULL AND OLD.status = 'running'
-                       AND NEW.status <> 'running')
-    EXECUTE FUNCTION scylla_release_keys()""",
 ]
 
 _POSTGRESQL_REMOVE = [
     f"DROP TRIGGER IF EXISTS scylla_take_keys ON {TASK_TABLE}",
-    f"DROP TRIGGER IF EXISTS scylla_release_keys ON {TASK_TABLE}",
     "DROP FUNCTION IF EXISTS scylla_take_keys()",
-    "DROP FUNCTION IF EXISTS scylla_release_keys()",
+    f"DROP INDEX IF EXISTS {RUNNING_INDEX}",
 ]
 
-_SQLITE_ROW = _SQLITE_KEY_ROW.format(e="e.value")
+
+def _sqlite_held(*elements: str) -> str:
+    """SQLite: the running tasks (other than the one being judged) holding one of
+    `elements`."""
+    tests = " OR ".join(f"h.value = {x}" for x in elements)
+    return (
+        f"FROM {TASK_TABLE} AS r, json_each(r.keys) AS h "
+        f"WHERE r.status = 'running' AND r.keys IS NOT NULL AND ({tests})"
+    )
+
+
 _SQLITE_INSTALL = [
+    f"""CREATE INDEX {RUNNING_INDEX} ON {TASK_TABLE} (id)
+    WHERE status = 'running' AND keys IS NOT NULL""",
     f"""CREATE TRIGGER scylla_take_keys BEFORE UPDATE OF status ON {TASK_TABLE}
     WHEN OLD.keys IS NOT NULL AND OLD.status = 'ready' AND NEW.status = 'running'
 BEGIN
-    INSERT OR IGNORE INTO {KEY_TABLE} (name, holders, xmode)
-    SELECT DISTINCT {_SQLITE_ROW}, '[]', 0 FROM json_each(NEW.keys) AS e;
     SELECT RAISE(IGNORE) WHERE EXISTS (
-        SELECT 1 FROM json_each(NEW.keys) AS e JOIN {KEY_TABLE} AS k ON k.name = {_SQLITE_ROW}
+        SELECT 1 FROM json_each(NEW.keys) AS e
         WHERE CASE substr(e.value, 1, 2)
-            WHEN 'L:' THEN json_array_length(k.holders) > 0
-            WHEN 'S:' THEN k.xmode AND json_array_length(k.holders) > 0
-            WHEN 'C:' THEN json_array_length(k.holders) >= coalesce(
+            WHEN 'L:' THEN EXISTS (
+                SELECT 1 {_sqlite_held("e.value", "'S:' || substr(e.value, 3)")})
+            WHEN 'S:' THEN EXISTS (SELECT 1 {_sqlite_held("'L:' || substr(e.value, 3)")})
+            WHEN 'C:' THEN (SELECT count(*) {_sqlite_held("e.value")}) >= coalesce(
                 (SELECT l.max_running FROM {LIMIT_TABLE} AS l
                  WHERE l.name = substr(e.value, 3)), 0)
             ELSE 1 END);
-    UPDATE {KEY_TABLE}
-    SET holders = json_insert(holders, '$[#]', NEW.id),
-        xmode = (SELECT substr(e.value, 1, 2) = 'L:' FROM json_each(NEW.keys) AS e
-                 WHERE {_SQLITE_ROW} = {KEY_TABLE}.name LIMIT 1)
-    WHERE name IN (SELECT {_SQLITE_ROW} FROM json_each(NEW.keys) AS e);
-END""",
-    f"""CREATE TRIGGER scylla_release_keys AFTER UPDATE OF status ON {TASK_TABLE}
-    WHEN OLD.keys IS NOT NULL AND OLD.status = 'running' AND NEW.status <> 'running'
-BEGIN
-    UPDATE {KEY_TABLE}
-    SET holders = (SELECT json_group_array(h.value) FROM json_each({KEY_TABLE}.holders) AS h
-                   WHERE h.value <> OLD.id),
-        xmode = xmode AND EXISTS (SELECT 1 FROM json_each({KEY_TABLE}.holders) AS h
-                                  WHERE h.value <> OLD.id)
-    WHERE name IN (SELECT {_SQLITE_ROW} FROM json_each(OLD.keys) AS e)
-      AND EXISTS (SELECT 1 FROM json_each({KEY_TABLE}.holders) AS h WHERE h.value = OLD.id);
 END""",
 ]
 
 _SQLITE_REMOVE = [
     "DROP TRIGGER IF EXISTS scylla_take_keys",
-    "DROP TRIGGER IF EXISTS scylla_release_keys",
+    f"DROP INDEX IF EXISTS {RUNNING_INDEX}",
 ]
 
 
 def install_key_triggers(apps: Any, schema_editor: Any) -> None:
-    """Migration step: create the take and release triggers on the task table (PostgreSQL,
-    SQLite). Other databases get none: a task with keys is refused there at submit."""
+    """Migration step: create the take trigger and the running-keys index on the task table
+    (PostgreSQL, SQLite). Other databases get none: a task with keys is refused there."""
     statements = {"postgresql": _POSTGRESQL_INSTALL, "sqlite": _SQLITE_INSTALL}
     for statement in statements.get(schema_editor.connection.vendor, []):
         schema_editor.execute(statement, params=None)
 
 
 def remove_key_triggers(apps: Any, schema_editor: Any) -> None:
-    """Migration step back: drop the triggers (and PostgreSQL's functions)."""
+    """Migration step back: drop the trigger, PostgreSQL's function and the index."""
     statements = {"postgresql": _POSTGRESQL_REMOVE, "sqlite": _SQLITE_REMOVE}
     for statement in statements.get(schema_editor.connection.vendor, []):
         schema_editor.execute(statement, params=None)
 
 
 def takes_keys(connection: BaseDatabaseWrapper) -> bool:
-    """Whether the database of `connection` has the triggers that take and release keys."""
+    """Whether the database of `connection` has the trigger that takes keys with a lease."""
     return connection.vendor in {"postgresql", "sqlite"}

@@ -1,8 +1,9 @@
-"""Keys taken by the lease: the key rows (`Key`) and the limits (`Limit`), and the options of a
-submission that name them (`key_values`).
+"""Keys taken by the lease: the key rows (`Key`) and the limits (`Limit`), the options of a
+submission that name them (`key_values`), and who holds a key (`holders`).
 
-The lease takes a task's keys and every transition out of running frees them, in the same
-statement, through the task table's triggers (`db.keys`); nothing here writes a key row.
+The lease takes a task's keys in its own statement, through the task table's trigger
+(`db.keys`); the holders of a key are the running tasks that name it, so every transition out
+of running frees them in its own commit.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import connections, models
+from django.db.models import Q, QuerySet
 
 from .. import db
 from ..conf import scylla_settings
@@ -24,11 +26,10 @@ LOCK_MODES = {"exclusive": "L:", "shared": "S:"}
 
 
 class Key(models.Model):
-    """One key in use: the running tasks holding it and, for a lock, whether exclusively."""
+    """One key named by a submitted task ("L:invoice:7", "C:stripe"; a shared lock's row is
+    its lock's): the row its takers lock, one after another, to decide."""
 
     name = models.CharField(primary_key=True, max_length=KEY_NAME_MAX_LENGTH + 2)
-    holders = models.JSONField(default=list)
-    xmode = models.BooleanField(default=False)
 
     class Meta:
         db_table = db.keys.KEY_TABLE
@@ -85,21 +86,35 @@ def validate_locks(locks: object) -> list[str]:
 
 def validate_limits(limits: object, using: str | None = None) -> list[str]:
     """The key elements of `limits`: names of configured limits (`SCYLLA["LIMITS"]` or a
-    Limit row); a Limit row is made from the settings for a name that has none yet."""
+    Limit row). Writes nothing."""
     if isinstance(limits, str) or not isinstance(limits, Sequence):
         raise ValidationError("limits is a list of limit names.", code="invalid_key")
     names = list(dict.fromkeys(_key_name(name, "limits") for name in limits))
     configured = scylla_settings.LIMITS
     known = set(Limit.objects.using(using).filter(name__in=names).values_list("name", flat=True))
     for name in names:
-        if name in known:
-            continue
-        if name not in configured:
+        if name not in known and name not in configured:
             raise ValidationError(f"Unknown limit {name!r}.", code="unknown_limit")
-        Limit.objects.using(using).get_or_create(
-            name=name, defaults={"max_running": configured[name]}
-        )
     return ["C:" + name for name in names]
+
+
+def ensure_keys(elements: Sequence[str], using: str | None = None) -> None:
+    """Make the key rows of `elements` that do not exist yet, and the Limit rows of their
+    limits from the settings, in name order (a row that exists is neither locked nor waited
+    for). Before the task is inserted: the lease finds a task's key rows made."""
+    rows = {"L:" + e[2:] if e.startswith("S:") else e for e in elements}
+    Key.objects.using(using).bulk_create(
+        [Key(name=name) for name in sorted(rows)], ignore_conflicts=True
+    )
+    configured = scylla_settings.LIMITS
+    Limit.objects.using(using).bulk_create(
+        [
+            Limit(name=e[2:], max_running=configured[e[2:]])
+            for e in sorted(elements)
+            if e.startswith("C:") and e[2:] in configured
+        ],
+        ignore_conflicts=True,
+    )
 
 
 def key_values(locks: object, limits: object, using: str | None = None) -> dict[str, Any]:
@@ -124,4 +139,17 @@ def key_values(locks: object, limits: object, using: str | None = None) -> dict[
             " has none.",
             code="keys_unsupported",
         )
+    ensure_keys(elements, using)
     return {"keys": sorted(elements)}
+
+
+def holders(tasks: QuerySet[Any], element: str) -> QuerySet[Any]:
+    """The running tasks of `tasks` that hold key element `element` ("L:invoice:7" is held by
+    exclusive and shared holders of the lock, "S:ledger" by exclusive ones, "C:stripe" by the
+    limit's slot holders)."""
+    kind, name = element[:2], element[2:]
+    wanted = {"L:": ["L:", "S:"], "S:": ["L:"], "C:": ["C:"]}[kind]
+    match = Q()
+    for prefix in wanted:
+        match |= db.json_list_contains(tasks.model, "keys", prefix + name, tasks.db)
+    return tasks.filter(match, status="running", keys__isnull=False)
