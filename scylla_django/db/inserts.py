@@ -60,6 +60,9 @@ SUBMITTED = {
     "root": "text",
     "attempt": "integer",
     "keys": "jsonb",
+    "order_key": "text",
+    "order_seq": "bigint",
+    "order_block": "boolean",
 }
 
 

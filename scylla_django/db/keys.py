@@ -3,7 +3,8 @@ name it; the lease's own statement decides, through a trigger on the task table,
 task may join them.
 
 A task names its keys in `keys` (a JSON list of text): `L:<name>` an exclusive lock,
-`S:<name>` a shared lock (the same key as `L:<name>`), `C:<name>` a slot of a limit. Each key
+`S:<name>` a shared lock (the same key as `L:<name>`), `C:<name>` a slot of a limit,
+`O:<name>` an order key (also in `order_key`, with the task's place `order_seq`). Each key
 has one row in KEY_TABLE, made when a task naming it is submitted: the row the takers of the key
 lock, so that they decide one after another. LIMIT_TABLE holds each limit's size.
 
@@ -16,6 +17,10 @@ lock, so that they decide one after another. LIMIT_TABLE holds each limit's size
   statement are judged one after another: a BEFORE trigger sees the rows the same statement
   changed before. On SQLite writers are serialised and `RAISE(IGNORE)` drops the row the same
   way. A missing key row is not free.
+- **Order keys**: a task of an order key runs alone, and only when no earlier task of the key
+  is ready or running, nor aborted for good holding the key (`order_block`, no retry after
+  it). A task's place is `order_seq`, or its id (submit order) when null; a retry keeps its
+  predecessor's place. Found through the order index (ORDER_INDEX).
 - **Release** is nothing to write: a task that leaves running (complete, abort, cancel, the
   monitor's reset of a yielded or expired lease) no longer counts as a holder, in the same
   commit as its transition, fenced as that transition is. A release cannot be forgotten, lost
@@ -50,20 +55,35 @@ def _held(e: str, *elements: str) -> str:
     return f"FROM {TASK_TABLE} AS r WHERE r.status = 'running' AND r.keys IS NOT NULL AND ({tests})"
 
 
-def _busy(e: str) -> str:
-    """PostgreSQL: key element `e` cannot be taken now (one candidate alone)."""
+def _busy(e: str, task: str) -> str:
+    """PostgreSQL: key element `e` of task `task` (a row alias) cannot be taken now (one
+    candidate alone)."""
     name = f"substr({e}, 3)"
     return f"""CASE left({e}, 2)
         WHEN 'L:' THEN EXISTS (SELECT 1 {_held(e, e, f"'S:' || {name}")})
         WHEN 'S:' THEN EXISTS (SELECT 1 {_held(e, f"'L:' || {name}")})
         WHEN 'C:' THEN (SELECT count(*) {_held(e, e)}) >= coalesce(
             (SELECT l.max_running FROM {LIMIT_TABLE} AS l WHERE l.name = {name}), 0)
+        WHEN 'O:' THEN EXISTS (SELECT 1 FROM {TASK_TABLE} AS p
+            WHERE p.order_key = {name} AND p.id <> {task}.id AND {_order_blocks("p", task)})
         ELSE true END"""
+
+
+def _order_blocks(p: str, task: str) -> str:
+    """Task `p` of an order key keeps task `task` of the same key from running: `p` runs, or
+    comes earlier and is ready, or came earlier and aborted for good holding the key
+    (`order_block`, no retry follows it). A retry keeps its predecessor's place."""
+    seq = "coalesce({t}.order_seq, {t}.id)"
+    earlier = f"{seq.format(t=p)} < {seq.format(t=task)}"
+    return f"""({p}.status = 'running'
+        OR ({p}.status = 'ready' AND {earlier})
+        OR ({p}.status = 'aborted' AND {p}.order_block AND {earlier}
+            AND NOT EXISTS (SELECT 1 FROM {TASK_TABLE} AS n WHERE n.retry_of = {p}.rn)))"""
 
 
 #: PostgreSQL, in the lease's walk of task `t`: some key of the task looks busy on the
 #: statement's snapshot. Only a hint (the take trigger decides on locked key rows).
-BUSY = f"EXISTS (SELECT 1 FROM jsonb_array_elements_text(t.keys) AS e(k) WHERE {_busy('e.k')})"
+BUSY = f"EXISTS (SELECT 1 FROM jsonb_array_elements_text(t.keys) AS e(k) WHERE {_busy('e.k', 't')})"
 
 _POSTGRESQL_INSTALL = [
     f"""CREATE INDEX {RUNNING_INDEX} ON {TASK_TABLE} USING gin (keys jsonb_path_ops)
@@ -85,7 +105,7 @@ BEGIN
         ) AS s ON true
         ORDER BY {_KEY_ROW.format(e="e.k")}
     LOOP
-        busy := key.name IS NULL OR {_busy("key.k")};
+        busy := key.name IS NULL OR {_busy("key.k", "NEW")};
         IF busy THEN
             RETURN NULL;
         END IF;
@@ -130,6 +150,9 @@ BEGIN
             WHEN 'C:' THEN (SELECT count(*) {_sqlite_held("e.value")}) >= coalesce(
                 (SELECT l.max_running FROM {LIMIT_TABLE} AS l
                  WHERE l.name = substr(e.value, 3)), 0)
+            WHEN 'O:' THEN EXISTS (SELECT 1 FROM {TASK_TABLE} AS p
+                WHERE p.order_key = substr(e.value, 3) AND p.id <> NEW.id
+                  AND {_order_blocks("p", "NEW")})
             ELSE 1 END);
 END""",
 ]

@@ -52,6 +52,8 @@ class TaskOptions(TypedDict, total=False):
     retry: retries.Retry | Mapping[str, Any] | None
     locks: Sequence[str | tuple[str, str]] | None
     limits: Sequence[str] | None
+    order_key: str | None
+    order_on_failure: str | None
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,8 @@ def task_values(
     retry: retries.Retry | Mapping[str, Any] | None = None,
     locks: Sequence[str | tuple[str, str]] | None = None,
     limits: Sequence[str] | None = None,
+    order_key: str | None = None,
+    order_on_failure: str | None = None,
     defaults: SubmitDefaults | None = None,
 ) -> dict[str, Any]:
     """The field values of a new task, validated (a generated rn if none is given).
@@ -215,8 +219,12 @@ def task_values(
         retry_policy=check("retry", _validate_retry, retry),
     )
     errors.raise_any()
-    if locks is not None or limits is not None:
-        values.update(key_values(locks, limits))
+    if locks is not None or limits is not None or order_key is not None:
+        values.update(key_values(locks, limits, order_key, order_on_failure))
+    elif order_on_failure is not None:
+        raise ValidationError(
+            {"order_on_failure": ValidationError("No order_key.", code="invalid_key")}
+        )
     return values
 
 

@@ -117,11 +117,23 @@ def ensure_keys(elements: Sequence[str], using: str | None = None) -> None:
     )
 
 
-def key_values(locks: object, limits: object, using: str | None = None) -> dict[str, Any]:
-    """The `keys` field of a new task from its `locks` and `limits` (None for none). Raises
-    ValidationError naming the field; refuses keys on a database without the key triggers."""
+#: order_on_failure: whether an abort for good holds the order key (`order_block`).
+ORDER_ON_FAILURE = {"block": True, "continue": False}
+
+
+def key_values(
+    locks: object,
+    limits: object,
+    order_key: object = None,
+    order_on_failure: object = None,
+    using: str | None = None,
+) -> dict[str, Any]:
+    """The key fields of a new task from its `locks`, `limits` and `order_key` (with
+    `order_on_failure`, "block" by default). Raises ValidationError naming the field; refuses
+    keys on a database without the key trigger. Makes the key rows that are missing."""
     elements: list[str] = []
     errors: dict[str, ValidationError] = {}
+    values: dict[str, Any] = {}
     for name, value, check in (("locks", locks, validate_locks), ("limits", limits, None)):
         if value is None:
             continue
@@ -129,6 +141,21 @@ def key_values(locks: object, limits: object, using: str | None = None) -> dict[
             elements += validate_locks(value) if check else validate_limits(value, using)
         except ValidationError as exc:
             errors[name] = exc
+    if order_key is not None:
+        try:
+            values["order_key"] = _key_name(order_key, "order_key")
+            elements.append("O:" + order_key)  # type: ignore[operator]
+        except ValidationError as exc:
+            errors["order_key"] = exc
+        failure = "block" if order_on_failure is None else order_on_failure
+        if failure not in ORDER_ON_FAILURE:
+            errors["order_on_failure"] = ValidationError(
+                'order_on_failure is "block" or "continue".', code="invalid_key"
+            )
+        else:
+            values["order_block"] = ORDER_ON_FAILURE[str(failure)]
+    elif order_on_failure is not None:
+        errors["order_on_failure"] = ValidationError("No order_key.", code="invalid_key")
     if errors:
         raise ValidationError(errors)
     if not elements:
@@ -140,7 +167,7 @@ def key_values(locks: object, limits: object, using: str | None = None) -> dict[
             code="keys_unsupported",
         )
     ensure_keys(elements, using)
-    return {"keys": sorted(elements)}
+    return {"keys": sorted(elements), **values}
 
 
 def holders(tasks: QuerySet[Any], element: str) -> QuerySet[Any]:

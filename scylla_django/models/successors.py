@@ -100,6 +100,9 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
         attempt=attempt,
         retry_policy=task.retry_policy,
         keys=task.keys,
+        order_key=task.order_key,
+        order_seq=None if task.order_key is None else (task.order_seq or task.pk),
+        order_block=task.order_block,
     )
     successor = model(**values)
     # The unique rn (and one retry per task) make a second successor impossible.

@@ -391,6 +391,12 @@ class Task(models.Model):
     # shared, "C:stripe" a limit's slot); null for a task without keys. The lease takes them
     # with the task, every transition out of running frees them.
     keys = models.JSONField(null=True, blank=True, editable=False)
+    # An order key: its tasks run one at a time, in submit order (by id, or by `order_seq`,
+    # the place a retry keeps of its predecessor). `order_block`: an abort for good holds the
+    # key until the task is retried or the key released (order_on_failure="block").
+    order_key = models.CharField(max_length=200, null=True, blank=True, editable=False)  # noqa: DJ001
+    order_seq = models.BigIntegerField(null=True, blank=True, editable=False)
+    order_block = models.BooleanField(null=True, blank=True, editable=False)
     # -- end of the keys block ----------------------------------------------------------------
 
     objects: ClassVar[TaskQuerySet] = TaskQuerySet.as_manager()  # type: ignore[assignment]
@@ -422,6 +428,12 @@ class Task(models.Model):
                 fields=["owner", "-id"],
                 name="scylla_task_owner_idx",
                 condition=Q(owner__isnull=False),
+            ),
+            # Order keys (db.keys): the tasks of a key that may keep a later one waiting.
+            models.Index(
+                fields=["order_key", "status"],
+                name="scylla_task_order_idx",
+                condition=Q(order_key__isnull=False),
             ),
             models.Index(
                 fields=["root", "attempt"],

@@ -190,3 +190,84 @@ def test_bad_keys_are_refused_and_nothing_is_written(options, field, code):
 def test_a_task_without_keys_has_none():
     task = Task.objects.submit("default", 1)
     assert Task.objects.get(pk=task.pk).keys is None
+
+
+# -- order keys ---------------------------------------------------------------------------------
+
+
+def statuses(*tasks: Task) -> list[str]:
+    return [Task.objects.get(pk=t.pk).status for t in tasks]
+
+
+def test_an_order_key_runs_its_tasks_one_at_a_time_in_submit_order():
+    worker = WorkerFactory()
+    first = Task.objects.submit("default", 1, order_key="customer:9")
+    second = Task.objects.submit("default", 2, order_key="customer:9", priority=200)
+    other = Task.objects.submit("default", 3, order_key="customer:10")
+    # The second has the higher priority, but waits for the first: its key's earlier task.
+    assert sorted(t.pk for t in lease(worker)) == [first.pk, other.pk]
+    assert lease(worker) == []
+    Task.objects.get(pk=first.pk).complete(worker)
+    assert [t.pk for t in lease(worker)] == [second.pk]
+
+
+def test_a_cancelled_task_lets_its_order_key_move_on():
+    worker = WorkerFactory()
+    first = Task.objects.submit("default", 1, order_key="k")
+    second = Task.objects.submit("default", 2, order_key="k")
+    first.cancel()
+    assert [t.pk for t in lease(worker)] == [second.pk]
+
+
+def test_an_abort_for_good_blocks_the_key_until_the_task_is_retried():
+    worker = WorkerFactory()
+    first = Task.objects.submit("default", 1, order_key="k")
+    second = Task.objects.submit("default", 2, order_key="k")
+    [leased] = lease(worker)
+    leased.abort(worker, {"code": "boom"}, retry=False)
+    assert lease(worker) == []
+    assert statuses(second) == ["ready"]
+    retry = Task.objects.get(pk=first.pk).retry()
+    # The retry keeps its predecessor's place: it goes before the second.
+    assert [t.pk for t in lease(worker)] == [retry.pk]
+    Task.objects.get(pk=retry.pk).complete(worker)
+    assert [t.pk for t in lease(worker)] == [second.pk]
+
+
+def test_an_automatic_retry_keeps_the_place():
+    worker = WorkerFactory()
+    Task.objects.submit("default", 1, order_key="k")
+    second = Task.objects.submit("default", 2, order_key="k")
+    [leased] = lease(worker)
+    retry = leased.abort(worker, {"code": "boom"}, retry=True)
+    assert retry is not None
+    assert lease(worker) == []  # the retry waits out its backoff, and the second waits for it
+    assert statuses(second) == ["ready"]
+    Task.objects.filter(pk=retry.pk).update(not_before=None)
+    assert [t.pk for t in lease(worker)] == [retry.pk]
+
+
+def test_continue_moves_on_after_an_abort_for_good():
+    worker = WorkerFactory()
+    Task.objects.submit("default", 1, order_key="k", order_on_failure="continue")
+    second = Task.objects.submit("default", 2, order_key="k")
+    [leased] = lease(worker)
+    leased.abort(worker, {"code": "boom"}, retry=False)
+    assert [t.pk for t in lease(worker)] == [second.pk]
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"order_key": ""}, "order_key"),
+        ({"order_key": 9}, "order_key"),
+        ({"order_key": "k", "order_on_failure": "retry"}, "order_on_failure"),
+        ({"order_on_failure": "block"}, "order_on_failure"),
+    ],
+)
+def test_bad_order_options_are_refused(options, field):
+    with pytest.raises(ValidationError) as raised:
+        Task.objects.submit("default", 1, **options)
+    assert [e.code for e in raised.value.error_dict[field]] == ["invalid_key"]
+    assert not Task.objects.exists()
+    assert not Key.objects.exists()
