@@ -13,6 +13,7 @@
 | `SCHEDULES` | `{}` | recurring schedules by name, synced into `Schedule` (see `schedules.py`) |
 | `PREPARED_STATEMENTS` | `True` | PostgreSQL: hot statements are prepared (`db.prepared_cursor`) |
 | `LIMITS` | `{}` | limits by name: most running tasks holding a slot (`submit(limits=...)`) |
+| `RATES` | `{}` | rates by name: most starts per period, "100/m" (`submit(rate_key=...)`) |
 
 Durations may be given as `timedelta` or as a number of seconds.
 """
@@ -39,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "SCHEDULES": {},
     "PREPARED_STATEMENTS": True,
     "LIMITS": {},
+    "RATES": {},
 }
 
 
@@ -128,6 +130,14 @@ class ScyllaSettings:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise ImproperlyConfigured(f"SCYLLA['LIMITS'] must be a dict by name, got {value!r}")
         return {name: as_int(n, f"LIMITS[{name!r}]", minimum=1) for name, n in value.items()}
+
+    @property
+    def RATES(self) -> dict[str, str]:
+        """The rates by name, each as written ("100/m"; checked where a task names it)."""
+        value = self._raw("RATES")
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ImproperlyConfigured(f"SCYLLA['RATES'] must be a dict by name, got {value!r}")
+        return dict(value)
 
     @property
     def SCHEDULES(self) -> Any:

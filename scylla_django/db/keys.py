@@ -21,6 +21,10 @@ lock, so that they decide one after another. LIMIT_TABLE holds each limit's size
   is ready or running, nor aborted for good holding the key (`order_block`, no retry after
   it). A task's place is `order_seq`, or its id (submit order) when null; a retry keeps its
   predecessor's place. Found through the order index (ORDER_INDEX).
+- **Rates**: `R:<name>` starts at most `count` tasks in any `seconds` (RATE_TABLE). The rate's
+  key row keeps its last `count` starts (`starts`, seconds on the database clock), stamped by
+  the trigger when it lets a task of the rate run; a task waits while `count` of them fall
+  within the last `seconds`.
 - **Release** is nothing to write: a task that leaves running (complete, abort, cancel, the
   monitor's reset of a yielded or expired lease) no longer counts as a holder, in the same
   commit as its transition, fenced as that transition is. A release cannot be forgotten, lost
@@ -41,6 +45,12 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 KEY_TABLE = "scylla_django_key"
 LIMIT_TABLE = "scylla_django_limit"
+RATE_TABLE = "scylla_django_rate"
+
+#: PostgreSQL: the database clock in seconds, as rate starts are stamped.
+_PG_NOW = "extract(epoch FROM clock_timestamp())::float8"
+#: SQLite: the same (julianday is constant within one statement).
+_SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 TASK_TABLE = "scylla_django_task"
 RUNNING_INDEX = "scylla_task_running_keys_idx"
 
@@ -66,6 +76,10 @@ def _busy(e: str, task: str) -> str:
             (SELECT l.max_running FROM {LIMIT_TABLE} AS l WHERE l.name = {name}), 0)
         WHEN 'O:' THEN EXISTS (SELECT 1 FROM {TASK_TABLE} AS p
             WHERE p.order_key = {name} AND p.id <> {task}.id AND {_order_blocks("p", task)})
+        WHEN 'R:' THEN coalesce((SELECT (SELECT count(*) FROM {KEY_TABLE} AS k,
+                jsonb_array_elements_text(k.starts) AS s(s)
+                WHERE k.name = {e} AND s.s::float8 > {_PG_NOW} - r.seconds) >= r.count
+            FROM {RATE_TABLE} AS r WHERE r.name = {name}), true)
         ELSE true END"""
 
 
@@ -110,6 +124,16 @@ BEGIN
             RETURN NULL;
         END IF;
     END LOOP;
+    -- Every key is free: stamp the start on each rate key (its last `count` starts).
+    UPDATE {KEY_TABLE} AS k
+    SET starts = (SELECT coalesce(jsonb_agg(x.s), '[]'::jsonb) FROM (
+        SELECT a.s FROM (
+            SELECT s.s::float8 AS s FROM jsonb_array_elements_text(k.starts) AS s(s)
+            UNION ALL SELECT {_PG_NOW}) AS a
+        ORDER BY a.s DESC
+        LIMIT (SELECT r.count FROM {RATE_TABLE} AS r WHERE 'R:' || r.name = k.name)) AS x)
+    WHERE k.name = ANY(ARRAY(SELECT e.k FROM jsonb_array_elements_text(NEW.keys) AS e(k)
+                             WHERE left(e.k, 2) = 'R:'));
     RETURN NEW;
 END $$""",
     f"""CREATE TRIGGER scylla_take_keys BEFORE UPDATE OF status ON {TASK_TABLE}
@@ -153,7 +177,19 @@ BEGIN
             WHEN 'O:' THEN EXISTS (SELECT 1 FROM {TASK_TABLE} AS p
                 WHERE p.order_key = substr(e.value, 3) AND p.id <> NEW.id
                   AND {_order_blocks("p", "NEW")})
+            WHEN 'R:' THEN coalesce((SELECT (SELECT count(*) FROM {KEY_TABLE} AS k,
+                    json_each(k.starts) AS s
+                    WHERE k.name = e.value AND s.value > {_SQLITE_NOW} - r.seconds) >= r.count
+                FROM {RATE_TABLE} AS r WHERE r.name = substr(e.value, 3)), 1)
             ELSE 1 END);
+    -- The starts within the period (at most `count`: the rate was not full), and this one.
+    UPDATE {KEY_TABLE}
+    SET starts = json_insert(
+        (SELECT json_group_array(s.value) FROM json_each({KEY_TABLE}.starts) AS s
+         WHERE s.value > {_SQLITE_NOW} - (SELECT r.seconds FROM {RATE_TABLE} AS r
+                                          WHERE 'R:' || r.name = {KEY_TABLE}.name)),
+        '$[#]', {_SQLITE_NOW})
+    WHERE name IN (SELECT value FROM json_each(NEW.keys) WHERE substr(value, 1, 2) = 'R:');
 END""",
 ]
 

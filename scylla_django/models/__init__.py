@@ -5,7 +5,7 @@ dependencies and schedules. Import them from here: `from scylla_django.models im
 from .dependencies import HELD, MAX_PARENTS, Dependency
 from .history import History
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions
-from .keys import Key, Limit
+from .keys import Key, Limit, Rate
 from .notices import send_on_commit
 from .outcomes import Outcome
 from .processes import (
@@ -52,6 +52,7 @@ __all__ = [
     "QueueSetting",
     "QueueSettingQuerySet",
     "QueueSummary",
+    "Rate",
     "RegisteredProcess",
     "Schedule",
     "SubmitDefaults",

@@ -54,6 +54,7 @@ class TaskOptions(TypedDict, total=False):
     limits: Sequence[str] | None
     order_key: str | None
     order_on_failure: str | None
+    rate_key: str | None
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,7 @@ def task_values(
     limits: Sequence[str] | None = None,
     order_key: str | None = None,
     order_on_failure: str | None = None,
+    rate_key: str | None = None,
     defaults: SubmitDefaults | None = None,
 ) -> dict[str, Any]:
     """The field values of a new task, validated (a generated rn if none is given).
@@ -219,8 +221,8 @@ def task_values(
         retry_policy=check("retry", _validate_retry, retry),
     )
     errors.raise_any()
-    if locks is not None or limits is not None or order_key is not None:
-        values.update(key_values(locks, limits, order_key, order_on_failure))
+    if any(v is not None for v in (locks, limits, order_key, rate_key)):
+        values.update(key_values(locks, limits, order_key, order_on_failure, rate_key))
     elif order_on_failure is not None:
         raise ValidationError(
             {"order_on_failure": ValidationError("No order_key.", code="invalid_key")}

@@ -30,6 +30,8 @@ class Key(models.Model):
     its lock's): the row its takers lock, one after another, to decide."""
 
     name = models.CharField(primary_key=True, max_length=KEY_NAME_MAX_LENGTH + 2)
+    # A rate's key: its last `count` starts, in seconds on the database clock.
+    starts = models.JSONField(default=list, blank=True)
 
     class Meta:
         db_table = db.keys.KEY_TABLE
@@ -50,6 +52,44 @@ class Limit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.max_running})"
+
+
+class Rate(models.Model):
+    """A rate: at most `count` tasks naming it start in any `seconds` (all workers). Made from
+    `SCYLLA["RATES"]` ("100/m") on first use, editable afterwards."""
+
+    name = models.CharField(primary_key=True, max_length=KEY_NAME_MAX_LENGTH)
+    count = models.PositiveIntegerField()
+    seconds = models.FloatField()
+
+    class Meta:
+        db_table = db.keys.RATE_TABLE
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.count}/{self.seconds:g}s)"
+
+
+#: The units of a rate's period: "100/m", "5/10s".
+RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_rate(value: object) -> tuple[int, float]:
+    """`(count, seconds)` of a rate written "<count>/<period>", the period a unit (s, m, h, d)
+    with an optional number before it ("100/m", "5/10s"). ValidationError otherwise."""
+    error = ValidationError(
+        f'A rate is "<count>/<period>" such as "100/m" or "5/10s", not {value!r}.',
+        code="invalid_rate",
+    )
+    if not isinstance(value, str) or "/" not in value:
+        raise error
+    count, period = value.split("/", 1)
+    unit = RATE_UNITS.get(period[-1:])
+    number = period[:-1] or "1"
+    if not count.isdigit() or unit is None or not number.isdigit():
+        raise error
+    if int(count) < 1 or int(number) < 1:
+        raise error
+    return int(count), int(number) * unit
 
 
 def _key_name(value: object, field: str) -> str:
@@ -115,6 +155,26 @@ def ensure_keys(elements: Sequence[str], using: str | None = None) -> None:
         ],
         ignore_conflicts=True,
     )
+    rates = scylla_settings.RATES
+    made = []
+    for element in sorted(elements):
+        if element.startswith("R:") and element[2:] in rates:
+            count, seconds = parse_rate(rates[element[2:]])
+            made.append(Rate(name=element[2:], count=count, seconds=seconds))
+    Rate.objects.using(using).bulk_create(made, ignore_conflicts=True)
+
+
+def validate_rate(rate_key: object, using: str | None = None) -> str:
+    """The key element of `rate_key`: the name of a configured rate (`SCYLLA["RATES"]`, whose
+    value must parse, or a Rate row). Writes nothing."""
+    name = _key_name(rate_key, "rate_key")
+    if Rate.objects.using(using).filter(name=name).exists():
+        return "R:" + name
+    configured = scylla_settings.RATES
+    if name not in configured:
+        raise ValidationError(f"Unknown rate {name!r}.", code="unknown_rate")
+    parse_rate(configured[name])
+    return "R:" + name
 
 
 #: order_on_failure: whether an abort for good holds the order key (`order_block`).
@@ -126,11 +186,13 @@ def key_values(
     limits: object,
     order_key: object = None,
     order_on_failure: object = None,
+    rate_key: object = None,
     using: str | None = None,
 ) -> dict[str, Any]:
-    """The key fields of a new task from its `locks`, `limits` and `order_key` (with
-    `order_on_failure`, "block" by default). Raises ValidationError naming the field; refuses
-    keys on a database without the key trigger. Makes the key rows that are missing."""
+    """The key fields of a new task from its `locks`, `limits`, `order_key` (with
+    `order_on_failure`, "block" by default) and `rate_key`. Raises ValidationError naming
+    the field; refuses keys on a database without the key trigger. Makes the key rows, limits
+    and rates that are missing."""
     elements: list[str] = []
     errors: dict[str, ValidationError] = {}
     values: dict[str, Any] = {}
@@ -156,6 +218,11 @@ def key_values(
             values["order_block"] = ORDER_ON_FAILURE[str(failure)]
     elif order_on_failure is not None:
         errors["order_on_failure"] = ValidationError("No order_key.", code="invalid_key")
+    if rate_key is not None:
+        try:
+            elements.append(validate_rate(rate_key, using))
+        except ValidationError as exc:
+            errors["rate_key"] = exc
     if errors:
         raise ValidationError(errors)
     if not elements:

@@ -3,13 +3,14 @@ transition out of running frees them (PostgreSQL and SQLite: the task table's tr
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
 
 from scylla_django.exceptions import LeaseLost
-from scylla_django.models import Key, Limit, Outcome, Task, keys
+from scylla_django.models import Key, Limit, Outcome, Rate, Task, keys
 from tests.factories import WorkerFactory
 from tests.helpers import expire
 
@@ -271,3 +272,46 @@ def test_bad_order_options_are_refused(options, field):
     assert [e.code for e in raised.value.error_dict[field]] == ["invalid_key"]
     assert not Task.objects.exists()
     assert not Key.objects.exists()
+
+
+# -- rates --------------------------------------------------------------------------------------
+
+
+def test_a_rate_starts_at_most_count_tasks_per_period(settings):
+    settings.SCYLLA = {"RATES": {"stripe": "2/h"}}
+    worker = WorkerFactory()
+    tasks = [Task.objects.submit("default", n, rate_key="stripe") for n in range(5)]
+    leased = lease(worker)
+    assert [t.pk for t in leased] == [tasks[0].pk, tasks[1].pk]
+    for task in leased:
+        task.complete(worker)
+    assert lease(worker) == []  # finished, but their starts are still within the hour
+    Rate.objects.filter(name="stripe").update(seconds=0.2)
+    time.sleep(0.3)
+    # A new window: two more start, in one lease, and the fifth waits.
+    assert [t.pk for t in lease(worker)] == [tasks[2].pk, tasks[3].pk]
+    assert Task.objects.get(pk=tasks[4].pk).status == "ready"
+
+
+@pytest.mark.parametrize(
+    ("rates", "rate_key", "code"),
+    [
+        ({}, "stripe", "unknown_rate"),
+        ({"stripe": "100/fortnight"}, "stripe", "invalid_rate"),
+        ({"stripe": "0/m"}, "stripe", "invalid_rate"),
+        ({"stripe": "many/m"}, "stripe", "invalid_rate"),
+        ({"stripe": "1/m"}, "", "invalid_key"),
+    ],
+)
+def test_bad_rates_are_refused_and_nothing_is_written(settings, rates, rate_key, code):
+    settings.SCYLLA = {"RATES": rates}
+    with pytest.raises(ValidationError) as raised:
+        Task.objects.submit("default", 1, rate_key=rate_key)
+    assert [e.code for e in raised.value.error_dict["rate_key"]] == [code]
+    assert not Task.objects.exists() and not Rate.objects.exists() and not Key.objects.exists()
+
+
+def test_parse_rate():
+    assert keys.parse_rate("100/m") == (100, 60.0)
+    assert keys.parse_rate("5/10s") == (5, 10.0)
+    assert keys.parse_rate("1/d") == (1, 86400.0)
