@@ -25,6 +25,9 @@ lock, so that they decide one after another. LIMIT_TABLE holds each limit's size
   key row keeps its last `count` starts (`starts`, seconds on the database clock), stamped by
   the trigger when it lets a task of the rate run; a task waits while `count` of them fall
   within the last `seconds`.
+- **Holds**: `scylla_django.lock()` holds a lock for code outside tasks with a row in
+  HOLD_TABLE (`take_lock`), exclusive or shared, until released or until its `until` (seconds
+  on the database clock) passes; the trigger counts live holds as holders of the lock.
 - **Release** is nothing to write: a task that leaves running (complete, abort, cancel, the
   monitor's reset of a yielded or expired lease) no longer counts as a holder, in the same
   commit as its transition, fenced as that transition is. A release cannot be forgotten, lost
@@ -46,6 +49,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 KEY_TABLE = "scylla_django_key"
 LIMIT_TABLE = "scylla_django_limit"
 RATE_TABLE = "scylla_django_rate"
+HOLD_TABLE = "scylla_django_hold"
 
 #: PostgreSQL: the database clock in seconds, as rate starts are stamped.
 _PG_NOW = "extract(epoch FROM clock_timestamp())::float8"
@@ -65,13 +69,34 @@ def _held(e: str, *elements: str) -> str:
     return f"FROM {TASK_TABLE} AS r WHERE r.status = 'running' AND r.keys IS NOT NULL AND ({tests})"
 
 
+def _pg_holds(row: str, *, exclusive_only: bool) -> str:
+    """PostgreSQL: the live holds of `scylla_django.lock()` on lock row `row` (exclusive ones
+    only, or all)."""
+    mode = " AND h.exclusive" if exclusive_only else ""
+    return (
+        f"FROM {HOLD_TABLE} AS h WHERE h.key = {row}{mode} "
+        f"AND (h.until IS NULL OR h.until > {_PG_NOW})"
+    )
+
+
+def _sqlite_holds(row: str, *, exclusive_only: bool) -> str:
+    """SQLite: as `_pg_holds`."""
+    mode = " AND h.exclusive" if exclusive_only else ""
+    return (
+        f"FROM {HOLD_TABLE} AS h WHERE h.key = {row}{mode} "
+        f"AND (h.until IS NULL OR h.until > {_SQLITE_NOW})"
+    )
+
+
 def _busy(e: str, task: str) -> str:
     """PostgreSQL: key element `e` of task `task` (a row alias) cannot be taken now (one
     candidate alone)."""
     name = f"substr({e}, 3)"
     return f"""CASE left({e}, 2)
         WHEN 'L:' THEN EXISTS (SELECT 1 {_held(e, e, f"'S:' || {name}")})
+            OR EXISTS (SELECT 1 {_pg_holds(f"'L:' || {name}", exclusive_only=False)})
         WHEN 'S:' THEN EXISTS (SELECT 1 {_held(e, f"'L:' || {name}")})
+            OR EXISTS (SELECT 1 {_pg_holds(f"'L:' || {name}", exclusive_only=True)})
         WHEN 'C:' THEN (SELECT count(*) {_held(e, e)}) >= coalesce(
             (SELECT l.max_running FROM {LIMIT_TABLE} AS l WHERE l.name = {name}), 0)
         WHEN 'O:' THEN EXISTS (SELECT 1 FROM {TASK_TABLE} AS p
@@ -170,7 +195,11 @@ BEGIN
         WHERE CASE substr(e.value, 1, 2)
             WHEN 'L:' THEN EXISTS (
                 SELECT 1 {_sqlite_held("e.value", "'S:' || substr(e.value, 3)")})
+                OR EXISTS (SELECT 1 {_sqlite_holds("e.value", exclusive_only=False)})
             WHEN 'S:' THEN EXISTS (SELECT 1 {_sqlite_held("'L:' || substr(e.value, 3)")})
+                OR EXISTS (SELECT 1 {
+        _sqlite_holds("'L:' || substr(e.value, 3)", exclusive_only=True)
+    })
             WHEN 'C:' THEN (SELECT count(*) {_sqlite_held("e.value")}) >= coalesce(
                 (SELECT l.max_running FROM {LIMIT_TABLE} AS l
                  WHERE l.name = substr(e.value, 3)), 0)
@@ -197,6 +226,36 @@ _SQLITE_REMOVE = [
     "DROP TRIGGER IF EXISTS scylla_take_keys",
     f"DROP INDEX IF EXISTS {RUNNING_INDEX}",
 ]
+
+
+def take_lock(
+    connection: BaseDatabaseWrapper, row: str, exclusive: bool, ttl: float | None
+) -> int | None:
+    """Hold lock row `row` ("L:<name>") for code outside tasks: its hold's id (the token to
+    release it with), or None if a running task or a live hold keeps it. `ttl` seconds on the
+    database clock (None: held until released). Runs in the caller's transaction, which must
+    be atomic: the key row is locked first (waiting for a taker of the key to commit), then the
+    holders are read in a new snapshot, as the take trigger reads them."""
+    postgresql = connection.vendor == "postgresql"
+    now, cast = (_PG_NOW, "::float8") if postgresql else (_SQLITE_NOW, "")
+    kinds = ["'S:' || substr(%(row)s, 3)", "%(row)s"] if exclusive else ["%(row)s"]
+    held_by_task = _held("", *kinds) if postgresql else _sqlite_held(*kinds)
+    holds = (_pg_holds if postgresql else _sqlite_holds)("%(row)s", exclusive_only=not exclusive)
+    with connection.cursor() as cursor:
+        if postgresql:
+            cursor.execute(
+                f"SELECT 1 FROM {KEY_TABLE} WHERE name = %(row)s FOR UPDATE", {"row": row}
+            )
+        cursor.execute(
+            f"""INSERT INTO {HOLD_TABLE} (key, exclusive, until)
+            SELECT %(row)s, %(exclusive)s,
+                   CASE WHEN %(ttl)s{cast} IS NULL THEN NULL ELSE {now} + %(ttl)s{cast} END
+            WHERE NOT EXISTS (SELECT 1 {held_by_task}) AND NOT EXISTS (SELECT 1 {holds})
+            RETURNING id""",
+            {"row": row, "exclusive": exclusive, "ttl": ttl},
+        )
+        found = cursor.fetchone()
+    return None if found is None else int(found[0])
 
 
 def install_key_triggers(apps: Any, schema_editor: Any) -> None:

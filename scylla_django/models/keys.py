@@ -8,7 +8,9 @@ of running frees them in its own commit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -67,6 +69,82 @@ class Rate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.count}/{self.seconds:g}s)"
+
+
+class Hold(models.Model):
+    """A lock held by code outside tasks (`scylla_django.lock()`): its id is the holder's
+    token. Live until released, or until `until` (seconds on the database clock) passes."""
+
+    key = models.CharField(max_length=KEY_NAME_MAX_LENGTH + 2, db_index=True)
+    exclusive = models.BooleanField(default=True)
+    until = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        db_table = db.keys.HOLD_TABLE
+
+    def __str__(self) -> str:
+        return f"{self.key} (hold {self.pk})"
+
+
+class LockNotFree(Exception):
+    """`scylla_django.lock()` gave up: the lock stayed held by a task or another holder."""
+
+
+def acquire_lock(
+    name: str, *, shared: bool = False, ttl: float | None = None, using: str | None = None
+) -> int | None:
+    """Hold lock `name` if it is free now: the hold's token, or None. `ttl` seconds (None:
+    until released or force-released). ValidationError for a bad name or ttl."""
+    _key_name(name, "lock")
+    if ttl is not None and (not isinstance(ttl, (int, float)) or ttl <= 0):
+        raise ValidationError("ttl is a positive number of seconds, or None.", code="invalid_ttl")
+    alias = using or "default"
+    if not db.keys.takes_keys(connections[alias]):
+        raise ValidationError(
+            "Locks need the key triggers of PostgreSQL or SQLite; this database has none.",
+            code="keys_unsupported",
+        )
+    ensure_keys(["L:" + name], alias)
+    with db.write_atomic(alias):
+        return db.keys.take_lock(connections[alias], "L:" + name, not shared, ttl)
+
+
+def release_lock(token: int, using: str | None = None) -> bool:
+    """Give back the hold `token`; False if it was not held (released, or force-released)."""
+    deleted, _ = Hold.objects.using(using).filter(pk=token).delete()
+    return deleted > 0
+
+
+def force_release_lock(name: str, using: str | None = None) -> int:
+    """Drop every hold of lock `name` (an operator's release); the number dropped."""
+    deleted, _ = Hold.objects.using(using).filter(key="L:" + name).delete()
+    return deleted
+
+
+@contextmanager
+def lock(
+    name: str,
+    *,
+    shared: bool = False,
+    ttl: float | None = 60,
+    wait: float = 10.0,
+    using: str | None = None,
+) -> Iterator[int]:
+    """Hold lock `name` (the locks tasks take with `locks=`) around a block of code outside
+    tasks; yields the hold's token. Tries again with backoff for up to `wait` seconds, then
+    raises LockNotFree. With `ttl` the hold ends by itself after that many seconds on the
+    database clock; None holds it until the block ends or an operator force-releases it."""
+    deadline = time.monotonic() + wait
+    pause = 0.01
+    while (token := acquire_lock(name, shared=shared, ttl=ttl, using=using)) is None:
+        if time.monotonic() >= deadline:
+            raise LockNotFree(f"Lock {name!r} stayed held for {wait:g}s.")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+    try:
+        yield token
+    finally:
+        release_lock(token, using)
 
 
 #: The units of a rate's period: "100/m", "5/10s".

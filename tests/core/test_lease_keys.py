@@ -9,8 +9,9 @@ from datetime import timedelta
 import pytest
 from django.core.exceptions import ValidationError
 
+import scylla_django
 from scylla_django.exceptions import LeaseLost
-from scylla_django.models import Key, Limit, Outcome, Rate, Task, keys
+from scylla_django.models import Hold, Key, Limit, Outcome, Rate, Task, keys
 from tests.factories import WorkerFactory
 from tests.helpers import expire
 
@@ -315,3 +316,58 @@ def test_parse_rate():
     assert keys.parse_rate("100/m") == (100, 60.0)
     assert keys.parse_rate("5/10s") == (5, 10.0)
     assert keys.parse_rate("1/d") == (1, 86400.0)
+
+
+# -- locks outside tasks ------------------------------------------------------------------------
+
+
+def test_a_lock_outside_tasks_keeps_tasks_of_the_lock_waiting():
+    worker = WorkerFactory()
+    task = Task.objects.submit("default", 1, locks=["invoice:7"])
+    with scylla_django.lock("invoice:7", ttl=60) as token:
+        assert token > 0
+        assert lease(worker) == []
+        assert keys.acquire_lock("invoice:7", shared=True) is None
+    assert [t.pk for t in lease(worker)] == [task.pk]
+    # Now the task holds it: code outside tasks waits, then gives up.
+    with pytest.raises(keys.LockNotFree), scylla_django.lock("invoice:7", wait=0.05):
+        pass
+
+
+def test_shared_holds_coexist_and_keep_writers_out():
+    worker = WorkerFactory()
+    reader = Task.objects.submit("default", 1, locks=[("ledger", "shared")])
+    first = keys.acquire_lock("ledger", shared=True)
+    second = keys.acquire_lock("ledger", shared=True)
+    assert first and second and keys.acquire_lock("ledger") is None
+    assert [t.pk for t in lease(worker)] == [reader.pk]
+    writer = Task.objects.submit("default", 2, locks=["ledger"])
+    assert keys.release_lock(first) and keys.release_lock(second)
+    assert not keys.release_lock(second)
+    Task.objects.get(pk=reader.pk).complete(worker)
+    assert [t.pk for t in lease(worker)] == [writer.pk]
+
+
+def test_a_hold_ends_by_itself_after_its_ttl():
+    worker = WorkerFactory()
+    task = Task.objects.submit("default", 1, locks=["invoice:7"])
+    assert keys.acquire_lock("invoice:7", ttl=0.2)
+    assert lease(worker) == []
+    time.sleep(0.3)
+    assert [t.pk for t in lease(worker)] == [task.pk]
+
+
+def test_a_manual_hold_lasts_until_force_released():
+    worker = WorkerFactory()
+    task = Task.objects.submit("default", 1, locks=["invoice:7"])
+    assert keys.acquire_lock("invoice:7", ttl=None)
+    assert lease(worker) == []
+    assert keys.force_release_lock("invoice:7") == 1
+    assert [t.pk for t in lease(worker)] == [task.pk]
+
+
+@pytest.mark.parametrize(("name", "ttl"), [("", 60), ("x" * 201, 60), ("a", 0), ("a", "soon")])
+def test_bad_holds_are_refused(name, ttl):
+    with pytest.raises(ValidationError):
+        keys.acquire_lock(name, ttl=ttl)
+    assert not Hold.objects.exists()
