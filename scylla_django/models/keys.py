@@ -325,3 +325,112 @@ def holders(tasks: QuerySet[Any], element: str) -> QuerySet[Any]:
     for prefix in wanted:
         match |= db.json_list_contains(tasks.model, "keys", prefix + name, tasks.db)
     return tasks.filter(match, status="running", keys__isnull=False)
+
+
+def waiting_reasons(task: Any) -> list[dict[str, Any]]:
+    """Why the ready `task` is not running now, read on the database (advisory: it may change
+    the next moment), each reason `{"code", "key", "detail", ...}`: `not_before`, `parents` (a
+    follow-up), `queue_paused`, `lock_held` (`holders`: rns, and `holds`), `limit_full`
+    (`running`/`max_running`), `order_waits` (`for`: the rn of the earlier task),
+    `rate_exhausted` (`until`). Empty for a task that is not ready, or may run now."""
+    from .dependencies import HELD
+    from .queues import QueueSetting
+
+    if task.status != "ready":
+        return []
+    using = task._state.db or "default"
+    tasks = type(task)._default_manager.using(using)
+    now = db.read_clock(using)
+    reasons: list[dict[str, Any]] = []
+    if task.not_before == HELD:
+        reasons.append({"code": "parents", "detail": "waits for its parents to complete"})
+    elif task.not_before is not None and task.not_before > now:
+        reasons.append({"code": "not_before", "detail": f"not before {task.not_before}"})
+    if QueueSetting.objects.using(using).filter(queue=task.queue, paused=True).exists():
+        reasons.append({"code": "queue_paused", "detail": f"queue {task.queue} is paused"})
+    epoch = now.timestamp()
+    for element in task.keys or []:
+        kind, name = element[:2], element[2:]
+        if kind in ("L:", "S:"):
+            running = holders(tasks.exclude(pk=task.pk), element)
+            rns = list(running.values_list("rn", flat=True)[:10])
+            live = Hold.objects.using(using).filter(
+                Q(until__isnull=True) | Q(until__gt=epoch), key="L:" + name
+            )
+            if kind == "S:":
+                live = live.filter(exclusive=True)
+            holds = list(live.values_list("pk", flat=True)[:10])
+            if rns or holds:
+                who = ", ".join(rns + [f"hold {h}" for h in holds])
+                reasons.append(
+                    {
+                        "code": "lock_held",
+                        "key": name,
+                        "holders": rns,
+                        "holds": holds,
+                        "detail": f"lock {name} held by {who}",
+                    }
+                )
+        elif kind == "C:":
+            size = (
+                Limit.objects.using(using)
+                .filter(name=name)
+                .values_list("max_running", flat=True)
+                .first()
+            )
+            n = holders(tasks, element).count()
+            if size is None or n >= size:
+                reasons.append(
+                    {
+                        "code": "limit_full",
+                        "key": name,
+                        "running": n,
+                        "max_running": size,
+                        "detail": f"limit {name} full {n}/{size}",
+                    }
+                )
+        elif kind == "O:":
+            seq = task.order_seq or task.pk
+            earlier = [
+                (rn, status)
+                for rn, status, pk, place, block, retried in tasks.filter(
+                    order_key=name, status__in=["ready", "running", "aborted"]
+                )
+                .exclude(pk=task.pk)
+                .values_list("rn", "status", "pk", "order_seq", "order_block", "retry_of")
+                if status == "running"
+                or ((place or pk) < seq and status == "ready")
+                or (
+                    (place or pk) < seq
+                    and status == "aborted"
+                    and block
+                    and not tasks.filter(retry_of=rn).exists()
+                )
+            ]
+            if earlier:
+                rn, status = earlier[0]
+                reasons.append(
+                    {
+                        "code": "order_waits",
+                        "key": name,
+                        "for": rn,
+                        "detail": f"order key {name} waits for {rn} ({status})",
+                    }
+                )
+        elif kind == "R:":
+            rate = Rate.objects.using(using).filter(name=name).first()
+            row = Key.objects.using(using).filter(name=element).first()
+            starts = sorted(
+                s for s in (row.starts if row else []) if s > epoch - (rate.seconds if rate else 0)
+            )
+            if rate is None or len(starts) >= rate.count:
+                until = None if rate is None else starts[len(starts) - rate.count] + rate.seconds
+                reasons.append(
+                    {
+                        "code": "rate_exhausted",
+                        "key": name,
+                        "until": until,
+                        "detail": f"rate {name} exhausted until {until}",
+                    }
+                )
+    return reasons

@@ -45,7 +45,7 @@ from ..validation import (
     validate_queues,
     validate_timeout,
 )
-from . import finishing, maintenance, portable, submission, successors
+from . import finishing, keys, maintenance, portable, submission, successors
 from .history import History
 from .inputs import SubmitOutcome, TaskOptions, task_values, validate_terminal_statuses
 from .notices import send_on_commit
@@ -565,6 +565,11 @@ class Task(models.Model):
         """
         successor: Task = successors.resubmit(self)
         return successor
+
+    def waiting_reasons(self) -> list[dict[str, Any]]:
+        """Why this ready task is not running now (its not_before, parents, paused queue, and
+        each lock, limit, order key or rate that is not free): see `keys.waiting_reasons`."""
+        return keys.waiting_reasons(self)
 
     def yield_lease(self, worker: Worker | str) -> None:
         """Give the task back: `deadline = now - 1 s` and a TaskYield{worker, progress} row.

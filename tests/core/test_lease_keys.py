@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 import scylla_django
 from scylla_django.exceptions import LeaseLost
@@ -371,3 +372,49 @@ def test_bad_holds_are_refused(name, ttl):
     with pytest.raises(ValidationError):
         keys.acquire_lock(name, ttl=ttl)
     assert not Hold.objects.exists()
+
+
+# -- why a task waits ---------------------------------------------------------------------------
+
+
+def codes(task: Task) -> list[tuple[str, str | None]]:
+    return [(r["code"], r.get("key")) for r in Task.objects.get(pk=task.pk).waiting_reasons()]
+
+
+def test_waiting_reasons_name_each_key_that_is_not_free(settings):
+    settings.SCYLLA = {"LIMITS": {"stripe": 1}, "RATES": {"burst": "1/h"}}
+    worker = WorkerFactory()
+    holder = Task.objects.submit(
+        "default", 1, rn="holder", locks=["invoice:7"], limits=["stripe"], rate_key="burst"
+    )
+    first = Task.objects.submit("default", 2, rn="first", order_key="c")
+    assert len(lease(worker)) == 2
+    waiting = Task.objects.submit(
+        "default",
+        3,
+        locks=["invoice:7"],
+        limits=["stripe"],
+        order_key="c",
+        rate_key="burst",
+    )
+    assert lease(worker) == []
+    reasons = Task.objects.get(pk=waiting.pk).waiting_reasons()
+    assert [(r["code"], r["key"]) for r in reasons] == [
+        ("limit_full", "stripe"),
+        ("lock_held", "invoice:7"),
+        ("order_waits", "c"),
+        ("rate_exhausted", "burst"),
+    ]
+    assert reasons[1]["holders"] == ["holder"] and reasons[2]["for"] == "first"
+    assert (reasons[0]["running"], reasons[0]["max_running"]) == (1, 1)
+    assert reasons[3]["until"] > time.time() + 3000
+    assert codes(holder) == [] and codes(first) == []  # running: not waiting
+
+
+def test_a_task_free_to_run_has_no_reason_and_a_delayed_one_says_so():
+    task = Task.objects.submit("default", 1, locks=["a"])
+    assert codes(task) == []
+    later = Task.objects.submit(
+        "default", 2, not_before=timezone.now() + timedelta(hours=1), locks=["b"]
+    )
+    assert codes(later) == [("not_before", None)]
