@@ -4,9 +4,23 @@ Clients submit tasks; workers lease, heartbeat and finish them; a monitor resets
 and purges old terminal tasks. See the README for a tour.
 """
 
+from contextlib import AbstractContextManager
+from typing import Any
+
 from .exceptions import Abort
 from .handlers import handler
 from .retries import Exponential, Fixed, Retry
 
-__all__ = ["Abort", "Exponential", "Fixed", "Retry", "handler"]
+__all__ = ["Abort", "Exponential", "Fixed", "Retry", "handler", "lock"]
+
+
+def lock(name: str, **options: Any) -> AbstractContextManager[int]:
+    """Hold lock `name` around a block of code outside tasks (`with scylla_django.lock(
+    "invoice:7", ttl=60): ...`): the same locks as `submit(locks=...)`. See
+    `models.keys.lock` for the options (`shared`, `ttl`, `wait`, `using`)."""
+    from .models import keys  # the models load once the apps are ready
+
+    return keys.lock(name, **options)
+
+
 __version__ = "0.1.0"

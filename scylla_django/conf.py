@@ -13,6 +13,8 @@
 | `SCHEDULES` | `{}` | recurring schedules by name, synced into `Schedule` (see `schedules.py`) |
 | `PREPARED_STATEMENTS` | `True` | PostgreSQL: hot statements are prepared (`db.prepared_cursor`) |
 | `HANDLER_MODULES` | `["handlers"]` | modules of each app imported at startup (`@handler`s) |
+| `LIMITS` | `{}` | limits by name: most running tasks holding a slot (`submit(limits=...)`) |
+| `RATES` | `{}` | rates by name: most starts per period, "100/m" (`submit(rate_key=...)`) |
 
 Durations may be given as a `timedelta`, a number of seconds or text such as `"30s"`, `"5m"`,
 `"12h"`, `"7d"`. A lease lasts at least `LEASE_MIN` (1 second).
@@ -44,6 +46,8 @@ DEFAULTS: dict[str, Any] = {
     "SCHEDULES": {},
     "PREPARED_STATEMENTS": True,
     "HANDLER_MODULES": ["handlers"],
+    "LIMITS": {},
+    "RATES": {},
 }
 _MODULE_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
@@ -146,6 +150,22 @@ class ScyllaSettings:
                 f"['handlers', 'tasks'], got {value!r}"
             )
         return list(value)
+
+    @property
+    def LIMITS(self) -> dict[str, int]:
+        """The limits by name, each a count of running tasks of at least 1."""
+        value = self._raw("LIMITS")
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ImproperlyConfigured(f"SCYLLA['LIMITS'] must be a dict by name, got {value!r}")
+        return {name: as_int(n, f"LIMITS[{name!r}]", minimum=1) for name, n in value.items()}
+
+    @property
+    def RATES(self) -> dict[str, str]:
+        """The rates by name, each as written ("100/m"; checked where a task names it)."""
+        value = self._raw("RATES")
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ImproperlyConfigured(f"SCYLLA['RATES'] must be a dict by name, got {value!r}")
+        return dict(value)
 
     @property
     def SCHEDULES(self) -> Any:

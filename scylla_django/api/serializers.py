@@ -287,16 +287,26 @@ class TaskDetailSerializer(TaskSerializer):
         help_text="A follow-up's parents while it waits for them to complete (`after`), in "
         "the order named; empty for any other task, and once the follow-up was released."
     )
+    waiting = serializers.SerializerMethodField(
+        help_text="Why a ready task is not running now, each reason `{code, detail, ...}` "
+        "(`not_before`, `parents`, `queue_paused`, `lock_held`, `limit_full`, `order_waits`, "
+        "`rate_exhausted`); empty for any other task."
+    )
     history = HistorySerializer(many=True, read_only=True)
 
     class Meta(TaskSerializer.Meta):
-        fields = [*TaskSerializer.Meta.fields, "parents", "history"]
+        fields = [*TaskSerializer.Meta.fields, "parents", "waiting", "history"]
         read_only_fields = fields
 
     @extend_schema_field(ParentSerializer(many=True))
     def get_parents(self, task: Task) -> list[Any]:
         """The parents `task` waits for, as `{rn, status}`."""
         return list(ParentSerializer(followups.parents(task), many=True).data)
+
+    @extend_schema_field(serializers.ListField(child=serializers.DictField()))
+    def get_waiting(self, task: Task) -> list[dict[str, Any]]:
+        """Why `task` waits: `Task.waiting_reasons()`."""
+        return task.waiting_reasons()
 
 
 class RetryPolicySerializer(StrictSerializer):

@@ -29,10 +29,11 @@ queryset, the model or the `Tables` it works on.
 | `notifications` | the LISTEN/NOTIFY channels, NOTIFY, a LISTEN connection |
 | `sqlite` | SQL only SQLite needs (`json_each`) |
 | `portable` | one call per query, the vendor's way inside: JSON list tests, UPDATE … RETURNING |
+| `keys` | the triggers that take a task's locks and limit slots with its lease and free them |
 | `counts` | counts of a big table: capped, estimated, the queues present |
 """
 
-from . import inserts
+from . import inserts, keys
 from .aggregates import Percentile
 from .clock import CLOCK_CTE, Clock, Now, now_plus, read_clock
 from .connections import discard_connection, ping
@@ -87,6 +88,7 @@ __all__ = [
     "is_postgresql",
     "is_sqlite",
     "json_list_contains",
+    "keys",
     "lease_statement",
     "listen",
     "now_plus",

@@ -61,6 +61,10 @@ SUBMITTED = {
     "retry_of": "text",
     "root": "text",
     "attempt": "integer",
+    "keys": "jsonb",
+    "order_key": "text",
+    "order_seq": "bigint",
+    "order_block": "boolean",
 }
 
 

@@ -28,6 +28,7 @@ from django.db.models import QuerySet, sql
 
 from ..enums import TRANSITIONS, Operation
 from .clock import CLOCK_CTE
+from .keys import BUSY
 from .prepared import prepared_cursor
 from .rows import concrete_fields, convert_rows
 from .tables import Tables
@@ -251,6 +252,8 @@ def _lease_sql(
                 SELECT t.ctid, t.id, t.priority, t.created FROM {task_table} AS t
                 WHERE t.status = {ready} AND t.queue = q.name
                   AND (t.not_before IS NULL OR t.not_before <= statement_timestamp())
+                  -- A task whose keys look busy is passed over (the take trigger decides).
+                  AND (t.keys IS NULL OR NOT {BUSY})
                   AND EXISTS (SELECT 1 FROM lessee)
                   AND (%(locked)s OR NOT EXISTS (SELECT 1 FROM gate WHERE limited))
                 ORDER BY t.priority DESC, t.created ASC, t.id ASC

@@ -5,6 +5,7 @@ dependencies and schedules. Import them from here: `from scylla_django.models im
 from .dependencies import HELD, MAX_PARENTS, Dependency
 from .history import History
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions
+from .keys import Hold, Key, Limit, LockNotFree, Rate
 from .notices import send_on_commit
 from .outcomes import Outcome
 from .processes import (
@@ -41,7 +42,11 @@ __all__ = [
     "CatchUp",
     "Dependency",
     "History",
+    "Hold",
+    "Key",
+    "Limit",
     "LivenessQuerySet",
+    "LockNotFree",
     "Monitor",
     "MonitorQuerySet",
     "MonitorStatus",
@@ -49,6 +54,7 @@ __all__ = [
     "QueueSetting",
     "QueueSettingQuerySet",
     "QueueSummary",
+    "Rate",
     "RegisteredProcess",
     "Schedule",
     "SubmitDefaults",

@@ -31,6 +31,7 @@ from ..validation import (
     validate_unique_window,
 )
 from .dependencies import MAX_PARENTS
+from .keys import key_values
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,11 @@ class TaskOptions(TypedDict, total=False):
     retry: retries.Retry | Mapping[str, Any] | None
     unique_key: str | None
     unique_window: timedelta | float | str | None
+    locks: Sequence[str | tuple[str, str]] | None
+    limits: Sequence[str] | None
+    order_key: str | None
+    order_on_failure: str | None
+    rate_key: str | None
 
 
 @dataclass(frozen=True)
@@ -194,6 +200,11 @@ def task_values(
     retry: retries.Retry | Mapping[str, Any] | None = None,
     unique_key: str | None = None,
     unique_window: timedelta | float | str | None = None,
+    locks: Sequence[str | tuple[str, str]] | None = None,
+    limits: Sequence[str] | None = None,
+    order_key: str | None = None,
+    order_on_failure: str | None = None,
+    rate_key: str | None = None,
     defaults: SubmitDefaults | None = None,
 ) -> dict[str, Any]:
     """The field values of a new task, validated (a generated rn if none is given).
@@ -233,6 +244,12 @@ def task_values(
     errors.raise_any()
     if unique_key is not None:
         values.update(unique_key=unique_key, unique_window=window, unique_held=window is not None)
+    if any(v is not None for v in (locks, limits, order_key, rate_key)):
+        values.update(key_values(locks, limits, order_key, order_on_failure, rate_key))
+    elif order_on_failure is not None:
+        raise ValidationError(
+            {"order_on_failure": ValidationError("No order_key.", code="invalid_key")}
+        )
     return values
 
 

@@ -100,6 +100,10 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
         root=root,
         attempt=attempt,
         retry_policy=task.retry_policy,
+        keys=task.keys,
+        order_key=task.order_key,
+        order_seq=None if task.order_key is None else (task.order_seq or task.pk),
+        order_block=task.order_block,
     )
     if task.unique_key is not None:
         # The chain is one logical task: the retry holds its key. Without a window the task

@@ -46,7 +46,7 @@ from ..validation import (
     validate_queues,
     validate_timeout,
 )
-from . import finishing, maintenance, portable, submission, successors
+from . import finishing, keys, maintenance, portable, submission, successors
 from .history import History
 from .inputs import SubmitOutcome, TaskOptions, task_values, validate_terminal_statuses
 from .notices import send_on_commit
@@ -416,6 +416,19 @@ class Task(models.Model):
     #: task that was read, not submitted.
     submit_outcome: Submitted | None = None
 
+    # -- keys taken by the lease (scylla_django.db.keys) --------------------------------------
+    # The task's locks and limit slots as key elements ("L:invoice:7" exclusive, "S:ledger"
+    # shared, "C:stripe" a limit's slot); null for a task without keys. The lease takes them
+    # with the task, every transition out of running frees them.
+    keys = models.JSONField(null=True, blank=True, editable=False)
+    # An order key: its tasks run one at a time, in submit order (by id, or by `order_seq`,
+    # the place a retry keeps of its predecessor). `order_block`: an abort for good holds the
+    # key until the task is retried or the key released (order_on_failure="block").
+    order_key = models.CharField(max_length=200, null=True, blank=True, editable=False)  # noqa: DJ001
+    order_seq = models.BigIntegerField(null=True, blank=True, editable=False)
+    order_block = models.BooleanField(null=True, blank=True, editable=False)
+    # -- end of the keys block ----------------------------------------------------------------
+
     objects: ClassVar[TaskQuerySet] = TaskQuerySet.as_manager()  # type: ignore[assignment]
 
     class Meta:
@@ -452,6 +465,12 @@ class Task(models.Model):
                 fields=["unique_key", "-id"],
                 name="scylla_task_unique_key_idx",
                 condition=Q(unique_key__isnull=False),
+            ),
+            # Order keys (db.keys): the tasks of a key that may keep a later one waiting.
+            models.Index(
+                fields=["order_key", "status"],
+                name="scylla_task_order_idx",
+                condition=Q(order_key__isnull=False),
             ),
             models.Index(
                 fields=["root", "attempt"],
@@ -590,6 +609,11 @@ class Task(models.Model):
         """
         successor: Task = successors.resubmit(self)
         return successor
+
+    def waiting_reasons(self) -> list[dict[str, Any]]:
+        """Why this ready task is not running now (its not_before, parents, paused queue, and
+        each lock, limit, order key or rate that is not free): see `keys.waiting_reasons`."""
+        return keys.waiting_reasons(self)
 
     def yield_lease(self, worker: Worker | str) -> None:
         """Give the task back: `deadline = now - 1 s` and a TaskYield{worker, progress} row.

@@ -1,0 +1,278 @@
+"""Keys taken by the lease: locks and limits. The holders of a key are the running tasks that
+name it; the lease's own statement decides, through a trigger on the task table, whether a
+task may join them.
+
+A task names its keys in `keys` (a JSON list of text): `L:<name>` an exclusive lock,
+`S:<name>` a shared lock (the same key as `L:<name>`), `C:<name>` a slot of a limit,
+`O:<name>` an order key (also in `order_key`, with the task's place `order_seq`). Each key
+has one row in KEY_TABLE, made when a task naming it is submitted: the row the takers of the key
+lock, so that they decide one after another. LIMIT_TABLE holds each limit's size.
+
+- **Take**, on the row's change from ready to running (only the lease makes it): a row-level
+  BEFORE trigger locks the task's key rows in name order, `FOR UPDATE SKIP LOCKED` on
+  PostgreSQL (a key another transaction is taking right now is not free), then counts, in a
+  snapshot taken after the lock (so every earlier taker's commit is in it), the running tasks
+  that hold each key. If a key is not free the trigger returns NULL, which drops the row from
+  the lease's UPDATE: the task stays ready, never leased and handed back. Candidates of one
+  statement are judged one after another: a BEFORE trigger sees the rows the same statement
+  changed before. On SQLite writers are serialised and `RAISE(IGNORE)` drops the row the same
+  way. A missing key row is not free.
+- **Order keys**: a task of an order key runs alone, and only when no earlier task of the key
+  is ready or running, nor aborted for good holding the key (`order_block`, no retry after
+  it). A task's place is `order_seq`, or its id (submit order) when null; a retry keeps its
+  predecessor's place. Found through the order index (ORDER_INDEX).
+- **Rates**: `R:<name>` starts at most `count` tasks in any `seconds` (RATE_TABLE). The rate's
+  key row keeps its last `count` starts (`starts`, seconds on the database clock), stamped by
+  the trigger when it lets a task of the rate run; a task waits while `count` of them fall
+  within the last `seconds`.
+- **Holds**: `scylla_django.lock()` holds a lock for code outside tasks with a row in
+  HOLD_TABLE (`take_lock`), exclusive or shared, until released or until its `until` (seconds
+  on the database clock) passes; the trigger counts live holds as holders of the lock.
+- **Release** is nothing to write: a task that leaves running (complete, abort, cancel, the
+  monitor's reset of a yielded or expired lease) no longer counts as a holder, in the same
+  commit as its transition, fenced as that transition is. A release cannot be forgotten, lost
+  or done twice, and a SIGKILLed worker's keys are free once the monitor resets its lease.
+
+The trigger carries a WHEN clause on the row (`keys` not null, ready to running), which the
+database tests before calling anything: a task without keys pays one comparison per update.
+The running tasks with keys are found through a partial index (RUNNING_INDEX) that holds no
+task without keys. The lease's walk passes over tasks whose keys look busy on its snapshot
+(`BUSY`): a hint that keeps held keys from filling the walk; the trigger decides.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+KEY_TABLE = "scylla_django_key"
+LIMIT_TABLE = "scylla_django_limit"
+RATE_TABLE = "scylla_django_rate"
+HOLD_TABLE = "scylla_django_hold"
+
+#: PostgreSQL: the database clock in seconds, as rate starts are stamped.
+_PG_NOW = "extract(epoch FROM clock_timestamp())::float8"
+#: SQLite: the same (julianday is constant within one statement).
+_SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+TASK_TABLE = "scylla_django_task"
+RUNNING_INDEX = "scylla_task_running_keys_idx"
+
+#: The key row of key element `{e}` (a shared lock uses its lock's row).
+_KEY_ROW = "(CASE WHEN left({e}, 2) = 'S:' THEN 'L:' || substr({e}, 3) ELSE {e} END)"
+
+
+def _held(e: str, *elements: str) -> str:
+    """PostgreSQL: the running tasks (other than the one being judged) holding one of
+    `elements` (SQL text expressions) of key element `e`."""
+    tests = " OR ".join(f"r.keys @> jsonb_build_array({x})" for x in elements)
+    return f"FROM {TASK_TABLE} AS r WHERE r.status = 'running' AND r.keys IS NOT NULL AND ({tests})"
+
+
+def _pg_holds(row: str, *, exclusive_only: bool) -> str:
+    """PostgreSQL: the live holds of `scylla_django.lock()` on lock row `row` (exclusive ones
+    only, or all)."""
+    mode = " AND h.exclusive" if exclusive_only else ""
+    return (
+        f"FROM {HOLD_TABLE} AS h WHERE h.key = {row}{mode} "
+        f"AND (h.until IS NULL OR h.until > {_PG_NOW})"
+    )
+
+
+def _sqlite_holds(row: str, *, exclusive_only: bool) -> str:
+    """SQLite: as `_pg_holds`."""
+    mode = " AND h.exclusive" if exclusive_only else ""
+    return (
+        f"FROM {HOLD_TABLE} AS h WHERE h.key = {row}{mode} "
+        f"AND (h.until IS NULL OR h.until > {_SQLITE_NOW})"
+    )
+
+
+def _busy(e: str, task: str) -> str:
+    """PostgreSQL: key element `e` of task `task` (a row alias) cannot be taken now (one
+    candidate alone)."""
+    name = f"substr({e}, 3)"
+    return f"""CASE left({e}, 2)
+        WHEN 'L:' THEN EXISTS (SELECT 1 {_held(e, e, f"'S:' || {name}")})
+            OR EXISTS (SELECT 1 {_pg_holds(f"'L:' || {name}", exclusive_only=False)})
+        WHEN 'S:' THEN EXISTS (SELECT 1 {_held(e, f"'L:' || {name}")})
+            OR EXISTS (SELECT 1 {_pg_holds(f"'L:' || {name}", exclusive_only=True)})
+        WHEN 'C:' THEN (SELECT count(*) {_held(e, e)}) >= coalesce(
+            (SELECT l.max_running FROM {LIMIT_TABLE} AS l WHERE l.name = {name}), 0)
+        WHEN 'O:' THEN EXISTS (SELECT 1 FROM {TASK_TABLE} AS p
+            WHERE p.order_key = {name} AND p.id <> {task}.id AND {_order_blocks("p", task)})
+        WHEN 'R:' THEN coalesce((SELECT (SELECT count(*) FROM {KEY_TABLE} AS k,
+                jsonb_array_elements_text(k.starts) AS s(s)
+                WHERE k.name = {e} AND s.s::float8 > {_PG_NOW} - r.seconds) >= r.count
+            FROM {RATE_TABLE} AS r WHERE r.name = {name}), true)
+        ELSE true END"""
+
+
+def _order_blocks(p: str, task: str) -> str:
+    """Task `p` of an order key keeps task `task` of the same key from running: `p` runs, or
+    comes earlier and is ready, or came earlier and aborted for good holding the key
+    (`order_block`, no retry follows it). A retry keeps its predecessor's place."""
+    seq = "coalesce({t}.order_seq, {t}.id)"
+    earlier = f"{seq.format(t=p)} < {seq.format(t=task)}"
+    return f"""({p}.status = 'running'
+        OR ({p}.status = 'ready' AND {earlier})
+        OR ({p}.status = 'aborted' AND {p}.order_block AND {earlier}
+            AND NOT EXISTS (SELECT 1 FROM {TASK_TABLE} AS n WHERE n.retry_of = {p}.rn)))"""
+
+
+#: PostgreSQL, in the lease's walk of task `t`: some key of the task looks busy on the
+#: statement's snapshot. Only a hint (the take trigger decides on locked key rows).
+BUSY = f"EXISTS (SELECT 1 FROM jsonb_array_elements_text(t.keys) AS e(k) WHERE {_busy('e.k', 't')})"
+
+_POSTGRESQL_INSTALL = [
+    f"""CREATE INDEX {RUNNING_INDEX} ON {TASK_TABLE} USING gin (keys jsonb_path_ops)
+    WHERE status = 'running' AND keys IS NOT NULL""",
+    f"""CREATE FUNCTION scylla_take_keys() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    key record;
+    busy boolean;
+BEGIN
+    -- Each key row locked (in name order) before its holders are counted: the count is then
+    -- read after every earlier taker of the key committed. A row another transaction holds
+    -- right now is skipped: that key is not free for this lease.
+    FOR key IN
+        SELECT e.k, s.name FROM jsonb_array_elements_text(NEW.keys) AS e(k)
+        LEFT JOIN LATERAL (
+            SELECT k.name FROM {KEY_TABLE} AS k
+            WHERE k.name = {_KEY_ROW.format(e="e.k")}
+            FOR UPDATE SKIP LOCKED
+        ) AS s ON true
+        ORDER BY {_KEY_ROW.format(e="e.k")}
+    LOOP
+        busy := key.name IS NULL OR {_busy("key.k", "NEW")};
+        IF busy THEN
+            RETURN NULL;
+        END IF;
+    END LOOP;
+    -- Every key is free: stamp the start on each rate key (its last `count` starts).
+    UPDATE {KEY_TABLE} AS k
+    SET starts = (SELECT coalesce(jsonb_agg(x.s), '[]'::jsonb) FROM (
+        SELECT a.s FROM (
+            SELECT s.s::float8 AS s FROM jsonb_array_elements_text(k.starts) AS s(s)
+            UNION ALL SELECT {_PG_NOW}) AS a
+        ORDER BY a.s DESC
+        LIMIT (SELECT r.count FROM {RATE_TABLE} AS r WHERE 'R:' || r.name = k.name)) AS x)
+    WHERE k.name = ANY(ARRAY(SELECT e.k FROM jsonb_array_elements_text(NEW.keys) AS e(k)
+                             WHERE left(e.k, 2) = 'R:'));
+    RETURN NEW;
+END $$""",
+    f"""CREATE TRIGGER scylla_take_keys BEFORE UPDATE OF status ON {TASK_TABLE}
+    FOR EACH ROW WHEN (OLD.keys IS NOT NULL AND OLD.status = 'ready'
+                       AND NEW.status = 'running')
+    EXECUTE FUNCTION scylla_take_keys()""",
+]
+
+_POSTGRESQL_REMOVE = [
+    f"DROP TRIGGER IF EXISTS scylla_take_keys ON {TASK_TABLE}",
+    "DROP FUNCTION IF EXISTS scylla_take_keys()",
+    f"DROP INDEX IF EXISTS {RUNNING_INDEX}",
+]
+
+
+def _sqlite_held(*elements: str) -> str:
+    """SQLite: the running tasks (other than the one being judged) holding one of
+    `elements`."""
+    tests = " OR ".join(f"h.value = {x}" for x in elements)
+    return (
+        f"FROM {TASK_TABLE} AS r, json_each(r.keys) AS h "
+        f"WHERE r.status = 'running' AND r.keys IS NOT NULL AND ({tests})"
+    )
+
+
+_SQLITE_INSTALL = [
+    f"""CREATE INDEX {RUNNING_INDEX} ON {TASK_TABLE} (id)
+    WHERE status = 'running' AND keys IS NOT NULL""",
+    f"""CREATE TRIGGER scylla_take_keys BEFORE UPDATE OF status ON {TASK_TABLE}
+    WHEN OLD.keys IS NOT NULL AND OLD.status = 'ready' AND NEW.status = 'running'
+BEGIN
+    SELECT RAISE(IGNORE) WHERE EXISTS (
+        SELECT 1 FROM json_each(NEW.keys) AS e
+        WHERE CASE substr(e.value, 1, 2)
+            WHEN 'L:' THEN EXISTS (
+                SELECT 1 {_sqlite_held("e.value", "'S:' || substr(e.value, 3)")})
+                OR EXISTS (SELECT 1 {_sqlite_holds("e.value", exclusive_only=False)})
+            WHEN 'S:' THEN EXISTS (SELECT 1 {_sqlite_held("'L:' || substr(e.value, 3)")})
+                OR EXISTS (SELECT 1 {
+        _sqlite_holds("'L:' || substr(e.value, 3)", exclusive_only=True)
+    })
+            WHEN 'C:' THEN (SELECT count(*) {_sqlite_held("e.value")}) >= coalesce(
+                (SELECT l.max_running FROM {LIMIT_TABLE} AS l
+                 WHERE l.name = substr(e.value, 3)), 0)
+            WHEN 'O:' THEN EXISTS (SELECT 1 FROM {TASK_TABLE} AS p
+                WHERE p.order_key = substr(e.value, 3) AND p.id <> NEW.id
+                  AND {_order_blocks("p", "NEW")})
+            WHEN 'R:' THEN coalesce((SELECT (SELECT count(*) FROM {KEY_TABLE} AS k,
+                    json_each(k.starts) AS s
+                    WHERE k.name = e.value AND s.value > {_SQLITE_NOW} - r.seconds) >= r.count
+                FROM {RATE_TABLE} AS r WHERE r.name = substr(e.value, 3)), 1)
+            ELSE 1 END);
+    -- The starts within the period (at most `count`: the rate was not full), and this one.
+    UPDATE {KEY_TABLE}
+    SET starts = json_insert(
+        (SELECT json_group_array(s.value) FROM json_each({KEY_TABLE}.starts) AS s
+         WHERE s.value > {_SQLITE_NOW} - (SELECT r.seconds FROM {RATE_TABLE} AS r
+                                          WHERE 'R:' || r.name = {KEY_TABLE}.name)),
+        '$[#]', {_SQLITE_NOW})
+    WHERE name IN (SELECT value FROM json_each(NEW.keys) WHERE substr(value, 1, 2) = 'R:');
+END""",
+]
+
+_SQLITE_REMOVE = [
+    "DROP TRIGGER IF EXISTS scylla_take_keys",
+    f"DROP INDEX IF EXISTS {RUNNING_INDEX}",
+]
+
+
+def take_lock(
+    connection: BaseDatabaseWrapper, row: str, exclusive: bool, ttl: float | None
+) -> int | None:
+    """Hold lock row `row` ("L:<name>") for code outside tasks: its hold's id (the token to
+    release it with), or None if a running task or a live hold keeps it. `ttl` seconds on the
+    database clock (None: held until released). Runs in the caller's transaction, which must
+    be atomic: the key row is locked first (waiting for a taker of the key to commit), then the
+    holders are read in a new snapshot, as the take trigger reads them."""
+    postgresql = connection.vendor == "postgresql"
+    now, cast = (_PG_NOW, "::float8") if postgresql else (_SQLITE_NOW, "")
+    kinds = ["'S:' || substr(%(row)s, 3)", "%(row)s"] if exclusive else ["%(row)s"]
+    held_by_task = _held("", *kinds) if postgresql else _sqlite_held(*kinds)
+    holds = (_pg_holds if postgresql else _sqlite_holds)("%(row)s", exclusive_only=not exclusive)
+    with connection.cursor() as cursor:
+        if postgresql:
+            cursor.execute(
+                f"SELECT 1 FROM {KEY_TABLE} WHERE name = %(row)s FOR UPDATE", {"row": row}
+            )
+        cursor.execute(
+            f"""INSERT INTO {HOLD_TABLE} (key, exclusive, until)
+            SELECT %(row)s, %(exclusive)s,
+                   CASE WHEN %(ttl)s{cast} IS NULL THEN NULL ELSE {now} + %(ttl)s{cast} END
+            WHERE NOT EXISTS (SELECT 1 {held_by_task}) AND NOT EXISTS (SELECT 1 {holds})
+            RETURNING id""",
+            {"row": row, "exclusive": exclusive, "ttl": ttl},
+        )
+        found = cursor.fetchone()
+    return None if found is None else int(found[0])
+
+
+def install_key_triggers(apps: Any, schema_editor: Any) -> None:
+    """Migration step: create the take trigger and the running-keys index on the task table
+    (PostgreSQL, SQLite). Other databases get none: a task with keys is refused there."""
+    statements = {"postgresql": _POSTGRESQL_INSTALL, "sqlite": _SQLITE_INSTALL}
+    for statement in statements.get(schema_editor.connection.vendor, []):
+        schema_editor.execute(statement, params=None)
+
+
+def remove_key_triggers(apps: Any, schema_editor: Any) -> None:
+    """Migration step back: drop the trigger, PostgreSQL's function and the index."""
+    statements = {"postgresql": _POSTGRESQL_REMOVE, "sqlite": _SQLITE_REMOVE}
+    for statement in statements.get(schema_editor.connection.vendor, []):
+        schema_editor.execute(statement, params=None)
+
+
+def takes_keys(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the database of `connection` has the trigger that takes keys with a lease."""
+    return connection.vendor in {"postgresql", "sqlite"}

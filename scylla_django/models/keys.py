@@ -1,0 +1,436 @@
+"""Keys taken by the lease: the key rows (`Key`) and the limits (`Limit`), the options of a
+submission that name them (`key_values`), and who holds a key (`holders`).
+
+The lease takes a task's keys in its own statement, through the task table's trigger
+(`db.keys`); the holders of a key are the running tasks that name it, so every transition out
+of running frees them in its own commit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import connections, models
+from django.db.models import Q, QuerySet
+
+from .. import db
+from ..conf import scylla_settings
+
+#: The longest name of a lock or a limit.
+KEY_NAME_MAX_LENGTH = 200
+
+#: The modes of a lock: "exclusive" (one holder) or "shared" (any number, no exclusive one).
+LOCK_MODES = {"exclusive": "L:", "shared": "S:"}
+
+
+class Key(models.Model):
+    """One key named by a submitted task ("L:invoice:7", "C:stripe"; a shared lock's row is
+    its lock's): the row its takers lock, one after another, to decide."""
+
+    name = models.CharField(primary_key=True, max_length=KEY_NAME_MAX_LENGTH + 2)
+    # A rate's key: its last `count` starts, in seconds on the database clock.
+    starts = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        db_table = db.keys.KEY_TABLE
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Limit(models.Model):
+    """A limit: at most `max_running` running tasks (all workers) hold one of its slots.
+    Made from `SCYLLA["LIMITS"]` on first use, editable afterwards."""
+
+    name = models.CharField(primary_key=True, max_length=KEY_NAME_MAX_LENGTH)
+    max_running = models.PositiveIntegerField()
+
+    class Meta:
+        db_table = db.keys.LIMIT_TABLE
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.max_running})"
+
+
+class Rate(models.Model):
+    """A rate: at most `count` tasks naming it start in any `seconds` (all workers). Made from
+    `SCYLLA["RATES"]` ("100/m") on first use, editable afterwards."""
+
+    name = models.CharField(primary_key=True, max_length=KEY_NAME_MAX_LENGTH)
+    count = models.PositiveIntegerField()
+    seconds = models.FloatField()
+
+    class Meta:
+        db_table = db.keys.RATE_TABLE
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.count}/{self.seconds:g}s)"
+
+
+class Hold(models.Model):
+    """A lock held by code outside tasks (`scylla_django.lock()`): its id is the holder's
+    token. Live until released, or until `until` (seconds on the database clock) passes."""
+
+    key = models.CharField(max_length=KEY_NAME_MAX_LENGTH + 2, db_index=True)
+    exclusive = models.BooleanField(default=True)
+    until = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        db_table = db.keys.HOLD_TABLE
+
+    def __str__(self) -> str:
+        return f"{self.key} (hold {self.pk})"
+
+
+class LockNotFree(Exception):
+    """`scylla_django.lock()` gave up: the lock stayed held by a task or another holder."""
+
+
+def acquire_lock(
+    name: str, *, shared: bool = False, ttl: float | None = None, using: str | None = None
+) -> int | None:
+    """Hold lock `name` if it is free now: the hold's token, or None. `ttl` seconds (None:
+    until released or force-released). ValidationError for a bad name or ttl."""
+    _key_name(name, "lock")
+    if ttl is not None and (not isinstance(ttl, (int, float)) or ttl <= 0):
+        raise ValidationError("ttl is a positive number of seconds, or None.", code="invalid_ttl")
+    alias = using or "default"
+    if not db.keys.takes_keys(connections[alias]):
+        raise ValidationError(
+            "Locks need the key triggers of PostgreSQL or SQLite; this database has none.",
+            code="keys_unsupported",
+        )
+    ensure_keys(["L:" + name], alias)
+    with db.write_atomic(alias):
+        return db.keys.take_lock(connections[alias], "L:" + name, not shared, ttl)
+
+
+def release_lock(token: int, using: str | None = None) -> bool:
+    """Give back the hold `token`; False if it was not held (released, or force-released)."""
+    deleted, _ = Hold.objects.using(using).filter(pk=token).delete()
+    return deleted > 0
+
+
+def force_release_lock(name: str, using: str | None = None) -> int:
+    """Drop every hold of lock `name` (an operator's release); the number dropped."""
+    deleted, _ = Hold.objects.using(using).filter(key="L:" + name).delete()
+    return deleted
+
+
+@contextmanager
+def lock(
+    name: str,
+    *,
+    shared: bool = False,
+    ttl: float | None = 60,
+    wait: float = 10.0,
+    using: str | None = None,
+) -> Iterator[int]:
+    """Hold lock `name` (the locks tasks take with `locks=`) around a block of code outside
+    tasks; yields the hold's token. Tries again with backoff for up to `wait` seconds, then
+    raises LockNotFree. With `ttl` the hold ends by itself after that many seconds on the
+    database clock; None holds it until the block ends or an operator force-releases it."""
+    deadline = time.monotonic() + wait
+    pause = 0.01
+    while (token := acquire_lock(name, shared=shared, ttl=ttl, using=using)) is None:
+        if time.monotonic() >= deadline:
+            raise LockNotFree(f"Lock {name!r} stayed held for {wait:g}s.")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+    try:
+        yield token
+    finally:
+        release_lock(token, using)
+
+
+#: The units of a rate's period: "100/m", "5/10s".
+RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_rate(value: object) -> tuple[int, float]:
+    """`(count, seconds)` of a rate written "<count>/<period>", the period a unit (s, m, h, d)
+    with an optional number before it ("100/m", "5/10s"). ValidationError otherwise."""
+    error = ValidationError(
+        f'A rate is "<count>/<period>" such as "100/m" or "5/10s", not {value!r}.',
+        code="invalid_rate",
+    )
+    if not isinstance(value, str) or "/" not in value:
+        raise error
+    count, period = value.split("/", 1)
+    unit = RATE_UNITS.get(period[-1:])
+    number = period[:-1] or "1"
+    if not count.isdigit() or unit is None or not number.isdigit():
+        raise error
+    if int(count) < 1 or int(number) < 1:
+        raise error
+    return int(count), int(number) * unit
+
+
+def _key_name(value: object, field: str) -> str:
+    """A lock's or a limit's name: a non-empty string of at most KEY_NAME_MAX_LENGTH."""
+    if not isinstance(value, str) or not value or len(value) > KEY_NAME_MAX_LENGTH:
+        raise ValidationError(
+            f"A name in {field} is a non-empty string of at most {KEY_NAME_MAX_LENGTH} characters.",
+            code="invalid_key",
+        )
+    return value
+
+
+def validate_locks(locks: object) -> list[str]:
+    """The key elements of `locks`: names (exclusive) or `(name, "shared"|"exclusive")`."""
+    if isinstance(locks, str) or not isinstance(locks, Sequence):
+        raise ValidationError("locks is a list of lock names.", code="invalid_key")
+    elements: dict[str, str] = {}
+    for lock in locks:
+        mode = "exclusive"
+        if isinstance(lock, (tuple, list)):
+            if len(lock) != 2 or lock[1] not in LOCK_MODES:
+                raise ValidationError(
+                    'A lock is a name or (name, "exclusive" | "shared").', code="invalid_key"
+                )
+            lock, mode = lock
+        name = _key_name(lock, "locks")
+        if elements.get(name, mode) != mode:
+            raise ValidationError(
+                f"Lock {name!r} is named both shared and exclusive.", code="invalid_key"
+            )
+        elements[name] = mode
+    return [LOCK_MODES[mode] + name for name, mode in elements.items()]
+
+
+def validate_limits(limits: object, using: str | None = None) -> list[str]:
+    """The key elements of `limits`: names of configured limits (`SCYLLA["LIMITS"]` or a
+    Limit row). Writes nothing."""
+    if isinstance(limits, str) or not isinstance(limits, Sequence):
+        raise ValidationError("limits is a list of limit names.", code="invalid_key")
+    names = list(dict.fromkeys(_key_name(name, "limits") for name in limits))
+    configured = scylla_settings.LIMITS
+    known = set(Limit.objects.using(using).filter(name__in=names).values_list("name", flat=True))
+    for name in names:
+        if name not in known and name not in configured:
+            raise ValidationError(f"Unknown limit {name!r}.", code="unknown_limit")
+    return ["C:" + name for name in names]
+
+
+def ensure_keys(elements: Sequence[str], using: str | None = None) -> None:
+    """Make the key rows of `elements` that do not exist yet, and the Limit rows of their
+    limits from the settings, in name order (a row that exists is neither locked nor waited
+    for). Before the task is inserted: the lease finds a task's key rows made."""
+    rows = {"L:" + e[2:] if e.startswith("S:") else e for e in elements}
+    Key.objects.using(using).bulk_create(
+        [Key(name=name) for name in sorted(rows)], ignore_conflicts=True
+    )
+    configured = scylla_settings.LIMITS
+    Limit.objects.using(using).bulk_create(
+        [
+            Limit(name=e[2:], max_running=configured[e[2:]])
+            for e in sorted(elements)
+            if e.startswith("C:") and e[2:] in configured
+        ],
+        ignore_conflicts=True,
+    )
+    rates = scylla_settings.RATES
+    made = []
+    for element in sorted(elements):
+        if element.startswith("R:") and element[2:] in rates:
+            count, seconds = parse_rate(rates[element[2:]])
+            made.append(Rate(name=element[2:], count=count, seconds=seconds))
+    Rate.objects.using(using).bulk_create(made, ignore_conflicts=True)
+
+
+def validate_rate(rate_key: object, using: str | None = None) -> str:
+    """The key element of `rate_key`: the name of a configured rate (`SCYLLA["RATES"]`, whose
+    value must parse, or a Rate row). Writes nothing."""
+    name = _key_name(rate_key, "rate_key")
+    if Rate.objects.using(using).filter(name=name).exists():
+        return "R:" + name
+    configured = scylla_settings.RATES
+    if name not in configured:
+        raise ValidationError(f"Unknown rate {name!r}.", code="unknown_rate")
+    parse_rate(configured[name])
+    return "R:" + name
+
+
+#: order_on_failure: whether an abort for good holds the order key (`order_block`).
+ORDER_ON_FAILURE = {"block": True, "continue": False}
+
+
+def key_values(
+    locks: object,
+    limits: object,
+    order_key: object = None,
+    order_on_failure: object = None,
+    rate_key: object = None,
+    using: str | None = None,
+) -> dict[str, Any]:
+    """The key fields of a new task from its `locks`, `limits`, `order_key` (with
+    `order_on_failure`, "block" by default) and `rate_key`. Raises ValidationError naming
+    the field; refuses keys on a database without the key trigger. Makes the key rows, limits
+    and rates that are missing."""
+    elements: list[str] = []
+    errors: dict[str, ValidationError] = {}
+    values: dict[str, Any] = {}
+    for name, value, check in (("locks", locks, validate_locks), ("limits", limits, None)):
+        if value is None:
+            continue
+        try:
+            elements += validate_locks(value) if check else validate_limits(value, using)
+        except ValidationError as exc:
+            errors[name] = exc
+    if order_key is not None:
+        try:
+            values["order_key"] = _key_name(order_key, "order_key")
+            elements.append("O:" + order_key)  # type: ignore[operator]
+        except ValidationError as exc:
+            errors["order_key"] = exc
+        failure = "block" if order_on_failure is None else order_on_failure
+        if failure not in ORDER_ON_FAILURE:
+            errors["order_on_failure"] = ValidationError(
+                'order_on_failure is "block" or "continue".', code="invalid_key"
+            )
+        else:
+            values["order_block"] = ORDER_ON_FAILURE[str(failure)]
+    elif order_on_failure is not None:
+        errors["order_on_failure"] = ValidationError("No order_key.", code="invalid_key")
+    if rate_key is not None:
+        try:
+            elements.append(validate_rate(rate_key, using))
+        except ValidationError as exc:
+            errors["rate_key"] = exc
+    if errors:
+        raise ValidationError(errors)
+    if not elements:
+        return {}
+    if not db.keys.takes_keys(connections[using or "default"]):
+        raise ValidationError(
+            "Locks and limits need the key triggers of PostgreSQL or SQLite; this database"
+            " has none.",
+            code="keys_unsupported",
+        )
+    ensure_keys(elements, using)
+    return {"keys": sorted(elements), **values}
+
+
+def holders(tasks: QuerySet[Any], element: str) -> QuerySet[Any]:
+    """The running tasks of `tasks` that hold key element `element` ("L:invoice:7" is held by
+    exclusive and shared holders of the lock, "S:ledger" by exclusive ones, "C:stripe" by the
+    limit's slot holders)."""
+    kind, name = element[:2], element[2:]
+    wanted = {"L:": ["L:", "S:"], "S:": ["L:"], "C:": ["C:"]}[kind]
+    match = Q()
+    for prefix in wanted:
+        match |= db.json_list_contains(tasks.model, "keys", prefix + name, tasks.db)
+    return tasks.filter(match, status="running", keys__isnull=False)
+
+
+def waiting_reasons(task: Any) -> list[dict[str, Any]]:
+    """Why the ready `task` is not running now, read on the database (advisory: it may change
+    the next moment), each reason `{"code", "key", "detail", ...}`: `not_before`, `parents` (a
+    follow-up), `queue_paused`, `lock_held` (`holders`: rns, and `holds`), `limit_full`
+    (`running`/`max_running`), `order_waits` (`for`: the rn of the earlier task),
+    `rate_exhausted` (`until`). Empty for a task that is not ready, or may run now."""
+    from .dependencies import HELD
+    from .queues import QueueSetting
+
+    if task.status != "ready":
+        return []
+    using = task._state.db or "default"
+    tasks = type(task)._default_manager.using(using)
+    now = db.read_clock(using)
+    reasons: list[dict[str, Any]] = []
+    if task.not_before == HELD:
+        reasons.append({"code": "parents", "detail": "waits for its parents to complete"})
+    elif task.not_before is not None and task.not_before > now:
+        reasons.append({"code": "not_before", "detail": f"not before {task.not_before}"})
+    if QueueSetting.objects.using(using).filter(queue=task.queue, paused=True).exists():
+        reasons.append({"code": "queue_paused", "detail": f"queue {task.queue} is paused"})
+    epoch = now.timestamp()
+    for element in task.keys or []:
+        kind, name = element[:2], element[2:]
+        if kind in ("L:", "S:"):
+            running = holders(tasks.exclude(pk=task.pk), element)
+            rns = list(running.values_list("rn", flat=True)[:10])
+            live = Hold.objects.using(using).filter(
+                Q(until__isnull=True) | Q(until__gt=epoch), key="L:" + name
+            )
+            if kind == "S:":
+                live = live.filter(exclusive=True)
+            holds = list(live.values_list("pk", flat=True)[:10])
+            if rns or holds:
+                who = ", ".join(rns + [f"hold {h}" for h in holds])
+                reasons.append(
+                    {
+                        "code": "lock_held",
+                        "key": name,
+                        "holders": rns,
+                        "holds": holds,
+                        "detail": f"lock {name} held by {who}",
+                    }
+                )
+        elif kind == "C:":
+            size = (
+                Limit.objects.using(using)
+                .filter(name=name)
+                .values_list("max_running", flat=True)
+                .first()
+            )
+            n = holders(tasks, element).count()
+            if size is None or n >= size:
+                reasons.append(
+                    {
+                        "code": "limit_full",
+                        "key": name,
+                        "running": n,
+                        "max_running": size,
+                        "detail": f"limit {name} full {n}/{size}",
+                    }
+                )
+        elif kind == "O:":
+            seq = task.order_seq or task.pk
+            earlier = [
+                (rn, status)
+                for rn, status, pk, place, block, retried in tasks.filter(
+                    order_key=name, status__in=["ready", "running", "aborted"]
+                )
+                .exclude(pk=task.pk)
+                .values_list("rn", "status", "pk", "order_seq", "order_block", "retry_of")
+                if status == "running"
+                or ((place or pk) < seq and status == "ready")
+                or (
+                    (place or pk) < seq
+                    and status == "aborted"
+                    and block
+                    and not tasks.filter(retry_of=rn).exists()
+                )
+            ]
+            if earlier:
+                rn, status = earlier[0]
+                reasons.append(
+                    {
+                        "code": "order_waits",
+                        "key": name,
+                        "for": rn,
+                        "detail": f"order key {name} waits for {rn} ({status})",
+                    }
+                )
+        elif kind == "R:":
+            rate = Rate.objects.using(using).filter(name=name).first()
+            row = Key.objects.using(using).filter(name=element).first()
+            starts = sorted(
+                s for s in (row.starts if row else []) if s > epoch - (rate.seconds if rate else 0)
+            )
+            if rate is None or len(starts) >= rate.count:
+                until = None if rate is None else starts[len(starts) - rate.count] + rate.seconds
+                reasons.append(
+                    {
+                        "code": "rate_exhausted",
+                        "key": name,
+                        "until": until,
+                        "detail": f"rate {name} exhausted until {until}",
+                    }
+                )
+    return reasons

@@ -1,0 +1,173 @@
+"""Locks and limits under real concurrency: 8 lessee processes leasing and finishing keyed tasks
+while a checker reads, on one snapshot at a time, the running tasks and the key rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db.models import Q
+
+from scylla_django.models import Task, Worker, keys
+from tests.helpers import expire
+from tests.processes import ROOT, child_env
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.concurrency,
+    pytest.mark.django_db(transaction=True),
+]
+
+STRIPE = 3
+
+
+def snapshot() -> list[tuple[int, list[str], str]]:
+    """The running tasks with keys and the ready tasks of order keys, read by one statement
+    (one snapshot)."""
+    rows = Task.objects.filter(
+        Q(status="running", keys__isnull=False) | Q(status="ready", order_key__isnull=False)
+    ).values_list("pk", "keys", "status")
+    return list(rows)
+
+
+def violations(rows: list[tuple[int, list[str], str]]) -> list[str]:
+    """What one snapshot shows that must never be: a lock held exclusively twice or beside
+    readers, a limit over its size, two tasks of an order key running, or one running while
+    an earlier task of its key is ready."""
+    found: list[str] = []
+    exclusive: Counter[str] = Counter()
+    shared: Counter[str] = Counter()
+    limits: Counter[str] = Counter()
+    orders: Counter[str] = Counter()
+    first_ready: dict[str, int] = {}
+    for pk, elements, status in rows:
+        for element in elements:
+            if status == "ready" and element.startswith("O:"):
+                first_ready[element] = min(pk, first_ready.get(element, pk))
+    for pk, elements, status in rows:
+        if status != "running":
+            continue
+        for element in elements:
+            kind, name = element[:2], element[2:]
+            {"L:": exclusive, "S:": shared, "C:": limits, "O:": orders}[kind][name] += 1
+            if kind == "O:" and first_ready.get(element, pk) < pk:
+                found.append(f"order {name}: {pk} runs before {first_ready[element]}")
+    for name, n in exclusive.items():
+        if n > 1 or shared[name]:
+            found.append(f"lock {name}: {n} exclusive, {shared[name]} shared")
+    for name, n in orders.items():
+        if n > 1:
+            found.append(f"order {name}: {n} running")
+    for name, n in limits.items():
+        if n > STRIPE:
+            found.append(f"limit {name}: {n} running > {STRIPE}")
+    return found
+
+
+def holders(element: str) -> list[int]:
+    return sorted(keys.holders(Task.objects.all(), element).values_list("pk", flat=True))
+
+
+def start_children(tmp_path: Path, count: int, seconds: float, *extra: str) -> list[Any]:
+    go = tmp_path / "go"
+    ready = [tmp_path / f"ready-{i}" for i in range(count)]
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.keys_child",
+                "keys",
+                str(flag),
+                str(go),
+                str(seconds),
+                *list(extra),
+            ],
+            cwd=ROOT,
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for flag in ready
+    ]
+    give_up = time.monotonic() + 60
+    while not all(flag.exists() for flag in ready):
+        assert all(child.poll() is None for child in children), "a child died early"
+        assert time.monotonic() < give_up, "the children did not get ready"
+        time.sleep(0.01)
+    go.touch()
+    return children
+
+
+def stop(children: list[Any]) -> None:
+    for child in children:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait()
+
+
+def test_eight_lessees_never_break_a_lock_or_a_limit(settings, tmp_path: Path) -> None:
+    settings.SCYLLA = {"LIMITS": {"stripe": STRIPE}}
+    rng = random.Random(7)
+    for n in range(800):
+        locks: list[Any] = [f"invoice:{rng.randrange(6)}"]
+        roll = rng.random()
+        if roll < 0.4:
+            locks.append(("ledger", "shared"))
+        elif roll < 0.45:
+            locks.append("ledger")
+        limits = ["stripe"] if rng.random() < 0.5 else None
+        order: dict[str, Any] = {}
+        if rng.random() < 0.3:
+            order = {"order_key": f"customer:{rng.randrange(3)}", "order_on_failure": "continue"}
+        Task.objects.submit("keys", n, locks=locks, limits=limits, **order)
+    children = start_children(tmp_path, 8, 3.0)
+    try:
+        checks, bad, busiest = 0, [], Counter[str]()
+        while any(child.poll() is None for child in children):
+            running = snapshot()
+            bad += violations(running)
+            checks += 1
+            for _, elements, status in running:
+                if status == "running":
+                    busiest.update(e for e in elements if e.startswith(("C:", "S:", "O:")))
+        outputs = [child.communicate(timeout=60) for child in children]
+    finally:
+        stop(children)
+    for child, (_, err) in zip(children, outputs, strict=True):
+        assert child.returncode == 0, err
+    leased = sum(json.loads(out)["leased"] for out, _ in outputs)
+    print(f"{leased} leases, {checks} snapshots, {busiest.most_common(3)}")
+    assert bad == [], bad[:10]
+    assert checks > 20 and leased > 100
+    assert [row for row in snapshot() if row[2] == "running"] == []
+
+
+def test_a_killed_holders_keys_are_freed_by_the_monitors_reset(settings, tmp_path: Path) -> None:
+    settings.SCYLLA = {"LIMITS": {"stripe": STRIPE}}
+    first = Task.objects.submit("keys", 1, locks=["invoice:7"], limits=["stripe"])
+    second = Task.objects.submit("keys", 2, locks=["invoice:7"], limits=["stripe"])
+    [child] = start_children(tmp_path, 1, 0, "hold")
+    try:
+        line = child.stdout.readline()
+        assert json.loads(line)["leased"] == [first.pk]
+        assert holders("L:invoice:7") == [first.pk]
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    finally:
+        stop([child])
+    expire(Task.objects.get(pk=first.pk))
+    assert Task.objects.reset_expired() == 1
+    assert holders("L:invoice:7") == holders("C:stripe") == []
+    worker = Worker.objects.register(queues=["keys"], capacity=1, pid=os.getpid())
+    assert [t.pk for t in Task.objects.lease(worker, ["keys"], limit=3)] == [second.pk]
