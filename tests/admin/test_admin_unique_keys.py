@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from scylla_django.models import Task
 
-pytestmark = [pytest.mark.django_db, pytest.mark.partial_indexes]
+pytestmark = [pytest.mark.django_db, pytest.mark.keys]
 
 LIST = reverse("admin:scylla_django_task_changelist")
 

@@ -8,7 +8,7 @@ import pytest
 from scylla_django.models import Task
 from tests.helpers import assert_error, assert_field_error, post
 
-pytestmark = [pytest.mark.django_db, pytest.mark.partial_indexes]
+pytestmark = [pytest.mark.django_db, pytest.mark.keys]
 
 
 def test_a_new_key_is_201_and_a_held_one_returns_the_holder_with_200(api):

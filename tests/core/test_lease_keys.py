@@ -16,7 +16,7 @@ from scylla_django.models import Hold, Key, Limit, Outcome, Rate, Task, keys
 from tests.factories import WorkerFactory
 from tests.helpers import expire
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.keys]
 
 LIMITS = {"SCYLLA": {"LIMITS": {"stripe": 2}}}
 

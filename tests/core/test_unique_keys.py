@@ -17,7 +17,7 @@ from scylla_django.models import Task
 from scylla_django.retries import Retry
 from scylla_django.unique_keys import register_key
 
-pytestmark = [pytest.mark.django_db, pytest.mark.partial_indexes]
+pytestmark = [pytest.mark.django_db, pytest.mark.keys]
 
 
 def _finish(task: Task, worker, how: str) -> None:

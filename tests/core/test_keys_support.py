@@ -1,4 +1,4 @@
-"""Unique keys where a database cannot enforce them: refused, never ignored."""
+"""Keys where a database cannot enforce them: refused, never ignored."""
 
 from __future__ import annotations
 
@@ -34,3 +34,18 @@ def test_a_mysql_database_is_warned_about(monkeypatch):
     monkeypatch.setattr(checks, "settings", SimpleNamespace(DATABASES=databases))
     (warning,) = [m for m in checks.check_unique_keys() if m.id == "scylla_django.W003"]
     assert "'maria'" in warning.msg
+
+
+def test_a_database_without_key_triggers_refuses_locks_and_writes_nothing():
+    from django.core.exceptions import ValidationError
+
+    from scylla_django import db
+
+    if db.keys.takes_keys(connection):
+        pytest.skip("this database takes keys")
+    with pytest.raises(ValidationError) as exc:
+        Task.objects.submit("default", {}, locks=["invoice:7"])
+    assert "keys_unsupported" in str(
+        exc.value.error_dict if hasattr(exc.value, "error_dict") else exc.value.code
+    )
+    assert not Task.objects.exists()
