@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from django.core.cache import cache
@@ -39,7 +39,7 @@ from django.utils import timezone
 from .. import db
 from ..durations import short
 from ..enums import EventType
-from ..models import SETTLED, History, QueueRollup, Tallies, Tally, first_lease, tally_history
+from ..models import SETTLED, History, QueueRollup, Tallies, first_lease, tally_history
 from ..models import wait_to_start as wait_expression
 
 QUEUE_LIMIT = 6
@@ -64,9 +64,10 @@ class Range:
     def points(self) -> int:
         return int(self.span / self.step)
 
-    def floor(self, moment: datetime) -> datetime:
-        """The start of the interval of `moment`, in the current time zone."""
-        local = timezone.localtime(moment).replace(second=0, microsecond=0)
+    def floor(self, moment: datetime, zone: tzinfo | None = None) -> datetime:
+        """The start of the interval of `moment`, in `zone` (default: the current time zone)."""
+        local = moment.astimezone(zone or timezone.get_current_timezone())
+        local = local.replace(second=0, microsecond=0)
         return local.replace(minute=0) if self.step >= timedelta(hours=1) else local
 
     def first(self, now: datetime) -> datetime:
@@ -274,12 +275,17 @@ def rolled_intervals(chosen: Range, first: datetime) -> dict[tuple[datetime, str
     if minutes_from < rolled:
         parts.append(rollups.tallies(QueueRollup.MINUTE, minutes_from, rolled))
     parts.append(tally_history(rollups.db, max(minutes_from, rolled)))
-    merged: Tallies = defaultdict(Tally)
+    merged: Tallies = {}
+    zone = timezone.get_current_timezone()
     for tallies in parts:
         for (start, queue), tally in tallies.items():
-            merged[(chosen.floor(start), queue)].add(tally)
+            key = (chosen.floor(start, zone), queue)
+            if key in merged:
+                merged[key].add(tally)
+            else:
+                merged[key] = tally
     return {
-        key: Interval(tally.completed, tally.aborted, tally.percentile(0.5), tally.percentile(0.95))
+        key: Interval(tally.completed, tally.aborted, *tally.percentiles(0.5, 0.95))
         for key, tally in merged.items()
     }
 
@@ -305,7 +311,7 @@ def build(key: str | None = None, now: datetime | None = None) -> Charts:
     p50: dict[str, list[float | None]] = {}
     p95: dict[str, list[float | None]] = {}
     for (interval, queue), counted in found.items():
-        position = index.get(timezone.localtime(interval))
+        position = index.get(interval)  # aware datetimes: equal when the same instant
         if position is None:
             continue
         name = queue if queue in shown else OTHER

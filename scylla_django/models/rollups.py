@@ -17,10 +17,13 @@ end) since the last one rolled up, one hour a transaction, and writes them by up
 from __future__ import annotations
 
 import math
+import time
+from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import accumulate
 from typing import Any, ClassVar
 
 from django.db import models
@@ -95,24 +98,30 @@ def estimate(waits: Mapping[int, int], fraction: float) -> float | None:
     spread evenly over the bucket, so it is within the bucket's factor (2^(1/8)) of the wait it
     stands for, or within 1 ms, and so is the percentile.
     """
-    total = sum(waits.values())
-    if not total:
-        return None
+    return estimates(waits, (fraction,))[0]
+
+
+def estimates(waits: Mapping[int, int], fractions: Sequence[float]) -> list[float | None]:
+    """`estimate()` of each of `fractions`, the histogram read once."""
     ordered = sorted(waits.items())
+    ends = list(accumulate(count for _, count in ordered))  # the rank after each bucket
+    total = ends[-1] if ends else 0
+    if not total:
+        return [None] * len(fractions)
 
     def ranked(index: int) -> float:
-        below = 0
-        for bucket, count in ordered:
-            if index < below + count:
-                low, high = bucket_bounds(bucket)
-                return low + (high - low) * (index - below + 0.5) / count
-            below += count
-        return bucket_bounds(ordered[-1][0])[1]
+        position = bisect_right(ends, index)
+        bucket, count = ordered[position]
+        low, high = bucket_bounds(bucket)
+        return low + (high - low) * (index - (ends[position] - count) + 0.5) / count
 
-    rank = fraction * (total - 1)
-    low = int(rank)
-    high = min(low + 1, total - 1)
-    return ranked(low) + (ranked(high) - ranked(low)) * (rank - low)
+    found: list[float | None] = []
+    for fraction in fractions:
+        rank = fraction * (total - 1)
+        below = int(rank)
+        above = min(below + 1, total - 1)
+        found.append(ranked(below) + (ranked(above) - ranked(below)) * (rank - below))
+    return found
 
 
 @dataclass
@@ -131,9 +140,10 @@ class Tally:
         for bucket, count in other.waits.items():
             self.waits[bucket] = self.waits.get(bucket, 0) + count
 
-    def percentile(self, fraction: float) -> float | None:
-        """The estimated `fraction` percentile of the waits, in seconds (see `estimate()`)."""
-        return estimate(self.waits, fraction)
+    def percentiles(self, *fractions: float) -> list[float | None]:
+        """The estimated percentiles of the waits, in seconds, one per fraction (see
+        `estimate()`)."""
+        return estimates(self.waits, fractions)
 
 
 Tallies = dict[tuple[datetime, str], Tally]
@@ -227,10 +237,13 @@ class QueueRollupQuerySet(models.QuerySet["QueueRollup"]):
             for start, queue, completed, aborted, waits in rows
         }
 
-    def roll_up(self, until: datetime | None = None) -> int:
+    def roll_up(self, until: datetime | None = None, budget: float | None = None) -> int:
         """Roll up History's settled minutes since the last one rolled up (at first, the last
         `BACKFILL`) to `until` (default: the database clock less `SETTLED`), one hour a
         transaction; an hour once all its minutes are settled. Returns the rows written.
+
+        With a `budget` (seconds), no further hour is begun once it is spent: the next
+        roll-up goes on from there (a first roll-up over a large History takes several).
 
         Each hour is counted from History as a whole once it is settled, its minutes again
         with it, so the figures written never depend on rows another roll-up is writing.
@@ -242,10 +255,12 @@ class QueueRollupQuerySet(models.QuerySet["QueueRollup"]):
             return 0
         written = 0
         found: Tallies = {}
+        deadline = None if budget is None else time.monotonic() + budget
         while start < end:
             if not found and start == hour_of(start):  # skip whole hours without an event
                 first = first_event(self.db, start, end)
                 if first is None:
+                    start = end
                     break
                 start = max(start, hour_of(first))
             hour = hour_of(start)
@@ -260,7 +275,9 @@ class QueueRollupQuerySet(models.QuerySet["QueueRollup"]):
                 rows += [self._row(HOUR, hour, queue, t) for queue, t in hourly.items()]
             written += self._upsert(rows)
             start = after
-        self._mark(end - timedelta(minutes=1))
+            if deadline is not None and time.monotonic() > deadline:
+                break
+        self._mark(min(start, end) - timedelta(minutes=1))
         return written
 
     def purge(self, older_than: timedelta | None = None) -> int:

@@ -20,17 +20,26 @@ class QueueRollups(Retained):
     as for finished tasks). Counts `rolled_up` (rows written) and `rollups_purged`.
 
     Every minute by default; any number of monitors may run it at once, since a roll-up
-    writes its rows by upsert with the figures History gives, never adding to a row.
+    writes its rows by upsert with the figures History gives, never adding to a row. A run
+    begins no further hour once `budget` seconds are spent, so that the first roll-up of a
+    large History (a week of it) does not hold up the monitor's other services: the next runs
+    go on from there.
     """
 
     name = "queue rollups"
 
-    def __init__(self, interval: float | None = 60.0, retention: timedelta | None = None) -> None:
+    def __init__(
+        self,
+        interval: float | None = 60.0,
+        retention: timedelta | None = None,
+        budget: float | None = 5.0,
+    ) -> None:
         super().__init__(interval, retention)
+        self.budget = budget
 
     def work(self, using: str) -> dict[str, int]:
         rollups = QueueRollup.objects.using(using)
-        written = rollups.roll_up()
+        written = rollups.roll_up(budget=self.budget)
         retention = self.kept_for()
         purged = rollups.purge(older_than=retention)
         if written:

@@ -115,6 +115,21 @@ def test_a_quiet_week_is_skipped_and_then_not_read_again(django_assert_max_num_q
     assert QueueRollup.objects.rolled_until() >= timezone.now() - timedelta(minutes=3)
 
 
+@pytest.mark.django_db
+def test_a_roll_up_out_of_budget_stops_between_hours_and_the_next_goes_on():
+    for hours in (30, 3, 1):
+        finished("mail", hour_ago(hours), hours)
+    QueueRollup.objects.roll_up()
+    whole = rows()
+    QueueRollup.objects.all().delete()
+    calls = 0
+    while QueueRollup.objects.roll_up(budget=0) or calls < 4:  # one hour a call
+        calls += 1
+        assert calls < 10
+        assert QueueRollup.objects.filter(minutes=60).count() <= calls
+    assert rows() == whole
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_roll_ups_at_once_count_each_event_once(vendor):
     if vendor != "postgresql":
