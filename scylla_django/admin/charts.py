@@ -1,6 +1,7 @@
 """The dashboard's charts per queue over a chosen range: throughput, failures and wait time.
 
-All three come from History, one grouped query over one range of its
+All three count History's events (through the rollups once the monitor has made them, see
+below); read from History itself, one grouped query over one range of its
 `scylla_history_typ_time_idx` (`typ`, `time`, `task_id`) joined to the tasks for their queue:
 
 - throughput and failures: `TaskCompletion` and `TaskAbort` events counted per interval and
@@ -39,8 +40,15 @@ from django.utils import timezone
 from .. import db
 from ..durations import short
 from ..enums import EventType
-from ..models import SETTLED, History, QueueRollup, Tallies, first_lease, tally_history
-from ..models import wait_to_start as wait_expression
+from ..models import (
+    SETTLED,
+    History,
+    QueueRollup,
+    Tallies,
+    first_lease,
+    tally_history,
+    wait_to_start,
+)
 
 QUEUE_LIMIT = 6
 CACHE_PREFIX = "scylla_django:charts"
@@ -168,7 +176,7 @@ def intervals(
     """Per (interval, queue) from `since` (to `until`): completions, aborts and the median and 95th
     percentile in seconds of the waits of first leases. One query on PostgreSQL; elsewhere a
     second one sends the waits and Python takes their percentiles."""
-    wait = wait_expression()
+    wait = wait_to_start()
     events = History.objects.filter(
         typ__in=[EventType.ASSIGNMENT, EventType.COMPLETION, EventType.ABORT], time__gte=since
     ).annotate(interval=truncate("time"))
