@@ -6,11 +6,15 @@ Seeds `--tasks` finished tasks (95% completed, 5% aborted) over 10 queues, creat
 the last 7 days and each leased 0-120 s after it was created, with their History: a
 `TaskAssignment` and a `TaskCompletion` or `TaskAbort` each (1,000,000 History rows by default),
 into the database named by DATABASE_URL (default postgres://postgres@127.0.0.1:5432/
-scylla_bench_charts, created if missing). It migrates first and reseeds on every run. Then it
-requests `admin/scylla_django/task/dashboard/charts/?range=…` for each range `--requests` times
-through Django's test client, as a superuser, and prints the rows in the window, the time of a
-first request with an empty cache (cold: every interval read from History), and p50/p95 of
-the requests that follow (the closed intervals from the cache, the open one from History).
+scylla_bench_charts, created if missing). It migrates first and reseeds on every run.
+
+Then, for each range, it requests `admin/scylla_django/task/dashboard/charts/?range=…` once
+with an empty cache before any roll-up (every interval read from History), runs the monitor's
+`QueueRollups` service until it has caught up (the first roll-up: the week's History, a run
+stopping between two hours after its 5 s budget) and prints its time and once more, and
+requests each range again through Django's test client, as a superuser: it prints the History
+rows in the window, the time of a first request with an empty cache (cold) and p50/p95 of the
+`--requests` requests that follow (warm), all read from the rollups and the minutes since.
 """
 
 from __future__ import annotations
@@ -18,10 +22,15 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from datetime import timedelta
 from functools import partial
+from typing import TYPE_CHECKING
 
 import postgres  # benchmarks/postgres.py, beside this script
 from admin import status_of, timed  # benchmarks/admin.py, beside this script
+
+if TYPE_CHECKING:
+    from django.test import Client
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/scylla_bench_charts"
 QUEUES = 10
@@ -49,12 +58,39 @@ def main() -> None:
     time_ranges(args.requests)
 
 
+def login() -> Client:
+    """A test client logged in as a superuser."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    user_model = get_user_model()
+    user = user_model.objects.filter(username="bench").first()
+    if user is None:
+        user = user_model.objects.create_superuser("bench", "bench@example.com", "bench")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def cold(client: Client, key: str) -> float:
+    """The time in ms of a request for the charts of `key` with an empty cache."""
+    from django.core.cache import cache
+
+    cache.clear()
+    started = time.perf_counter()
+    status_of(client, f"/admin/scylla_django/task/dashboard/charts/?range={key}")
+    return (time.perf_counter() - started) * 1000
+
+
 def seed(n: int) -> None:
     """Replace all tasks and History with `n` finished tasks of the last week, and theirs."""
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE scylla_django_history, scylla_django_task RESTART IDENTITY")
+        cursor.execute(
+            "TRUNCATE scylla_django_history, scylla_django_task, scylla_queue_rollup"
+            " RESTART IDENTITY"
+        )
         cursor.execute(
             """
             INSERT INTO scylla_django_task (rn, queue, spec, priority, status, progress, created,
@@ -89,32 +125,40 @@ def seed(n: int) -> None:
 
 
 def time_ranges(requests: int) -> None:
-    """Print p50/p95 of the chart endpoint per range, and the History rows each reads."""
-    from django.contrib.auth import get_user_model
-    from django.core.cache import cache
-    from django.test import Client
+    """Print the cold time per range from History, the first roll-up's time, then the cold
+    time and warm p50/p95 per range from the rollups, and the History rows each range holds."""
     from django.utils import timezone
 
     from scylla_django.admin import charts
-    from scylla_django.models import History
+    from scylla_django.models import History, QueueRollup
+    from scylla_django.monitor import QueueRollups
 
-    user_model = get_user_model()
-    user = user_model.objects.filter(username="bench").first()
-    if user is None:
-        user = user_model.objects.create_superuser("bench", "bench@example.com", "bench")
-    client = Client()
-    client.force_login(user)
+    client = login()
     print(f"History rows: {History.objects.count():,}")
+    QueueRollup.objects.all().delete()
+    print("before any roll-up (History):")
+    for key in charts.RANGES:
+        print(f"  {key:8} cold {cold(client, key):8.1f} ms")
+    service = QueueRollups()
+    started = time.perf_counter()
+    rows = 0
+    while True:  # each run stops between two hours once its budget is spent
+        rows += service.run("default")["rolled_up"]
+        rolled = QueueRollup.objects.rolled_until()
+        if rolled is not None and rolled >= timezone.now() - timedelta(minutes=2):
+            break
+    took = time.perf_counter() - started
+    print(f"first roll-up (a week): {rows:,} rows in {took:.1f} s, {service.runs} runs")
+    started = time.perf_counter()
+    service.run("default")
+    print(f"next roll-up (a minute or two): {(time.perf_counter() - started) * 1000:.0f} ms")
     print(f"{'range':10} {'rows in range':>14} {'cold ms':>8} {'p50 ms':>8} {'p95 ms':>8}")
     for key, chosen in charts.RANGES.items():
         rows = History.objects.filter(time__gte=chosen.first(timezone.now())).count()
         url = f"/admin/scylla_django/task/dashboard/charts/?range={key}"
-        cache.clear()  # cold: every interval of the range read from History
-        started = time.perf_counter()
-        status_of(client, url)
-        cold = (time.perf_counter() - started) * 1000
+        first = cold(client, key)
         p50, p95 = timed(requests, partial(status_of, client, url))
-        print(f"{key:10} {rows:14,} {cold:8.1f} {p50:8.1f} {p95:8.1f}")
+        print(f"{key:10} {rows:14,} {first:8.1f} {p50:8.1f} {p95:8.1f}")
 
 
 if __name__ == "__main__":

@@ -1,21 +1,26 @@
-"""Helpers shared by the test modules: users, API clients, error assertions, expiring leases."""
+"""Helpers shared by the test modules: users, API clients, error assertions, expiring leases,
+finished tasks with their History."""
 
 from __future__ import annotations
 
 import re
 import threading
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.db.models.functions import Now
 from django.test import Client
+from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from scylla_django.enums import EventType, Status
 from scylla_django.models import History, Task, Worker
+from scylla_django.models.rollups import hour_of
+from tests.factories import TaskFactory
 
 API = "/api/scylla"
 ALL_PERMISSIONS = ("view_task", "submit_task", "cancel_task", "work_task")
@@ -200,3 +205,26 @@ def task_scans(node: dict[str, Any], table: str) -> list[dict[str, Any]]:
     for child in node.get("Plans", []):
         found += task_scans(child, table)
     return found
+
+
+def finished(queue: str, at: datetime, wait: float, aborted: bool = False) -> Task:
+    """A task of `queue` first leased at `at`, `wait` seconds after its submission, and
+    completed (or aborted) a second later, with its History."""
+    task = TaskFactory(queue=queue)
+    status = Status.ABORTED if aborted else Status.COMPLETED
+    Task.objects.filter(pk=task.pk).update(
+        created=at - timedelta(seconds=wait), attempts=1, status=status
+    )
+    end = EventType.ABORT if aborted else EventType.COMPLETION
+    History.objects.bulk_create(
+        [
+            History(task=task, typ=EventType.ASSIGNMENT, time=at),
+            History(task=task, typ=end, time=at + timedelta(seconds=1)),
+        ]
+    )
+    return task
+
+
+def hour_ago(hours: int) -> datetime:
+    """A moment in the middle of the hour `hours` before the current one."""
+    return hour_of(timezone.now()) - timedelta(hours=hours) + timedelta(minutes=30, seconds=10)

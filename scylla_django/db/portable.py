@@ -55,3 +55,22 @@ def update_returning_pks(fenced: QuerySet[Any], values: dict[str, Any]) -> set[i
     with connection.cursor() as cursor:
         cursor.execute(f"{update_sql} RETURNING {pk_column}", params)
         return {row[0] for row in cursor.fetchall()}
+
+
+def upsert(
+    model: type[models.Model],
+    objs: list[Any],
+    unique_fields: list[str],
+    update_fields: list[str],
+    using: str,
+) -> None:
+    """Insert `objs`, or update `update_fields` of the rows that already hold their
+    `unique_fields`: `INSERT … ON CONFLICT (unique_fields) DO UPDATE` on PostgreSQL and SQLite;
+    MySQL and MariaDB, which name no conflict target, update on any unique key
+    (`ON DUPLICATE KEY UPDATE`)."""
+    target = (
+        unique_fields if connections[using].features.supports_update_conflicts_with_target else None
+    )
+    model._default_manager.using(using).bulk_create(
+        objs, update_conflicts=True, unique_fields=target, update_fields=update_fields
+    )

@@ -1,5 +1,6 @@
 """The app's models: tasks and their History, workers and monitors, queue settings,
-dependencies and schedules. Import them from here: `from scylla_django.models import Task`.
+dependencies, schedules and queue rollups. Import them from here:
+`from scylla_django.models import Task`.
 """
 
 from .dependencies import HELD, MAX_PARENTS, Dependency
@@ -28,6 +29,16 @@ from .queues import (
     QueueSummary,
     validate_max_running,
 )
+from .rollups import (
+    SETTLED,
+    QueueRollup,
+    QueueRollupQuerySet,
+    Tallies,
+    Tally,
+    first_lease,
+    tally_history,
+    wait_to_start,
+)
 from .schedules import CatchUp, Schedule
 from .task import NOT_YIELDED, TABLES, Task, TaskQuerySet
 
@@ -37,6 +48,7 @@ __all__ = [
     "MONITOR_PREFIX",
     "NOT_YIELDED",
     "SCHEDULED",
+    "SETTLED",
     "TABLES",
     "WORKER_PREFIX",
     "CatchUp",
@@ -51,6 +63,8 @@ __all__ = [
     "MonitorQuerySet",
     "MonitorStatus",
     "Outcome",
+    "QueueRollup",
+    "QueueRollupQuerySet",
     "QueueSetting",
     "QueueSettingQuerySet",
     "QueueSummary",
@@ -59,13 +73,18 @@ __all__ = [
     "Schedule",
     "SubmitDefaults",
     "SubmitOutcome",
+    "Tallies",
+    "Tally",
     "Task",
     "TaskOptions",
     "TaskQuerySet",
     "Worker",
     "WorkerQuerySet",
+    "first_lease",
     "send_on_commit",
+    "tally_history",
     "validate_max_running",
+    "wait_to_start",
     "worker_id",
     "worker_name",
 ]

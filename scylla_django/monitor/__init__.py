@@ -5,6 +5,8 @@
 - `ScheduleTicks` (`schedules`): the settings' schedules synced, due ticks submitted.
 - `FinishedTasks` and `ProcessRecords` (`purge`): terminal tasks, and the records of workers
   and monitors long gone, purged after their retention.
+- `QueueRollups` (`rollups`): History's settled minutes rolled up per queue for the
+  dashboard's charts, and rollups past the retention purged.
 
 Each service is a `Service` whose `wait_for_run()` tests wait on instead of sleeping.
 `Monitor` (`monitor`) runs them and is the one place that retries through database errors.
@@ -14,6 +16,7 @@ from .followups import FollowUps
 from .leases import ExpiredLeases
 from .monitor import Monitor, MonitorPass
 from .purge import FinishedTasks, ProcessRecords
+from .rollups import QueueRollups
 from .schedules import ScheduleTicks
 from .service import Service
 
@@ -24,6 +27,7 @@ __all__ = [
     "Monitor",
     "MonitorPass",
     "ProcessRecords",
+    "QueueRollups",
     "ScheduleTicks",
     "Service",
 ]

@@ -32,6 +32,7 @@ from ..text import DurationError, format_duration, plural, positive_duration
 from .followups import FollowUps
 from .leases import ExpiredLeases
 from .purge import FinishedTasks, ProcessRecords
+from .rollups import QueueRollups
 from .schedules import ScheduleTicks
 from .service import Service
 
@@ -55,6 +56,9 @@ class MonitorPass:
     ticks: int = 0
     """Schedule ticks submitted."""
     workers_purged: int = 0
+    rolled_up: int = 0
+    """Queue rollup rows written (minutes and hours rolled up from History)."""
+    rollups_purged: int = 0
 
 
 class Monitor:
@@ -62,14 +66,16 @@ class Monitor:
 
     The services, in the order a pass runs them: `leases` (reset expired leases), `followups`
     (release follow-ups), `schedules` (sync the settings' schedules, submit due ticks), `tasks`
-    (purge old terminal tasks) and `processes` (purge the records of workers and monitors long
-    gone). Each has its own `interval` (the monitor's when None) and `wait_for_run()`, which
-    tests wait on instead of sleeping.
+    (purge old terminal tasks), `processes` (purge the records of workers and monitors long
+    gone) and `rollups` (roll up History for the dashboard's charts, every minute). Each has
+    its own `interval` (the monitor's when None) and `wait_for_run()`, which tests wait on
+    instead of sleeping.
 
     - `interval`: seconds from the start of one pass to the start of the next, for the services
       without an interval of their own.
-    - `retention`: terminal tasks not updated for this long are purged. `None` means the
-      `SCYLLA["RETENTION"]` setting, read again at every pass.
+    - `retention`: terminal tasks not updated for this long are purged, and queue rollups
+      older than this. `None` means the `SCYLLA["RETENTION"]` setting, read again at every
+      pass.
     - `using`: the database alias.
     - `reset_batch_size`, `purge_batch_size`: rows per transaction; `None` means the
       `RESET_BATCH_SIZE` and `PURGE_BATCH_SIZE` settings.
@@ -125,12 +131,14 @@ class Monitor:
         self.schedules = ScheduleTicks(clock=clock)
         self.tasks = FinishedTasks(retention=retention, batch_size=purge_batch_size)
         self.processes = ProcessRecords(retention=retention)
+        self.rollups = QueueRollups(retention=retention)
         self.services: list[Service] = [
             self.leases,
             self.followups,
             self.schedules,
             self.tasks,
             self.processes,
+            self.rollups,
         ]
         """The services, in the order a pass runs them."""
         self.last_pass: MonitorPass | None = None

@@ -6,13 +6,15 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from django.core.cache import cache
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from scylla_django.admin import charts, dashboard
 from scylla_django.enums import Status
-from scylla_django.models import History, Task, Worker
+from scylla_django.models import History, QueueRollup, Task, Worker
 from tests.factories import TaskFactory, running_task
+from tests.helpers import finished, hour_ago
 
 pytestmark = pytest.mark.django_db
 
@@ -328,9 +330,80 @@ def test_charts_read_a_closed_interval_once(worker, django_assert_max_num_querie
     History.objects.filter(task__rn="old").update(time=Now() - timedelta(hours=3))
     assert sum(charts.build("day").as_json()["throughput"]["mail"]) == 1
     History.objects.filter(task__rn="old").delete()  # as a purge would
-    with django_assert_max_num_queries(2):  # the open hour only (and its waits, not on PostgreSQL)
+    # Whether anything is rolled up (nothing is), then the open hour only (and its waits, not
+    # on PostgreSQL).
+    with django_assert_max_num_queries(3):
         again = charts.build("day").as_json()
     assert sum(again["throughput"]["mail"]) == 1
+
+
+# -- the charts from the rollups --------------------------------------------------------------
+
+WAITS = [0.0004, 0.5, 3.0, 7.0, 12.0, 40.0, 90.0, 300.0]
+
+
+def seed_charts() -> None:
+    """Finished tasks of two queues over the last week, some in the minute under way."""
+    now = timezone.now()
+    moments = [
+        now - timedelta(minutes=40),
+        now - timedelta(minutes=20, seconds=30),
+        now,
+        hour_ago(3),
+        hour_ago(20),
+        hour_ago(100),
+    ]
+    for n, at in enumerate(moments):
+        for k, wait in enumerate(WAITS):
+            finished("mail", at + timedelta(seconds=k), wait, aborted=k == 3)
+            if n % 2 == 0:
+                finished("pdf", at, wait * 2)
+
+
+def assert_within_precision(rolled: list[float | None], exact: list[float | None]) -> None:
+    """Estimated percentiles against exact ones: within 9% (a factor 2^(1/8)), or 1 ms."""
+    assert [v is None for v in rolled] == [v is None for v in exact]
+    for estimated, value in zip(rolled, exact, strict=True):
+        if value is not None:
+            assert estimated is not None
+            assert value / 2 ** (1 / 8) - 0.001 <= estimated <= value * 2 ** (1 / 8) + 0.001
+
+
+@pytest.mark.parametrize("key", ["hour", "day", "week"])
+def test_charts_from_the_rollups_are_the_charts_from_history(db, key):
+    seed_charts()
+    cache.clear()
+    first = charts.chosen_range(key).first(timezone.now())
+    assert charts.rolled_intervals(charts.chosen_range(key), first) is None  # nothing rolled up
+    exact = charts.build(key).as_json()
+    assert QueueRollup.objects.roll_up() > 0
+    cache.clear()
+    rolled = charts.build(key).as_json()
+    assert rolled["starts"] == exact["starts"]
+    assert rolled["throughput"] == exact["throughput"]
+    assert rolled["failures"] == exact["failures"]
+    assert sum(sum(v or 0 for v in line) for line in rolled["throughput"].values()) > 0
+    for figure in ("wait_p50", "wait_p95"):
+        assert set(rolled[figure]) == set(exact[figure]) == {"mail", "pdf"}
+        for queue, line in exact[figure].items():
+            assert_within_precision(rolled[figure][queue], line)
+
+
+def test_charts_read_rolled_up_minutes_from_the_rollups_and_the_rest_from_history(
+    db, django_assert_max_num_queries
+):
+    finished("mail", timezone.now() - timedelta(minutes=30), 2)
+    finished("mail", hour_ago(5), 2)
+    QueueRollup.objects.roll_up()
+    History.objects.filter(time__lt=timezone.now() - timedelta(minutes=2)).delete()  # purged
+    finished("mail", timezone.now(), 1)  # after the last roll-up
+    cache.clear()
+    for key, completed in (("hour", 2), ("day", 3), ("week", 3)):
+        # How far the minutes (and hours) are rolled up, their rows, the History since (two).
+        with django_assert_max_num_queries(6):
+            data = charts.build(key).as_json()
+        assert sum(data["throughput"]["mail"]) == completed
+        assert data["throughput"]["mail"][-1] >= 1
 
 
 # -- queues nobody serves ---------------------------------------------------------------------

@@ -188,6 +188,7 @@ def test_each_service_runs_at_its_own_interval_and_tests_can_wait_for_a_run(work
         "schedule ticks",
         "finished tasks",
         "process records",
+        "queue rollups",
     ]
     stop = threading.Event()
     thread = threading.Thread(target=monitor.run, kwargs={"stop": stop}, daemon=True)
