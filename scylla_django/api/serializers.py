@@ -392,14 +392,15 @@ class CancelledSerializer(serializers.Serializer[Any]):
 
 
 class WorkerActionSerializer(StrictSerializer):
-    """A worker operation on a task, naming the lease it holds: the worker and the attempt."""
+    """A worker operation on a task, naming the lease it holds: the worker and the lease number."""
 
     worker = worker_field()
-    attempt = serializers.IntegerField(
+    lease = serializers.IntegerField(
         min_value=1,
         max_value=2**31 - 1,
         help_text=(
-            "The task's `attempts` as the lease returned it: a call from an earlier lease of "
+            "The lease number: the task's `attempts` as the lease returned it. A call from an "
+            "earlier lease of "
             "the same worker is refused with 409 `lease_lost`."
         ),
     )
@@ -599,10 +600,10 @@ class WorkerDetailSerializer(WorkerStateSerializer):
 
 
 class ResetLeaseSerializer(StrictSerializer):
-    """The lease to reset, as the operator saw it: its owner and attempt."""
+    """The lease to reset, as the operator saw it: its owner and lease number."""
 
     owner = worker_field()
-    attempt = StrictIntegerField(min_value=1, max_value=2**31 - 1)
+    lease = StrictIntegerField(min_value=1, max_value=2**31 - 1)
 
 
 class HealthQuerySerializer(serializers.Serializer[Any]):

@@ -311,10 +311,10 @@ def postgresql_finish(
 ) -> dict[int, datetime]:
     """Complete or abort several leases of `worker` in one statement (PostgreSQL).
 
-    `rows` are `{id, attempts, status, result, errors}` with the target status of the complete
+    `rows` are `{id, lease, status, result, errors}` with the target status of the complete
     or abort transition. Each task is fenced on its lease (the transitions' source status,
-    owner, attempts); a data-modifying CTE writes the completion or abort History row of each one
-    that matched. Returns the pks written, each with its `updated`.
+    owner, lease number); a data-modifying CTE writes the completion or abort History row of
+    each one that matched. Returns the pks written, each with its `updated`.
     """
     statement, params = finish_statement(tables, using)
     params.update(rows=json.dumps(list(rows)), worker=worker)
@@ -341,7 +341,7 @@ def _finish_ctes(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
     task, history = quote(tables.task._meta.db_table), quote(tables.history._meta.db_table)
     ctes = f"""outcome AS (
             SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
-                AS o(id bigint, attempts integer, status text, result jsonb, errors jsonb)
+                AS o(id bigint, lease integer, status text, result jsonb, errors jsonb)
         ), changed AS (
             UPDATE {task} AS t
             SET status = o.status,
@@ -351,7 +351,7 @@ def _finish_ctes(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
                 deadline = NULL, updated = statement_timestamp()
             FROM outcome AS o
             -- Found by key, then fenced on the lease (running, owned by the worker, the same
-            -- attempt). The fence is written with IS NOT DISTINCT FROM (the same test here:
+            -- lease number). The fence is written with IS NOT DISTINCT FROM (the same test here:
             -- none of the values is NULL) because no index answers it: a worker's finished
             -- tasks keep its name, and a plan that found the rows through the owner (or the
             -- running) index, or walked a table without statistics, read every task the
@@ -359,7 +359,7 @@ def _finish_ctes(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
             -- transaction is re-checked, fence included, on its new version.
             WHERE t.id = ANY(ARRAY(SELECT id FROM outcome)) AND t.id = o.id
               AND (t.status, t.owner, t.attempts)
-                IS NOT DISTINCT FROM (%(running)s, %(worker)s, o.attempts)
+                IS NOT DISTINCT FROM (%(running)s, %(worker)s, o.lease)
             RETURNING t.id, t.status, t.progress, t.updated
         ), logged AS (
             INSERT INTO {history} (task_id, typ, worker, progress, time)

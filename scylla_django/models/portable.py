@@ -106,7 +106,7 @@ def finish(
             else:
                 values["errors"] = row["errors"]
             fenced = manager.filter(
-                pk=row["id"], status=Status.RUNNING, owner=name, attempts=row["attempts"]
+                pk=row["id"], status=Status.RUNNING, owner=name, attempts=row["lease"]
             )
             if fenced.update(updated=now, **values):
                 done[row["id"]] = now

@@ -1,6 +1,6 @@
 """Task and TaskQuerySet. The Task methods and the TaskQuerySet set operations are the state
 machine of `enums.TRANSITIONS` (README, "How it stays correct"): each transition is one
-conditional write on the database clock, fenced by status (and by the lease, owner and attempt,
+conditional write on the database clock, fenced by status (and by the owner and lease number,
 for worker operations), with its History row in the same transaction.
 
 The set operations that take more than one statement live in rooms of their own, each named
@@ -290,8 +290,8 @@ class TaskQuerySet(models.QuerySet["Task"]):
     ) -> set[int]:
         """Extend several leases of `worker` in one statement; return the pks it extended.
 
-        `leases` maps a task pk to `(attempts, progress)`: a lease is the task's `attempts` when
-        it was leased, so a late call from an earlier lease of the same task is refused, and a
+        `leases` maps a task pk to `(lease, progress)`: a lease number is the task's `attempts`
+        when it was leased, so a late call from an earlier lease of the same task is refused, and a
         progress of None leaves the progress as it is. Each row is fenced as `Task.heartbeat()`
         fences it (running, owned by `worker`, not yielded). A pk missing from the result was
         cancelled, lost or finished: `refusals()` says which.
@@ -301,8 +301,8 @@ class TaskQuerySet(models.QuerySet["Task"]):
         if not leases:
             return set()
         held = Q()
-        for pk, (attempts, _) in leases.items():
-            held |= Q(pk=pk, attempts=attempts)
+        for pk, (lease, _) in leases.items():
+            held |= Q(pk=pk, attempts=lease)
         fenced = (
             self.model.objects.using(self.db)
             .filter(held, status__in=sources(Operation.HEARTBEAT), owner=name)
@@ -323,7 +323,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
         An outcome with `errors` aborts its task (running → aborted), one without completes it
         (running → completed, progress 1.0, with its `result`). Each row is fenced on its lease
-        (running, owned by `worker`, the same `attempts`) and gets its TaskCompletion/TaskAbort
+        (running, owned by `worker`, the same lease number) and gets its TaskCompletion/TaskAbort
         row in the same transaction (on PostgreSQL, in the same statement). A pk missing from the
         result was not written: `refusals()` says why.
         """
@@ -349,7 +349,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         return finishing.finish_and_lease(self, worker, outcomes, queues, limit, timeout)
 
     def refusals(self, worker: Worker | str, leases: Mapping[int, int]) -> dict[int, ScyllaError]:
-        """Why `worker` no longer holds these leases (task pk → attempts), one error per pk:
+        """Why `worker` no longer holds these leases (task pk → lease number), one error per pk:
         see `refusals.refusal_errors`."""
         return refusal_errors(self, worker_name(worker), leases)
 
@@ -486,13 +486,16 @@ class Task(models.Model):
         *,
         progress: float | None = None,
         timeout: timedelta | float | None = None,
+        lease: int | None = None,
     ) -> None:
         """Extend the lease: `deadline = now + timeout`, and record `progress` if given.
 
         Without `timeout`, the lease is extended by its own length (the `timeout` it was leased
-        with). Only the holder of the lease (owner and attempt) may heartbeat. Raises
+        with). Only the holder of the lease (owner and lease number) may heartbeat. Raises
         TaskCancelled if the task was cancelled (stop working on it), LeaseLost if the lease
-        was reset or taken over.
+        was reset or taken over. `lease` is the lease number the write is fenced on (this
+        object's `attempts`, as leased, if not given); so for `complete`, `abort` and
+        `yield_lease`.
         """
         if timeout is None:
             timeout = self.lease_length or scylla_settings.LEASE_TIMEOUT
@@ -501,10 +504,17 @@ class Task(models.Model):
         if progress is not None:
             values["progress"] = validate_progress(progress)
         self._apply(
-            Operation.HEARTBEAT, worker, values, refresh=["deadline", "progress"], fence=NOT_YIELDED
+            Operation.HEARTBEAT,
+            worker,
+            values,
+            refresh=["deadline", "progress"],
+            fence=NOT_YIELDED,
+            lease=lease,
         )
 
-    def complete(self, worker: Worker | str, result: Any = None) -> None:
+    def complete(
+        self, worker: Worker | str, result: Any = None, *, lease: int | None = None
+    ) -> None:
         """running → completed, with progress 1.0 and an optional JSON `result`."""
         values = {
             "status": Status.COMPLETED,
@@ -512,9 +522,16 @@ class Task(models.Model):
             "deadline": None,
             "result": validate_json(result, "result", allow_null=True),
         }
-        self._apply(Operation.COMPLETE, worker, values)
+        self._apply(Operation.COMPLETE, worker, values, lease=lease)
 
-    def abort(self, worker: Worker | str, errors: Any, *, retry: bool | None = None) -> Task | None:
+    def abort(
+        self,
+        worker: Worker | str,
+        errors: Any,
+        *,
+        retry: bool | None = None,
+        lease: int | None = None,
+    ) -> Task | None:
         """running → aborted, recording `errors` (at least one `{code, args, description}`).
 
         Running tasks carry no errors (only an abort writes them, and it ends the task), so the
@@ -529,11 +546,11 @@ class Task(models.Model):
         values = {"status": Status.ABORTED, "deadline": None, "errors": cleaned}
         policy = successors.retry_decision(self, cleaned, retry)
         if policy is None:
-            self._apply(Operation.ABORT, worker, values)
+            self._apply(Operation.ABORT, worker, values, lease=lease)
             return None
         using = self._state.db or "default"
         with db.write_atomic(using):
-            self._apply(Operation.ABORT, worker, values)
+            self._apply(Operation.ABORT, worker, values, lease=lease)
             successor: Task | None = successors.submit_retry(self, policy, using)
             return successor
 
@@ -547,7 +564,7 @@ class Task(models.Model):
         successor: Task = successors.resubmit(self)
         return successor
 
-    def yield_lease(self, worker: Worker | str) -> None:
+    def yield_lease(self, worker: Worker | str, *, lease: int | None = None) -> None:
         """Give the task back: `deadline = now - 1 s` and a TaskYield{worker, progress} row.
 
         The task stays running until the monitor's next pass makes it ready, without writing a
@@ -558,6 +575,7 @@ class Task(models.Model):
             worker,
             {"deadline": db.now_plus(timedelta(seconds=-1), Clock)},
             notify=(db.READY_CHANNEL, "queue"),
+            lease=lease,
         )
 
     def cancel(self) -> None:
@@ -578,24 +596,28 @@ class Task(models.Model):
         refresh: Sequence[str] = ("status", "progress", "deadline", "owner", "errors", "result"),
         fence: Q | None = None,
         notify: tuple[str, str] | None = None,
+        lease: int | None = None,
     ) -> None:
         """Make `operation` on this task: one conditional write of `values`, fenced by the
         operation's source statuses (and by `fence`, and for a worker operation by owner and
-        attempts), with its History row; then refresh the fields `refresh` from the row.
+        lease number), with its History row; then refresh the fields `refresh` from the row.
 
-        `notify` is a (channel, field) pair: on PostgreSQL the statement notifies the channel
-        with that field's value. A write that matches no row raises the specific refusal.
+        `lease` is the lease number a worker operation is fenced on: the task's `attempts`
+        as it was leased (this object's, if not given). `notify` is a (channel, field) pair:
+        on PostgreSQL the statement notifies the channel with that field's value. A write that
+        matches no row raises the specific refusal.
         """
         transition = TRANSITIONS[operation]
         name = worker_name(worker) if worker is not None else None
+        held = self.attempts if lease is None else lease
         using = self._state.db or "default"
         fenced = Task.objects.using(using).filter(pk=self.pk, status__in=sources(operation))
         if fence is not None:
             fenced = fenced.filter(fence)
         if transition.owner_only:
             # Fenced on the lease itself: a late call from an earlier lease of the same worker
-            # (reset, then leased again) carries an older attempt and matches nothing.
-            fenced = fenced.filter(owner=name, attempts=self.attempts)
+            # (reset, then leased again) carries an older lease number and matches nothing.
+            fenced = fenced.filter(owner=name, attempts=held)
         fields = [*refresh, "updated"]
         # The History row names the owner: the worker itself for a worker operation (the fence
         # checked owner = worker), the worker it is taken from for a cancel.
@@ -604,13 +626,13 @@ class Task(models.Model):
                 fenced, History, {"updated": Clock(), **values}, fields, operation, notify
             )
             if row is None:
-                raise self._refusal(operation, name, using)
+                raise self._refusal(operation, name, held, using)
             for field_name, value in row.items():
                 setattr(self, field_name, value)
         else:
             with db.write_atomic(using):
                 if fenced.update(updated=Clock(), **values) != 1:
-                    raise self._refusal(operation, name, using)
+                    raise self._refusal(operation, name, held, using)
                 self.refresh_from_db(using=using, fields=[*fields, "owner", "progress"])
                 if transition.event is not None:
                     History.objects.using(using).create(
@@ -623,7 +645,9 @@ class Task(models.Model):
         if transition.target in TERMINAL_STATUSES:
             send_on_commit(signals.task_finished, using, task=self, status=self.status)
 
-    def _refusal(self, operation: Operation, worker: str | None, using: str) -> Exception:
+    def _refusal(
+        self, operation: Operation, worker: str | None, lease: int, using: str
+    ) -> Exception:
         """The specific error for a conditional write that matched no row."""
         current = Task.objects.using(using).filter(pk=self.pk).values("status").first()
         if current is None:
@@ -631,7 +655,7 @@ class Task(models.Model):
         status = current["status"]
         if TRANSITIONS[operation].owner_only:
             assert worker is not None, "a worker operation names its worker"
-            return Task.objects.using(using).refusals(worker, {self.pk: self.attempts})[self.pk]
+            return Task.objects.using(using).refusals(worker, {self.pk: lease})[self.pk]
         return InvalidTransition(
             f"Cannot {operation} task {self.rn}: it is {status}.", rn=self.rn, status=status
         )
@@ -658,16 +682,16 @@ class Task(models.Model):
 
     # -- operators --------------------------------------------------------------------------
 
-    def reset_lease(self, owner: str, attempt: int) -> None:
+    def reset_lease(self, owner: str, lease: int) -> None:
         """ "Reset lease now": running → ready at once, for a lease whose worker is gone.
 
-        Fenced on what the operator saw: the task must still be running, held by `owner` in
-        its `attempt`-th assignment, and `owner` must not be alive (it is silent, dead,
-        stopped or unknown). The owner and deadline are cleared, progress goes back to 0 and a
-        TaskTimeout{owner, progress} row is written, as when the monitor resets an expired
-        lease. If the worker resumes, its next write fails with LeaseLost.
+        Fenced on what the operator saw: the task must still be running, held by `owner` under
+        lease number `lease` (its `lease`-th assignment), and `owner` must not be alive (it is
+        silent, dead, stopped or unknown). The owner and deadline are cleared, progress goes
+        back to 0 and a TaskTimeout{owner, progress} row is written, as when the monitor
+        resets an expired lease. If the worker resumes, its next write fails with LeaseLost.
 
-        Raises OwnerAlive, LeaseLost (another owner or attempt now), InvalidTransition (not
+        Raises OwnerAlive, LeaseLost (another owner or lease now), InvalidTransition (not
         running) or TaskNotFound; nothing is written then.
         """
         transition = TRANSITIONS[Operation.RESET_LEASE]
@@ -682,14 +706,14 @@ class Task(models.Model):
             pk=self.pk,
             status__in=sources(Operation.RESET_LEASE),
             owner=owner,
-            attempts=attempt,
+            attempts=lease,
         )
         with db.write_atomic(using):
             row = fenced.select_for_update().values("progress").first()
             if row is None or not fenced.update(
                 status=transition.target, owner=None, deadline=None, progress=0.0, updated=Now()
             ):
-                raise lease_reset_refusal(self, owner, attempt, using)
+                raise lease_reset_refusal(self, owner, lease, using)
             History.objects.using(using).create(
                 task=self, typ=event, worker=owner, progress=row["progress"]
             )

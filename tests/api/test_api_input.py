@@ -143,7 +143,7 @@ def test_a_bad_worker_name_is_a_4xx(staff_api, staff, operation, worker_name):
 def test_bad_numbers_in_worker_bodies_are_400(staff_api, staff, value):
     worker = worker_of(staff)
     task = running_task(worker, rn="t1")
-    body = f'{{"worker": "{worker.name}", "attempt": 1, "progress": {value}, "timeout": {value}}}'
+    body = f'{{"worker": "{worker.name}", "lease": 1, "progress": {value}, "timeout": {value}}}'
     response = raw(staff_api, "/tasks/t1/heartbeat/", body)
     assert set(assert_error(response, 400, "invalid")["errors"]) == {"progress", "timeout"}
     lease = raw(
@@ -252,7 +252,7 @@ def test_server_owned_fields_cannot_ride_along_a_worker_operation(staff_api, sta
     before = reload(task)
     body = {
         "worker": worker.name,
-        "attempt": 1,
+        "lease": 1,
         "owner": "worker-0",
         "status": "ready",
         "attempts": 0,

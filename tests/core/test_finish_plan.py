@@ -30,7 +30,7 @@ def test_a_finish_reads_only_its_own_rows_however_many_tasks_its_worker_finished
     [task] = Task.objects.lease(worker, ["work"])
 
     statement, params = db.finish_statement(TABLES, "default")
-    row = {"id": task.pk, "attempts": task.attempts, "status": "completed", "result": 1}
+    row = {"id": task.pk, "lease": task.attempts, "status": "completed", "result": 1}
     rows = [{**row, "errors": None}]
     params.update(rows=json.dumps(rows), worker=worker.name)
     plan = prepared_plan(statement, params, mode, analyze=True)
@@ -44,7 +44,7 @@ def test_a_finish_reads_only_its_own_rows_however_many_tasks_its_worker_finished
 
 
 def test_the_worker_s_finish_still_fences_each_row():
-    """Found by key, each row is still fenced on its lease: a stale attempt is refused."""
+    """Found by key, each row is still fenced on its lease: a stale lease is refused."""
     worker = Worker.objects.register(queues=["work"])
     first, second = (Task.objects.submit("work", {"n": n}) for n in range(2))
     leased = {t.pk: t for t in Task.objects.lease(worker, ["work"], limit=2)}

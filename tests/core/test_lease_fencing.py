@@ -1,4 +1,4 @@
-"""Leases belong to registered workers, are fenced on owner and attempt, keep their length, and
+"""Leases belong to registered workers, are fenced on owner and lease number, keep their length, and
 their History times follow causal order."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tests.helpers import expire
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-# -- fenced on the lease (owner and attempt) ----------------------------------------------------
+# -- fenced on the lease (owner and lease number) -------------------------------------------------
 
 
 def test_a_late_call_from_an_earlier_lease_of_the_same_worker_is_lease_lost(worker):
@@ -210,10 +210,10 @@ def test_an_http_call_from_an_earlier_lease_is_409_lease_lost(http_worker, opera
         body["errors"] = [{"code": "x"}]
 
     missing = client.post(f"/api/scylla/tasks/t1/{operation}/", body, format="json")
-    assert missing.status_code == 400 and "attempt" in missing.json()["errors"]
-    late = client.post(f"/api/scylla/tasks/t1/{operation}/", {**body, "attempt": 1}, format="json")
+    assert missing.status_code == 400 and "lease" in missing.json()["errors"]
+    late = client.post(f"/api/scylla/tasks/t1/{operation}/", {**body, "lease": 1}, format="json")
     assert late.status_code == 409 and late.json()["code"] == "lease_lost", late.content
     assert Task.objects.get(pk=first.pk).status == Status.RUNNING
-    held = client.post(f"/api/scylla/tasks/t1/{operation}/", {**body, "attempt": 2}, format="json")
+    held = client.post(f"/api/scylla/tasks/t1/{operation}/", {**body, "lease": 2}, format="json")
     assert held.status_code == 200, held.content
     assert held.json()["attempts"] == second.attempts == 2

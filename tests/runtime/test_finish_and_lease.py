@@ -56,7 +56,7 @@ def test_a_refused_outcome_is_not_written_and_the_lease_still_happens(worker):
     assert refused[held.pk].code == "task_cancelled"
 
 
-def test_a_stale_attempt_is_refused(worker):
+def test_a_stale_lease_is_refused(worker):
     task = Task.objects.submit("default", {})
     [held] = Task.objects.lease(worker, ["default"])
     finished, leased = Task.objects.finish_and_lease(

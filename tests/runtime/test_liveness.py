@@ -214,14 +214,14 @@ def test_reset_lease_of_a_dead_stopped_or_unknown_owner(worker, state):
     assert Task.objects.get(pk=task.pk).status == Status.READY
 
 
-def test_reset_lease_is_fenced_on_owner_and_attempt(worker, other_worker):
+def test_reset_lease_is_fenced_on_owner_and_lease(worker, other_worker):
     task = running_task(worker)
     backdate(worker)
     stale = Task.objects.get(pk=task.pk)
     task.reset_lease(worker.name, 1)
     [again] = Task.objects.lease(other_worker, ["default"])
     backdate(other_worker)
-    with pytest.raises(LeaseLost, match="attempt 2"):
+    with pytest.raises(LeaseLost, match="under lease 2"):
         stale.reset_lease(worker.name, 1)  # what the operator saw is gone
     with pytest.raises(LeaseLost):
         stale.reset_lease(other_worker.name, 1)
