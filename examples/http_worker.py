@@ -7,7 +7,7 @@ It is what a worker in any language does:
 2. ``POST workers/<name>/lease/`` leases as many tasks as it has free slots (pull model).
 3. Each task runs in a thread. A heartbeat thread sends ``POST tasks/<rn>/heartbeat/`` for every
    task in flight, with its progress, well before the lease expires. Every call about a task
-   names the lease it holds: ``worker`` and ``lease`` (the task's ``attempts`` as leased). A
+   names the lease it holds: ``worker`` and ``lease`` (the task's ``leases`` as leased). A
    409 ``task_cancelled`` or ``lease_lost`` means: stop working on that task and write nothing
    more for it.
 4. ``POST tasks/<rn>/complete/`` with the handler's result, or ``tasks/<rn>/abort/`` with the
@@ -98,7 +98,7 @@ class Job:
     def __init__(self, task: dict[str, Any]) -> None:
         self.task = task
         self.rn: str = task["rn"]
-        self.lease: int = task["attempts"]  # which lease of the task this is
+        self.lease: int = task["leases"]  # which lease of the task this is
         self.progress: float = task.get("progress", 0.0)
         self.stop_reason: str | None = None
         self.failed_heartbeats = 0

@@ -4,7 +4,7 @@
 |---|---|---|
 | `LEASE_TIMEOUT` | 10 s | lease length given by `lease()` and `heartbeat()` when none is passed |
 | `RETENTION` | 10 days | terminal tasks older than this (by `updated`) are purged by the monitor |
-| `MAX_ATTEMPTS` | `None` (off) | abort a task that times out after this many assignments |
+| `MAX_LEASES` | `None` (off) | abort a task that times out after this many assignments |
 | `SPEC_SIZE_LIMIT` | 1 MiB | largest `spec` (and `result`) accepted, in bytes of compact JSON |
 | `DEFAULT_PRIORITY` | 0 | priority of a submitted task that names none |
 | `PURGE_BATCH_SIZE` | 1000 | rows deleted per transaction by `purge()` |
@@ -35,7 +35,7 @@ LEASE_MIN = timedelta(seconds=1)
 DEFAULTS: dict[str, Any] = {
     "LEASE_TIMEOUT": timedelta(seconds=10),
     "RETENTION": timedelta(days=10),
-    "MAX_ATTEMPTS": None,
+    "MAX_LEASES": None,
     "SPEC_SIZE_LIMIT": 1024 * 1024,
     "DEFAULT_PRIORITY": 0,
     "PURGE_BATCH_SIZE": 1000,
@@ -99,9 +99,9 @@ class ScyllaSettings:
         return as_duration(self._raw("RETENTION"), "RETENTION")
 
     @property
-    def MAX_ATTEMPTS(self) -> int | None:
-        value = self._raw("MAX_ATTEMPTS")
-        return None if value is None else as_int(value, "MAX_ATTEMPTS", minimum=1)
+    def MAX_LEASES(self) -> int | None:
+        value = self._raw("MAX_LEASES")
+        return None if value is None else as_int(value, "MAX_LEASES", minimum=1)
 
     @property
     def SPEC_SIZE_LIMIT(self) -> int:

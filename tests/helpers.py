@@ -34,7 +34,7 @@ TASK_FIELDS = {
     "result",
     "owner",
     "deadline",
-    "attempts",
+    "leases",
     "retry_of",
     "root",
     "attempt",

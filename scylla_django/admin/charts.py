@@ -165,7 +165,7 @@ def intervals(
         F("time") - Greatest("task__created", Coalesce("task__not_before", "task__created")),
         output_field=DurationField(),
     )
-    first_lease = Q(typ=EventType.ASSIGNMENT, task__attempts=1)
+    first_lease = Q(typ=EventType.ASSIGNMENT, task__leases=1)
     events = History.objects.filter(
         typ__in=[EventType.ASSIGNMENT, EventType.COMPLETION, EventType.ABORT], time__gte=since
     ).annotate(interval=truncate("time"))

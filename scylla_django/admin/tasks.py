@@ -190,7 +190,7 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         "priority",
         "progress_bar",
         "owner_link",
-        "attempts",
+        "leases",
         "created_at",
         "updated_at",
         "deadline_at",
@@ -228,7 +228,7 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
                 "fields": (
                     ("rn", "queue"),
                     ("status_badge", "priority", "progress_bar"),
-                    ("owner_link", "attempts", "deadline_time"),
+                    ("owner_link", "leases", "deadline_time"),
                     ("created_time", "updated_time", "not_before_at"),
                     ("chain",),
                 )
@@ -585,7 +585,7 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
                     ),
                     scylla_owner=task.owner,
                     scylla_owner_state=state,
-                    scylla_lease=task.attempts,
+                    scylla_lease=task.leases,
                 )
         return buttons
 

@@ -5,7 +5,7 @@ JSON shapes use the field names of the README's "The task" and "REST API".
 Request serializers only parse and check input, with the validators of `validation.py`; the
 views hand the result to the model methods, which validate again and do the writing. Request
 serializers reject keys they do not declare (400 `unknown_field`), so a client can never set a
-server-owned field (status, owner, deadline, history, errors, attempts, created, updated).
+server-owned field (status, owner, deadline, history, errors, leases, created, updated).
 Types are strict: `"5"` is not a number, `1` is not a string and `true` is not an integer.
 """
 
@@ -224,7 +224,7 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "result",
             "owner",
             "deadline",
-            "attempts",
+            "leases",
             "retry_of",
             "root",
             "attempt",
@@ -399,7 +399,7 @@ class WorkerActionSerializer(StrictSerializer):
         min_value=1,
         max_value=2**31 - 1,
         help_text=(
-            "The lease number: the task's `attempts` as the lease returned it. A call from an "
+            "The lease number: the task's `leases` as the lease returned it. A call from an "
             "earlier lease of "
             "the same worker is refused with 409 `lease_lost`."
         ),

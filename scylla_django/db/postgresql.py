@@ -267,7 +267,7 @@ def _lease_sql(
             UPDATE {task_table} AS t
             SET status = %(target)s, owner = %(worker)s,
                 deadline = clock.now + %(timeout)s, lease_length = %(timeout)s,
-                attempts = t.attempts + 1, updated = clock.now
+                leases = t.leases + 1, updated = clock.now
             FROM clock
             -- The rows `picked` locked, by their tuple ids: a TID scan, whatever the planner
             -- knows of the table (joined by key and re-filtered by status, a table without
@@ -358,7 +358,7 @@ def _finish_ctes(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
             -- worker had ever finished, on every finish. A row changed by a concurrent
             -- transaction is re-checked, fence included, on its new version.
             WHERE t.id = ANY(ARRAY(SELECT id FROM outcome)) AND t.id = o.id
-              AND (t.status, t.owner, t.attempts)
+              AND (t.status, t.owner, t.leases)
                 IS NOT DISTINCT FROM (%(running)s, %(worker)s, o.lease)
             RETURNING t.id, t.status, t.progress, t.updated
         ), logged AS (

@@ -17,7 +17,7 @@ from ..validation import validate_errors, validate_json
 class Outcome:
     """How a worker ends one lease, for `TaskQuerySet.finish_many`.
 
-    The lease is the task's pk and its lease number (its `attempts` when leased). Without
+    The lease is the task's pk and its lease number (its `leases` when leased). Without
     `errors` the task is completed with `result`; with them it is aborted.
     """
 

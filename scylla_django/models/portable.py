@@ -78,7 +78,7 @@ def lease(
             owner=name,
             deadline=now + lease_for,
             lease_length=lease_for,
-            attempts=F("attempts") + 1,
+            leases=F("leases") + 1,
             updated=now,
         )
         if leased != len(ids):  # only possible if the database ignored the row locks
@@ -106,7 +106,7 @@ def finish(
             else:
                 values["errors"] = row["errors"]
             fenced = manager.filter(
-                pk=row["id"], status=Status.RUNNING, owner=name, attempts=row["lease"]
+                pk=row["id"], status=Status.RUNNING, owner=name, leases=row["lease"]
             )
             if fenced.update(updated=now, **values):
                 done[row["id"]] = now

@@ -33,7 +33,7 @@ def refusal_errors(
         pk: (rn, status, owner, now_lease)
         for pk, rn, status, owner, now_lease in tasks.model.objects.using(tasks.db)
         .filter(pk__in=list(leases))
-        .values_list("pk", "rn", "status", "owner", "attempts")
+        .values_list("pk", "rn", "status", "owner", "leases")
     }
     finished = finished_by(name, list(current), tasks.db)
     errors: dict[int, ScyllaError] = {}
@@ -66,7 +66,7 @@ def lease_reset_refusal(task: Any, owner: str, lease: int, using: str) -> Scylla
         type(task)
         ._default_manager.using(using)
         .filter(pk=task.pk)
-        .values("status", "owner", "attempts")
+        .values("status", "owner", "leases")
         .first()
     )
     if current is None:
@@ -78,10 +78,10 @@ def lease_reset_refusal(task: Any, owner: str, lease: int, using: str) -> Scylla
             rn=task.rn,
             status=status,
         )
-    if current["owner"] != owner or current["attempts"] != lease:
+    if current["owner"] != owner or current["leases"] != lease:
         return LeaseLost(
             f"Task {task.rn} is now held by {current['owner']} under lease "
-            f"{current['attempts']}, not by {owner} under lease {lease}.",
+            f"{current['leases']}, not by {owner} under lease {lease}.",
             rn=task.rn,
             status=status,
         )

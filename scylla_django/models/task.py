@@ -138,7 +138,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         """Lease up to `limit` ready tasks from `queues` for `worker`: ready → running.
 
         Highest priority first, then oldest `created`. Each leased task gets `owner`,
-        `deadline = now + timeout` (default `SCYLLA['LEASE_TIMEOUT']`), `attempts + 1` and a
+        `deadline = now + timeout` (default `SCYLLA['LEASE_TIMEOUT']`), `leases + 1` and a
         TaskAssignment History row; the lease length is kept on the task (`lease_length`) for
         heartbeats given no timeout. No task is ever leased twice: concurrent callers skip each
         other's rows (PostgreSQL) or are serialised (SQLite).
@@ -217,8 +217,8 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
         An expired running task becomes ready (owner and deadline cleared, progress 0) with a
         TaskTimeout{worker, progress} row, unless its last History row is a TaskYield, in which
-        case no TaskTimeout is written. A timed-out task that has had `SCYLLA['MAX_ATTEMPTS']`
-        assignments is aborted with the error `max_attempts_exceeded` instead. Any number of
+        case no TaskTimeout is written. A timed-out task that has had `SCYLLA['MAX_LEASES']`
+        assignments is aborted with the error `max_leases_exceeded` instead. Any number of
         monitors may run this at once: each expiry is handled exactly once.
         """
         return maintenance.reset_expired(self, batch_size)
@@ -290,7 +290,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
     ) -> set[int]:
         """Extend several leases of `worker` in one statement; return the pks it extended.
 
-        `leases` maps a task pk to `(lease, progress)`: a lease number is the task's `attempts`
+        `leases` maps a task pk to `(lease, progress)`: a lease number is the task's `leases`
         when it was leased, so a late call from an earlier lease of the same task is refused, and a
         progress of None leaves the progress as it is. Each row is fenced as `Task.heartbeat()`
         fences it (running, owned by `worker`, not yielded). A pk missing from the result was
@@ -302,7 +302,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
             return set()
         held = Q()
         for pk, (lease, _) in leases.items():
-            held |= Q(pk=pk, attempts=lease)
+            held |= Q(pk=pk, leases=lease)
         fenced = (
             self.model.objects.using(self.db)
             .filter(held, status__in=sources(Operation.HEARTBEAT), owner=name)
@@ -375,7 +375,7 @@ class Task(models.Model):
     # Null, not "": a task has no owner until its first lease, and CHECKs test IS NULL.
     owner = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     deadline = models.DateTimeField(null=True, blank=True)
-    attempts = models.PositiveIntegerField(default=0)
+    leases = models.PositiveIntegerField(default=0)
     # The timeout of the current lease: a heartbeat given none extends the lease by this much.
     lease_length = models.DurationField(null=True, blank=True, editable=False)
     # Retry chains (scylla_django.retries): a retry is a new task, linked by rn to the task it
@@ -494,7 +494,7 @@ class Task(models.Model):
         with). Only the holder of the lease (owner and lease number) may heartbeat. Raises
         TaskCancelled if the task was cancelled (stop working on it), LeaseLost if the lease
         was reset or taken over. `lease` is the lease number the write is fenced on (this
-        object's `attempts`, as leased, if not given); so for `complete`, `abort` and
+        object's `leases`, as leased, if not given); so for `complete`, `abort` and
         `yield_lease`.
         """
         if timeout is None:
@@ -602,14 +602,14 @@ class Task(models.Model):
         operation's source statuses (and by `fence`, and for a worker operation by owner and
         lease number), with its History row; then refresh the fields `refresh` from the row.
 
-        `lease` is the lease number a worker operation is fenced on: the task's `attempts`
+        `lease` is the lease number a worker operation is fenced on: the task's `leases`
         as it was leased (this object's, if not given). `notify` is a (channel, field) pair:
         on PostgreSQL the statement notifies the channel with that field's value. A write that
         matches no row raises the specific refusal.
         """
         transition = TRANSITIONS[operation]
         name = worker_name(worker) if worker is not None else None
-        held = self.attempts if lease is None else lease
+        held = self.leases if lease is None else lease
         using = self._state.db or "default"
         fenced = Task.objects.using(using).filter(pk=self.pk, status__in=sources(operation))
         if fence is not None:
@@ -617,7 +617,7 @@ class Task(models.Model):
         if transition.owner_only:
             # Fenced on the lease itself: a late call from an earlier lease of the same worker
             # (reset, then leased again) carries an older lease number and matches nothing.
-            fenced = fenced.filter(owner=name, attempts=held)
+            fenced = fenced.filter(owner=name, leases=held)
         fields = [*refresh, "updated"]
         # The History row names the owner: the worker itself for a worker operation (the fence
         # checked owner = worker), the worker it is taken from for a cancel.
@@ -706,7 +706,7 @@ class Task(models.Model):
             pk=self.pk,
             status__in=sources(Operation.RESET_LEASE),
             owner=owner,
-            attempts=lease,
+            leases=lease,
         )
         with db.write_atomic(using):
             row = fenced.select_for_update().values("progress").first()

@@ -103,7 +103,7 @@ class Heartbeat:
                 return
             leases = {
                 ctx.task.pk: (
-                    ctx.task.attempts,
+                    ctx.task.leases,
                     None if ctx.progress == ctx.sent_progress else ctx.progress,
                 )
                 for ctx in live

@@ -89,7 +89,7 @@ class Slots:
                 worker.name,
                 task.rn,
                 task.queue,
-                task.attempts,
+                task.leases,
             )
         return started
 

@@ -286,7 +286,7 @@ def test_charts_measure_the_wait_to_a_first_lease(worker):
         leased_after(worker, f"w{n}", "mail", timedelta(seconds=seconds)).complete(worker)
     again = leased_after(worker, "again", "mail", timedelta(hours=5))
     again.yield_lease(worker)  # leased twice: its wait is not known
-    Task.objects.filter(pk=again.pk).update(attempts=2)
+    Task.objects.filter(pk=again.pk).update(leases=2)
     data = charts.build("hour").as_json()
     [p50] = [v for v in data["wait_p50"]["mail"] if v is not None]
     [p95] = [v for v in data["wait_p95"]["mail"] if v is not None]

@@ -56,7 +56,7 @@ def test_submit_creates_a_ready_task(api):
         50,
         Status.READY,
     )
-    assert body["status"] == "ready" and body["attempts"] == 0 and body["errors"] == []
+    assert body["status"] == "ready" and body["leases"] == 0 and body["errors"] == []
     assert body["owner"] is None and body["deadline"] is None and body["result"] is None
 
 
@@ -367,7 +367,7 @@ def test_lease_hands_out_running_tasks_highest_priority_first(as_worker, mine):
     tasks = response.json()["tasks"]
     assert [t["rn"] for t in tasks] == ["high", "low"]
     assert all(t["status"] == "running" and t["owner"] == mine.name for t in tasks)
-    assert all(t["attempts"] == 1 and set(t) == TASK_FIELDS for t in tasks)
+    assert all(t["leases"] == 1 and set(t) == TASK_FIELDS for t in tasks)
     leased = Task.objects.get(rn="high")
     assert timedelta(seconds=55) < leased.deadline - leased.updated <= timedelta(seconds=60)
 

@@ -28,7 +28,7 @@ def test_a_late_call_from_an_earlier_lease_of_the_same_worker_is_lease_lost(work
     expire(first)
     assert Task.objects.reset_expired() == 1
     [second] = Task.objects.lease(worker, ["default"], timeout=30)
-    assert second.pk == first.pk and (first.attempts, second.attempts) == (1, 2)
+    assert second.pk == first.pk and (first.leases, second.leases) == (1, 2)
 
     calls = {
         "heartbeat": lambda task: task.heartbeat(worker, progress=0.5),
@@ -87,7 +87,7 @@ def test_only_a_registered_worker_may_lease(name):
     with pytest.raises(WorkerNotFound):
         Task.objects.lease(name, ["default"])
     stored = Task.objects.get(pk=task.pk)
-    assert (stored.status, stored.owner, stored.attempts) == (Status.READY, None, 0)
+    assert (stored.status, stored.owner, stored.leases) == (Status.READY, None, 0)
     assert not History.objects.filter(task=task).exists()
 
 
@@ -216,4 +216,4 @@ def test_an_http_call_from_an_earlier_lease_is_409_lease_lost(http_worker, opera
     assert Task.objects.get(pk=first.pk).status == Status.RUNNING
     held = client.post(f"/api/scylla/tasks/t1/{operation}/", {**body, "lease": 2}, format="json")
     assert held.status_code == 200, held.content
-    assert held.json()["attempts"] == second.attempts == 2
+    assert held.json()["leases"] == second.leases == 2

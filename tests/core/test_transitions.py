@@ -42,7 +42,7 @@ def test_submit_creates_a_ready_task_with_a_generated_rn():
     assert stored.spec == {"to": "a@b.c"}
     assert len(stored.rn) == 36  # a UUID
     assert stored.created == stored.updated == task.created
-    assert (stored.progress, stored.attempts, stored.owner, stored.deadline) == (0.0, 0, None, None)
+    assert (stored.progress, stored.leases, stored.owner, stored.deadline) == (0.0, 0, None, None)
     assert stored.errors == [] and stored.result is None
     assert events(stored) == []
 
@@ -115,7 +115,7 @@ def test_lease_marks_running_with_owner_deadline_attempt_and_assignment(worker):
     stored = reload(task)
     assert stored.status == Status.RUNNING
     assert stored.owner == worker.name
-    assert stored.attempts == 1
+    assert stored.leases == 1
     # Both timestamps come from the same database clock reading.
     assert stored.deadline - stored.updated == timedelta(seconds=30)
     assert (leased.status, leased.owner, leased.deadline) == (
@@ -312,7 +312,7 @@ def test_yield_expires_the_lease_and_reset_writes_no_timeout(worker, other_worke
     assert (stored.status, stored.owner, stored.progress) == (Status.READY, None, 0.0)
     assert [typ for typ, _ in events(task)] == [EventType.ASSIGNMENT, EventType.YIELD]
     [again] = Task.objects.lease(other_worker, ["default"])
-    assert (again.pk, again.attempts) == (task.pk, 2)
+    assert (again.pk, again.leases) == (task.pk, 2)
 
 
 def test_reset_expired_makes_ready_with_a_timeout_entry(worker):
@@ -348,16 +348,16 @@ def test_reset_expired_handles_several_batches(worker):
 
 
 def test_max_attempts_aborts_a_task_that_keeps_timing_out(worker, settings):
-    settings.SCYLLA = {"MAX_ATTEMPTS": 2}
+    settings.SCYLLA = {"MAX_LEASES": 2}
     task = TaskFactory()
     for attempt in (1, 2):
         [leased] = Task.objects.lease(worker, ["default"])
-        assert leased.attempts == attempt
+        assert leased.leases == attempt
         expire(leased)
         assert Task.objects.reset_expired() == 1
     stored = reload(task)
     assert stored.status == Status.ABORTED
-    assert stored.errors[0]["code"] == "max_attempts_exceeded"
+    assert stored.errors[0]["code"] == "max_leases_exceeded"
     assert stored.owner == worker.name
     assert [typ for typ, _ in events(task)] == [
         EventType.ASSIGNMENT,
@@ -369,7 +369,7 @@ def test_max_attempts_aborts_a_task_that_keeps_timing_out(worker, settings):
 
 
 def test_max_attempts_does_not_count_a_yield_as_a_failure(worker, settings):
-    settings.SCYLLA = {"MAX_ATTEMPTS": 1}
+    settings.SCYLLA = {"MAX_LEASES": 1}
     task = running_task(worker)
     task.yield_lease(worker)
     Task.objects.reset_expired()

@@ -59,15 +59,15 @@ def test_settings_defaults(settings):
     settings.SCYLLA = {}
     assert scylla_settings.LEASE_TIMEOUT == timedelta(seconds=10)
     assert scylla_settings.RETENTION == timedelta(days=10)
-    assert scylla_settings.MAX_ATTEMPTS is None
+    assert scylla_settings.MAX_LEASES is None
     assert scylla_settings.SPEC_SIZE_LIMIT == 1024 * 1024
     assert scylla_settings.DEFAULT_PRIORITY == 0
 
 
 def test_settings_are_read_live(settings):
-    settings.SCYLLA = {"LEASE_TIMEOUT": 30, "MAX_ATTEMPTS": 5}
+    settings.SCYLLA = {"LEASE_TIMEOUT": 30, "MAX_LEASES": 5}
     assert scylla_settings.LEASE_TIMEOUT == timedelta(seconds=30)
-    assert scylla_settings.MAX_ATTEMPTS == 5
+    assert scylla_settings.MAX_LEASES == 5
     del settings.SCYLLA
     assert scylla_settings.LEASE_TIMEOUT == timedelta(seconds=10)
 
@@ -79,7 +79,7 @@ def test_settings_are_read_live(settings):
         {"LEASE_TIMEOUT": "10 parsecs"},
         {"LEASE_TIMEOUT": 0.5},
         {"RETENTION": -5},
-        {"MAX_ATTEMPTS": 0},
+        {"MAX_LEASES": 0},
         {"DEFAULT_PRIORITY": 256},
         {"SPEC_SIZE_LIMIT": True},
     ],

@@ -88,4 +88,4 @@ def test_reset_lease_now_is_fenced_against_a_worker_that_resumes():
         (EventType.ASSIGNMENT, worker.name),
         (EventType.COMPLETION, worker.name),
     ]
-    assert Task.objects.get(rn="s").attempts == 2
+    assert Task.objects.get(rn="s").leases == 2

@@ -116,8 +116,8 @@ def worker_model(db) -> Worker:
 
 
 def test_a_task_the_monitor_aborted_stops_in_its_old_worker(settings):
-    """SIGSTOP past the lease with MAX_ATTEMPTS: the monitor aborts; the old owner must stop."""
-    settings.SCYLLA = {"MAX_ATTEMPTS": 1}
+    """SIGSTOP past the lease with MAX_LEASES: the monitor aborts; the old owner must stop."""
+    settings.SCYLLA = {"MAX_LEASES": 1}
     task = Task.objects.submit("t-sleep", {"seconds": 30})
     process = worker("t-sleep", lease="1s", extra=("--max-tasks", "1"))
     try:
@@ -135,7 +135,7 @@ def test_a_task_the_monitor_aborted_stops_in_its_old_worker(settings):
     assert time.monotonic() - resumed < 5, output  # not the handler's 30 s
     assert f"{owner} does not hold lease" in output
     task.refresh_from_db()
-    assert task.errors[0]["code"] == "max_attempts_exceeded"
+    assert task.errors[0]["code"] == "max_leases_exceeded"
     assert task.result is None
     # Through the Python API, the old owner learns that the lease is lost.
     for late_write in (
@@ -204,8 +204,8 @@ def test_a_database_outage_longer_than_the_lease(private_cluster):
         back = datetime.now(UTC)
         wait_until(lambda: status("kept") == "completed", timeout=10, what="the kept outcome")
         wait_until(lambda: status("expires") == "ready", timeout=10, what="the reset")
-        [(attempts, completed)] = cluster.query(
-            "SELECT attempts, updated FROM scylla_django_task WHERE rn = 'kept'"
+        [(leases, completed)] = cluster.query(
+            "SELECT leases, updated FROM scylla_django_task WHERE rn = 'kept'"
         )
         events = cluster.query(
             "SELECT h.typ, h.time FROM scylla_django_history h JOIN scylla_django_task t "
@@ -213,7 +213,7 @@ def test_a_database_outage_longer_than_the_lease(private_cluster):
         )
         assert [typ for typ, _ in events] == ["TaskAssignment", "TaskTimeout"], events
         reset = events[-1][1]
-        assert attempts == 1  # written by its first lease, not run again
+        assert leases == 1  # written by its first lease, not run again
         assert (completed - back).total_seconds() < 2.5, completed - back
         assert (reset - back).total_seconds() < 2.5, reset - back
         for process in (keeper, monitor):

@@ -189,7 +189,7 @@ def test_reset_lease_of_a_silent_owner(worker):
     with pytest.raises(LeaseLost):
         Task.objects.get(pk=task.pk).complete(worker)
     [again] = Task.objects.lease(worker, ["default"])
-    assert again.attempts == 2
+    assert again.leases == 2
 
 
 def test_reset_lease_refuses_an_alive_owner(worker):

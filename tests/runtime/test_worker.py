@@ -89,7 +89,7 @@ def test_it_leases_only_up_to_its_concurrency_and_sends_progress():
     worker.stop()
     thread.join(10)
     assert not thread.is_alive()
-    assert set(Task.objects.values_list("attempts", flat=True)) == {1}
+    assert set(Task.objects.values_list("leases", flat=True)) == {1}
 
 
 def test_max_tasks_stops_after_that_many():
@@ -377,7 +377,7 @@ def test_a_task_leased_with_a_refused_outcome_runs_even_if_reading_why_fails(mon
     def run(ctx):
         ran.append(ctx.task.spec["n"])
         if ctx.task.spec["n"] == 0:  # its lease is taken over: the outcome will be refused
-            Task.objects.filter(pk=ctx.task.pk).update(attempts=F("attempts") + 1)
+            Task.objects.filter(pk=ctx.task.pk).update(leases=F("leases") + 1)
 
     registry.register("refused", run)
     real = TaskQuerySet.refusals
