@@ -135,7 +135,7 @@ class HttpWorker:
         queues: Sequence[str],
         *,
         concurrency: int = 1,
-        lease_timeout: float = 30.0,
+        lease_length: float = 30.0,
         heartbeat_interval: float = 10.0,
         poll_interval: float = 1.0,
         max_tasks: int | None = None,
@@ -144,7 +144,7 @@ class HttpWorker:
         self.api = api
         self.queues = list(queues)
         self.concurrency = concurrency
-        self.lease_timeout = lease_timeout
+        self.lease_length = lease_length
         self.heartbeat_interval = heartbeat_interval
         self.poll_interval = poll_interval
         self.max_tasks = max_tasks
@@ -191,7 +191,7 @@ class HttpWorker:
             try:
                 answer = self.api.post(
                     f"workers/{self.name}/lease/",
-                    {"queues": self.queues, "limit": free, "timeout": self.lease_timeout},
+                    {"queues": self.queues, "limit": free, "lease_length": self.lease_length},
                 )
                 tasks = answer["tasks"]
             except (ApiError, OSError) as exc:
@@ -248,7 +248,7 @@ class HttpWorker:
             "worker": self.name,
             "lease": job.lease,
             "progress": job.progress,
-            "timeout": self.lease_timeout,
+            "lease_length": self.lease_length,
         }
         try:
             self.api.post(f"tasks/{job.rn}/heartbeat/", body)
@@ -298,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--queue", action="append", required=True, help="repeat for more")
     parser.add_argument("--concurrency", type=int, default=1, help="tasks at once")
-    parser.add_argument("--lease-timeout", type=float, default=30.0, help="seconds")
+    parser.add_argument("--lease-length", type=float, default=30.0, help="seconds")
     parser.add_argument("--heartbeat-interval", type=float, default=10.0, help="seconds")
     parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds when idle")
     parser.add_argument("--max-tasks", type=int, default=None, help="exit after this many")
@@ -314,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         Api(args.url, args.token),
         args.queue,
         concurrency=args.concurrency,
-        lease_timeout=args.lease_timeout,
+        lease_length=args.lease_length,
         heartbeat_interval=args.heartbeat_interval,
         poll_interval=args.poll_interval,
         max_tasks=args.max_tasks,

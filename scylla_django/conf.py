@@ -2,7 +2,7 @@
 
 | key | default | meaning |
 |---|---|---|
-| `LEASE_TIMEOUT` | 10 s | lease length given by `lease()` and `heartbeat()` when none is passed |
+| `LEASE_LENGTH` | 10 s | lease length given by `lease()` and `heartbeat()` when none is passed |
 | `RETENTION` | 10 days | terminal tasks older than this (by `updated`) are purged by the monitor |
 | `MAX_LEASES` | `None` (off) | abort a task that times out after this many assignments |
 | `SPEC_SIZE_LIMIT` | 1 MiB | largest `spec` (and `result`) accepted, in bytes of compact JSON |
@@ -33,7 +33,7 @@ from .text import DurationError, format_duration, positive_duration
 LEASE_MIN = timedelta(seconds=1)
 
 DEFAULTS: dict[str, Any] = {
-    "LEASE_TIMEOUT": timedelta(seconds=10),
+    "LEASE_LENGTH": timedelta(seconds=10),
     "RETENTION": timedelta(days=10),
     "MAX_LEASES": None,
     "SPEC_SIZE_LIMIT": 1024 * 1024,
@@ -91,8 +91,8 @@ class ScyllaSettings:
         return sorted(set(user) - set(DEFAULTS)) if isinstance(user, dict) else []
 
     @property
-    def LEASE_TIMEOUT(self) -> timedelta:
-        return as_duration(self._raw("LEASE_TIMEOUT"), "LEASE_TIMEOUT", minimum=LEASE_MIN)
+    def LEASE_LENGTH(self) -> timedelta:
+        return as_duration(self._raw("LEASE_LENGTH"), "LEASE_LENGTH", minimum=LEASE_MIN)
 
     @property
     def RETENTION(self) -> timedelta:

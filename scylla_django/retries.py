@@ -204,7 +204,7 @@ class Retry:
         An error asks for a retry itself with `"retry": true` (what `Abort(..., retry=True)`
         writes). A handler exception (code `exception`, its type in `args.type`) matches `on`
         when its class is one of them or a subclass; a class that cannot be imported again by
-        its dotted name matches by name only. Other codes match `codes`, and a lease timeout
+        its dotted name matches by name only. Other codes match `codes`, and an expired lease
         matches when `timeouts` is set.
         """
         return any(self._covers(error) for error in errors)

@@ -410,11 +410,11 @@ class HeartbeatSerializer(WorkerActionSerializer):
     """Extend the lease, optionally reporting progress."""
 
     progress = StrictFloatField(required=False, min_value=0.0, max_value=1.0)
-    timeout = StrictFloatField(
+    lease_length = StrictFloatField(
         required=False,
         min_value=0.001,
         max_value=MAX_LEASE_SECONDS,
-        help_text="Seconds until the new deadline; `SCYLLA['LEASE_TIMEOUT']` when omitted.",
+        help_text="Seconds until the new deadline; `SCYLLA['LEASE_LENGTH']` when omitted.",
     )
 
 
@@ -457,19 +457,19 @@ class RegisterSerializer(StrictSerializer):
     capacity = StrictIntegerField(required=False, min_value=1, max_value=10_000)
     hostname = StrictCharField(required=False, allow_blank=True, max_length=255)
     pid = StrictIntegerField(required=False, allow_null=True, min_value=0, max_value=2**31 - 1)
-    lease_timeout = StrictFloatField(
+    lease_length = StrictFloatField(
         required=False,
         min_value=0.001,
         max_value=MAX_LEASE_SECONDS,
         help_text="Seconds: the worker is dead when unseen this long. "
-        "`SCYLLA['LEASE_TIMEOUT']` when omitted.",
+        "`SCYLLA['LEASE_LENGTH']` when omitted.",
     )
     heartbeat_interval = StrictFloatField(
         required=False,
         min_value=0.001,
         max_value=MAX_LEASE_SECONDS,
         help_text="Seconds between the worker's calls: it is silent when unseen for two. "
-        "A third of `lease_timeout` when omitted.",
+        "A third of `lease_length` when omitted.",
     )
 
 
@@ -499,11 +499,11 @@ class LeaseSerializer(StrictSerializer):
 
     queues = queues_field(required=False)
     limit = StrictIntegerField(required=False, min_value=1, max_value=MAX_LEASE_LIMIT)
-    timeout = StrictFloatField(
+    lease_length = StrictFloatField(
         required=False,
         min_value=0.001,
         max_value=MAX_LEASE_SECONDS,
-        help_text="Lease length in seconds; `SCYLLA['LEASE_TIMEOUT']` when omitted.",
+        help_text="Lease length in seconds; `SCYLLA['LEASE_LENGTH']` when omitted.",
     )
 
 
@@ -571,18 +571,18 @@ class SecondsField(serializers.ReadOnlyField):
 
 class WorkerStateSerializer(WorkerSerializer):
     """A worker with its liveness, judged on the database clock: `alive`; `silent` when unseen
-    for two heartbeat intervals; `dead` when unseen for its lease timeout; `stopped`."""
+    for two heartbeat intervals; `dead` when unseen for its lease length; `stopped`."""
 
     state = serializers.ChoiceField(choices=Liveness.choices, read_only=True, source="liveness")
     heartbeat_interval = SecondsField()
-    lease_timeout = SecondsField()
+    lease_length = SecondsField()
 
     class Meta(WorkerSerializer.Meta):
         fields = [
             *WorkerSerializer.Meta.fields,
             "state",
             "heartbeat_interval",
-            "lease_timeout",
+            "lease_length",
             "silent_at",
             "dead_at",
         ]

@@ -392,7 +392,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         operation_id="heartbeat_task",
         summary="Heartbeat: extend the lease",
         description=(
-            "`deadline = now + timeout`, and `progress` if given. A 409 `task_cancelled` or "
+            "`deadline = now + lease_length`, and `progress` if given. A 409 `task_cancelled` or "
             "`lease_lost` means: stop working on the task."
         ),
         request=HeartbeatSerializer,
@@ -536,7 +536,7 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
             worker,
             data.get("queues", worker.queues),
             limit=data.get("limit", 1),
-            timeout=data.get("timeout"),
+            lease_length=data.get("lease_length"),
         )
         worker.touch()
         return Response(LeasedSerializer({"tasks": tasks}).data)
@@ -549,7 +549,7 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
         summary="List workers",
         description=(
             "Newest first, with their liveness on the database clock: `alive`, `silent` "
-            "(unseen for two heartbeat intervals), `dead` (unseen for the lease timeout) or "
+            "(unseen for two heartbeat intervals), `dead` (unseen for its lease length) or "
             "`stopped`."
         ),
         responses={200: WorkerStateSerializer(many=True), **errors(400, 401, 403, 404)},

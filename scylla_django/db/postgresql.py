@@ -106,7 +106,7 @@ def postgresql_lease(
     worker: str,
     queues: Sequence[str],
     limit: int,
-    timeout: timedelta,
+    lease_length: timedelta,
     finish: Sequence[dict[str, Any]] = (),
 ) -> tuple[dict[int, datetime], list[Any] | None]:
     """Lease up to `limit` tasks of `tables.task` on database `using` (PostgreSQL) for
@@ -137,7 +137,7 @@ def postgresql_lease(
     finishing = bool(finish)
     statement, params = lease_statement(tables, using, locked=False, finishing=finishing)
     params.update(worker_id=worker_id, worker=worker, queues=list(queues), limit=limit)
-    params.update(timeout=timeout, locked=False)
+    params.update(lease_length=lease_length, locked=False)
     if finishing:
         params["rows"] = json.dumps(list(finish))
     with prepared_cursor(connections[using]) as cursor:
@@ -195,7 +195,7 @@ def _lease_sql(
     tables: Tables, using: str, locked: bool, finishing: bool
 ) -> tuple[str, dict[str, Any]]:
     """The lease statement of `postgresql_lease` and the parameters that name statuses and
-    events (the caller adds the lessee, queues, limit, timeout and `locked`).
+    events (the caller adds the lessee, queues, limit, lease_length and `locked`).
 
     `finishing`: the statement first writes the outcomes of the `rows` parameter, with the
     CTEs of `finish_statement`, and its rows carry the pks finished and their `updated`
@@ -266,7 +266,7 @@ def _lease_sql(
         ), leased AS (
             UPDATE {task_table} AS t
             SET status = %(target)s, owner = %(worker)s,
-                deadline = clock.now + %(timeout)s, lease_length = %(timeout)s,
+                deadline = clock.now + %(lease_length)s, lease_length = %(lease_length)s,
                 leases = t.leases + 1, updated = clock.now
             FROM clock
             -- The rows `picked` locked, by their tuple ids: a TID scan, whatever the planner

@@ -1,5 +1,6 @@
-"""One word per concept: a task's count of leases is `leases` (it was `attempts`); the
-`attempt` of a retry chain keeps its name."""
+"""One word per concept: a task's count of leases is `leases` (it was `attempts`; the
+`attempt` of a retry chain keeps its name), and a worker's lease length is `lease_length`
+(it was `lease_timeout`), as a task's is."""
 
 from django.db import migrations
 
@@ -11,4 +12,7 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RenameField(model_name="task", old_name="attempts", new_name="leases"),
+        migrations.RenameField(
+            model_name="worker", old_name="lease_timeout", new_name="lease_length"
+        ),
     ]

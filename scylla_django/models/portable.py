@@ -23,7 +23,7 @@ def lease(
     name: str,
     queues: list[str],
     limit: int,
-    lease_for: timedelta,
+    lease_length: timedelta,
 ) -> list[Any] | None:
     """Lease up to `limit` tasks of `queues` for the worker `name` (pk `pk`); None if it may
     not lease. As `db.postgresql_lease`, with the limited queues' settings locked first."""
@@ -76,8 +76,8 @@ def lease(
         leased = base.update(
             status=transition.target,
             owner=name,
-            deadline=now + lease_for,
-            lease_length=lease_for,
+            deadline=now + lease_length,
+            lease_length=lease_length,
             leases=F("leases") + 1,
             updated=now,
         )

@@ -133,14 +133,14 @@ class TaskQuerySet(models.QuerySet["Task"]):
         queues: Sequence[str],
         *,
         limit: int = 1,
-        timeout: timedelta | float | None = None,
+        lease_length: timedelta | float | None = None,
     ) -> list[Task]:
         """Lease up to `limit` ready tasks from `queues` for `worker`: ready → running.
 
         Highest priority first, then oldest `created`. Each leased task gets `owner`,
-        `deadline = now + timeout` (default `SCYLLA['LEASE_TIMEOUT']`), `leases + 1` and a
+        `deadline = now + lease_length` (default `SCYLLA['LEASE_LENGTH']`), `leases + 1` and a
         TaskAssignment History row; the lease length is kept on the task (`lease_length`) for
-        heartbeats given no timeout. No task is ever leased twice: concurrent callers skip each
+        heartbeats given none. No task is ever leased twice: concurrent callers skip each
         other's rows (PostgreSQL) or are serialised (SQLite).
 
         Only a registered worker that has not stopped may lease (checked in the same statement
@@ -150,7 +150,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
         pk = worker_id(name)
         queues = validate_queues(queues)
         limit = validate_limit(limit)
-        lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
+        lease_length = validate_timeout(
+            scylla_settings.LEASE_LENGTH if lease_length is None else lease_length
+        )
         if db.uses_single_statement_transitions(connections[self.db]):
             _, leased = db.postgresql_lease(
                 TABLES,
@@ -159,10 +161,10 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 worker=name,
                 queues=queues,
                 limit=limit,
-                timeout=lease_for,
+                lease_length=lease_length,
             )
         else:
-            leased = portable.lease(self, pk, name, queues, limit, lease_for)
+            leased = portable.lease(self, pk, name, queues, limit, lease_length)
         if leased is None:
             raise WorkerNotFound(f"No registered, running worker is called {name!r}.")
         tasks = leased
@@ -286,7 +288,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         worker: Worker | str,
         leases: Mapping[int, tuple[int, float | None]],
         *,
-        timeout: timedelta | float | None = None,
+        lease_length: timedelta | float | None = None,
     ) -> set[int]:
         """Extend several leases of `worker` in one statement; return the pks it extended.
 
@@ -297,7 +299,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
         cancelled, lost or finished: `refusals()` says which.
         """
         name = worker_name(worker)
-        lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
+        lease_length = validate_timeout(
+            scylla_settings.LEASE_LENGTH if lease_length is None else lease_length
+        )
         if not leases:
             return set()
         held = Q()
@@ -308,7 +312,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
             .filter(held, status__in=sources(Operation.HEARTBEAT), owner=name)
             .filter(NOT_YIELDED)
         )
-        values: dict[str, Any] = {"deadline": db.now_plus(lease_for), "updated": Now()}
+        values: dict[str, Any] = {"deadline": db.now_plus(lease_length), "updated": Now()}
         progress = [
             When(pk=pk, then=Value(validate_progress(value)))
             for pk, (_, value) in leases.items()
@@ -336,9 +340,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
         queues: Sequence[str],
         *,
         limit: int = 1,
-        timeout: timedelta | float | None = None,
+        lease_length: timedelta | float | None = None,
     ) -> tuple[set[int], list[Task]]:
-        """`finish_many(worker, outcomes)`, then `lease(worker, queues, limit=…, timeout=…)`;
+        """`finish_many(worker, outcomes)`, then `lease(worker, queues, limit=…, lease_length=…)`;
         return the pks finished and the tasks leased.
 
         For a worker that ends its tasks and takes the next ones. On PostgreSQL, when no outcome
@@ -346,7 +350,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         finished tasks and the leased ones change status together. A worker that may not lease
         (unregistered, stopped) leases nothing here; `lease()` raises WorkerNotFound for it.
         """
-        return finishing.finish_and_lease(self, worker, outcomes, queues, limit, timeout)
+        return finishing.finish_and_lease(self, worker, outcomes, queues, limit, lease_length)
 
     def refusals(self, worker: Worker | str, leases: Mapping[int, int]) -> dict[int, ScyllaError]:
         """Why `worker` no longer holds these leases (task pk → lease number), one error per pk:
@@ -376,7 +380,7 @@ class Task(models.Model):
     owner = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     deadline = models.DateTimeField(null=True, blank=True)
     leases = models.PositiveIntegerField(default=0)
-    # The timeout of the current lease: a heartbeat given none extends the lease by this much.
+    # The length of the current lease: a heartbeat given none extends the lease by this much.
     lease_length = models.DurationField(null=True, blank=True, editable=False)
     # Retry chains (scylla_django.retries): a retry is a new task, linked by rn to the task it
     # follows and to the first task of its chain (the first task too, once it has a retry;
@@ -485,22 +489,22 @@ class Task(models.Model):
         worker: Worker | str,
         *,
         progress: float | None = None,
-        timeout: timedelta | float | None = None,
+        lease_length: timedelta | float | None = None,
         lease: int | None = None,
     ) -> None:
-        """Extend the lease: `deadline = now + timeout`, and record `progress` if given.
+        """Extend the lease: `deadline = now + lease_length`, and record `progress` if given.
 
-        Without `timeout`, the lease is extended by its own length (the `timeout` it was leased
+        Without `lease_length`, the lease is extended by its own length (the one it was leased
         with). Only the holder of the lease (owner and lease number) may heartbeat. Raises
         TaskCancelled if the task was cancelled (stop working on it), LeaseLost if the lease
         was reset or taken over. `lease` is the lease number the write is fenced on (this
         object's `leases`, as leased, if not given); so for `complete`, `abort` and
         `yield_lease`.
         """
-        if timeout is None:
-            timeout = self.lease_length or scylla_settings.LEASE_TIMEOUT
-        lease_for = validate_timeout(timeout)
-        values: dict[str, Any] = {"deadline": db.now_plus(lease_for, Clock)}
+        if lease_length is None:
+            lease_length = self.lease_length or scylla_settings.LEASE_LENGTH
+        length = validate_timeout(lease_length)
+        values: dict[str, Any] = {"deadline": db.now_plus(length, Clock)}
         if progress is not None:
             values["progress"] = validate_progress(progress)
         self._apply(

@@ -281,7 +281,7 @@ class OutcomeWriter:
             [outcome for _, outcome in batch],
             self.options.queues,
             limit=limit,
-            timeout=self.options.lease_timeout,
+            lease_length=self.options.lease_length,
         )
         try:
             return self._refusals(batch, written), tasks

@@ -226,9 +226,9 @@ def test_the_last_monitor_pass_is_worded_with_the_duration_formatter():
     assert shown.last_pass == "971 ms ago"
 
 
-def test_worker_silence_follows_the_lease_timeout(settings):
+def test_worker_silence_follows_the_lease_length(settings):
     assert dashboard.worker_silence() == dashboard.WORKER_SILENCE
-    settings.SCYLLA = {"LEASE_TIMEOUT": 300}
+    settings.SCYLLA = {"LEASE_LENGTH": 300}
     assert dashboard.worker_silence() == timedelta(minutes=15)
 
 

@@ -362,7 +362,7 @@ def test_lease_hands_out_running_tasks_highest_priority_first(as_worker, mine):
     TaskFactory(rn="low", priority=1)
     TaskFactory(rn="high", priority=9)
     TaskFactory(rn="elsewhere", queue="other", priority=255)
-    response = post(as_worker, f"/workers/{mine.name}/lease/", {"limit": 5, "timeout": 60})
+    response = post(as_worker, f"/workers/{mine.name}/lease/", {"limit": 5, "lease_length": 60})
     assert response.status_code == 200
     tasks = response.json()["tasks"]
     assert [t["rn"] for t in tasks] == ["high", "low"]
@@ -399,8 +399,8 @@ def test_lease_as_an_unknown_worker_is_404(as_worker, name):
         ({"limit": 0}, "limit", "min_value"),
         ({"limit": 101}, "limit", "max_value"),
         ({"limit": "2"}, "limit", "invalid"),
-        ({"timeout": 0}, "timeout", "min_value"),
-        ({"timeout": True}, "timeout", "invalid"),
+        ({"lease_length": 0}, "lease_length", "min_value"),
+        ({"lease_length": True}, "lease_length", "invalid"),
         ({"queues": []}, "queues", "min_length"),
         ({"worker": "worker-2"}, "worker", "unknown_field"),
     ],
@@ -415,11 +415,11 @@ def test_lease_refuses_invalid_input(as_worker, mine, body, field, code):
 
 
 def test_heartbeat_extends_the_lease_and_records_progress(as_worker, mine):
-    task = running_task(mine, rn="t1", timeout=5)
+    task = running_task(mine, rn="t1", lease_length=5)
     response = post(
         as_worker,
         "/tasks/t1/heartbeat/",
-        {"worker": mine.name, "lease": 1, "progress": 0.5, "timeout": 120},
+        {"worker": mine.name, "lease": 1, "progress": 0.5, "lease_length": 120},
     )
     assert response.status_code == 200
     assert response.json()["progress"] == 0.5
@@ -592,7 +592,7 @@ def test_worker_operations_need_the_worker(as_worker, mine, operation):
         ({"progress": 1.5}, "progress", "max_value"),
         ({"progress": "0.5"}, "progress", "invalid"),
         ({"progress": True}, "progress", "invalid"),
-        ({"timeout": -1}, "timeout", "min_value"),
+        ({"lease_length": -1}, "lease_length", "min_value"),
         ({"status": "completed"}, "status", "unknown_field"),
         ({"deadline": "2999-01-01T00:00:00Z"}, "deadline", "unknown_field"),
     ],

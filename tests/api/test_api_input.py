@@ -143,13 +143,17 @@ def test_a_bad_worker_name_is_a_4xx(staff_api, staff, operation, worker_name):
 def test_bad_numbers_in_worker_bodies_are_400(staff_api, staff, value):
     worker = worker_of(staff)
     task = running_task(worker, rn="t1")
-    body = f'{{"worker": "{worker.name}", "lease": 1, "progress": {value}, "timeout": {value}}}'
-    response = raw(staff_api, "/tasks/t1/heartbeat/", body)
-    assert set(assert_error(response, 400, "invalid")["errors"]) == {"progress", "timeout"}
-    lease = raw(
-        staff_api, f"/workers/{worker.name}/lease/", f'{{"limit": {value}, "timeout": {value}}}'
+    body = (
+        f'{{"worker": "{worker.name}", "lease": 1, "progress": {value}, "lease_length": {value}}}'
     )
-    assert set(assert_error(lease, 400, "invalid")["errors"]) == {"limit", "timeout"}
+    response = raw(staff_api, "/tasks/t1/heartbeat/", body)
+    assert set(assert_error(response, 400, "invalid")["errors"]) == {"progress", "lease_length"}
+    lease = raw(
+        staff_api,
+        f"/workers/{worker.name}/lease/",
+        f'{{"limit": {value}, "lease_length": {value}}}',
+    )
+    assert set(assert_error(lease, 400, "invalid")["errors"]) == {"limit", "lease_length"}
     assert reload(task).progress == 0.0
 
 

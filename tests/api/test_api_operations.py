@@ -38,7 +38,7 @@ def names(response) -> list[str]:
 
 
 def test_list_workers_with_their_state_newest_first(api):
-    alive = Worker.objects.register(["emails"], heartbeat_interval=2, lease_timeout=9)
+    alive = Worker.objects.register(["emails"], heartbeat_interval=2, lease_length=9)
     silent = Worker.objects.register(["emails", "reports"])
     dead = Worker.objects.register(["reports"])
     stopped = Worker.objects.register(["emails"])
@@ -55,7 +55,7 @@ def test_list_workers_with_their_state_newest_first(api):
         stopped.name: "stopped",
     }
     assert by_name[alive.name]["heartbeat_interval"] == 2.0
-    assert by_name[alive.name]["lease_timeout"] == 9.0
+    assert by_name[alive.name]["lease_length"] == 9.0
     assert by_name[alive.name]["silent_at"] and by_name[alive.name]["dead_at"]
 
     assert names(api.get(f"{API}/workers/?state=silent&state=dead")) == [dead.name, silent.name]
@@ -137,11 +137,11 @@ def test_stop_is_refused_for_another_user_s_worker_and_without_permission(worker
 
 def test_register_takes_the_intervals(worker_user):
     client = client_for(worker_user)
-    body = {"queues": ["q"], "lease_timeout": 60, "heartbeat_interval": 5}
+    body = {"queues": ["q"], "lease_length": 60, "heartbeat_interval": 5}
     response = post(client, "/workers/", body)
     assert response.status_code == 201, response.content
     worker = Worker.objects.get_by_name(response.json()["name"])
-    assert (worker.lease_timeout, worker.heartbeat_interval) == (
+    assert (worker.lease_length, worker.heartbeat_interval) == (
         timedelta(seconds=60),
         timedelta(seconds=5),
     )

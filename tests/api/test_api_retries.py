@@ -39,7 +39,7 @@ def mine(worker_user) -> Worker:
 
 
 def lease(worker: Worker) -> Task:
-    [task] = Task.objects.lease(worker, ["default"], timeout=60)
+    [task] = Task.objects.lease(worker, ["default"], lease_length=60)
     return task
 
 

@@ -24,10 +24,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_late_call_from_an_earlier_lease_of_the_same_worker_is_lease_lost(worker):
-    first = running_task(worker, timeout=30)
+    first = running_task(worker, lease_length=30)
     expire(first)
     assert Task.objects.reset_expired() == 1
-    [second] = Task.objects.lease(worker, ["default"], timeout=30)
+    [second] = Task.objects.lease(worker, ["default"], lease_length=30)
     assert second.pk == first.pk and (first.leases, second.leases) == (1, 2)
 
     calls = {
@@ -56,20 +56,20 @@ def test_a_late_call_from_an_earlier_lease_of_the_same_worker_is_lease_lost(work
 # -- a heartbeat keeps the lease's own length ---------------------------------------------------
 
 
-def test_a_heartbeat_without_timeout_extends_by_the_leases_own_length(worker, settings):
-    settings.SCYLLA = {"LEASE_TIMEOUT": 10}
-    task = running_task(worker, timeout=600)
+def test_a_heartbeat_without_a_lease_length_extends_by_the_leases_own_length(worker, settings):
+    settings.SCYLLA = {"LEASE_LENGTH": 10}
+    task = running_task(worker, lease_length=600)
     assert task.lease_length == timedelta(seconds=600)
     task.heartbeat(worker, progress=0.1)
     stored = Task.objects.get(pk=task.pk)
     assert stored.deadline - stored.updated == timedelta(seconds=600)
-    task.heartbeat(worker, timeout=120)  # an explicit timeout still wins, for this beat
+    task.heartbeat(worker, lease_length=120)  # an explicit lease length still wins, for this beat
     stored = Task.objects.get(pk=task.pk)
     assert stored.deadline - stored.updated == timedelta(seconds=120)
 
 
-def test_a_lease_without_timeout_keeps_the_setting_as_its_length(worker, settings):
-    settings.SCYLLA = {"LEASE_TIMEOUT": 45}
+def test_a_lease_without_a_lease_length_keeps_the_setting_as_its_length(worker, settings):
+    settings.SCYLLA = {"LEASE_LENGTH": 45}
     TaskFactory()
     [task] = Task.objects.lease(worker, ["default"])
     assert task.lease_length == timedelta(seconds=45)

@@ -110,7 +110,7 @@ def test_submit_many_with_nothing_to_insert():
 
 def test_lease_marks_running_with_owner_deadline_attempt_and_assignment(worker):
     task = TaskFactory()
-    [leased] = Task.objects.lease(worker, ["default"], timeout=timedelta(seconds=30))
+    [leased] = Task.objects.lease(worker, ["default"], lease_length=timedelta(seconds=30))
     assert leased.pk == task.pk
     stored = reload(task)
     assert stored.status == Status.RUNNING
@@ -126,8 +126,8 @@ def test_lease_marks_running_with_owner_deadline_attempt_and_assignment(worker):
     assert events(stored) == [(EventType.ASSIGNMENT, worker.name)]
 
 
-def test_lease_uses_the_lease_timeout_setting(worker, settings):
-    settings.SCYLLA = {"LEASE_TIMEOUT": timedelta(minutes=2)}
+def test_lease_uses_the_lease_length_setting(worker, settings):
+    settings.SCYLLA = {"LEASE_LENGTH": timedelta(minutes=2)}
     TaskFactory()
     [leased] = Task.objects.lease(worker.name, ["default"])
     assert leased.deadline - leased.updated == timedelta(minutes=2)
@@ -149,8 +149,8 @@ def test_lease_returns_at_most_limit_and_nothing_when_empty(worker):
         ({"queues": "default"}, "invalid_queue"),
         ({"queues": ["a%"]}, "invalid_queue"),
         ({"queues": ["default"], "limit": 0}, "invalid_limit"),
-        ({"queues": ["default"], "timeout": 0}, "invalid_timeout"),
-        ({"queues": ["default"], "timeout": timedelta(seconds=-1)}, "invalid_timeout"),
+        ({"queues": ["default"], "lease_length": 0}, "invalid_timeout"),
+        ({"queues": ["default"], "lease_length": timedelta(seconds=-1)}, "invalid_timeout"),
     ],
 )
 def test_lease_rejects_bad_arguments(worker, kwargs, code):
@@ -165,8 +165,8 @@ def test_lease_rejects_bad_arguments(worker, kwargs, code):
 
 
 def test_heartbeat_extends_the_deadline_and_records_progress(worker):
-    task = running_task(worker, timeout=5)
-    task.heartbeat(worker, progress=0.4, timeout=timedelta(seconds=60))
+    task = running_task(worker, lease_length=5)
+    task.heartbeat(worker, progress=0.4, lease_length=timedelta(seconds=60))
     stored = reload(task)
     assert stored.deadline - stored.updated == timedelta(seconds=60)
     assert stored.progress == 0.4

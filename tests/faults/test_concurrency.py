@@ -43,9 +43,9 @@ def submit(queue: str, count: int) -> list[int]:
     return sorted(pks)
 
 
-def lease_all(worker: Worker, queue: str, count: int, timeout: float = 600) -> list[Task]:
+def lease_all(worker: Worker, queue: str, count: int, lease_length: float = 600) -> list[Task]:
     """Lease every ready task of `queue` with `worker` (there must be exactly `count`)."""
-    tasks = Task.objects.lease(worker, [queue], limit=count, timeout=timeout)
+    tasks = Task.objects.lease(worker, [queue], limit=count, lease_length=lease_length)
     assert len(tasks) == count
     return tasks
 
@@ -76,7 +76,7 @@ def test_concurrent_leases_hand_out_each_task_exactly_once() -> None:
             batches: list[list[Task]] = []
             empty = 0
             while empty < 3:
-                leased = Task.objects.lease(worker, ["q"], limit=limit, timeout=60)
+                leased = Task.objects.lease(worker, ["q"], limit=limit, lease_length=60)
                 if leased:
                     empty = 0
                     batches.append(leased)
@@ -199,7 +199,7 @@ def test_heartbeat_racing_reset_never_resurrects_a_lease() -> None:
             expire(tasks[pk])  # committed before the barrier opens
             barrier.wait()
             try:
-                tasks[pk].heartbeat(a, timeout=600)
+                tasks[pk].heartbeat(a, lease_length=600)
                 outcome[pk] = None
             except InvalidTransition as exc:
                 outcome[pk] = exc
@@ -241,7 +241,7 @@ def test_heartbeat_racing_reset_never_resurrects_a_lease() -> None:
     tasks = Task.objects.in_bulk(reset)
     for pk in reset:
         with pytest.raises(LeaseLost):
-            tasks[pk].heartbeat(a, timeout=600)
+            tasks[pk].heartbeat(a, lease_length=600)
     assert set(Task.objects.filter(pk__in=reset).values_list("status", flat=True)) == {"ready"}
 
     leased_by_b = {t.pk: t for t in Task.objects.lease(b, ["hb"], limit=len(pks))}

@@ -26,7 +26,7 @@ def worker(*queues: str, lease: str = "5s", heartbeat: str = "0.3", extra: tuple
     return start(
         "scylla_worker",
         *(f"--queue={q}" for q in queues),
-        f"--lease-timeout={lease}",
+        f"--lease-length={lease}",
         f"--heartbeat-interval={heartbeat}",
         *FAST,
         *extra,
@@ -98,12 +98,12 @@ def test_a_heartbeat_in_flight_never_undoes_a_yield():
 
 def test_the_database_refuses_a_heartbeat_after_a_yield(worker_model):
     task = Task.objects.submit("t-sleep", {})
-    [task] = Task.objects.lease(worker_model, ["t-sleep"], timeout=60)
+    [task] = Task.objects.lease(worker_model, ["t-sleep"], lease_length=60)
     task.yield_lease(worker_model)
     deadline = Task.objects.get(pk=task.pk).deadline
     with pytest.raises(LeaseLost):
-        task.heartbeat(worker_model, progress=0.5, timeout=60)
-    assert Task.objects.heartbeat_many(worker_model, {task.pk: (1, 0.5)}, timeout=60) == set()
+        task.heartbeat(worker_model, progress=0.5, lease_length=60)
+    assert Task.objects.heartbeat_many(worker_model, {task.pk: (1, 0.5)}, lease_length=60) == set()
     refusal = Task.objects.refusals(worker_model, {task.pk: 1})[task.pk]
     assert isinstance(refusal, LeaseLost) and "gave the lease" in str(refusal)
     assert Task.objects.get(pk=task.pk).deadline == deadline
@@ -182,10 +182,8 @@ def test_a_database_outage_longer_than_the_lease(private_cluster):
     )
     assert finish(submit)[0] == 0
     common = ("--poll-interval", "0.2", "-v", "2", "--handlers=tests.worker_handlers")
-    keeper = start_on(
-        cluster, "scylla_worker", "--queue=t-stubborn", "--lease-timeout=60s", *common
-    )
-    victim = start_on(cluster, "scylla_worker", "--queue=t-sleep", "--lease-timeout=3s", *common)
+    keeper = start_on(cluster, "scylla_worker", "--queue=t-stubborn", "--lease-length=60s", *common)
+    victim = start_on(cluster, "scylla_worker", "--queue=t-sleep", "--lease-length=3s", *common)
     monitor = start_on(cluster, "scylla_monitor", "--interval", "0.5", "-v", "2")
     processes = [keeper, victim, monitor]
     try:

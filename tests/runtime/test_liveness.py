@@ -33,20 +33,20 @@ def states() -> dict[str, str]:
 
 
 def test_register_records_the_intervals_and_when_the_worker_turns_silent_and_dead():
-    w = Worker.objects.register(["q"], heartbeat_interval=2, lease_timeout=timedelta(seconds=9))
+    w = Worker.objects.register(["q"], heartbeat_interval=2, lease_length=timedelta(seconds=9))
     assert w.heartbeat_interval == timedelta(seconds=2)
-    assert w.lease_timeout == timedelta(seconds=9)
+    assert w.lease_length == timedelta(seconds=9)
     assert w.silent_at - w.last_seen == pytest.approx(timedelta(seconds=4), abs=timedelta(0.01))
     assert w.dead_at - w.last_seen == pytest.approx(timedelta(seconds=9), abs=timedelta(0.01))
 
 
-def test_defaults_come_from_the_lease_timeout_setting(settings):
-    settings.SCYLLA = {"LEASE_TIMEOUT": 30}
+def test_defaults_come_from_the_lease_length_setting(settings):
+    settings.SCYLLA = {"LEASE_LENGTH": 30}
     w = Worker.objects.register(["q"])
-    assert (w.lease_timeout, w.heartbeat_interval) == (timedelta(seconds=30), timedelta(seconds=10))
+    assert (w.lease_length, w.heartbeat_interval) == (timedelta(seconds=30), timedelta(seconds=10))
 
 
-@pytest.mark.parametrize("kwargs", [{"heartbeat_interval": 0}, {"lease_timeout": -1}])
+@pytest.mark.parametrize("kwargs", [{"heartbeat_interval": 0}, {"lease_length": -1}])
 def test_register_refuses_bad_intervals(kwargs):
     with pytest.raises(Exception) as caught:
         Worker.objects.register(["q"], **kwargs)
@@ -84,7 +84,7 @@ def test_a_touch_brings_a_silent_worker_back(worker):
 
 
 def test_rows_without_liveness_columns_are_judged_by_last_seen(settings, worker):
-    settings.SCYLLA = {"LEASE_TIMEOUT": 30}
+    settings.SCYLLA = {"LEASE_LENGTH": 30}
     Worker.objects.filter(pk=worker.pk).update(
         silent_at=None, dead_at=None, last_seen=Now() - timedelta(seconds=25)
     )

@@ -228,8 +228,8 @@ def test_a_queue_without_a_handler_is_refused():
     [
         ["--queue", "bad queue"],
         ["--queue", "t-echo", "--concurrency", "0"],
-        ["--queue", "t-echo", "--lease-timeout", "soon"],
-        ["--queue", "t-echo", "--lease-timeout", "10s", "--heartbeat-interval", "20"],
+        ["--queue", "t-echo", "--lease-length", "soon"],
+        ["--queue", "t-echo", "--lease-length", "10s", "--heartbeat-interval", "20"],
         ["--queue", "t-echo", "--handlers", "no.such.module"],
     ],
 )
@@ -269,10 +269,10 @@ def test_one_handler_per_queue():
         handler()
 
 
-def test_lease_timeout_from_the_worker():
+def test_lease_length_from_the_worker():
     task = Task.objects.submit("t-sleep", {"seconds": 1})
     worker = TaskWorker(
-        WorkerOptions(["t-sleep"], lease_timeout=timedelta(seconds=42), poll_interval=0.05)
+        WorkerOptions(["t-sleep"], lease_length=timedelta(seconds=42), poll_interval=0.05)
     )
     thread = run_in_thread(worker)
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="leased")

@@ -25,7 +25,7 @@ def worker(*queues: str, lease: str = "5s", extra: tuple[str, ...] = ()):
     return start(
         "scylla_worker",
         *(f"--queue={q}" for q in queues),
-        f"--lease-timeout={lease}",
+        f"--lease-length={lease}",
         "--handlers=tests.worker_handlers",
         *FAST,
         *extra,

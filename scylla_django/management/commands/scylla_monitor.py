@@ -59,7 +59,7 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from exc
         # An invalid schedule in the settings does not stop the monitor: the schedule service
         # skips it, logs it and ticks the others.
-        # Handler retry policies (@handler(..., retry=...)) then also cover lease timeouts.
+        # Handler retry policies (@handler(..., retry=...)) then also cover expired leases.
         autodiscover()
         monitor = Monitor(interval=options["interval"], retention=retention)
         signals = StopSignals()
