@@ -106,11 +106,11 @@ def time_leases(queues: list[str], limit: int, count: int) -> list[float]:
 
     worker = Worker.objects.register(queues=queues, capacity=limit)
     for _ in range(5):  # warm the connection and the plan cache
-        put_back(Task.objects.lease(worker, queues, limit=limit, timeout=60))
+        put_back(Task.objects.lease(worker, queues, limit=limit, lease_length=60))
     times = []
     for _ in range(count):
         started = time.perf_counter()
-        leased = Task.objects.lease(worker, queues, limit=limit, timeout=60)
+        leased = Task.objects.lease(worker, queues, limit=limit, lease_length=60)
         times.append((time.perf_counter() - started) * 1000)
         assert len(leased) == limit
         put_back(leased)
