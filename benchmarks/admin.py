@@ -77,7 +77,7 @@ def seed(n: int) -> None:
         cursor.execute(
             """
             INSERT INTO scylla_django_task (rn, queue, spec, priority, status, progress, created,
-                updated, not_before, errors, result, owner, deadline, attempts, attempt)
+                updated, not_before, errors, result, owner, deadline, leases, attempt)
             SELECT 'bench-' || g, 'q' || (g %% %(queues)s),
                 jsonb_build_object('n', g, 'payload', repeat('x', 100)), (g * 31) %% 256,
                 s.status,

@@ -57,7 +57,7 @@ def main() -> None:
         worker = Worker.objects.register(["q0", "q1", "q2", "q3"], args.limit)
         queues = ["q0", "q1", "q2", "q3"]
         try:
-            while tasks := Task.objects.lease(worker, queues, limit=args.limit, timeout=60):
+            while tasks := Task.objects.lease(worker, queues, limit=args.limit, lease_length=60):
                 for task in tasks:
                     task.complete(worker, {"ok": True})
                 done[index] += len(tasks)
@@ -76,7 +76,7 @@ def main() -> None:
 
     worker = Worker.objects.register(["r"], 1)
     Task.objects.submit_many({"queue": "r", "spec": n} for n in range(min(args.tasks, 10_000)))
-    leased = len(Task.objects.lease(worker, ["r"], limit=10_000, timeout=60))
+    leased = len(Task.objects.lease(worker, ["r"], limit=10_000, lease_length=60))
     Task.objects.filter(status="running").update(deadline=Now() - timedelta(seconds=1))
     started = time.perf_counter()
     reset = Task.objects.reset_expired()

@@ -94,7 +94,7 @@ def seed(n: int) -> None:
         cursor.execute(
             """
             INSERT INTO scylla_django_task (rn, queue, spec, priority, status, progress, created,
-                updated, not_before, errors, result, owner, deadline, attempts, attempt)
+                updated, not_before, errors, result, owner, deadline, leases, attempt)
             SELECT 'bench-' || g, 'q' || (g %% %(queues)s), '{}'::jsonb, 0,
                 CASE WHEN g %% 20 = 0 THEN 'aborted' ELSE 'completed' END, 1.0,
                 c.created, c.created + interval '3 minutes', NULL,

@@ -76,7 +76,7 @@ def seed(n: int, queues: list[str]) -> None:
         cursor.execute(
             """
             INSERT INTO scylla_django_task (rn, queue, spec, priority, status, progress, created,
-                updated, errors, attempts, attempt)
+                updated, errors, leases, attempt)
             SELECT 'bench-' || g, (%s::text[])[1 + g %% %s], '{}'::jsonb, (g::bigint * 7919) %% 10,
                 'ready', 0, now() - make_interval(secs => (%s - g) / 1000.0), now(), '[]', 0, 0
             FROM generate_series(1, %s) AS g
@@ -106,11 +106,11 @@ def time_leases(queues: list[str], limit: int, count: int) -> list[float]:
 
     worker = Worker.objects.register(queues=queues, capacity=limit)
     for _ in range(5):  # warm the connection and the plan cache
-        put_back(Task.objects.lease(worker, queues, limit=limit, timeout=60))
+        put_back(Task.objects.lease(worker, queues, limit=limit, lease_length=60))
     times = []
     for _ in range(count):
         started = time.perf_counter()
-        leased = Task.objects.lease(worker, queues, limit=limit, timeout=60)
+        leased = Task.objects.lease(worker, queues, limit=limit, lease_length=60)
         times.append((time.perf_counter() - started) * 1000)
         assert len(leased) == limit
         put_back(leased)
@@ -121,7 +121,7 @@ def put_back(tasks: list[object]) -> None:
     from scylla_django.models import Task
 
     Task.objects.filter(pk__in=[t.pk for t in tasks]).update(  # type: ignore[attr-defined]
-        status="ready", owner=None, deadline=None, attempts=0
+        status="ready", owner=None, deadline=None, leases=0
     )
 
 

@@ -93,11 +93,11 @@ def time_leases(queue: str, limit: int, count: int) -> list[float]:
 
     worker = Worker.objects.register(queues=[queue], capacity=limit)
     for _ in range(5):  # warm the connection and the plan cache
-        put_back(Task.objects.lease(worker, [queue], limit=limit, timeout=60))
+        put_back(Task.objects.lease(worker, [queue], limit=limit, lease_length=60))
     times = []
     for _ in range(count):
         started = time.perf_counter()
-        leased = Task.objects.lease(worker, [queue], limit=limit, timeout=60)
+        leased = Task.objects.lease(worker, [queue], limit=limit, lease_length=60)
         times.append((time.perf_counter() - started) * 1000)
         assert len(leased) == limit, (queue, limit, len(leased))
         put_back(leased)
@@ -121,7 +121,7 @@ def drain(queue: str, seconds: float) -> float:
     end = time.perf_counter() + seconds
     started = time.perf_counter()
     while time.perf_counter() < end:
-        leased = Task.objects.lease(worker, [queue], limit=10, timeout=60)
+        leased = Task.objects.lease(worker, [queue], limit=10, lease_length=60)
         Task.objects.finish_many(worker, [Outcome(pk=t.pk, attempts=t.attempts) for t in leased])
         done += len(leased)
     return done / (time.perf_counter() - started)

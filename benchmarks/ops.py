@@ -61,7 +61,7 @@ def prepare() -> None:
     Worker.objects.update(
         last_seen=Now(),
         heartbeat_interval=timedelta(hours=1),
-        lease_timeout=timedelta(hours=3),
+        lease_length=timedelta(hours=3),
         silent_at=Now() + timedelta(hours=2),
         dead_at=Now() + timedelta(hours=3),
     )

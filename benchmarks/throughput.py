@@ -406,7 +406,7 @@ class Bench:
             if script == "lease_complete":
                 cursor.execute(
                     "INSERT INTO pgbench_scylla_task (rn, queue, spec, priority, status, progress,"
-                    " errors, attempts, attempt)"
+                    " errors, leases, attempt)"
                     " SELECT 'pg-' || g, 'bench', '{}', 0, 'ready', 0, '[]', 0, 0"
                     " FROM generate_series(1, %s) AS g",
                     [per_client * clients],
@@ -436,7 +436,7 @@ class Bench:
 # the task and History tables), the same conditions and History rows.
 PGBENCH_SCRIPTS = {
     "insert": """\
-INSERT INTO pgbench_scylla_task (rn, queue, spec, priority, status, progress, errors, attempts,
+INSERT INTO pgbench_scylla_task (rn, queue, spec, priority, status, progress, errors, leases,
   attempt)
 VALUES (gen_random_uuid()::text, 'bench', '{"n": 1}', 0, 'ready', 0, '[]', 0, 0);
 """,
@@ -448,7 +448,7 @@ WITH picked AS (
   ORDER BY priority DESC, created, id LIMIT 1 FOR UPDATE SKIP LOCKED
 )
 UPDATE pgbench_scylla_task t SET status = 'running', owner = 'pgbench-' || :client_id,
-  deadline = now() + interval '60 seconds', attempts = t.attempts + 1, updated = now()
+  deadline = now() + interval '60 seconds', leases = t.leases + 1, updated = now()
 FROM picked WHERE t.id = picked.id RETURNING t.id AS task_id \\gset
 INSERT INTO pgbench_scylla_history (task_id, typ, worker, time)
 VALUES (:task_id, 'TaskAssignment', 'pgbench-' || :client_id, now());

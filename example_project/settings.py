@@ -91,7 +91,7 @@ SPECTACULAR_SETTINGS = {
 }
 
 SCYLLA = {
-    "LEASE_TIMEOUT": 10,
+    "LEASE_LENGTH": 10,
     "RETENTION": 10 * 24 * 3600,
 }
 

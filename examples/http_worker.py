@@ -7,7 +7,7 @@ It is what a worker in any language does:
 2. ``POST workers/<name>/lease/`` leases as many tasks as it has free slots (pull model).
 3. Each task runs in a thread. A heartbeat thread sends ``POST tasks/<rn>/heartbeat/`` for every
    task in flight, with its progress, well before the lease expires. Every call about a task
-   names the lease it holds: ``worker`` and ``attempt`` (the task's ``attempts`` as leased). A
+   names the lease it holds: ``worker`` and ``lease`` (the task's ``leases`` as leased). A
    409 ``task_cancelled`` or ``lease_lost`` means: stop working on that task and write nothing
    more for it.
 4. ``POST tasks/<rn>/complete/`` with the handler's result, or ``tasks/<rn>/abort/`` with the
@@ -98,7 +98,7 @@ class Job:
     def __init__(self, task: dict[str, Any]) -> None:
         self.task = task
         self.rn: str = task["rn"]
-        self.attempt: int = task["attempts"]  # which lease of the task this is
+        self.lease: int = task["leases"]  # which lease of the task this is
         self.progress: float = task.get("progress", 0.0)
         self.stop_reason: str | None = None
         self.failed_heartbeats = 0
@@ -135,7 +135,7 @@ class HttpWorker:
         queues: Sequence[str],
         *,
         concurrency: int = 1,
-        lease_timeout: float = 30.0,
+        lease_length: float = 30.0,
         heartbeat_interval: float = 10.0,
         poll_interval: float = 1.0,
         max_tasks: int | None = None,
@@ -144,7 +144,7 @@ class HttpWorker:
         self.api = api
         self.queues = list(queues)
         self.concurrency = concurrency
-        self.lease_timeout = lease_timeout
+        self.lease_length = lease_length
         self.heartbeat_interval = heartbeat_interval
         self.poll_interval = poll_interval
         self.max_tasks = max_tasks
@@ -191,7 +191,7 @@ class HttpWorker:
             try:
                 answer = self.api.post(
                     f"workers/{self.name}/lease/",
-                    {"queues": self.queues, "limit": free, "timeout": self.lease_timeout},
+                    {"queues": self.queues, "limit": free, "lease_length": self.lease_length},
                 )
                 tasks = answer["tasks"]
             except (ApiError, OSError) as exc:
@@ -225,7 +225,7 @@ class HttpWorker:
             try:
                 self.api.post(
                     f"tasks/{job.rn}/{action}/",
-                    {"worker": self.name, "attempt": job.attempt, **body},
+                    {"worker": self.name, "lease": job.lease, **body},
                 )
                 logger.info("%s: %s %s", self.name, action, job.rn)
             except (ApiError, OSError) as exc:
@@ -246,9 +246,9 @@ class HttpWorker:
     def heartbeat(self, job: Job) -> None:
         body = {
             "worker": self.name,
-            "attempt": job.attempt,
+            "lease": job.lease,
             "progress": job.progress,
-            "timeout": self.lease_timeout,
+            "lease_length": self.lease_length,
         }
         try:
             self.api.post(f"tasks/{job.rn}/heartbeat/", body)
@@ -276,9 +276,7 @@ class HttpWorker:
                 continue
             job.stop_reason = "yielded"
             try:
-                self.api.post(
-                    f"tasks/{job.rn}/yield/", {"worker": self.name, "attempt": job.attempt}
-                )
+                self.api.post(f"tasks/{job.rn}/yield/", {"worker": self.name, "lease": job.lease})
                 logger.info("%s yielded %s", self.name, job.rn)
             except (ApiError, OSError) as exc:
                 logger.warning("%s could not yield %s: %s", self.name, job.rn, exc)
@@ -300,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--queue", action="append", required=True, help="repeat for more")
     parser.add_argument("--concurrency", type=int, default=1, help="tasks at once")
-    parser.add_argument("--lease-timeout", type=float, default=30.0, help="seconds")
+    parser.add_argument("--lease-length", type=float, default=30.0, help="seconds")
     parser.add_argument("--heartbeat-interval", type=float, default=10.0, help="seconds")
     parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds when idle")
     parser.add_argument("--max-tasks", type=int, default=None, help="exit after this many")
@@ -316,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         Api(args.url, args.token),
         args.queue,
         concurrency=args.concurrency,
-        lease_timeout=args.lease_timeout,
+        lease_length=args.lease_length,
         heartbeat_interval=args.heartbeat_interval,
         poll_interval=args.poll_interval,
         max_tasks=args.max_tasks,

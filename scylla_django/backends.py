@@ -119,7 +119,7 @@ def run_django_task(ctx: ScyllaContext) -> Any:
     if not isinstance(spec, dict) or SPEC_KEY not in spec:
         raise Abort("not_a_django_task", "This task was not enqueued through django.tasks.")
     scylla_task = ctx.task
-    if scylla_task.attempts == 1:
+    if scylla_task.leases == 1:
         # The first lease, just taken: its TaskAssignment is this row's time and owner, so the
         # result is built without reading the History (kept for `task_finished`, too).
         setattr(scylla_task, ASSIGNMENTS, [(scylla_task.updated, scylla_task.owner)])
@@ -293,7 +293,7 @@ if HAS_DJANGO_TASKS:
         ) -> TaskResult[Any, Any]:
             """The TaskResult of `scylla_task`; `assignments` (time, worker) are read from its
             History unless given or the task was never leased."""
-            if assignments is None and scylla_task.attempts == 0:
+            if assignments is None and scylla_task.leases == 0:
                 assignments = []
             elif assignments is None:
                 assignments = list(

@@ -2,9 +2,9 @@
 
 | key | default | meaning |
 |---|---|---|
-| `LEASE_TIMEOUT` | 10 s | lease length given by `lease()` and `heartbeat()` when none is passed |
+| `LEASE_LENGTH` | 10 s | lease length given by `lease()` and `heartbeat()` when none is passed |
 | `RETENTION` | 10 days | terminal tasks older than this (by `updated`) are purged by the monitor |
-| `MAX_ATTEMPTS` | `None` (off) | abort a task that times out after this many assignments |
+| `MAX_LEASES` | `None` (off) | abort a task that times out after this many assignments |
 | `SPEC_SIZE_LIMIT` | 1 MiB | largest `spec` (and `result`) accepted, in bytes of compact JSON |
 | `DEFAULT_PRIORITY` | 0 | priority of a submitted task that names none |
 | `PURGE_BATCH_SIZE` | 1000 | rows deleted per transaction by `purge()` |
@@ -35,9 +35,9 @@ from .text import DurationError, format_duration, positive_duration
 LEASE_MIN = timedelta(seconds=1)
 
 DEFAULTS: dict[str, Any] = {
-    "LEASE_TIMEOUT": timedelta(seconds=10),
+    "LEASE_LENGTH": timedelta(seconds=10),
     "RETENTION": timedelta(days=10),
-    "MAX_ATTEMPTS": None,
+    "MAX_LEASES": None,
     "SPEC_SIZE_LIMIT": 1024 * 1024,
     "DEFAULT_PRIORITY": 0,
     "PURGE_BATCH_SIZE": 1000,
@@ -95,17 +95,17 @@ class ScyllaSettings:
         return sorted(set(user) - set(DEFAULTS)) if isinstance(user, dict) else []
 
     @property
-    def LEASE_TIMEOUT(self) -> timedelta:
-        return as_duration(self._raw("LEASE_TIMEOUT"), "LEASE_TIMEOUT", minimum=LEASE_MIN)
+    def LEASE_LENGTH(self) -> timedelta:
+        return as_duration(self._raw("LEASE_LENGTH"), "LEASE_LENGTH", minimum=LEASE_MIN)
 
     @property
     def RETENTION(self) -> timedelta:
         return as_duration(self._raw("RETENTION"), "RETENTION")
 
     @property
-    def MAX_ATTEMPTS(self) -> int | None:
-        value = self._raw("MAX_ATTEMPTS")
-        return None if value is None else as_int(value, "MAX_ATTEMPTS", minimum=1)
+    def MAX_LEASES(self) -> int | None:
+        value = self._raw("MAX_LEASES")
+        return None if value is None else as_int(value, "MAX_LEASES", minimum=1)
 
     @property
     def SPEC_SIZE_LIMIT(self) -> int:

@@ -165,7 +165,7 @@ class Liveness(models.TextChoices):
     """Whether a registered worker or monitor process is still there, by the database clock.
 
     `silent`: not seen for two of its heartbeat intervals (it may be stalled or partitioned);
-    `dead`: not seen for its lease timeout (every lease it held has expired); `stopped`: it
+    `dead`: not seen for its lease length (every lease it held has expired); `stopped`: it
     recorded its own stop.
     """
 

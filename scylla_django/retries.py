@@ -30,8 +30,8 @@ from django.utils.module_loading import import_string
 
 from .validation import RN_MAX_LENGTH, validate_queue
 
-#: The error code written when a lease expired `MAX_ATTEMPTS` times (see `reset_expired`).
-TIMEOUT_CODE = "max_attempts_exceeded"
+#: The error code written when a lease expired `MAX_LEASES` times (see `reset_expired`).
+TIMEOUT_CODE = "max_leases_exceeded"
 #: The error code a worker writes when a handler raises (the exception's type is in `args`).
 EXCEPTION_CODE = "exception"
 MAX_DELAY = 365 * 86400.0
@@ -136,7 +136,7 @@ class Retry:
       subclasses match. Default: any exception.
     - `codes`: `Abort` codes that are retried too (a handler may also `raise Abort(...,
       retry=True)`).
-    - `timeouts`: retry a task aborted because its lease expired `MAX_ATTEMPTS` times.
+    - `timeouts`: retry a task aborted because its lease expired `MAX_LEASES` times.
     """
 
     max_attempts: int = 3
@@ -204,7 +204,7 @@ class Retry:
         An error asks for a retry itself with `"retry": true` (what `Abort(..., retry=True)`
         writes). A handler exception (code `exception`, its type in `args.type`) matches `on`
         when its class is one of them or a subclass; a class that cannot be imported again by
-        its dotted name matches by name only. Other codes match `codes`, and a lease timeout
+        its dotted name matches by name only. Other codes match `codes`, and an expired lease
         matches when `timeouts` is set.
         """
         return any(self._covers(error) for error in errors)

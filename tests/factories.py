@@ -37,9 +37,11 @@ class TaskFactory(factory.django.DjangoModelFactory):
         )
 
 
-def running_task(worker: Worker, timeout: float = 30, **kwargs) -> Task:
+def running_task(worker: Worker, lease_length: float = 30, **kwargs) -> Task:
     """A task leased by `worker`."""
     task = TaskFactory(**kwargs)
-    [leased] = Task.objects.lease(worker, [task.queue], timeout=timedelta(seconds=timeout))
+    [leased] = Task.objects.lease(
+        worker, [task.queue], lease_length=timedelta(seconds=lease_length)
+    )
     assert leased.pk == task.pk, "another ready task was leased first"
     return leased

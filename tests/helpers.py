@@ -39,7 +39,7 @@ TASK_FIELDS = {
     "result",
     "owner",
     "deadline",
-    "attempts",
+    "leases",
     "retry_of",
     "root",
     "attempt",

@@ -39,20 +39,20 @@ def main(queue: str, ready_file: Path, go_file: Path, seconds: float, hold: bool
                 return 2
             time.sleep(0.002)
         if hold:
-            leased = Task.objects.lease(worker, [queue], limit=LIMIT, timeout=300)
+            leased = Task.objects.lease(worker, [queue], limit=LIMIT, lease_length=300)
             print(json.dumps({"leased": [t.pk for t in leased]}), flush=True)
             time.sleep(600)
             return 0
         count = 0
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            leased = Task.objects.lease(worker, [queue], limit=LIMIT, timeout=300)
+            leased = Task.objects.lease(worker, [queue], limit=LIMIT, lease_length=300)
             count += len(leased)
             time.sleep(0.002)
             outcomes = [
-                Outcome(pk=t.pk, attempts=t.attempts)
+                Outcome(pk=t.pk, lease=t.leases)
                 if t.pk % 5
-                else Outcome(pk=t.pk, attempts=t.attempts, errors=[{"code": "failed"}])
+                else Outcome(pk=t.pk, lease=t.leases, errors=[{"code": "failed"}])
                 for t in leased
             ]
             if outcomes:

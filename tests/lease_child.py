@@ -47,7 +47,7 @@ def main(queue: str, ready_file: Path, go_file: Path, reconnect: bool = False) -
         while empty < EMPTY_CALLS_TO_STOP:
             if reconnect:
                 connection.close()
-            leased = Task.objects.lease(worker, [queue], limit=LIMIT, timeout=300)
+            leased = Task.objects.lease(worker, [queue], limit=LIMIT, lease_length=300)
             if leased:
                 empty = 0
                 batches.append([task.pk for task in leased])

@@ -191,7 +191,7 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         "priority",
         "progress_bar",
         "owner_link",
-        "attempts",
+        "leases",
         "created_at",
         "updated_at",
         "deadline_at",
@@ -230,7 +230,7 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
                 "fields": (
                     ("rn", "queue"),
                     ("status_badge", "priority", "progress_bar"),
-                    ("owner_link", "attempts", "deadline_time"),
+                    ("owner_link", "leases", "deadline_time"),
                     ("created_time", "updated_time", "not_before_at"),
                     ("chain",),
                     ("unique_key_link", "unique_window_text"),
@@ -607,7 +607,7 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
                     ),
                     scylla_owner=task.owner,
                     scylla_owner_state=state,
-                    scylla_attempt=task.attempts,
+                    scylla_lease=task.leases,
                 )
         return buttons
 
@@ -623,19 +623,17 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         return task
 
     def reset_lease_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        """POST owner and attempt: `Task.reset_lease(owner, attempt)`, fenced on what the page
+        """POST owner and lease: `Task.reset_lease(owner, lease)`, fenced on what the page
         showed. Refused (with a message) if the owner is alive again or the lease changed."""
         task = self.operated_task(request, pk)
         owner = request.POST.get("owner", "")
-        attempt = request.POST.get("attempt", "")
+        lease = request.POST.get("lease", "")
         back = reverse("admin:scylla_django_task_change", args=[task.pk])
-        if not owner or not attempt.isdigit() or len(attempt) > 9:
-            self.message_user(
-                request, "The reset needs the owner and attempt shown.", messages.ERROR
-            )
+        if not owner or not lease.isdigit() or len(lease) > 9:
+            self.message_user(request, "The reset needs the owner and lease shown.", messages.ERROR)
             return HttpResponseRedirect(back)
         try:
-            task.reset_lease(owner, int(attempt))
+            task.reset_lease(owner, int(lease))
         except (OwnerAlive, LeaseLost, InvalidTransition, TaskNotFound) as exc:
             self.message_user(request, f"Lease not reset: {exc}", messages.ERROR)
             return HttpResponseRedirect(back)

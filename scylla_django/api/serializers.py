@@ -5,7 +5,7 @@ JSON shapes use the field names of the README's "The task" and "REST API".
 Request serializers only parse and check input, with the validators of `validation.py`; the
 views hand the result to the model methods, which validate again and do the writing. Request
 serializers reject keys they do not declare (400 `unknown_field`), so a client can never set a
-server-owned field (status, owner, deadline, history, errors, attempts, created, updated).
+server-owned field (status, owner, deadline, history, errors, leases, created, updated).
 Types are strict: `"5"` is not a number, `1` is not a string and `true` is not an integer.
 """
 
@@ -237,7 +237,7 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "result",
             "owner",
             "deadline",
-            "attempts",
+            "leases",
             "retry_of",
             "root",
             "attempt",
@@ -458,14 +458,15 @@ class CancelledSerializer(serializers.Serializer[Any]):
 
 
 class WorkerActionSerializer(StrictSerializer):
-    """A worker operation on a task, naming the lease it holds: the worker and the attempt."""
+    """A worker operation on a task, naming the lease it holds: the worker and the lease number."""
 
     worker = worker_field()
-    attempt = serializers.IntegerField(
+    lease = serializers.IntegerField(
         min_value=1,
         max_value=2**31 - 1,
         help_text=(
-            "The task's `attempts` as the lease returned it: a call from an earlier lease of "
+            "The lease number: the task's `leases` as the lease returned it. A call from an "
+            "earlier lease of "
             "the same worker is refused with 409 `lease_lost`."
         ),
     )
@@ -475,11 +476,11 @@ class HeartbeatSerializer(WorkerActionSerializer):
     """Extend the lease, optionally reporting progress."""
 
     progress = StrictFloatField(required=False, min_value=0.0, max_value=1.0)
-    timeout = StrictFloatField(
+    lease_length = StrictFloatField(
         required=False,
         min_value=0.001,
         max_value=MAX_LEASE_SECONDS,
-        help_text="Seconds until the new deadline; `SCYLLA['LEASE_TIMEOUT']` when omitted.",
+        help_text="Seconds until the new deadline; `SCYLLA['LEASE_LENGTH']` when omitted.",
     )
 
 
@@ -522,19 +523,19 @@ class RegisterSerializer(StrictSerializer):
     capacity = StrictIntegerField(required=False, min_value=1, max_value=10_000)
     hostname = StrictCharField(required=False, allow_blank=True, max_length=255)
     pid = StrictIntegerField(required=False, allow_null=True, min_value=0, max_value=2**31 - 1)
-    lease_timeout = StrictFloatField(
+    lease_length = StrictFloatField(
         required=False,
         min_value=0.001,
         max_value=MAX_LEASE_SECONDS,
         help_text="Seconds: the worker is dead when unseen this long. "
-        "`SCYLLA['LEASE_TIMEOUT']` when omitted.",
+        "`SCYLLA['LEASE_LENGTH']` when omitted.",
     )
     heartbeat_interval = StrictFloatField(
         required=False,
         min_value=0.001,
         max_value=MAX_LEASE_SECONDS,
         help_text="Seconds between the worker's calls: it is silent when unseen for two. "
-        "A third of `lease_timeout` when omitted.",
+        "A third of `lease_length` when omitted.",
     )
 
 
@@ -564,11 +565,11 @@ class LeaseSerializer(StrictSerializer):
 
     queues = queues_field(required=False)
     limit = StrictIntegerField(required=False, min_value=1, max_value=MAX_LEASE_LIMIT)
-    timeout = StrictFloatField(
+    lease_length = StrictFloatField(
         required=False,
         min_value=0.001,
         max_value=MAX_LEASE_SECONDS,
-        help_text="Lease length in seconds; `SCYLLA['LEASE_TIMEOUT']` when omitted.",
+        help_text="Lease length in seconds; `SCYLLA['LEASE_LENGTH']` when omitted.",
     )
 
 
@@ -628,18 +629,18 @@ class ErrorSerializer(serializers.Serializer[Any]):
 
 class WorkerStateSerializer(WorkerSerializer):
     """A worker with its liveness, judged on the database clock: `alive`; `silent` when unseen
-    for two heartbeat intervals; `dead` when unseen for its lease timeout; `stopped`."""
+    for two heartbeat intervals; `dead` when unseen for its lease length; `stopped`."""
 
     state = serializers.ChoiceField(choices=Liveness.choices, read_only=True, source="liveness")
     heartbeat_interval = SecondsField()
-    lease_timeout = SecondsField()
+    lease_length = SecondsField()
 
     class Meta(WorkerSerializer.Meta):
         fields = [
             *WorkerSerializer.Meta.fields,
             "state",
             "heartbeat_interval",
-            "lease_timeout",
+            "lease_length",
             "silent_at",
             "dead_at",
         ]
@@ -657,10 +658,10 @@ class WorkerDetailSerializer(WorkerStateSerializer):
 
 
 class ResetLeaseSerializer(StrictSerializer):
-    """The lease to reset, as the operator saw it: its owner and attempt."""
+    """The lease to reset, as the operator saw it: its owner and lease number."""
 
     owner = worker_field()
-    attempt = StrictIntegerField(min_value=1, max_value=2**31 - 1)
+    lease = StrictIntegerField(min_value=1, max_value=2**31 - 1)
 
 
 class HealthQuerySerializer(serializers.Serializer[Any]):

@@ -173,11 +173,11 @@ class ScyllaView(ScyllaAuthMixin, APIView):
     def parse_held(
         self, serializer_class: type[Any], rn: str
     ) -> tuple[Worker, Task, dict[str, Any]]:
-        """For a worker operation: the body's worker, the task `rn` as the lease `attempt` of
-        that worker sees it (see `held_task`), and the rest of the body."""
+        """For a worker operation: the body's worker, the task `rn`, and the rest of the body,
+        whose `lease` (the lease number the worker holds) the write is fenced on."""
         data = self.parse(serializer_class)
         worker = self.get_worker(data.pop("worker"))
-        return worker, held_task(rn, data.pop("attempt")), data
+        return worker, get_task(rn), data
 
     def list_query_params(self, filterset: Any, paging: Any) -> frozenset[str]:
         """On `list`: the filters of `filterset` and the parameters of `paging`; else none."""
@@ -199,13 +199,6 @@ def get_task(rn: str, *, with_history: bool = False) -> Task:
         raise TaskNotFound(f"No task has rn {rn!r}.", rn=rn) from None
     tasks = Task.objects.prefetch_related("history") if with_history else Task.objects.all()
     return tasks.get_by_rn(rn)
-
-
-def held_task(rn: str, attempt: int) -> Task:
-    """The task with this rn, as the worker's lease number `attempt` sees it (for the fence)."""
-    task = get_task(rn)
-    task.attempts = attempt
-    return task
 
 
 WORKER_ERRORS = errors(400, 401, 403, 404, 409, 413)
@@ -414,7 +407,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         operation_id="heartbeat_task",
         summary="Heartbeat: extend the lease",
         description=(
-            "`deadline = now + timeout`, and `progress` if given. A 409 `task_cancelled` or "
+            "`deadline = now + lease_length`, and `progress` if given. A 409 `task_cancelled` or "
             "`lease_lost` means: stop working on the task."
         ),
         request=HeartbeatSerializer,
@@ -451,7 +444,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     def abort(self, request: Request, rn: str) -> Response:
         worker, task, data = self.parse_held(AbortSerializer, rn)
         errors = [dict(error) for error in data["errors"]]
-        successor = task.abort(worker, errors, retry=data.get("retry"))
+        successor = task.abort(worker, errors, retry=data.get("retry"), lease=data["lease"])
         body = dict(TaskSerializer(task).data)
         body["successor"] = successor.rn if successor is not None else None
         return Response(body)
@@ -483,8 +476,8 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         responses={200: TaskSerializer, **WORKER_ERRORS},
     )
     def yield_lease(self, request: Request, rn: str) -> Response:
-        worker, task, _ = self.parse_held(WorkerActionSerializer, rn)
-        task.yield_lease(worker)
+        worker, task, data = self.parse_held(WorkerActionSerializer, rn)
+        task.yield_lease(worker, lease=data["lease"])
         return Response(TaskSerializer(task).data)
 
     @detail_post(
@@ -493,7 +486,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         description=(
             "running → ready at once, for a task whose owner is silent, dead or stopped, "
             "without waiting for its deadline: owner cleared, progress 0, History "
-            "`TaskTimeout`. Only if the task is still held by `owner` in attempt `attempt` "
+            "`TaskTimeout`. Only if the task is still held by `owner` under lease `lease` "
             "(what the operator saw), else 409 `lease_lost`; 409 `owner_alive` while the "
             "owner still heartbeats. Needs the permission to cancel tasks."
         ),
@@ -503,7 +496,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     def reset(self, request: Request, rn: str) -> Response:
         data = self.parse(ResetLeaseSerializer)
         task = get_task(rn)
-        task.reset_lease(data["owner"], data["attempt"])
+        task.reset_lease(data["owner"], data["lease"])
         return Response(TaskSerializer(task).data)
 
 
@@ -558,7 +551,7 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
             worker,
             data.get("queues", worker.queues),
             limit=data.get("limit", 1),
-            timeout=data.get("timeout"),
+            lease_length=data.get("lease_length"),
         )
         worker.touch()
         return Response(LeasedSerializer({"tasks": tasks}).data)
@@ -571,7 +564,7 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
         summary="List workers",
         description=(
             "Newest first, with their liveness on the database clock: `alive`, `silent` "
-            "(unseen for two heartbeat intervals), `dead` (unseen for the lease timeout) or "
+            "(unseen for two heartbeat intervals), `dead` (unseen for its lease length) or "
             "`stopped`."
         ),
         responses={200: WorkerStateSerializer(many=True), **errors(400, 401, 403, 404)},

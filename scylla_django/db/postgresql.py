@@ -107,7 +107,7 @@ def postgresql_lease(
     worker: str,
     queues: Sequence[str],
     limit: int,
-    timeout: timedelta,
+    lease_length: timedelta,
     finish: Sequence[dict[str, Any]] = (),
 ) -> tuple[dict[int, datetime], list[Any] | None]:
     """Lease up to `limit` tasks of `tables.task` on database `using` (PostgreSQL) for
@@ -138,7 +138,7 @@ def postgresql_lease(
     finishing = bool(finish)
     statement, params = lease_statement(tables, using, locked=False, finishing=finishing)
     params.update(worker_id=worker_id, worker=worker, queues=list(queues), limit=limit)
-    params.update(timeout=timeout, locked=False)
+    params.update(lease_length=lease_length, locked=False)
     if finishing:
         params["rows"] = json.dumps(list(finish))
     with prepared_cursor(connections[using]) as cursor:
@@ -196,7 +196,7 @@ def _lease_sql(
     tables: Tables, using: str, locked: bool, finishing: bool
 ) -> tuple[str, dict[str, Any]]:
     """The lease statement of `postgresql_lease` and the parameters that name statuses and
-    events (the caller adds the lessee, queues, limit, timeout and `locked`).
+    events (the caller adds the lessee, queues, limit, lease_length and `locked`).
 
     `finishing`: the statement first writes the outcomes of the `rows` parameter, with the
     CTEs of `finish_statement`, and its rows carry the pks finished and their `updated`
@@ -269,8 +269,8 @@ def _lease_sql(
         ), leased AS (
             UPDATE {task_table} AS t
             SET status = %(target)s, owner = %(worker)s,
-                deadline = clock.now + %(timeout)s, lease_length = %(timeout)s,
-                attempts = t.attempts + 1, updated = clock.now
+                deadline = clock.now + %(lease_length)s, lease_length = %(lease_length)s,
+                leases = t.leases + 1, updated = clock.now
             FROM clock
             -- The rows `picked` locked, by their tuple ids: a TID scan, whatever the planner
             -- knows of the table (joined by key and re-filtered by status, a table without
@@ -314,10 +314,10 @@ def postgresql_finish(
 ) -> dict[int, datetime]:
     """Complete or abort several leases of `worker` in one statement (PostgreSQL).
 
-    `rows` are `{id, attempts, status, result, errors}` with the target status of the complete
+    `rows` are `{id, lease, status, result, errors}` with the target status of the complete
     or abort transition. Each task is fenced on its lease (the transitions' source status,
-    owner, attempts); a data-modifying CTE writes the completion or abort History row of each one
-    that matched. Returns the pks written, each with its `updated`.
+    owner, lease number); a data-modifying CTE writes the completion or abort History row of
+    each one that matched. Returns the pks written, each with its `updated`.
     """
     statement, params = finish_statement(tables, using)
     params.update(rows=json.dumps(list(rows)), worker=worker)
@@ -344,7 +344,7 @@ def _finish_ctes(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
     task, history = quote(tables.task._meta.db_table), quote(tables.history._meta.db_table)
     ctes = f"""outcome AS (
             SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
-                AS o(id bigint, attempts integer, status text, result jsonb, errors jsonb)
+                AS o(id bigint, lease integer, status text, result jsonb, errors jsonb)
         ), changed AS (
             UPDATE {task} AS t
             SET status = o.status,
@@ -354,15 +354,15 @@ def _finish_ctes(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
                 deadline = NULL, updated = statement_timestamp()
             FROM outcome AS o
             -- Found by key, then fenced on the lease (running, owned by the worker, the same
-            -- attempt). The fence is written with IS NOT DISTINCT FROM (the same test here:
+            -- lease number). The fence is written with IS NOT DISTINCT FROM (the same test here:
             -- none of the values is NULL) because no index answers it: a worker's finished
             -- tasks keep its name, and a plan that found the rows through the owner (or the
             -- running) index, or walked a table without statistics, read every task the
             -- worker had ever finished, on every finish. A row changed by a concurrent
             -- transaction is re-checked, fence included, on its new version.
             WHERE t.id = ANY(ARRAY(SELECT id FROM outcome)) AND t.id = o.id
-              AND (t.status, t.owner, t.attempts)
-                IS NOT DISTINCT FROM (%(running)s, %(worker)s, o.attempts)
+              AND (t.status, t.owner, t.leases)
+                IS NOT DISTINCT FROM (%(running)s, %(worker)s, o.lease)
             RETURNING t.id, t.status, t.progress, t.updated
         ), logged AS (
             INSERT INTO {history} (task_id, typ, worker, progress, time)

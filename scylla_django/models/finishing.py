@@ -66,20 +66,22 @@ def finish_and_lease(
     outcomes: Sequence[Outcome],
     queues: Sequence[str],
     limit: int,
-    timeout: timedelta | float | None,
+    lease_length: timedelta | float | None,
 ) -> tuple[set[int], list[Task]]:
     """Finish `outcomes`, then lease for `worker`: see `TaskQuerySet.finish_and_lease`."""
     name = worker_name(worker)
     queues = validate_queues(queues)
     limit = validate_limit(limit)
-    lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
+    lease_length = validate_timeout(
+        scylla_settings.LEASE_LENGTH if lease_length is None else lease_length
+    )
     rows = outcome_rows(outcomes)
     pk = validation.worker_id(name)
     single = db.uses_single_statement_transitions(connections[tasks.db])
     if not single or pk is None or not rows or any(r["errors"] is not None for r in rows):
         finished = finish_rows(tasks, name, outcomes, rows)
         try:
-            return finished, tasks.lease(worker, queues, limit=limit, timeout=lease_for)
+            return finished, tasks.lease(worker, queues, limit=limit, lease_length=lease_length)
         except WorkerNotFound:
             return finished, []
     done, leased = db.postgresql_lease(
@@ -89,7 +91,7 @@ def finish_and_lease(
         worker=name,
         queues=queues,
         limit=limit,
-        timeout=lease_for,
+        lease_length=lease_length,
         finish=rows,
     )
     leased_tasks = leased or []

@@ -1,5 +1,5 @@
 """The monitor's set operations: expired leases reset (or their tasks aborted once they ran out
-of attempts), and terminal tasks past their retention purged, in batches.
+of leases), and terminal tasks past their retention purged, in batches.
 
 `TaskQuerySet.reset_expired` and `purge` are these functions."""
 
@@ -63,7 +63,7 @@ def reset_batch(tasks: models.QuerySet[Any], size: int) -> int:
             manager.expired()
             .select_for_update(skip_locked=True)
             .order_by("deadline")
-            .values("pk", "owner", "progress", "attempts", "queue")[:size]
+            .values("pk", "owner", "progress", "leases", "queue")[:size]
         )
         if not rows:
             return 0
@@ -82,13 +82,11 @@ def reset_batch(tasks: models.QuerySet[Any], size: int) -> int:
             .filter(pk__in=last_ids, typ=EventType.YIELD)
             .values_list("task_id", flat=True)
         )
-        max_attempts = scylla_settings.MAX_ATTEMPTS
+        max_leases = scylla_settings.MAX_LEASES
         exhausted = {
             row["pk"]
             for row in rows
-            if row["pk"] not in yielded
-            and max_attempts is not None
-            and row["attempts"] >= max_attempts
+            if row["pk"] not in yielded and max_leases is not None and row["leases"] >= max_leases
         }
         reset, exhaust = TRANSITIONS[Operation.RESET], TRANSITIONS[Operation.EXHAUST]
         now = db.read_clock(tasks.db)
@@ -101,9 +99,9 @@ def reset_batch(tasks: models.QuerySet[Any], size: int) -> int:
                 deadline=None,
                 errors=[
                     {
-                        "code": "max_attempts_exceeded",
-                        "args": {"max_attempts": max_attempts},
-                        "description": f"The lease expired after {max_attempts} attempts.",
+                        "code": "max_leases_exceeded",
+                        "args": {"max_leases": max_leases},
+                        "description": f"The lease expired after {max_leases} leases.",
                     }
                 ],
                 updated=now,

@@ -17,12 +17,12 @@ from ..validation import validate_errors, validate_json
 class Outcome:
     """How a worker ends one lease, for `TaskQuerySet.finish_many`.
 
-    The lease is the task's pk and its `attempts` when leased. Without `errors` the task is
-    completed with `result`; with them it is aborted.
+    The lease is the task's pk and its lease number (its `leases` when leased). Without
+    `errors` the task is completed with `result`; with them it is aborted.
     """
 
     pk: int
-    attempts: int
+    lease: int
     result: Any = None
     errors: list[dict[str, Any]] | None = None
     # Seconds the handler ran, as the worker measured it; sent with `task_finished`.
@@ -33,12 +33,12 @@ class Outcome:
 
 
 def outcome_rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
-    """The rows the batched finish writes: `{id, attempts, status, result, errors}`, with the
+    """The rows the batched finish writes: `{id, lease, status, result, errors}`, with the
     target status and the validated result or errors (ValidationError if one is not JSON)."""
     return [
         {
             "id": outcome.pk,
-            "attempts": outcome.attempts,
+            "lease": outcome.lease,
             "status": Status.COMPLETED if outcome.errors is None else Status.ABORTED,
             "result": validate_json(outcome.result, "result", allow_null=True)
             if outcome.errors is None

@@ -23,7 +23,7 @@ def lease(
     name: str,
     queues: list[str],
     limit: int,
-    lease_for: timedelta,
+    lease_length: timedelta,
 ) -> list[Any] | None:
     """Lease up to `limit` tasks of `queues` for the worker `name` (pk `pk`); None if it may
     not lease. As `db.postgresql_lease`, with the limited queues' settings locked first."""
@@ -76,9 +76,9 @@ def lease(
         leased = base.update(
             status=transition.target,
             owner=name,
-            deadline=now + lease_for,
-            lease_length=lease_for,
-            attempts=F("attempts") + 1,
+            deadline=now + lease_length,
+            lease_length=lease_length,
+            leases=F("leases") + 1,
             updated=now,
         )
         if leased != len(ids):  # the key trigger passed over tasks whose keys are not free
@@ -110,7 +110,7 @@ def finish(
             else:
                 values["errors"] = row["errors"]
             fenced = manager.filter(
-                pk=row["id"], status=Status.RUNNING, owner=name, attempts=row["attempts"]
+                pk=row["id"], status=Status.RUNNING, owner=name, leases=row["lease"]
             )
             if fenced.update(updated=now, **values):
                 done[row["id"]] = now

@@ -51,7 +51,7 @@ _Registered = TypeVar("_Registered", bound=models.Model)
 class LivenessQuerySet(models.QuerySet[_Registered]):
     """Registered processes (workers, monitors) by liveness, on the database clock.
 
-    A process is silent after two of its intervals unseen and dead after its lease timeout (a
+    A process is silent after two of its intervals unseen and dead after its lease length (a
     worker) or three intervals (a monitor); see `Liveness`.
     """
 
@@ -92,12 +92,12 @@ class WorkerQuerySet(LivenessQuerySet["Worker"]):
         pid: int | None = None,
         user: Any = None,
         heartbeat_interval: timedelta | float | None = None,
-        lease_timeout: timedelta | float | None = None,
+        lease_length: timedelta | float | None = None,
     ) -> Worker:
         """Register a worker process; its name `worker-<id>` comes from the database sequence.
 
         `user` is who registered it over HTTP: only they (or staff) may act as it there.
-        `lease_timeout` (default `SCYLLA['LEASE_TIMEOUT']`) and `heartbeat_interval` (default a
+        `lease_length` (default `SCYLLA['LEASE_LENGTH']`) and `heartbeat_interval` (default a
         third of it) say when the worker counts as silent and dead if it is not seen again.
         """
         queues = validate_queues(queues)
@@ -109,7 +109,7 @@ class WorkerQuerySet(LivenessQuerySet["Worker"]):
             raise ValidationError(
                 {"capacity": ValidationError("Capacity must be 1..10000.", code="invalid")}
             )
-        lease, interval = _liveness_intervals(lease_timeout, heartbeat_interval)
+        lease, interval = _liveness_intervals(lease_length, heartbeat_interval)
         worker = self.create(
             queues=queues,
             capacity=capacity,
@@ -117,7 +117,7 @@ class WorkerQuerySet(LivenessQuerySet["Worker"]):
             pid=pid,
             user=user,
             heartbeat_interval=interval,
-            lease_timeout=lease,
+            lease_length=lease,
             silent_at=db.now_plus(2 * interval),
             dead_at=db.now_plus(lease),
         )
@@ -225,15 +225,15 @@ class Worker(RegisteredProcess):
         related_name="+",
     )
     # The intervals the worker announced: silent after two heartbeat intervals unseen, dead
-    # after its lease timeout.
+    # after its lease length.
     heartbeat_interval = models.DurationField(null=True, blank=True)
-    lease_timeout = models.DurationField(null=True, blank=True)
+    lease_length = models.DurationField(null=True, blank=True)
 
     objects: ClassVar[WorkerQuerySet] = WorkerQuerySet.as_manager()  # type: ignore[assignment]
 
     def touch(self) -> None:
         """Record that the worker is alive (`last_seen = now`), pushing back silent and dead."""
-        lease, interval = _liveness_intervals(self.lease_timeout, self.heartbeat_interval)
+        lease, interval = _liveness_intervals(self.lease_length, self.heartbeat_interval)
         Worker.objects.filter(pk=self.pk).update(
             last_seen=Now(), silent_at=db.now_plus(2 * interval), dead_at=db.now_plus(lease)
         )
@@ -251,12 +251,10 @@ class Worker(RegisteredProcess):
 
 
 def _liveness_intervals(
-    lease_timeout: timedelta | float | None, heartbeat_interval: timedelta | float | None
+    lease_length: timedelta | float | None, heartbeat_interval: timedelta | float | None
 ) -> tuple[timedelta, timedelta]:
-    """A worker's lease timeout and heartbeat interval, defaulted and validated."""
-    lease = validate_timeout(
-        scylla_settings.LEASE_TIMEOUT if lease_timeout is None else lease_timeout
-    )
+    """A worker's lease length and heartbeat interval, defaulted and validated."""
+    lease = validate_timeout(scylla_settings.LEASE_LENGTH if lease_length is None else lease_length)
     interval = lease / 3 if heartbeat_interval is None else validate_timeout(heartbeat_interval)
     return lease, interval
 
@@ -265,13 +263,13 @@ def _liveness_q(state: Liveness, *, worker_fallback: bool) -> Q:
     """The condition for a registered process (worker or monitor) to be in `state`.
 
     Rows written before the liveness columns existed have no `silent_at`/`dead_at`; for
-    workers they are judged by `last_seen` against the `LEASE_TIMEOUT` setting instead.
+    workers they are judged by `last_seen` against the `LEASE_LENGTH` setting instead.
     """
     now = Now()
     dead = Q(dead_at__lte=now)
     silent = Q(silent_at__lte=now)
     if worker_fallback:
-        lease = scylla_settings.LEASE_TIMEOUT
+        lease = scylla_settings.LEASE_LENGTH
         dead |= Q(dead_at__isnull=True, last_seen__lte=db.now_plus(-lease))
         silent |= Q(silent_at__isnull=True, last_seen__lte=db.now_plus(-2 * lease / 3))
     running = Q(stopped__isnull=True)

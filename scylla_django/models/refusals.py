@@ -22,50 +22,51 @@ from .history import finished_by
 def refusal_errors(
     tasks: models.QuerySet[Any], name: str, leases: Mapping[int, int]
 ) -> dict[int, ScyllaError]:
-    """Why the worker `name` no longer holds these leases (task pk → attempts), one error per pk.
+    """Why the worker `name` no longer holds these leases (task pk → lease number), one error
+    per pk.
 
     TaskCancelled for a cancelled task; InvalidTransition for a task this very lease has
     finished already (a write retried after its reply was lost); TaskNotFound for a purged
     one; LeaseLost for everything else (reset, taken over, aborted by the monitor, yielded).
     """
     current = {
-        pk: (rn, status, owner, attempts)
-        for pk, rn, status, owner, attempts in tasks.model.objects.using(tasks.db)
+        pk: (rn, status, owner, now_lease)
+        for pk, rn, status, owner, now_lease in tasks.model.objects.using(tasks.db)
         .filter(pk__in=list(leases))
-        .values_list("pk", "rn", "status", "owner", "attempts")
+        .values_list("pk", "rn", "status", "owner", "leases")
     }
     finished = finished_by(name, list(current), tasks.db)
     errors: dict[int, ScyllaError] = {}
-    for pk, attempts in leases.items():
+    for pk, lease in leases.items():
         if pk not in current:
             errors[pk] = TaskNotFound(f"Task {pk} no longer exists.")
             continue
-        rn, status, owner, now_attempts = current[pk]
+        rn, status, owner, now_lease = current[pk]
         if status == Status.CANCELLED:
             errors[pk] = TaskCancelled(f"Task {rn} was cancelled.", rn=rn, status=status)
-        elif owner == name and now_attempts == attempts and pk in finished:
+        elif owner == name and now_lease == lease and pk in finished:
             errors[pk] = InvalidTransition(f"Task {rn} is already {status}.", rn=rn, status=status)
-        elif status == Status.RUNNING and owner == name and now_attempts == attempts:
+        elif status == Status.RUNNING and owner == name and now_lease == lease:
             errors[pk] = LeaseLost(
                 f"{name} gave the lease of task {rn} back.", rn=rn, status=status
             )
         else:
             errors[pk] = LeaseLost(
-                f"{name} does not hold lease {attempts} of task {rn} "
-                f"(status {status}, owner {owner}, attempt {now_attempts}).",
+                f"{name} does not hold lease {lease} of task {rn} "
+                f"(status {status}, owner {owner}, lease {now_lease}).",
                 rn=rn,
                 status=status,
             )
     return errors
 
 
-def lease_reset_refusal(task: Any, owner: str, attempt: int, using: str) -> ScyllaError:
-    """Why `task.reset_lease(owner, attempt)` matched no row."""
+def lease_reset_refusal(task: Any, owner: str, lease: int, using: str) -> ScyllaError:
+    """Why `task.reset_lease(owner, lease)` matched no row."""
     current = (
         type(task)
         ._default_manager.using(using)
         .filter(pk=task.pk)
-        .values("status", "owner", "attempts")
+        .values("status", "owner", "leases")
         .first()
     )
     if current is None:
@@ -77,10 +78,10 @@ def lease_reset_refusal(task: Any, owner: str, attempt: int, using: str) -> Scyl
             rn=task.rn,
             status=status,
         )
-    if current["owner"] != owner or current["attempts"] != attempt:
+    if current["owner"] != owner or current["leases"] != lease:
         return LeaseLost(
-            f"Task {task.rn} is now held by {current['owner']} in attempt "
-            f"{current['attempts']}, not by {owner} in attempt {attempt}.",
+            f"Task {task.rn} is now held by {current['owner']} under lease "
+            f"{current['leases']}, not by {owner} under lease {lease}.",
             rn=task.rn,
             status=status,
         )

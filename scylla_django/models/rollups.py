@@ -61,7 +61,7 @@ Waits = dict[int, int]
 def first_lease() -> Q:
     """History's events that start a task's first lease (a task leased again, after a timeout
     or a yield, has lost the time it became ready again)."""
-    return Q(typ=EventType.ASSIGNMENT, task__attempts=1)
+    return Q(typ=EventType.ASSIGNMENT, task__leases=1)
 
 
 def wait_to_start() -> ExpressionWrapper[Any]:

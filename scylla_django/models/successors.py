@@ -29,7 +29,7 @@ logger = logging.getLogger("scylla_django")
 def follow_with_retries(
     manager: models.QuerySet[Any], ids: set[int], requested: set[int] | None = None
 ) -> None:
-    """Follow the tasks `ids` just aborted (by a worker, or for `max_attempts_exceeded`) by
+    """Follow the tasks `ids` just aborted (by a worker, or for `max_leases_exceeded`) by
     their next attempt where a retry policy covers the abort, or where the abort asks for a
     retry itself (`requested`: an error with `"retry": true`). Call it in the aborting
     transaction; only tasks with a policy of their own or of their queue's handler, and the

@@ -1,6 +1,6 @@
 """Task and TaskQuerySet. The Task methods and the TaskQuerySet set operations are the state
 machine of `enums.TRANSITIONS` (README, "How it stays correct"): each transition is one
-conditional write on the database clock, fenced by status (and by the lease, owner and attempt,
+conditional write on the database clock, fenced by status (and by the owner and lease number,
 for worker operations), with its History row in the same transaction.
 
 The set operations that take more than one statement live in rooms of their own, each named
@@ -143,14 +143,14 @@ class TaskQuerySet(models.QuerySet["Task"]):
         queues: Sequence[str],
         *,
         limit: int = 1,
-        timeout: timedelta | float | None = None,
+        lease_length: timedelta | float | None = None,
     ) -> list[Task]:
         """Lease up to `limit` ready tasks from `queues` for `worker`: ready → running.
 
         Highest priority first, then oldest `created`. Each leased task gets `owner`,
-        `deadline = now + timeout` (default `SCYLLA['LEASE_TIMEOUT']`), `attempts + 1` and a
+        `deadline = now + lease_length` (default `SCYLLA['LEASE_LENGTH']`), `leases + 1` and a
         TaskAssignment History row; the lease length is kept on the task (`lease_length`) for
-        heartbeats given no timeout. No task is ever leased twice: concurrent callers skip each
+        heartbeats given none. No task is ever leased twice: concurrent callers skip each
         other's rows (PostgreSQL) or are serialised (SQLite).
 
         Only a registered worker that has not stopped may lease (checked in the same statement
@@ -160,7 +160,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
         pk = worker_id(name)
         queues = validate_queues(queues)
         limit = validate_limit(limit)
-        lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
+        lease_length = validate_timeout(
+            scylla_settings.LEASE_LENGTH if lease_length is None else lease_length
+        )
         if db.uses_single_statement_transitions(connections[self.db]):
             _, leased = db.postgresql_lease(
                 TABLES,
@@ -169,10 +171,10 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 worker=name,
                 queues=queues,
                 limit=limit,
-                timeout=lease_for,
+                lease_length=lease_length,
             )
         else:
-            leased = portable.lease(self, pk, name, queues, limit, lease_for)
+            leased = portable.lease(self, pk, name, queues, limit, lease_length)
         if leased is None:
             raise WorkerNotFound(f"No registered, running worker is called {name!r}.")
         tasks = leased
@@ -227,8 +229,8 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
         An expired running task becomes ready (owner and deadline cleared, progress 0) with a
         TaskTimeout{worker, progress} row, unless its last History row is a TaskYield, in which
-        case no TaskTimeout is written. A timed-out task that has had `SCYLLA['MAX_ATTEMPTS']`
-        assignments is aborted with the error `max_attempts_exceeded` instead. Any number of
+        case no TaskTimeout is written. A timed-out task that has had `SCYLLA['MAX_LEASES']`
+        assignments is aborted with the error `max_leases_exceeded` instead. Any number of
         monitors may run this at once: each expiry is handled exactly once.
         """
         return maintenance.reset_expired(self, batch_size)
@@ -296,29 +298,31 @@ class TaskQuerySet(models.QuerySet["Task"]):
         worker: Worker | str,
         leases: Mapping[int, tuple[int, float | None]],
         *,
-        timeout: timedelta | float | None = None,
+        lease_length: timedelta | float | None = None,
     ) -> set[int]:
         """Extend several leases of `worker` in one statement; return the pks it extended.
 
-        `leases` maps a task pk to `(attempts, progress)`: a lease is the task's `attempts` when
-        it was leased, so a late call from an earlier lease of the same task is refused, and a
+        `leases` maps a task pk to `(lease, progress)`: a lease number is the task's `leases`
+        when it was leased, so a late call from an earlier lease of the same task is refused, and a
         progress of None leaves the progress as it is. Each row is fenced as `Task.heartbeat()`
         fences it (running, owned by `worker`, not yielded). A pk missing from the result was
         cancelled, lost or finished: `refusals()` says which.
         """
         name = worker_name(worker)
-        lease_for = validate_timeout(scylla_settings.LEASE_TIMEOUT if timeout is None else timeout)
+        lease_length = validate_timeout(
+            scylla_settings.LEASE_LENGTH if lease_length is None else lease_length
+        )
         if not leases:
             return set()
         held = Q()
-        for pk, (attempts, _) in leases.items():
-            held |= Q(pk=pk, attempts=attempts)
+        for pk, (lease, _) in leases.items():
+            held |= Q(pk=pk, leases=lease)
         fenced = (
             self.model.objects.using(self.db)
             .filter(held, status__in=sources(Operation.HEARTBEAT), owner=name)
             .filter(NOT_YIELDED)
         )
-        values: dict[str, Any] = {"deadline": db.now_plus(lease_for), "updated": Now()}
+        values: dict[str, Any] = {"deadline": db.now_plus(lease_length), "updated": Now()}
         progress = [
             When(pk=pk, then=Value(validate_progress(value)))
             for pk, (_, value) in leases.items()
@@ -333,7 +337,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
         An outcome with `errors` aborts its task (running → aborted), one without completes it
         (running → completed, progress 1.0, with its `result`). Each row is fenced on its lease
-        (running, owned by `worker`, the same `attempts`) and gets its TaskCompletion/TaskAbort
+        (running, owned by `worker`, the same lease number) and gets its TaskCompletion/TaskAbort
         row in the same transaction (on PostgreSQL, in the same statement). A pk missing from the
         result was not written: `refusals()` says why.
         """
@@ -346,9 +350,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
         queues: Sequence[str],
         *,
         limit: int = 1,
-        timeout: timedelta | float | None = None,
+        lease_length: timedelta | float | None = None,
     ) -> tuple[set[int], list[Task]]:
-        """`finish_many(worker, outcomes)`, then `lease(worker, queues, limit=…, timeout=…)`;
+        """`finish_many(worker, outcomes)`, then `lease(worker, queues, limit=…, lease_length=…)`;
         return the pks finished and the tasks leased.
 
         For a worker that ends its tasks and takes the next ones. On PostgreSQL, when no outcome
@@ -356,10 +360,10 @@ class TaskQuerySet(models.QuerySet["Task"]):
         finished tasks and the leased ones change status together. A worker that may not lease
         (unregistered, stopped) leases nothing here; `lease()` raises WorkerNotFound for it.
         """
-        return finishing.finish_and_lease(self, worker, outcomes, queues, limit, timeout)
+        return finishing.finish_and_lease(self, worker, outcomes, queues, limit, lease_length)
 
     def refusals(self, worker: Worker | str, leases: Mapping[int, int]) -> dict[int, ScyllaError]:
-        """Why `worker` no longer holds these leases (task pk → attempts), one error per pk:
+        """Why `worker` no longer holds these leases (task pk → lease number), one error per pk:
         see `refusals.refusal_errors`."""
         return refusal_errors(self, worker_name(worker), leases)
 
@@ -385,8 +389,8 @@ class Task(models.Model):
     # Null, not "": a task has no owner until its first lease, and CHECKs test IS NULL.
     owner = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     deadline = models.DateTimeField(null=True, blank=True)
-    attempts = models.PositiveIntegerField(default=0)
-    # The timeout of the current lease: a heartbeat given none extends the lease by this much.
+    leases = models.PositiveIntegerField(default=0)
+    # The length of the current lease: a heartbeat given none extends the lease by this much.
     lease_length = models.DurationField(null=True, blank=True, editable=False)
     # Retry chains (scylla_django.retries): a retry is a new task, linked by rn to the task it
     # follows and to the first task of its chain (the first task too, once it has a retry;
@@ -548,26 +552,36 @@ class Task(models.Model):
         worker: Worker | str,
         *,
         progress: float | None = None,
-        timeout: timedelta | float | None = None,
+        lease_length: timedelta | float | None = None,
+        lease: int | None = None,
     ) -> None:
-        """Extend the lease: `deadline = now + timeout`, and record `progress` if given.
+        """Extend the lease: `deadline = now + lease_length`, and record `progress` if given.
 
-        Without `timeout`, the lease is extended by its own length (the `timeout` it was leased
-        with). Only the holder of the lease (owner and attempt) may heartbeat. Raises
+        Without `lease_length`, the lease is extended by its own length (the one it was leased
+        with). Only the holder of the lease (owner and lease number) may heartbeat. Raises
         TaskCancelled if the task was cancelled (stop working on it), LeaseLost if the lease
-        was reset or taken over.
+        was reset or taken over. `lease` is the lease number the write is fenced on (this
+        object's `leases`, as leased, if not given); so for `complete`, `abort` and
+        `yield_lease`.
         """
-        if timeout is None:
-            timeout = self.lease_length or scylla_settings.LEASE_TIMEOUT
-        lease_for = validate_timeout(timeout)
-        values: dict[str, Any] = {"deadline": db.now_plus(lease_for, Clock)}
+        if lease_length is None:
+            lease_length = self.lease_length or scylla_settings.LEASE_LENGTH
+        length = validate_timeout(lease_length)
+        values: dict[str, Any] = {"deadline": db.now_plus(length, Clock)}
         if progress is not None:
             values["progress"] = validate_progress(progress)
         self._apply(
-            Operation.HEARTBEAT, worker, values, refresh=["deadline", "progress"], fence=NOT_YIELDED
+            Operation.HEARTBEAT,
+            worker,
+            values,
+            refresh=["deadline", "progress"],
+            fence=NOT_YIELDED,
+            lease=lease,
         )
 
-    def complete(self, worker: Worker | str, result: Any = None) -> None:
+    def complete(
+        self, worker: Worker | str, result: Any = None, *, lease: int | None = None
+    ) -> None:
         """running → completed, with progress 1.0 and an optional JSON `result`."""
         values = {
             "status": Status.COMPLETED,
@@ -575,9 +589,16 @@ class Task(models.Model):
             "deadline": None,
             "result": validate_json(result, "result", allow_null=True),
         }
-        self._apply(Operation.COMPLETE, worker, values)
+        self._apply(Operation.COMPLETE, worker, values, lease=lease)
 
-    def abort(self, worker: Worker | str, errors: Any, *, retry: bool | None = None) -> Task | None:
+    def abort(
+        self,
+        worker: Worker | str,
+        errors: Any,
+        *,
+        retry: bool | None = None,
+        lease: int | None = None,
+    ) -> Task | None:
         """running → aborted, recording `errors` (at least one `{code, args, description}`).
 
         Running tasks carry no errors (only an abort writes them, and it ends the task), so the
@@ -592,11 +613,11 @@ class Task(models.Model):
         values = {"status": Status.ABORTED, "deadline": None, "errors": cleaned}
         policy = successors.retry_decision(self, cleaned, retry)
         if policy is None:
-            self._apply(Operation.ABORT, worker, values)
+            self._apply(Operation.ABORT, worker, values, lease=lease)
             return None
         using = self._state.db or "default"
         with db.write_atomic(using):
-            self._apply(Operation.ABORT, worker, values)
+            self._apply(Operation.ABORT, worker, values, lease=lease)
             successor: Task | None = successors.submit_retry(self, policy, using)
             return successor
 
@@ -615,7 +636,7 @@ class Task(models.Model):
         each lock, limit, order key or rate that is not free): see `keys.waiting_reasons`."""
         return keys.waiting_reasons(self)
 
-    def yield_lease(self, worker: Worker | str) -> None:
+    def yield_lease(self, worker: Worker | str, *, lease: int | None = None) -> None:
         """Give the task back: `deadline = now - 1 s` and a TaskYield{worker, progress} row.
 
         The task stays running until the monitor's next pass makes it ready, without writing a
@@ -626,6 +647,7 @@ class Task(models.Model):
             worker,
             {"deadline": db.now_plus(timedelta(seconds=-1), Clock)},
             notify=(db.READY_CHANNEL, "queue"),
+            lease=lease,
         )
 
     def cancel(self) -> None:
@@ -646,24 +668,28 @@ class Task(models.Model):
         refresh: Sequence[str] = ("status", "progress", "deadline", "owner", "errors", "result"),
         fence: Q | None = None,
         notify: tuple[str, str] | None = None,
+        lease: int | None = None,
     ) -> None:
         """Make `operation` on this task: one conditional write of `values`, fenced by the
         operation's source statuses (and by `fence`, and for a worker operation by owner and
-        attempts), with its History row; then refresh the fields `refresh` from the row.
+        lease number), with its History row; then refresh the fields `refresh` from the row.
 
-        `notify` is a (channel, field) pair: on PostgreSQL the statement notifies the channel
-        with that field's value. A write that matches no row raises the specific refusal.
+        `lease` is the lease number a worker operation is fenced on: the task's `leases`
+        as it was leased (this object's, if not given). `notify` is a (channel, field) pair:
+        on PostgreSQL the statement notifies the channel with that field's value. A write that
+        matches no row raises the specific refusal.
         """
         transition = TRANSITIONS[operation]
         name = worker_name(worker) if worker is not None else None
+        held = self.leases if lease is None else lease
         using = self._state.db or "default"
         fenced = Task.objects.using(using).filter(pk=self.pk, status__in=sources(operation))
         if fence is not None:
             fenced = fenced.filter(fence)
         if transition.owner_only:
             # Fenced on the lease itself: a late call from an earlier lease of the same worker
-            # (reset, then leased again) carries an older attempt and matches nothing.
-            fenced = fenced.filter(owner=name, attempts=self.attempts)
+            # (reset, then leased again) carries an older lease number and matches nothing.
+            fenced = fenced.filter(owner=name, leases=held)
         fields = [*refresh, "updated"]
         # The History row names the owner: the worker itself for a worker operation (the fence
         # checked owner = worker), the worker it is taken from for a cancel.
@@ -672,13 +698,13 @@ class Task(models.Model):
                 fenced, History, {"updated": Clock(), **values}, fields, operation, notify
             )
             if row is None:
-                raise self._refusal(operation, name, using)
+                raise self._refusal(operation, name, held, using)
             for field_name, value in row.items():
                 setattr(self, field_name, value)
         else:
             with db.write_atomic(using):
                 if fenced.update(updated=Clock(), **values) != 1:
-                    raise self._refusal(operation, name, using)
+                    raise self._refusal(operation, name, held, using)
                 self.refresh_from_db(using=using, fields=[*fields, "owner", "progress"])
                 if transition.event is not None:
                     History.objects.using(using).create(
@@ -691,7 +717,9 @@ class Task(models.Model):
         if transition.target in TERMINAL_STATUSES:
             send_on_commit(signals.task_finished, using, task=self, status=self.status)
 
-    def _refusal(self, operation: Operation, worker: str | None, using: str) -> Exception:
+    def _refusal(
+        self, operation: Operation, worker: str | None, lease: int, using: str
+    ) -> Exception:
         """The specific error for a conditional write that matched no row."""
         current = Task.objects.using(using).filter(pk=self.pk).values("status").first()
         if current is None:
@@ -699,7 +727,7 @@ class Task(models.Model):
         status = current["status"]
         if TRANSITIONS[operation].owner_only:
             assert worker is not None, "a worker operation names its worker"
-            return Task.objects.using(using).refusals(worker, {self.pk: self.attempts})[self.pk]
+            return Task.objects.using(using).refusals(worker, {self.pk: lease})[self.pk]
         return InvalidTransition(
             f"Cannot {operation} task {self.rn}: it is {status}.", rn=self.rn, status=status
         )
@@ -726,16 +754,16 @@ class Task(models.Model):
 
     # -- operators --------------------------------------------------------------------------
 
-    def reset_lease(self, owner: str, attempt: int) -> None:
+    def reset_lease(self, owner: str, lease: int) -> None:
         """ "Reset lease now": running → ready at once, for a lease whose worker is gone.
 
-        Fenced on what the operator saw: the task must still be running, held by `owner` in
-        its `attempt`-th assignment, and `owner` must not be alive (it is silent, dead,
-        stopped or unknown). The owner and deadline are cleared, progress goes back to 0 and a
-        TaskTimeout{owner, progress} row is written, as when the monitor resets an expired
-        lease. If the worker resumes, its next write fails with LeaseLost.
+        Fenced on what the operator saw: the task must still be running, held by `owner` under
+        lease number `lease` (its `lease`-th assignment), and `owner` must not be alive (it is
+        silent, dead, stopped or unknown). The owner and deadline are cleared, progress goes
+        back to 0 and a TaskTimeout{owner, progress} row is written, as when the monitor
+        resets an expired lease. If the worker resumes, its next write fails with LeaseLost.
 
-        Raises OwnerAlive, LeaseLost (another owner or attempt now), InvalidTransition (not
+        Raises OwnerAlive, LeaseLost (another owner or lease now), InvalidTransition (not
         running) or TaskNotFound; nothing is written then.
         """
         transition = TRANSITIONS[Operation.RESET_LEASE]
@@ -750,14 +778,14 @@ class Task(models.Model):
             pk=self.pk,
             status__in=sources(Operation.RESET_LEASE),
             owner=owner,
-            attempts=attempt,
+            leases=lease,
         )
         with db.write_atomic(using):
             row = fenced.select_for_update().values("progress").first()
             if row is None or not fenced.update(
                 status=transition.target, owner=None, deadline=None, progress=0.0, updated=Now()
             ):
-                raise lease_reset_refusal(self, owner, attempt, using)
+                raise lease_reset_refusal(self, owner, lease, using)
             History.objects.using(using).create(
                 task=self, typ=event, worker=owner, progress=row["progress"]
             )

@@ -1,5 +1,5 @@
 """The service that deals with expired leases: their tasks are made ready again, or aborted
-once they have run out of attempts (`Task.objects.reset_expired()`)."""
+once they have run out of leases (`Task.objects.reset_expired()`)."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ logger = logging.getLogger("scylla_django")
 class MonitorPass:
     """What one monitor pass did: `reset` expired leases were dealt with, `purged` tasks deleted.
 
-    `reset` counts tasks made ready again and tasks aborted for `MAX_ATTEMPTS` alike, as
+    `reset` counts tasks made ready again and tasks aborted for `MAX_LEASES` alike, as
     `Task.objects.reset_expired()` does. A service that did not run in the pass counts 0.
     """
 

@@ -136,7 +136,7 @@ class TaskWorker:
             self.name,
             ",".join(options.queues),
             options.concurrency,
-            options.lease_timeout.total_seconds(),
+            options.lease_length.total_seconds(),
             options.heartbeat_seconds,
         )
         threads = [
@@ -203,7 +203,7 @@ class TaskWorker:
             hostname=socket.gethostname(),
             pid=os.getpid(),
             heartbeat_interval=options.heartbeat_seconds,
-            lease_timeout=options.lease_timeout,
+            lease_length=options.lease_length,
         )
 
     def _on_ready(self, queue: str) -> None:

@@ -181,11 +181,11 @@ class Execution:
     def _returned(self, ctx: TaskContext, result: Any) -> Outcome:
         task = ctx.task
         try:
-            return Outcome(task.pk, task.attempts, validate_json(result, "result", allow_null=True))
+            return Outcome(task.pk, task.leases, validate_json(result, "result", allow_null=True))
         except ValidationError as exc:  # a result that is not JSON, or too large
             logger.warning("%s: the result of %s was rejected: %s", self._name(), task.rn, exc)
             error = error_record("invalid_result", str(exc)[:500])
-            return Outcome(task.pk, task.attempts, errors=[error])
+            return Outcome(task.pk, task.leases, errors=[error])
 
     def _raised(self, ctx: TaskContext, exc: BaseException) -> Outcome | None:
         task = ctx.task
@@ -193,9 +193,9 @@ class Execution:
             logger.info("%s stopped %s: %s", self._name(), task.rn, exc)
             return None
         if isinstance(exc, Abort):
-            return Outcome(task.pk, task.attempts, errors=[exc.as_error()])
+            return Outcome(task.pk, task.leases, errors=[exc.as_error()])
         logger.warning("%s: handler of %s raised %r", self._name(), task.rn, exc)
-        return Outcome(task.pk, task.attempts, errors=[exception_error(exc)])
+        return Outcome(task.pk, task.leases, errors=[exception_error(exc)])
 
     def _kept(self, ctx: TaskContext, outcome: Outcome | None) -> Outcome | None:
         """The outcome to write: none for a task stopped while its handler ran."""

@@ -103,7 +103,7 @@ class Heartbeat:
                 return
             leases = {
                 ctx.task.pk: (
-                    ctx.task.attempts,
+                    ctx.task.leases,
                     None if ctx.progress == ctx.sent_progress else ctx.progress,
                 )
                 for ctx in live
@@ -111,7 +111,7 @@ class Heartbeat:
             try:
                 db.use_worker_plans(connections[using])  # this thread only heartbeats
                 extended = Task.objects.using(using).heartbeat_many(
-                    self.worker, leases, timeout=self.options.lease_timeout
+                    self.worker, leases, lease_length=self.options.lease_length
                 )
                 refused = {pk: leases[pk][0] for pk in leases if pk not in extended}
                 errors = Task.objects.using(using).refusals(self.worker, refused) if refused else {}

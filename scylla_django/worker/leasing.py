@@ -86,7 +86,7 @@ class LeaseLoop:
                 self.worker,
                 self.options.queues,
                 limit=claim.size,
-                timeout=self.options.lease_timeout,
+                lease_length=self.options.lease_length,
             )
         finally:
             started = self.slots.take(claim, tasks, self.worker)

@@ -12,8 +12,8 @@ from ..handlers import registry as default_registry
 from ..validation import validate_queues
 
 
-def _configured_lease_timeout() -> timedelta:
-    return scylla_settings.LEASE_TIMEOUT
+def _configured_lease_length() -> timedelta:
+    return scylla_settings.LEASE_LENGTH
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,8 +23,8 @@ class WorkerOptions:
     - `queues`: the queues to lease from; each needs a handler in `registry`.
     - `concurrency`: tasks in hand at a time (handler threads; `async def` handlers share one
       event loop thread).
-    - `lease_timeout`: the lease length (default `SCYLLA['LEASE_TIMEOUT']` when made).
-    - `heartbeat_interval`: seconds between heartbeats (default a third of the lease timeout).
+    - `lease_length`: the lease length (default `SCYLLA['LEASE_LENGTH']` when made).
+    - `heartbeat_interval`: seconds between heartbeats (default a third of the lease length).
     - `poll_interval`: seconds between polls when idle.
     - `max_tasks`: stop after leasing this many tasks (None: no limit).
     - `grace_period`: seconds a shutdown waits for the handlers still running.
@@ -41,7 +41,7 @@ class WorkerOptions:
 
     queues: Sequence[str]
     concurrency: int = 1
-    lease_timeout: timedelta = dataclasses.field(default_factory=_configured_lease_timeout)
+    lease_length: timedelta = dataclasses.field(default_factory=_configured_lease_length)
     heartbeat_interval: float | None = None
     poll_interval: float = 1.0
     max_tasks: int | None = None
@@ -67,13 +67,13 @@ class WorkerOptions:
             raise ValueError("concurrency must be at least 1")
         if self.batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-        if self.heartbeat_seconds >= self.lease_timeout.total_seconds():
+        if self.heartbeat_seconds >= self.lease_length.total_seconds():
             raise ValueError(
                 f"The heartbeat interval ({self.heartbeat_seconds:g} s) must be shorter than "
-                f"the lease timeout ({self.lease_timeout.total_seconds():g} s)."
+                f"the lease length ({self.lease_length.total_seconds():g} s)."
             )
 
     @property
     def heartbeat_seconds(self) -> float:
         """The heartbeat interval in force: `heartbeat_interval`, or a third of the lease."""
-        return self.heartbeat_interval or self.lease_timeout.total_seconds() / 3
+        return self.heartbeat_interval or self.lease_length.total_seconds() / 3

@@ -85,11 +85,11 @@ class Slots:
         for ctx in started:
             task = ctx.task
             logger.debug(
-                "%s leased %s (queue %s, attempt %d)",
+                "%s leased %s (queue %s, lease %d)",
                 worker.name,
                 task.rn,
                 task.queue,
-                task.attempts,
+                task.leases,
             )
         return started
 

@@ -281,7 +281,7 @@ class OutcomeWriter:
             [outcome for _, outcome in batch],
             self.options.queues,
             limit=limit,
-            timeout=self.options.lease_timeout,
+            lease_length=self.options.lease_length,
         )
         try:
             return self._refusals(batch, written), tasks
@@ -291,9 +291,7 @@ class OutcomeWriter:
             return {o.pk: unknown for _, o in batch if o.pk not in written}, tasks
 
     def _refusals(self, batch: Batch, written: set[int]) -> dict[int, ScyllaError]:
-        refused = {
-            outcome.pk: outcome.attempts for _, outcome in batch if outcome.pk not in written
-        }
+        refused = {outcome.pk: outcome.lease for _, outcome in batch if outcome.pk not in written}
         if not refused:
             return {}
         return Task.objects.using(self.options.using).refusals(self.worker, refused)

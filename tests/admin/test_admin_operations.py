@@ -38,10 +38,10 @@ def test_reset_lease_now_button_only_for_a_running_task_whose_owner_is_gone(admi
     html = admin_client.get(page(task.pk)).content.decode()
     assert f'action="{reset}"' in html
     assert f'name="owner" value="{worker.name}"' in html
-    assert 'name="attempt" value="1"' in html
+    assert 'name="lease" value="1"' in html
     assert "Cancel task" in html
 
-    response = admin_client.post(reset, {"owner": worker.name, "attempt": "1"}, follow=True)
+    response = admin_client.post(reset, {"owner": worker.name, "lease": "1"}, follow=True)
     assert any("Lease reset" in m for m in messages_of(response))
     task = reload(task)
     assert (task.status, task.owner) == (Status.READY, None)
@@ -50,21 +50,21 @@ def test_reset_lease_now_button_only_for_a_running_task_whose_owner_is_gone(admi
         task.heartbeat(worker)
 
 
-def test_reset_lease_now_is_fenced_on_the_owner_and_attempt_shown(admin_client, worker):
+def test_reset_lease_now_is_fenced_on_the_owner_and_lease_shown(admin_client, worker):
     task = running_task(worker, rn="held")
     reset = reverse("admin:scylla_django_task_reset_lease", args=[task.pk])
-    response = admin_client.post(reset, {"owner": worker.name, "attempt": "1"}, follow=True)
+    response = admin_client.post(reset, {"owner": worker.name, "lease": "1"}, follow=True)
     assert any("alive" in m for m in messages_of(response))  # OwnerAlive
     kill(worker)
-    response = admin_client.post(reset, {"owner": worker.name, "attempt": "2"}, follow=True)
-    assert any("not by" in m for m in messages_of(response))  # LeaseLost: another attempt
-    response = admin_client.post(reset, {"owner": "", "attempt": "x"}, follow=True)
+    response = admin_client.post(reset, {"owner": worker.name, "lease": "2"}, follow=True)
+    assert any("not by" in m for m in messages_of(response))  # LeaseLost: another lease
+    response = admin_client.post(reset, {"owner": "", "lease": "x"}, follow=True)
     assert any("needs the owner" in m for m in messages_of(response))
     assert reload(task).status == Status.RUNNING
     assert admin_client.get(reset).status_code == 403  # POST only
-    assert staff("view_task").post(reset, {"owner": worker.name, "attempt": "1"}).status_code == 403
+    assert staff("view_task").post(reset, {"owner": worker.name, "lease": "1"}).status_code == 403
     missing = reverse("admin:scylla_django_task_reset_lease", args=[999999])
-    assert admin_client.post(missing, {"owner": worker.name, "attempt": "1"}).status_code == 404
+    assert admin_client.post(missing, {"owner": worker.name, "lease": "1"}).status_code == 404
 
 
 def test_cancel_button(admin_client):

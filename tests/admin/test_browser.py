@@ -52,7 +52,7 @@ def console(transactional_db, django_user_model, monkeypatch):
         hostname="web-1",
         pid=4242,
         heartbeat_interval=30,
-        lease_timeout=600,
+        lease_length=600,
     )
     batch = Worker.objects.register(
         ["reports"],
@@ -60,7 +60,7 @@ def console(transactional_db, django_user_model, monkeypatch):
         hostname="batch-1",
         pid=77,
         heartbeat_interval=30,
-        lease_timeout=600,
+        lease_length=600,
     )
     Worker.objects.register(["emails"], hostname="web-2", pid=99).stop()
     # A worker killed mid-task: not seen since, its lease still runs for minutes.
@@ -92,7 +92,7 @@ def console(transactional_db, django_user_model, monkeypatch):
         rn="report-nov",
         queue="reports",
         priority=200,
-        timeout=600,
+        lease_length=600,
         spec={
             "report": "revenue",
             "period": {"from": "2026-11-01", "to": "2026-11-30"},
@@ -100,15 +100,15 @@ def console(transactional_db, django_user_model, monkeypatch):
             "recipients": ["finance@example.com", "ops@example.com"],
         },
     )
-    report.heartbeat(batch, progress=0.42, timeout=600)
+    report.heartbeat(batch, progress=0.42, lease_length=600)
     for n in range(3):
-        thumb = running_task(mail, rn=f"image-{n}", queue="images", timeout=600)
-        thumb.heartbeat(mail, progress=0.25 * (n + 1), timeout=600)
+        thumb = running_task(mail, rn=f"image-{n}", queue="images", lease_length=600)
+        thumb.heartbeat(mail, progress=0.25 * (n + 1), lease_length=600)
     stuck = running_task(mail, rn="stuck-email", queue="emails")
     Task.objects.filter(pk=stuck.pk).update(deadline=Now() - timedelta(minutes=3))
     for n in range(6):
         TaskFactory(rn=f"welcome-{n}", queue="emails", priority=50 * (n % 3))
-    running_task(crashed, rn="invoice-7", queue="invoices", timeout=600)
+    running_task(crashed, rn="invoice-7", queue="invoices", lease_length=600)
     Worker.objects.filter(pk=crashed.pk).update(
         last_seen=Now() - timedelta(minutes=6),
         silent_at=Now() - timedelta(minutes=5),

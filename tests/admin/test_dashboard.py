@@ -228,9 +228,9 @@ def test_the_last_monitor_pass_is_worded_with_the_duration_formatter():
     assert shown.last_pass == "971 ms ago"
 
 
-def test_worker_silence_follows_the_lease_timeout(settings):
+def test_worker_silence_follows_the_lease_length(settings):
     assert dashboard.worker_silence() == dashboard.WORKER_SILENCE
-    settings.SCYLLA = {"LEASE_TIMEOUT": 300}
+    settings.SCYLLA = {"LEASE_LENGTH": 300}
     assert dashboard.worker_silence() == timedelta(minutes=15)
 
 
@@ -288,7 +288,7 @@ def test_charts_measure_the_wait_to_a_first_lease(worker):
         leased_after(worker, f"w{n}", "mail", timedelta(seconds=seconds)).complete(worker)
     again = leased_after(worker, "again", "mail", timedelta(hours=5))
     again.yield_lease(worker)  # leased twice: its wait is not known
-    Task.objects.filter(pk=again.pk).update(attempts=2)
+    Task.objects.filter(pk=again.pk).update(leases=2)
     data = charts.build("hour").as_json()
     [p50] = [v for v in data["wait_p50"]["mail"] if v is not None]
     [p95] = [v for v in data["wait_p95"]["mail"] if v is not None]

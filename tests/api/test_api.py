@@ -56,7 +56,7 @@ def test_submit_creates_a_ready_task(api):
         50,
         Status.READY,
     )
-    assert body["status"] == "ready" and body["attempts"] == 0 and body["errors"] == []
+    assert body["status"] == "ready" and body["leases"] == 0 and body["errors"] == []
     assert body["owner"] is None and body["deadline"] is None and body["result"] is None
 
 
@@ -303,7 +303,7 @@ def test_cancel_a_running_task_and_its_worker_learns_on_heartbeat(api, as_worker
     task = running_task(mine, rn="t1")
     assert post(api, "/tasks/t1/cancel/").json()["status"] == "cancelled"
     assert typs(task) == [EventType.ASSIGNMENT, EventType.CANCELLATION]
-    response = post(as_worker, "/tasks/t1/heartbeat/", {"worker": mine.name, "attempt": 1})
+    response = post(as_worker, "/tasks/t1/heartbeat/", {"worker": mine.name, "lease": 1})
     assert_error(response, 409, "task_cancelled")
 
 
@@ -362,12 +362,12 @@ def test_lease_hands_out_running_tasks_highest_priority_first(as_worker, mine):
     TaskFactory(rn="low", priority=1)
     TaskFactory(rn="high", priority=9)
     TaskFactory(rn="elsewhere", queue="other", priority=255)
-    response = post(as_worker, f"/workers/{mine.name}/lease/", {"limit": 5, "timeout": 60})
+    response = post(as_worker, f"/workers/{mine.name}/lease/", {"limit": 5, "lease_length": 60})
     assert response.status_code == 200
     tasks = response.json()["tasks"]
     assert [t["rn"] for t in tasks] == ["high", "low"]
     assert all(t["status"] == "running" and t["owner"] == mine.name for t in tasks)
-    assert all(t["attempts"] == 1 and set(t) == TASK_FIELDS for t in tasks)
+    assert all(t["leases"] == 1 and set(t) == TASK_FIELDS for t in tasks)
     leased = Task.objects.get(rn="high")
     assert timedelta(seconds=55) < leased.deadline - leased.updated <= timedelta(seconds=60)
 
@@ -399,8 +399,8 @@ def test_lease_as_an_unknown_worker_is_404(as_worker, name):
         ({"limit": 0}, "limit", "min_value"),
         ({"limit": 101}, "limit", "max_value"),
         ({"limit": "2"}, "limit", "invalid"),
-        ({"timeout": 0}, "timeout", "min_value"),
-        ({"timeout": True}, "timeout", "invalid"),
+        ({"lease_length": 0}, "lease_length", "min_value"),
+        ({"lease_length": True}, "lease_length", "invalid"),
         ({"queues": []}, "queues", "min_length"),
         ({"worker": "worker-2"}, "worker", "unknown_field"),
     ],
@@ -415,11 +415,11 @@ def test_lease_refuses_invalid_input(as_worker, mine, body, field, code):
 
 
 def test_heartbeat_extends_the_lease_and_records_progress(as_worker, mine):
-    task = running_task(mine, rn="t1", timeout=5)
+    task = running_task(mine, rn="t1", lease_length=5)
     response = post(
         as_worker,
         "/tasks/t1/heartbeat/",
-        {"worker": mine.name, "attempt": 1, "progress": 0.5, "timeout": 120},
+        {"worker": mine.name, "lease": 1, "progress": 0.5, "lease_length": 120},
     )
     assert response.status_code == 200
     assert response.json()["progress"] == 0.5
@@ -433,7 +433,7 @@ def test_heartbeat_after_the_lease_was_reset_is_409_lease_lost(as_worker, mine):
     expire(task)
     Task.objects.reset_expired()
     assert_error(
-        post(as_worker, "/tasks/t1/heartbeat/", {"worker": mine.name, "attempt": 1}),
+        post(as_worker, "/tasks/t1/heartbeat/", {"worker": mine.name, "lease": 1}),
         409,
         "lease_lost",
     )
@@ -443,7 +443,7 @@ def test_heartbeat_after_the_lease_was_reset_is_409_lease_lost(as_worker, mine):
 def test_complete_records_the_result(as_worker, mine):
     task = running_task(mine, rn="t1")
     response = post(
-        as_worker, "/tasks/t1/complete/", {"worker": mine.name, "attempt": 1, "result": {"sent": 1}}
+        as_worker, "/tasks/t1/complete/", {"worker": mine.name, "lease": 1, "result": {"sent": 1}}
     )
     assert response.status_code == 200
     assert response.json()["status"] == "completed"
@@ -454,9 +454,9 @@ def test_complete_records_the_result(as_worker, mine):
 
 def test_completing_twice_is_409_invalid_transition(as_worker, mine):
     running_task(mine, rn="t1")
-    post(as_worker, "/tasks/t1/complete/", {"worker": mine.name, "attempt": 1})
+    post(as_worker, "/tasks/t1/complete/", {"worker": mine.name, "lease": 1})
     response = post(
-        as_worker, "/tasks/t1/complete/", {"worker": mine.name, "attempt": 1, "result": 2}
+        as_worker, "/tasks/t1/complete/", {"worker": mine.name, "lease": 1, "result": 2}
     )
     assert_error(response, 409, "invalid_transition")
     assert Task.objects.get(rn="t1").result is None
@@ -465,7 +465,7 @@ def test_completing_twice_is_409_invalid_transition(as_worker, mine):
 def test_completing_a_cancelled_task_is_409_task_cancelled(as_worker, mine):
     running_task(mine, rn="t1").cancel()
     assert_error(
-        post(as_worker, "/tasks/t1/complete/", {"worker": mine.name, "attempt": 1}),
+        post(as_worker, "/tasks/t1/complete/", {"worker": mine.name, "lease": 1}),
         409,
         "task_cancelled",
     )
@@ -476,7 +476,7 @@ def test_abort_records_the_errors(as_worker, mine):
     task = running_task(mine, rn="t1")
     errors = [{"code": "empty", "args": {"day": 3}, "description": "no rows"}, {"code": "again"}]
     response = post(
-        as_worker, "/tasks/t1/abort/", {"worker": mine.name, "attempt": 1, "errors": errors}
+        as_worker, "/tasks/t1/abort/", {"worker": mine.name, "lease": 1, "errors": errors}
     )
     assert response.status_code == 200
     assert response.json()["errors"] == [
@@ -500,7 +500,7 @@ def test_abort_records_the_errors(as_worker, mine):
 def test_abort_refuses_invalid_errors(as_worker, mine, errors, field, code):
     task = running_task(mine, rn="t1")
     response = post(
-        as_worker, "/tasks/t1/abort/", {"worker": mine.name, "attempt": 1, "errors": errors}
+        as_worker, "/tasks/t1/abort/", {"worker": mine.name, "lease": 1, "errors": errors}
     )
     assert_field_error(response, field, code)
     assert reload(task).status == Status.RUNNING
@@ -508,7 +508,7 @@ def test_abort_refuses_invalid_errors(as_worker, mine, errors, field, code):
 
 def test_yield_gives_the_task_back_for_the_monitor(as_worker, mine):
     task = running_task(mine, rn="t1")
-    response = post(as_worker, "/tasks/t1/yield/", {"worker": mine.name, "attempt": 1})
+    response = post(as_worker, "/tasks/t1/yield/", {"worker": mine.name, "lease": 1})
     assert response.status_code == 200
     assert response.json()["status"] == "running"
     assert typs(task) == [EventType.ASSIGNMENT, EventType.YIELD]
@@ -521,7 +521,7 @@ def body_for(operation: str, worker: Worker) -> dict[str, object]:
     """A valid body for a worker operation as `worker`."""
     return {
         "worker": worker.name,
-        "attempt": 1,
+        "lease": 1,
         **({"errors": [{"code": "x"}]} if operation == "abort" else {}),
     }
 
@@ -561,7 +561,7 @@ def test_worker_operations_on_a_task_not_held_are_409(as_worker, mine, operation
 def test_a_result_over_the_size_limit_is_400_too_large(as_worker, mine, settings):
     task = running_task(mine, rn="t1")
     settings.SCYLLA = {"SPEC_SIZE_LIMIT": 100}
-    body = {"worker": mine.name, "attempt": 1, "result": "x" * 200}
+    body = {"worker": mine.name, "lease": 1, "result": "x" * 200}
     assert_field_error(post(as_worker, "/tasks/t1/complete/", body), "result", "too_large")
     assert reload(task).status == Status.RUNNING
 
@@ -592,7 +592,7 @@ def test_worker_operations_need_the_worker(as_worker, mine, operation):
         ({"progress": 1.5}, "progress", "max_value"),
         ({"progress": "0.5"}, "progress", "invalid"),
         ({"progress": True}, "progress", "invalid"),
-        ({"timeout": -1}, "timeout", "min_value"),
+        ({"lease_length": -1}, "lease_length", "min_value"),
         ({"status": "completed"}, "status", "unknown_field"),
         ({"deadline": "2999-01-01T00:00:00Z"}, "deadline", "unknown_field"),
     ],
@@ -600,7 +600,7 @@ def test_worker_operations_need_the_worker(as_worker, mine, operation):
 def test_heartbeat_refuses_invalid_input(as_worker, mine, body, field, code):
     task = running_task(mine, rn="t1")
     before = reload(task)
-    response = post(as_worker, "/tasks/t1/heartbeat/", {"worker": mine.name, "attempt": 1, **body})
+    response = post(as_worker, "/tasks/t1/heartbeat/", {"worker": mine.name, "lease": 1, **body})
     assert_field_error(response, field, code)
     after = reload(task)
     assert (after.status, after.progress, after.deadline) == (

@@ -30,7 +30,7 @@ SERVER_OWNED = {
     "deadline": "2999-01-01T00:00:00Z",
     "history": [],
     "errors": [{"code": "x"}],
-    "attempts": 7,
+    "leases": 7,
     "created": "2000-01-01T00:00:00Z",
     "updated": "2000-01-01T00:00:00Z",
     "progress": 0.9,
@@ -143,13 +143,17 @@ def test_a_bad_worker_name_is_a_4xx(staff_api, staff, operation, worker_name):
 def test_bad_numbers_in_worker_bodies_are_400(staff_api, staff, value):
     worker = worker_of(staff)
     task = running_task(worker, rn="t1")
-    body = f'{{"worker": "{worker.name}", "attempt": 1, "progress": {value}, "timeout": {value}}}'
-    response = raw(staff_api, "/tasks/t1/heartbeat/", body)
-    assert set(assert_error(response, 400, "invalid")["errors"]) == {"progress", "timeout"}
-    lease = raw(
-        staff_api, f"/workers/{worker.name}/lease/", f'{{"limit": {value}, "timeout": {value}}}'
+    body = (
+        f'{{"worker": "{worker.name}", "lease": 1, "progress": {value}, "lease_length": {value}}}'
     )
-    assert set(assert_error(lease, 400, "invalid")["errors"]) == {"limit", "timeout"}
+    response = raw(staff_api, "/tasks/t1/heartbeat/", body)
+    assert set(assert_error(response, 400, "invalid")["errors"]) == {"progress", "lease_length"}
+    lease = raw(
+        staff_api,
+        f"/workers/{worker.name}/lease/",
+        f'{{"limit": {value}, "lease_length": {value}}}',
+    )
+    assert set(assert_error(lease, 400, "invalid")["errors"]) == {"limit", "lease_length"}
     assert reload(task).progress == 0.0
 
 
@@ -236,7 +240,7 @@ def test_a_server_owned_field_in_a_bulk_item_makes_it_invalid(staff_api, field, 
     assert outcomes[0]["errors"] == {field: [{"code": "unknown_field", "detail": "Unknown field."}]}
     assert list(Task.objects.values_list("rn", flat=True)) == ["ok"]
     ok = Task.objects.get(rn="ok")
-    assert (ok.status, ok.attempts, ok.owner, ok.errors, ok.result) == (
+    assert (ok.status, ok.leases, ok.owner, ok.errors, ok.result) == (
         Status.READY,
         0,
         None,
@@ -252,20 +256,20 @@ def test_server_owned_fields_cannot_ride_along_a_worker_operation(staff_api, sta
     before = reload(task)
     body = {
         "worker": worker.name,
-        "attempt": 1,
+        "lease": 1,
         "owner": "worker-0",
         "status": "ready",
-        "attempts": 0,
+        "leases": 0,
     }
     if operation == "abort":
         body["errors"] = [{"code": "x"}]
     response = staff_api.post(f"{API}/tasks/t1/{operation}/", body, format="json")
-    assert set(assert_error(response, 400, "invalid")["errors"]) == {"owner", "status", "attempts"}
+    assert set(assert_error(response, 400, "invalid")["errors"]) == {"owner", "status", "leases"}
     after = reload(task)
-    assert (after.status, after.owner, after.attempts, after.deadline, after.updated) == (
+    assert (after.status, after.owner, after.leases, after.deadline, after.updated) == (
         before.status,
         before.owner,
-        before.attempts,
+        before.leases,
         before.deadline,
         before.updated,
     )

@@ -38,7 +38,7 @@ def names(response) -> list[str]:
 
 
 def test_list_workers_with_their_state_newest_first(api):
-    alive = Worker.objects.register(["emails"], heartbeat_interval=2, lease_timeout=9)
+    alive = Worker.objects.register(["emails"], heartbeat_interval=2, lease_length=9)
     silent = Worker.objects.register(["emails", "reports"])
     dead = Worker.objects.register(["reports"])
     stopped = Worker.objects.register(["emails"])
@@ -55,7 +55,7 @@ def test_list_workers_with_their_state_newest_first(api):
         stopped.name: "stopped",
     }
     assert by_name[alive.name]["heartbeat_interval"] == 2.0
-    assert by_name[alive.name]["lease_timeout"] == 9.0
+    assert by_name[alive.name]["lease_length"] == 9.0
     assert by_name[alive.name]["silent_at"] and by_name[alive.name]["dead_at"]
 
     assert names(api.get(f"{API}/workers/?state=silent&state=dead")) == [dead.name, silent.name]
@@ -137,11 +137,11 @@ def test_stop_is_refused_for_another_user_s_worker_and_without_permission(worker
 
 def test_register_takes_the_intervals(worker_user):
     client = client_for(worker_user)
-    body = {"queues": ["q"], "lease_timeout": 60, "heartbeat_interval": 5}
+    body = {"queues": ["q"], "lease_length": 60, "heartbeat_interval": 5}
     response = post(client, "/workers/", body)
     assert response.status_code == 201, response.content
     worker = Worker.objects.get_by_name(response.json()["name"])
-    assert (worker.lease_timeout, worker.heartbeat_interval) == (
+    assert (worker.lease_length, worker.heartbeat_interval) == (
         timedelta(seconds=60),
         timedelta(seconds=5),
     )
@@ -158,7 +158,7 @@ def test_register_takes_the_intervals(worker_user):
 def test_reset_lease_of_a_silent_worker_s_task(api, worker):
     task = running_task(worker)
     silence(worker)
-    response = post(api, f"/tasks/{task.rn}/reset/", {"owner": worker.name, "attempt": 1})
+    response = post(api, f"/tasks/{task.rn}/reset/", {"owner": worker.name, "lease": 1})
     assert response.status_code == 200, response.content
     body = response.json()
     assert (body["status"], body["owner"], body["progress"]) == ("ready", None, 0.0)
@@ -167,10 +167,10 @@ def test_reset_lease_of_a_silent_worker_s_task(api, worker):
 
 def test_reset_lease_conflicts(api, worker):
     task = running_task(worker)
-    body = {"owner": worker.name, "attempt": 1}
+    body = {"owner": worker.name, "lease": 1}
     assert_error(post(api, f"/tasks/{task.rn}/reset/", body), 409, "owner_alive")
     silence(worker)
-    stale = {"owner": worker.name, "attempt": 2}
+    stale = {"owner": worker.name, "lease": 2}
     assert_error(post(api, f"/tasks/{task.rn}/reset/", stale), 409, "lease_lost")
     assert post(api, f"/tasks/{task.rn}/reset/", body).status_code == 200
     assert_error(post(api, f"/tasks/{task.rn}/reset/", body), 409, "invalid_transition")
@@ -181,11 +181,11 @@ def test_reset_lease_conflicts(api, worker):
 @pytest.mark.parametrize(
     ("body", "field", "code"),
     [
-        ({"attempt": 1}, "owner", "required"),
-        ({"owner": "worker-1"}, "attempt", "required"),
-        ({"owner": "worker-1", "attempt": 0}, "attempt", "min_value"),
-        ({"owner": "worker-1", "attempt": "1"}, "attempt", "invalid"),
-        ({"owner": "worker-1", "attempt": 1, "force": True}, "force", "unknown_field"),
+        ({"lease": 1}, "owner", "required"),
+        ({"owner": "worker-1"}, "lease", "required"),
+        ({"owner": "worker-1", "lease": 0}, "lease", "min_value"),
+        ({"owner": "worker-1", "lease": "1"}, "lease", "invalid"),
+        ({"owner": "worker-1", "lease": 1, "force": True}, "force", "unknown_field"),
     ],
 )
 def test_reset_lease_refuses_bad_input(api, worker, body, field, code):
@@ -198,7 +198,7 @@ def test_reset_lease_needs_the_cancel_permission(worker):
     task = running_task(worker)
     silence(worker)
     viewer = client_for(make_user("viewer", "view_task", "work_task"))
-    body = {"owner": worker.name, "attempt": 1}
+    body = {"owner": worker.name, "lease": 1}
     assert_error(post(viewer, f"/tasks/{task.rn}/reset/", body), 403, "permission_denied")
     assert Task.objects.get(pk=task.pk).status == Status.RUNNING
 

@@ -81,7 +81,7 @@ def test_permission_matrix(callers, route, caller):
     TaskFactory(rn="ready")
     method, path, body, _, _ = ROUTES[route]
     if route in WORKER_ROUTES:
-        body = {"worker": w.name, "attempt": 1, **body}
+        body = {"worker": w.name, "lease": 1, **body}
     tasks_before = set(Task.objects.values_list("rn", "status"))
     workers_before = Worker.objects.count()
 
@@ -133,7 +133,7 @@ def test_a_worker_names_its_own_worker_for_a_task_another_holds_and_gets_lease_l
     task = running_task(worker_of(owner), rn="t1")
     theirs = worker_of(other)
     response = client_for(other).post(
-        f"{API}/tasks/t1/complete/", {"worker": theirs.name, "attempt": 1}, format="json"
+        f"{API}/tasks/t1/complete/", {"worker": theirs.name, "lease": 1}, format="json"
     )
     assert_error(response, 409, "lease_lost")
     assert Task.objects.get(pk=task.pk).status == Status.RUNNING
@@ -164,6 +164,6 @@ def test_a_superuser_may_do_everything():
     client = client_for(superuser)
     assert client.get(f"{API}/tasks/").status_code == 200
     response = client.post(
-        f"{API}/tasks/t1/complete/", {"worker": worker.name, "attempt": 1}, format="json"
+        f"{API}/tasks/t1/complete/", {"worker": worker.name, "lease": 1}, format="json"
     )
     assert response.status_code == 200

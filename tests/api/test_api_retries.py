@@ -39,7 +39,7 @@ def mine(worker_user) -> Worker:
 
 
 def lease(worker: Worker) -> Task:
-    [task] = Task.objects.lease(worker, ["default"], timeout=60)
+    [task] = Task.objects.lease(worker, ["default"], lease_length=60)
     return task
 
 
@@ -54,7 +54,7 @@ def test_an_abort_names_the_retry_it_submitted(api, as_worker, mine):
     response = post(
         as_worker,
         f"/tasks/{task.rn}/abort/",
-        {"worker": mine.name, "attempt": 1, "errors": [ERROR]},
+        {"worker": mine.name, "lease": 1, "errors": [ERROR]},
     )
     assert response.status_code == 200, response.content
     assert (response.json()["status"], response.json()["successor"]) == ("aborted", "t:retry-2")
@@ -64,10 +64,10 @@ def test_an_abort_names_the_retry_it_submitted(api, as_worker, mine):
 
 def test_retry_false_and_true_in_the_abort_body(api, as_worker, mine):
     post(api, "/tasks/", {"queue": "default", "spec": {}, "rn": "a", "retry": POLICY})
-    body = {"worker": mine.name, "attempt": 1, "errors": [ERROR], "retry": False}
+    body = {"worker": mine.name, "lease": 1, "errors": [ERROR], "retry": False}
     assert post(as_worker, f"/tasks/{lease(mine).rn}/abort/", body).json()["successor"] is None
     post(api, "/tasks/", {"queue": "default", "spec": {}, "rn": "b"})
-    body = {"worker": mine.name, "attempt": 1, "errors": [{"code": "busy"}], "retry": True}
+    body = {"worker": mine.name, "lease": 1, "errors": [{"code": "busy"}], "retry": True}
     assert (
         post(as_worker, f"/tasks/{lease(mine).rn}/abort/", body).json()["successor"] == "b:retry-2"
     )
@@ -75,7 +75,7 @@ def test_retry_false_and_true_in_the_abort_body(api, as_worker, mine):
 
 def test_an_error_may_ask_for_a_retry(api, as_worker, mine):
     post(api, "/tasks/", {"queue": "default", "spec": {}, "rn": "e", "retry": POLICY})
-    body = {"worker": mine.name, "attempt": 1, "errors": [{"code": "busy", "retry": True}]}
+    body = {"worker": mine.name, "lease": 1, "errors": [{"code": "busy", "retry": True}]}
     response = post(as_worker, f"/tasks/{lease(mine).rn}/abort/", body)
     assert response.json()["successor"] == "e:retry-2"
     assert response.json()["errors"][0]["retry"] is True
@@ -93,7 +93,7 @@ def test_a_bad_policy_is_a_400(api):
 def test_duplicated_http_aborts_submit_one_retry(api, worker_user, mine):
     post(api, "/tasks/", {"queue": "default", "spec": {}, "rn": "dup", "retry": POLICY})
     task = lease(mine)
-    body = {"worker": mine.name, "attempt": 1, "errors": [ERROR]}
+    body = {"worker": mine.name, "lease": 1, "errors": [ERROR]}
 
     def abort(_):
         return post(client_for(worker_user), f"/tasks/{task.rn}/abort/", body)

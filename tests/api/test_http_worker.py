@@ -17,7 +17,7 @@ from tests.processes import ROOT, wait_until
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
 
 WORKER = [sys.executable, str(ROOT / "examples" / "http_worker.py")]
-FAST = ["--poll-interval", "0.1", "--heartbeat-interval", "0.2", "--lease-timeout", "5", "-v"]
+FAST = ["--poll-interval", "0.1", "--heartbeat-interval", "0.2", "--lease-length", "5", "-v"]
 
 
 @pytest.fixture

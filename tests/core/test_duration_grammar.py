@@ -48,16 +48,16 @@ def test_why_a_value_is_not_a_duration(value, reason):
 
 
 def test_settings_take_text_durations(settings):
-    settings.SCYLLA = {"LEASE_TIMEOUT": "30s", "RETENTION": "7d"}
-    assert scylla_settings.LEASE_TIMEOUT == timedelta(seconds=30)
+    settings.SCYLLA = {"LEASE_LENGTH": "30s", "RETENTION": "7d"}
+    assert scylla_settings.LEASE_LENGTH == timedelta(seconds=30)
     assert scylla_settings.RETENTION == timedelta(days=7)
 
 
 @pytest.mark.parametrize("short", [0.5, "500ms", timedelta(milliseconds=999)])
 def test_a_lease_shorter_than_a_second_is_refused(settings, short):
-    settings.SCYLLA = {"LEASE_TIMEOUT": short}
+    settings.SCYLLA = {"LEASE_LENGTH": short}
     with pytest.raises(ImproperlyConfigured, match="must be at least 1 second"):
-        _ = scylla_settings.LEASE_TIMEOUT
+        _ = scylla_settings.LEASE_LENGTH
     with pytest.raises(ValidationError, match="A lease must last at least 1 second") as exc:
         validate_lease_length(short)
     assert exc.value.code == "invalid_timeout"
@@ -74,9 +74,9 @@ def test_a_lease_shorter_than_a_second_is_refused(settings, short):
         ("soon", "'soon' is not a duration"),
     ],
 )
-def test_the_worker_says_what_is_wrong_with_a_lease_timeout(db, value, message):
+def test_the_worker_says_what_is_wrong_with_a_lease_length(db, value, message):
     with pytest.raises(CommandError, match=message):
-        call_command("scylla_worker", "--queue", "t-echo", "--lease-timeout", value, "--once")
+        call_command("scylla_worker", "--queue", "t-echo", "--lease-length", value, "--once")
 
 
 def test_a_queue_limit_of_zero_says_to_pause_instead(db):

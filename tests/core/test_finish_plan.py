@@ -30,7 +30,7 @@ def test_a_finish_reads_only_its_own_rows_however_many_tasks_its_worker_finished
     [task] = Task.objects.lease(worker, ["work"])
 
     statement, params = db.finish_statement(TABLES, "default")
-    row = {"id": task.pk, "attempts": task.attempts, "status": "completed", "result": 1}
+    row = {"id": task.pk, "lease": task.leases, "status": "completed", "result": 1}
     rows = [{**row, "errors": None}]
     params.update(rows=json.dumps(rows), worker=worker.name)
     plan = prepared_plan(statement, params, mode, analyze=True)
@@ -44,15 +44,15 @@ def test_a_finish_reads_only_its_own_rows_however_many_tasks_its_worker_finished
 
 
 def test_the_worker_s_finish_still_fences_each_row():
-    """Found by key, each row is still fenced on its lease: a stale attempt is refused."""
+    """Found by key, each row is still fenced on its lease: a stale lease is refused."""
     worker = Worker.objects.register(queues=["work"])
     first, second = (Task.objects.submit("work", {"n": n}) for n in range(2))
     leased = {t.pk: t for t in Task.objects.lease(worker, ["work"], limit=2)}
     done = Task.objects.finish_many(
         worker,
         [
-            Outcome(first.pk, leased[first.pk].attempts, result=1),
-            Outcome(second.pk, leased[second.pk].attempts + 1, result=2),
+            Outcome(first.pk, leased[first.pk].leases, result=1),
+            Outcome(second.pk, leased[second.pk].leases + 1, result=2),
         ],
     )
     assert done == {first.pk}
@@ -72,7 +72,7 @@ def test_a_heartbeat_reads_only_its_own_rows_however_many_tasks_its_worker_finis
     Task.objects.submit("work", {})
     [task] = Task.objects.lease(worker, ["work"])
     with CaptureQueriesContext(connection) as queries:
-        Task.objects.heartbeat_many(worker, {task.pk: (task.attempts, None)})
+        Task.objects.heartbeat_many(worker, {task.pk: (task.leases, None)})
     [update] = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
     with connection.cursor() as cursor:
         cursor.execute("BEGIN")
@@ -106,7 +106,7 @@ def test_plans_made_before_any_statistics_read_only_the_rows_they_take(first):
         Task.objects.submit_many({"queue": "work", "spec": {"n": n}} for n in range(first))
         # The first calls: their plans are made now.
         [task] = Task.objects.lease(worker, ["work"]) or [None]
-        outcome = Outcome(task.pk, task.attempts) if task else Outcome(10**9, 1)
+        outcome = Outcome(task.pk, task.leases) if task else Outcome(10**9, 1)
         Task.objects.finish_many(worker, [outcome])
         Task.objects.submit_many({"queue": "work", "spec": {"n": n}} for n in range(3000))
 
@@ -122,7 +122,7 @@ def test_plans_made_before_any_statistics_read_only_the_rows_they_take(first):
         with transaction.atomic():  # one transaction: its table counters cover both calls
             before = rows_read()
             [task] = Task.objects.lease(worker, ["work"])
-            done = Task.objects.finish_many(worker, [Outcome(task.pk, task.attempts, result=1)])
+            done = Task.objects.finish_many(worker, [Outcome(task.pk, task.leases, result=1)])
             read = rows_read() - before
         assert done == {task.pk}
         assert read <= 20, f"{read} task rows read for one lease and one finish"

@@ -71,7 +71,7 @@ def lease_plan(
         worker=worker.name,
         queues=queues,
         limit=limit,
-        timeout=timedelta(seconds=30),
+        lease_length=timedelta(seconds=30),
         locked=locked,
     )
     return prepared_plan(statement, params, mode, analyze)

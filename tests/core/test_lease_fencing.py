@@ -1,4 +1,4 @@
-"""Leases belong to registered workers, are fenced on owner and attempt, keep their length, and
+"""Leases belong to registered workers, are fenced on owner and lease number, keep their length, and
 their History times follow causal order."""
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from tests.helpers import expire
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-# -- fenced on the lease (owner and attempt) ----------------------------------------------------
+# -- fenced on the lease (owner and lease number) -------------------------------------------------
 
 
 def test_a_late_call_from_an_earlier_lease_of_the_same_worker_is_lease_lost(worker):
-    first = running_task(worker, timeout=30)
+    first = running_task(worker, lease_length=30)
     expire(first)
     assert Task.objects.reset_expired() == 1
-    [second] = Task.objects.lease(worker, ["default"], timeout=30)
-    assert second.pk == first.pk and (first.attempts, second.attempts) == (1, 2)
+    [second] = Task.objects.lease(worker, ["default"], lease_length=30)
+    assert second.pk == first.pk and (first.leases, second.leases) == (1, 2)
 
     calls = {
         "heartbeat": lambda task: task.heartbeat(worker, progress=0.5),
@@ -56,20 +56,20 @@ def test_a_late_call_from_an_earlier_lease_of_the_same_worker_is_lease_lost(work
 # -- a heartbeat keeps the lease's own length ---------------------------------------------------
 
 
-def test_a_heartbeat_without_timeout_extends_by_the_leases_own_length(worker, settings):
-    settings.SCYLLA = {"LEASE_TIMEOUT": 10}
-    task = running_task(worker, timeout=600)
+def test_a_heartbeat_without_a_lease_length_extends_by_the_leases_own_length(worker, settings):
+    settings.SCYLLA = {"LEASE_LENGTH": 10}
+    task = running_task(worker, lease_length=600)
     assert task.lease_length == timedelta(seconds=600)
     task.heartbeat(worker, progress=0.1)
     stored = Task.objects.get(pk=task.pk)
     assert stored.deadline - stored.updated == timedelta(seconds=600)
-    task.heartbeat(worker, timeout=120)  # an explicit timeout still wins, for this beat
+    task.heartbeat(worker, lease_length=120)  # an explicit lease length still wins, for this beat
     stored = Task.objects.get(pk=task.pk)
     assert stored.deadline - stored.updated == timedelta(seconds=120)
 
 
-def test_a_lease_without_timeout_keeps_the_setting_as_its_length(worker, settings):
-    settings.SCYLLA = {"LEASE_TIMEOUT": 45}
+def test_a_lease_without_a_lease_length_keeps_the_setting_as_its_length(worker, settings):
+    settings.SCYLLA = {"LEASE_LENGTH": 45}
     TaskFactory()
     [task] = Task.objects.lease(worker, ["default"])
     assert task.lease_length == timedelta(seconds=45)
@@ -87,7 +87,7 @@ def test_only_a_registered_worker_may_lease(name):
     with pytest.raises(WorkerNotFound):
         Task.objects.lease(name, ["default"])
     stored = Task.objects.get(pk=task.pk)
-    assert (stored.status, stored.owner, stored.attempts) == (Status.READY, None, 0)
+    assert (stored.status, stored.owner, stored.leases) == (Status.READY, None, 0)
     assert not History.objects.filter(task=task).exists()
 
 
@@ -210,10 +210,10 @@ def test_an_http_call_from_an_earlier_lease_is_409_lease_lost(http_worker, opera
         body["errors"] = [{"code": "x"}]
 
     missing = client.post(f"/api/scylla/tasks/t1/{operation}/", body, format="json")
-    assert missing.status_code == 400 and "attempt" in missing.json()["errors"]
-    late = client.post(f"/api/scylla/tasks/t1/{operation}/", {**body, "attempt": 1}, format="json")
+    assert missing.status_code == 400 and "lease" in missing.json()["errors"]
+    late = client.post(f"/api/scylla/tasks/t1/{operation}/", {**body, "lease": 1}, format="json")
     assert late.status_code == 409 and late.json()["code"] == "lease_lost", late.content
     assert Task.objects.get(pk=first.pk).status == Status.RUNNING
-    held = client.post(f"/api/scylla/tasks/t1/{operation}/", {**body, "attempt": 2}, format="json")
+    held = client.post(f"/api/scylla/tasks/t1/{operation}/", {**body, "lease": 2}, format="json")
     assert held.status_code == 200, held.content
-    assert held.json()["attempts"] == second.attempts == 2
+    assert held.json()["leases"] == second.leases == 2

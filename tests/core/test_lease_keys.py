@@ -22,7 +22,7 @@ LIMITS = {"SCYLLA": {"LIMITS": {"stripe": 2}}}
 
 
 def lease(worker, limit: int = 10) -> list[Task]:
-    return Task.objects.lease(worker, ["default"], limit=limit, timeout=timedelta(seconds=30))
+    return Task.objects.lease(worker, ["default"], limit=limit, lease_length=timedelta(seconds=30))
 
 
 def holders(element: str) -> list[int]:
@@ -126,9 +126,7 @@ def _reset(task: Task, worker) -> None:
 
 
 def _finish_many(task: Task, worker) -> None:
-    assert Task.objects.finish_many(worker, [Outcome(pk=task.pk, attempts=task.attempts)]) == {
-        task.pk
-    }
+    assert Task.objects.finish_many(worker, [Outcome(pk=task.pk, lease=task.leases)]) == {task.pk}
 
 
 @pytest.mark.parametrize(

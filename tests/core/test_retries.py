@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def leased(worker: Worker, queue: str = "default") -> Task:
-    [task] = Task.objects.lease(worker, [queue], timeout=60)
+    [task] = Task.objects.lease(worker, [queue], lease_length=60)
     return task
 
 
@@ -177,7 +177,7 @@ def test_an_outcome_asking_for_a_retry_is_followed_by_one(worker):
     Task.objects.submit("default", {}, rn="batch-asked")
     task = leased(worker)
     error = Abort("busy", retry=True).as_error()
-    assert Task.objects.finish_many(worker, [Outcome(task.pk, task.attempts, errors=[error])])
+    assert Task.objects.finish_many(worker, [Outcome(task.pk, task.leases, errors=[error])])
     assert Task.objects.filter(retry_of="batch-asked", root="batch-asked").exists()
     assert Task.objects.get(rn="batch-asked").root == "batch-asked"
 
@@ -218,7 +218,7 @@ def test_finish_many_submits_each_covered_abort_s_successor_once(worker):
     Task.objects.submit("default", {"n": 1}, rn="batch-retry", retry=Retry(backoff=Fixed(7)))
     Task.objects.submit("default", {}, rn="batch-plain")
     Task.objects.submit("default", {}, rn="batch-done", retry=Retry())
-    leases = {t.rn: t for t in Task.objects.lease(worker, ["default"], limit=3, timeout=60)}
+    leases = {t.rn: t for t in Task.objects.lease(worker, ["default"], limit=3, lease_length=60)}
     outcomes = [
         Outcome(leases["batch-retry"].pk, 1, errors=[exception_error(ValueError())]),
         Outcome(leases["batch-plain"].pk, 1, errors=[exception_error(ValueError())]),
@@ -339,17 +339,17 @@ def test_a_task_s_own_policy_overrides_its_handler_s(registry, worker):
     assert leased(worker).abort(worker, [exception_error(ValueError())]) is None
 
 
-def test_lease_timeouts_past_max_attempts_are_retried(settings, worker):
-    settings.SCYLLA = {"MAX_ATTEMPTS": 1}
+def test_lease_lengths_past_max_attempts_are_retried(settings, worker):
+    settings.SCYLLA = {"MAX_LEASES": 1}
     Task.objects.submit("default", {}, rn="slow", retry=Retry(backoff=Fixed(5)))
     Task.objects.submit("default", {}, rn="slow-no-timeouts", retry=Retry(timeouts=False))
-    for task in Task.objects.lease(worker, ["default"], limit=2, timeout=60):
+    for task in Task.objects.lease(worker, ["default"], limit=2, lease_length=60):
         expire(task)
     assert Task.objects.reset_expired() == 2
     successor = Task.objects.get(retry_of="slow")
     assert successor.attempt == 2
     aborted = Task.objects.get(rn="slow")
-    assert aborted.errors[0]["code"] == "max_attempts_exceeded"
+    assert aborted.errors[0]["code"] == "max_leases_exceeded"
     assert successor.not_before == aborted.updated + timedelta(seconds=5)
     assert not Task.objects.filter(retry_of="slow-no-timeouts").exists()
 
@@ -360,11 +360,11 @@ def test_lease_timeouts_past_max_attempts_are_retried(settings, worker):
 @pytest.mark.postgres
 @pytest.mark.concurrency
 def test_three_monitors_give_each_exhausted_task_exactly_one_successor(settings, worker):
-    settings.SCYLLA = {"MAX_ATTEMPTS": 1}
+    settings.SCYLLA = {"MAX_LEASES": 1}
     count = 300
     Task.objects.submit_many({"queue": "default", "spec": {"n": n}} for n in range(count))
     Task.objects.filter(queue="default").update(retry_policy=Retry(backoff=Fixed(0)).as_json())
-    tasks = Task.objects.lease(worker, ["default"], limit=count, timeout=60)
+    tasks = Task.objects.lease(worker, ["default"], limit=count, lease_length=60)
     Task.objects.filter(pk__in=[t.pk for t in tasks]).update(
         deadline=tasks[0].deadline - timedelta(hours=1)
     )

@@ -64,7 +64,7 @@ def test_the_task_submit_returns_is_the_row_it_wrote_field_by_field(n):
     stored = Task.objects.get(pk=task.pk)
     fields = [f.attname for f in Task._meta.concrete_fields]
     assert {f: getattr(task, f) for f in fields} == {f: getattr(stored, f) for f in fields}
-    assert (stored.spec, stored.status, stored.errors, stored.attempts) == (spec, "ready", [], 0)
+    assert (stored.spec, stored.status, stored.errors, stored.leases) == (spec, "ready", [], 0)
 
 
 def test_submit_with_a_retry_policy_is_still_one_statement():
@@ -135,13 +135,13 @@ def test_submit_lease_and_finish_are_prepared_once_per_connection(worker):
         Task.objects.submit("prep", {"n": n}, rn=f"prep-{n}")
     Task.objects.submit_many([{"queue": "prep", "spec": {}, "rn": "prep-bulk"}])
     leased = Task.objects.lease(worker, ["prep"], limit=4)
-    Task.objects.finish_many(worker, [Outcome(t.pk, t.attempts, result=1) for t in leased])
+    Task.objects.finish_many(worker, [Outcome(t.pk, t.leases, result=1) for t in leased])
     for n in range(3):
         Task.objects.submit("prep", {"n": n}, rn=f"prep-next-{n}")
     [first] = Task.objects.lease(worker, ["prep"])
     for _ in range(2):  # each outcome with the next lease
         _, [first] = Task.objects.finish_and_lease(
-            worker, [Outcome(first.pk, first.attempts, result=1)], ["prep"]
+            worker, [Outcome(first.pk, first.leases, result=1)], ["prep"]
         )
     prepared = prepared_statements()
     assert sum("RETURNING id, created, updated" in s for s in prepared) == 1  # submit
@@ -164,7 +164,7 @@ def test_the_hot_statements_share_one_cursor_per_session_which_goes_with_it(work
         pass
     Task.objects.submit("share", {}, rn="share-1")
     [task] = Task.objects.lease(worker, ["share"])
-    Task.objects.finish_many(worker, [Outcome(task.pk, task.attempts, result=1)])
+    Task.objects.finish_many(worker, [Outcome(task.pk, task.leases, result=1)])
     assert db.prepared_cursor(connection) is shared and not shared.cursor.closed
     assert db.prepared_cursor(connection, shared=False) is not shared  # a pipeline's own
     with CaptureQueriesContext(connection) as captured:  # the query log has a cursor of its own

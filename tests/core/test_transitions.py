@@ -42,7 +42,7 @@ def test_submit_creates_a_ready_task_with_a_generated_rn():
     assert stored.spec == {"to": "a@b.c"}
     assert len(stored.rn) == 36  # a UUID
     assert stored.created == stored.updated == task.created
-    assert (stored.progress, stored.attempts, stored.owner, stored.deadline) == (0.0, 0, None, None)
+    assert (stored.progress, stored.leases, stored.owner, stored.deadline) == (0.0, 0, None, None)
     assert stored.errors == [] and stored.result is None
     assert events(stored) == []
 
@@ -110,12 +110,12 @@ def test_submit_many_with_nothing_to_insert():
 
 def test_lease_marks_running_with_owner_deadline_attempt_and_assignment(worker):
     task = TaskFactory()
-    [leased] = Task.objects.lease(worker, ["default"], timeout=timedelta(seconds=30))
+    [leased] = Task.objects.lease(worker, ["default"], lease_length=timedelta(seconds=30))
     assert leased.pk == task.pk
     stored = reload(task)
     assert stored.status == Status.RUNNING
     assert stored.owner == worker.name
-    assert stored.attempts == 1
+    assert stored.leases == 1
     # Both timestamps come from the same database clock reading.
     assert stored.deadline - stored.updated == timedelta(seconds=30)
     assert (leased.status, leased.owner, leased.deadline) == (
@@ -126,8 +126,8 @@ def test_lease_marks_running_with_owner_deadline_attempt_and_assignment(worker):
     assert events(stored) == [(EventType.ASSIGNMENT, worker.name)]
 
 
-def test_lease_uses_the_lease_timeout_setting(worker, settings):
-    settings.SCYLLA = {"LEASE_TIMEOUT": timedelta(minutes=2)}
+def test_lease_uses_the_lease_length_setting(worker, settings):
+    settings.SCYLLA = {"LEASE_LENGTH": timedelta(minutes=2)}
     TaskFactory()
     [leased] = Task.objects.lease(worker.name, ["default"])
     assert leased.deadline - leased.updated == timedelta(minutes=2)
@@ -149,8 +149,8 @@ def test_lease_returns_at_most_limit_and_nothing_when_empty(worker):
         ({"queues": "default"}, "invalid_queue"),
         ({"queues": ["a%"]}, "invalid_queue"),
         ({"queues": ["default"], "limit": 0}, "invalid_limit"),
-        ({"queues": ["default"], "timeout": 0}, "invalid_timeout"),
-        ({"queues": ["default"], "timeout": timedelta(seconds=-1)}, "invalid_timeout"),
+        ({"queues": ["default"], "lease_length": 0}, "invalid_timeout"),
+        ({"queues": ["default"], "lease_length": timedelta(seconds=-1)}, "invalid_timeout"),
     ],
 )
 def test_lease_rejects_bad_arguments(worker, kwargs, code):
@@ -165,8 +165,8 @@ def test_lease_rejects_bad_arguments(worker, kwargs, code):
 
 
 def test_heartbeat_extends_the_deadline_and_records_progress(worker):
-    task = running_task(worker, timeout=5)
-    task.heartbeat(worker, progress=0.4, timeout=timedelta(seconds=60))
+    task = running_task(worker, lease_length=5)
+    task.heartbeat(worker, progress=0.4, lease_length=timedelta(seconds=60))
     stored = reload(task)
     assert stored.deadline - stored.updated == timedelta(seconds=60)
     assert stored.progress == 0.4
@@ -312,7 +312,7 @@ def test_yield_expires_the_lease_and_reset_writes_no_timeout(worker, other_worke
     assert (stored.status, stored.owner, stored.progress) == (Status.READY, None, 0.0)
     assert [typ for typ, _ in events(task)] == [EventType.ASSIGNMENT, EventType.YIELD]
     [again] = Task.objects.lease(other_worker, ["default"])
-    assert (again.pk, again.attempts) == (task.pk, 2)
+    assert (again.pk, again.leases) == (task.pk, 2)
 
 
 def test_reset_expired_makes_ready_with_a_timeout_entry(worker):
@@ -348,16 +348,16 @@ def test_reset_expired_handles_several_batches(worker):
 
 
 def test_max_attempts_aborts_a_task_that_keeps_timing_out(worker, settings):
-    settings.SCYLLA = {"MAX_ATTEMPTS": 2}
+    settings.SCYLLA = {"MAX_LEASES": 2}
     task = TaskFactory()
     for attempt in (1, 2):
         [leased] = Task.objects.lease(worker, ["default"])
-        assert leased.attempts == attempt
+        assert leased.leases == attempt
         expire(leased)
         assert Task.objects.reset_expired() == 1
     stored = reload(task)
     assert stored.status == Status.ABORTED
-    assert stored.errors[0]["code"] == "max_attempts_exceeded"
+    assert stored.errors[0]["code"] == "max_leases_exceeded"
     assert stored.owner == worker.name
     assert [typ for typ, _ in events(task)] == [
         EventType.ASSIGNMENT,
@@ -369,7 +369,7 @@ def test_max_attempts_aborts_a_task_that_keeps_timing_out(worker, settings):
 
 
 def test_max_attempts_does_not_count_a_yield_as_a_failure(worker, settings):
-    settings.SCYLLA = {"MAX_ATTEMPTS": 1}
+    settings.SCYLLA = {"MAX_LEASES": 1}
     task = running_task(worker)
     task.yield_lease(worker)
     Task.objects.reset_expired()

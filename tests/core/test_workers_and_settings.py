@@ -57,29 +57,29 @@ def test_touch_stop_and_alive():
 
 def test_settings_defaults(settings):
     settings.SCYLLA = {}
-    assert scylla_settings.LEASE_TIMEOUT == timedelta(seconds=10)
+    assert scylla_settings.LEASE_LENGTH == timedelta(seconds=10)
     assert scylla_settings.RETENTION == timedelta(days=10)
-    assert scylla_settings.MAX_ATTEMPTS is None
+    assert scylla_settings.MAX_LEASES is None
     assert scylla_settings.SPEC_SIZE_LIMIT == 1024 * 1024
     assert scylla_settings.DEFAULT_PRIORITY == 0
 
 
 def test_settings_are_read_live(settings):
-    settings.SCYLLA = {"LEASE_TIMEOUT": 30, "MAX_ATTEMPTS": 5}
-    assert scylla_settings.LEASE_TIMEOUT == timedelta(seconds=30)
-    assert scylla_settings.MAX_ATTEMPTS == 5
+    settings.SCYLLA = {"LEASE_LENGTH": 30, "MAX_LEASES": 5}
+    assert scylla_settings.LEASE_LENGTH == timedelta(seconds=30)
+    assert scylla_settings.MAX_LEASES == 5
     del settings.SCYLLA
-    assert scylla_settings.LEASE_TIMEOUT == timedelta(seconds=10)
+    assert scylla_settings.LEASE_LENGTH == timedelta(seconds=10)
 
 
 @pytest.mark.parametrize(
     "bad",
     [
-        {"LEASE_TIMEOUT": 0},
-        {"LEASE_TIMEOUT": "10 parsecs"},
-        {"LEASE_TIMEOUT": 0.5},
+        {"LEASE_LENGTH": 0},
+        {"LEASE_LENGTH": "10 parsecs"},
+        {"LEASE_LENGTH": 0.5},
         {"RETENTION": -5},
-        {"MAX_ATTEMPTS": 0},
+        {"MAX_LEASES": 0},
         {"DEFAULT_PRIORITY": 256},
         {"SPEC_SIZE_LIMIT": True},
     ],
@@ -93,9 +93,9 @@ def test_bad_settings_raise_and_are_reported_by_checks(settings, bad):
 
 
 def test_unknown_keys_are_warned_about(settings):
-    settings.SCYLLA = {"LEASE_TIMEOUTS": 10}
+    settings.SCYLLA = {"LEASE_LENGTHS": 10}
     assert [m.id for m in check_settings()] == ["scylla_django.W001"]
-    settings.SCYLLA = {"LEASE_TIMEOUT": 10}
+    settings.SCYLLA = {"LEASE_LENGTH": 10}
     assert check_settings() == []
 
 

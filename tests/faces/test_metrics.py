@@ -142,7 +142,7 @@ def test_the_run_time_a_worker_measured_is_observed_without_a_query(client, work
     task = running_task(worker, queue="m-timed", rn="m-timed")
     with CaptureQueriesContext(connection) as queries:
         done = Task.objects.finish_many(
-            worker, [Outcome(task.pk, task.attempts, result=1, duration=2.5)]
+            worker, [Outcome(task.pk, task.leases, result=1, duration=2.5)]
         )
     assert done == {task.pk}
     history_reads = [
@@ -166,10 +166,8 @@ def test_finish_many_sends_the_tasks_it_was_given_as_written_without_reading_the
     def finish(receiver):
         done, failed = running_task(worker, queue="m-given"), running_task(worker, queue="m-given")
         outcomes = [
-            Outcome(done.pk, done.attempts, result={"x": 1}, duration=0.5, task=done),
-            Outcome(
-                failed.pk, failed.attempts, errors=[{"code": "boom"}], duration=0.1, task=failed
-            ),
+            Outcome(done.pk, done.leases, result={"x": 1}, duration=0.5, task=done),
+            Outcome(failed.pk, failed.leases, errors=[{"code": "boom"}], duration=0.1, task=failed),
         ]
         if receiver is not None:
             signals.task_finished.connect(receiver)

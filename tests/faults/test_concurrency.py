@@ -43,9 +43,9 @@ def submit(queue: str, count: int) -> list[int]:
     return sorted(pks)
 
 
-def lease_all(worker: Worker, queue: str, count: int, timeout: float = 600) -> list[Task]:
+def lease_all(worker: Worker, queue: str, count: int, lease_length: float = 600) -> list[Task]:
     """Lease every ready task of `queue` with `worker` (there must be exactly `count`)."""
-    tasks = Task.objects.lease(worker, [queue], limit=count, timeout=timeout)
+    tasks = Task.objects.lease(worker, [queue], limit=count, lease_length=lease_length)
     assert len(tasks) == count
     return tasks
 
@@ -76,7 +76,7 @@ def test_concurrent_leases_hand_out_each_task_exactly_once() -> None:
             batches: list[list[Task]] = []
             empty = 0
             while empty < 3:
-                leased = Task.objects.lease(worker, ["q"], limit=limit, timeout=60)
+                leased = Task.objects.lease(worker, ["q"], limit=limit, lease_length=60)
                 if leased:
                     empty = 0
                     batches.append(leased)
@@ -102,8 +102,8 @@ def test_concurrent_leases_hand_out_each_task_exactly_once() -> None:
     assert sorted(got) == pks, "some tasks were never leased"
     print("tasks per lessee:", [sum(map(len, batches)) for batches in per_worker])
 
-    rows = Task.objects.filter(pk__in=pks).values_list("pk", "status", "attempts", "owner")
-    assert {pk: (status, attempts) for pk, status, attempts, _ in rows} == {
+    rows = Task.objects.filter(pk__in=pks).values_list("pk", "status", "leases", "owner")
+    assert {pk: (status, leases) for pk, status, leases, _ in rows} == {
         pk: (Status.RUNNING, 1) for pk in pks
     }
     assert {pk: owner for pk, _, _, owner in rows} == got
@@ -199,7 +199,7 @@ def test_heartbeat_racing_reset_never_resurrects_a_lease() -> None:
             expire(tasks[pk])  # committed before the barrier opens
             barrier.wait()
             try:
-                tasks[pk].heartbeat(a, timeout=600)
+                tasks[pk].heartbeat(a, lease_length=600)
                 outcome[pk] = None
             except InvalidTransition as exc:
                 outcome[pk] = exc
@@ -241,7 +241,7 @@ def test_heartbeat_racing_reset_never_resurrects_a_lease() -> None:
     tasks = Task.objects.in_bulk(reset)
     for pk in reset:
         with pytest.raises(LeaseLost):
-            tasks[pk].heartbeat(a, timeout=600)
+            tasks[pk].heartbeat(a, lease_length=600)
     assert set(Task.objects.filter(pk__in=reset).values_list("status", flat=True)) == {"ready"}
 
     leased_by_b = {t.pk: t for t in Task.objects.lease(b, ["hb"], limit=len(pks))}
@@ -252,7 +252,7 @@ def test_heartbeat_racing_reset_never_resurrects_a_lease() -> None:
         with pytest.raises(LeaseLost):  # an object from an earlier lease is fenced out too
             tasks[pk].complete(b, result="stale")
         leased_by_b[pk].complete(b, result="fresh")
-    rows = Task.objects.filter(pk__in=reset).values_list("status", "owner", "result", "attempts")
+    rows = Task.objects.filter(pk__in=reset).values_list("status", "owner", "result", "leases")
     assert set(rows) == {(Status.COMPLETED, b.name, "fresh", 2)}
     expected = [
         (EventType.ASSIGNMENT, a.name),
@@ -286,7 +286,7 @@ def test_concurrent_resets_handle_each_expiry_exactly_once(batch_size: int | Non
 
     assert sum(counts) == total
     assert events(pks, EventType.TIMEOUT) == Counter(pks)
-    rows = Task.objects.filter(pk__in=pks).values_list("status", "owner", "deadline", "attempts")
+    rows = Task.objects.filter(pk__in=pks).values_list("status", "owner", "deadline", "leases")
     assert set(rows) == {(Status.READY, None, None, 1)}
     assert Task.objects.reset_expired() == 0
 
@@ -419,7 +419,7 @@ def test_lease_is_exclusive_across_processes(
         # starved by the write lock, so there only exclusivity and completeness are asserted.
         assert all(shares), f"one process leased nothing: {shares}"
 
-    rows = Task.objects.filter(pk__in=pks).values_list("pk", "status", "owner", "attempts")
+    rows = Task.objects.filter(pk__in=pks).values_list("pk", "status", "owner", "leases")
     assert {pk: (status, who, n) for pk, status, who, n in rows} == {
         pk: (Status.RUNNING, owner[pk], 1) for pk in pks
     }

@@ -22,7 +22,7 @@ def worker_process(lease: float = LEASE):
     return start(
         "scylla_worker",
         "--queue=t-sleep",
-        f"--lease-timeout={lease}s",
+        f"--lease-length={lease}s",
         f"--heartbeat-interval={HEARTBEAT}",
         "--poll-interval=0.1",
         "--handlers=tests.worker_handlers",
@@ -36,7 +36,7 @@ def running_owner(rn: str) -> Worker:
     return Worker.objects.get_by_name(Task.objects.get(rn=rn).owner)
 
 
-def test_a_killed_worker_is_silent_within_two_intervals_and_dead_after_the_lease_timeout():
+def test_a_killed_worker_is_silent_within_two_intervals_and_dead_after_the_lease_length():
     Task.objects.submit("t-sleep", {"seconds": 60}, rn="k")
     process = worker_process()
     try:
@@ -88,4 +88,4 @@ def test_reset_lease_now_is_fenced_against_a_worker_that_resumes():
         (EventType.ASSIGNMENT, worker.name),
         (EventType.COMPLETION, worker.name),
     ]
-    assert Task.objects.get(rn="s").attempts == 2
+    assert Task.objects.get(rn="s").leases == 2

@@ -26,7 +26,7 @@ def worker(*queues: str, lease: str = "5s", heartbeat: str = "0.3", extra: tuple
     return start(
         "scylla_worker",
         *(f"--queue={q}" for q in queues),
-        f"--lease-timeout={lease}",
+        f"--lease-length={lease}",
         f"--heartbeat-interval={heartbeat}",
         *FAST,
         *extra,
@@ -98,12 +98,12 @@ def test_a_heartbeat_in_flight_never_undoes_a_yield():
 
 def test_the_database_refuses_a_heartbeat_after_a_yield(worker_model):
     task = Task.objects.submit("t-sleep", {})
-    [task] = Task.objects.lease(worker_model, ["t-sleep"], timeout=60)
+    [task] = Task.objects.lease(worker_model, ["t-sleep"], lease_length=60)
     task.yield_lease(worker_model)
     deadline = Task.objects.get(pk=task.pk).deadline
     with pytest.raises(LeaseLost):
-        task.heartbeat(worker_model, progress=0.5, timeout=60)
-    assert Task.objects.heartbeat_many(worker_model, {task.pk: (1, 0.5)}, timeout=60) == set()
+        task.heartbeat(worker_model, progress=0.5, lease_length=60)
+    assert Task.objects.heartbeat_many(worker_model, {task.pk: (1, 0.5)}, lease_length=60) == set()
     refusal = Task.objects.refusals(worker_model, {task.pk: 1})[task.pk]
     assert isinstance(refusal, LeaseLost) and "gave the lease" in str(refusal)
     assert Task.objects.get(pk=task.pk).deadline == deadline
@@ -116,8 +116,8 @@ def worker_model(db) -> Worker:
 
 
 def test_a_task_the_monitor_aborted_stops_in_its_old_worker(settings):
-    """SIGSTOP past the lease with MAX_ATTEMPTS: the monitor aborts; the old owner must stop."""
-    settings.SCYLLA = {"MAX_ATTEMPTS": 1}
+    """SIGSTOP past the lease with MAX_LEASES: the monitor aborts; the old owner must stop."""
+    settings.SCYLLA = {"MAX_LEASES": 1}
     task = Task.objects.submit("t-sleep", {"seconds": 30})
     process = worker("t-sleep", lease="1s", extra=("--max-tasks", "1"))
     try:
@@ -135,7 +135,7 @@ def test_a_task_the_monitor_aborted_stops_in_its_old_worker(settings):
     assert time.monotonic() - resumed < 5, output  # not the handler's 30 s
     assert f"{owner} does not hold lease" in output
     task.refresh_from_db()
-    assert task.errors[0]["code"] == "max_attempts_exceeded"
+    assert task.errors[0]["code"] == "max_leases_exceeded"
     assert task.result is None
     # Through the Python API, the old owner learns that the lease is lost.
     for late_write in (
@@ -182,10 +182,8 @@ def test_a_database_outage_longer_than_the_lease(private_cluster):
     )
     assert finish(submit)[0] == 0
     common = ("--poll-interval", "0.2", "-v", "2", "--handlers=tests.worker_handlers")
-    keeper = start_on(
-        cluster, "scylla_worker", "--queue=t-stubborn", "--lease-timeout=60s", *common
-    )
-    victim = start_on(cluster, "scylla_worker", "--queue=t-sleep", "--lease-timeout=3s", *common)
+    keeper = start_on(cluster, "scylla_worker", "--queue=t-stubborn", "--lease-length=60s", *common)
+    victim = start_on(cluster, "scylla_worker", "--queue=t-sleep", "--lease-length=3s", *common)
     monitor = start_on(cluster, "scylla_monitor", "--interval", "0.5", "-v", "2")
     processes = [keeper, victim, monitor]
     try:
@@ -204,8 +202,8 @@ def test_a_database_outage_longer_than_the_lease(private_cluster):
         back = datetime.now(UTC)
         wait_until(lambda: status("kept") == "completed", timeout=10, what="the kept outcome")
         wait_until(lambda: status("expires") == "ready", timeout=10, what="the reset")
-        [(attempts, completed)] = cluster.query(
-            "SELECT attempts, updated FROM scylla_django_task WHERE rn = 'kept'"
+        [(leases, completed)] = cluster.query(
+            "SELECT leases, updated FROM scylla_django_task WHERE rn = 'kept'"
         )
         events = cluster.query(
             "SELECT h.typ, h.time FROM scylla_django_history h JOIN scylla_django_task t "
@@ -213,7 +211,7 @@ def test_a_database_outage_longer_than_the_lease(private_cluster):
         )
         assert [typ for typ, _ in events] == ["TaskAssignment", "TaskTimeout"], events
         reset = events[-1][1]
-        assert attempts == 1  # written by its first lease, not run again
+        assert leases == 1  # written by its first lease, not run again
         assert (completed - back).total_seconds() < 2.5, completed - back
         assert (reset - back).total_seconds() < 2.5, reset - back
         for process in (keeper, monitor):

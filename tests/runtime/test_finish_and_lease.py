@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def outcome(held: Task, **kwargs) -> Outcome:
-    return Outcome(held.pk, held.attempts, **kwargs)
+    return Outcome(held.pk, held.leases, **kwargs)
 
 
 def events(task: Task) -> list[str]:
@@ -36,7 +36,7 @@ def test_it_finishes_the_outcome_and_leases_the_next_task(worker):
 
     assert finished == {first.pk}
     assert [t.pk for t in leased] == [second.pk]
-    assert (leased[0].status, leased[0].owner, leased[0].attempts) == ("running", worker.name, 1)
+    assert (leased[0].status, leased[0].owner, leased[0].leases) == ("running", worker.name, 1)
     first.refresh_from_db()
     assert (first.status, first.result, first.progress) == ("completed", {"ok": 1}, 1.0)
     assert events(first) == [EventType.ASSIGNMENT, EventType.COMPLETION]
@@ -52,15 +52,15 @@ def test_a_refused_outcome_is_not_written_and_the_lease_still_happens(worker):
 
     assert finished == set() and [t.pk for t in leased] == [second.pk]
     assert Task.objects.get(pk=first.pk).status == Status.CANCELLED
-    refused = Task.objects.refusals(worker, {held.pk: held.attempts})
+    refused = Task.objects.refusals(worker, {held.pk: held.leases})
     assert refused[held.pk].code == "task_cancelled"
 
 
-def test_a_stale_attempt_is_refused(worker):
+def test_a_stale_lease_is_refused(worker):
     task = Task.objects.submit("default", {})
     [held] = Task.objects.lease(worker, ["default"])
     finished, leased = Task.objects.finish_and_lease(
-        worker, [Outcome(held.pk, held.attempts + 1)], ["default"]
+        worker, [Outcome(held.pk, held.leases + 1)], ["default"]
     )
     assert (finished, leased) == (set(), [])
     assert Task.objects.get(pk=task.pk).status == Status.RUNNING

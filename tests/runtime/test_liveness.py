@@ -33,20 +33,20 @@ def states() -> dict[str, str]:
 
 
 def test_register_records_the_intervals_and_when_the_worker_turns_silent_and_dead():
-    w = Worker.objects.register(["q"], heartbeat_interval=2, lease_timeout=timedelta(seconds=9))
+    w = Worker.objects.register(["q"], heartbeat_interval=2, lease_length=timedelta(seconds=9))
     assert w.heartbeat_interval == timedelta(seconds=2)
-    assert w.lease_timeout == timedelta(seconds=9)
+    assert w.lease_length == timedelta(seconds=9)
     assert w.silent_at - w.last_seen == pytest.approx(timedelta(seconds=4), abs=timedelta(0.01))
     assert w.dead_at - w.last_seen == pytest.approx(timedelta(seconds=9), abs=timedelta(0.01))
 
 
-def test_defaults_come_from_the_lease_timeout_setting(settings):
-    settings.SCYLLA = {"LEASE_TIMEOUT": 30}
+def test_defaults_come_from_the_lease_length_setting(settings):
+    settings.SCYLLA = {"LEASE_LENGTH": 30}
     w = Worker.objects.register(["q"])
-    assert (w.lease_timeout, w.heartbeat_interval) == (timedelta(seconds=30), timedelta(seconds=10))
+    assert (w.lease_length, w.heartbeat_interval) == (timedelta(seconds=30), timedelta(seconds=10))
 
 
-@pytest.mark.parametrize("kwargs", [{"heartbeat_interval": 0}, {"lease_timeout": -1}])
+@pytest.mark.parametrize("kwargs", [{"heartbeat_interval": 0}, {"lease_length": -1}])
 def test_register_refuses_bad_intervals(kwargs):
     with pytest.raises(Exception) as caught:
         Worker.objects.register(["q"], **kwargs)
@@ -84,7 +84,7 @@ def test_a_touch_brings_a_silent_worker_back(worker):
 
 
 def test_rows_without_liveness_columns_are_judged_by_last_seen(settings, worker):
-    settings.SCYLLA = {"LEASE_TIMEOUT": 30}
+    settings.SCYLLA = {"LEASE_LENGTH": 30}
     Worker.objects.filter(pk=worker.pk).update(
         silent_at=None, dead_at=None, last_seen=Now() - timedelta(seconds=25)
     )
@@ -189,7 +189,7 @@ def test_reset_lease_of_a_silent_owner(worker):
     with pytest.raises(LeaseLost):
         Task.objects.get(pk=task.pk).complete(worker)
     [again] = Task.objects.lease(worker, ["default"])
-    assert again.attempts == 2
+    assert again.leases == 2
 
 
 def test_reset_lease_refuses_an_alive_owner(worker):
@@ -214,14 +214,14 @@ def test_reset_lease_of_a_dead_stopped_or_unknown_owner(worker, state):
     assert Task.objects.get(pk=task.pk).status == Status.READY
 
 
-def test_reset_lease_is_fenced_on_owner_and_attempt(worker, other_worker):
+def test_reset_lease_is_fenced_on_owner_and_lease(worker, other_worker):
     task = running_task(worker)
     backdate(worker)
     stale = Task.objects.get(pk=task.pk)
     task.reset_lease(worker.name, 1)
     [again] = Task.objects.lease(other_worker, ["default"])
     backdate(other_worker)
-    with pytest.raises(LeaseLost, match="attempt 2"):
+    with pytest.raises(LeaseLost, match="under lease 2"):
         stale.reset_lease(worker.name, 1)  # what the operator saw is gone
     with pytest.raises(LeaseLost):
         stale.reset_lease(other_worker.name, 1)

@@ -55,7 +55,7 @@ def test_a_code_change_yields_the_task_and_restarts_the_worker(tmp_path):
             "--handlers=reload_handlers",
             "--heartbeat-interval=0.3",
             "--poll-interval=0.1",
-            "--lease-timeout=5s",
+            "--lease-length=5s",
             "--grace-period=5",
             "-v",
             "2",

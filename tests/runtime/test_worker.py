@@ -89,7 +89,7 @@ def test_it_leases_only_up_to_its_concurrency_and_sends_progress():
     worker.stop()
     thread.join(10)
     assert not thread.is_alive()
-    assert set(Task.objects.values_list("attempts", flat=True)) == {1}
+    assert set(Task.objects.values_list("leases", flat=True)) == {1}
 
 
 def test_max_tasks_stops_after_that_many():
@@ -228,8 +228,8 @@ def test_a_queue_without_a_handler_is_refused():
     [
         ["--queue", "bad queue"],
         ["--queue", "t-echo", "--concurrency", "0"],
-        ["--queue", "t-echo", "--lease-timeout", "soon"],
-        ["--queue", "t-echo", "--lease-timeout", "10s", "--heartbeat-interval", "20"],
+        ["--queue", "t-echo", "--lease-length", "soon"],
+        ["--queue", "t-echo", "--lease-length", "10s", "--heartbeat-interval", "20"],
         ["--queue", "t-echo", "--handlers", "no.such.module"],
     ],
 )
@@ -269,10 +269,10 @@ def test_one_handler_per_queue():
         handler()
 
 
-def test_lease_timeout_from_the_worker():
+def test_lease_length_from_the_worker():
     task = Task.objects.submit("t-sleep", {"seconds": 1})
     worker = TaskWorker(
-        WorkerOptions(["t-sleep"], lease_timeout=timedelta(seconds=42), poll_interval=0.05)
+        WorkerOptions(["t-sleep"], lease_length=timedelta(seconds=42), poll_interval=0.05)
     )
     thread = run_in_thread(worker)
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="leased")
@@ -377,7 +377,7 @@ def test_a_task_leased_with_a_refused_outcome_runs_even_if_reading_why_fails(mon
     def run(ctx):
         ran.append(ctx.task.spec["n"])
         if ctx.task.spec["n"] == 0:  # its lease is taken over: the outcome will be refused
-            Task.objects.filter(pk=ctx.task.pk).update(attempts=F("attempts") + 1)
+            Task.objects.filter(pk=ctx.task.pk).update(leases=F("leases") + 1)
 
     registry.register("refused", run)
     real = TaskQuerySet.refusals

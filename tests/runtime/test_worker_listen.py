@@ -65,7 +65,7 @@ def test_a_ready_notification_leases_at_once():
 
 def test_a_stop_notification_stops_the_cancelled_handler_at_once():
     # Heartbeats every 20 s: without the notification the cancel would take that long.
-    worker, thread = started(lease_timeout=timedelta(seconds=60), heartbeat_interval=20)
+    worker, thread = started(lease_length=timedelta(seconds=60), heartbeat_interval=20)
     try:
         task = Task.objects.submit("t-sleep", {"seconds": 60})
         notify(db.READY_CHANNEL, "t-sleep")

@@ -25,7 +25,7 @@ def worker(*queues: str, lease: str = "5s", extra: tuple[str, ...] = ()):
     return start(
         "scylla_worker",
         *(f"--queue={q}" for q in queues),
-        f"--lease-timeout={lease}",
+        f"--lease-length={lease}",
         "--handlers=tests.worker_handlers",
         *FAST,
         *extra,
@@ -152,16 +152,16 @@ def test_handler_errors_and_aborts_are_recorded():
 
 
 def test_max_attempts_aborts_a_task_that_keeps_killing_its_worker(settings):
-    settings.SCYLLA = {"MAX_ATTEMPTS": 2}
+    settings.SCYLLA = {"MAX_LEASES": 2}
     task = Task.objects.submit("t-kill", {})
     for attempt in (1, 2):
         code, _ = finish(worker("t-kill", lease="1s", extra=("--once",)))
         assert code == -signal.SIGKILL
-        assert Task.objects.get(pk=task.pk).attempts == attempt
+        assert Task.objects.get(pk=task.pk).leases == attempt
         wait_until(lambda: Task.objects.reset_expired() == 1, timeout=5, what="expiry")
     task.refresh_from_db()
     assert task.status == Status.ABORTED
-    assert task.errors[0]["code"] == "max_attempts_exceeded"
+    assert task.errors[0]["code"] == "max_leases_exceeded"
     assert typs(task)[-2:] == [EventType.TIMEOUT, EventType.ABORT]
 
 
@@ -190,7 +190,7 @@ def test_two_workers_and_two_monitors_complete_every_task_exactly_once(tmp_path)
     runs = Counter(line.split()[0] for line in path.read_text().splitlines())
     assert len(runs) == 500
     assert set(runs.values()) == {1}, [rn for rn, n in runs.items() if n > 1]
-    assert set(Task.objects.values_list("attempts", flat=True)) == {1}
+    assert set(Task.objects.values_list("leases", flat=True)) == {1}
     owners = Counter(Task.objects.values_list("owner", flat=True))
     assert len(owners) == 2, owners  # both workers took part
     assert History.objects.filter(typ=EventType.ASSIGNMENT).count() == 500

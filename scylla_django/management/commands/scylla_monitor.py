@@ -19,7 +19,7 @@ class Command(BaseCommand):
     help = (
         "Run the scylla_django monitor: every --interval seconds, give expired leases back "
         "(running tasks whose deadline passed become ready again, with a TaskTimeout in their "
-        "history, or are aborted after MAX_ATTEMPTS), then delete completed, aborted and "
+        "history, or are aborted after MAX_LEASES), then delete completed, aborted and "
         "cancelled tasks not updated for --retention. Any number of monitors may run at once. "
         "It keeps going through database outages, retrying with a backoff. SIGTERM or SIGINT "
         "stops it after the current pass (exit status 0); a second one stops it at once."
@@ -59,7 +59,7 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from exc
         # An invalid schedule in the settings does not stop the monitor: the schedule service
         # skips it, logs it and ticks the others.
-        # Handler retry policies (@handler(..., retry=...)) then also cover lease timeouts.
+        # Handler retry policies (@handler(..., retry=...)) then also cover expired leases.
         autodiscover()
         monitor = Monitor(interval=options["interval"], retention=retention)
         signals = StopSignals()

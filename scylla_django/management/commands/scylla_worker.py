@@ -56,18 +56,18 @@ class Command(BaseCommand):
             "--concurrency", type=positive_int, default=1, help="tasks at a time (default 1)"
         )
         parser.add_argument(
-            "--lease-timeout",
+            "--lease-length",
             type=lease_length,
             default=None,
             help="lease length, at least 1s: seconds or a duration such as 30s, 5m (default "
-            f"SCYLLA['LEASE_TIMEOUT'], now "
-            f"{scylla_settings.LEASE_TIMEOUT.total_seconds():g}s)",
+            f"SCYLLA['LEASE_LENGTH'], now "
+            f"{scylla_settings.LEASE_LENGTH.total_seconds():g}s)",
         )
         parser.add_argument(
             "--heartbeat-interval",
             type=seconds,
             default=None,
-            help="seconds between heartbeats (default a third of the lease timeout)",
+            help="seconds between heartbeats (default a third of the lease length)",
         )
         parser.add_argument(
             "--poll-interval",
@@ -141,7 +141,7 @@ class Command(BaseCommand):
                 # Left out when not given: WorkerOptions' defaults follow the settings.
                 given = {
                     key: options[key]
-                    for key in ("lease_timeout", "heartbeat_interval")
+                    for key in ("lease_length", "heartbeat_interval")
                     if options[key] is not None
                 }
                 return TaskWorker(
