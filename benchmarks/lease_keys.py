@@ -69,7 +69,7 @@ def seed(n: int, keys: int) -> None:
         cursor.execute(
             """
             INSERT INTO scylla_django_task (rn, queue, spec, priority, status, progress, created,
-                updated, errors, attempts, attempt, keys)
+                updated, errors, leases, attempt, keys)
             SELECT q || '-' || g, q, '{}'::jsonb, 0, 'ready', 0,
                 now() - make_interval(secs => (%s - g) / 1000.0), now(), '[]', 0, 1,
                 CASE WHEN q = 'k' THEN jsonb_build_array('L:key-' || (g %% %s)) END
@@ -108,7 +108,7 @@ def put_back(tasks: list[object]) -> None:
     from scylla_django.models import Task
 
     Task.objects.filter(pk__in=[t.pk for t in tasks]).update(  # type: ignore[attr-defined]
-        status="ready", owner=None, deadline=None, attempts=0
+        status="ready", owner=None, deadline=None, leases=0
     )
 
 
@@ -122,7 +122,7 @@ def drain(queue: str, seconds: float) -> float:
     started = time.perf_counter()
     while time.perf_counter() < end:
         leased = Task.objects.lease(worker, [queue], limit=10, lease_length=60)
-        Task.objects.finish_many(worker, [Outcome(pk=t.pk, attempts=t.attempts) for t in leased])
+        Task.objects.finish_many(worker, [Outcome(pk=t.pk, lease=t.leases) for t in leased])
         done += len(leased)
     return done / (time.perf_counter() - started)
 

@@ -213,7 +213,7 @@ def finished(queue: str, at: datetime, wait: float, aborted: bool = False) -> Ta
     task = TaskFactory(queue=queue)
     status = Status.ABORTED if aborted else Status.COMPLETED
     Task.objects.filter(pk=task.pk).update(
-        created=at - timedelta(seconds=wait), attempts=1, status=status
+        created=at - timedelta(seconds=wait), leases=1, status=status
     )
     end = EventType.ABORT if aborted else EventType.COMPLETION
     History.objects.bulk_create(

@@ -29,7 +29,8 @@ nothing else. The "Scylla console" module on the admin index is opt-in: set
 from __future__ import annotations
 
 from .schedules import ScheduleAdmin
-from .tasks import COUNT_CAP, HISTORY_LIMIT, ApproximateCount, EstimatingPaginator, TaskAdmin
+from .task_columns import HISTORY_LIMIT
+from .tasks import COUNT_CAP, ApproximateCount, EstimatingPaginator, TaskAdmin
 from .workers import WorkerAdmin
 
 INDEX_TEMPLATE = "scylla_django/admin/index.html"

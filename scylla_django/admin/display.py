@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.http import HttpRequest
@@ -18,10 +18,18 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from ..durations import ago as ago_words
+from ..models import Task
 from ..text import plural
 
 CSS = "scylla_django/admin.css"
 PAYLOAD_PREVIEW = 10_000  # characters of pretty-printed JSON shown before "show all"
+
+
+if TYPE_CHECKING:  # django-stubs makes ModelAdmin generic; Django's cannot be subscripted
+    TaskAdminBase = admin.ModelAdmin[Task]
+else:
+    TaskAdminBase = admin.ModelAdmin
+"""The base of the task admin and of its parts."""
 
 
 class ReadOnly:

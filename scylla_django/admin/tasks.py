@@ -2,49 +2,32 @@
 
 from __future__ import annotations
 
-import logging
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-import django
 from django.contrib import admin, messages
-from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KT
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
-from django.template.response import TemplateResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
-from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
 
 from .. import db, followups
-from ..conf import scylla_settings
-from ..durations import ago as ago_words
-from ..durations import short
-from ..enums import TERMINAL_STATUSES, Liveness, Operation, Status, sources
-from ..exceptions import InvalidTransition, LeaseLost, OwnerAlive, TaskNotFound
-from ..models import HELD, Dependency, History, QueueSetting, Task, TaskQuerySet, Worker
-from ..text import format_duration, plural
+from ..models import History, Task
 from ..validation import UNIQUE_KEY_MAX_LENGTH, queue_validator, rn_validator, worker_id
-from . import charts, dashboard
+from .console import ConsolePages
 from .display import (
     CSS,
     ReadOnly,
     ago,
     can_view_tasks,
-    changelist_url,
     errors_table,
     field_display,
     moment,
     pretty_json,
-    status_badge,
-    tasks,
-    timestamp,
 )
 from .filters import (
     DateRangeFilter,
@@ -55,15 +38,9 @@ from .filters import (
     StatusFilter,
     UniqueKeyFilter,
 )
-from .purge import PurgeForm, TimedPurge
-from .schedules import chain as chain_links
-from .schedules import retry_selected as retry_tasks
-
-logger = logging.getLogger("scylla_django")
+from .task_columns import HISTORY_LIMIT, TaskColumns
 
 COUNT_CAP = 10_000
-HISTORY_LIMIT = 200
-PARENTS_LIMIT = 100
 
 if TYPE_CHECKING:  # django-stubs makes these generic; Django's classes cannot be subscripted
     TaskAdminBase = admin.ModelAdmin[Task]
@@ -134,16 +111,6 @@ class HistoryInline(ReadOnly, HistoryInlineBase):
     when = field_display("time", moment)
 
 
-def parent_item(parent: followups.Parent) -> SafeString:
-    """A parent of a follow-up: a link to its page and its status; "purged" once it is gone."""
-    if parent.status is None:
-        return format_html('<li>{} <span class="scylla-age">purged</span></li>', parent.rn)
-    url = reverse("admin:scylla_django_task_change", args=[parent.id])
-    return format_html(
-        '<li><a href="{}">{}</a> {}</li>', url, parent.rn, status_badge(parent.status)
-    )
-
-
 def task_by_key(key: str) -> Task | None:
     """The task whose id is `key`, else the task whose rn is `key`, else None.
 
@@ -181,7 +148,7 @@ class TaskChangeList(ChangeList):
 
 
 @admin.register(Task)
-class TaskAdmin(ReadOnly, TaskAdminBase):
+class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
     """Tasks: a list built for millions of rows, a read-only detail, cancel and purge."""
 
     list_display = (
@@ -256,9 +223,6 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         "unique_key_link",
         "unique_window_text",
     )
-    # About 500,000 tasks a request at the 25,000/s measured (docs/admin.md); for more, there
-    # is scylla_cleanup.
-    purge_time_budget = timedelta(seconds=20)
 
     class Media:
         css = {"all": (CSS,)}
@@ -266,18 +230,6 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
     # -- permissions: read-only (`ReadOnly`) apart from the operations ----------------------
     # No delete view or button, and so no delete_selected action: it loads every row it
     # deletes. Terminal tasks go through purge_selected and the bulk purge page instead.
-
-    def has_cancel_permission(self, request: HttpRequest) -> bool:
-        """May cancel tasks: `scylla_django.cancel_task`."""
-        return request.user.has_perm("scylla_django.cancel_task")
-
-    def has_purge_permission(self, request: HttpRequest) -> bool:
-        """May delete terminal tasks: `scylla_django.delete_task`."""
-        return request.user.has_perm("scylla_django.delete_task")
-
-    def has_submit_permission(self, request: HttpRequest) -> bool:
-        """May submit tasks, and so retry them: `scylla_django.submit_task`."""
-        return request.user.has_perm("scylla_django.submit_task")
 
     # -- the list ---------------------------------------------------------------------------
 
@@ -320,122 +272,13 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         context = {**self.console_links(request), **(extra_context or {})}
         return super().changelist_view(request, context)
 
-    def console_links(self, request: HttpRequest) -> dict[str, str]:
-        """URLs of the dashboard and the bulk purge page, for the users who may use them."""
-        links = {}
-        if self.has_view_permission(request):
-            links["scylla_dashboard_url"] = reverse("admin:scylla_django_task_dashboard")
-        if self.has_purge_permission(request):
-            links["scylla_purge_url"] = reverse("admin:scylla_django_task_purge")
-        return links
-
-    @admin.display(description="queue")
-    def queue_link(self, task: Task) -> SafeString:
-        return format_html('<a href="{}">{}</a>', changelist_url(queue=task.queue), task.queue)
-
-    @admin.display(description="status")
-    def status_badge(self, task: Task) -> SafeString:
-        if followups.waits_for_parents(task):
-            return format_html(
-                '{} <span class="scylla-age">waiting for parents</span>', status_badge(task.status)
-            )
-        return status_badge(task.status)
-
-    @admin.display(description="progress")
-    def progress_bar(self, task: Task) -> SafeString:
-        return format_html(
-            '<progress class="scylla-progress" value="{}" max="1">{}%</progress> '
-            '<span class="scylla-age">{}%</span>',
-            f"{task.progress:.3f}",
-            round(task.progress * 100),
-            round(task.progress * 100),
-        )
-
-    @admin.display(description="attempts in the chain")
-    def chain(self, task: Task) -> SafeString | str:
-        return chain_links(task)
-
-    @admin.display(description="unique key")
-    def unique_key_link(self, task: Task) -> SafeString | str:
-        if task.unique_key is None:
-            return "-"
-        held = "held" if task.unique_held or not task.is_terminal else "free"
-        return format_html(
-            '<a href="{}"><code>{}</code></a> ({})',
-            changelist_url(unique_key=task.unique_key),
-            task.unique_key,
-            held,
-        )
-
-    @admin.display(description="unique window")
-    def unique_window_text(self, task: Task) -> str:
-        return "-" if task.unique_window is None else format_duration(task.unique_window)
-
-    @admin.display(description="owner")
-    def owner_link(self, task: Task) -> SafeString | str:
-        if not task.owner:
-            return "-"
-        return format_html('<a href="{}">{}</a>', changelist_url(owner=task.owner), task.owner)
-
-    @admin.display(description="error")
-    def error_code(self, task: Task) -> SafeString | str:
-        code = getattr(task, "error_code", None)
-        if not code:
-            return "-"
-        return format_html(
-            '<a href="{}"><code>{}</code></a>', changelist_url(error_code=code), code
-        )
-
     created_at = field_display("created", ago, ordering="id")
     updated_at = field_display("updated", ago)
-
-    @admin.display(description="deadline")
-    def deadline_at(self, task: Task) -> SafeString | str:
-        if task.is_expired and task.deadline is not None:
-            return format_html(
-                '<span class="scylla-badge scylla-expired" title="{}, {}">expired</span>',
-                timestamp(task.deadline),
-                ago_words(task.deadline),
-            )
-        return ago(task.deadline)
 
     # -- the detail -------------------------------------------------------------------------
 
     created_time = field_display("created", moment)
     updated_time = field_display("updated", moment)
-
-    @admin.display(description="deadline")
-    def deadline_time(self, task: Task) -> SafeString | str:
-        if task.is_expired:
-            return format_html(
-                '{} <span class="scylla-badge scylla-expired">expired</span>', moment(task.deadline)
-            )
-        return moment(task.deadline)
-
-    @admin.display(description="not before")
-    def not_before_at(self, task: Task) -> SafeString | str:
-        """The delayed start; a follow-up's is its own, taken once its parents completed."""
-        if task.not_before != HELD:
-            return moment(task.not_before)
-        own = followups.own_not_before([task])[task.pk]
-        if not followups.waits_for_parents(task):
-            return moment(own)
-        if own is None:
-            return "waiting for parents"
-        return format_html("waiting for parents, then {}", moment(own))
-
-    @admin.display(description="waits for")
-    def parents_list(self, task: Task) -> SafeString | str:
-        """The parents of a waiting follow-up, each linked, with its status."""
-        shown = followups.parents(task, limit=PARENTS_LIMIT + 1)
-        if not shown:
-            return "-"
-        items = format_html_join("", "{}", ((parent_item(p),) for p in shown[:PARENTS_LIMIT]))
-        more = ""
-        if len(shown) > PARENTS_LIMIT:
-            total = Dependency.objects.filter(child_id=task.pk).count()
-            more = f"and {total - PARENTS_LIMIT:,} more"
-        return format_html('<ul class="scylla-parents">{}</ul>{}', items, more)
 
     def get_fieldsets(self, request: HttpRequest, obj: Task | None = None) -> Any:
         """The task's fields; a waiting follow-up's parents among them."""
@@ -449,15 +292,6 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
     result_json = field_display("result", pretty_json)
     errors_table = field_display("errors", errors_table)
 
-    @admin.display(description="history")
-    def history_note(self, task: Task) -> str:
-        count = History.objects.filter(task=task).count()
-        if not count:
-            return "No events yet: the task was never leased."
-        if count > HISTORY_LIMIT:
-            return f"{count:,} events; the latest {HISTORY_LIMIT} are shown below."
-        return f"{plural(count, 'event')}, shown below."
-
     def get_formset_kwargs(
         self, request: HttpRequest, obj: Task, inline: Any, prefix: str
     ) -> dict[str, Any]:
@@ -468,73 +302,6 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
         return kwargs
 
     # -- actions ----------------------------------------------------------------------------
-
-    @admin.action(permissions=["cancel"], description="Cancel selected (ready/running only)")
-    def cancel_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
-        """Cancel the selected ready and running tasks with `TaskQuerySet.cancel()`."""
-        selected = queryset.order_by()
-        total = selected.count()
-        cancelled = selected.cancel()
-        logger.info("%s cancelled %d of %d selected tasks", request.user, cancelled, total)
-        self.message_user(
-            request,
-            f"{cancelled} cancelled, {total - cancelled} skipped (not ready or running).",
-            messages.SUCCESS if cancelled else messages.WARNING,
-        )
-
-    @admin.action(permissions=["submit"], description="Retry selected (aborted/cancelled only)")
-    def retry_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
-        """Resubmit the selected aborted and cancelled tasks with `Task.retry()`."""
-        retry_tasks(self, request, queryset)
-
-    @admin.action(permissions=["purge"], description="Purge selected (terminal only)")
-    def purge_selected(
-        self, request: HttpRequest, queryset: TaskQuerySet
-    ) -> TemplateResponse | None:
-        """Delete the selected terminal tasks, with their History, by `TaskQuerySet.purge()`.
-
-        As Django's own delete action does, it first shows how many tasks would go and asks for
-        a confirmation, which posts the same selection back with `post=yes`.
-        """
-        selected = queryset.order_by()
-        total = selected.count()
-        if request.POST.get("post") != "yes":
-            return self.purge_selected_confirmation(request, selected, total)
-        run = TimedPurge(self.purge_time_budget)
-        # Whatever their age: here the selection, not the retention, says what goes.
-        finished = run.run(lambda **kw: selected.purge(older_than=timedelta.resolution, **kw))
-        logger.info("%s purged %d of %d selected tasks", request.user, run.deleted, total)
-        if finished:
-            self.message_user(
-                request,
-                f"{run.deleted} purged, {total - run.deleted} skipped (not terminal).",
-                messages.SUCCESS if run.deleted else messages.WARNING,
-            )
-        else:
-            self.message_user(
-                request,
-                f"{run.deleted} purged, then stopped after {short(run.seconds)}: run the action "
-                "again for the rest.",
-                messages.WARNING,
-            )
-        return None
-
-    def purge_selected_confirmation(
-        self, request: HttpRequest, selected: TaskQuerySet, total: int
-    ) -> TemplateResponse:
-        """The page that counts what "Purge selected" would delete, and asks to go on."""
-        count = selected.filter(status__in=[s.value for s in TERMINAL_STATUSES]).count()
-        context = {
-            **self.page_context(request, "Purge selected tasks"),
-            "count": count,
-            "skipped": total - count,
-            "batch_size": scylla_settings.PURGE_BATCH_SIZE,
-            "selected": request.POST.getlist(ACTION_CHECKBOX_NAME),
-            "select_across": request.POST.get("select_across") == "1",
-            "action_checkbox_name": ACTION_CHECKBOX_NAME,
-            "back_url": request.get_full_path(),
-        }
-        return TemplateResponse(request, "scylla_django/admin/purge_selected.html", context)
 
     # -- the task page's buttons ------------------------------------------------------------
 
@@ -589,97 +356,7 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
             return HttpResponseRedirect(f"{url}?{query}" if query else url)
         return task
 
-    def buttons(self, task: Task) -> dict[str, Any]:
-        """The task page's operations that apply to `task` now (one query for a running task)."""
-        buttons: dict[str, Any] = {}
-        if task.status in sources(Operation.CANCEL):
-            buttons["scylla_cancel_url"] = reverse(
-                "admin:scylla_django_task_cancel", args=[task.pk]
-            )
-        if task.status == Status.RUNNING and task.owner:
-            pk = worker_id(task.owner)
-            # An owner that is not a worker name, or no longer registered, counts as dead.
-            state = Worker(pk=pk).current_state() if pk is not None else Liveness.DEAD.value
-            if state != Liveness.ALIVE:
-                buttons.update(
-                    scylla_reset_url=reverse(
-                        "admin:scylla_django_task_reset_lease", args=[task.pk]
-                    ),
-                    scylla_owner=task.owner,
-                    scylla_owner_state=state,
-                    scylla_lease=task.leases,
-                )
-        return buttons
-
-    def operated_task(self, request: HttpRequest, pk: int) -> Task:
-        """The task a button posts to, once the method and permission are checked."""
-        if request.method != "POST":
-            raise PermissionDenied
-        if not self.has_cancel_permission(request):
-            raise PermissionDenied
-        task = Task.objects.filter(pk=pk).first()
-        if task is None:
-            raise Http404(f"No task has id {pk}.")
-        return task
-
-    def reset_lease_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        """POST owner and lease: `Task.reset_lease(owner, lease)`, fenced on what the page
-        showed. Refused (with a message) if the owner is alive again or the lease changed."""
-        task = self.operated_task(request, pk)
-        owner = request.POST.get("owner", "")
-        lease = request.POST.get("lease", "")
-        back = reverse("admin:scylla_django_task_change", args=[task.pk])
-        if not owner or not lease.isdigit() or len(lease) > 9:
-            self.message_user(request, "The reset needs the owner and lease shown.", messages.ERROR)
-            return HttpResponseRedirect(back)
-        try:
-            task.reset_lease(owner, int(lease))
-        except (OwnerAlive, LeaseLost, InvalidTransition, TaskNotFound) as exc:
-            self.message_user(request, f"Lease not reset: {exc}", messages.ERROR)
-            return HttpResponseRedirect(back)
-        logger.info("%s reset the lease of %s held by %s", request.user, task.rn, owner)
-        self.message_user(
-            request, f"Lease reset: {task.rn} is ready again ({owner} lost it).", messages.SUCCESS
-        )
-        return HttpResponseRedirect(back)
-
-    def cancel_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        """POST: `Task.cancel()`; a task no longer ready or running is refused with a message."""
-        task = self.operated_task(request, pk)
-        back = reverse("admin:scylla_django_task_change", args=[task.pk])
-        try:
-            task.cancel()
-        except (InvalidTransition, TaskNotFound) as exc:
-            self.message_user(request, f"Not cancelled: {exc}", messages.ERROR)
-            return HttpResponseRedirect(back)
-        logger.info("%s cancelled %s", request.user, task.rn)
-        self.message_user(request, f"Cancelled {task.rn}.", messages.SUCCESS)
-        return HttpResponseRedirect(back)
-
     # -- queue control (the dashboard's queue rows) -----------------------------------------
-
-    def has_queue_permission(self, request: HttpRequest) -> bool:
-        """May pause and resume queues: `scylla_django.control_queue`."""
-        return request.user.has_perm("scylla_django.control_queue")
-
-    def queue_view(self, request: HttpRequest, queue: str, operation: str) -> HttpResponse:
-        """POST: pause or resume `queue`, then back to the dashboard."""
-        if request.method != "POST" or not self.has_queue_permission(request):
-            raise PermissionDenied
-        if operation not in {"pause", "resume"}:
-            raise Http404(f"Unknown queue operation {operation!r}.")
-        try:
-            if operation == "pause":
-                QueueSetting.objects.pause(queue)
-            else:
-                QueueSetting.objects.resume(queue)
-        except ValidationError as exc:
-            self.message_user(request, " ".join(exc.messages), messages.ERROR)
-        else:
-            logger.info("%s: %s queue %s", request.user, operation, queue)
-            done = "paused: no task of it is leased" if operation == "pause" else "resumed"
-            self.message_user(request, f"Queue {queue} {done}.", messages.SUCCESS)
-        return HttpResponseRedirect(reverse("admin:scylla_django_task_dashboard"))
 
     # -- dashboard and bulk purge pages ----------------------------------------------------
 
@@ -704,92 +381,3 @@ class TaskAdmin(ReadOnly, TaskAdminBase):
             )
         ]
         return [*own, *super().get_urls()]
-
-    def page_context(self, request: HttpRequest, title: str) -> dict[str, Any]:
-        """The context every admin page needs, plus ours."""
-        return {
-            **self.admin_site.each_context(request),
-            **self.console_links(request),
-            "title": title,
-            "opts": self.opts,
-            "app_label": self.opts.app_label,
-            # Django < 6 renders the object-tools block inside the content block, which our
-            # pages replace: they then render the tools themselves.
-            "scylla_tools_in_content": django.VERSION < (6, 0),
-        }
-
-    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
-        """Counts per queue and status, throughput, expired leases, failures and live workers."""
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        refresh = request.GET.get("refresh", "10")
-        context = {
-            **self.page_context(request, "Scylla dashboard"),
-            "dashboard": dashboard.build(),
-            "charts": charts.build(request.GET.get("range")),
-            "may_control_queues": self.has_queue_permission(request),
-            "refresh": int(refresh) if refresh in {"0", "5", "10", "30", "60"} else 10,
-        }
-        return TemplateResponse(request, "scylla_django/admin/dashboard.html", context)
-
-    def dashboard_charts_view(self, request: HttpRequest) -> JsonResponse:
-        """The data of the dashboard's per-queue charts, as JSON: `?range=hour|day|week`."""
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        key = request.GET.get("range", charts.DEFAULT_RANGE)
-        if key not in charts.RANGES:
-            choices = ", ".join(charts.RANGES)
-            return JsonResponse(
-                {"code": "invalid_range", "detail": f"range is one of {choices}, not {key!r}."},
-                status=400,
-            )
-        return JsonResponse(charts.build(key).as_json())
-
-    def purge_view(self, request: HttpRequest) -> HttpResponse:
-        """Bulk purge: choose (GET), see how many tasks match (GET), confirm and purge (POST)."""
-        if not self.has_purge_permission(request):
-            raise PermissionDenied
-        if request.method == "POST":
-            form = PurgeForm(request.POST)
-            if form.is_valid():
-                return self.purge(request, form)
-        elif any(name in request.GET for name in PurgeForm.base_fields):
-            form = PurgeForm(request.GET)
-        else:
-            form = PurgeForm()
-        count = None
-        if request.method == "GET" and form.is_bound and form.is_valid():
-            count = Task.objects.purgeable(**form.selection()).count()
-        context = {
-            **self.page_context(request, "Bulk purge"),
-            "form": form,
-            "count": count,
-            "batch_size": scylla_settings.PURGE_BATCH_SIZE,
-        }
-        return TemplateResponse(
-            request, "scylla_django/admin/purge.html", context, status=400 if form.errors else 200
-        )
-
-    def purge(self, request: HttpRequest, form: PurgeForm) -> HttpResponse:
-        """Run the confirmed purge in batches, within `purge_time_budget`, and report."""
-        selection = form.selection()
-        run = TimedPurge(self.purge_time_budget)
-        finished = run.run(lambda **kw: Task.objects.purge(**selection, **kw))
-        logger.info(
-            "%s purged %d tasks in %d batches (%s)",
-            request.user,
-            run.deleted,
-            run.batches,
-            form.description(),
-        )
-        remaining = 0 if finished else Task.objects.purgeable(**selection).count()
-        if remaining:
-            self.message_user(
-                request,
-                f"Purged {tasks(run.deleted)} in {short(run.seconds)}, then stopped; "
-                f"{remaining:,} more match: purge again, or run manage.py scylla_cleanup.",
-                messages.WARNING,
-            )
-        else:
-            self.message_user(request, f"Purged {tasks(run.deleted)}.", messages.SUCCESS)
-        return HttpResponseRedirect(reverse("admin:scylla_django_task_changelist"))

@@ -16,6 +16,7 @@ from django.urls import reverse
 
 from scylla_django import admin as scylla_admin
 from scylla_django.admin import display as admin_display
+from scylla_django.admin import task_columns
 from scylla_django.admin import tasks as task_admin
 from scylla_django.enums import EventType, Status
 from scylla_django.models import History, Task, TaskQuerySet, Worker
@@ -352,7 +353,7 @@ def test_a_waiting_follow_up_shows_its_parents_and_no_far_off_date(admin_client,
 
 
 def test_a_follow_up_s_parents_are_shown_up_to_a_limit(admin_client, worker, monkeypatch):
-    monkeypatch.setattr(task_admin, "PARENTS_LIMIT", 2)
+    monkeypatch.setattr(task_columns, "PARENTS_LIMIT", 2)
     for n in range(5):
         TaskFactory(rn=f"p{n}")
     Task.objects.submit("q", {}, rn="child", after=[f"p{n}" for n in range(5)])
