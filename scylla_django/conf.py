@@ -29,7 +29,8 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
-from .text import DurationError, format_duration, positive_duration
+from .durations import short
+from .text import DurationError, positive_duration
 
 # The shortest lease: under it a worker's heartbeat (a third of the lease) cannot keep up.
 LEASE_MIN = timedelta(seconds=1)
@@ -65,7 +66,7 @@ def as_duration(value: object, name: str, *, minimum: timedelta | None = None) -
                 f"'5m', '12h', got {value!r}"
             )
         elif exc.reason == "short":
-            message = f"must be at least {format_duration(minimum or timedelta(0))}, got {value!r}"
+            message = f"must be at least {short(minimum or timedelta(0))}, got {value!r}"
         else:
             message = f"must be positive, got {value!r}"
         raise ImproperlyConfigured(f"SCYLLA[{name!r}] {message}") from None

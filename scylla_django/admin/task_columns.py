@@ -9,8 +9,9 @@ from django.utils.safestring import SafeString
 
 from .. import followups
 from ..durations import ago as ago_words
+from ..durations import short
 from ..models import HELD, Dependency, History, Task
-from ..text import format_duration, plural
+from ..text import plural
 from .display import (
     TaskAdminBase,
     ago,
@@ -79,7 +80,7 @@ class TaskColumns(TaskAdminBase):
 
     @admin.display(description="unique window")
     def unique_window_text(self, task: Task) -> str:
-        return "-" if task.unique_window is None else format_duration(task.unique_window)
+        return "-" if task.unique_window is None else short(task.unique_window)
 
     @admin.display(description="owner")
     def owner_link(self, task: Task) -> SafeString | str:

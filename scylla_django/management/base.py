@@ -18,7 +18,8 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.core.management.base import CommandParser
 
 from ..conf import LEASE_MIN, scylla_settings
-from ..text import DurationError, format_duration, positive_duration
+from ..durations import short
+from ..text import DurationError, positive_duration
 from ..validation import validate_queue
 
 logger = logging.getLogger("scylla_django")
@@ -40,7 +41,7 @@ def duration(text: str, *, minimum: timedelta | None = None) -> timedelta:
         elif exc.reason == "positive":
             message = f"{text!r} must be positive"
         elif exc.reason == "short":
-            message = f"{text!r} is too short: the least is {format_duration(minimum or LEASE_MIN)}"
+            message = f"{text!r} is too short: the least is {short(minimum or LEASE_MIN)}"
         else:
             message = f"{text!r} is too long: the most is 100 years"
         raise argparse.ArgumentTypeError(message) from None
@@ -122,7 +123,7 @@ def current_setting(name: str) -> str:
         value = getattr(scylla_settings, name)
     except ImproperlyConfigured:
         return "invalid"
-    return format_duration(value) if isinstance(value, timedelta) else str(value)
+    return short(value) if isinstance(value, timedelta) else str(value)
 
 
 def configure_logging(verbosity: int) -> None:

@@ -16,9 +16,10 @@ from django.db.models import Q
 
 from .. import db, retries, signals
 from ..db import inserts
+from ..durations import short
 from ..enums import Status
 from ..exceptions import DuplicateKey, DuplicateTask, InvalidTransition, TaskNotFound
-from ..text import format_duration, plural
+from ..text import plural
 from .dependencies import Dependency
 from .notices import send_on_commit
 from .unique import UNIQUE_HOLDER
@@ -147,7 +148,7 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
             task.rn,
             attempt,
             policy.max_attempts,
-            format_duration(delay),
+            short(delay),
         )
     send_on_commit(signals.task_submitted, using, task=created)
     return created

@@ -26,9 +26,10 @@ from django.db import close_old_connections, connections
 
 from .. import db
 from ..conf import scylla_settings
+from ..durations import short
 from ..models import Monitor as MonitorRecord
 from ..retries import exponential_delay
-from ..text import DurationError, format_duration, plural, positive_duration
+from ..text import DurationError, plural, positive_duration
 from .followups import FollowUps
 from .leases import ExpiredLeases
 from .purge import FinishedTasks, ProcessRecords
@@ -200,10 +201,10 @@ class Monitor:
         stop = stop if stop is not None else threading.Event()
         logger.info(
             "monitor started: a pass every %s, purging terminal tasks older than %s",
-            format_duration(timedelta(seconds=self.interval)),
-            f"{format_duration(scylla_settings.RETENTION)} (the RETENTION setting)"
+            short(timedelta(seconds=self.interval)),
+            f"{short(scylla_settings.RETENTION)} (the RETENTION setting)"
             if self.retention is None
-            else format_duration(self.retention),
+            else short(self.retention),
         )
         retry = db.DatabaseRetry(
             self.using,
@@ -225,7 +226,7 @@ class Monitor:
                         "monitor pass failed (%s: %s); retrying in %s",
                         type(exc).__name__,
                         " ".join(str(exc).split()) or "no message",
-                        format_duration(timedelta(seconds=backoff)),
+                        short(timedelta(seconds=backoff)),
                     )
                     if self._wait(stop, backoff):
                         break

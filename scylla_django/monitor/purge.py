@@ -7,9 +7,10 @@ import logging
 from datetime import timedelta
 
 from ..conf import scylla_settings
+from ..durations import short
 from ..models import Monitor as MonitorRecord
 from ..models import Task, Worker
-from ..text import format_duration, plural
+from ..text import plural
 from .service import Service
 
 logger = logging.getLogger("scylla_django")
@@ -46,7 +47,7 @@ class FinishedTasks(Retained):
     def work(self, using: str) -> dict[str, int]:
         retention = self.kept_for()
         purged = Task.objects.using(using).purge(older_than=retention, batch_size=self.batch_size)
-        age = format_duration(retention)
+        age = short(retention)
         if purged:
             logger.info("purged %s older than %s", plural(purged, "task"), age)
         else:
@@ -68,6 +69,6 @@ class ProcessRecords(Retained):
             logger.info(
                 "purged %s not seen for %s",
                 plural(workers, "worker record"),
-                format_duration(retention),
+                short(retention),
             )
         return {"workers_purged": workers}

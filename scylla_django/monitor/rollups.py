@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from ..durations import short
 from ..models import QueueRollup
-from ..text import format_duration, plural
+from ..text import plural
 from .purge import Retained
 
 logger = logging.getLogger("scylla_django")
@@ -48,6 +49,6 @@ class QueueRollups(Retained):
             logger.info(
                 "purged %s older than %s",
                 plural(purged, "queue rollup row"),
-                format_duration(retention),
+                short(retention),
             )
         return {"rolled_up": written, "rollups_purged": purged}

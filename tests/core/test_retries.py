@@ -186,7 +186,7 @@ def test_a_retried_failure_and_the_final_one_log_different_lines(worker, caplog)
     caplog.set_level("INFO", logger="scylla_django")
     Task.objects.submit("default", {}, rn="logged", retry=Retry(max_attempts=2, backoff=Fixed(4)))
     leased(worker).abort(worker, [exception_error(ValueError())])
-    assert "logged failed: retry 2 of 2 in 4 seconds" in caplog.messages
+    assert "logged failed: retry 2 of 2 in 4 s" in caplog.messages
     Task.objects.filter(rn="logged:retry-2").update(not_before=None)
     leased(worker).abort(worker, [exception_error(ValueError())])
     assert "logged:retry-2 failed: gave up after 2 attempts" in caplog.messages

@@ -194,6 +194,6 @@ def test_help_shows_the_current_settings(settings):
     settings.SCYLLA = {"RETENTION": timedelta(days=3), "PURGE_BATCH_SIZE": 250}
     parser = CleanupCommand().create_parser("manage.py", "scylla_cleanup")
     text = " ".join(parser.format_help().split())
-    assert "Default: the RETENTION setting (now 3 days)" in text
+    assert "Default: the RETENTION setting (now 3 d)" in text
     assert "Default: the PURGE_BATCH_SIZE setting (now 250)" in text
     assert "{aborted,cancelled,completed}" in text

@@ -22,7 +22,6 @@ from scylla_django.enums import EventType, Status
 from scylla_django.management.commands.scylla_monitor import Command as MonitorCommand
 from scylla_django.models import History, Task, TaskQuerySet
 from scylla_django.monitor import ExpiredLeases, Monitor, MonitorPass
-from scylla_django.text import format_duration
 from tests.factories import TaskFactory, running_task
 from tests.helpers import expire
 from tests.processes import finish, start
@@ -92,7 +91,7 @@ def test_run_once_resets_expired_leases_and_purges_old_terminal_tasks(worker, ca
     assert expired.history.last().typ == EventType.TIMEOUT
     assert not History.objects.filter(task__rn__startswith="old-c").exists()
     infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
-    assert infos == ["reset 1 expired lease", "purged 2 tasks older than 10 days"]
+    assert infos == ["reset 1 expired lease", "purged 2 tasks older than 10 d"]
 
     caplog.clear()
     assert Monitor(retention=timedelta(days=10)).run_once() == MonitorPass(reset=0, purged=0)
@@ -136,20 +135,6 @@ def test_run_once_handles_more_than_a_batch(worker):
 def test_monitor_rejects_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         Monitor(**kwargs)
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [
-        (864000, "10 days"),
-        (86400, "1 day"),
-        (7200, "2 hours"),
-        (90, "90 seconds"),
-        (0.2, "0.2 seconds"),
-    ],
-)
-def test_format_duration(seconds, text):
-    assert format_duration(timedelta(seconds=seconds)) == text
 
 
 # -- the loop ------------------------------------------------------------------------------------
@@ -241,7 +226,7 @@ def test_run_survives_a_database_error_and_retries(worker, monkeypatch, caplog):
     [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert warning.getMessage() == (
         "monitor pass failed (OperationalError: server closed the connection unexpectedly "
-        "HINT: ...); retrying in 1 second"
+        "HINT: ...); retrying in 1 s"
     )
     assert "database back after 1 failed attempt" in caplog.messages
 
@@ -372,7 +357,7 @@ def test_command_help_shows_the_retention_setting(settings):
     text = " ".join(
         MonitorCommand().create_parser("manage.py", "scylla_monitor").format_help().split()
     )
-    assert "the RETENTION setting, read at every pass (now 3 days)" in text
+    assert "the RETENTION setting, read at every pass (now 3 d)" in text
 
 
 @pytest.mark.django_db

@@ -9,9 +9,10 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...conf import scylla_settings
+from ...durations import short
 from ...enums import TERMINAL_STATUSES
 from ...models import Task
-from ...text import format_duration, plural
+from ...text import plural
 from ..base import add_setting_option, age, configure_logging, positive_int, queue_name
 
 # `--older-than 0`: every terminal task, i.e. those last updated before the database's now.
@@ -87,11 +88,7 @@ class Command(BaseCommand):
             raise CommandError(" ".join(exc.messages)) from exc
         self.stdout.write(f"deleted {plural(deleted, 'task')}")
         if options["verbosity"] >= 2:
-            aged = (
-                "any age"
-                if older_than == ANY_AGE
-                else f"not updated for {format_duration(older_than)}"
-            )
+            aged = "any age" if older_than == ANY_AGE else f"not updated for {short(older_than)}"
             self.stdout.write(
                 f"(status {', '.join(sorted(set(statuses)))}; {aged}; queue {queue or 'any'})"
             )
