@@ -19,7 +19,7 @@ from .processes import (
     RegisteredProcess,
     Worker,
     WorkerQuerySet,
-    worker_id,
+    required_worker_id,
     worker_name,
 )
 from .queues import (
@@ -81,10 +81,10 @@ __all__ = [
     "Worker",
     "WorkerQuerySet",
     "first_lease",
+    "required_worker_id",
     "send_on_commit",
     "tally_history",
     "validate_max_running",
     "wait_to_start",
-    "worker_id",
     "worker_name",
 ]

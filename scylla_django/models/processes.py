@@ -37,8 +37,9 @@ def worker_name(worker: Worker | str) -> str:
     return worker.name if isinstance(worker, Worker) else worker
 
 
-def worker_id(name: str) -> int:
-    """The primary key in the worker name `worker-<id>`, or WorkerNotFound if it is not one."""
+def required_worker_id(name: str) -> int:
+    """The primary key in the worker name `worker-<id>` (`validation.worker_id`, the one rule),
+    or WorkerNotFound if `name` is not a worker name."""
     pk = validation.worker_id(name)
     if pk is None:
         raise WorkerNotFound(f"{name!r} is not a worker name.")
@@ -127,7 +128,7 @@ class WorkerQuerySet(LivenessQuerySet["Worker"]):
     def get_by_name(self, name: str) -> Worker:
         """The worker called `name` (`worker-<id>`), or WorkerNotFound."""
         try:
-            return self.get(pk=worker_id(name))
+            return self.get(pk=required_worker_id(name))
         except self.model.DoesNotExist:
             raise WorkerNotFound(f"No worker is called {name!r}.") from None
 

@@ -51,7 +51,7 @@ from .history import History
 from .inputs import SubmitOutcome, TaskOptions, task_values, validate_terminal_statuses
 from .notices import send_on_commit
 from .outcomes import Outcome
-from .processes import Worker, worker_id, worker_name
+from .processes import Worker, required_worker_id, worker_name
 from .queues import QueueSummary, due, queue_summaries, ready_summary
 from .refusals import lease_reset_refusal, refusal_errors
 from .tables import tables
@@ -157,7 +157,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         on PostgreSQL, the same transaction elsewhere); otherwise WorkerNotFound is raised.
         """
         name = worker_name(worker)
-        pk = worker_id(name)
+        pk = required_worker_id(name)
         queues = validate_queues(queues)
         limit = validate_limit(limit)
         lease_length = validate_timeout(
