@@ -11,6 +11,7 @@ Types are strict: `"5"` is not a number, `1` is not a string and `true` is not a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -349,13 +350,44 @@ class UniqueKeyField(serializers.Field):  # type: ignore[type-arg]
         return value
 
 
-@extend_schema_field({"oneOf": [{"type": "number", "minimum": 0}, {"type": "string"}]})
+# A duration as text over HTTP: a whole number from 1 to 999 and a unit. The schema states
+# exactly what is accepted, so a client (or a fuzzer) that follows it is never refused.
+DURATION_TEXT = r"^[1-9][0-9]{0,2}(ms|s|m|h|d|w)$"
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {
+                "type": "number",
+                "minimum": 0,
+                "exclusiveMinimum": True,
+                "maximum": MAX_LEASE_SECONDS,
+            },
+            {"type": "string", "pattern": DURATION_TEXT},
+        ]
+    }
+)
 class DurationInputField(serializers.Field):  # type: ignore[type-arg]
-    """A duration sent as seconds or as a duration string (`30`, `500ms`, `5m`, `1h`, `7d`),
-    passed on as sent: the submission reads it with the project's duration rule."""
+    """A duration sent as seconds (a number above 0) or as text: a whole number from 1 to 999
+    and a unit (`500ms`, `30s`, `5m`, `1h`, `7d`, `2w`); passed on as sent, for the submission
+    to read with the project's duration rule. Anything else is refused with `error_code`."""
+
+    def __init__(self, *, error_code: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.error_code = error_code
 
     def to_internal_value(self, data: Any) -> Any:
-        return data
+        number = isinstance(data, int | float) and not isinstance(data, bool)
+        if (number and 0 < data <= MAX_LEASE_SECONDS) or (
+            isinstance(data, str) and re.match(DURATION_TEXT, data)
+        ):
+            return data
+        raise serializers.ValidationError(
+            "A duration is a number of seconds above 0, or a whole number from 1 to 999 and a "
+            "unit: 500ms, 30s, 5m, 1h, 7d, 2w.",
+            code=self.error_code,
+        )
 
     def to_representation(self, value: Any) -> Any:
         return value
@@ -394,6 +426,7 @@ class SubmitSerializer(StrictSerializer):
         help_text="At most one ready or running task holds this key (README, Unique tasks).",
     )
     unique_window = DurationInputField(
+        error_code="invalid_unique_window",
         required=False,
         help_text="And none within this long after the last one finished (seconds or '1h').",
     )
