@@ -5,6 +5,7 @@
 | `TaskNotFound`, `WorkerNotFound` | 404 | `task_not_found`, `worker_not_found` |
 | `DuplicateTask`, `InvalidTransition`, `LeaseLost`, `TaskCancelled` | 409 | the error's `code` |
 | `DuplicateKey` (a held unique key, `on_conflict="raise"`) | 409 | `duplicate`, `rn`, `key` |
+| `NotSupportedError` (keys on a database that cannot enforce them: MySQL) | 409 | `not_supported` |
 | Django or DRF `ValidationError` | 400 | `invalid`, with `errors` per field (see below) |
 | a body over `DATA_UPLOAD_MAX_MEMORY_SIZE` | 413 | `too_large` |
 | other DRF errors (401, 403, 404, 405, 415, …) | theirs | DRF's code, e.g. `not_authenticated` |
@@ -22,6 +23,7 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import NotSupportedError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -108,6 +110,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return Response(
             conflict,
             status=status.HTTP_404_NOT_FOUND if not_found else status.HTTP_409_CONFLICT,
+        )
+    if isinstance(exc, NotSupportedError):
+        # The request is valid; this server's database cannot do what it asks (a unique key on
+        # MySQL). Nothing was written.
+        set_rollback()
+        return Response(
+            {"code": "not_supported", "detail": str(exc)}, status=status.HTTP_409_CONFLICT
         )
     exc = _convert(exc)
     if not isinstance(exc, exceptions.APIException):

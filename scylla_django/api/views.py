@@ -289,7 +289,8 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
             "per item, in order: `inserted`, `duplicate` (the rn exists, or came earlier in "
             "the request, or a task holds the item's `unique_key`: `rn` names that task), "
             "`replaced` (`on_conflict: replace`) or `invalid` (with `errors`). Valid items are "
-            "inserted whatever happens to the others."
+            "inserted whatever happens to the others. 409 `not_supported`: an item names a "
+            "unique key and the database cannot keep one (MySQL)."
         ),
         request={
             "application/json": {
@@ -299,7 +300,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
                 "maxItems": MAX_BULK_ITEMS,
             }
         },
-        responses={200: BulkOutcomeSerializer(many=True), **errors(400, 401, 403, 413)},
+        responses={200: BulkOutcomeSerializer(many=True), **errors(400, 401, 403, 409, 413)},
     )
     def bulk(self, request: Request) -> Response:
         items = request.data
