@@ -24,7 +24,10 @@ lock, so that they decide one after another. LIMIT_TABLE holds each limit's size
 - **Rates**: `R:<name>` starts at most `count` tasks in any `seconds` (RATE_TABLE). The rate's
   key row keeps its last `count` starts (`starts`, seconds on the database clock), stamped by
   the trigger when it lets a task of the rate run; a task waits while `count` of them fall
-  within the last `seconds`.
+  within the `seconds` before its start. On PostgreSQL a start is the task's lease time (its
+  `updated`, its History row's time), so that no window of the recorded starts holds more than
+  `count`: a taker locks the key row, so it sees every start committed before it, later ones
+  included, and counts all of those after its own start minus `seconds`.
 - **Holds**: `scylla_django.lock()` holds a lock for code outside tasks with a row in
   HOLD_TABLE (`take_lock`), exclusive or shared, until released or until its `until` (seconds
   on the database clock) passes; the trigger counts live holds as holders of the lock.
@@ -53,7 +56,11 @@ HOLD_TABLE = "scylla_django_hold"
 
 #: PostgreSQL: the database clock in seconds, as rate starts are stamped.
 _PG_NOW = "extract(epoch FROM clock_timestamp())::float8"
-#: SQLite: the same (julianday is constant within one statement).
+#: PostgreSQL, in the take trigger: the task's start (the lease writes it as `updated`, on the
+#: database clock), as its rate keys are stamped and judged: the window a rate bounds is over
+#: the starts the task table and History record.
+_PG_START = "extract(epoch FROM NEW.updated)::float8"
+#: SQLite: the same as _PG_NOW (julianday is constant within one statement).
 _SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 TASK_TABLE = "scylla_django_task"
 RUNNING_INDEX = "scylla_task_running_keys_idx"
@@ -88,9 +95,9 @@ def _sqlite_holds(row: str, *, exclusive_only: bool) -> str:
     )
 
 
-def _busy(e: str, task: str) -> str:
-    """PostgreSQL: key element `e` of task `task` (a row alias) cannot be taken now (one
-    candidate alone)."""
+def _busy(e: str, task: str, now: str = _PG_NOW) -> str:
+    """PostgreSQL: key element `e` of task `task` (a row alias) cannot be taken at `now`
+    (seconds on the database clock; one candidate alone)."""
     name = f"substr({e}, 3)"
     return f"""CASE left({e}, 2)
         WHEN 'L:' THEN EXISTS (SELECT 1 {_held(e, e, f"'S:' || {name}")})
@@ -103,7 +110,7 @@ def _busy(e: str, task: str) -> str:
             WHERE p.order_key = {name} AND p.id <> {task}.id AND {_order_blocks("p", task)})
         WHEN 'R:' THEN coalesce((SELECT (SELECT count(*) FROM {KEY_TABLE} AS k,
                 jsonb_array_elements_text(k.starts) AS s(s)
-                WHERE k.name = {e} AND s.s::float8 > {_PG_NOW} - r.seconds) >= r.count
+                WHERE k.name = {e} AND s.s::float8 > {now} - r.seconds) >= r.count
             FROM {RATE_TABLE} AS r WHERE r.name = {name}), true)
         ELSE true END"""
 
@@ -144,7 +151,7 @@ BEGIN
         ) AS s ON true
         ORDER BY {_KEY_ROW.format(e="e.k")}
     LOOP
-        busy := key.name IS NULL OR {_busy("key.k", "NEW")};
+        busy := key.name IS NULL OR {_busy("key.k", "NEW", _PG_START)};
         IF busy THEN
             RETURN NULL;
         END IF;
@@ -154,7 +161,7 @@ BEGIN
     SET starts = (SELECT coalesce(jsonb_agg(x.s), '[]'::jsonb) FROM (
         SELECT a.s FROM (
             SELECT s.s::float8 AS s FROM jsonb_array_elements_text(k.starts) AS s(s)
-            UNION ALL SELECT {_PG_NOW}) AS a
+            UNION ALL SELECT {_PG_START}) AS a
         ORDER BY a.s DESC
         LIMIT (SELECT r.count FROM {RATE_TABLE} AS r WHERE 'R:' || r.name = k.name)) AS x)
     WHERE k.name = ANY(ARRAY(SELECT e.k FROM jsonb_array_elements_text(NEW.keys) AS e(k)
