@@ -9,10 +9,11 @@ has one row in KEY_TABLE, made when a task naming it is submitted: the row the t
 lock, so that they decide one after another. LIMIT_TABLE holds each limit's size.
 
 - **Take**, on the row's change from ready to running (only the lease makes it): a row-level
-  BEFORE trigger locks the task's key rows in name order, `FOR UPDATE SKIP LOCKED` on
-  PostgreSQL (a key another transaction is taking right now is not free), then counts, in a
-  snapshot taken after the lock (so every earlier taker's commit is in it), the running tasks
-  that hold each key. If a key is not free the trigger returns NULL, which drops the row from
+  BEFORE trigger locks the task's key rows, `FOR UPDATE SKIP LOCKED` on PostgreSQL (a key
+  another transaction is taking right now is not free; a taker never waits, so the order of
+  the locks does not matter), then counts, in a snapshot taken after the locks (so every
+  earlier taker's commit is in it), the running tasks that hold each key: one statement for
+  the locks, then per key the one query of its kind. If a key is not free the trigger returns NULL, which drops the row from
   the lease's UPDATE: the task stays ready, never leased and handed back. Candidates of one
   statement are judged one after another: a BEFORE trigger sees the rows the same statement
   changed before. On SQLite writers are serialised and `RAISE(IGNORE)` drops the row the same
@@ -97,24 +98,33 @@ def _sqlite_holds(row: str, *, exclusive_only: bool) -> str:
     )
 
 
-def _busy(e: str, task: str, now: str = _PG_NOW) -> str:
-    """PostgreSQL: key element `e` of task `task` (a row alias) cannot be taken at `now`
-    (seconds on the database clock; one candidate alone)."""
+def _conditions(e: str, task: str, now: str) -> dict[str, str]:
+    """PostgreSQL: for each kind of key element, the condition under which element `e` of
+    task `task` (a row alias) cannot be taken at `now` (seconds on the database clock; one
+    candidate alone)."""
     name = f"substr({e}, 3)"
-    return f"""CASE left({e}, 2)
-        WHEN 'L:' THEN EXISTS (SELECT 1 {_held(e, e, f"'S:' || {name}")})
-            OR EXISTS (SELECT 1 {_pg_holds(f"'L:' || {name}", exclusive_only=False)})
-        WHEN 'S:' THEN EXISTS (SELECT 1 {_held(e, f"'L:' || {name}")})
-            OR EXISTS (SELECT 1 {_pg_holds(f"'L:' || {name}", exclusive_only=True)})
-        WHEN 'C:' THEN (SELECT count(*) {_held(e, e)}) >= coalesce(
-            (SELECT l.max_running FROM {LIMIT_TABLE} AS l WHERE l.name = {name}), 0)
-        WHEN 'O:' THEN EXISTS (SELECT 1 FROM {TASK_TABLE} AS p
-            WHERE p.order_key = {name} AND p.id <> {task}.id AND {_order_blocks("p", task)})
-        WHEN 'R:' THEN coalesce((SELECT (SELECT count(*) FROM {KEY_TABLE} AS k,
+    return {
+        "L:": f"""EXISTS (SELECT 1 {_held(e, e, f"'S:' || {name}")})
+            OR EXISTS (SELECT 1 {_pg_holds(f"'L:' || {name}", exclusive_only=False)})""",
+        "S:": f"""EXISTS (SELECT 1 {_held(e, f"'L:' || {name}")})
+            OR EXISTS (SELECT 1 {_pg_holds(f"'L:' || {name}", exclusive_only=True)})""",
+        "C:": f"""(SELECT count(*) {_held(e, e)}) >= coalesce(
+            (SELECT l.max_running FROM {LIMIT_TABLE} AS l WHERE l.name = {name}), 0)""",
+        "O:": f"""EXISTS (SELECT 1 FROM {TASK_TABLE} AS p
+            WHERE p.order_key = {name} AND p.id <> {task}.id AND {_order_blocks("p", task)})""",
+        "R:": f"""coalesce((SELECT (SELECT count(*) FROM {KEY_TABLE} AS k,
                 jsonb_array_elements_text(k.starts) AS s(s)
                 WHERE k.name = {e} AND s.s::float8 > {now} - r.seconds) >= r.count
-            FROM {RATE_TABLE} AS r WHERE r.name = {name}), true)
-        ELSE true END"""
+            FROM {RATE_TABLE} AS r WHERE r.name = {name}), true)""",
+    }
+
+
+def _busy(e: str, task: str) -> str:
+    """PostgreSQL: key element `e` of task `task` cannot be taken now (one candidate alone)."""
+    cases = " ".join(
+        f"WHEN '{kind}' THEN {test}" for kind, test in _conditions(e, task, _PG_NOW).items()
+    )
+    return f"CASE left({e}, 2) {cases} ELSE true END"
 
 
 def _order_blocks(p: str, task: str) -> str:
@@ -133,41 +143,58 @@ def _order_blocks(p: str, task: str) -> str:
 #: statement's snapshot. Only a hint (the take trigger decides on locked key rows).
 BUSY = f"EXISTS (SELECT 1 FROM jsonb_array_elements_text(t.keys) AS e(k) WHERE {_busy('e.k', 't')})"
 
+#: The take trigger's judgement of one element by its kind: only that kind's query runs.
+_TAKE_CASES = "\n        ".join(
+    f"WHEN '{kind}' THEN busy := {test};"
+    for kind, test in _conditions("element", "NEW", _PG_START).items()
+)
+
 _POSTGRESQL_INSTALL = [
     f"""CREATE INDEX {RUNNING_INDEX} ON {TASK_TABLE} USING gin (keys jsonb_path_ops)
     WHERE status = 'running' AND keys IS NOT NULL""",
     f"""CREATE FUNCTION scylla_take_keys() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    key record;
+    taken boolean;
+    rated boolean;
+    elements text[];
+    element text;
     busy boolean;
 BEGIN
-    -- Each key row locked (in name order) before its holders are counted: the count is then
-    -- read after every earlier taker of the key committed. A row another transaction holds
-    -- right now is skipped: that key is not free for this lease.
-    FOR key IN
-        SELECT e.k, s.name FROM jsonb_array_elements_text(NEW.keys) AS e(k)
-        LEFT JOIN LATERAL (
-            SELECT k.name FROM {KEY_TABLE} AS k
-            WHERE k.name = {_KEY_ROW.format(e="e.k")}
-            FOR UPDATE SKIP LOCKED
-        ) AS s ON true
-        ORDER BY {_KEY_ROW.format(e="e.k")}
-    LOOP
-        busy := key.name IS NULL OR {_busy("key.k", "NEW", _PG_START)};
+    -- Every key row locked before any holder is counted: the counts are then read after
+    -- every earlier taker of the keys committed. A row another transaction holds right now
+    -- is skipped: that key is not free for this lease.
+    SELECT bool_and(s.name IS NOT NULL), bool_or(left(e.k, 2) = 'R:'), array_agg(e.k)
+    INTO taken, rated, elements
+    FROM jsonb_array_elements_text(NEW.keys) AS e(k)
+    LEFT JOIN LATERAL (
+        SELECT k.name FROM {KEY_TABLE} AS k
+        WHERE k.name = {_KEY_ROW.format(e="e.k")}
+        FOR UPDATE SKIP LOCKED
+    ) AS s ON true;
+    IF NOT coalesce(taken, true) THEN
+        RETURN NULL;
+    END IF;
+    -- Each element judged by its own kind's query, in a snapshot taken after the locks.
+    FOREACH element IN ARRAY coalesce(elements, '{{}}') LOOP
+        CASE left(element, 2)
+        {_TAKE_CASES}
+        ELSE busy := true;
+        END CASE;
         IF busy THEN
             RETURN NULL;
         END IF;
     END LOOP;
-    -- Every key is free: stamp the start on each rate key (its last `count` starts).
-    UPDATE {KEY_TABLE} AS k
-    SET starts = (SELECT coalesce(jsonb_agg(x.s), '[]'::jsonb) FROM (
-        SELECT a.s FROM (
-            SELECT s.s::float8 AS s FROM jsonb_array_elements_text(k.starts) AS s(s)
-            UNION ALL SELECT {_PG_START}) AS a
-        ORDER BY a.s DESC
-        LIMIT (SELECT r.count FROM {RATE_TABLE} AS r WHERE 'R:' || r.name = k.name)) AS x)
-    WHERE k.name = ANY(ARRAY(SELECT e.k FROM jsonb_array_elements_text(NEW.keys) AS e(k)
-                             WHERE left(e.k, 2) = 'R:'));
+    IF coalesce(rated, false) THEN
+        -- Every key is free: stamp the start on each rate key (its last `count` starts).
+        UPDATE {KEY_TABLE} AS k
+        SET starts = (SELECT coalesce(jsonb_agg(x.s), '[]'::jsonb) FROM (
+            SELECT a.s FROM (
+                SELECT s.s::float8 AS s FROM jsonb_array_elements_text(k.starts) AS s(s)
+                UNION ALL SELECT {_PG_START}) AS a
+            ORDER BY a.s DESC
+            LIMIT (SELECT r.count FROM {RATE_TABLE} AS r WHERE 'R:' || r.name = k.name)) AS x)
+        WHERE k.name = ANY(elements) AND left(k.name, 2) = 'R:';
+    END IF;
     RETURN NEW;
 END $$""",
     f"""CREATE TRIGGER scylla_take_keys BEFORE UPDATE OF status ON {TASK_TABLE}
