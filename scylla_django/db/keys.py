@@ -13,11 +13,11 @@ lock, so that they decide one after another. LIMIT_TABLE holds each limit's size
   another transaction is taking right now is not free; a taker never waits, so the order of
   the locks does not matter), then counts, in a snapshot taken after the locks (so every
   earlier taker's commit is in it), the running tasks that hold each key: one statement for
-  the locks, then per key the one query of its kind. If a key is not free the trigger returns NULL, which drops the row from
-  the lease's UPDATE: the task stays ready, never leased and handed back. Candidates of one
-  statement are judged one after another: a BEFORE trigger sees the rows the same statement
-  changed before. On SQLite writers are serialised and `RAISE(IGNORE)` drops the row the same
-  way. A missing key row is not free.
+  the locks, then per key the one query of its kind. If a key is not free the trigger returns
+  NULL, which drops the row from the lease's UPDATE: the task stays ready, never leased and
+  handed back. Candidates of one statement are judged one after another: a BEFORE trigger
+  sees the rows the same statement changed before. On SQLite writers are serialised and
+  `RAISE(IGNORE)` drops the row the same way. A missing key row is not free.
 - **Order keys**: a task of an order key runs alone, and only when no earlier task of the key
   is ready or running, nor aborted for good holding the key (`order_block`, no retry after
   it). A task's place is `order_seq`, or its id (submit order) when null; a retry keeps its
