@@ -58,3 +58,38 @@ def create_database(url: str) -> None:
     with psycopg.connect(maintenance, autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def pgbench(
+    script: str, *, transactions: int | None = None, seconds: float | None = None
+) -> tuple[float, list[float]]:
+    """Run `script` (pgbench's script language) with one client against DATABASE_URL, for
+    `transactions` runs of it or for `seconds`, with prepared statements (as the app's hot
+    statements are): its transactions per second, and each run's latency in milliseconds."""
+    import re
+    import shutil
+    import subprocess
+    import tempfile
+
+    if shutil.which("pgbench") is None:
+        raise SystemExit("pgbench is not on PATH (Debian: apt-get install postgresql-client)")
+    parts = urlsplit(os.environ["DATABASE_URL"])
+    with tempfile.TemporaryDirectory(prefix="scylla-pgbench-") as tmp:
+        path = Path(tmp) / "script.sql"
+        path.write_text(script)
+        command = ["pgbench", "-n", "-M", "prepared", "-c", "1", "-f", str(path)]
+        command += ["-t", str(transactions)] if transactions else ["-T", str(round(seconds or 5))]
+        command += ["-l", "--log-prefix", str(Path(tmp) / "log")]
+        command += ["-h", parts.hostname or "localhost", "-p", str(parts.port or 5432)]
+        command += ["-U", parts.username or "postgres", parts.path.lstrip("/")]
+        env = {**os.environ, "PGPASSWORD": parts.password or ""}
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", done.stdout)
+        if done.returncode != 0 or match is None:
+            raise SystemExit(f"pgbench failed:\n{done.stdout}\n{done.stderr}")
+        latencies = [
+            int(line.split()[2]) / 1000
+            for log in Path(tmp).glob("log.*")
+            for line in log.read_text().splitlines()
+        ]
+    return float(match.group(1)), latencies

@@ -9,14 +9,15 @@ has one row in KEY_TABLE, made when a task naming it is submitted: the row the t
 lock, so that they decide one after another. LIMIT_TABLE holds each limit's size.
 
 - **Take**, on the row's change from ready to running (only the lease makes it): a row-level
-  BEFORE trigger locks the task's key rows in name order, `FOR UPDATE SKIP LOCKED` on
-  PostgreSQL (a key another transaction is taking right now is not free), then counts, in a
-  snapshot taken after the lock (so every earlier taker's commit is in it), the running tasks
-  that hold each key. If a key is not free the trigger returns NULL, which drops the row from
-  the lease's UPDATE: the task stays ready, never leased and handed back. Candidates of one
-  statement are judged one after another: a BEFORE trigger sees the rows the same statement
-  changed before. On SQLite writers are serialised and `RAISE(IGNORE)` drops the row the same
-  way. A missing key row is not free.
+  BEFORE trigger locks the task's key rows, `FOR UPDATE SKIP LOCKED` on PostgreSQL (a key
+  another transaction is taking right now is not free; a taker never waits, so the order of
+  the locks does not matter), then counts, in a snapshot taken after the locks (so every
+  earlier taker's commit is in it), the running tasks that hold each key: one statement for
+  the locks, then per key the one query of its kind. If a key is not free the trigger returns
+  NULL, which drops the row from the lease's UPDATE: the task stays ready, never leased and
+  handed back. Candidates of one statement are judged one after another: a BEFORE trigger
+  sees the rows the same statement changed before. On SQLite writers are serialised and
+  `RAISE(IGNORE)` drops the row the same way. A missing key row is not free.
 - **Order keys**: a task of an order key runs alone, and only when no earlier task of the key
   is ready or running, nor aborted for good holding the key (`order_block`, no retry after
   it). A task's place is `order_seq`, or its id (submit order) when null; a retry keeps its
@@ -24,7 +25,10 @@ lock, so that they decide one after another. LIMIT_TABLE holds each limit's size
 - **Rates**: `R:<name>` starts at most `count` tasks in any `seconds` (RATE_TABLE). The rate's
   key row keeps its last `count` starts (`starts`, seconds on the database clock), stamped by
   the trigger when it lets a task of the rate run; a task waits while `count` of them fall
-  within the last `seconds`.
+  within the `seconds` before its start. On PostgreSQL a start is the task's lease time (its
+  `updated`, its History row's time), so that no window of the recorded starts holds more than
+  `count`: a taker locks the key row, so it sees every start committed before it, later ones
+  included, and counts all of those after its own start minus `seconds`.
 - **Holds**: `scylla_django.lock()` holds a lock for code outside tasks with a row in
   HOLD_TABLE (`take_lock`), exclusive or shared, until released or until its `until` (seconds
   on the database clock) passes; the trigger counts live holds as holders of the lock.
@@ -45,6 +49,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import BooleanField, Q
+from django.db.models.expressions import RawSQL
 
 KEY_TABLE = "scylla_django_key"
 LIMIT_TABLE = "scylla_django_limit"
@@ -53,7 +59,11 @@ HOLD_TABLE = "scylla_django_hold"
 
 #: PostgreSQL: the database clock in seconds, as rate starts are stamped.
 _PG_NOW = "extract(epoch FROM clock_timestamp())::float8"
-#: SQLite: the same (julianday is constant within one statement).
+#: PostgreSQL, in the take trigger: the task's start (the lease writes it as `updated`, on the
+#: database clock), as its rate keys are stamped and judged: the window a rate bounds is over
+#: the starts the task table and History record.
+_PG_START = "extract(epoch FROM NEW.updated)::float8"
+#: SQLite: the same as _PG_NOW (julianday is constant within one statement).
 _SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 TASK_TABLE = "scylla_django_task"
 RUNNING_INDEX = "scylla_task_running_keys_idx"
@@ -88,24 +98,33 @@ def _sqlite_holds(row: str, *, exclusive_only: bool) -> str:
     )
 
 
-def _busy(e: str, task: str) -> str:
-    """PostgreSQL: key element `e` of task `task` (a row alias) cannot be taken now (one
+def _conditions(e: str, task: str, now: str) -> dict[str, str]:
+    """PostgreSQL: for each kind of key element, the condition under which element `e` of
+    task `task` (a row alias) cannot be taken at `now` (seconds on the database clock; one
     candidate alone)."""
     name = f"substr({e}, 3)"
-    return f"""CASE left({e}, 2)
-        WHEN 'L:' THEN EXISTS (SELECT 1 {_held(e, e, f"'S:' || {name}")})
-            OR EXISTS (SELECT 1 {_pg_holds(f"'L:' || {name}", exclusive_only=False)})
-        WHEN 'S:' THEN EXISTS (SELECT 1 {_held(e, f"'L:' || {name}")})
-            OR EXISTS (SELECT 1 {_pg_holds(f"'L:' || {name}", exclusive_only=True)})
-        WHEN 'C:' THEN (SELECT count(*) {_held(e, e)}) >= coalesce(
-            (SELECT l.max_running FROM {LIMIT_TABLE} AS l WHERE l.name = {name}), 0)
-        WHEN 'O:' THEN EXISTS (SELECT 1 FROM {TASK_TABLE} AS p
-            WHERE p.order_key = {name} AND p.id <> {task}.id AND {_order_blocks("p", task)})
-        WHEN 'R:' THEN coalesce((SELECT (SELECT count(*) FROM {KEY_TABLE} AS k,
+    return {
+        "L:": f"""EXISTS (SELECT 1 {_held(e, e, f"'S:' || {name}")})
+            OR EXISTS (SELECT 1 {_pg_holds(f"'L:' || {name}", exclusive_only=False)})""",
+        "S:": f"""EXISTS (SELECT 1 {_held(e, f"'L:' || {name}")})
+            OR EXISTS (SELECT 1 {_pg_holds(f"'L:' || {name}", exclusive_only=True)})""",
+        "C:": f"""(SELECT count(*) {_held(e, e)}) >= coalesce(
+            (SELECT l.max_running FROM {LIMIT_TABLE} AS l WHERE l.name = {name}), 0)""",
+        "O:": f"""EXISTS (SELECT 1 FROM {TASK_TABLE} AS p
+            WHERE p.order_key = {name} AND p.id <> {task}.id AND {_order_blocks("p", task)})""",
+        "R:": f"""coalesce((SELECT (SELECT count(*) FROM {KEY_TABLE} AS k,
                 jsonb_array_elements_text(k.starts) AS s(s)
-                WHERE k.name = {e} AND s.s::float8 > {_PG_NOW} - r.seconds) >= r.count
-            FROM {RATE_TABLE} AS r WHERE r.name = {name}), true)
-        ELSE true END"""
+                WHERE k.name = {e} AND s.s::float8 > {now} - r.seconds) >= r.count
+            FROM {RATE_TABLE} AS r WHERE r.name = {name}), true)""",
+    }
+
+
+def _busy(e: str, task: str) -> str:
+    """PostgreSQL: key element `e` of task `task` cannot be taken now (one candidate alone)."""
+    cases = " ".join(
+        f"WHEN '{kind}' THEN {test}" for kind, test in _conditions(e, task, _PG_NOW).items()
+    )
+    return f"CASE left({e}, 2) {cases} ELSE true END"
 
 
 def _order_blocks(p: str, task: str) -> str:
@@ -124,41 +143,58 @@ def _order_blocks(p: str, task: str) -> str:
 #: statement's snapshot. Only a hint (the take trigger decides on locked key rows).
 BUSY = f"EXISTS (SELECT 1 FROM jsonb_array_elements_text(t.keys) AS e(k) WHERE {_busy('e.k', 't')})"
 
+#: The take trigger's judgement of one element by its kind: only that kind's query runs.
+_TAKE_CASES = "\n        ".join(
+    f"WHEN '{kind}' THEN busy := {test};"
+    for kind, test in _conditions("element", "NEW", _PG_START).items()
+)
+
 _POSTGRESQL_INSTALL = [
     f"""CREATE INDEX {RUNNING_INDEX} ON {TASK_TABLE} USING gin (keys jsonb_path_ops)
     WHERE status = 'running' AND keys IS NOT NULL""",
     f"""CREATE FUNCTION scylla_take_keys() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    key record;
+    taken boolean;
+    rated boolean;
+    elements text[];
+    element text;
     busy boolean;
 BEGIN
-    -- Each key row locked (in name order) before its holders are counted: the count is then
-    -- read after every earlier taker of the key committed. A row another transaction holds
-    -- right now is skipped: that key is not free for this lease.
-    FOR key IN
-        SELECT e.k, s.name FROM jsonb_array_elements_text(NEW.keys) AS e(k)
-        LEFT JOIN LATERAL (
-            SELECT k.name FROM {KEY_TABLE} AS k
-            WHERE k.name = {_KEY_ROW.format(e="e.k")}
-            FOR UPDATE SKIP LOCKED
-        ) AS s ON true
-        ORDER BY {_KEY_ROW.format(e="e.k")}
-    LOOP
-        busy := key.name IS NULL OR {_busy("key.k", "NEW")};
+    -- Every key row locked before any holder is counted: the counts are then read after
+    -- every earlier taker of the keys committed. A row another transaction holds right now
+    -- is skipped: that key is not free for this lease.
+    SELECT bool_and(s.name IS NOT NULL), bool_or(left(e.k, 2) = 'R:'), array_agg(e.k)
+    INTO taken, rated, elements
+    FROM jsonb_array_elements_text(NEW.keys) AS e(k)
+    LEFT JOIN LATERAL (
+        SELECT k.name FROM {KEY_TABLE} AS k
+        WHERE k.name = {_KEY_ROW.format(e="e.k")}
+        FOR UPDATE SKIP LOCKED
+    ) AS s ON true;
+    IF NOT coalesce(taken, true) THEN
+        RETURN NULL;
+    END IF;
+    -- Each element judged by its own kind's query, in a snapshot taken after the locks.
+    FOREACH element IN ARRAY coalesce(elements, '{{}}') LOOP
+        CASE left(element, 2)
+        {_TAKE_CASES}
+        ELSE busy := true;
+        END CASE;
         IF busy THEN
             RETURN NULL;
         END IF;
     END LOOP;
-    -- Every key is free: stamp the start on each rate key (its last `count` starts).
-    UPDATE {KEY_TABLE} AS k
-    SET starts = (SELECT coalesce(jsonb_agg(x.s), '[]'::jsonb) FROM (
-        SELECT a.s FROM (
-            SELECT s.s::float8 AS s FROM jsonb_array_elements_text(k.starts) AS s(s)
-            UNION ALL SELECT {_PG_NOW}) AS a
-        ORDER BY a.s DESC
-        LIMIT (SELECT r.count FROM {RATE_TABLE} AS r WHERE 'R:' || r.name = k.name)) AS x)
-    WHERE k.name = ANY(ARRAY(SELECT e.k FROM jsonb_array_elements_text(NEW.keys) AS e(k)
-                             WHERE left(e.k, 2) = 'R:'));
+    IF coalesce(rated, false) THEN
+        -- Every key is free: stamp the start on each rate key (its last `count` starts).
+        UPDATE {KEY_TABLE} AS k
+        SET starts = (SELECT coalesce(jsonb_agg(x.s), '[]'::jsonb) FROM (
+            SELECT a.s FROM (
+                SELECT s.s::float8 AS s FROM jsonb_array_elements_text(k.starts) AS s(s)
+                UNION ALL SELECT {_PG_START}) AS a
+            ORDER BY a.s DESC
+            LIMIT (SELECT r.count FROM {RATE_TABLE} AS r WHERE 'R:' || r.name = k.name)) AS x)
+        WHERE k.name = ANY(elements) AND left(k.name, 2) = 'R:';
+    END IF;
     RETURN NEW;
 END $$""",
     f"""CREATE TRIGGER scylla_take_keys BEFORE UPDATE OF status ON {TASK_TABLE}
@@ -184,6 +220,28 @@ def _sqlite_held(*elements: str) -> str:
     )
 
 
+def _sqlite_busy(e: str, task: str) -> str:
+    """SQLite: key element `e` of task `task` (a row alias, or the table's name) cannot be
+    taken now (one candidate alone)."""
+    return f"""CASE substr({e}, 1, 2)
+            WHEN 'L:' THEN EXISTS (
+                SELECT 1 {_sqlite_held(e, f"'S:' || substr({e}, 3)")})
+                OR EXISTS (SELECT 1 {_sqlite_holds(e, exclusive_only=False)})
+            WHEN 'S:' THEN EXISTS (SELECT 1 {_sqlite_held(f"'L:' || substr({e}, 3)")})
+                OR EXISTS (SELECT 1 {_sqlite_holds(f"'L:' || substr({e}, 3)", exclusive_only=True)})
+            WHEN 'C:' THEN (SELECT count(*) {_sqlite_held(e)}) >= coalesce(
+                (SELECT l.max_running FROM {LIMIT_TABLE} AS l
+                 WHERE l.name = substr({e}, 3)), 0)
+            WHEN 'O:' THEN EXISTS (SELECT 1 FROM {TASK_TABLE} AS p
+                WHERE p.order_key = substr({e}, 3) AND p.id <> {task}.id
+                  AND {_order_blocks("p", task)})
+            WHEN 'R:' THEN coalesce((SELECT (SELECT count(*) FROM {KEY_TABLE} AS k,
+                    json_each(k.starts) AS s
+                    WHERE k.name = {e} AND s.value > {_SQLITE_NOW} - r.seconds) >= r.count
+                FROM {RATE_TABLE} AS r WHERE r.name = substr({e}, 3)), 1)
+            ELSE 1 END"""
+
+
 _SQLITE_INSTALL = [
     f"""CREATE INDEX {RUNNING_INDEX} ON {TASK_TABLE} (id)
     WHERE status = 'running' AND keys IS NOT NULL""",
@@ -191,26 +249,7 @@ _SQLITE_INSTALL = [
     WHEN OLD.keys IS NOT NULL AND OLD.status = 'ready' AND NEW.status = 'running'
 BEGIN
     SELECT RAISE(IGNORE) WHERE EXISTS (
-        SELECT 1 FROM json_each(NEW.keys) AS e
-        WHERE CASE substr(e.value, 1, 2)
-            WHEN 'L:' THEN EXISTS (
-                SELECT 1 {_sqlite_held("e.value", "'S:' || substr(e.value, 3)")})
-                OR EXISTS (SELECT 1 {_sqlite_holds("e.value", exclusive_only=False)})
-            WHEN 'S:' THEN EXISTS (SELECT 1 {_sqlite_held("'L:' || substr(e.value, 3)")})
-                OR EXISTS (SELECT 1 {
-        _sqlite_holds("'L:' || substr(e.value, 3)", exclusive_only=True)
-    })
-            WHEN 'C:' THEN (SELECT count(*) {_sqlite_held("e.value")}) >= coalesce(
-                (SELECT l.max_running FROM {LIMIT_TABLE} AS l
-                 WHERE l.name = substr(e.value, 3)), 0)
-            WHEN 'O:' THEN EXISTS (SELECT 1 FROM {TASK_TABLE} AS p
-                WHERE p.order_key = substr(e.value, 3) AND p.id <> NEW.id
-                  AND {_order_blocks("p", "NEW")})
-            WHEN 'R:' THEN coalesce((SELECT (SELECT count(*) FROM {KEY_TABLE} AS k,
-                    json_each(k.starts) AS s
-                    WHERE k.name = e.value AND s.value > {_SQLITE_NOW} - r.seconds) >= r.count
-                FROM {RATE_TABLE} AS r WHERE r.name = substr(e.value, 3)), 1)
-            ELSE 1 END);
+        SELECT 1 FROM json_each(NEW.keys) AS e WHERE {_sqlite_busy("e.value", "NEW")});
     -- The starts within the period (at most `count`: the rate was not full), and this one.
     UPDATE {KEY_TABLE}
     SET starts = json_insert(
@@ -221,6 +260,12 @@ BEGIN
     WHERE name IN (SELECT value FROM json_each(NEW.keys) WHERE substr(value, 1, 2) = 'R:');
 END""",
 ]
+
+#: SQLite, in the lease's walk of the task table: a task whose keys all look free. Only a hint
+#: that keeps tasks with busy keys from filling the walk (the take trigger decides).
+SQLITE_FREE = f"""({TASK_TABLE}.keys IS NULL OR NOT EXISTS (
+    SELECT 1 FROM json_each({TASK_TABLE}.keys) AS e WHERE {_sqlite_busy("e.value", TASK_TABLE)}))"""
+
 
 _SQLITE_REMOVE = [
     "DROP TRIGGER IF EXISTS scylla_take_keys",
@@ -271,6 +316,14 @@ def remove_key_triggers(apps: Any, schema_editor: Any) -> None:
     statements = {"postgresql": _POSTGRESQL_REMOVE, "sqlite": _SQLITE_REMOVE}
     for statement in statements.get(schema_editor.connection.vendor, []):
         schema_editor.execute(statement, params=None)
+
+
+def free_in_walk(connection: BaseDatabaseWrapper) -> Q:
+    """The filter of a lease's walk (the portable lease, SQLite) that passes over tasks whose
+    keys look busy, so that they do not fill the walk ahead of tasks that may run."""
+    if connection.vendor != "sqlite":
+        return Q()
+    return Q(RawSQL(SQLITE_FREE, [], output_field=BooleanField()))
 
 
 def takes_keys(connection: BaseDatabaseWrapper) -> bool:

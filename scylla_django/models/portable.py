@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import models
+from django.db import connections, models
 from django.db.models import F
 
 from .. import db
@@ -63,6 +63,8 @@ def lease(
             found += (
                 tasks.filter(status=Status.READY, queue__in=walk)
                 .filter(due())
+                # A task whose keys look busy is passed over (the take trigger decides).
+                .filter(db.keys.free_in_walk(connections[tasks.db]))
                 .select_for_update(skip_locked=True)
                 .order_by(*order)
                 .values_list("priority", "pk", "created", "pk")[:size]

@@ -44,6 +44,21 @@ def test_an_exclusive_lock_is_held_by_one_running_task_at_a_time():
     assert [t.pk for t in lease(worker)] == [second.pk]
 
 
+def test_tasks_whose_keys_are_held_do_not_fill_a_lease_ahead_of_a_free_one(settings):
+    settings.SCYLLA = {"LIMITS": {"stripe": 1}}
+    worker = WorkerFactory()
+    holder = Task.objects.submit(
+        "default", 1, locks=["invoice:7"], limits=["stripe"], order_key="k"
+    )
+    assert [t.pk for t in lease(worker, limit=1)] == [holder.pk]
+    Task.objects.submit("default", 2, locks=["invoice:7"])
+    Task.objects.submit("default", 3, limits=["stripe"])
+    Task.objects.submit("default", 4, order_key="k")
+    free = Task.objects.submit("default", 5, locks=["invoice:8"])
+    # Three older tasks wait for the holder's keys; a lease of one passes over them.
+    assert [t.pk for t in lease(worker, limit=1)] == [free.pk]
+
+
 def test_shared_locks_coexist_and_exclude_a_writer():
     worker = WorkerFactory()
     readers = [Task.objects.submit("default", n, locks=[("ledger", "shared")]) for n in range(3)]

@@ -1,5 +1,6 @@
-"""Locks and limits under real concurrency: 8 lessee processes leasing and finishing keyed tasks
-while a checker reads, on one snapshot at a time, the running tasks and the key rows."""
+"""Locks, limits, order keys and rates under real concurrency: 8 lessee processes leasing and
+finishing keyed tasks while a checker reads, on one snapshot at a time, the running tasks and the
+key rows; and a killed holder's keys freed by the monitor's reset."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db.models import Q
 
-from scylla_django.models import Task, Worker, keys
+from scylla_django.models import History, Task, Worker, keys
 from tests.helpers import expire
 from tests.processes import ROOT, child_env
 
@@ -77,7 +79,9 @@ def holders(element: str) -> list[int]:
     return sorted(keys.holders(Task.objects.all(), element).values_list("pk", flat=True))
 
 
-def start_children(tmp_path: Path, count: int, seconds: float, *extra: str) -> list[Any]:
+def start_children(
+    tmp_path: Path, count: int, seconds: float, *extra: str, queue: str = "keys"
+) -> list[Any]:
     go = tmp_path / "go"
     ready = [tmp_path / f"ready-{i}" for i in range(count)]
     children = [
@@ -86,7 +90,7 @@ def start_children(tmp_path: Path, count: int, seconds: float, *extra: str) -> l
                 sys.executable,
                 "-m",
                 "tests.keys_child",
-                "keys",
+                queue,
                 str(flag),
                 str(go),
                 str(seconds),
@@ -171,3 +175,72 @@ def test_a_killed_holders_keys_are_freed_by_the_monitors_reset(settings, tmp_pat
     assert holders("L:invoice:7") == holders("C:stripe") == []
     worker = Worker.objects.register(queues=["keys"], capacity=1, pid=os.getpid())
     assert [t.pk for t in Task.objects.lease(worker, ["keys"], limit=3)] == [second.pk]
+
+
+RATE, PERIOD = 4, timedelta(seconds=1)
+
+
+def test_eight_lessees_never_start_more_than_a_rate_in_any_window(settings, tmp_path: Path) -> None:
+    settings.SCYLLA = {"RATES": {"stripe": f"{RATE}/s"}}
+    rated = [Task.objects.submit("rates", n, rate_key="stripe").pk for n in range(300)]
+    for n in range(100):  # tasks without the rate, leased beside them
+        Task.objects.submit("rates", -n)
+    children = start_children(tmp_path, 8, 4.0, queue="rates")
+    try:
+        outputs = [child.communicate(timeout=60) for child in children]
+    finally:
+        stop(children)
+    for child, (_, err) in zip(children, outputs, strict=True):
+        assert child.returncode == 0, err
+    # Every start, as History records it on the database clock (the lease's time).
+    starts = sorted(
+        History.objects.filter(task_id__in=rated, typ="TaskAssignment").values_list(
+            "time", flat=True
+        )
+    )
+    crowded = [
+        (starts[i], starts[i + RATE])
+        for i in range(len(starts) - RATE)
+        if starts[i + RATE] - starts[i] < PERIOD
+    ]
+    print(f"{len(starts)} starts of the rate over {starts[-1] - starts[0]}")
+    assert crowded == [], crowded[:5]
+    assert len(starts) >= 3 * RATE
+    # The rate held its tasks back, not the lessees: every task without it was leased.
+    assert not Task.objects.filter(queue="rates", keys__isnull=True, status="ready").exists()
+    assert Task.objects.filter(pk__in=rated, status="ready").exists()
+
+
+def test_a_killed_holders_lock_slot_and_order_turn_go_to_the_tasks_waiting_for_them(
+    settings, tmp_path: Path
+) -> None:
+    # The monitor's reset aborts the killed holder's task (its only lease), so each key it held
+    # passes to the task that waits for that key alone.
+    settings.SCYLLA = {"LIMITS": {"stripe": 1}, "MAX_LEASES": 1}
+    order = {"order_key": "customer:9", "order_on_failure": "continue"}
+    first = Task.objects.submit("keys", 1, locks=["invoice:7"], limits=["stripe"], **order)
+    waiting = [
+        Task.objects.submit("keys", 2, locks=["invoice:7"]),
+        Task.objects.submit("keys", 3, limits=["stripe"]),
+        Task.objects.submit("keys", 4, **order),
+    ]
+    [child] = start_children(tmp_path, 1, 0, "hold")
+    try:
+        line = child.stdout.readline()
+        assert json.loads(line)["leased"] == [first.pk]
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    finally:
+        stop([child])
+    worker = Worker.objects.register(queues=["keys"], capacity=5, pid=os.getpid())
+    assert Task.objects.lease(worker, ["keys"], limit=5) == []
+    assert [r["code"] for t in waiting for r in t.waiting_reasons()] == [
+        "lock_held",
+        "limit_full",
+        "order_waits",
+    ]
+    expire(Task.objects.get(pk=first.pk))
+    assert Task.objects.reset_expired() == 1
+    assert Task.objects.get(pk=first.pk).status == "aborted"
+    leased = Task.objects.lease(worker, ["keys"], limit=5)
+    assert sorted(t.pk for t in leased) == [t.pk for t in waiting]
