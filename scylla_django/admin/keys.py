@@ -17,7 +17,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
-from ..models import Hold, Limit, Rate, key_control
+from ..models import Hold, Limit, Rate, Task, key_control
 from ..models.keys import key_name, parse_rate
 from .display import CSS, can_view_tasks, changelist_url, moment
 from .task_operations import TaskOperations, logger
@@ -82,7 +82,7 @@ class LimitAdmin(KeyAdmin, LimitAdminBase):
 
     @admin.display(description="running now")
     def running(self, limit: Limit) -> str:
-        uses = {use.name: use for use in key_control.limit_use()}
+        uses = {use.name: use for use in key_control.limit_use(Task.objects.all())}
         use = uses.get(limit.name)
         return f"{use.running}/{use.max_running}" if use else "-"
 
@@ -224,8 +224,8 @@ class KeyPages(TaskOperations):
             return HttpResponseRedirect(reverse("admin:scylla_django_task_keys"))
         context = {
             **self.page_context(request, "Locks and limits"),
-            "locks": key_control.held_locks(),
-            "limits": key_control.limit_use(),
+            "locks": key_control.held_locks(Task.objects.all()),
+            "limits": key_control.limit_use(Task.objects.all()),
             "rates": key_control.rate_use(),
             "may_control": control,
         }

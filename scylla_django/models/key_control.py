@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Exists, Max, OuterRef, Q
+from django.db.models import Exists, Max, OuterRef, Q, QuerySet
 
 from .. import db
 from ..conf import scylla_settings
@@ -81,23 +82,20 @@ def instant(seconds: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
-def _running_keys(using: str | None) -> list[tuple[str, list[str], datetime | None, int]]:
-    """(rn, keys, deadline, pk) of every running task with keys: one query, through the
-    running-keys index."""
-    from .task import Task
-
-    rows = (
-        Task.objects.using(using)
-        .filter(status=Status.RUNNING, keys__isnull=False)
-        .values_list("rn", "keys", "deadline", "pk")
+def _running_keys(tasks: QuerySet[Any]) -> list[tuple[str, list[str], datetime | None, int]]:
+    """(rn, keys, deadline, pk) of every running task of `tasks` with keys: one query, through
+    the running-keys index."""
+    rows = tasks.filter(status=Status.RUNNING, keys__isnull=False).values_list(
+        "rn", "keys", "deadline", "pk"
     )
     return [(rn, keys or [], deadline, pk) for rn, keys, deadline, pk in rows]
 
 
-def held_locks(using: str | None = None) -> list[LockHeld]:
-    """Every lock held now, by key: the running tasks that name it (since their last lease)
-    and the live holds (since they were taken). Three queries."""
-    running = _running_keys(using)
+def held_locks(tasks: QuerySet[Any]) -> list[LockHeld]:
+    """Every lock held now, by key: the running tasks of `tasks` (`Task.objects`) that name it
+    (since their last lease) and the live holds (since they were taken). Three queries."""
+    using = tasks.db
+    running = _running_keys(tasks)
     leased = dict(
         History.objects.using(using)
         .filter(task_id__in=[pk for *_, pk in running], typ=EventType.ASSIGNMENT)
@@ -112,21 +110,22 @@ def held_locks(using: str | None = None) -> list[LockHeld]:
         for element in keys
         if element[:2] in modes
     ]
-    now = db.read_clock(using or "default").timestamp()
+    now = db.read_clock(using).timestamp()
     for hold in Hold.objects.using(using).filter(Q(until__isnull=True) | Q(until__gt=now)):
         mode = "exclusive" if hold.exclusive else "shared"
         held.append(LockHeld(hold.key[2:], mode, None, hold.pk, hold.since, instant(hold.until)))
     return sorted(held, key=lambda lock: (lock.key, lock.holder or "", lock.hold or 0))
 
 
-def limit_use(using: str | None = None) -> list[LimitUse]:
+def limit_use(tasks: QuerySet[Any]) -> list[LimitUse]:
     """Every limit (a row, or configured in `SCYLLA["LIMITS"]` and not used yet), by name,
-    with the running tasks that hold a slot. Two queries."""
+    with the running tasks of `tasks` (`Task.objects`) that hold a slot. Two queries."""
+    using = tasks.db
     configured = scylla_settings.LIMITS
     sizes = dict(configured)
     sizes.update(Limit.objects.using(using).values_list("name", "max_running"))
     running: dict[str, int] = {}
-    for _, keys, _, _ in _running_keys(using):
+    for _, keys, _, _ in _running_keys(tasks):
         for element in keys:
             if element.startswith("C:"):
                 running[element[2:]] = running.get(element[2:], 0) + 1
@@ -197,17 +196,14 @@ def force_release_hold(token: int, using: str | None = None) -> bool:
     return deleted > 0
 
 
-def release_order(task: object, using: str | None = None) -> None:
+def release_order(task: Any, using: str | None = None) -> None:
     """Let the tasks after `task` in its order key run: `task` aborted for good and holds the
     key (`order_on_failure="block"`). One conditional write (aborted, holding the key, not
     retried), with a TaskOrderRelease row in the same transaction. InvalidTransition for a
     task that holds no order key (another status, `continue`, released, or retried: a retry
     holds its place instead); TaskNotFound if it is gone."""
-    from .task import Task
-
-    assert isinstance(task, Task)
     alias = using or task._state.db or "default"
-    tasks = Task.objects.using(alias)
+    tasks = type(task)._default_manager.using(alias)
     retried = Exists(tasks.filter(retry_of=OuterRef("rn")))
     fenced = tasks.filter(~retried, pk=task.pk, status=Status.ABORTED, order_block=True)
     with db.write_atomic(alias):

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ...conf import scylla_settings
-from ...models import Limit, Rate, key_control
+from ...models import Limit, Rate, Task, key_control
 from ...models.keys import key_name
 from .. import permissions
 from ..schema import document, errors
@@ -45,7 +45,7 @@ class LockView(ScyllaView):
         responses={200: LockHeldSerializer(many=True), **errors(400, 401, 403)},
     )
     def get(self, request: Request) -> Response:
-        return Response(LockHeldSerializer(key_control.held_locks(), many=True).data)
+        return Response(LockHeldSerializer(key_control.held_locks(Task.objects.all()), many=True).data)
 
 
 def _named(name: str, kind: str) -> str:
@@ -57,7 +57,7 @@ def _named(name: str, kind: str) -> str:
 
 
 def _limit(name: str) -> Response:
-    (use,) = [limit for limit in key_control.limit_use() if limit.name == name]
+    (use,) = [limit for limit in key_control.limit_use(Task.objects.all()) if limit.name == name]
     return Response(LimitSerializer(use).data)
 
 
@@ -81,7 +81,7 @@ class LimitListView(ScyllaView):
         responses={200: LimitSerializer(many=True), **errors(400, 401, 403)},
     )
     def get(self, request: Request) -> Response:
-        return Response(LimitSerializer(key_control.limit_use(), many=True).data)
+        return Response(LimitSerializer(key_control.limit_use(Task.objects.all()), many=True).data)
 
     @document(
         operation_id="set_limit",
