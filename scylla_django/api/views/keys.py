@@ -45,7 +45,9 @@ class LockView(ScyllaView):
         responses={200: LockHeldSerializer(many=True), **errors(400, 401, 403)},
     )
     def get(self, request: Request) -> Response:
-        return Response(LockHeldSerializer(key_control.held_locks(Task.objects.all()), many=True).data)
+        return Response(
+            LockHeldSerializer(key_control.held_locks(Task.objects.all()), many=True).data
+        )
 
 
 def _named(name: str, kind: str) -> str:
