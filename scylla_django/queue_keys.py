@@ -81,9 +81,14 @@ def default_keys(queue: str, spec: Any, given: Mapping[str, Any]) -> dict[str, A
     with the code `invalid_unique_key` (unique keys) or `invalid_key` (the other keys). An
     `order_on_failure` default applies only with an order key.
     """
-    defaults = _queue_keys.get(queue)
-    if not defaults:
-        return {}
+    return resolve(_queue_keys.get(queue) or {}, spec, given, f"queue {queue!r}")
+
+
+def resolve(
+    defaults: Mapping[str, Any], spec: Any, given: Mapping[str, Any], owner: str
+) -> dict[str, Any]:
+    """The options `defaults` (checked by `check_defaults`) give `spec`, for those of `given`
+    that are None; `owner` names whose defaults they are in an error (see `default_keys`)."""
     found: dict[str, Any] = {}
     errors: dict[str, ValidationError] = {}
     for option, value in defaults.items():
@@ -95,7 +100,7 @@ def default_keys(queue: str, spec: Any, given: Mapping[str, Any]) -> dict[str, A
             except Exception as exc:  # the function belongs to the application
                 code = "invalid_unique_key" if option == "unique_key" else "invalid_key"
                 errors[option] = ValidationError(
-                    f"The {option} function of queue {queue!r} failed: {exc!r}.", code=code
+                    f"The {option} function of {owner} failed: {exc!r}.", code=code
                 )
                 continue
         found[option] = value
