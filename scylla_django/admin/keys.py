@@ -91,7 +91,7 @@ class LimitAdmin(KeyAdmin, LimitAdminBase):
         return format_html('<a href="{}">tasks naming it</a>', changelist_url(key=limit.name))
 
     def save_model(self, request: HttpRequest, obj: Limit, form: Any, change: bool) -> None:
-        """One upsert (`key_control.set_limit`): the next lease uses the new size."""
+        """`key_control.set_limit`: the next lease uses the new size."""
         key_control.set_limit(obj.name, obj.max_running)
         logger.info("%s set limit %s to %d", request.user, obj.name, obj.max_running)
 
@@ -154,7 +154,7 @@ class RateAdmin(KeyAdmin, RateAdminBase):
         return format_html('<a href="{}">tasks naming it</a>', changelist_url(key=rate.name))
 
     def save_model(self, request: HttpRequest, obj: Rate, form: Any, change: bool) -> None:
-        """One upsert (`key_control.set_rate`)."""
+        """`key_control.set_rate`: the next lease uses the new rate."""
         text = key_control.rate_text(obj.count, obj.seconds)
         key_control.set_rate(obj.name, text)
         logger.info("%s set rate %s to %s", request.user, obj.name, text)

@@ -169,23 +169,29 @@ def validate_limit_size(value: object) -> int:
 
 
 def set_limit(name: object, max_running: object, using: str | None = None) -> Limit:
-    """Make limit `name` (new or not) allow `max_running` running tasks: one upsert. The next
-    lease uses it; tasks already running keep their slots."""
+    """Make limit `name` (new or not) allow `max_running` running tasks: one UPDATE of an
+    existing limit (else an insert). The next lease uses it; running tasks keep their
+    slots."""
     limit = Limit(name=key_name(name, "limits"), max_running=validate_limit_size(max_running))
-    Limit.objects.using(using).bulk_create(
-        [limit], update_conflicts=True, unique_fields=["name"], update_fields=["max_running"]
-    )
+    _upsert(Limit.objects.using(using), limit, max_running=limit.max_running)
     return limit
 
 
+def _upsert(rows: QuerySet[Any], row: Any, **values: Any) -> None:
+    """Set `values` on the row named `row.name`, inserting `row` first if there is none (an
+    insert that finds one made meanwhile gives way to it, and the update follows)."""
+    if rows.filter(name=row.name).update(**values):
+        return
+    rows.bulk_create([row], ignore_conflicts=True)
+    rows.filter(name=row.name).update(**values)
+
+
 def set_rate(name: object, rate: object, using: str | None = None) -> Rate:
-    """Make rate `name` (new or not) allow `rate` ("100/m") starts: one upsert. Starts already
-    made count against the new rate."""
+    """Make rate `name` (new or not) allow `rate` ("100/m") starts: one UPDATE of an existing
+    rate (else an insert). Starts already made count against the new rate."""
     count, seconds = parse_rate(rate)
     made = Rate(name=key_name(name, "rate_key"), count=count, seconds=seconds)
-    Rate.objects.using(using).bulk_create(
-        [made], update_conflicts=True, unique_fields=["name"], update_fields=["count", "seconds"]
-    )
+    _upsert(Rate.objects.using(using), made, count=count, seconds=seconds)
     return made
 
 
