@@ -25,9 +25,14 @@ is committed (completed, aborted, cancelled, or aborted by the monitor), with th
 in any process that has loaded this backend: the worker (which registers its handlers), and any
 process that enqueued, read a result or ran the system checks.
 
+`OPTIONS["KEYS"]` gives a task function's Scylla tasks keys, by the function's module path:
+`{"myapp.tasks.send_invoice": {"locks": lambda spec: [f"invoice:{spec['args'][0]}"],
+"limits": ["smtp"]}}`, each a value or a function of the spec (as `@handler(...)` takes them).
+
 `manage.py check` reports (through `django.tasks`' own check of every backend):
 `scylla_django.E013` scylla_django is not in INSTALLED_APPS, `E011` a queue in QUEUES is not a
-valid queue name, `E012` a queue in QUEUES already has a `@handler` of its own.
+valid queue name, `E012` a queue in QUEUES already has a `@handler` of its own, `E020` a bad
+`OPTIONS["KEYS"]` entry.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.utils.module_loading import import_string
 
-from . import signals
+from . import queue_keys, signals
 from .enums import EventType, Status
 from .exceptions import Abort
 from .handlers import autodiscover, qualname, registry
@@ -199,26 +204,41 @@ if HAS_DJANGO_TASKS:
             from .models import Task
 
             self.validate_task(task)
+            spec = {
+                SPEC_KEY: task.module_path,
+                "args": normalize_json(list(args)),
+                "kwargs": normalize_json(dict(kwargs)),
+                "priority": task.priority,
+                "backend": self.alias,
+            }
             try:
                 scylla_task = Task.objects.submit(
                     task.queue_name,
-                    {
-                        SPEC_KEY: task.module_path,
-                        "args": normalize_json(list(args)),
-                        "kwargs": normalize_json(dict(kwargs)),
-                        "priority": task.priority,
-                        "backend": self.alias,
-                    },
+                    spec,
                     priority=django_priority(task.priority),
                     not_before=task.run_after,
                     # OPTIONS["RETRY"]: a Retry (or its JSON) for every task of this backend.
                     retry=self.options.get("RETRY"),
+                    **self.task_keys(task.module_path, spec),
                 )
             except ValidationError as exc:
                 raise InvalidTask(" ".join(exc.messages)) from exc
             result = self._result(task, scylla_task, assignments=[])
             task_enqueued.send(type(self), task_result=result)
             return result
+
+        def task_keys(self, module_path: str, spec: dict[str, Any]) -> dict[str, Any]:
+            """OPTIONS["KEYS"][module_path]: the keys of the function's Scylla tasks
+            (`unique_key`, `locks`, `limits`, `order_key`, `order_on_failure`, `rate_key`),
+            each a value or a function of the spec (whose `args` and `kwargs` are the call's)."""
+            defaults = (self.options.get("KEYS") or {}).get(module_path)
+            if not defaults:
+                return {}
+            try:
+                checked = queue_keys.check_defaults(defaults)
+            except TypeError as exc:  # scylla_django.E020 says so too
+                raise InvalidTask(f"OPTIONS['KEYS'][{module_path!r}]: {exc}") from None
+            return queue_keys.resolve(checked, spec, {}, f"task {module_path!r}")
 
         def get_result(self, result_id: str) -> TaskResult[Any, Any]:
             from .models import Task
@@ -266,6 +286,21 @@ if HAS_DJANGO_TASKS:
             # is scylla_django.E001).
             with suppress(ImproperlyConfigured):
                 autodiscover()
+            task_keys = self.options.get("KEYS") or {}
+            if not isinstance(task_keys, dict):
+                task_keys = {"": task_keys}
+            for module_path, defaults in sorted(task_keys.items()):
+                try:
+                    if not isinstance(defaults, dict):
+                        raise TypeError("give the keys as a dict: {'locks': [...], ...}")
+                    queue_keys.check_defaults(defaults)
+                except TypeError as exc:
+                    yield checks.Error(
+                        f"TASKS[{self.alias!r}]['OPTIONS']['KEYS'][{module_path!r}]: {exc}",
+                        hint="Map a task function's module path to its keys, each a value or "
+                        "a function of the spec.",
+                        id="scylla_django.E020",
+                    )
             for queue in sorted(self.queues):
                 try:
                     validate_queue(queue)

@@ -1,5 +1,6 @@
-"""System checks: bad `SCYLLA` settings, SQLite configured in a way that would break leases, and
-MySQL/MariaDB, where unique keys are refused."""
+"""System checks: bad `SCYLLA` settings, SQLite configured in a way that would break leases,
+MySQL/MariaDB, where unique keys are refused, and handlers naming limits or rates that are not
+configured."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext as _
 
-from . import db
+from . import db, queue_keys
 from .conf import DEFAULTS, scylla_settings
 from .schedules import schedule_errors
 
@@ -101,6 +102,39 @@ def check_unique_keys() -> Iterator[CheckMessage]:
                 % {"alias": alias},
                 hint=_("Submit without unique_key on this database, or use PostgreSQL or SQLite."),
                 id="scylla_django.W003",
+            )
+
+
+@system_check
+def check_handler_keys() -> Iterator[CheckMessage]:
+    """scylla_django.W020: a handler's default limit or rate (`@handler(limits=[...],
+    rate_key=...)`, a value, not a function) is not in `SCYLLA["LIMITS"]`/`SCYLLA["RATES"]`.
+
+    A warning: an operator may have made the limit or rate at runtime (a `Limit` or `Rate`
+    row, in the admin or through the API), which a check does not read; without one, every
+    submission to the queue is refused with `unknown_limit`/`unknown_rate`.
+    """
+    try:
+        limits, rates = scylla_settings.LIMITS, scylla_settings.RATES
+    except ImproperlyConfigured:
+        return  # scylla_django.E001 says so
+    for queue, defaults in sorted(queue_keys.registered().items()):
+        named = defaults.get("limits")
+        for name in [] if callable(named) or named is None else named:
+            if name not in limits:
+                yield Warning(
+                    f"The handler of queue {queue!r} names limit {name!r}, which is not in "
+                    "SCYLLA['LIMITS'].",
+                    hint=f'Add it: SCYLLA["LIMITS"] = {{"{name}": <max running>}}.',
+                    id="scylla_django.W020",
+                )
+        rate = defaults.get("rate_key")
+        if isinstance(rate, str) and rate not in rates:
+            yield Warning(
+                f"The handler of queue {queue!r} names rate {rate!r}, which is not in "
+                "SCYLLA['RATES'].",
+                hint=f'Add it: SCYLLA["RATES"] = {{"{rate}": "100/m"}}.',
+                id="scylla_django.W021",
             )
 
 

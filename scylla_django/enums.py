@@ -45,6 +45,9 @@ class EventType(models.TextChoices):
     COMPLETION = "TaskCompletion", "Completion"
     ABORT = "TaskAbort", "Abort"
     CANCELLATION = "TaskCancellation", "Cancellation"
+    # An operator let the tasks after an aborted task of an order key run (not a transition:
+    # the task stays aborted).
+    ORDER_RELEASE = "TaskOrderRelease", "Order key released"
 
 
 class Operation(models.TextChoices):

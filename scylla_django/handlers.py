@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.utils.module_loading import autodiscover_modules
 
-from . import retries, unique_keys
+from . import queue_keys, retries
 from .conf import scylla_settings
 from .exceptions import ScyllaError
 from .validation import validate_progress, validate_queue
@@ -119,27 +119,45 @@ def handler(
     registry: HandlerRegistry = registry,
     retry: retries.Retry | None = None,
     unique_key: Callable[[Any], str] | None = None,
+    locks: Any = None,
+    limits: Any = None,
+    order_key: Any = None,
+    order_on_failure: Any = None,
+    rate_key: Any = None,
 ) -> Callable[[H], H]:
     """Register the decorated function as the handler of `queues`.
 
     The function gets a `TaskContext`; its return value (JSON) becomes the task's result.
     `retry` is the queues' retry policy for tasks that have none of their own: an abort it
-    covers is followed by a new task (see `scylla_django.retries`). `unique_key(spec)` is the
-    unique key of a task submitted to the queues without one, in every process that imports
-    the handler (README, "Unique tasks").
+    covers is followed by a new task (see `scylla_django.retries`).
+
+    `unique_key(spec)` is the unique key of a task submitted to the queues without one;
+    `locks`, `limits`, `order_key`, `order_on_failure` and `rate_key` are the keys of a task
+    submitted without them, each a value or a function of the spec (README, "Unique tasks",
+    "Locks, limits and order keys"). They apply in every process that imports the handler.
+    A value that no submission could take is a TypeError here; a limit or rate that is not
+    configured is reported by `manage.py check` (`scylla_django.W020`).
     """
-    if unique_key is not None and not callable(unique_key):
-        raise TypeError(f"unique_key must be a function of the spec, not {unique_key!r}")
     if retry is not None and not isinstance(retry, retries.Retry):
         raise TypeError(f"retry must be a Retry(...), not {retry!r}")
     if not queues:
         raise TypeError("@handler needs at least one queue name: @handler('reports')")
+    defaults = queue_keys.check_defaults(
+        {
+            "unique_key": unique_key,
+            "locks": locks,
+            "limits": limits,
+            "order_key": order_key,
+            "order_on_failure": order_on_failure,
+            "rate_key": rate_key,
+        }
+    )
 
     def decorate(func: H) -> H:
         for queue in queues:
             registry.register(queue, func)
             retries.register_policy(queue, retry)
-            unique_keys.register_key(queue, unique_key)
+            queue_keys.register_keys(queue, **defaults)
         return func
 
     return decorate

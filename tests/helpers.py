@@ -45,6 +45,11 @@ TASK_FIELDS = {
     "attempt",
     "unique_key",
     "unique_window",
+    "locks",
+    "limits",
+    "order_key",
+    "order_on_failure",
+    "rate_key",
 }
 
 

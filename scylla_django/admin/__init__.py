@@ -20,14 +20,16 @@ are `TaskQuerySet.purge()`. Built to stay fast on millions of tasks:
 | `purge` | the bulk purge form and its time budget |
 | `dashboard` | the dashboard's numbers |
 | `schedules` | `ScheduleAdmin`, the "Retry selected" action, the chain of attempts |
+| `keys` | the "Locks and limits" page, `LimitAdmin`, `RateAdmin`, `HoldAdmin` |
 
-Importing this package registers `Task`, `Worker` and `Schedule` with `admin.site` and changes
-nothing else. The "Scylla console" module on the admin index is opt-in: set
+Importing this package registers `Task`, `Worker`, `Schedule`, `Limit`, `Rate` and `Hold` with
+`admin.site` and changes nothing else. The "Scylla console" module on the admin index is opt-in: set
 `admin.site.index_template = INDEX_TEMPLATE` (see the README, "Admin").
 """
 
 from __future__ import annotations
 
+from .keys import HoldAdmin, LimitAdmin, RateAdmin
 from .schedules import ScheduleAdmin
 from .task_columns import HISTORY_LIMIT
 from .tasks import COUNT_CAP, ApproximateCount, EstimatingPaginator, TaskAdmin
@@ -41,6 +43,9 @@ __all__ = [
     "INDEX_TEMPLATE",
     "ApproximateCount",
     "EstimatingPaginator",
+    "HoldAdmin",
+    "LimitAdmin",
+    "RateAdmin",
     "ScheduleAdmin",
     "TaskAdmin",
     "WorkerAdmin",

@@ -22,6 +22,7 @@ from django.utils.translation import gettext_lazy
 
 from ..enums import Liveness, Status
 from ..models import TaskQuerySet, Worker
+from ..models.keys import key_name, naming
 from ..validation import queue_validator, validate_unique_key
 from . import dashboard
 
@@ -272,6 +273,24 @@ UniqueKeyFilter = input_filter(
     list,
     "`?unique_key=`: the tasks submitted with this unique key, by exact key.",
 )
+
+
+class KeyFilter(InputFilter):
+    """`?key=`: the tasks that name this key in any way: a lock (either mode), a limit, an
+    order key, a rate or a unique key (`keys.naming`)."""
+
+    title = "key"
+    parameter_name = "key"
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if not value:
+            return queryset
+        try:
+            key_name(value, "key")
+        except ValidationError as exc:
+            raise IncorrectLookupParameters(exc) from exc
+        return naming(queryset, value)
 
 
 class ErrorCodeFilter(InputFilter):

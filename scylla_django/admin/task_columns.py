@@ -13,6 +13,7 @@ from .. import followups
 from ..durations import ago as ago_words
 from ..durations import short
 from ..models import HELD, Dependency, History, Task
+from ..models.keys import described
 from ..text import plural
 from .display import (
     TaskAdminBase,
@@ -78,6 +79,42 @@ class TaskColumns(TaskAdminBase):
             changelist_url(unique_key=task.unique_key),
             task.unique_key,
             held,
+        )
+
+    @admin.display(description=gettext_lazy("keys"))
+    def keys_list(self, task: Task) -> SafeString | str:
+        """The locks, limits, order key and rate the task names, each a link to the tasks that
+        name it."""
+        parts = described(task)
+        items = [(f"lock ({mode})", name) for name, mode in parts["locks"]] + [
+            ("limit", name) for name in parts["limits"]
+        ]
+        if parts["order_key"] is not None:
+            items.append(
+                (f"order key (on failure: {parts['order_on_failure']})", parts["order_key"])
+            )
+        if parts["rate_key"] is not None:
+            items.append(("rate", parts["rate_key"]))
+        if not items:
+            return "-"
+        return format_html(
+            '<ul class="scylla-keys">{}</ul>',
+            format_html_join(
+                "",
+                '<li>{} <a href="{}"><code>{}</code></a></li>',
+                ((kind, changelist_url(key=name), name) for kind, name in items),
+            ),
+        )
+
+    @admin.display(description=gettext_lazy("waiting"))
+    def waiting_line(self, task: Task) -> SafeString | str:
+        """Why a ready task is not running now (`Task.waiting_reasons`), one reason a line."""
+        reasons = task.waiting_reasons()
+        if not reasons:
+            return "-" if task.status != "ready" else "nothing: it may run now"
+        return format_html(
+            '<ul class="scylla-waiting">{}</ul>',
+            format_html_join("", "<li>{}</li>", ((reason["detail"],) for reason in reasons)),
         )
 
     @admin.display(description=gettext_lazy("unique window"))

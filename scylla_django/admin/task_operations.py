@@ -21,7 +21,7 @@ from ..conf import scylla_settings
 from ..durations import short
 from ..enums import TERMINAL_STATUSES, Liveness, Operation, Status, sources
 from ..exceptions import InvalidTransition, LeaseLost, OwnerAlive, TaskNotFound
-from ..models import QueueSetting, Task, TaskQuerySet, Worker
+from ..models import QueueSetting, Task, TaskQuerySet, Worker, key_control
 from ..validation import worker_id
 from .display import (
     TaskAdminBase,
@@ -57,6 +57,7 @@ class TaskOperations(TaskAdminBase):
         links = {}
         if self.has_view_permission(request):
             links["scylla_dashboard_url"] = reverse("admin:scylla_django_task_dashboard")
+            links["scylla_keys_url"] = reverse("admin:scylla_django_task_keys")
         if self.has_purge_permission(request):
             links["scylla_purge_url"] = reverse("admin:scylla_django_task_purge")
         return links
@@ -211,6 +212,67 @@ class TaskOperations(TaskAdminBase):
             return HttpResponseRedirect(back)
         logger.info("%s cancelled %s", request.user, task.rn)
         self.message_user(request, _("Cancelled %(rn)s.") % {"rn": task.rn}, messages.SUCCESS)
+        return HttpResponseRedirect(back)
+
+    def has_control_permission(self, request: HttpRequest) -> bool:
+        """May change limits, rates, holds and order keys: `scylla_django.control_queue`."""
+        return request.user.has_perm("scylla_django.control_queue")
+
+    @admin.action(
+        permissions=["control"],
+        description="Release order key (aborted for good, order_on_failure=block)",
+    )
+    def release_order_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
+        """Let the later tasks of each selected task's order key run (`release_order`): one
+        conditional write each; the tasks that hold no order key are skipped."""
+        held = queryset.order_by("pk").filter(status=Status.ABORTED, order_block=True)
+        released = 0
+        for task in held.defer("spec", "result", "errors")[: self.list_per_page * 10]:
+            try:
+                key_control.release_order(task)
+            except (InvalidTransition, TaskNotFound):
+                continue
+            released += 1
+        total = queryset.order_by().count()
+        logger.info("%s released the order keys of %d tasks", request.user, released)
+        self.message_user(
+            request,
+            f"{released} order keys released, {total - released} skipped (holding none).",
+            messages.SUCCESS if released else messages.WARNING,
+        )
+
+    def order_button(self, task: Task) -> dict[str, Any]:
+        """ "Release order key", for a task that aborted for good holding its order key."""
+        if task.status != Status.ABORTED or not task.order_block or task.order_key is None:
+            return {}
+        if Task.objects.filter(retry_of=task.rn).exists():
+            return {}
+        return {
+            "scylla_release_order_url": reverse(
+                "admin:scylla_django_task_release_order", args=[task.pk]
+            ),
+            "scylla_order_key": task.order_key,
+        }
+
+    def release_order_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """POST: `key_control.release_order(task)`, then back to the task."""
+        if request.method != "POST" or not self.has_control_permission(request):
+            raise PermissionDenied
+        task = Task.objects.filter(pk=pk).first()
+        if task is None:
+            raise Http404(f"No task has id {pk}.")
+        back = reverse("admin:scylla_django_task_change", args=[task.pk])
+        try:
+            key_control.release_order(task)
+        except (InvalidTransition, TaskNotFound) as exc:
+            self.message_user(request, f"Not released: {exc}", messages.ERROR)
+            return HttpResponseRedirect(back)
+        logger.info("%s released the order key %s of %s", request.user, task.order_key, task.rn)
+        self.message_user(
+            request,
+            f"Order key {task.order_key} released: the tasks after {task.rn} may run.",
+            messages.SUCCESS,
+        )
         return HttpResponseRedirect(back)
 
     def has_queue_permission(self, request: HttpRequest) -> bool:

@@ -34,12 +34,14 @@ from .display import (
 from .filters import (
     DateRangeFilter,
     ErrorCodeFilter,
+    KeyFilter,
     OwnerFilter,
     PriorityFilter,
     QueueFilter,
     StatusFilter,
     UniqueKeyFilter,
 )
+from .keys import KeyPages
 from .task_columns import HISTORY_LIMIT, TaskColumns
 
 COUNT_CAP = 10_000
@@ -150,7 +152,7 @@ class TaskChangeList(ChangeList):
 
 
 @admin.register(Task)
-class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
+class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
     """Tasks: a list built for millions of rows, a read-only detail, cancel and purge."""
 
     list_display = (
@@ -177,6 +179,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
         OwnerFilter,
         ErrorCodeFilter,
         UniqueKeyFilter,
+        KeyFilter,
         ("created", DateRangeFilter),
         ("updated", DateRangeFilter),
     )
@@ -190,7 +193,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     paginator = EstimatingPaginator
-    actions = ("cancel_selected", "purge_selected", "retry_selected")
+    actions = ("cancel_selected", "purge_selected", "retry_selected", "release_order_selected")
     inlines = (HistoryInline,)
     fieldsets = (
         (
@@ -203,6 +206,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
                     ("created_time", "updated_time", "not_before_at"),
                     ("chain",),
                     ("unique_key_link", "unique_window_text"),
+                    ("keys_list", "waiting_line"),
                 )
             },
         ),
@@ -227,6 +231,8 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
         "parents_list",
         "unique_key_link",
         "unique_window_text",
+        "keys_list",
+        "waiting_line",
     )
 
     class Media:
@@ -329,6 +335,8 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
         context = {**(extra_context or {})}
         if self.has_cancel_permission(request):
             context.update(self.buttons(task))
+        if self.has_control_permission(request):
+            context.update(self.order_button(task))
         return super().change_view(request, object_id, form_url, context)
 
     def history_view(
@@ -378,6 +386,12 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
                 ("purge/", self.purge_view, "scylla_django_task_purge"),
                 ("<int:pk>/reset-lease/", self.reset_lease_view, "scylla_django_task_reset_lease"),
                 ("<int:pk>/cancel/", self.cancel_view, "scylla_django_task_cancel"),
+                (
+                    "<int:pk>/release-order/",
+                    self.release_order_view,
+                    "scylla_django_task_release_order",
+                ),
+                ("keys/", self.keys_view, "scylla_django_task_keys"),
                 (
                     "queues/<str:queue>/<str:operation>/",
                     self.queue_view,

@@ -25,6 +25,7 @@ from rest_framework.exceptions import ValidationError as APIValidationError
 
 from ..enums import Liveness, Status
 from ..models import Task, Worker, WorkerQuerySet
+from ..models.keys import KEY_NAME_MAX_LENGTH, naming
 from ..validation import QUEUE_MAX_LENGTH, RN_MAX_LENGTH, queue_validator, rn_validator
 from .serializers import clamp_utc
 
@@ -132,6 +133,21 @@ class ErrorCodeFilter(django_filters.CharFilter):  # type: ignore[misc, unused-i
         super().__init__(method="filter_error_code", max_length=100)
 
 
+@extend_schema_field(
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": KEY_NAME_MAX_LENGTH,
+        "description": "Tasks that name this key: a lock, limit, order key, rate or unique key.",
+    }
+)
+class KeyFilter(django_filters.CharFilter):  # type: ignore[misc, unused-ignore]
+    """A key's name, matched exactly against every key a task names (`keys.naming`)."""
+
+    def __init__(self) -> None:
+        super().__init__(method="filter_key", max_length=KEY_NAME_MAX_LENGTH)
+
+
 class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
     """`status` (repeatable), `queue`, `owner`, `rn`, priority and created/updated ranges."""
 
@@ -151,6 +167,7 @@ class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
     updated_after = TimestampFilter(field_name="updated", lookup_expr="gte")
     updated_before = TimestampFilter(field_name="updated", lookup_expr="lt")
     error_code = ErrorCodeFilter()
+    key = KeyFilter()
 
     class Meta:
         model = Task
@@ -168,10 +185,14 @@ class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
             "updated_after",
             "updated_before",
             "error_code",
+            "key",
         ]
 
     def filter_error_code(self, queryset: Any, name: str, value: str) -> Any:
         return queryset.with_error_code(value)
+
+    def filter_key(self, queryset: Any, name: str, value: str) -> Any:
+        return naming(queryset, value)
 
 
 class WorkerFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
@@ -222,6 +243,7 @@ FILTER_BODY_SCHEMA: dict[str, Any] = {
         "updated_after": TIMESTAMP_SCHEMA,
         "updated_before": TIMESTAMP_SCHEMA,
         "error_code": {"type": "string", "minLength": 1, "maxLength": 100},
+        "key": {"type": "string", "minLength": 1, "maxLength": KEY_NAME_MAX_LENGTH},
     },
     "additionalProperties": False,
     "minProperties": 1,

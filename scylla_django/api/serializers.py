@@ -28,6 +28,8 @@ from .. import followups
 from ..conf import LEASE_MIN
 from ..enums import EventType, Liveness, Status
 from ..models import MAX_PARENTS, CatchUp, History, Schedule, Task, Worker
+from ..models.key_control import MAX_LIMIT
+from ..models.keys import KEY_NAME_MAX_LENGTH, ORDER_ON_FAILURE, described
 from ..retries import MAX_DELAY as MAX_RETRY_DELAY
 from ..schedules import DEFINITION_KEYS as SCHEDULE_KEYS
 from ..text import positive_duration
@@ -205,6 +207,42 @@ class SecondsField(serializers.ReadOnlyField):
         return None if value is None else float(value.total_seconds())
 
 
+KEY_NAME_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": KEY_NAME_MAX_LENGTH,
+}
+LOCK_SCHEMA: dict[str, Any] = {
+    "oneOf": [
+        KEY_NAME_SCHEMA,
+        {
+            "type": "array",
+            "items": KEY_NAME_SCHEMA,
+            "minItems": 2,
+            "maxItems": 2,
+            "description": 'A pair `[name, mode]`, the mode "exclusive" or "shared".',
+        },
+    ]
+}
+
+
+class KeyPartField(serializers.ReadOnlyField):
+    """One of a task's keys, as a submission names it (`keys.described`)."""
+
+    def __init__(self, part: str, **kwargs: Any) -> None:
+        self.part = part
+        super().__init__(**kwargs)
+
+    def get_attribute(self, instance: Task) -> Any:
+        return described(instance)[self.part]
+
+
+def key_part(part: str, schema: dict[str, Any], help_text: str) -> KeyPartField:
+    """The read-only field of a task's key `part`, documented by `schema`."""
+    field_class = extend_schema_field(schema)(type(f"KeyPart_{part}", (KeyPartField,), {}))
+    return field_class(part, help_text=help_text)  # type: ignore[no-any-return]
+
+
 class TaskSerializer(serializers.ModelSerializer[Task]):
     """A task, with the field names of the README's "The task". Every field is read-only."""
 
@@ -224,6 +262,32 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
     )
     unique_key = serializers.CharField(read_only=True, allow_null=True)
     unique_window = SecondsField(help_text="Seconds a finished task keeps its unique key.")
+    locks = key_part(
+        "locks",
+        {
+            "type": "array",
+            "items": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2},
+        },
+        'The locks the task takes, each `[name, "exclusive" | "shared"]`.',
+    )
+    limits = key_part(
+        "limits", {"type": "array", "items": {"type": "string"}}, "The limits it takes a slot of."
+    )
+    order_key = key_part(
+        "order_key",
+        {"type": "string", "nullable": True},
+        "Its key's tasks run one at a time, in submit order.",
+    )
+    order_on_failure = key_part(
+        "order_on_failure",
+        {"type": "string", "enum": list(ORDER_ON_FAILURE), "nullable": True},
+        "With an order key: whether an abort for good holds the key.",
+    )
+    rate_key = key_part(
+        "rate_key",
+        {"type": "string", "nullable": True},
+        "The rate the task's start counts against.",
+    )
 
     class Meta:
         model = Task
@@ -248,6 +312,11 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "attempt",
             "unique_key",
             "unique_window",
+            "locks",
+            "limits",
+            "order_key",
+            "order_on_failure",
+            "rate_key",
         ]
         read_only_fields = fields
 
@@ -354,6 +423,30 @@ class UniqueKeyField(serializers.Field):  # type: ignore[type-arg]
         return value
 
 
+@extend_schema_field({"type": "array", "items": LOCK_SCHEMA})
+class LocksField(serializers.Field):  # type: ignore[type-arg]
+    """The locks of a submission, passed on as sent: the submission checks them (400
+    `invalid_key`)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+@extend_schema_field({"type": "array", "items": KEY_NAME_SCHEMA})
+class LimitsField(LocksField):
+    """The limits of a submission, passed on as sent: the submission checks them (400
+    `invalid_key`, `unknown_limit`)."""
+
+
+@extend_schema_field(KEY_NAME_SCHEMA)
+class KeyNameField(LocksField):
+    """An order key or a rate's name, passed on as sent: the submission checks it (400
+    `invalid_key`, `unknown_rate`)."""
+
+
 # A duration as text over HTTP: a whole number from 1 to 999 and a unit. The schema states
 # exactly what is accepted, so a client (or a fuzzer) that follows it is never refused.
 DURATION_TEXT = r"^[1-9][0-9]{0,2}(ms|s|m|h|d|w)$"
@@ -430,7 +523,7 @@ class IntervalField(DurationInputField):
 
 class SubmitSerializer(StrictSerializer):
     """A task to submit: `queue` and `spec`, optionally `rn`, `priority`, `not_before`, a
-    retry policy and a unique key."""
+    retry policy, a unique key and the keys the lease takes (locks, limits, order, rate)."""
 
     rn = rn_field(
         required=False,
@@ -472,6 +565,32 @@ class SubmitSerializer(StrictSerializer):
             "When the key is held: `return` the holder (200, the default), `raise` (409 "
             "`duplicate`) or `replace` a still-ready holder's spec, priority and not_before."
         ),
+    )
+    locks = LocksField(
+        required=False,
+        help_text=(
+            'Locks the lease takes: names (exclusive) or `[name, "shared"]` pairs. A name is '
+            f"1 to {KEY_NAME_MAX_LENGTH} characters; one named in both modes is a 400 "
+            "`invalid_key`."
+        ),
+    )
+    limits = LimitsField(
+        required=False,
+        help_text="Limits the task takes a slot of; an unknown one is a 400 `unknown_limit`.",
+    )
+    order_key = KeyNameField(
+        required=False, help_text="The key's tasks run one at a time, in submit order."
+    )
+    order_on_failure = serializers.ChoiceField(
+        choices=list(ORDER_ON_FAILURE),
+        required=False,
+        help_text="With `order_key`: whether an abort for good holds the key (`block`, the "
+        "default) or the next task runs (`continue`).",
+    )
+    rate_key = KeyNameField(
+        required=False,
+        help_text="The rate the task's start counts against; an unknown one is a 400 "
+        "`unknown_rate`.",
     )
 
 
@@ -846,3 +965,94 @@ class ScheduleInputSerializer(StrictSerializer):
     enabled = serializers.BooleanField(required=False)
     catch_up = serializers.ChoiceField(choices=CatchUp.choices, required=False)
     skip_if_running = serializers.BooleanField(required=False)
+
+
+# -- keys -----------------------------------------------------------------------------------
+
+
+class LockHeldSerializer(serializers.Serializer[Any]):
+    """A lock held now: by a running task (`holder`) or by a hold of code outside tasks
+    (`hold`, the token an operator force-releases)."""
+
+    key = serializers.CharField()
+    mode = serializers.ChoiceField(choices=["exclusive", "shared"])
+    holder = serializers.CharField(allow_null=True, help_text="The rn of the running task.")
+    hold = serializers.IntegerField(allow_null=True, help_text="The hold's token.")
+    since = serializers.DateTimeField(
+        allow_null=True, help_text="The task's lease, or the hold's taking."
+    )
+    expires = serializers.DateTimeField(
+        allow_null=True,
+        help_text="The task's lease deadline, or the hold's end (null: until released).",
+    )
+
+
+class LimitSerializer(serializers.Serializer[Any]):
+    """A limit: at most `max_running` running tasks hold one of its slots; `running` now."""
+
+    name = serializers.CharField()
+    max_running = serializers.IntegerField()
+    running = serializers.IntegerField(help_text="Running tasks holding a slot now.")
+    configured = serializers.BooleanField(help_text="Named in SCYLLA['LIMITS'].")
+
+
+class RateSerializer(serializers.Serializer[Any]):
+    """A rate: at most `count` starts in any `seconds`; `starts` within the last `seconds`."""
+
+    name = serializers.CharField()
+    rate = serializers.CharField(source="text", help_text='As settings write it: "100/m".')
+    count = serializers.IntegerField()
+    seconds = serializers.FloatField()
+    starts = serializers.IntegerField(help_text="Starts within the last `seconds` now.")
+    configured = serializers.BooleanField(help_text="Named in SCYLLA['RATES'].")
+
+
+def key_name_field(**kwargs: Any) -> StrictCharField:
+    """The name of a lock, limit, order key or rate."""
+    return StrictCharField(max_length=KEY_NAME_MAX_LENGTH, **kwargs)
+
+
+class LimitInputSerializer(StrictSerializer):
+    """`POST /limits/`: a limit to make or change."""
+
+    name = key_name_field()
+    max_running = StrictIntegerField(min_value=1, max_value=MAX_LIMIT)
+
+
+class LimitChangeSerializer(StrictSerializer):
+    """`PATCH /limits/{name}/`: the limit's new size."""
+
+    max_running = StrictIntegerField(min_value=1, max_value=MAX_LIMIT)
+
+
+RATE_TEXT = r"^[1-9][0-9]{0,8}/([1-9][0-9]{0,8})?[smhd]$"
+
+
+def rate_field() -> StrictCharField:
+    """A rate as settings write it: "100/m", "5/10s"."""
+    return StrictCharField(
+        max_length=20,
+        validators=[RegexValidator(RATE_TEXT, 'A rate is "<count>/<period>": "100/m", "5/10s".')],
+        help_text='"<count>/<period>", the period s, m, h or d with an optional number: '
+        '"100/m", "5/10s".',
+    )
+
+
+class RateInputSerializer(StrictSerializer):
+    """`POST /rates/`: a rate to make or change."""
+
+    name = key_name_field()
+    rate = rate_field()
+
+
+class RateChangeSerializer(StrictSerializer):
+    """`PATCH /rates/{name}/`: the rate's new count and period."""
+
+    rate = rate_field()
+
+
+class ReleasedSerializer(serializers.Serializer[Any]):
+    """`POST /holds/{token}/release/`: the hold is gone."""
+
+    hold = serializers.IntegerField()
+    released = serializers.BooleanField()

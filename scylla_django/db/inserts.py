@@ -302,7 +302,8 @@ def _pipeline_supported() -> bool:
 
 
 def _submission_document(rows: Sequence[dict[str, Any]]) -> str:
-    """`rows` as the JSON array the bulk submission statement expands."""
+    """`rows` as the JSON array the bulk submission statement expands (a task without keys
+    names none of the key fields: the statement reads them as null)."""
     return json.dumps(
         [
             {
@@ -315,11 +316,16 @@ def _submission_document(rows: Sequence[dict[str, Any]]) -> str:
                 "retry_of": row.get("retry_of"),
                 "root": row.get("root"),
                 "attempt": row.get("attempt", 0),
+                **{name: row.get(name) for name in _KEY_FIELDS if "keys" in row},
             }
             for row in rows
         ],
         separators=(",", ":"),
     )
+
+
+#: The SUBMITTED fields of a task with keys (`models.keys.key_values`).
+_KEY_FIELDS = ("keys", "order_key", "order_seq", "order_block")
 
 
 def can_insert_returning_on_conflict(connection: BaseDatabaseWrapper) -> bool:

@@ -3,6 +3,7 @@ dependencies, schedules and queue rollups. Import them from here:
 `from scylla_django.models import Task`.
 """
 
+from . import key_control
 from .dependencies import HELD, MAX_PARENTS, Dependency
 from .history import History
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions
@@ -81,6 +82,7 @@ __all__ = [
     "Worker",
     "WorkerQuerySet",
     "first_lease",
+    "key_control",
     "required_worker_id",
     "send_on_commit",
     "tally_history",

@@ -19,7 +19,7 @@ from ..conf import scylla_settings
 from ..enums import (
     TERMINAL_STATUSES,
 )
-from ..unique_keys import default_key
+from ..queue_keys import default_keys
 from ..validation import (
     FieldErrors,
     validate_json,
@@ -209,8 +209,9 @@ def task_values(
 ) -> dict[str, Any]:
     """The field values of a new task, validated (a generated rn if none is given).
 
-    A task without `unique_key` takes its queue's default key (`@handler(unique_key=...)`),
-    if any; a `unique_window` needs a key. The unique fields are in the values only for a
+    A task without `unique_key`, `locks`, `limits`, `order_key`, `order_on_failure` or
+    `rate_key` takes its queue's default (`@handler(unique_key=..., locks=..., ...)`), if
+    any; a `unique_window` needs a key. The unique fields are in the values only for a
     keyed task, so a keyless one is submitted exactly as before keys existed.
 
     `defaults` are the settings that apply, read once by a caller that validates many.
@@ -232,10 +233,23 @@ def task_values(
         not_before=check("not_before", _validate_not_before, not_before),
         retry_policy=check("retry", _validate_retry, retry),
     )
-    if unique_key is None and values["queue"] is not None and values["spec"] is not None:
-        unique_key = check("unique_key", partial(default_key, values["queue"]), values["spec"])
-    else:
-        unique_key = check("unique_key", validate_unique_key, unique_key)
+    given: dict[str, Any] = {
+        "unique_key": unique_key,
+        "locks": locks,
+        "limits": limits,
+        "order_key": order_key,
+        "order_on_failure": order_on_failure,
+        "rate_key": rate_key,
+    }
+    if values["queue"] is not None and values["spec"] is not None:
+        try:
+            given.update(default_keys(values["queue"], values["spec"], given))
+        except ValidationError as exc:
+            for name, messages in exc.error_dict.items():
+                errors[name] = ValidationError(messages)
+    unique_key = check("unique_key", validate_unique_key, given["unique_key"])
+    locks, limits, rate_key = given["locks"], given["limits"], given["rate_key"]
+    order_key, order_on_failure = given["order_key"], given["order_on_failure"]
     window = check("unique_window", validate_unique_window, unique_window)
     if window is not None and unique_key is None and "unique_key" not in errors:
         errors["unique_window"] = ValidationError(
@@ -279,6 +293,11 @@ def task_values_from(
         "unique_key",
         "unique_window",
         "on_conflict",
+        "locks",
+        "limits",
+        "order_key",
+        "order_on_failure",
+        "rate_key",
     }
     unknown = set(item) - allowed
     if unknown:
@@ -300,6 +319,11 @@ def task_values_from(
         retry=item.get("retry"),
         unique_key=item.get("unique_key"),
         unique_window=item.get("unique_window"),
+        locks=item.get("locks"),
+        limits=item.get("limits"),
+        order_key=item.get("order_key"),
+        order_on_failure=item.get("order_on_failure"),
+        rate_key=item.get("rate_key"),
         defaults=defaults,
     )
     if "unique_key" in values:

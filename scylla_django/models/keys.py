@@ -14,11 +14,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import connections, models
+from django.db import NotSupportedError, connections, models
 from django.db.models import Q, QuerySet
 
 from .. import db
 from ..conf import scylla_settings
+from ..db import Now
 
 #: The longest name of a lock or a limit.
 KEY_NAME_MAX_LENGTH = 200
@@ -78,6 +79,8 @@ class Hold(models.Model):
     key = models.CharField(max_length=KEY_NAME_MAX_LENGTH + 2, db_index=True)
     exclusive = models.BooleanField(default=True)
     until = models.FloatField(null=True, blank=True)
+    # When it was taken, on the database clock (for operators).
+    since = models.DateTimeField(db_default=Now(), editable=False)
 
     class Meta:
         db_table = db.keys.HOLD_TABLE
@@ -95,15 +98,12 @@ def acquire_lock(
 ) -> int | None:
     """Hold lock `name` if it is free now: the hold's token, or None. `ttl` seconds (None:
     until released or force-released). ValidationError for a bad name or ttl."""
-    _key_name(name, "lock")
+    key_name(name, "lock")
     if ttl is not None and (not isinstance(ttl, (int, float)) or ttl <= 0):
         raise ValidationError("ttl is a positive number of seconds, or None.", code="invalid_ttl")
     alias = using or "default"
     if not db.keys.takes_keys(connections[alias]):
-        raise ValidationError(
-            "Locks need the key triggers of PostgreSQL or SQLite; this database has none.",
-            code="keys_unsupported",
-        )
+        raise unsupported()
     ensure_keys(["L:" + name], alias)
     with db.write_atomic(alias):
         return db.keys.take_lock(connections[alias], "L:" + name, not shared, ttl)
@@ -170,7 +170,7 @@ def parse_rate(value: object) -> tuple[int, float]:
     return int(count), int(number) * unit
 
 
-def _key_name(value: object, field: str) -> str:
+def key_name(value: object, field: str) -> str:
     """A lock's or a limit's name: a non-empty string of at most KEY_NAME_MAX_LENGTH."""
     if not isinstance(value, str) or not value or len(value) > KEY_NAME_MAX_LENGTH:
         raise ValidationError(
@@ -193,7 +193,7 @@ def validate_locks(locks: object) -> list[str]:
                     'A lock is a name or (name, "exclusive" | "shared").', code="invalid_key"
                 )
             lock, mode = lock
-        name = _key_name(lock, "locks")
+        name = key_name(lock, "locks")
         if elements.get(name, mode) != mode:
             raise ValidationError(
                 f"Lock {name!r} is named both shared and exclusive.", code="invalid_key"
@@ -202,12 +202,17 @@ def validate_locks(locks: object) -> list[str]:
     return [LOCK_MODES[mode] + name for name, mode in elements.items()]
 
 
+def limit_names(limits: object) -> list[str]:
+    """The names in `limits` (a list of names), without repeats; not looked up."""
+    if isinstance(limits, str) or not isinstance(limits, Sequence):
+        raise ValidationError("limits is a list of limit names.", code="invalid_key")
+    return list(dict.fromkeys(key_name(name, "limits") for name in limits))
+
+
 def validate_limits(limits: object, using: str | None = None) -> list[str]:
     """The key elements of `limits`: names of configured limits (`SCYLLA["LIMITS"]` or a
     Limit row). Writes nothing."""
-    if isinstance(limits, str) or not isinstance(limits, Sequence):
-        raise ValidationError("limits is a list of limit names.", code="invalid_key")
-    names = list(dict.fromkeys(_key_name(name, "limits") for name in limits))
+    names = limit_names(limits)
     configured = scylla_settings.LIMITS
     known = set(Limit.objects.using(using).filter(name__in=names).values_list("name", flat=True))
     for name in names:
@@ -245,7 +250,7 @@ def ensure_keys(elements: Sequence[str], using: str | None = None) -> None:
 def validate_rate(rate_key: object, using: str | None = None) -> str:
     """The key element of `rate_key`: the name of a configured rate (`SCYLLA["RATES"]`, whose
     value must parse, or a Rate row). Writes nothing."""
-    name = _key_name(rate_key, "rate_key")
+    name = key_name(rate_key, "rate_key")
     if Rate.objects.using(using).filter(name=name).exists():
         return "R:" + name
     configured = scylla_settings.RATES
@@ -259,6 +264,22 @@ def validate_rate(rate_key: object, using: str | None = None) -> str:
 ORDER_ON_FAILURE = {"block": True, "continue": False}
 
 
+def order_block(order_on_failure: object) -> bool:
+    """`order_block` of an `order_on_failure` ("block", the default, or "continue")."""
+    failure = "block" if order_on_failure is None else order_on_failure
+    if not isinstance(failure, str) or failure not in ORDER_ON_FAILURE:
+        raise ValidationError('order_on_failure is "block" or "continue".', code="invalid_key")
+    return ORDER_ON_FAILURE[failure]
+
+
+def unsupported() -> NotSupportedError:
+    """The refusal of keys on a database without the key triggers (MySQL/MariaDB)."""
+    return NotSupportedError(
+        "Locks, limits, order keys and rates need the key triggers of PostgreSQL or SQLite, "
+        "which this database (MySQL/MariaDB) lacks; submit without them."
+    )
+
+
 def key_values(
     locks: object,
     limits: object,
@@ -269,8 +290,8 @@ def key_values(
 ) -> dict[str, Any]:
     """The key fields of a new task from its `locks`, `limits`, `order_key` (with
     `order_on_failure`, "block" by default) and `rate_key`. Raises ValidationError naming
-    the field; refuses keys on a database without the key trigger. Makes the key rows, limits
-    and rates that are missing."""
+    the field; NotSupportedError on a database without the key trigger. Makes the key rows,
+    limits and rates that are missing."""
     elements: list[str] = []
     errors: dict[str, ValidationError] = {}
     values: dict[str, Any] = {}
@@ -283,17 +304,14 @@ def key_values(
             errors[name] = exc
     if order_key is not None:
         try:
-            values["order_key"] = _key_name(order_key, "order_key")
+            values["order_key"] = key_name(order_key, "order_key")
             elements.append("O:" + order_key)  # type: ignore[operator]
         except ValidationError as exc:
             errors["order_key"] = exc
-        failure = "block" if order_on_failure is None else order_on_failure
-        if failure not in ORDER_ON_FAILURE:
-            errors["order_on_failure"] = ValidationError(
-                'order_on_failure is "block" or "continue".', code="invalid_key"
-            )
-        else:
-            values["order_block"] = ORDER_ON_FAILURE[str(failure)]
+        try:
+            values["order_block"] = order_block(order_on_failure)
+        except ValidationError as exc:
+            errors["order_on_failure"] = exc
     elif order_on_failure is not None:
         errors["order_on_failure"] = ValidationError("No order_key.", code="invalid_key")
     if rate_key is not None:
@@ -306,13 +324,38 @@ def key_values(
     if not elements:
         return {}
     if not db.keys.takes_keys(connections[using or "default"]):
-        raise ValidationError(
-            "Locks and limits need the key triggers of PostgreSQL or SQLite; this database"
-            " has none.",
-            code="keys_unsupported",
-        )
+        raise unsupported()
     ensure_keys(elements, using)
     return {"keys": sorted(elements), **values}
+
+
+def described(task: Any) -> dict[str, Any]:
+    """The keys of `task` as a submission names them: `locks` (`[name, mode]` pairs), `limits`,
+    `order_key`, `order_on_failure` (null without an order key) and `rate_key` (or null)."""
+    elements = task.keys or []
+    modes = {prefix: mode for mode, prefix in LOCK_MODES.items()}
+    return {
+        "locks": [[e[2:], modes[e[:2]]] for e in elements if e[:2] in modes],
+        "limits": [e[2:] for e in elements if e.startswith("C:")],
+        "order_key": task.order_key,
+        "order_on_failure": (
+            None if task.order_key is None else "block" if task.order_block else "continue"
+        ),
+        "rate_key": next((e[2:] for e in elements if e.startswith("R:")), None),
+    }
+
+
+#: The key elements a key name may stand for in a task's `keys`: what `?key=` matches.
+KEY_KINDS = ("L:", "S:", "C:", "O:", "R:")
+
+
+def naming(tasks: QuerySet[Any], name: str) -> QuerySet[Any]:
+    """The tasks of `tasks` that name key `name` in any way: a lock (either mode), a limit,
+    an order key, a rate or a unique key."""
+    match = Q(unique_key=name) | Q(order_key=name)
+    for kind in KEY_KINDS:
+        match |= db.json_list_contains(tasks.model, "keys", kind + name, tasks.db)
+    return tasks.filter(match)
 
 
 def holders(tasks: QuerySet[Any], element: str) -> QuerySet[Any]:

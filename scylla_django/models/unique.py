@@ -4,7 +4,7 @@ submission does when the key it names is held.
 The key is a constraint of the schema, not a lookup: the partial unique index
 `scylla_task_unique_key` (`UNIQUE_HOLDER` is its condition) admits one holder per key, so
 concurrent submissions of a key cannot both insert. See README, "Unique tasks". The
-handlers' default keys are in `scylla_django.unique_keys`.
+handlers' default keys are in `scylla_django.queue_keys`.
 """
 
 from __future__ import annotations

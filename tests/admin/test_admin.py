@@ -540,7 +540,13 @@ def test_purge_selected_stops_at_its_time_budget(admin_client, tasks, settings, 
 
 def test_delete_selected_is_not_offered(admin_client, tasks):
     choices = dict(admin_client.get(LIST).context["action_form"].fields["action"].choices)
-    assert set(choices) == {"", "cancel_selected", "purge_selected", "retry_selected"}
+    assert set(choices) == {
+        "",
+        "cancel_selected",
+        "purge_selected",
+        "retry_selected",
+        "release_order_selected",
+    }
     response = act(admin_client, "delete_selected", tasks["done"], post="yes")
     assert response.status_code == 403
     assert Task.objects.filter(pk=tasks["done"].pk).exists()

@@ -656,6 +656,13 @@ def test_the_schema_is_openapi_3_with_every_route(api):
         f"{API}/queues/",
         f"{API}/queues/{{name}}/pause/",
         f"{API}/queues/{{name}}/limit/",
+        f"{API}/tasks/{{rn}}/release-order/",
+        f"{API}/locks/",
+        f"{API}/limits/",
+        f"{API}/limits/{{name}}/",
+        f"{API}/rates/",
+        f"{API}/rates/{{name}}/",
+        f"{API}/holds/{{token}}/release/",
         f"{API}/health/",
         f"{API}/schema/",
     }

@@ -28,7 +28,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "db",
         "models",
         "retries",
-        "unique_keys",
+        "queue_keys",
         "signals",
         "followups",
         "schedules",

@@ -14,8 +14,8 @@ from django.db.models import F
 from scylla_django.exceptions import DuplicateKey, DuplicateTask
 from scylla_django.handlers import HandlerRegistry, handler
 from scylla_django.models import Task
+from scylla_django.queue_keys import register_key
 from scylla_django.retries import Retry
-from scylla_django.unique_keys import register_key
 
 pytestmark = [pytest.mark.django_db, pytest.mark.keys]
 

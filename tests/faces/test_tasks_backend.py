@@ -378,3 +378,39 @@ def test_check_reports_a_queue_with_a_handler_of_its_own_and_a_bad_queue_name(
     assert check_ids(settings, tasks) == ["scylla_django.E011", "scylla_django.E012"]
     with pytest.raises(SystemCheckError, match="E012"):
         call_command("scylla_worker", "--queue", "fine", "--once", skip_checks=False)
+
+
+def test_a_backend_option_gives_a_task_functions_tasks_keys(settings):
+    from tests.django_tasks import add
+
+    settings.TASKS = {
+        "default": {
+            "BACKEND": "scylla_django.backends.ScyllaBackend",
+            "QUEUES": ["default", "dj-mail"],
+            "OPTIONS": {
+                "KEYS": {
+                    "tests.django_tasks.add": {
+                        "locks": lambda spec: [f"sum:{spec['args'][0]}"],
+                        "order_key": "sums",
+                    }
+                }
+            },
+        }
+    }
+    if connection.vendor == "mysql":
+        pytest.skip("keys are refused on MySQL")
+    result = add.enqueue(7, b=2)
+    task = Task.objects.get(rn=result.id)
+    assert (task.keys, task.order_key) == (["L:sum:7", "O:sums"], "sums")
+
+
+def test_a_bad_keys_option_is_a_system_check_error(settings):
+    settings.TASKS = {
+        "default": {
+            "BACKEND": "scylla_django.backends.ScyllaBackend",
+            "QUEUES": ["default"],
+            "OPTIONS": {"KEYS": {"tests.django_tasks.add": {"locks": "not-a-list"}}},
+        }
+    }
+    with pytest.raises(SystemCheckError, match=r"scylla_django\.E020"):
+        call_command("check")

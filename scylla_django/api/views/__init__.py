@@ -9,6 +9,14 @@ Status codes: 200, or 201 for a submission or a registration; errors as in `exce
 
 from .base import ScyllaAuthMixin, ScyllaView, get_task, not_found
 from .health import HealthView
+from .keys import (
+    HoldReleaseView,
+    LimitDetailView,
+    LimitListView,
+    LockView,
+    RateDetailView,
+    RateListView,
+)
 from .queues import QueueLimitView, QueuePauseView, QueueView
 from .schedules import ScheduleViewSet
 from .schema import SchemaView
@@ -17,9 +25,15 @@ from .workers import WorkerViewSet
 
 __all__ = [
     "HealthView",
+    "HoldReleaseView",
+    "LimitDetailView",
+    "LimitListView",
+    "LockView",
     "QueueLimitView",
     "QueuePauseView",
     "QueueView",
+    "RateDetailView",
+    "RateListView",
     "ScheduleViewSet",
     "SchemaView",
     "ScyllaAuthMixin",

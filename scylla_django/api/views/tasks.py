@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ... import db
-from ...models import Task
+from ...models import Task, key_control
 from .. import permissions
 from ..exceptions import field_errors
 from ..filters import FILTER_BODY_SCHEMA, RN_SCHEMA, TaskFilter, filter_from_body
@@ -71,6 +71,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         "yield_lease": permissions.WORK,
         "retry": permissions.SUBMIT,
         "reset": permissions.CANCEL,
+        "release_order": permissions.CONTROL,
     }
 
     def allowed_query_params(self) -> frozenset[str]:
@@ -102,7 +103,10 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
             "201 with the new task. With a `unique_key` that a task holds: 200 with that task "
             "(`on_conflict` `return`, the default, or `replace`, after replacing a still-ready "
             "one's spec, priority and not_before), or 409 `duplicate` naming its `rn` and "
-            "the `key` (`raise`)."
+            "the `key` (`raise`). `locks`, `limits`, `order_key` and `rate_key` are taken by "
+            "the lease (README, Locks, limits and order keys); a bad or unknown one is a 400 "
+            "(`invalid_key`, `unknown_limit`, `unknown_rate`) and nothing is written. 409 "
+            "`not_supported`: the database cannot keep keys (MySQL/MariaDB)."
         ),
         responses={
             201: TaskSerializer,
@@ -127,8 +131,9 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
             "per item, in order: `inserted`, `duplicate` (the rn exists, or came earlier in "
             "the request, or a task holds the item's `unique_key`: `rn` names that task), "
             "`replaced` (`on_conflict: replace`) or `invalid` (with `errors`). Valid items are "
-            "inserted whatever happens to the others. 409 `not_supported`: an item names a "
-            "unique key and the database cannot keep one (MySQL)."
+            "inserted whatever happens to the others; an invalid item writes nothing. 409 "
+            "`not_supported`: an item names a unique key, lock, limit, order key or rate and "
+            "the database cannot keep one (MySQL/MariaDB); nothing is written."
         ),
         request={
             "application/json": {
@@ -339,4 +344,24 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         data = self.parse(ResetLeaseSerializer)
         task = get_task(rn)
         task.reset_lease(data["owner"], data["lease"])
+        return Response(TaskSerializer(task).data)
+
+    @detail_post(
+        operation_id="release_task_order_key",
+        url_path="release-order",
+        summary="Release the order key an aborted task holds",
+        description=(
+            "A task of an order key that aborted for good with `order_on_failure` `block` "
+            "keeps the key's later tasks waiting until it is retried (`retry/`) or released "
+            "here: one write, with a History `TaskOrderRelease`; the task stays aborted. 409 "
+            "`invalid_transition` for a task that holds no order key. Needs "
+            "`scylla_django.control_queue`."
+        ),
+        request=CancelSerializer,
+        responses={200: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
+    )
+    def release_order(self, request: Request, rn: str) -> Response:
+        self.parse(CancelSerializer)
+        task = get_task(rn)
+        key_control.release_order(task)
         return Response(TaskSerializer(task).data)
