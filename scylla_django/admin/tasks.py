@@ -199,6 +199,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
                     ("status_badge", "priority", "progress_bar"),
                     ("owner_link", "leases", "deadline_time"),
                     ("created_time", "updated_time", "not_before_at"),
+                    ("cpu_time_text", "peak_memory_text"),
                     ("chain",),
                     ("unique_key_link", "unique_window_text"),
                 )
@@ -222,6 +223,8 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
         "parents_list",
         "unique_key_link",
         "unique_window_text",
+        "cpu_time_text",
+        "peak_memory_text",
     )
 
     class Media:

@@ -220,6 +220,18 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
     )
     unique_key = serializers.CharField(read_only=True, allow_null=True)
     unique_window = SecondsField(help_text="Seconds a finished task keeps its unique key.")
+    cpu_time = serializers.FloatField(
+        read_only=True,
+        allow_null=True,
+        help_text="CPU seconds the handler's last run used (its thread's, or its child "
+        "process's under process isolation); null until a worker finished it.",
+    )
+    peak_memory = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text="Peak resident memory in bytes of the child process that ran the handler "
+        "(measured under process isolation only); null otherwise.",
+    )
 
     class Meta:
         model = Task
@@ -244,6 +256,8 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "attempt",
             "unique_key",
             "unique_window",
+            "cpu_time",
+            "peak_memory",
         ]
         read_only_fields = fields
 
