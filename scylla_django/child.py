@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import os
 import pickle
 import queue
 import signal
 import threading
 import traceback
+from collections.abc import Iterable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -28,19 +30,23 @@ _STOPS = (TaskCancelled, LeaseLost, WorkerStopping)
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-    """What a new child needs to run the parent's handlers: the settings module, and the
-    database settings the parent's connections use (the same databases, whatever changed
-    them at run time, as a test run does)."""
+    """What a new child needs to run the parent's handlers: the settings module, the database
+    settings the parent's connections use (the same databases, whatever changed them at run
+    time, as a test run does), and the modules of the handlers it may run, imported after
+    Django is set up (so that a handler found by its queue, not by its name, is registered)."""
 
     settings_module: str | None
     databases: dict[str, dict[str, Any]]
+    modules: tuple[str, ...] = ()
 
     @classmethod
-    def of_this_process(cls) -> Setup:
+    def of_this_process(cls, handlers: Iterable[Handler] = ()) -> Setup:
+        """This process's settings, and the modules of `handlers`."""
         from django.db import connections
 
         databases = {alias: dict(connections[alias].settings_dict) for alias in connections}
-        return cls(os.environ.get("DJANGO_SETTINGS_MODULE"), databases)
+        modules = sorted({h.__module__ for h in handlers if h.__module__ != "__main__"})
+        return cls(os.environ.get("DJANGO_SETTINGS_MODULE"), databases, tuple(modules))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +129,8 @@ def _set_up(setup: Setup) -> None:
     import django
 
     django.setup()  # the apps' ready() registers the handlers of their handlers.py
+    for module in setup.modules:
+        importlib.import_module(module)
 
 
 def _run_here(ctx: TaskContext, handler: Handler | None, queue_name: str) -> tuple[Any, ...]:

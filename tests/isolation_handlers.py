@@ -68,3 +68,8 @@ def hang(ctx):
     """Run on forever without looking at ctx.check(), as a hung C extension would."""
     while True:
         time.sleep(0.05)
+
+
+# A handler a child cannot find by name (a lambda): it takes it from its own registry, once it
+# has imported this module again.
+handler("i-lambda")(lambda ctx: {"pid": os.getpid()})

@@ -117,7 +117,11 @@ class TaskWorker:
         isolation = None
         if options.isolation == "process":
             isolation = Isolation(
-                Setup.of_this_process(),
+                Setup.of_this_process(
+                    handler
+                    for handler in map(options.registry.get, options.queues)
+                    if handler is not None
+                ),
                 max_memory=options.max_memory,
                 stop_grace=options.grace_period,
                 name=self.name,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -13,7 +14,7 @@ from django.core.management import CommandError, call_command
 from scylla_django import Fixed, Retry
 from scylla_django.enums import Status
 from scylla_django.models import Task
-from tests.processes import finish, output_so_far, start, wait_until
+from tests.processes import descendants, finish, output_so_far, start, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
 
@@ -45,9 +46,12 @@ def test_crashing_handlers_cost_only_their_task_and_the_worker_keeps_serving():
         Task.objects.submit("i-oom", {}, priority=5),
         Task.objects.submit("i-echo", {"n": 3}, priority=4),
     ]
-    process = isolated("i-echo", "i-segfault", "i-exit", "i-oom", extra=("--max-tasks", "6"))
-    code, output = finish(process, timeout=60)
+    found = Task.objects.submit("i-lambda", {}, priority=3)
+    queues = ("i-echo", "i-segfault", "i-exit", "i-oom", "i-lambda")
+    code, output = finish(isolated(*queues, extra=("--max-tasks", "7")), timeout=60)
     assert code == 0, output
+    found.refresh_from_db()
+    assert found.status == Status.COMPLETED, found.errors
     for task in tasks:
         task.refresh_from_db()
     first, segfault, second, exited, killed, third = tasks
@@ -61,9 +65,40 @@ def test_crashing_handlers_cost_only_their_task_and_the_worker_keeps_serving():
     assert first.progress == 1.0
     # Each ran in a child, never in the worker; a crash is followed by a fresh child.
     pids = [t.result["pid"] for t in (first, second, third)]
-    assert process.pid not in pids
     assert len(set(pids)) == 3, pids
+    assert found.result["pid"] == third.result["pid"]  # the child goes on serving
     assert "killed by SIGSEGV" in output
+
+
+def test_a_shutdown_kills_the_children_still_busy_after_the_grace_period():
+    hung = Task.objects.submit("i-hang", {})
+    process = isolated("i-hang", extra=("--grace-period", "1"))
+    wait_until(lambda: "started child process" in output_so_far(process), 60, "a child")
+    children = [pid for pid in descendants(process.pid) if "spawn_main" in cmdline(pid)]
+    assert children
+    process.send_signal(signal.SIGTERM)
+    code, output = finish(process, timeout=30)
+    # Killed as a stopped task's hung handler, or as one still running when the grace period
+    # ended (then abandoned: status 3), whichever comes first: either way, within it.
+    assert code in (0, 3), output
+    assert "killing its child process" in output or "still running after" in output
+    assert Task.objects.get(pk=hung.pk).leases == 1
+    for pid in children:
+        wait_until(lambda pid=pid: not alive(pid), 5, f"child {pid} gone")
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
 
 
 def test_a_crashed_task_is_retried_by_its_policy():
