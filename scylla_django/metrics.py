@@ -15,7 +15,8 @@ Two kinds of metric:
   Queues are found by skipping through that index, one probe per queue.
 - **Counted as events happen**, in the process where they happen (signal receivers, connected
   when the app is ready): tasks leased, finished by status, leases reset, and the run time of
-  each completed or aborted task. Worker processes lease and finish, so with several processes
+  each completed or aborted task, with the CPU time and peak memory its handler used when the
+  worker measured them. Worker processes lease and finish, so with several processes
   set `PROMETHEUS_MULTIPROC_DIR` to an empty directory shared by the web and worker processes
   of one host (cleared at deploy); the view then adds up every process's counters, as
   prometheus_client's multi-process mode does.
@@ -55,6 +56,12 @@ TERMINAL_COUNT_CAP = 1000
 RUN_TIME_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600)
 """Seconds: tasks run from under a second to hours."""
 
+CPU_TIME_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600)
+"""CPU seconds a handler's run used."""
+
+PEAK_MEMORY_BUCKETS = tuple(2**power * 1024 * 1024 for power in range(4, 15))
+"""Bytes: 16 MB to 16 GB, doubling."""
+
 # Events, counted in the process where they happen (a file per process in multi-process mode).
 EVENTS = CollectorRegistry()
 LEASED = Counter("scylla_tasks_leased", "Tasks leased by a worker.", ["queue"], registry=EVENTS)
@@ -78,6 +85,22 @@ RUN_TIME = Histogram(
     registry=EVENTS,
 )
 
+CPU_TIME = Histogram(
+    "scylla_task_cpu_seconds",
+    "CPU time a task's handler used (its thread's, or its child process's under process "
+    "isolation), as the worker measured it.",
+    ["queue", "status"],
+    buckets=CPU_TIME_BUCKETS,
+    registry=EVENTS,
+)
+PEAK_MEMORY = Histogram(
+    "scylla_task_peak_memory_bytes",
+    "Peak resident memory of the child process that ran a task's handler (process isolation).",
+    ["queue", "status"],
+    buckets=PEAK_MEMORY_BUCKETS,
+    registry=EVENTS,
+)
+
 
 def _on_leased(sender: Any, task: Task, **kwargs: Any) -> None:
     LEASED.labels(task.queue).inc()
@@ -87,6 +110,10 @@ def _on_finished(
     sender: Any, task: Task, status: str, duration: float | None = None, **kwargs: Any
 ) -> None:
     FINISHED.labels(task.queue, status).inc()
+    if task.cpu_time is not None:
+        CPU_TIME.labels(task.queue, status).observe(task.cpu_time)
+    if task.peak_memory is not None:
+        PEAK_MEMORY.labels(task.queue, status).observe(task.peak_memory)
     if duration is not None:  # measured by the worker that ran the handler: no query
         RUN_TIME.labels(task.queue, status).observe(max(duration, 0.0))
     elif status in (Status.COMPLETED, Status.ABORTED) and isinstance(task.updated, datetime):

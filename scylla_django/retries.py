@@ -34,6 +34,9 @@ from .validation import RN_MAX_LENGTH, validate_queue
 TIMEOUT_CODE = "max_leases_exceeded"
 #: The error code a worker writes when a handler raises (the exception's type is in `args`).
 EXCEPTION_CODE = "exception"
+#: The error code a worker under process isolation writes when the child process running a
+#: handler died (a signal, an exit): what would have ended a worker's lease, retried alike.
+CRASHED_CODE = "crashed"
 MAX_DELAY = 365 * 86400.0
 
 
@@ -136,7 +139,8 @@ class Retry:
       subclasses match. Default: any exception.
     - `codes`: `Abort` codes that are retried too (a handler may also `raise Abort(...,
       retry=True)`).
-    - `timeouts`: retry a task aborted because its lease expired `MAX_LEASES` times.
+    - `timeouts`: retry a task aborted because its lease expired `MAX_LEASES` times, or
+      because the child process running its handler died (`--isolation process`).
     """
 
     max_attempts: int = 3
@@ -205,7 +209,7 @@ class Retry:
         writes). A handler exception (code `exception`, its type in `args.type`) matches `on`
         when its class is one of them or a subclass; a class that cannot be imported again by
         its dotted name matches by name only. Other codes match `codes`, and an expired lease
-        matches when `timeouts` is set.
+        or a crashed child process matches when `timeouts` is set.
         """
         return any(self._covers(error) for error in errors)
 
@@ -213,7 +217,7 @@ class Retry:
         code = error.get("code")
         if error.get("retry") is True or code in self.codes:
             return True
-        if code == TIMEOUT_CODE:
+        if code in (TIMEOUT_CODE, CRASHED_CODE):
             return self.timeouts
         if code != EXCEPTION_CODE:
             return False

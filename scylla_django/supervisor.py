@@ -19,6 +19,10 @@ logger = logging.getLogger("scylla_django")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
+EXIT_RECYCLED = 4
+"""A child's exit status when it stopped at a limit of its own (`--max-tasks`,
+`--max-memory`): it is replaced at once."""
+
 
 @contextmanager
 def _stop_signals_blocked() -> Iterator[None]:
@@ -37,7 +41,9 @@ class WorkerProcesses:
     to every child, which yields its tasks and exits after its grace period; `stop_now()` (the
     second) passes a second SIGTERM, which ends them at once. A child that dies while the
     parent is not stopping (killed, crashed) is replaced after `restart_delay` seconds; one
-    that exits 0 (`--once`, `--max-tasks`) is done. `run()` returns the highest exit status.
+    that exits with `EXIT_RECYCLED` (at its `--max-tasks` or `--max-memory`) is replaced at
+    once; one that exits 0 (`--once`) is done. `run()` returns the highest exit status (a
+    recycled child's counts as 0).
 
     `target` starts with SIGTERM and SIGINT blocked, and unblocks them once it handles them
     (`StopSignals.installed()` does): a stop that comes while it is starting waits for it.
@@ -106,6 +112,17 @@ class WorkerProcesses:
                 if process.is_alive():
                     continue
                 code = process.exitcode if process.exitcode is not None else 1
+                if code == EXIT_RECYCLED:
+                    if self.stopping.is_set():
+                        codes[slot] = 0
+                    else:
+                        logger.info(
+                            "worker process %d (pid %s) reached its limit; starting another",
+                            slot,
+                            process.pid,
+                        )
+                        self._spawn(slot)
+                    continue
                 if self.stopping.is_set() or code == 0:
                     codes[slot] = code
                     continue

@@ -50,6 +50,8 @@ TASK_FIELDS = {
     "order_key",
     "order_on_failure",
     "rate_key",
+    "cpu_time",
+    "peak_memory",
 }
 
 

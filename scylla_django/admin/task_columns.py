@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib import admin
+from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -120,6 +123,18 @@ class TaskColumns(TaskAdminBase):
     @admin.display(description=gettext_lazy("unique window"))
     def unique_window_text(self, task: Task) -> str:
         return "-" if task.unique_window is None else short(task.unique_window)
+
+    @admin.display(description=gettext_lazy("CPU time"))
+    def cpu_time_text(self, task: Task) -> str:
+        if task.cpu_time is None:
+            return "-"
+        if task.cpu_time < 0.001:
+            return "under 1 ms"
+        return short(timedelta(seconds=task.cpu_time))
+
+    @admin.display(description=gettext_lazy("peak memory"))
+    def peak_memory_text(self, task: Task) -> str:
+        return "-" if task.peak_memory is None else filesizeformat(task.peak_memory)
 
     @admin.display(description=gettext_lazy("owner"))
     def owner_link(self, task: Task) -> SafeString | str:

@@ -204,6 +204,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
                     ("status_badge", "priority", "progress_bar"),
                     ("owner_link", "leases", "deadline_time"),
                     ("created_time", "updated_time", "not_before_at"),
+                    ("cpu_time_text", "peak_memory_text"),
                     ("chain",),
                     ("unique_key_link", "unique_window_text"),
                     ("keys_list", "waiting_line"),
@@ -233,6 +234,8 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
         "unique_window_text",
         "keys_list",
         "waiting_line",
+        "cpu_time_text",
+        "peak_memory_text",
     )
 
     class Media:

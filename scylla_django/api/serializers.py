@@ -288,6 +288,18 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
         {"type": "string", "nullable": True},
         "The rate the task's start counts against.",
     )
+    cpu_time = serializers.FloatField(
+        read_only=True,
+        allow_null=True,
+        help_text="CPU seconds the handler's last run used (its thread's, or its child "
+        "process's under process isolation); null until a worker finished it.",
+    )
+    peak_memory = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text="Peak resident memory in bytes of the child process that ran the handler "
+        "(measured under process isolation only); null otherwise.",
+    )
 
     class Meta:
         model = Task
@@ -317,6 +329,8 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "order_key",
             "order_on_failure",
             "rate_key",
+            "cpu_time",
+            "peak_memory",
         ]
         read_only_fields = fields
 

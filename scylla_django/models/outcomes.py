@@ -27,13 +27,18 @@ class Outcome:
     errors: list[dict[str, Any]] | None = None
     # Seconds the handler ran, as the worker measured it; sent with `task_finished`.
     duration: float | None = None
+    # What the handler's run used, as the worker measured it (see `Task.cpu_time`,
+    # `Task.peak_memory`): written with the outcome, None when not measured.
+    cpu_time: float | None = None
+    peak_memory: int | None = None
     # The leased Task, if the caller holds it: updated in place and sent with `task_finished`
     # instead of being read back.
     task: models.Model | None = field(default=None, repr=False, compare=False)
 
 
 def outcome_rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
-    """The rows the batched finish writes: `{id, lease, status, result, errors}`, with the
+    """The rows the batched finish writes: `{id, lease, status, result, errors,
+    cpu_time, peak_memory}`, with the
     target status and the validated result or errors (ValidationError if one is not JSON)."""
     return [
         {
@@ -44,6 +49,8 @@ def outcome_rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
             if outcome.errors is None
             else None,
             "errors": None if outcome.errors is None else validate_errors(outcome.errors),
+            "cpu_time": outcome.cpu_time,
+            "peak_memory": outcome.peak_memory,
         }
         for outcome in outcomes
     ]

@@ -106,7 +106,12 @@ def finish(
         now = db.read_clock(tasks.db)
         for row in rows:
             completed = row["status"] == Status.COMPLETED
-            values: dict[str, Any] = {"status": row["status"], "deadline": None}
+            values: dict[str, Any] = {
+                "status": row["status"],
+                "deadline": None,
+                "cpu_time": row.get("cpu_time"),
+                "peak_memory": row.get("peak_memory"),
+            }
             if completed:
                 values.update(progress=1.0, result=row["result"])
             else:

@@ -435,6 +435,11 @@ class Task(models.Model):
     order_seq = models.BigIntegerField(null=True, blank=True, editable=False)
     order_block = models.BooleanField(null=True, blank=True, editable=False)
     # -- end of the keys block ----------------------------------------------------------------
+    # What the handler's last run used, as the worker measured it: CPU seconds (its thread's,
+    # or its child process's under process isolation) and the peak resident memory in bytes
+    # (measured under process isolation only). Written with the outcome; null before.
+    cpu_time = models.FloatField(null=True, blank=True, editable=False)
+    peak_memory = models.BigIntegerField(null=True, blank=True, editable=False)
 
     objects: ClassVar[TaskQuerySet] = TaskQuerySet.as_manager()  # type: ignore[assignment]
 

@@ -8,6 +8,8 @@ arguments and calls it. It wires the parts, one concept each:
 - `slots`: what is in hand, and the free slots a lease may claim;
 - `leasing`: the lease loop, on the caller's thread (it runs `run()`);
 - `execution`: handler threads for plain handlers, an event loop thread for `async def` ones;
+- `isolation`: under `isolation="process"`, a child process per handler thread;
+- `resources`: what each handler's run uses (CPU time, peak memory), and `max_memory`;
 - `writer`: the outcome writer, on a thread of its own or on the handler's thread, writing
   outcomes with the lease that refills their slots;
 - `heartbeat`: a thread that extends the leases in hand, and yields them on shutdown;
@@ -29,12 +31,15 @@ from django.db import Error as DatabaseError
 from django.db import connections
 
 from .. import db
+from ..child import Setup
 from ..handlers import TaskContext
 from ..listener import Listener
 from ..models import Worker
+from ..resources import MB, current_memory
 from .database import retry
 from .execution import Execution, start_daemon
 from .heartbeat import Heartbeat
+from .isolation import Isolation
 from .leasing import LeaseLoop
 from .options import WorkerOptions
 from .slots import Slots
@@ -50,7 +55,8 @@ class TaskWorker:
     """Runs the handlers of `options.queues`, at most `options.concurrency` tasks at a time.
 
     After a shutdown, `abandoned` names the handlers still running after the grace period
-    (their tasks were yielded already; handler threads are daemon threads).
+    (their tasks were yielded already; handler threads are daemon threads), and `recycled`
+    tells whether the worker stopped because of `max_tasks` or `max_memory`.
     """
 
     def __init__(self, options: WorkerOptions) -> None:
@@ -70,6 +76,12 @@ class TaskWorker:
     @property
     def name(self) -> str:
         return self.worker.name if self.worker else "worker-?"
+
+    @property
+    def recycled(self) -> bool:
+        """Whether the worker stopped leasing at a limit of its own (`max_tasks`,
+        `max_memory`) rather than because it was told to stop."""
+        return self._slots.exhausted() and not self.stopping.is_set()
 
     @property
     def leased(self) -> int:
@@ -102,8 +114,26 @@ class TaskWorker:
             return
         self.worker = worker
         summary = Summary(options.summary_interval)
+        isolation = None
+        if options.isolation == "process":
+            isolation = Isolation(
+                Setup.of_this_process(
+                    handler
+                    for handler in map(options.registry.get, options.queues)
+                    if handler is not None
+                ),
+                max_memory=options.max_memory,
+                stop_grace=options.grace_period,
+                name=self.name,
+            )
         execution = Execution(
-            options.registry, options.queues, options.concurrency, options.using, lambda: self.name
+            options.registry,
+            options.queues,
+            options.concurrency,
+            options.using,
+            lambda: self.name,
+            isolation=isolation,
+            after_task=self._check_memory if options.max_memory is not None else None,
         )
         heartbeat = self._heartbeat = Heartbeat(
             options,
@@ -132,12 +162,13 @@ class TaskWorker:
             wakeup=self._wakeup,
         )
         logger.info(
-            "%s started: queues %s, concurrency %d, lease %gs, heartbeat every %gs",
+            "%s started: queues %s, concurrency %d, lease %gs, heartbeat every %gs%s",
             self.name,
             ",".join(options.queues),
             options.concurrency,
             options.lease_length.total_seconds(),
             options.heartbeat_seconds,
+            ", handlers in child processes" if isolation is not None else "",
         )
         threads = [
             start_daemon(heartbeat.run, "scylla-heartbeat"),
@@ -194,6 +225,23 @@ class TaskWorker:
             logger.warning("%s could not record its stop: %s", self.name, exc)
         summary.log(self.name, self._slots.held())
         logger.info("%s stopped after leasing %d task(s)", self.name, self.leased)
+
+    def _check_memory(self) -> None:
+        """After a task: past `max_memory`, lease no more, finish the tasks in hand, stop."""
+        limit = self.options.max_memory
+        memory = current_memory()
+        if limit is None or memory is None or memory <= limit * MB:
+            return
+        if not self._slots.exhausted():
+            logger.warning(
+                "%s holds %d MB, past the limit of %d MB: it leases no more, finishes its "
+                "tasks and stops",
+                self.name,
+                memory // MB,
+                limit,
+            )
+            self._slots.retire()
+        self.wake()
 
     def _register(self) -> Worker:
         options = self.options

@@ -31,8 +31,10 @@ from ..exceptions import (
 )
 from ..handlers import HandlerRegistry, TaskContext
 from ..models import Outcome, Task
+from ..resources import ThreadMeter, Usage
 from ..validation import validate_json
 from .database import OwnConnections, close_handler_connections
+from .isolation import Isolation
 
 logger = logging.getLogger("scylla_django")
 
@@ -57,12 +59,21 @@ class _Run:
     handler: Callable[[TaskContext], Any]
     result: Any = None
     outcome: Outcome | None = None
+    usage: Usage | None = None
+
+    def record(self, usage: Usage) -> None:
+        self.usage = usage
 
 
 class Execution:
     """Runs the handlers of `registry` for the tasks handed to `dispatch()`: on `concurrency`
     threads, one task at a time each, or on the event loop (started only when a queue of
-    `queues` has an `async def` handler), as many at once as are handed to it."""
+    `queues` has an `async def` handler), as many at once as are handed to it.
+
+    With `isolation`, each thread runs its plain handlers in a child process of its own (see
+    `isolation.py`). `after_task` is called on the handler's thread once each handler has
+    run, before its outcome is written.
+    """
 
     def __init__(
         self,
@@ -71,8 +82,13 @@ class Execution:
         concurrency: int,
         using: str,
         name: Callable[[], str],
+        *,
+        isolation: Isolation | None = None,
+        after_task: Callable[[], None] | None = None,
     ) -> None:
         self.registry = registry
+        self.isolation = isolation
+        self._after_task = after_task
         self.queues = list(queues)
         self.concurrency = concurrency
         self._name = name
@@ -91,9 +107,12 @@ class Execution:
             start_daemon(self._loop.run_forever, "scylla-async")
 
     def stop(self) -> None:
-        """Let each handler thread end once its task is done (no more tasks come)."""
+        """Let each handler thread end once its task is done (no more tasks come); kill the
+        child processes still running a task."""
         for _ in range(self.concurrency):
             self._jobs.put(None)
+        if self.isolation is not None:
+            self.isolation.stop()
 
     def stop_loop(self) -> None:
         """Stop the event loop, if there is one."""
@@ -133,20 +152,39 @@ class Execution:
                 ctx = following if following is not None else self._jobs.get()
         finally:
             self._own.close()
+            if self.isolation is not None:
+                self.isolation.close()
 
     def _execute(self, ctx: TaskContext) -> TaskContext | None:
-        """Run `ctx`'s handler on this thread; return the next task this thread should run,
-        if its outcome's write leased one."""
+        """Run `ctx`'s handler on this thread (or in its child process); return the next task
+        this thread should run, if its outcome's write leased one."""
+        if self.isolation is not None:
+            self.isolation.ready()  # a child that cannot start is the worker's failure
         with self._running(ctx) as run:
-            run.result = run.handler(ctx)
+            run.result = self._call(ctx, run)
         close_handler_connections()  # the handler's own queries: as at the end of a request
+        if self._after_task is not None:
+            self._after_task()  # before the outcome's write, which may lease the next task
         with self._own.used():
             return self.sink.finish_here(ctx, self._kept(ctx, run.outcome))
+
+    def _call(self, ctx: TaskContext, run: _Run) -> Any:
+        """Call the handler, in this thread's child process under isolation, recording what
+        it used in `run.usage`."""
+        if self.isolation is not None:
+            return self.isolation.call(ctx, run.handler, run.record)
+        meter = ThreadMeter()
+        try:
+            return run.handler(ctx)
+        finally:
+            run.record(meter.usage())
 
     async def _execute_async(self, ctx: TaskContext) -> None:
         """An `async def` handler, on the event loop thread: many run at once there."""
         with self._running(ctx) as run:
             run.result = await run.handler(ctx)
+        if self._after_task is not None:
+            self._after_task()
         try:
             self.sink.hand_over(ctx, self._kept(ctx, run.outcome))
         except Exception:  # a bug of ours: log it, give the task up
@@ -176,7 +214,7 @@ class Execution:
             outcome = self._raised(ctx, exc)
         finally:
             ctx.handler_running = False
-        run.outcome = _timed(outcome, ctx.task, started)
+        run.outcome = _timed(outcome, ctx.task, started, run.usage)
 
     def _returned(self, ctx: TaskContext, result: Any) -> Outcome:
         task = ctx.task
@@ -212,8 +250,17 @@ def start_daemon(target: Callable[[], None], name: str) -> threading.Thread:
     return thread
 
 
-def _timed(outcome: Outcome | None, task: Task, started: float) -> Outcome | None:
-    """`outcome` with the seconds since `started` (the handler's run time) and its task."""
+def _timed(
+    outcome: Outcome | None, task: Task, started: float, usage: Usage | None
+) -> Outcome | None:
+    """`outcome` with the seconds since `started` (the handler's run time), what the run
+    used, and its task."""
     if outcome is None:
         return None
-    return dataclasses.replace(outcome, duration=time.monotonic() - started, task=task)
+    return dataclasses.replace(
+        outcome,
+        duration=time.monotonic() - started,
+        cpu_time=usage.cpu_time if usage is not None else None,
+        peak_memory=usage.peak_memory if usage is not None else None,
+        task=task,
+    )

@@ -11,6 +11,9 @@ from ..handlers import HandlerRegistry
 from ..handlers import registry as default_registry
 from ..validation import validate_queues
 
+ISOLATIONS = ("thread", "process")
+"""Where plain handlers run: on the worker's threads, or in child processes."""
+
 
 def _configured_lease_length() -> timedelta:
     return scylla_settings.LEASE_LENGTH
@@ -26,7 +29,13 @@ class WorkerOptions:
     - `lease_length`: the lease length (default `SCYLLA['LEASE_LENGTH']` when made).
     - `heartbeat_interval`: seconds between heartbeats (default a third of the lease length).
     - `poll_interval`: seconds between polls when idle.
-    - `max_tasks`: stop after leasing this many tasks (None: no limit).
+    - `max_tasks`: stop leasing after this many tasks, finish them and stop (None: no limit).
+    - `max_memory`: megabytes; a worker whose resident memory is past it after a task stops
+      leasing, finishes its tasks and stops, and under process isolation a child past it is
+      replaced (None: no limit). A worker stopped by either limit is `recycled`: a
+      supervisor starts another in its place.
+    - `isolation`: `"thread"` (default) runs plain handlers on the worker's threads;
+      `"process"` runs each in a child process of its thread's own (see `isolation.py`).
     - `grace_period`: seconds a shutdown waits for the handlers still running.
     - `registry`: the handlers; `using`: the database alias.
     - `batch_size`, `batch_wait`: outcomes are written when `batch_size` are ready or
@@ -45,6 +54,8 @@ class WorkerOptions:
     heartbeat_interval: float | None = None
     poll_interval: float = 1.0
     max_tasks: int | None = None
+    max_memory: int | None = None
+    isolation: str = "thread"
     grace_period: float = 30.0
     registry: HandlerRegistry = default_registry
     using: str = "default"
@@ -65,6 +76,14 @@ class WorkerOptions:
             )
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if self.max_tasks is not None and self.max_tasks < 1:
+            raise ValueError("max_tasks must be at least 1")
+        if self.max_memory is not None and self.max_memory < 1:
+            raise ValueError("max_memory must be at least 1 (megabytes)")
+        if self.isolation not in ISOLATIONS:
+            raise ValueError(
+                f"isolation must be one of {', '.join(ISOLATIONS)}, not {self.isolation!r}"
+            )
         if self.batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         if self.heartbeat_seconds >= self.lease_length.total_seconds():

@@ -42,11 +42,14 @@ class Slots:
         self._hand: dict[int, TaskContext] = {}  # leased, outcome not written yet
         self._claimed = 0  # slots a lease in progress will fill
         self._leased = 0
+        self._retired = False  # leases no more: past a limit of the worker's
 
     # -- leasing ----------------------------------------------------------------------------
 
     def _free(self) -> int:
         """Slots neither in hand nor claimed, within `max_tasks` (the caller holds the lock)."""
+        if self._retired:
+            return 0
         free = self.concurrency - len(self._hand) - self._claimed
         if self.max_tasks is not None:
             free = min(free, self.max_tasks - self._leased - self._claimed)
@@ -144,8 +147,19 @@ class Slots:
             return self._leased
 
     def exhausted(self) -> bool:
-        """Whether `max_tasks` tasks were leased: the worker leases no more."""
+        """Whether `max_tasks` tasks were leased, or `retire()` was called: the worker leases
+        no more."""
+        with self._changed:
+            if self._retired:
+                return True
         return self.max_tasks is not None and self.leased() >= self.max_tasks
+
+    def retire(self) -> None:
+        """Lease no more: every later claim is empty (the tasks in hand are finished)."""
+        with self._changed:
+            self._retired = True
+            self._changed.notify_all()
+        self._on_free()
 
     def running(self) -> list[str]:
         """The rns of the tasks in hand whose handlers are still running."""

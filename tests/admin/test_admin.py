@@ -19,7 +19,7 @@ from scylla_django.admin import display as admin_display
 from scylla_django.admin import task_columns
 from scylla_django.admin import tasks as task_admin
 from scylla_django.enums import EventType, Status
-from scylla_django.models import History, Task, TaskQuerySet, Worker
+from scylla_django.models import History, Outcome, Task, TaskQuerySet, Worker
 from tests.factories import TaskFactory, running_task
 from tests.helpers import messages_of, staff
 
@@ -867,3 +867,16 @@ def test_worker_detail_is_read_only(admin_client, tasks, worker):
     assert "1 / 4</a>" in html
     assert admin_client.post(url, {"capacity": 9}).status_code == 403
     assert admin_client.get(reverse("admin:scylla_django_worker_add")).status_code == 403
+
+
+def test_detail_shows_what_the_run_used(admin_client, worker):
+    task = running_task(worker, rn="used")
+    outcome = Outcome(task.pk, task.leases, result=1, cpu_time=1.5, peak_memory=50 * 2**20)
+    Task.objects.finish_many(worker, [outcome])
+    html = admin_client.get(reverse("admin:scylla_django_task_change", args=[task.pk])).content
+    text = unescape(html.decode())
+    assert "CPU time" in text and "1.5 s" in text
+    assert "Peak memory" in text and "50.0\xa0MB" in text
+    fresh = TaskFactory(rn="fresh")
+    text = admin_client.get(reverse("admin:scylla_django_task_change", args=[fresh.pk])).content
+    assert "CPU time" in text.decode()

@@ -14,7 +14,7 @@ from django.utils.dateparse import parse_datetime
 from rest_framework.test import APIClient
 
 from scylla_django.enums import EventType, Status
-from scylla_django.models import History, Task, Worker
+from scylla_django.models import History, Outcome, Task, Worker
 from tests.factories import TaskFactory, running_task
 from tests.helpers import (
     API,
@@ -702,3 +702,13 @@ def test_raw_writes_and_other_methods_are_405(api, method, path):
     response = getattr(api, method)(f"{API}{path}", {"status": "completed"}, format="json")
     assert_error(response, 405, "method_not_allowed")
     assert reload(task).status == Status.READY
+
+
+def test_a_finished_task_shows_what_its_run_used(api, worker):
+    task = running_task(worker, rn="used")
+    outcome = Outcome(task.pk, task.leases, result=1, cpu_time=0.5, peak_memory=3 * 2**20)
+    Task.objects.finish_many(worker, [outcome])
+    body = api.get(f"{API}/tasks/used/").json()
+    assert (body["cpu_time"], body["peak_memory"]) == (0.5, 3 * 2**20)
+    ready = post(api, "/tasks/", {"queue": "emails", "spec": {}}).json()
+    assert (ready["cpu_time"], ready["peak_memory"]) == (None, None)

@@ -35,7 +35,16 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "checks",
         "migrations",
     ),
-    "runtime": ("handlers", "listener", "worker", "supervisor", "monitor", "health"),
+    "runtime": (
+        "handlers",
+        "listener",
+        "worker",
+        "supervisor",
+        "monitor",
+        "health",
+        "resources",
+        "child",
+    ),
     "faces": ("management", "api", "admin", "backends", "metrics", "apps", "__init__"),
 }
 ORDER = list(LAYERS)

@@ -10,6 +10,7 @@ from django.db import connection
 from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.utils import floatToGoString
 
 from scylla_django import metrics
 from scylla_django.models import Monitor, Outcome, Task, Worker
@@ -156,6 +157,28 @@ def test_the_run_time_a_worker_measured_is_observed_without_a_query(client, work
     assert value(after, "scylla_task_run_seconds_sum", **labels) - value(
         before, "scylla_task_run_seconds_sum", **labels
     ) == pytest.approx(2.5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_resources_a_worker_measured_are_written_and_observed(client, worker):
+    before = scrape(client)
+    task = running_task(worker, queue="m-used", rn="m-used")
+    outcome = Outcome(task.pk, task.leases, result=1, cpu_time=0.25, peak_memory=50 * 2**20)
+    assert Task.objects.finish_many(worker, [outcome]) == {task.pk}
+    task.refresh_from_db()
+    assert (task.cpu_time, task.peak_memory) == (0.25, 50 * 2**20)
+    after = scrape(client)
+    labels = {"queue": "m-used", "status": "completed"}
+
+    def delta(name: str, **extra: str) -> float:
+        return value(after, name, **labels, **extra) - value(before, name, **labels, **extra)
+
+    assert delta("scylla_task_cpu_seconds_sum") == pytest.approx(0.25)
+    assert delta("scylla_task_cpu_seconds_bucket", le="0.5") == 1
+    assert delta("scylla_task_cpu_seconds_bucket", le="0.1") == 0
+    assert delta("scylla_task_peak_memory_bytes_sum") == 50 * 2**20
+    assert delta("scylla_task_peak_memory_bytes_bucket", le=floatToGoString(64 * 2**20)) == 1
+    assert delta("scylla_task_peak_memory_bytes_bucket", le=floatToGoString(32 * 2**20)) == 0
 
 
 @pytest.mark.django_db(transaction=True)

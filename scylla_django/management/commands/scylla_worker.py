@@ -16,8 +16,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...backends import register_handlers
 from ...conf import scylla_settings
 from ...handlers import autodiscover, registry
-from ...supervisor import STOP_SIGNALS, WorkerProcesses
+from ...supervisor import EXIT_RECYCLED, STOP_SIGNALS, WorkerProcesses
 from ...worker import TaskWorker, WorkerOptions
+from ...worker.options import ISOLATIONS
 from ..base import (
     StopSignals,
     configure_logging,
@@ -89,7 +90,27 @@ class Command(BaseCommand):
             "supervised by this one (default 1: this process is the worker)",
         )
         parser.add_argument(
-            "--max-tasks", type=positive_int, default=None, help="exit after this many tasks"
+            "--max-tasks",
+            type=positive_int,
+            default=None,
+            help="lease no more after this many tasks, finish them and exit (under --processes "
+            "the worker process is replaced)",
+        )
+        parser.add_argument(
+            "--max-memory",
+            type=positive_int,
+            default=None,
+            metavar="MB",
+            help="a worker whose resident memory is past this many megabytes after a task "
+            "leases no more, finishes its tasks and exits (under --processes it is replaced); "
+            "under --isolation process a child process past it is replaced",
+        )
+        parser.add_argument(
+            "--isolation",
+            choices=ISOLATIONS,
+            default="thread",
+            help="where plain handlers run: on the worker's threads (default), or each in a "
+            "child process, so that a crash or a hang costs only its task",
         )
         parser.add_argument(
             "--once", action="store_true", help="lease one batch, finish it and exit"
@@ -150,6 +171,8 @@ class Command(BaseCommand):
                         concurrency=options["concurrency"],
                         poll_interval=options["poll_interval"],
                         max_tasks=options["max_tasks"],
+                        max_memory=options["max_memory"],
+                        isolation=options["isolation"],
                         grace_period=options["grace_period"],
                         registry=registry,
                         listen=options["listen"],
@@ -186,7 +209,9 @@ class Command(BaseCommand):
             worker = make_worker()
             with StopSignals(on_stop=worker.stop).installed():
                 worker.run(once=once)
-            return EXIT_ABANDONED if worker.abandoned else 0
+            if worker.abandoned:
+                return EXIT_ABANDONED
+            return EXIT_RECYCLED if worker.recycled else 0
 
         supervisor = WorkerProcesses(child, processes)
         signals_seen = 0
