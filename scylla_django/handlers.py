@@ -15,14 +15,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.utils.module_loading import autodiscover_modules
 
 from . import retries, unique_keys
 from .conf import scylla_settings
-from .exceptions import ScyllaError
-from .validation import validate_progress, validate_queue
+from .exceptions import LeaseLost, ScyllaError
+from .validation import validate_progress, validate_queue, validate_timeout
 
 if TYPE_CHECKING:
     from .models import Task, Worker
@@ -40,12 +41,20 @@ class TaskContext:
         self._progress = task.progress
         self._stop: ScyllaError | None = None
         self._lock = threading.Lock()
+        self._ended = False
         # Kept by the worker: heartbeats failed in a row, progress the database has, whether
         # the lease was given back, whether the handler is still running.
         self.failed_heartbeats = 0
         self.sent_progress = task.progress
         self.yielded = False
         self.handler_running = False
+        self.started = time.monotonic()
+        """When the lease was taken, on this process's monotonic clock."""
+        self.timeout: timedelta | None = None
+        """The task's run-time limit, as the worker resolved it (None: no limit)."""
+        self.lease_kept_until: float | None = None
+        """Until when (monotonic) the lease is surely held, as the last heartbeat that was
+        answered tells; past it, `check()` raises LeaseLost (None: not tracked)."""
 
     @property
     def spec(self) -> Any:
@@ -60,13 +69,39 @@ class TaskContext:
         self._progress = validate_progress(progress)
 
     def check(self) -> None:
-        """Raise if the handler should stop: TaskCancelled, LeaseLost or WorkerStopping.
+        """Raise if the handler should stop: TaskCancelled, LeaseLost, WorkerStopping or
+        TaskTimedOut.
 
-        Call it between steps of long work. The worker writes nothing more for a stopped task.
+        Call it between steps of long work. The worker writes nothing more for a stopped task
+        (but the abort `timeout` for one that timed out). LeaseLost is raised too once the
+        lease may have expired because heartbeats failed (`lease_kept_until` has passed).
         """
+        kept = self.lease_kept_until
+        if kept is not None and time.monotonic() >= kept:
+            self.stop(
+                LeaseLost(
+                    "heartbeats failed and the lease may expire: giving the task up",
+                    rn=self.task.rn,
+                )
+            )
         with self._lock:
             if self._stop is not None:
                 raise self._stop
+
+    @property
+    def stop_reason(self) -> ScyllaError | None:
+        """Why the handler should stop, if it should."""
+        return self._stop
+
+    def end(self) -> bool:
+        """Claim the right to end this task (write its outcome, or give it up): True for the
+        first caller only, so a handler returning late and the worker that gave it up never
+        both end it."""
+        with self._lock:
+            if self._ended:
+                return False
+            self._ended = True
+            return True
 
     @property
     def stopped(self) -> bool:
@@ -90,6 +125,7 @@ class HandlerRegistry:
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._timeouts: dict[str, timedelta] = {}
 
     def register(self, queue: str, func: Handler) -> None:
         queue = validate_queue(queue)
@@ -104,6 +140,21 @@ class HandlerRegistry:
     def get(self, queue: str) -> Handler | None:
         return self._handlers.get(queue)
 
+    def set_timeout(self, queue: str, timeout: timedelta | None) -> None:
+        """Make `timeout` the run-time limit of `queue`'s tasks that set none (None: unset)."""
+        queue = validate_queue(queue)
+        if timeout is None:
+            self._timeouts.pop(queue, None)
+        else:
+            self._timeouts[queue] = timeout
+
+    def timeout_of(self, task: Task) -> timedelta | None:
+        """The run-time limit of `task`: its own `timeout`, else its handler's, else its
+        queue's (`SCYLLA['TIMEOUTS']`), else None (no limit)."""
+        if task.timeout is not None:
+            return task.timeout
+        return self._timeouts.get(task.queue) or scylla_settings.TIMEOUTS.get(task.queue)
+
     def queues(self) -> list[str]:
         return sorted(self._handlers)
 
@@ -116,6 +167,7 @@ def handler(
     registry: HandlerRegistry = registry,
     retry: retries.Retry | None = None,
     unique_key: Callable[[Any], str] | None = None,
+    timeout: timedelta | float | str | None = None,
 ) -> Callable[[H], H]:
     """Register the decorated function as the handler of `queues`.
 
@@ -123,7 +175,8 @@ def handler(
     `retry` is the queues' retry policy for tasks that have none of their own: an abort it
     covers is followed by a new task (see `scylla_django.retries`). `unique_key(spec)` is the
     unique key of a task submitted to the queues without one, in every process that imports
-    the handler (README, "Unique tasks").
+    the handler (README, "Unique tasks"). `timeout` is the run-time limit of the queues' tasks
+    that set none (README, "Run-time limits"); ValidationError if it is not positive.
     """
     if unique_key is not None and not callable(unique_key):
         raise TypeError(f"unique_key must be a function of the spec, not {unique_key!r}")
@@ -131,10 +184,12 @@ def handler(
         raise TypeError(f"retry must be a Retry(...), not {retry!r}")
     if not queues:
         raise TypeError("@handler needs at least one queue name: @handler('reports')")
+    limit = None if timeout is None else validate_timeout(timeout)
 
     def decorate(func: H) -> H:
         for queue in queues:
             registry.register(queue, func)
+            registry.set_timeout(queue, limit)
             retries.register_policy(queue, retry)
             unique_keys.register_key(queue, unique_key)
         return func

@@ -45,6 +45,7 @@ TASK_FIELDS = {
     "attempt",
     "unique_key",
     "unique_window",
+    "timeout",
 }
 
 

@@ -220,6 +220,9 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
     )
     unique_key = serializers.CharField(read_only=True, allow_null=True)
     unique_window = SecondsField(help_text="Seconds a finished task keeps its unique key.")
+    timeout = SecondsField(
+        help_text="The task's own run-time limit in seconds (null: its handler's or queue's)."
+    )
 
     class Meta:
         model = Task
@@ -244,6 +247,7 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "attempt",
             "unique_key",
             "unique_window",
+            "timeout",
         ]
         read_only_fields = fields
 
@@ -437,6 +441,12 @@ class SubmitSerializer(StrictSerializer):
             "When the key is held: `return` the holder (200, the default), `raise` (409 "
             "`duplicate`) or `replace` a still-ready holder's spec, priority and not_before."
         ),
+    )
+    timeout = DurationInputField(
+        error_code="invalid_timeout",
+        required=False,
+        help_text="Run-time limit (seconds or '5m'): past it the task is stopped, then "
+        "aborted with `timeout` (README, Run-time limits).",
     )
 
 

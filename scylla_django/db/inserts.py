@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from itertools import chain
 from typing import Any, TypeVar
@@ -65,6 +65,7 @@ SUBMITTED = {
     "order_key": "text",
     "order_seq": "bigint",
     "order_block": "boolean",
+    "timeout": "interval",
 }
 
 
@@ -315,11 +316,17 @@ def _submission_document(rows: Sequence[dict[str, Any]]) -> str:
                 "retry_of": row.get("retry_of"),
                 "root": row.get("root"),
                 "attempt": row.get("attempt", 0),
+                "timeout": _interval(row.get("timeout")),
             }
             for row in rows
         ],
         separators=(",", ":"),
     )
+
+
+def _interval(value: timedelta | None) -> str | None:
+    """A duration as PostgreSQL reads an interval from JSON text."""
+    return None if value is None else f"{value.total_seconds()!r} seconds"
 
 
 def can_insert_returning_on_conflict(connection: BaseDatabaseWrapper) -> bool:

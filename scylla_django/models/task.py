@@ -12,11 +12,12 @@ submit_many), `finishing` (finish_many, finish_and_lease), `successors` (retries
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Unpack
 
 from django.db import connections, models, transaction
-from django.db.models import Case, Exists, F, FloatField, Q, Value, When
+from django.db.models import Case, DateTimeField, Exists, F, FloatField, Q, Value, When
+from django.db.models.functions import Least
 from django.utils import timezone
 
 from .. import db, signals, validation
@@ -302,6 +303,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         leases: Mapping[int, tuple[int, float | None]],
         *,
         lease_length: timedelta | float | None = None,
+        limits: Mapping[int, datetime] | None = None,
     ) -> set[int]:
         """Extend several leases of `worker` in one statement; return the pks it extended.
 
@@ -310,6 +312,10 @@ class TaskQuerySet(models.QuerySet["Task"]):
         progress of None leaves the progress as it is. Each row is fenced as `Task.heartbeat()`
         fences it (running, owned by `worker`, not yielded). A pk missing from the result was
         cancelled, lost or finished: `refusals()` says which.
+
+        `limits` maps a task pk to the time (on the database clock) past which its lease is
+        never extended: its deadline becomes the earlier of the two, so a task past its
+        run-time limit loses its lease however long its worker heartbeats it.
         """
         name = worker_name(worker)
         lease_length = validate_timeout(
@@ -325,7 +331,16 @@ class TaskQuerySet(models.QuerySet["Task"]):
             .filter(held, status__in=sources(Operation.HEARTBEAT), owner=name)
             .filter(NOT_YIELDED)
         )
-        values: dict[str, Any] = {"deadline": db.now_plus(lease_length), "updated": Now()}
+        extended = db.now_plus(lease_length)
+        capped = [
+            When(pk=pk, then=Least(extended, Value(limit, output_field=DateTimeField())))
+            for pk, limit in (limits or {}).items()
+            if pk in leases
+        ]
+        deadline = (
+            Case(*capped, default=extended, output_field=DateTimeField()) if capped else extended
+        )
+        values: dict[str, Any] = {"deadline": deadline, "updated": Now()}
         progress = [
             When(pk=pk, then=Value(validate_progress(value)))
             for pk, (_, value) in leases.items()
@@ -395,6 +410,9 @@ class Task(models.Model):
     leases = models.PositiveIntegerField(default=0)
     # The length of the current lease: a heartbeat given none extends the lease by this much.
     lease_length = models.DurationField(null=True, blank=True, editable=False)
+    # The task's run-time limit (README, "Run-time limits"); null: its handler's, else its
+    # queue's (`SCYLLA['TIMEOUTS']`), else none.
+    timeout = models.DurationField(null=True, blank=True)
     # Retry chains (scylla_django.retries): a retry is a new task, linked by rn to the task it
     # follows and to the first task of its chain (the first task too, once it has a retry;
     # null on a task never retried).
