@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.utils.module_loading import autodiscover_modules
 
-from . import retries, unique_keys
+from . import db, retries, unique_keys
 from .conf import scylla_settings
-from .exceptions import LeaseLost, ScyllaError
+from .exceptions import InvalidTransition, LeaseLost, ScyllaError, TaskCancelled
 from .validation import validate_progress, validate_queue, validate_timeout
 
 if TYPE_CHECKING:
@@ -87,6 +88,28 @@ class TaskContext:
         with self._lock:
             if self._stop is not None:
                 raise self._stop
+
+    @contextmanager
+    def fenced(self) -> Iterator[None]:
+        """A transaction on the task's database in which the handler's own writes commit only
+        while this worker still holds the task's lease (README, "Fenced side effects").
+
+        It begins by locking the task's row on its current owner and lease number (one
+        `SELECT … FOR SHARE` on PostgreSQL, the write lock on SQLite) and keeps the lock until
+        it commits: a reset, a takeover or a cancel waits for it. If the lease was already
+        reset or taken over, LeaseLost is raised (TaskCancelled if the task was cancelled)
+        and nothing in the block is committed; the task is stopped too, so that `check()`
+        raises from then on. Keep the block short: the lease's heartbeat waits for it.
+        """
+        using = self.task._state.db or "default"
+        try:
+            with db.write_atomic(using):
+                self.task.lock_lease(self.worker)
+                yield
+        except InvalidTransition as exc:
+            if exc.rn == self.task.rn and exc.code in (LeaseLost.code, TaskCancelled.code):
+                self.stop(exc)
+            raise
 
     @property
     def stop_reason(self) -> ScyllaError | None:

@@ -657,6 +657,24 @@ class Task(models.Model):
         each lock, limit, order key or rate that is not free): see `keys.waiting_reasons`."""
         return keys.waiting_reasons(self)
 
+    def lock_lease(self, worker: Worker | str, *, lease: int | None = None) -> None:
+        """Inside a transaction: lock this task's row while `worker` holds its lease (running,
+        owned by `worker`, lease number `lease`, else this object's `leases`), until the
+        transaction ends. A reset, a takeover or a cancel of the task waits for that commit,
+        so what the transaction writes commits only while the lease is held.
+
+        Raises LeaseLost (the lease was reset or taken over) or TaskCancelled, the transaction
+        to be rolled back (see `TaskContext.fenced()`).
+        """
+        name = worker_name(worker)
+        held = self.leases if lease is None else lease
+        using = self._state.db or "default"
+        fenced = Task.objects.using(using).filter(
+            pk=self.pk, status__in=sources(Operation.COMPLETE), owner=name, leases=held
+        )
+        if not db.lock_rows(fenced):
+            raise self._refusal(Operation.COMPLETE, name, held, using)
+
     def yield_lease(self, worker: Worker | str, *, lease: int | None = None) -> None:
         """Give the task back: `deadline = now - 1 s` and a TaskYield{worker, progress} row.
 
