@@ -128,3 +128,14 @@ def steps(ctx):
         step += 1
         time.sleep(0.1)
     return step
+
+
+@handler("t-user")
+def user(ctx):
+    """Create the user spec["name"] in a fenced block, report progress, return its pk."""
+    from django.contrib.auth.models import User
+
+    ctx.set_progress(0.5)
+    with ctx.fenced():
+        created = User.objects.create(username=ctx.spec["name"])
+    return {"user": created.pk}

@@ -48,6 +48,7 @@ from ..validation import (
     validate_timeout,
 )
 from . import finishing, keys, maintenance, portable, submission, successors
+from .dependencies import HELD
 from .history import History
 from .inputs import SubmitOutcome, TaskOptions, task_values, validate_terminal_statuses
 from .notices import send_on_commit
@@ -185,6 +186,42 @@ class TaskQuerySet(models.QuerySet["Task"]):
         for task in tasks:
             send_on_commit(signals.task_leased, self.db, task=task)
         return tasks
+
+    def lease_rn(
+        self, worker: Worker | str, rn: str, *, lease_length: timedelta | float | None = None
+    ) -> Task:
+        """Lease the task `rn` for `worker`, by hand (`manage.py scylla_run`): ready → running
+        as `lease()` does it, but whatever its queue's pause or limit and its `not_before`.
+
+        Raises TaskNotFound, InvalidTransition if it is not ready or still waits for its
+        parents (a follow-up), WorkerNotFound if `worker` may not lease.
+        """
+        name = worker_name(worker)
+        pk = required_worker_id(name)
+        length = validate_timeout(
+            scylla_settings.LEASE_LENGTH if lease_length is None else lease_length
+        )
+        current = self.get_by_rn(rn)
+        if current.status != Status.READY:
+            raise InvalidTransition(
+                f"Task {rn} is {current.status}, not ready.", rn=rn, status=current.status
+            )
+        if current.not_before == HELD:
+            raise InvalidTransition(
+                f"Task {rn} waits for its parents to complete.", rn=rn, status=current.status
+            )
+        task: Task | None = portable.lease_rn(self, pk, name, rn, length)
+        if task is None:
+            if not Worker.objects.using(self.db).filter(pk=pk, stopped__isnull=True).exists():
+                raise WorkerNotFound(f"No registered, running worker is called {name!r}.")
+            status = self.get_by_rn(rn).status
+            raise InvalidTransition(
+                f"Task {rn} could not be leased (it is {status}; its keys may be held).",
+                rn=rn,
+                status=status,
+            )
+        send_on_commit(signals.task_leased, self.db, task=task)
+        return task
 
     # -- clients ----------------------------------------------------------------------------
 

@@ -35,8 +35,17 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "checks",
         "migrations",
     ),
-    "runtime": ("handlers", "listener", "worker", "supervisor", "monitor", "health"),
-    "faces": ("management", "api", "admin", "backends", "metrics", "apps", "__init__"),
+    "runtime": ("handlers", "listener", "worker", "supervisor", "monitor", "health", "eager"),
+    "faces": (
+        "management",
+        "api",
+        "admin",
+        "backends",
+        "metrics",
+        "apps",
+        "testing",
+        "__init__",
+    ),
 }
 ORDER = list(LAYERS)
 
