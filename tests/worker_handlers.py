@@ -139,3 +139,14 @@ def user(ctx):
     with ctx.fenced():
         created = User.objects.create(username=ctx.spec["name"])
     return {"user": created.pk}
+
+
+@handler("t-chain")
+def chain(ctx):
+    """Submit the next link (spec["n"] - 1) until 0: tasks that submit tasks."""
+    from scylla_django.models import Task
+
+    n = ctx.spec["n"]
+    if n > 0:
+        Task.objects.submit("t-chain", {"n": n - 1})
+    return n
