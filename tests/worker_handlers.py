@@ -150,3 +150,11 @@ def chain(ctx):
     if n > 0:
         Task.objects.submit("t-chain", {"n": n - 1})
     return n
+
+
+@handler("t-async-hang")
+async def async_hang(ctx):
+    """Await for a minute without checking for a stop."""
+    import asyncio
+
+    await asyncio.sleep(60)

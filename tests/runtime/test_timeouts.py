@@ -17,6 +17,7 @@ from scylla_django.enums import Status
 from scylla_django.exceptions import LeaseLost
 from scylla_django.handlers import HandlerRegistry, TaskContext, handler
 from scylla_django.models import Task, Worker
+from scylla_django.retries import Retry
 from scylla_django.worker import TaskWorker, WorkerOptions
 from scylla_django.worker.watchdog import Watchdog
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
@@ -185,3 +186,27 @@ def test_a_task_limit_capped_lease_expires_and_the_monitor_resets_it(settings):
     )
     assert Task.objects.filter(pk=task.pk, deadline__lt=F("updated")).exists()
     assert Task.objects.reset_expired() == 1
+
+
+def test_a_hung_async_handler_is_cancelled_and_aborted_with_timeout(settings):
+    settings.SCYLLA = {"TIMEOUT_GRACE": 0.3}
+    hung = Task.objects.submit("t-async-hang", {}, timeout=0.3)
+    worker = TaskWorker(options("t-async-hang", "t-echo", concurrency=1))
+    thread = run_in_thread(worker)
+    wait_until(lambda: Task.objects.get(pk=hung.pk).status == Status.ABORTED, timeout=5)
+    assert Task.objects.get(pk=hung.pk).errors[0]["code"] == "timeout"
+    after = Task.objects.submit("t-echo", {})
+    wait_until(lambda: Task.objects.get(pk=after.pk).status == Status.COMPLETED, timeout=5)
+    stop(worker, thread)
+
+
+def test_a_timeout_is_retried_by_a_policy_that_names_its_code():
+    task = Task.objects.submit(
+        "t-sleep", {"seconds": 30}, timeout=0.3, retry=Retry(max_attempts=2, codes=("timeout",))
+    )
+    worker = TaskWorker(options("t-sleep"))
+    thread = run_in_thread(worker)
+    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.ABORTED, timeout=5)
+    stop(worker, thread)
+    retry = Task.objects.get(retry_of=task.rn)
+    assert retry.attempt == 2 and retry.timeout == timedelta(seconds=0.3)
