@@ -27,6 +27,10 @@ class ScyllaConfig(AppConfig):
         with suppress(ImproperlyConfigured):
             autodiscover()
 
+        from . import eager
+
+        eager.connect()
+
         try:
             from . import metrics
         except ImportError:  # the metrics extra is not installed

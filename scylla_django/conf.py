@@ -15,6 +15,9 @@
 | `HANDLER_MODULES` | `["handlers"]` | modules of each app imported at startup (`@handler`s) |
 | `LIMITS` | `{}` | limits by name: most running tasks holding a slot (`submit(limits=...)`) |
 | `RATES` | `{}` | rates by name: most starts per period, "100/m" (`submit(rate_key=...)`) |
+| `TIMEOUTS` | `{}` | run-time limits by queue, for tasks and handlers that set none |
+| `TIMEOUT_GRACE` | 10 s | how long a task past its timeout may still return before it is aborted |
+| `EAGER` | `False` | run handlers at submit time, on commit, in the submitting process (tests) |
 
 Durations may be given as a `timedelta`, a number of seconds or text such as `"30s"`, `"5m"`,
 `"12h"`, `"7d"`. A lease lasts at least `LEASE_MIN` (1 second).
@@ -49,6 +52,9 @@ DEFAULTS: dict[str, Any] = {
     "HANDLER_MODULES": ["handlers"],
     "LIMITS": {},
     "RATES": {},
+    "TIMEOUTS": {},
+    "TIMEOUT_GRACE": timedelta(seconds=10),
+    "EAGER": False,
 }
 _MODULE_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
@@ -167,6 +173,27 @@ class ScyllaSettings:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise ImproperlyConfigured(f"SCYLLA['RATES'] must be a dict by name, got {value!r}")
         return dict(value)
+
+    @property
+    def TIMEOUTS(self) -> dict[str, timedelta]:
+        """The run-time limits by queue name, each a positive duration."""
+        value = self._raw("TIMEOUTS")
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ImproperlyConfigured(
+                f"SCYLLA['TIMEOUTS'] must be a dict of durations by queue, got {value!r}"
+            )
+        return {queue: as_duration(t, f"TIMEOUTS[{queue!r}]") for queue, t in value.items()}
+
+    @property
+    def TIMEOUT_GRACE(self) -> timedelta:
+        return as_duration(self._raw("TIMEOUT_GRACE"), "TIMEOUT_GRACE")
+
+    @property
+    def EAGER(self) -> bool:
+        value = self._raw("EAGER")
+        if not isinstance(value, bool):
+            raise ImproperlyConfigured(f"SCYLLA['EAGER'] must be True or False, got {value!r}")
+        return value
 
     @property
     def SCHEDULES(self) -> Any:

@@ -74,6 +74,19 @@ class OwnerAlive(InvalidTransition, code="owner_alive"):
     """The worker holding the lease is still alive: an operator may not take the lease away."""
 
 
+class TaskTimedOut(ScyllaError, code="timeout"):
+    """The task ran past its run-time limit: the handler should return (the task is aborted
+    with the error `timeout` whatever it returns)."""
+
+    def __init__(self, detail: str, *, rn: str | None = None, timeout: float = 0.0) -> None:
+        super().__init__(detail, rn=rn)
+        self.timeout = timeout
+
+    def as_error(self) -> dict[str, Any]:
+        """The error recorded on the task: `{"code": "timeout", "args": {"timeout": s}}`."""
+        return error_record(self.code, self.detail, {"timeout": self.timeout})
+
+
 class WorkerStopping(ScyllaError, code="worker_stopping"):
     """The worker is shutting down and has yielded the task; the handler should return."""
 

@@ -13,15 +13,18 @@ def build_report(ctx):
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.utils.module_loading import autodiscover_modules
 
-from . import queue_keys, retries
+from . import db, queue_keys, retries
 from .conf import scylla_settings
-from .exceptions import ScyllaError
-from .validation import validate_progress, validate_queue
+from .exceptions import InvalidTransition, LeaseLost, ScyllaError, TaskCancelled
+from .validation import validate_progress, validate_queue, validate_timeout
 
 if TYPE_CHECKING:
     from .models import Task, Worker
@@ -39,12 +42,20 @@ class TaskContext:
         self._progress = task.progress
         self._stop: ScyllaError | None = None
         self._lock = threading.Lock()
+        self._ended = False
         # Kept by the worker: heartbeats failed in a row, progress the database has, whether
         # the lease was given back, whether the handler is still running.
         self.failed_heartbeats = 0
         self.sent_progress = task.progress
         self.yielded = False
         self.handler_running = False
+        self.started = time.monotonic()
+        """When the lease was taken, on this process's monotonic clock."""
+        self.timeout: timedelta | None = None
+        """The task's run-time limit, as the worker resolved it (None: no limit)."""
+        self.lease_kept_until: float | None = None
+        """Until when (monotonic) the lease is surely held, as the last heartbeat that was
+        answered tells; past it, `check()` raises LeaseLost (None: not tracked)."""
 
     @property
     def spec(self) -> Any:
@@ -59,13 +70,61 @@ class TaskContext:
         self._progress = validate_progress(progress)
 
     def check(self) -> None:
-        """Raise if the handler should stop: TaskCancelled, LeaseLost or WorkerStopping.
+        """Raise if the handler should stop: TaskCancelled, LeaseLost, WorkerStopping or
+        TaskTimedOut.
 
-        Call it between steps of long work. The worker writes nothing more for a stopped task.
+        Call it between steps of long work. The worker writes nothing more for a stopped task
+        (but the abort `timeout` for one that timed out). LeaseLost is raised too once the
+        lease may have expired because heartbeats failed (`lease_kept_until` has passed).
         """
+        kept = self.lease_kept_until
+        if kept is not None and time.monotonic() >= kept:
+            self.stop(
+                LeaseLost(
+                    "heartbeats failed and the lease may expire: giving the task up",
+                    rn=self.task.rn,
+                )
+            )
         with self._lock:
             if self._stop is not None:
                 raise self._stop
+
+    @contextmanager
+    def fenced(self) -> Iterator[None]:
+        """A transaction on the task's database in which the handler's own writes commit only
+        while this worker still holds the task's lease (README, "Fenced side effects").
+
+        It begins by locking the task's row on its current owner and lease number (one
+        `SELECT … FOR SHARE` on PostgreSQL, the write lock on SQLite) and keeps the lock until
+        it commits: a reset, a takeover or a cancel waits for it. If the lease was already
+        reset or taken over, LeaseLost is raised (TaskCancelled if the task was cancelled)
+        and nothing in the block is committed; the task is stopped too, so that `check()`
+        raises from then on. Keep the block short: the lease's heartbeat waits for it.
+        """
+        using = self.task._state.db or "default"
+        try:
+            with db.write_atomic(using):
+                self.task.lock_lease(self.worker)
+                yield
+        except InvalidTransition as exc:
+            if exc.rn == self.task.rn and exc.code in (LeaseLost.code, TaskCancelled.code):
+                self.stop(exc)
+            raise
+
+    @property
+    def stop_reason(self) -> ScyllaError | None:
+        """Why the handler should stop, if it should."""
+        return self._stop
+
+    def end(self) -> bool:
+        """Claim the right to end this task (write its outcome, or give it up): True for the
+        first caller only, so a handler returning late and the worker that gave it up never
+        both end it."""
+        with self._lock:
+            if self._ended:
+                return False
+            self._ended = True
+            return True
 
     @property
     def stopped(self) -> bool:
@@ -89,6 +148,7 @@ class HandlerRegistry:
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._timeouts: dict[str, timedelta] = {}
 
     def register(self, queue: str, func: Handler) -> None:
         queue = validate_queue(queue)
@@ -102,6 +162,21 @@ class HandlerRegistry:
 
     def get(self, queue: str) -> Handler | None:
         return self._handlers.get(queue)
+
+    def set_timeout(self, queue: str, timeout: timedelta | None) -> None:
+        """Make `timeout` the run-time limit of `queue`'s tasks that set none (None: unset)."""
+        queue = validate_queue(queue)
+        if timeout is None:
+            self._timeouts.pop(queue, None)
+        else:
+            self._timeouts[queue] = timeout
+
+    def timeout_of(self, task: Task) -> timedelta | None:
+        """The run-time limit of `task`: its own `timeout`, else its handler's, else its
+        queue's (`SCYLLA['TIMEOUTS']`), else None (no limit)."""
+        if task.timeout is not None:
+            return task.timeout
+        return self._timeouts.get(task.queue) or scylla_settings.TIMEOUTS.get(task.queue)
 
     def serves(self, queue: str) -> bool:
         """Whether a handler is registered for `queue`."""
@@ -124,6 +199,7 @@ def handler(
     order_key: Any = None,
     order_on_failure: Any = None,
     rate_key: Any = None,
+    timeout: timedelta | float | str | None = None,
 ) -> Callable[[H], H]:
     """Register the decorated function as the handler of `queues`.
 
@@ -137,6 +213,8 @@ def handler(
     "Locks, limits and order keys"). They apply in every process that imports the handler.
     A value that no submission could take is a TypeError here; a limit or rate that is not
     configured is reported by `manage.py check` (`scylla_django.W020`).
+    `timeout` is the run-time limit of the queues' tasks that set none (README, "Run-time
+    limits"); ValidationError if it is not positive.
     """
     if retry is not None and not isinstance(retry, retries.Retry):
         raise TypeError(f"retry must be a Retry(...), not {retry!r}")
@@ -152,10 +230,12 @@ def handler(
             "rate_key": rate_key,
         }
     )
+    limit = None if timeout is None else validate_timeout(timeout)
 
     def decorate(func: H) -> H:
         for queue in queues:
             registry.register(queue, func)
+            registry.set_timeout(queue, limit)
             retries.register_policy(queue, retry)
             queue_keys.register_keys(queue, **defaults)
         return func

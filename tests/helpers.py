@@ -52,6 +52,7 @@ TASK_FIELDS = {
     "rate_key",
     "cpu_time",
     "peak_memory",
+    "timeout",
 }
 
 

@@ -1,5 +1,6 @@
 """Settings for the test suite. DATABASE_URL picks the database (SQLite by default)."""
 
+import json
 import os
 
 import dj_database_url
@@ -63,6 +64,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": DATABASES["default"]["NAME"] + ".test"}
 
 SCYLLA: dict[str, object] = {}
+# A child process's own settings (a worker with a short timeout grace, say), as JSON.
+if os.environ.get("SCYLLA_TEST_SETTINGS"):
+    SCYLLA.update(json.loads(os.environ["SCYLLA_TEST_SETTINGS"]))
 
 # Django 6+: django.tasks on Scylla (ignored by Django 5.2).
 TASKS = {

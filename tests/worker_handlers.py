@@ -84,3 +84,77 @@ async def async_sleep(ctx):
         await asyncio.sleep(0.02)
         ctx.set_progress((step + 1) / steps)
     return {"thread": threading.get_ident()}
+
+
+@handler("t-spin")
+def spin(ctx):
+    """Loop for ever without checking for a stop (as a hung handler would)."""
+    while True:
+        sum(range(1000))
+
+
+@handler("t-timed", timeout=0.5)
+def timed(ctx):
+    """Sleep in steps, checking for a stop, for longer than its handler's timeout."""
+    for _ in range(200):
+        ctx.check()
+        time.sleep(0.05)
+    return "finished"
+
+
+@handler("t-late")
+def late(ctx):
+    """Catch the stop and return a result anyway (after spec["extra"] seconds)."""
+    from scylla_django.exceptions import TaskTimedOut
+
+    try:
+        while True:
+            ctx.check()
+            time.sleep(0.05)
+    except TaskTimedOut:
+        time.sleep(ctx.spec.get("extra", 0))
+        return "done anyway"
+
+
+@handler("t-steps")
+def steps(ctx):
+    """Append "rn step time" to spec["path"] every 0.1 s for spec["seconds"], checking first."""
+    deadline = time.time() + ctx.spec.get("seconds", 60)
+    step = 0
+    while time.time() < deadline:
+        ctx.check()
+        with open(ctx.spec["path"], "a") as out:
+            out.write(f"{ctx.task.rn} {step} {time.time()}\n")
+        step += 1
+        time.sleep(0.1)
+    return step
+
+
+@handler("t-user")
+def user(ctx):
+    """Create the user spec["name"] in a fenced block, report progress, return its pk."""
+    from django.contrib.auth.models import User
+
+    ctx.set_progress(0.5)
+    with ctx.fenced():
+        created = User.objects.create(username=ctx.spec["name"])
+    return {"user": created.pk}
+
+
+@handler("t-chain")
+def chain(ctx):
+    """Submit the next link (spec["n"] - 1) until 0: tasks that submit tasks."""
+    from scylla_django.models import Task
+
+    n = ctx.spec["n"]
+    if n > 0:
+        Task.objects.submit("t-chain", {"n": n - 1})
+    return n
+
+
+@handler("t-async-hang")
+async def async_hang(ctx):
+    """Await for a minute without checking for a stop."""
+    import asyncio
+
+    await asyncio.sleep(60)

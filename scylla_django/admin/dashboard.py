@@ -43,7 +43,7 @@ CHART_WIDTH = 600
 CHART_HEIGHT = 120
 LIST_LIMIT = 20
 WORKER_LIMIT = 100
-# A worker touches `last_seen` every third of its lease length; give it a few beats of slack.
+# A worker touches `last_seen` every quarter of its lease length; give it a few beats of slack.
 WORKER_SILENCE = timedelta(minutes=2)
 # Failures are grouped over this window, and over at most this many of its newest tasks.
 FAILURE_WINDOW = timedelta(hours=24)

@@ -300,6 +300,9 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
         help_text="Peak resident memory in bytes of the child process that ran the handler "
         "(measured under process isolation only); null otherwise.",
     )
+    timeout = SecondsField(
+        help_text="The task's own run-time limit in seconds (null: its handler's or queue's)."
+    )
 
     class Meta:
         model = Task
@@ -331,6 +334,7 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "rate_key",
             "cpu_time",
             "peak_memory",
+            "timeout",
         ]
         read_only_fields = fields
 
@@ -605,6 +609,12 @@ class SubmitSerializer(StrictSerializer):
         required=False,
         help_text="The rate the task's start counts against; an unknown one is a 400 "
         "`unknown_rate`.",
+    )
+    timeout = DurationInputField(
+        error_code="invalid_timeout",
+        required=False,
+        help_text="Run-time limit (seconds or '5m'): past it the task is stopped, then "
+        "aborted with `timeout` (README, Run-time limits).",
     )
 
 

@@ -28,7 +28,7 @@ queryset, the model or the `Tables` it works on.
 | `inserts` | submissions: single, pipelined bulk (PostgreSQL), bulk insert (SQLite) |
 | `notifications` | the LISTEN/NOTIFY channels, NOTIFY, a LISTEN connection |
 | `sqlite` | SQL only SQLite needs (`json_each`) |
-| `portable` | one call per query, the vendor's way: JSON list tests, UPDATE … RETURNING, upsert |
+| `portable` | one call per query, the vendor's way: JSON tests, RETURNING, upsert, row locks |
 | `keys` | the triggers that take a task's locks and limit slots with its lease and free them |
 | `counts` | counts of a big table: capped, estimated, the queues present |
 """
@@ -39,7 +39,7 @@ from .clock import CLOCK_CTE, Clock, Now, now_plus, read_clock
 from .connections import discard_connection, ping
 from .counts import capped_counts, estimator, planned_rows, queues_present
 from .notifications import READY_CHANNEL, STOP_CHANNEL, listen, postgresql_notify
-from .portable import json_list_contains, update_returning_pks, upsert
+from .portable import json_list_contains, lock_rows, update_returning_pks, upsert
 from .postgresql import (
     compact,
     finish_statement,
@@ -91,6 +91,7 @@ __all__ = [
     "keys",
     "lease_statement",
     "listen",
+    "lock_rows",
     "now_plus",
     "ping",
     "planned_rows",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from itertools import chain
 from typing import Any, TypeVar
@@ -65,6 +65,7 @@ SUBMITTED = {
     "order_key": "text",
     "order_seq": "bigint",
     "order_block": "boolean",
+    "timeout": "interval",
 }
 
 
@@ -317,6 +318,7 @@ def _submission_document(rows: Sequence[dict[str, Any]]) -> str:
                 "root": row.get("root"),
                 "attempt": row.get("attempt", 0),
                 **{name: row.get(name) for name in _KEY_FIELDS if "keys" in row},
+                "timeout": _interval(row.get("timeout")),
             }
             for row in rows
         ],
@@ -326,6 +328,11 @@ def _submission_document(rows: Sequence[dict[str, Any]]) -> str:
 
 #: The SUBMITTED fields of a task with keys (`models.keys.key_values`).
 _KEY_FIELDS = ("keys", "order_key", "order_seq", "order_block")
+
+
+def _interval(value: timedelta | None) -> str | None:
+    """A duration as PostgreSQL reads an interval from JSON text."""
+    return None if value is None else f"{value.total_seconds()!r} seconds"
 
 
 def can_insert_returning_on_conflict(connection: BaseDatabaseWrapper) -> bool:

@@ -1,8 +1,8 @@
 """Queries every vendor runs, each behind one call that picks the vendor's way.
 
-The JSON list tests (`__contains` where Django has it, `json_each` on SQLite) and the
+The JSON list tests (`__contains` where Django has it, `json_each` on SQLite), the
 fenced UPDATE that returns the keys it wrote (`RETURNING` on PostgreSQL and SQLite, lock then
-update elsewhere).
+update elsewhere) and the shared lock of a fenced row until commit (`lock_rows`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from django.db import connections, models, transaction
 from django.db.models import Q, QuerySet, sql
 
 from .sqlite import sqlite_json_each
-from .vendors import is_sqlite, returns_written_rows
+from .vendors import is_postgresql, is_sqlite, returns_written_rows
 
 
 def json_list_contains(
@@ -74,3 +74,25 @@ def upsert(
     model._default_manager.using(using).bulk_create(
         objs, update_conflicts=True, unique_fields=target, update_fields=update_fields
     )
+
+
+def lock_rows(fenced: QuerySet[Any]) -> bool:
+    """Lock the rows `fenced` selects until the caller's transaction ends; whether there were
+    any. Writes to them (a reset, a takeover) wait for that commit.
+
+    PostgreSQL: one `SELECT … FOR SHARE` (other readers that share it are not held up).
+    SQLite: an UPDATE that changes nothing takes the database's write lock, held to commit.
+    Elsewhere: `SELECT … FOR UPDATE`. Call it inside a transaction.
+    """
+    connection = connections[fenced.db]
+    assert connection.in_atomic_block, "lock_rows() holds its lock until the caller commits"
+    if is_sqlite(connection):
+        pk = fenced.model._meta.pk
+        assert pk is not None
+        return bool(fenced.update(**{pk.attname: models.F(pk.attname)}))
+    if not is_postgresql(connection):
+        return bool(list(fenced.select_for_update().values_list("pk", flat=True)))
+    query, params = fenced.values_list("pk", flat=True).query.get_compiler(fenced.db).as_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(f"{query} FOR SHARE", params)
+        return cursor.fetchone() is not None

@@ -27,6 +27,7 @@ from ..validation import (
     validate_priority,
     validate_queue,
     validate_rn,
+    validate_timeout,
     validate_unique_key,
     validate_unique_window,
 )
@@ -61,6 +62,7 @@ class TaskOptions(TypedDict, total=False):
     order_key: str | None
     order_on_failure: str | None
     rate_key: str | None
+    timeout: timedelta | float | str | None
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,7 @@ def task_values(
     order_key: str | None = None,
     order_on_failure: str | None = None,
     rate_key: str | None = None,
+    timeout: timedelta | float | str | None = None,
     defaults: SubmitDefaults | None = None,
 ) -> dict[str, Any]:
     """The field values of a new task, validated (a generated rn if none is given).
@@ -233,6 +236,8 @@ def task_values(
         not_before=check("not_before", _validate_not_before, not_before),
         retry_policy=check("retry", _validate_retry, retry),
     )
+    if timeout is not None:
+        values["timeout"] = check("timeout", validate_timeout, timeout)
     given: dict[str, Any] = {
         "unique_key": unique_key,
         "locks": locks,
@@ -298,6 +303,7 @@ def task_values_from(
         "order_key",
         "order_on_failure",
         "rate_key",
+        "timeout",
     }
     unknown = set(item) - allowed
     if unknown:
@@ -324,6 +330,7 @@ def task_values_from(
         order_key=item.get("order_key"),
         order_on_failure=item.get("order_on_failure"),
         rate_key=item.get("rate_key"),
+        timeout=item.get("timeout"),
         defaults=defaults,
     )
     if "unique_key" in values:

@@ -96,6 +96,36 @@ def lease(
         return list(tasks.filter(pk__in=ids).order_by(*order))
 
 
+def lease_rn(
+    tasks: models.QuerySet[Any], pk: int, name: str, rn: str, lease_length: timedelta
+) -> Any | None:
+    """Lease the ready task `rn` for the worker `name` (pk `pk`), whatever its queue's settings
+    and its `not_before` say: a task run by hand. None if it is not ready or the worker may not
+    lease. One conditional UPDATE and its History row, in one transaction, on every vendor (the
+    key triggers still refuse a task whose keys are not free)."""
+    transition = TRANSITIONS[Operation.LEASE]
+    tasks = tasks.model.objects.using(tasks.db)
+    with db.write_atomic(tasks.db):
+        if not Worker.objects.using(tasks.db).filter(pk=pk, stopped__isnull=True).exists():
+            return None
+        now = db.read_clock(tasks.db)
+        leased = tasks.filter(rn=rn, status__in=sources(Operation.LEASE)).update(
+            status=transition.target,
+            owner=name,
+            deadline=now + lease_length,
+            lease_length=lease_length,
+            leases=F("leases") + 1,
+            updated=now,
+        )
+        if not leased:
+            return None
+        task = tasks.get(rn=rn)
+        History.objects.using(tasks.db).create(
+            task_id=task.pk, typ=event(Operation.LEASE), worker=name, time=now
+        )
+        return task
+
+
 def finish(
     tasks: models.QuerySet[Any], name: str, rows: list[dict[str, Any]]
 ) -> dict[int, datetime]:

@@ -101,6 +101,7 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
         root=root,
         attempt=attempt,
         retry_policy=task.retry_policy,
+        timeout=task.timeout,
         keys=task.keys,
         order_key=task.order_key,
         order_seq=None if task.order_key is None else (task.order_seq or task.pk),

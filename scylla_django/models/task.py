@@ -12,11 +12,12 @@ submit_many), `finishing` (finish_many, finish_and_lease), `successors` (retries
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Unpack
 
 from django.db import connections, models, transaction
-from django.db.models import Case, Exists, F, FloatField, Q, Value, When
+from django.db.models import Case, DateTimeField, Exists, F, FloatField, Q, Value, When
+from django.db.models.functions import Least
 from django.utils import timezone
 
 from .. import db, signals, validation
@@ -47,6 +48,7 @@ from ..validation import (
     validate_timeout,
 )
 from . import finishing, keys, maintenance, portable, submission, successors
+from .dependencies import HELD
 from .history import History
 from .inputs import SubmitOutcome, TaskOptions, task_values, validate_terminal_statuses
 from .notices import send_on_commit
@@ -185,6 +187,42 @@ class TaskQuerySet(models.QuerySet["Task"]):
             send_on_commit(signals.task_leased, self.db, task=task)
         return tasks
 
+    def lease_rn(
+        self, worker: Worker | str, rn: str, *, lease_length: timedelta | float | None = None
+    ) -> Task:
+        """Lease the task `rn` for `worker`, by hand (`manage.py scylla_run`): ready → running
+        as `lease()` does it, but whatever its queue's pause or limit and its `not_before`.
+
+        Raises TaskNotFound, InvalidTransition if it is not ready or still waits for its
+        parents (a follow-up), WorkerNotFound if `worker` may not lease.
+        """
+        name = worker_name(worker)
+        pk = required_worker_id(name)
+        length = validate_timeout(
+            scylla_settings.LEASE_LENGTH if lease_length is None else lease_length
+        )
+        current = self.get_by_rn(rn)
+        if current.status != Status.READY:
+            raise InvalidTransition(
+                f"Task {rn} is {current.status}, not ready.", rn=rn, status=current.status
+            )
+        if current.not_before == HELD:
+            raise InvalidTransition(
+                f"Task {rn} waits for its parents to complete.", rn=rn, status=current.status
+            )
+        task: Task | None = portable.lease_rn(self, pk, name, rn, length)
+        if task is None:
+            if not Worker.objects.using(self.db).filter(pk=pk, stopped__isnull=True).exists():
+                raise WorkerNotFound(f"No registered, running worker is called {name!r}.")
+            status = self.get_by_rn(rn).status
+            raise InvalidTransition(
+                f"Task {rn} could not be leased (it is {status}; its keys may be held).",
+                rn=rn,
+                status=status,
+            )
+        send_on_commit(signals.task_leased, self.db, task=task)
+        return task
+
     # -- clients ----------------------------------------------------------------------------
 
     def cancel(self) -> int:
@@ -302,6 +340,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         leases: Mapping[int, tuple[int, float | None]],
         *,
         lease_length: timedelta | float | None = None,
+        limits: Mapping[int, datetime] | None = None,
     ) -> set[int]:
         """Extend several leases of `worker` in one statement; return the pks it extended.
 
@@ -310,6 +349,10 @@ class TaskQuerySet(models.QuerySet["Task"]):
         progress of None leaves the progress as it is. Each row is fenced as `Task.heartbeat()`
         fences it (running, owned by `worker`, not yielded). A pk missing from the result was
         cancelled, lost or finished: `refusals()` says which.
+
+        `limits` maps a task pk to the time (on the database clock) past which its lease is
+        never extended: its deadline becomes the earlier of the two, so a task past its
+        run-time limit loses its lease however long its worker heartbeats it.
         """
         name = worker_name(worker)
         lease_length = validate_timeout(
@@ -325,7 +368,16 @@ class TaskQuerySet(models.QuerySet["Task"]):
             .filter(held, status__in=sources(Operation.HEARTBEAT), owner=name)
             .filter(NOT_YIELDED)
         )
-        values: dict[str, Any] = {"deadline": db.now_plus(lease_length), "updated": Now()}
+        extended = db.now_plus(lease_length)
+        capped = [
+            When(pk=pk, then=Least(extended, Value(limit, output_field=DateTimeField())))
+            for pk, limit in (limits or {}).items()
+            if pk in leases
+        ]
+        deadline = (
+            Case(*capped, default=extended, output_field=DateTimeField()) if capped else extended
+        )
+        values: dict[str, Any] = {"deadline": deadline, "updated": Now()}
         progress = [
             When(pk=pk, then=Value(validate_progress(value)))
             for pk, (_, value) in leases.items()
@@ -395,6 +447,9 @@ class Task(models.Model):
     leases = models.PositiveIntegerField(default=0)
     # The length of the current lease: a heartbeat given none extends the lease by this much.
     lease_length = models.DurationField(null=True, blank=True, editable=False)
+    # The task's run-time limit (README, "Run-time limits"); null: its handler's, else its
+    # queue's (`SCYLLA['TIMEOUTS']`), else none.
+    timeout = models.DurationField(null=True, blank=True)
     # Retry chains (scylla_django.retries): a retry is a new task, linked by rn to the task it
     # follows and to the first task of its chain (the first task too, once it has a retry;
     # null on a task never retried).
@@ -643,6 +698,24 @@ class Task(models.Model):
         """Why this ready task is not running now (its not_before, parents, paused queue, and
         each lock, limit, order key or rate that is not free): see `keys.waiting_reasons`."""
         return keys.waiting_reasons(self)
+
+    def lock_lease(self, worker: Worker | str, *, lease: int | None = None) -> None:
+        """Inside a transaction: lock this task's row while `worker` holds its lease (running,
+        owned by `worker`, lease number `lease`, else this object's `leases`), until the
+        transaction ends. A reset, a takeover or a cancel of the task waits for that commit,
+        so what the transaction writes commits only while the lease is held.
+
+        Raises LeaseLost (the lease was reset or taken over) or TaskCancelled, the transaction
+        to be rolled back (see `TaskContext.fenced()`).
+        """
+        name = worker_name(worker)
+        held = self.leases if lease is None else lease
+        using = self._state.db or "default"
+        fenced = Task.objects.using(using).filter(
+            pk=self.pk, status__in=sources(Operation.COMPLETE), owner=name, leases=held
+        )
+        if not db.lock_rows(fenced):
+            raise self._refusal(Operation.COMPLETE, name, held, using)
 
     def yield_lease(self, worker: Worker | str, *, lease: int | None = None) -> None:
         """Give the task back: `deadline = now - 1 s` and a TaskYield{worker, progress} row.

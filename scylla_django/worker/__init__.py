@@ -13,6 +13,8 @@ arguments and calls it. It wires the parts, one concept each:
 - `writer`: the outcome writer, on a thread of its own or on the handler's thread, writing
   outcomes with the lease that refills their slots;
 - `heartbeat`: a thread that extends the leases in hand, and yields them on shutdown;
+- `watchdog`: a thread that stops the tasks past their run-time limit or whose leases may
+  lapse (heartbeats failing), and gives up the handlers that run on regardless;
 - `summary`: the counts of the INFO summary lines;
 - `database`: retries through an outage and the handler threads' own connections;
 - on PostgreSQL, a listener thread wakes the lease loop when tasks become ready and the
@@ -44,6 +46,7 @@ from .leasing import LeaseLoop
 from .options import WorkerOptions
 from .slots import Slots
 from .summary import Summary
+from .watchdog import Watchdog
 from .writer import OutcomeWriter
 
 __all__ = ["TaskContext", "TaskWorker", "WorkerOptions"]
@@ -70,7 +73,10 @@ class TaskWorker:
         self.stopping = threading.Event()
         self._wakeup = threading.Event()  # lease now: a slot was freed, or tasks became ready
         self._grace_over = threading.Event()  # stop retrying writes: the grace period is over
-        self._slots = Slots(options.concurrency, options.max_tasks, on_free=self.wake)
+        self._watchdog = Watchdog(options, lambda: self.name)
+        self._slots = Slots(
+            options.concurrency, options.max_tasks, on_free=self.wake, on_take=self._watchdog.track
+        )
         self._heartbeat: Heartbeat | None = None
 
     @property
@@ -140,6 +146,7 @@ class TaskWorker:
             worker,
             self._slots.in_hand,
             lambda: summary.log_when_due(self.name, self._slots.held()),
+            watchdog=self._watchdog,
         )
         writer = OutcomeWriter(
             options,
@@ -173,6 +180,9 @@ class TaskWorker:
         threads = [
             start_daemon(heartbeat.run, "scylla-heartbeat"),
             start_daemon(writer.run, "scylla-writer"),
+            start_daemon(
+                lambda: self._watchdog.run(self._slots.in_hand, execution), "scylla-watchdog"
+            ),
         ]
         execution.start(writer)
         if options.listen and db.can_listen(options.using):
@@ -193,6 +203,7 @@ class TaskWorker:
                 self.listener.close()
             self._shutdown(worker, heartbeat, execution, summary)
             heartbeat.close()
+            self._watchdog.close()
             writer.close()
             for thread in threads:
                 thread.join(timeout=5)

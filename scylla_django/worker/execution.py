@@ -16,6 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -25,6 +26,7 @@ from ..exceptions import (
     Abort,
     LeaseLost,
     TaskCancelled,
+    TaskTimedOut,
     WorkerStopping,
     error_record,
     exception_error,
@@ -37,6 +39,11 @@ from .database import OwnConnections, close_handler_connections
 from .isolation import Isolation
 
 logger = logging.getLogger("scylla_django")
+
+
+class _Abandoned(Exception):
+    """The task a handler thread ran was given up by the watchdog: the thread ends (another
+    took its place)."""
 
 
 class OutcomeSink(Protocol):
@@ -96,6 +103,8 @@ class Execution:
         self._jobs: queue.SimpleQueue[TaskContext | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sink: OutcomeSink | None = None
+        self._futures: dict[int, Future[None]] = {}  # the async handlers running, by task pk
+        self._replacements = 0
 
     def start(self, sink: OutcomeSink) -> None:
         """Start the handler threads (and the event loop), sending outcomes to `sink`."""
@@ -128,9 +137,22 @@ class Execution:
     def dispatch(self, ctx: TaskContext) -> None:
         """Hand a leased task to a handler thread, or to the event loop."""
         if self._loop is not None and self.runs_on_loop(ctx):
-            asyncio.run_coroutine_threadsafe(self._execute_async(ctx), self._loop)
+            future = asyncio.run_coroutine_threadsafe(self._execute_async(ctx), self._loop)
+            self._futures[ctx.task.pk] = future
+            future.add_done_callback(lambda _: self._futures.pop(ctx.task.pk, None))
         else:
             self._jobs.put(ctx)
+
+    def abandon(self, ctx: TaskContext) -> None:
+        """Leave `ctx`'s handler to itself (the watchdog ended its task): an `async def` one is
+        cancelled; a thread cannot be killed, so another handler thread takes its place and it
+        ends once its handler returns, if ever."""
+        future = self._futures.get(ctx.task.pk)
+        if future is not None:
+            future.cancel()
+            return
+        self._replacements += 1
+        start_daemon(self._thread_loop, f"scylla-task-r{self._replacements}")
 
     @property
     def sink(self) -> OutcomeSink:
@@ -145,6 +167,8 @@ class Execution:
             while ctx is not None:
                 try:
                     following = self._execute(ctx)
+                except _Abandoned:
+                    return  # another thread took this one's place
                 except Exception:  # a bug of ours: log it, give the task up, keep the thread
                     logger.exception("%s: running %s failed", self._name(), ctx.task.rn)
                     self.sink.give_up(ctx)
@@ -165,6 +189,8 @@ class Execution:
         close_handler_connections()  # the handler's own queries: as at the end of a request
         if self._after_task is not None:
             self._after_task()  # before the outcome's write, which may lease the next task
+        if not ctx.end():
+            raise _Abandoned
         with self._own.used():
             return self.sink.finish_here(ctx, self._kept(ctx, run.outcome))
 
@@ -185,6 +211,8 @@ class Execution:
             run.result = await run.handler(ctx)
         if self._after_task is not None:
             self._after_task()
+        if not ctx.end():
+            return  # the watchdog ended it
         try:
             self.sink.hand_over(ctx, self._kept(ctx, run.outcome))
         except Exception:  # a bug of ours: log it, give the task up
@@ -227,6 +255,8 @@ class Execution:
 
     def _raised(self, ctx: TaskContext, exc: BaseException) -> Outcome | None:
         task = ctx.task
+        if isinstance(exc, TaskTimedOut):
+            return Outcome(task.pk, task.leases, errors=[exc.as_error()])
         if isinstance(exc, TaskCancelled | LeaseLost | WorkerStopping):
             logger.info("%s stopped %s: %s", self._name(), task.rn, exc)
             return None
@@ -236,7 +266,15 @@ class Execution:
         return Outcome(task.pk, task.leases, errors=[exception_error(exc)])
 
     def _kept(self, ctx: TaskContext, outcome: Outcome | None) -> Outcome | None:
-        """The outcome to write: none for a task stopped while its handler ran."""
+        """The outcome to write: none for a task stopped while its handler ran, the abort
+        `timeout` for one that ran past its run-time limit."""
+        reason = ctx.stop_reason
+        if outcome is not None and isinstance(reason, TaskTimedOut) and not ctx.yielded:
+            if outcome.errors != [reason.as_error()]:
+                logger.info(
+                    "%s: %s timed out; its outcome is the abort timeout", self._name(), ctx.task.rn
+                )
+            return dataclasses.replace(outcome, result=None, errors=[reason.as_error()])
         if outcome is not None and ctx.stopped and not ctx.yielded:
             logger.info("%s: %s was stopped; its outcome is not written", self._name(), ctx.task.rn)
             return None

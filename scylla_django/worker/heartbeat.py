@@ -16,10 +16,17 @@ from django.db import connections
 
 from .. import db
 from ..conf import scylla_settings
-from ..exceptions import InvalidTransition, LeaseLost, ScyllaError, WorkerStopping
+from ..exceptions import (
+    InvalidTransition,
+    LeaseLost,
+    ScyllaError,
+    TaskTimedOut,
+    WorkerStopping,
+)
 from ..handlers import TaskContext
 from ..models import Task, Worker
 from .options import WorkerOptions
+from .watchdog import Watchdog
 
 logger = logging.getLogger("scylla_django")
 
@@ -35,8 +42,10 @@ class Heartbeat:
         worker: Worker,
         in_hand: Callable[[], list[TaskContext]],
         tick: Callable[[], None],
+        watchdog: Watchdog | None = None,
     ) -> None:
         self.options = options
+        self.watchdog = watchdog
         self.worker = worker
         self._in_hand = in_hand
         self._tick = tick
@@ -98,9 +107,21 @@ class Heartbeat:
         using = self.options.using
         max_failures = scylla_settings.HEARTBEAT_FAILURES
         with self._lock:
-            live = [ctx for ctx in self._in_hand() if not ctx.stopped]
+            # A task past its timeout is kept until its handler returns or the watchdog aborts it.
+            live = [
+                ctx
+                for ctx in self._in_hand()
+                if not ctx.stopped or isinstance(ctx.stop_reason, TaskTimedOut)
+            ]
             if not live:
                 return
+            limits = {
+                ctx.task.pk: limit
+                for ctx in live
+                if self.watchdog is not None
+                and (limit := self.watchdog.lease_limit(ctx)) is not None
+            }
+            sent = time.monotonic()
             leases = {
                 ctx.task.pk: (
                     ctx.task.leases,
@@ -111,7 +132,7 @@ class Heartbeat:
             try:
                 db.use_worker_plans(connections[using])  # this thread only heartbeats
                 extended = Task.objects.using(using).heartbeat_many(
-                    self.worker, leases, lease_length=self.options.lease_length
+                    self.worker, leases, lease_length=self.options.lease_length, limits=limits
                 )
                 refused = {pk: leases[pk][0] for pk in leases if pk not in extended}
                 errors = Task.objects.using(using).refusals(self.worker, refused) if refused else {}
@@ -138,9 +159,11 @@ class Heartbeat:
         for ctx in live:
             if ctx.task.pk in extended:
                 ctx.failed_heartbeats = 0
-                sent = leases[ctx.task.pk][1]
-                if sent is not None:
-                    ctx.sent_progress = sent
+                progress = leases[ctx.task.pk][1]
+                if progress is not None:
+                    ctx.sent_progress = progress
+                if self.watchdog is not None:
+                    self.watchdog.kept(ctx, sent)
                 continue
             error = errors[ctx.task.pk]
             if type(error) is InvalidTransition and not ctx.handler_running:

@@ -19,6 +19,10 @@ def _configured_lease_length() -> timedelta:
     return scylla_settings.LEASE_LENGTH
 
 
+def _configured_timeout_grace() -> timedelta:
+    return scylla_settings.TIMEOUT_GRACE
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerOptions:
     """How a worker works: which queues, how many tasks at a time, how long its leases are.
@@ -27,7 +31,8 @@ class WorkerOptions:
     - `concurrency`: tasks in hand at a time (handler threads; `async def` handlers share one
       event loop thread).
     - `lease_length`: the lease length (default `SCYLLA['LEASE_LENGTH']` when made).
-    - `heartbeat_interval`: seconds between heartbeats (default a third of the lease length).
+    - `heartbeat_interval`: seconds between heartbeats (default a quarter of the lease length,
+      so three heartbeats fit in a lease with room to spare).
     - `poll_interval`: seconds between polls when idle.
     - `max_tasks`: stop leasing after this many tasks, finish them and stop (None: no limit).
     - `max_memory`: megabytes; a worker whose resident memory is past it after a task stops
@@ -37,6 +42,8 @@ class WorkerOptions:
     - `isolation`: `"thread"` (default) runs plain handlers on the worker's threads;
       `"process"` runs each in a child process of its thread's own (see `isolation.py`).
     - `grace_period`: seconds a shutdown waits for the handlers still running.
+    - `timeout_grace`: how long a task past its run-time limit may still return before it is
+      aborted (default `SCYLLA['TIMEOUT_GRACE']` when made).
     - `registry`: the handlers; `using`: the database alias.
     - `batch_size`, `batch_wait`: outcomes are written when `batch_size` are ready or
       `batch_wait` seconds after the first of a batch, whichever comes first.
@@ -45,7 +52,8 @@ class WorkerOptions:
       over the database's own settings, or over `listen_dsn` (a session, not a
       transaction-mode pooler); polling goes on as a fallback.
 
-    ValueError when an option is out of range or a queue has no handler.
+    ValueError when an option is out of range or a queue has no handler (ImproperlyConfigured
+    when a default read from the settings is invalid).
     """
 
     queues: Sequence[str]
@@ -57,6 +65,7 @@ class WorkerOptions:
     max_memory: int | None = None
     isolation: str = "thread"
     grace_period: float = 30.0
+    timeout_grace: timedelta = dataclasses.field(default_factory=_configured_timeout_grace)
     registry: HandlerRegistry = default_registry
     using: str = "default"
     batch_size: int = 100
@@ -84,6 +93,8 @@ class WorkerOptions:
             raise ValueError(
                 f"isolation must be one of {', '.join(ISOLATIONS)}, not {self.isolation!r}"
             )
+        if self.timeout_grace <= timedelta(0):
+            raise ValueError("timeout_grace must be positive")
         if self.batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         if self.heartbeat_seconds >= self.lease_length.total_seconds():
@@ -94,5 +105,5 @@ class WorkerOptions:
 
     @property
     def heartbeat_seconds(self) -> float:
-        """The heartbeat interval in force: `heartbeat_interval`, or a third of the lease."""
-        return self.heartbeat_interval or self.lease_length.total_seconds() / 3
+        """The heartbeat interval in force: `heartbeat_interval`, or a quarter of the lease."""
+        return self.heartbeat_interval or self.lease_length.total_seconds() / 4

@@ -29,15 +29,20 @@ class Slots:
     A slot is taken from the moment a lease is claimed (`claim()`) until the task's outcome
     is written or the task is given up (`release()`): a lease and a handler thread leasing at
     the same time never hold more than `concurrency` tasks. `on_free` is called whenever a
-    slot is freed (the lease loop may fill it).
+    slot is freed (the lease loop may fill it), `on_take(ctx)` for each task put in hand.
     """
 
     def __init__(
-        self, concurrency: int, max_tasks: int | None, on_free: Callable[[], None]
+        self,
+        concurrency: int,
+        max_tasks: int | None,
+        on_free: Callable[[], None],
+        on_take: Callable[[TaskContext], None] | None = None,
     ) -> None:
         self.concurrency = concurrency
         self.max_tasks = max_tasks
         self._on_free = on_free
+        self._on_take = on_take
         self._changed = threading.Condition(threading.Lock())
         self._hand: dict[int, TaskContext] = {}  # leased, outcome not written yet
         self._claimed = 0  # slots a lease in progress will fill
@@ -79,6 +84,9 @@ class Slots:
         """Put the `tasks` leased into `claim`'s slots in hand, release the rest of the claim;
         return their contexts. (Whether to lease again into the rest is the caller's call.)"""
         started = [TaskContext(task, worker) for task in tasks]
+        if self._on_take is not None:
+            for ctx in started:
+                self._on_take(ctx)
         with self._changed:
             self._claimed -= claim.size
             for ctx in started:

@@ -44,8 +44,18 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "health",
         "resources",
         "child",
+        "eager",
     ),
-    "faces": ("management", "api", "admin", "backends", "metrics", "apps", "__init__"),
+    "faces": (
+        "management",
+        "api",
+        "admin",
+        "backends",
+        "metrics",
+        "apps",
+        "testing",
+        "__init__",
+    ),
 }
 ORDER = list(LAYERS)
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...backends import register_handlers
@@ -68,7 +69,7 @@ class Command(BaseCommand):
             "--heartbeat-interval",
             type=seconds,
             default=None,
-            help="seconds between heartbeats (default a third of the lease length)",
+            help="seconds between heartbeats (default a quarter of the lease length)",
         )
         parser.add_argument(
             "--poll-interval",
@@ -180,7 +181,7 @@ class Command(BaseCommand):
                         **given,
                     )
                 )
-            except ValueError as exc:
+            except (ValueError, ImproperlyConfigured) as exc:
                 raise CommandError(str(exc)) from exc
 
         worker = make_worker()  # bad options fail here, before any process starts

@@ -1,0 +1,85 @@
+"""`manage.py scylla_run RN`: run one task's handler in the foreground (a debug run)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pdb
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...backends import register_handlers
+from ...exceptions import ScyllaError
+from ...handlers import autodiscover
+from ...worker.foreground import run_task
+from ..base import configure_logging, lease_length
+
+
+def post_mortem(exc: BaseException) -> None:
+    """Drop into pdb where `exc` was raised."""
+    pdb.post_mortem(exc.__traceback__)
+
+
+class Command(BaseCommand):
+    help = (
+        "Lease the ready task RN (as a worker registered for this run), run its handler here "
+        "with its logs on the console and write its outcome. --dry-run rolls all of it back; "
+        "--pdb opens the debugger where the handler raised."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("rn", metavar="RN", help="the rn of a ready task")
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="run in one transaction that is rolled back: the database is left as it was",
+        )
+        parser.add_argument(
+            "--pdb", action="store_true", help="post-mortem debugging if the handler raises"
+        )
+        parser.add_argument(
+            "--lease-length",
+            type=lease_length,
+            default=None,
+            help="lease length (default SCYLLA['LEASE_LENGTH']); heartbeats keep it meanwhile",
+        )
+        parser.add_argument(
+            "--handlers",
+            dest="handler_modules",
+            action="append",
+            default=[],
+            metavar="DOTTED.MODULE",
+            help="also import this module of handlers (repeatable)",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        configure_logging(options["verbosity"])
+        autodiscover()
+        register_handlers()
+        for module in options["handler_modules"]:
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise CommandError(f"Cannot import handlers module {module!r}: {exc}") from exc
+        try:
+            run = run_task(
+                options["rn"],
+                dry_run=options["dry_run"],
+                lease_length=options["lease_length"],
+                post_mortem=post_mortem if options["pdb"] else None,
+            )
+        except (ScyllaError, ValueError, ImproperlyConfigured) as exc:
+            raise CommandError(str(exc)) from exc
+        task = run.task
+        if run.outcome is None:
+            self.stdout.write(f"{task.rn} was stopped: {run.exception}; nothing was written")
+        elif run.outcome.errors is None:
+            self.stdout.write(f"{task.rn} completed: {json.dumps(run.outcome.result)}")
+        else:
+            self.stdout.write(f"{task.rn} aborted: {json.dumps(run.outcome.errors)[:2000]}")
+        if options["dry_run"]:
+            self.stdout.write("dry run: rolled back, the database is as it was")
+        elif run.outcome is not None and not run.written:
+            raise CommandError(f"The outcome of {task.rn} was not written: it is {task.status}.")

@@ -1,0 +1,161 @@
+"""Run-time limits and lease keeping with real worker processes: a handler that loops for ever
+is aborted with `timeout` and the worker goes on; a worker whose database connection starves
+for longer than a lease gives its task up before the lease is reset, so no handler works on
+past its reset."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+import time
+from contextlib import suppress
+
+import pytest
+from django.db import connection
+
+from scylla_django.enums import EventType, Status
+from scylla_django.models import History, Task
+from tests.processes import database_url, finish, start, wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
+
+FAST = ["--poll-interval", "0.1", "-v", "2", "--handlers=tests.worker_handlers"]
+
+
+def worker(*queues: str, lease: str = "5s", env: dict[str, str] | None = None):
+    return start(
+        "scylla_worker",
+        *(f"--queue={q}" for q in queues),
+        f"--lease-length={lease}",
+        *FAST,
+        env=env,
+    )
+
+
+def test_an_endless_handler_is_aborted_with_timeout_and_the_worker_keeps_serving():
+    grace = 1.0
+    spin = Task.objects.submit("t-spin", {}, timeout=1)
+    process = worker(
+        "t-spin", "t-echo", env={"SCYLLA_TEST_SETTINGS": json.dumps({"TIMEOUT_GRACE": grace})}
+    )
+    try:
+        wait_until(lambda: Task.objects.get(pk=spin.pk).status == Status.RUNNING, what="lease")
+        leased = Task.objects.get(pk=spin.pk).updated
+        wait_until(lambda: Task.objects.get(pk=spin.pk).status == Status.ABORTED, timeout=10)
+        spin.refresh_from_db()
+        assert spin.errors[0]["code"] == "timeout"
+        took = (spin.updated - leased).total_seconds()
+        assert 1.0 <= took <= 1.0 + grace + 0.5, took
+        after = Task.objects.submit("t-echo", {"after": "spin"})
+        wait_until(lambda: Task.objects.get(pk=after.pk).status == Status.COMPLETED, timeout=10)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code, output = finish(process)
+    assert code == 0, output
+    assert "ran past its 1s timeout" in output
+    assert "aborting the task (timeout)" in output
+
+
+class StallingProxy:
+    """A TCP proxy to the database that can stall: while `stalled`, nothing passes either way
+    (as a saturated network, or a pooler out of connections, would behave)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self._sockets: list[socket.socket] = [self.server]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self._sockets += [client, upstream]
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        with suppress(OSError):
+            while data := src.recv(65536):
+                self.flowing.wait()
+                dst.sendall(data)
+        with suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.flowing.set()
+        for sock in self._sockets:
+            with suppress(OSError):
+                sock.close()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a network connection to starve")
+def test_no_handler_works_on_past_its_reset_after_the_connection_starves(tmp_path):
+    settings = connection.settings_dict
+    proxy = StallingProxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432))
+    url = database_url().replace(f":{settings['PORT'] or 5432}/", f":{proxy.port}/", 1)
+    path = tmp_path / "steps.log"
+    tasks = [
+        Task.objects.submit("t-steps", {"path": str(path), "seconds": 60}, rn=f"s{n}")
+        for n in range(3)
+    ]
+    process = start(
+        "scylla_worker",
+        "--queue=t-steps",
+        "--lease-length=3s",
+        "--concurrency=3",
+        *FAST,
+        env={"DATABASE_URL": url},
+    )
+    try:
+        wait_until(
+            lambda: Task.objects.filter(status=Status.RUNNING).count() == 3, what="3 running"
+        )
+        time.sleep(1)
+        proxy.flowing.clear()  # starve the worker for three leases
+        stalled = time.time()
+        reset = 0
+        while time.time() < stalled + 9:
+            reset += Task.objects.reset_expired()  # the monitor, on a connection of its own
+            time.sleep(0.05)
+        assert reset == 3
+        proxy.flowing.set()
+        wait_until(lambda: Task.objects.filter(leases=2).count() == 3, timeout=20, what="leases")
+    finally:
+        Task.objects.filter(pk__in=[t.pk for t in tasks]).cancel()
+        process.send_signal(signal.SIGTERM)
+        code, output = finish(process, timeout=30)
+        proxy.close()
+    resets = {
+        rn: time_.timestamp()
+        for rn, time_ in History.objects.filter(typ=EventType.TIMEOUT).values_list(
+            "task__rn", "time"
+        )
+    }
+    second = {
+        rn: time_.timestamp()
+        for rn, time_ in History.objects.filter(typ=EventType.ASSIGNMENT)
+        .order_by("id")
+        .values_list("task__rn", "time")
+    }  # the later assignment of each task wins: its second lease
+    steps: dict[str, list[float]] = {}
+    for line in path.read_text().splitlines():
+        rn, _, at = line.split()
+        steps.setdefault(rn, []).append(float(at))
+    for task in tasks:
+        rn = task.rn
+        assert stalled < resets[rn] < second[rn], output
+        during = [at for at in steps[rn] if resets[rn] <= at < second[rn]]
+        assert not during, f"{rn} worked on after its reset at {resets[rn]}: {during}"
+        last_before = max(at for at in steps[rn] if at < resets[rn])
+        assert last_before > stalled  # it did work on while its lease was surely held
+    assert "giving it up (nothing is written for it)" in output
+    assert code == 0, output
