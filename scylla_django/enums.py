@@ -45,6 +45,7 @@ class EventType(models.TextChoices):
     COMPLETION = "TaskCompletion", "Completion"
     ABORT = "TaskAbort", "Abort"
     CANCELLATION = "TaskCancellation", "Cancellation"
+    SNOOZE = "TaskSnooze", "Snooze"
 
 
 class Operation(models.TextChoices):
@@ -59,6 +60,8 @@ class Operation(models.TextChoices):
     RESET = "reset"
     EXHAUST = "exhaust"
     RESET_LEASE = "reset_lease"
+    SNOOZE = "snooze"
+    EXPIRE = "expire"
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,22 @@ TRANSITIONS: dict[Operation, Transition] = {
             sources=frozenset({Status.RUNNING}),
             target=Status.READY,
             event=EventType.TIMEOUT,
+            owner_only=False,
+        ),
+        # A worker puts its task back to ready with a delay: no attempt spent, no timeout.
+        Transition(
+            operation=Operation.SNOOZE,
+            sources=frozenset({Status.RUNNING}),
+            target=Status.READY,
+            event=EventType.SNOOZE,
+            owner_only=True,
+        ),
+        # The monitor cancels a ready task that was not started before its `expires_at`.
+        Transition(
+            operation=Operation.EXPIRE,
+            sources=frozenset({Status.READY}),
+            target=Status.CANCELLED,
+            event=EventType.CANCELLATION,
             owner_only=False,
         ),
     ]

@@ -45,6 +45,9 @@ TASK_FIELDS = {
     "attempt",
     "unique_key",
     "unique_window",
+    "parent",
+    "snoozes",
+    "expires_at",
 }
 
 

@@ -199,7 +199,8 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
                     ("status_badge", "priority", "progress_bar"),
                     ("owner_link", "leases", "deadline_time"),
                     ("created_time", "updated_time", "not_before_at"),
-                    ("chain",),
+                    ("chain", "snoozes", "expires_time"),
+                    ("parent_link", "children_list"),
                     ("unique_key_link", "unique_window_text"),
                 )
             },
@@ -220,6 +221,10 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
         "history_note",
         "chain",
         "parents_list",
+        "parent_link",
+        "children_list",
+        "expires_time",
+        "snoozes",
         "unique_key_link",
         "unique_window_text",
     )

@@ -65,6 +65,8 @@ SUBMITTED = {
     "order_key": "text",
     "order_seq": "bigint",
     "order_block": "boolean",
+    "parent": "text",
+    "expires_at": "timestamptz",
 }
 
 
@@ -315,6 +317,7 @@ def _submission_document(rows: Sequence[dict[str, Any]]) -> str:
                 "retry_of": row.get("retry_of"),
                 "root": row.get("root"),
                 "attempt": row.get("attempt", 0),
+                "expires_at": row["expires_at"].isoformat() if row.get("expires_at") else None,
             }
             for row in rows
         ],

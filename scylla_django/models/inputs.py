@@ -19,8 +19,10 @@ from ..conf import scylla_settings
 from ..enums import (
     TERMINAL_STATUSES,
 )
+from ..text import DurationError, positive_duration
 from ..unique_keys import default_key
 from ..validation import (
+    TIMEOUT_MAX,
     FieldErrors,
     validate_json,
     validate_on_conflict,
@@ -61,6 +63,9 @@ class TaskOptions(TypedDict, total=False):
     order_key: str | None
     order_on_failure: str | None
     rate_key: str | None
+    parent: str | None
+    expires_in: timedelta | float | str | None
+    expires_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,40 @@ def _validate_not_before(value: object) -> datetime | None:
     return value
 
 
+def _validate_expiry(
+    expires_in: object, expires_at: object, not_before: datetime | None
+) -> datetime | None:
+    """When a task expires: `expires_at` (a timezone-aware datetime in the future), or
+    `expires_in` (a positive duration) from now by this host's clock; at most one of them,
+    and not before `not_before`."""
+    if expires_in is not None and expires_at is not None:
+        raise ValidationError("Give expires_in or expires_at, not both.", code="invalid_expires_at")
+    if expires_in is not None:
+        try:
+            expires_at = timezone.now() + positive_duration(expires_in, maximum=TIMEOUT_MAX)
+        except DurationError:
+            raise ValidationError(
+                f"expires_in must be a positive duration, not {expires_in!r}.",
+                code="invalid_expires_in",
+            ) from None
+    if expires_at is None:
+        return None
+    if not isinstance(expires_at, datetime) or timezone.is_naive(expires_at):
+        raise ValidationError(
+            "expires_at must be a timezone-aware datetime.", code="invalid_expires_at"
+        )
+    if expires_at <= timezone.now():
+        raise ValidationError(
+            f"expires_at {expires_at.isoformat()} is in the past.", code="invalid_expires_at"
+        )
+    if not_before is not None and expires_at <= not_before:
+        raise ValidationError(
+            "expires_at is not after not_before: the task could never start.",
+            code="invalid_expires_at",
+        )
+    return expires_at
+
+
 def _error_dict(exc: ValidationError) -> dict[str, list[str]]:
     """The messages of `exc` by field (`__all__` for those of no field)."""
     if hasattr(exc, "error_dict"):
@@ -205,6 +244,9 @@ def task_values(
     order_key: str | None = None,
     order_on_failure: str | None = None,
     rate_key: str | None = None,
+    parent: str | None = None,
+    expires_in: timedelta | float | str | None = None,
+    expires_at: datetime | None = None,
     defaults: SubmitDefaults | None = None,
 ) -> dict[str, Any]:
     """The field values of a new task, validated (a generated rn if none is given).
@@ -232,6 +274,15 @@ def task_values(
         not_before=check("not_before", _validate_not_before, not_before),
         retry_policy=check("retry", _validate_retry, retry),
     )
+    expiry = check(
+        "expires_in" if expires_in is not None else "expires_at",
+        partial(_validate_expiry, expires_in, expires_at),
+        values["not_before"],
+    )
+    if expiry is not None:
+        values["expires_at"] = expiry
+    if parent is not None:
+        values["parent"] = check("parent", validate_rn, parent)
     if unique_key is None and values["queue"] is not None and values["spec"] is not None:
         unique_key = check("unique_key", partial(default_key, values["queue"]), values["spec"])
     else:
@@ -279,6 +330,8 @@ def task_values_from(
         "unique_key",
         "unique_window",
         "on_conflict",
+        "expires_in",
+        "expires_at",
     }
     unknown = set(item) - allowed
     if unknown:
@@ -300,6 +353,8 @@ def task_values_from(
         retry=item.get("retry"),
         unique_key=item.get("unique_key"),
         unique_window=item.get("unique_window"),
+        expires_in=item.get("expires_in"),
+        expires_at=item.get("expires_at"),
         defaults=defaults,
     )
     if "unique_key" in values:
