@@ -100,12 +100,14 @@ def snooze(ctx):
 @handler("t-spawn")
 def spawn(ctx):
     """Spawn spec["children"] children on t-echo (one with now=True if spec["now"]), then fail
-    if spec["fail"]."""
+    if spec["fail"], or snooze (the first time) if spec["snooze"]."""
     rns = [ctx.spawn("t-echo", {"n": n}) for n in range(ctx.spec.get("children", 0))]
     if ctx.spec.get("now"):
         rns.append(ctx.spawn("t-echo", {"now": True}, now=True))
     if ctx.spec.get("fail"):
         raise Abort("failed", "the parent failed after spawning")
+    if ctx.spec.get("snooze") and not ctx.task.snoozes:
+        ctx.snooze(60)
     return {"children": rns}
 
 

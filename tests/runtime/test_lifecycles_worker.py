@@ -88,6 +88,18 @@ def test_children_of_an_aborted_parent_are_never_submitted_unless_now():
     assert child.spec == {"now": True}
 
 
+def test_children_of_a_snoozed_run_are_not_submitted_only_those_of_the_completed_one():
+    parent = Task.objects.submit("t-spawn", {"children": 2, "snooze": True})
+    run_once("t-spawn")
+    assert Task.objects.get(pk=parent.pk).status == Status.READY
+    assert not Task.objects.filter(parent=parent.rn).exists()
+    Task.objects.filter(pk=parent.pk).update(not_before=Now())
+    run_once("t-spawn")
+    parent.refresh_from_db()
+    assert parent.status == Status.COMPLETED
+    assert Task.objects.filter(parent=parent.rn).count() == 2
+
+
 def test_spawn_validates_the_child_in_the_handler(worker):
     task = running_task(worker)
     ctx = TaskContext(task, worker)
