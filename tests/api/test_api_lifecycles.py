@@ -111,6 +111,24 @@ def test_submit_with_expires_in_and_expires_at(api):
     assert Task.objects.get(rn=response.json()["rn"]).expires_at == at
 
 
+def test_bulk_submit_takes_an_expiry_per_item(api):
+    at = (timezone.now() + timedelta(days=1)).replace(microsecond=0)
+    items = [
+        {"rn": "b-1", "queue": "q", "spec": 1, "expires_at": at.isoformat()},
+        {"rn": "b-2", "queue": "q", "spec": 2, "expires_in": 60},
+        {"rn": "b-3", "queue": "q", "spec": 3, "expires_at": "2001-01-01T00:00:00Z"},
+        {"rn": "b-4", "queue": "q", "spec": 4},
+    ]
+    response = post(api, "/bulk/tasks/", items)
+    assert response.status_code == 200, response.content
+    outcomes = [o["outcome"] for o in response.json()]
+    assert outcomes == ["inserted", "inserted", "invalid", "inserted"]
+    assert Task.objects.get(rn="b-1").expires_at == at
+    assert Task.objects.get(rn="b-2").expires_at > timezone.now()
+    assert Task.objects.get(rn="b-4").expires_at is None
+    assert not Task.objects.filter(rn="b-3").exists()
+
+
 @pytest.mark.parametrize(
     "extra, field, code",
     [
