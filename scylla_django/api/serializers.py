@@ -636,14 +636,14 @@ class RegisterSerializer(StrictSerializer):
     lease_length = LeaseLengthField(
         error_code="invalid_lease_length",
         required=False,
-        help_text="Seconds (at least 1) or text such as '5m': the worker is dead when unseen this long. "
-        "`SCYLLA['LEASE_LENGTH']` when omitted.",
+        help_text="Seconds (at least 1) or text such as '5m': the worker is dead when unseen "
+        "this long. `SCYLLA['LEASE_LENGTH']` when omitted.",
     )
     heartbeat_interval = IntervalField(
         error_code="invalid_heartbeat_interval",
         required=False,
-        help_text="Seconds or text such as '10s' between the worker's calls: it is silent when unseen for two. "
-        "A third of `lease_length` when omitted.",
+        help_text="Seconds or text such as '10s' between the worker's calls: it is silent when "
+        "unseen for two. A third of `lease_length` when omitted.",
     )
 
 
