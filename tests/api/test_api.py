@@ -644,6 +644,7 @@ def test_the_schema_is_openapi_3_with_every_route(api):
         f"{API}/tasks/{{rn}}/complete/",
         f"{API}/tasks/{{rn}}/abort/",
         f"{API}/tasks/{{rn}}/yield/",
+        f"{API}/tasks/{{rn}}/snooze/",
         f"{API}/tasks/{{rn}}/retry/",
         f"{API}/tasks/{{rn}}/reset/",
         f"{API}/schedules/",
