@@ -7,11 +7,11 @@ and purges old terminal tasks. See the README for a tour.
 from contextlib import AbstractContextManager
 from typing import Any
 
-from .exceptions import Abort
+from .exceptions import Abort, Snooze
 from .handlers import handler
 from .retries import Exponential, Fixed, Retry
 
-__all__ = ["Abort", "Exponential", "Fixed", "Retry", "handler", "lock"]
+__all__ = ["Abort", "Exponential", "Fixed", "Retry", "Snooze", "handler", "lock"]
 
 
 def lock(name: str, **options: Any) -> AbstractContextManager[int]:

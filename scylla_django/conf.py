@@ -5,6 +5,7 @@
 | `LEASE_LENGTH` | 10 s | lease length given by `lease()` and `heartbeat()` when none is passed |
 | `RETENTION` | 10 days | terminal tasks older than this (by `updated`) are purged by the monitor |
 | `MAX_LEASES` | `None` (off) | abort a task that times out after this many assignments |
+| `MAX_SNOOZES` | 100 | a task that would snooze more often is aborted (`too_many_snoozes`) |
 | `SPEC_SIZE_LIMIT` | 1 MiB | largest `spec` (and `result`) accepted, in bytes of compact JSON |
 | `DEFAULT_PRIORITY` | 0 | priority of a submitted task that names none |
 | `PURGE_BATCH_SIZE` | 1000 | rows deleted per transaction by `purge()` |
@@ -42,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "LEASE_LENGTH": timedelta(seconds=10),
     "RETENTION": timedelta(days=10),
     "MAX_LEASES": None,
+    "MAX_SNOOZES": 100,
     "SPEC_SIZE_LIMIT": 1024 * 1024,
     "DEFAULT_PRIORITY": 0,
     "PURGE_BATCH_SIZE": 1000,
@@ -113,6 +115,10 @@ class ScyllaSettings:
     def MAX_LEASES(self) -> int | None:
         value = self._raw("MAX_LEASES")
         return None if value is None else as_int(value, "MAX_LEASES", minimum=1)
+
+    @property
+    def MAX_SNOOZES(self) -> int:
+        return as_int(self._raw("MAX_SNOOZES"), "MAX_SNOOZES", minimum=0)
 
     @property
     def SPEC_SIZE_LIMIT(self) -> int:

@@ -48,6 +48,7 @@ class EventType(models.TextChoices):
     # An operator let the tasks after an aborted task of an order key run (not a transition:
     # the task stays aborted).
     ORDER_RELEASE = "TaskOrderRelease", "Order key released"
+    SNOOZE = "TaskSnooze", "Snooze"
 
 
 class Operation(models.TextChoices):
@@ -62,6 +63,8 @@ class Operation(models.TextChoices):
     RESET = "reset"
     EXHAUST = "exhaust"
     RESET_LEASE = "reset_lease"
+    SNOOZE = "snooze"
+    EXPIRE = "expire"
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,22 @@ TRANSITIONS: dict[Operation, Transition] = {
             sources=frozenset({Status.RUNNING}),
             target=Status.READY,
             event=EventType.TIMEOUT,
+            owner_only=False,
+        ),
+        # A worker puts its task back to ready with a delay: no attempt spent, no timeout.
+        Transition(
+            operation=Operation.SNOOZE,
+            sources=frozenset({Status.RUNNING}),
+            target=Status.READY,
+            event=EventType.SNOOZE,
+            owner_only=True,
+        ),
+        # The monitor cancels a ready task that was not started before its `expires_at`.
+        Transition(
+            operation=Operation.EXPIRE,
+            sources=frozenset({Status.READY}),
+            target=Status.CANCELLED,
+            event=EventType.CANCELLATION,
             owner_only=False,
         ),
     ]

@@ -6,6 +6,7 @@ Each carries a machine-readable `code`; an HTTP API returns `{"code": ..., "deta
 from __future__ import annotations
 
 import traceback
+from datetime import timedelta
 from typing import Any
 
 
@@ -143,3 +144,17 @@ class Abort(Exception):
         if self.retry:
             error["retry"] = True
         return error
+
+
+class Snooze(Exception):
+    """Raised by a handler to put its task back to ready for `delay` (seconds or a timedelta).
+
+    `raise Snooze(30)` (or `ctx.snooze(30)`) ends this run: the task is ready again 30 s later
+    on the database clock, its attempt and lease count unspent; a History `TaskSnooze` row says
+    so. A task that would snooze more than `SCYLLA["MAX_SNOOZES"]` times is aborted with the
+    error `too_many_snoozes` instead.
+    """
+
+    def __init__(self, delay: timedelta | float) -> None:
+        super().__init__(f"snooze for {delay}")
+        self.delay = delay

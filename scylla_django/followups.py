@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, Subquery
 
@@ -68,6 +69,28 @@ def parents(task: Task, limit: int | None = None) -> list[Parent]:
         .values_list("parent_id", "parent_rn", "status")
     )
     return [Parent(pk, rn, status) for pk, rn, status in (rows if limit is None else rows[:limit])]
+
+
+def parent_results(task: Task) -> dict[str, Any]:
+    """The results of the tasks `task` named in `after`, by the rn it named, in one query.
+
+    A parent that was retried is followed to the attempt of its chain that completed (a
+    chain's tasks name its first one in `root`); a parent without a completed attempt (or
+    purged) maps to None. Empty for a task submitted without `after`.
+    """
+    named = list(task.after or [])
+    if not named:
+        return {}
+    using = task._state.db or "default"
+    rows = (
+        Task.objects.using(using)
+        .filter(Q(rn__in=named) | Q(root__in=named), status=Status.COMPLETED)
+        .values_list("rn", "root", "result")
+    )
+    found: dict[str, Any] = {}
+    for rn, root, result in rows:
+        found[rn if rn in named else str(root)] = result
+    return {rn: found.get(rn) for rn in named}
 
 
 def own_not_before(tasks: Iterable[Task]) -> dict[int, datetime | None]:

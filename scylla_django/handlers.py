@@ -17,24 +17,25 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Unpack
 
 from django.utils.module_loading import autodiscover_modules
 
 from . import db, queue_keys, retries
 from .conf import scylla_settings
-from .exceptions import InvalidTransition, LeaseLost, ScyllaError, TaskCancelled
-from .validation import validate_progress, validate_queue, validate_timeout
+from .exceptions import InvalidTransition, LeaseLost, ScyllaError, Snooze, TaskCancelled
+from .validation import validate_delay, validate_progress, validate_queue, validate_timeout
 
 if TYPE_CHECKING:
-    from .models import Task, Worker
+    from .models import Task, TaskOptions, Worker
 
 Handler = Callable[["TaskContext"], Any]
 H = TypeVar("H", bound=Handler)
 
 
 class TaskContext:
-    """What a handler gets: the task, its spec, the worker, progress and a stop check."""
+    """What a handler gets: the task, its spec, the worker, progress and a stop check; and
+    `snooze()`, `spawn()` and `parent_results` (README, "Task lifecycles")."""
 
     def __init__(self, task: Task, worker: Worker) -> None:
         self.task = task
@@ -56,6 +57,9 @@ class TaskContext:
         self.lease_kept_until: float | None = None
         """Until when (monotonic) the lease is surely held, as the last heartbeat that was
         answered tells; past it, `check()` raises LeaseLost (None: not tracked)."""
+        # The children spawned so far, submitted with the task's completion (`spawn`).
+        self.children: list[dict[str, Any]] = []
+        self._parent_results: dict[str, Any] | None = None
 
     @property
     def spec(self) -> Any:
@@ -68,6 +72,47 @@ class TaskContext:
     def set_progress(self, progress: float) -> None:
         """Record progress (0..1); it is sent with the next heartbeat."""
         self._progress = validate_progress(progress)
+
+    def snooze(self, delay: timedelta | float | str) -> NoReturn:
+        """End this run and put the task back to ready `delay` from now (seconds, a timedelta
+        or text such as "5m"): raises `Snooze`. No attempt is spent (see `Task.snooze`)."""
+        raise Snooze(validate_delay(delay))
+
+    def spawn(
+        self, queue: str, spec: Any, *, now: bool = False, **options: Unpack[TaskOptions]
+    ) -> str:
+        """Submit a child of this task (`parent` = this task's rn); return the child's rn.
+
+        The child is validated now (ValidationError) and submitted in the transaction that
+        completes this task: a task that aborts, snoozes or loses its lease submits none. With
+        `now=True` it is submitted at once instead, whatever becomes of this task (then the rn
+        returned is that of the task `submit()` returned: with a held unique key, the holder).
+        `options` are `submit()`'s (`priority`, `rn`, `not_before`, `unique_key`, ...).
+        """
+        from .models import Task, new_rn
+
+        using = self.task._state.db or "default"
+        options["parent"] = self.task.rn
+        if now:
+            child = Task.objects.using(using).submit(queue, spec, **options)
+            return child.rn
+        rn = options.get("rn") or new_rn()
+        options["rn"] = rn
+        Task.build(queue, spec, **options)  # bad input is the handler's error, raised here
+        self.children.append({"queue": queue, "spec": spec, **options})
+        return rn
+
+    @property
+    def parent_results(self) -> dict[str, Any]:
+        """The results of the tasks this follow-up waited for (`submit(after=[...])`), by the
+        rn it named: `{rn: result}`. Read once, in one query, when first asked; a parent
+        that was retried gives the result of the attempt that completed. Empty for a task
+        submitted without `after`."""
+        if self._parent_results is None:
+            from .followups import parent_results
+
+            self._parent_results = parent_results(self.task)
+        return self._parent_results
 
     def check(self) -> None:
         """Raise if the handler should stop: TaskCancelled, LeaseLost, WorkerStopping or

@@ -129,6 +129,16 @@ def validate_timeout(value: object) -> timedelta:
         ) from None
 
 
+def validate_delay(value: object) -> timedelta:
+    """A snooze's delay: a positive duration (a timedelta, seconds or text such as "30s")."""
+    try:
+        return positive_duration(value, maximum=TIMEOUT_MAX)
+    except DurationError:
+        raise ValidationError(
+            f"A delay must be a positive duration, not {value!r}.", code="invalid_delay"
+        ) from None
+
+
 def validate_lease_length(value: object) -> timedelta:
     """A lease length: a duration (as `validate_timeout` reads it) of at least `LEASE_MIN`."""
     length = validate_timeout(value)

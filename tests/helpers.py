@@ -53,6 +53,9 @@ TASK_FIELDS = {
     "cpu_time",
     "peak_memory",
     "timeout",
+    "parent",
+    "snoozes",
+    "expires_at",
 }
 
 

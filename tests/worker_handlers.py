@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from scylla_django import Abort, handler
+from scylla_django import Abort, Snooze, handler
 
 
 @handler("t-echo")
@@ -158,3 +158,34 @@ async def async_hang(ctx):
     import asyncio
 
     await asyncio.sleep(60)
+
+
+@handler("t-snooze")
+def snooze(ctx):
+    """Snooze (by raising, or through the context) until the task has snoozed spec["times"]
+    times, then return how many."""
+    if ctx.task.snoozes < ctx.spec.get("times", 1):
+        if ctx.spec.get("raise"):
+            raise Snooze(ctx.spec.get("delay", 0.01))
+        ctx.snooze(ctx.spec.get("delay", 0.01))
+    return {"snoozes": ctx.task.snoozes}
+
+
+@handler("t-spawn")
+def spawn(ctx):
+    """Spawn spec["children"] children on t-echo (one with now=True if spec["now"]), then fail
+    if spec["fail"], or snooze (the first time) if spec["snooze"]."""
+    rns = [ctx.spawn("t-echo", {"n": n}) for n in range(ctx.spec.get("children", 0))]
+    if ctx.spec.get("now"):
+        rns.append(ctx.spawn("t-echo", {"now": True}, now=True))
+    if ctx.spec.get("fail"):
+        raise Abort("failed", "the parent failed after spawning")
+    if ctx.spec.get("snooze") and not ctx.task.snoozes:
+        ctx.snooze(60)
+    return {"children": rns}
+
+
+@handler("t-sum")
+def sum_parents(ctx):
+    """The sum of the parents' results (each a number)."""
+    return {"sum": sum(ctx.parent_results.values()), "parents": sorted(ctx.parent_results)}

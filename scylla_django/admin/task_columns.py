@@ -30,6 +30,7 @@ from .schedules import chain as chain_links
 
 HISTORY_LIMIT = 200
 PARENTS_LIMIT = 100
+CHILDREN_LIMIT = 100
 
 
 def parent_item(parent: followups.Parent) -> SafeString:
@@ -193,6 +194,47 @@ class TaskColumns(TaskAdminBase):
             total = Dependency.objects.filter(child_id=task.pk).count()
             more = f"and {total - PARENTS_LIMIT:,} more"
         return format_html('<ul class="scylla-parents">{}</ul>{}', items, more)
+
+    @admin.display(description=gettext_lazy("parent"))
+    def parent_link(self, task: Task) -> SafeString | str:
+        """The task that spawned this one, linked (its rn only, once purged)."""
+        if task.parent is None:
+            return "-"
+        found = Task.objects.filter(rn=task.parent).values_list("pk", "status").first()
+        if found is None:
+            return format_html('{} <span class="scylla-age">purged</span>', task.parent)
+        url = reverse("admin:scylla_django_task_change", args=[found[0]])
+        return format_html('<a href="{}">{}</a> {}', url, task.parent, status_badge(found[1]))
+
+    @admin.display(description=gettext_lazy("children"))
+    def children_list(self, task: Task) -> SafeString | str:
+        """The tasks this one spawned, oldest first, each linked with its status; the rest
+        through the task list filtered by parent."""
+        shown = list(
+            Task.objects.filter(parent=task.rn)
+            .order_by("id")
+            .values_list("pk", "rn", "status")[: CHILDREN_LIMIT + 1]
+        )
+        if not shown:
+            return "-"
+        items = format_html_join(
+            "",
+            '<li><a href="{}">{}</a> {}</li>',
+            (
+                (reverse("admin:scylla_django_task_change", args=[pk]), rn, status_badge(status))
+                for pk, rn, status in shown[:CHILDREN_LIMIT]
+            ),
+        )
+        every = format_html('<a href="{}">all children</a>', changelist_url(parent=task.rn))
+        if len(shown) > CHILDREN_LIMIT:
+            every = format_html(
+                'and more: <a href="{}">all children</a>', changelist_url(parent=task.rn)
+            )
+        return format_html('<ul class="scylla-children">{}</ul>{}', items, every)
+
+    @admin.display(description="expires")
+    def expires_time(self, task: Task) -> SafeString | str:
+        return moment(task.expires_at)
 
     @admin.display(description=gettext_lazy("history"))
     def history_note(self, task: Task) -> str:

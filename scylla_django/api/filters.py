@@ -93,6 +93,11 @@ class RootFilter(RnFilter):
         return qs.filter(Q(root=value) | Q(rn=value))
 
 
+@extend_schema_field(string_schema(rn_validator, RN_MAX_LENGTH, "The rn of a parent task."))
+class ParentFilter(RnFilter):
+    """The children of one task: the tasks it spawned (`ctx.spawn`)."""
+
+
 class NoEmptyValuesForm(forms.Form):
     """Refuses a parameter given empty (`?queue=`): the schema allows no empty value, and
     ignoring it would hide a client's bug.
@@ -149,7 +154,8 @@ class KeyFilter(django_filters.CharFilter):  # type: ignore[misc, unused-ignore]
 
 
 class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
-    """`status` (repeatable), `queue`, `owner`, `rn`, priority and created/updated ranges."""
+    """`status` (repeatable), `queue`, `owner`, `rn`, `root`, `parent`, priority and
+    created/updated ranges."""
 
     status = django_filters.MultipleChoiceFilter(
         choices=Status.choices,
@@ -160,6 +166,7 @@ class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
     owner = OwnerFilter()
     rn = RnFilter()
     root = RootFilter()
+    parent = ParentFilter()
     priority_min = PriorityFilter("gte")
     priority_max = PriorityFilter("lte")
     created_after = TimestampFilter(field_name="created", lookup_expr="gte")
@@ -178,6 +185,7 @@ class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
             "owner",
             "rn",
             "root",
+            "parent",
             "priority_min",
             "priority_max",
             "created_after",
@@ -236,6 +244,7 @@ FILTER_BODY_SCHEMA: dict[str, Any] = {
         "queue": string_schema(queue_validator, QUEUE_MAX_LENGTH, "Exact queue name."),
         "owner": {"type": "string", "minLength": 1, "maxLength": 64},
         "rn": RN_SCHEMA,
+        "parent": string_schema(rn_validator, RN_MAX_LENGTH, "The rn of a parent task."),
         "priority_min": PRIORITY_SCHEMA,
         "priority_max": PRIORITY_SCHEMA,
         "created_after": TIMESTAMP_SCHEMA,

@@ -303,6 +303,14 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
     timeout = SecondsField(
         help_text="The task's own run-time limit in seconds (null: its handler's or queue's)."
     )
+    snoozes = serializers.IntegerField(
+        read_only=True, help_text="How many times its handler snoozed it (no attempt spent)."
+    )
+    expires_at = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text="Cancelled (`expired`) if not started by then; never leased after it.",
+    )
 
     class Meta:
         model = Task
@@ -335,8 +343,13 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "cpu_time",
             "peak_memory",
             "timeout",
+            "parent",
+            "snoozes",
+            "expires_at",
         ]
         read_only_fields = fields
+        # Not declared above: a serializer field's `parent` attribute is DRF's own.
+        extra_kwargs = {"parent": {"help_text": "The rn of the task that spawned this one."}}
 
 
 class HistorySerializer(serializers.Serializer[History]):
@@ -372,6 +385,10 @@ class ParentSerializer(serializers.Serializer[Any]):
     )
 
 
+#: Most children a task's detail names (the list filter `parent` has them all).
+MAX_CHILDREN = 1000
+
+
 class TaskDetailSerializer(TaskSerializer):
     """A task with the tasks it waits for, and its History, oldest entry first."""
 
@@ -384,11 +401,20 @@ class TaskDetailSerializer(TaskSerializer):
         "(`not_before`, `parents`, `queue_paused`, `lock_held`, `limit_full`, `order_waits`, "
         "`rate_exhausted`); empty for any other task."
     )
+    children = serializers.SerializerMethodField(
+        help_text=f"The rns of the tasks this one spawned, oldest first (at most {MAX_CHILDREN}; "
+        "`GET /tasks/?parent=<rn>` lists them all)."
+    )
     history = HistorySerializer(many=True, read_only=True)
 
     class Meta(TaskSerializer.Meta):
-        fields = [*TaskSerializer.Meta.fields, "parents", "waiting", "history"]
+        fields = [*TaskSerializer.Meta.fields, "parents", "children", "waiting", "history"]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_children(self, task: Task) -> list[str]:
+        """The rns of `task`'s children, oldest first (at most MAX_CHILDREN)."""
+        return task.children_rns(MAX_CHILDREN)
 
     @extend_schema_field(ParentSerializer(many=True))
     def get_parents(self, task: Task) -> list[Any]:
@@ -616,6 +642,16 @@ class SubmitSerializer(StrictSerializer):
         help_text="Run-time limit (seconds or '5m'): past it the task is stopped, then "
         "aborted with `timeout` (README, Run-time limits).",
     )
+    expires_in = DurationInputField(
+        error_code="invalid_expires_in",
+        required=False,
+        help_text="Cancelled (`expired`) if not started within this long (seconds or '1h').",
+    )
+    expires_at = UTCDateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="Cancelled (`expired`) if not started by then; in the future.",
+    )
 
 
 class FieldErrorSerializer(serializers.Serializer[Any]):
@@ -694,6 +730,15 @@ class HeartbeatSerializer(WorkerActionSerializer):
             "Seconds (at least 1) or text such as '5m' until the new deadline; "
             "`SCYLLA['LEASE_LENGTH']` when omitted."
         ),
+    )
+
+
+class SnoozeSerializer(WorkerActionSerializer):
+    """Put the task back to ready for `delay`, spending no attempt."""
+
+    delay = DurationInputField(
+        error_code="invalid_delay",
+        help_text="How long until the task is ready again: seconds above 0, or '30s', '5m'.",
     )
 
 

@@ -66,6 +66,8 @@ SUBMITTED = {
     "order_seq": "bigint",
     "order_block": "boolean",
     "timeout": "interval",
+    "parent": "text",
+    "expires_at": "timestamptz",
 }
 
 
@@ -319,6 +321,7 @@ def _submission_document(rows: Sequence[dict[str, Any]]) -> str:
                 "attempt": row.get("attempt", 0),
                 **{name: row.get(name) for name in _KEY_FIELDS if "keys" in row},
                 "timeout": _interval(row.get("timeout")),
+                "expires_at": row["expires_at"].isoformat() if row.get("expires_at") else None,
             }
             for row in rows
         ],

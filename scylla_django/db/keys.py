@@ -311,6 +311,15 @@ def install_key_triggers(apps: Any, schema_editor: Any) -> None:
         schema_editor.execute(statement, params=None)
 
 
+def restore_key_triggers(apps: Any, schema_editor: Any) -> None:
+    """Migration step after one that rebuilt the task table: on SQLite, adding a column with a
+    default copies the table into a new one, which drops its triggers and the indexes no model
+    names; install them again (a no-op elsewhere)."""
+    if schema_editor.connection.vendor == "sqlite":
+        remove_key_triggers(apps, schema_editor)
+        install_key_triggers(apps, schema_editor)
+
+
 def remove_key_triggers(apps: Any, schema_editor: Any) -> None:
     """Migration step back: drop the trigger, PostgreSQL's function and the index."""
     statements = {"postgresql": _POSTGRESQL_REMOVE, "sqlite": _SQLITE_REMOVE}

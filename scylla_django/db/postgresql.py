@@ -43,6 +43,7 @@ def postgresql_transition(
     fields: Sequence[str],
     operation: Operation,
     notify: tuple[str, str] | None = None,
+    worker: str | None = None,
 ) -> dict[str, Any] | None:
     """Apply `values` to the one row `fenced` selects and write its History row, in one statement.
 
@@ -50,8 +51,9 @@ def postgresql_transition(
     RETURNING clause; a data-modifying CTE inserts the History row `{event, owner, progress}`
     of `operation` from the updated row, stamped with the row's new `updated`. `notify` is
     `(channel, column)`: the statement also sends `pg_notify(channel, <column of the row>)`
-    when that column is not null. Returns the new values of `fields`, or None if the fence
-    matched no row (then nothing was written).
+    when that column is not null. `worker` is the worker the History row names when the write
+    clears the owner (the row's new owner otherwise). Returns the new values of `fields`, or
+    None if the fence matched no row (then nothing was written).
     """
     model = fenced.model
     event = TRANSITIONS[operation].event
@@ -77,9 +79,9 @@ def postgresql_transition(
         statement += (
             f", logged AS (INSERT INTO {quote(history._meta.db_table)} "
             "(task_id, typ, worker, progress, time) "
-            f"SELECT id, %s, owner, progress, {quote('updated')} FROM changed)"
+            f"SELECT id, %s, COALESCE(%s, owner), progress, {quote('updated')} FROM changed)"
         )
-        args.append(event.value)
+        args += [event.value, worker]
     if notify is not None:
         column = quote(str(concrete_fields(model, [notify[1]])[0].column))
         statement += (
@@ -117,11 +119,12 @@ def postgresql_lease(
 
     For each requested queue that is not paused, a LATERAL subquery walks the ready index
     (queue, priority desc, created, id) in order, skipping rows other lessees hold (`SKIP
-    LOCKED`) and rows whose `not_before` is still ahead, and stops after `limit` rows; the
-    walks are merged and cut to the best `limit`, so the cost depends on `limit` and the number
-    of queues, not on the backlog, and priority-then-age order holds across queues. The locked
-    rows that are not kept are released when the statement ends. The lessee must be a
-    registered worker that has not stopped; otherwise nothing is leased and None is returned.
+    LOCKED`), rows whose `not_before` is still ahead and rows past their `expires_at`, and stops
+    after `limit` rows; the walks are merged and cut to the best `limit`, so the cost depends on
+    `limit` and the number of queues, not on the backlog, and priority-then-age order holds
+    across queues. The locked rows that are not kept are released when the statement ends. The
+    lessee must be a registered worker that has not stopped; otherwise nothing is leased and
+    None is returned.
 
     Paused queues are skipped by the same statement (one probe of the queue settings per
     queue). If a requested queue has a running-task limit, that statement leases nothing and
@@ -252,6 +255,8 @@ def _lease_sql(
                 SELECT t.ctid, t.id, t.priority, t.created FROM {task_table} AS t
                 WHERE t.status = {ready} AND t.queue = q.name
                   AND (t.not_before IS NULL OR t.not_before <= statement_timestamp())
+                  -- A task past its expiry is never leased (the monitor cancels it).
+                  AND (t.expires_at IS NULL OR t.expires_at > statement_timestamp())
                   -- A task whose keys look busy is passed over (the take trigger decides).
                   AND (t.keys IS NULL OR NOT {BUSY})
                   AND EXISTS (SELECT 1 FROM lessee)

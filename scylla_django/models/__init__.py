@@ -6,7 +6,7 @@ dependencies, schedules and queue rollups. Import them from here:
 from . import key_control
 from .dependencies import HELD, MAX_PARENTS, Dependency
 from .history import History
-from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions
+from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions, new_rn
 from .keys import Hold, Key, Limit, LockNotFree, Rate
 from .notices import send_on_commit
 from .outcomes import Outcome
@@ -83,6 +83,7 @@ __all__ = [
     "WorkerQuerySet",
     "first_lease",
     "key_control",
+    "new_rn",
     "required_worker_id",
     "send_on_commit",
     "tally_history",

@@ -18,7 +18,7 @@ from .. import db, retries, signals, validation
 from ..conf import scylla_settings
 from ..exceptions import WorkerNotFound
 from ..validation import validate_limit, validate_queues, validate_timeout
-from . import portable, successors
+from . import children, portable, successors
 from .notices import send_on_commit
 from .outcomes import Outcome, outcome_rows
 from .processes import Worker, worker_name
@@ -27,7 +27,9 @@ from .tables import tables
 
 def finish_many(tasks: QuerySet[Any], name: str, outcomes: Sequence[Outcome]) -> set[int]:
     """Write `outcomes` for the worker called `name`: see `TaskQuerySet.finish_many`."""
-    return finish_rows(tasks, name, outcomes, outcome_rows(outcomes))
+    snoozed = children.snooze_outcomes(tasks, name, [o for o in outcomes if o.snooze is not None])
+    ending = [o for o in outcomes if o.snooze is None]
+    return snoozed | finish_rows(tasks, name, ending, outcome_rows(ending))
 
 
 def finish_rows(
@@ -36,12 +38,17 @@ def finish_rows(
     """`finish_many` of `outcomes`, whose `rows` are already built; return the pks written.
 
     An abort that a retry policy covers, or whose errors ask for a retry themselves
-    (`Abort(..., retry=True)`), is followed by its next attempt in the same transaction.
+    (`Abort(..., retry=True)`), is followed by its next attempt in the same transaction; a
+    completion, by the children its handler spawned.
     """
     if not rows:
         return set()
     aborted = {row["id"] for row in rows if row["errors"] is not None}
-    if aborted:
+    if any(outcome.children for outcome in outcomes) and not aborted:
+        with db.write_atomic(tasks.db):
+            done = write(tasks, name, rows)
+            children.submit_children(tasks, outcomes, set(done))
+    elif aborted:
         requested = {
             row["id"]
             for row in rows
@@ -52,6 +59,7 @@ def finish_rows(
             successors.follow_with_retries(
                 tasks.model.objects.using(tasks.db), done.keys() & aborted, done.keys() & requested
             )
+            children.submit_children(tasks, outcomes, set(done))
     else:
         done = write(tasks, name, rows)
     announce(tasks, outcomes, rows, done)
@@ -68,6 +76,8 @@ def finish_and_lease(
 ) -> tuple[set[int], list[Any]]:
     """Finish `outcomes`, then lease for `worker`: see `TaskQuerySet.finish_and_lease`."""
     name = worker_name(worker)
+    snoozed = children.snooze_outcomes(tasks, name, [o for o in outcomes if o.snooze is not None])
+    outcomes = [o for o in outcomes if o.snooze is None]
     queues = validate_queues(queues)
     limit = validate_limit(limit)
     lease_length = validate_timeout(
@@ -76,8 +86,10 @@ def finish_and_lease(
     rows = outcome_rows(outcomes)
     pk = validation.worker_id(name)
     single = db.uses_single_statement_transitions(connections[tasks.db])
-    if not single or pk is None or not rows or any(r["errors"] is not None for r in rows):
-        finished = finish_rows(tasks, name, outcomes, rows)
+    aborting = any(row["errors"] is not None for row in rows)
+    spawning = any(outcome.children for outcome in outcomes)
+    if not single or pk is None or not rows or aborting or spawning:
+        finished = snoozed | finish_rows(tasks, name, outcomes, rows)
         try:
             leased = tasks.lease(  # type: ignore[attr-defined]  # a TaskQuerySet
                 worker, queues, limit=limit, lease_length=lease_length
@@ -99,7 +111,7 @@ def finish_and_lease(
     announce(tasks, outcomes, rows, done)
     for task in leased_tasks:
         send_on_commit(signals.task_leased, tasks.db, task=task)
-    return set(done), leased_tasks
+    return snoozed | set(done), leased_tasks
 
 
 def write(tasks: QuerySet[Any], name: str, rows: list[dict[str, Any]]) -> dict[int, datetime]:

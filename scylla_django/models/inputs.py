@@ -20,7 +20,9 @@ from ..enums import (
     TERMINAL_STATUSES,
 )
 from ..queue_keys import default_keys
+from ..text import DurationError, positive_duration
 from ..validation import (
+    TIMEOUT_MAX,
     FieldErrors,
     validate_json,
     validate_on_conflict,
@@ -63,6 +65,9 @@ class TaskOptions(TypedDict, total=False):
     order_on_failure: str | None
     rate_key: str | None
     timeout: timedelta | float | str | None
+    parent: str | None
+    expires_in: timedelta | float | str | None
+    expires_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,40 @@ def _validate_not_before(value: object) -> datetime | None:
     return value
 
 
+def _validate_expiry(
+    expires_in: object, expires_at: object, not_before: datetime | None
+) -> datetime | None:
+    """When a task expires: `expires_at` (a timezone-aware datetime in the future), or
+    `expires_in` (a positive duration) from now by this host's clock; at most one of them,
+    and not before `not_before`."""
+    if expires_in is not None and expires_at is not None:
+        raise ValidationError("Give expires_in or expires_at, not both.", code="invalid_expires_at")
+    if expires_in is not None:
+        try:
+            expires_at = timezone.now() + positive_duration(expires_in, maximum=TIMEOUT_MAX)
+        except DurationError:
+            raise ValidationError(
+                f"expires_in must be a positive duration, not {expires_in!r}.",
+                code="invalid_expires_in",
+            ) from None
+    if expires_at is None:
+        return None
+    if not isinstance(expires_at, datetime) or timezone.is_naive(expires_at):
+        raise ValidationError(
+            "expires_at must be a timezone-aware datetime.", code="invalid_expires_at"
+        )
+    if expires_at <= timezone.now():
+        raise ValidationError(
+            f"expires_at {expires_at.isoformat()} is in the past.", code="invalid_expires_at"
+        )
+    if not_before is not None and expires_at <= not_before:
+        raise ValidationError(
+            "expires_at is not after not_before: the task could never start.",
+            code="invalid_expires_at",
+        )
+    return expires_at
+
+
 def _error_dict(exc: ValidationError) -> dict[str, list[str]]:
     """The messages of `exc` by field (`__all__` for those of no field)."""
     if hasattr(exc, "error_dict"):
@@ -208,6 +247,9 @@ def task_values(
     order_on_failure: str | None = None,
     rate_key: str | None = None,
     timeout: timedelta | float | str | None = None,
+    parent: str | None = None,
+    expires_in: timedelta | float | str | None = None,
+    expires_at: datetime | None = None,
     defaults: SubmitDefaults | None = None,
 ) -> dict[str, Any]:
     """The field values of a new task, validated (a generated rn if none is given).
@@ -255,6 +297,15 @@ def task_values(
     unique_key = check("unique_key", validate_unique_key, given["unique_key"])
     locks, limits, rate_key = given["locks"], given["limits"], given["rate_key"]
     order_key, order_on_failure = given["order_key"], given["order_on_failure"]
+    expiry = check(
+        "expires_in" if expires_in is not None else "expires_at",
+        partial(_validate_expiry, expires_in, expires_at),
+        values["not_before"],
+    )
+    if expiry is not None:
+        values["expires_at"] = expiry
+    if parent is not None:
+        values["parent"] = check("parent", validate_rn, parent)
     window = check("unique_window", validate_unique_window, unique_window)
     if window is not None and unique_key is None and "unique_key" not in errors:
         errors["unique_window"] = ValidationError(
@@ -304,6 +355,8 @@ def task_values_from(
         "order_on_failure",
         "rate_key",
         "timeout",
+        "expires_in",
+        "expires_at",
     }
     unknown = set(item) - allowed
     if unknown:
@@ -331,6 +384,8 @@ def task_values_from(
         order_on_failure=item.get("order_on_failure"),
         rate_key=item.get("rate_key"),
         timeout=item.get("timeout"),
+        expires_in=item.get("expires_in"),
+        expires_at=item.get("expires_at"),
         defaults=defaults,
     )
     if "unique_key" in values:

@@ -1,7 +1,8 @@
 """The monitor's set operations: expired leases reset (or their tasks aborted once they ran out
-of leases), and terminal tasks past their retention purged, in batches.
+of leases), ready tasks past their `expires_at` cancelled, and terminal tasks past their
+retention purged, in batches.
 
-`TaskQuerySet.reset_expired` and `purge` are these functions."""
+`TaskQuerySet.reset_expired`, `expire` and `purge` are these functions."""
 
 from __future__ import annotations
 
@@ -29,6 +30,57 @@ def reset_expired(tasks: models.QuerySet[Any], batch_size: int | None = None) ->
         total += done
         if done < size:
             return total
+
+
+def expire(tasks: models.QuerySet[Any], batch_size: int | None = None) -> int:
+    """Cancel every ready task of `tasks` past its `expires_at`, a batch per transaction;
+    return how many (see `TaskQuerySet.expire`)."""
+    size = batch_size or scylla_settings.RESET_BATCH_SIZE
+    total = 0
+    while True:
+        done = expire_batch(tasks, size)
+        total += done
+        if done < size:
+            return total
+
+
+def expire_batch(tasks: models.QuerySet[Any], size: int) -> int:
+    """Cancel up to `size` ready tasks past their `expires_at` in one transaction, each with
+    the error `expired` and a TaskCancellation row; return how many.
+
+    The rows are locked first (SKIP LOCKED: a row another monitor or a lease holds is passed
+    over), and the write is fenced on the same condition (still ready, still past its
+    expiry, on the database clock), so each expiry is written once however many monitors run.
+    """
+    manager = tasks.model.objects.using(tasks.db)
+    transition = TRANSITIONS[Operation.EXPIRE]
+    past = manager.filter(
+        status__in=sources(Operation.EXPIRE), expires_at__isnull=False, expires_at__lte=db.Now()
+    )
+    with db.write_atomic(tasks.db):
+        ids = list(
+            past.select_for_update(skip_locked=True)
+            .order_by("expires_at")
+            .values_list("pk", flat=True)[:size]
+        )
+        if not ids:
+            return 0
+        now = db.read_clock(tasks.db)
+        error = {
+            "code": "expired",
+            "args": {},
+            "description": "The task expired before it was started (expires_at).",
+        }
+        fenced = past.filter(pk__in=ids, expires_at__lte=now)
+        cancelled = list(fenced.values_list("pk", flat=True))
+        fenced.update(status=transition.target, errors=[error], updated=now)
+        History.objects.using(tasks.db).bulk_create(
+            History(task_id=pk, typ=event(Operation.EXPIRE), time=now) for pk in cancelled
+        )
+    if signals.task_finished.has_listeners(tasks.model):
+        for task in manager.filter(pk__in=cancelled):
+            send_on_commit(signals.task_finished, tasks.db, task=task, status=task.status)
+    return len(ids)
 
 
 def purge(
@@ -63,7 +115,7 @@ def reset_batch(tasks: models.QuerySet[Any], size: int) -> int:
             manager.expired()
             .select_for_update(skip_locked=True)
             .order_by("deadline")
-            .values("pk", "owner", "progress", "leases", "queue")[:size]
+            .values("pk", "owner", "progress", "leases", "snoozes", "queue")[:size]
         )
         if not rows:
             return 0
@@ -83,10 +135,13 @@ def reset_batch(tasks: models.QuerySet[Any], size: int) -> int:
             .values_list("task_id", flat=True)
         )
         max_leases = scylla_settings.MAX_LEASES
+        # A lease its own handler ended with a snooze is not one that timed out: not counted.
         exhausted = {
             row["pk"]
             for row in rows
-            if row["pk"] not in yielded and max_leases is not None and row["leases"] >= max_leases
+            if row["pk"] not in yielded
+            and max_leases is not None
+            and row["leases"] - row["snoozes"] >= max_leases
         }
         reset, exhaust = TRANSITIONS[Operation.RESET], TRANSITIONS[Operation.EXHAUST]
         now = db.read_clock(tasks.db)

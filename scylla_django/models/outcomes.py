@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.db import models
@@ -18,13 +19,18 @@ class Outcome:
     """How a worker ends one lease, for `TaskQuerySet.finish_many`.
 
     The lease is the task's pk and its lease number (its `leases` when leased). Without
-    `errors` the task is completed with `result`; with them it is aborted.
+    `errors` the task is completed with `result`; with them it is aborted. With `snooze` (a
+    delay) it is snoozed instead (`Task.snooze`). `children` are the submissions
+    (`submit()`'s keyword arguments) made in the transaction that completes the task, and
+    never if it does not complete.
     """
 
     pk: int
     lease: int
     result: Any = None
     errors: list[dict[str, Any]] | None = None
+    snooze: timedelta | None = None
+    children: tuple[dict[str, Any], ...] = ()
     # Seconds the handler ran, as the worker measured it; sent with `task_finished`.
     duration: float | None = None
     # What the handler's run used, as the worker measured it (see `Task.cpu_time`,

@@ -14,7 +14,7 @@ from .. import db
 from ..enums import TRANSITIONS, EventType, Operation, Status, event, sources
 from .history import History
 from .processes import Worker
-from .queues import QueueSetting, due
+from .queues import QueueSetting, due, unexpired
 
 
 def lease(
@@ -62,7 +62,7 @@ def lease(
         for walk, size in walks:
             found += (
                 tasks.filter(status=Status.READY, queue__in=walk)
-                .filter(due())
+                .filter(due(), unexpired())
                 # A task whose keys look busy is passed over (the take trigger decides).
                 .filter(db.keys.free_in_walk(connections[tasks.db]))
                 .select_for_update(skip_locked=True)

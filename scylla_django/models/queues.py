@@ -99,6 +99,12 @@ def due() -> Q:
     return Q(not_before__isnull=True) | Q(not_before__lte=Now())
 
 
+def unexpired() -> Q:
+    """A task whose `expires_at` has not come (or that has none): a ready task past it is
+    never leased, and the monitor cancels it (`TaskQuerySet.expire`)."""
+    return Q(expires_at__isnull=True) | Q(expires_at__gt=Now())
+
+
 def _waiting_since() -> Greatest:
     """When a ready task became leasable: `created`, or its `not_before` if later."""
     return Greatest("created", Coalesce("not_before", "created"))

@@ -166,6 +166,7 @@ def submit_after(tasks: QuerySet[Any], task: Any, after: Sequence[str]) -> Any:
     """
     parents = validate_after(after)
     release_at, task.not_before = task.not_before, HELD
+    task.after = parents
     with db.write_atomic(tasks.db):
         found: dict[str, int] = {}
         for start in range(0, len(parents), CHUNK):

@@ -32,13 +32,21 @@ from ..enums import (
     event,
     sources,
 )
-from ..exceptions import InvalidTransition, ScyllaError, TaskNotFound, WorkerNotFound
+from ..exceptions import (
+    InvalidTransition,
+    LeaseLost,
+    ScyllaError,
+    TaskNotFound,
+    WorkerNotFound,
+    error_record,
+)
 from ..validation import (
     QUEUE_MAX_LENGTH,
     RN_MAX_LENGTH,
     UNIQUE_KEY_MAX_LENGTH,
     queue_validator,
     rn_validator,
+    validate_delay,
     validate_errors,
     validate_json,
     validate_limit,
@@ -54,7 +62,7 @@ from .inputs import SubmitOutcome, TaskOptions, task_values, validate_terminal_s
 from .notices import send_on_commit
 from .outcomes import Outcome
 from .processes import Worker, required_worker_id, worker_name
-from .queues import QueueSummary, due, queue_summaries, ready_summary
+from .queues import QueueSummary, due, queue_summaries, ready_summary, unexpired
 from .refusals import lease_reset_refusal, refusal_errors
 from .tables import tables
 from .unique import UNIQUE_HOLDER, Submitted
@@ -73,8 +81,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
     """Selections, and the set operations of the state machine (lease, reset, purge)."""
 
     def ready(self, queues: Sequence[str] | None = None) -> TaskQuerySet:
-        """Ready tasks whose `not_before` has passed, optionally on `queues` (exact names)."""
-        qs = self.filter(status=Status.READY).filter(due())
+        """Ready tasks whose `not_before` has passed and whose `expires_at` has not come,
+        optionally on `queues` (exact names)."""
+        qs = self.filter(status=Status.READY).filter(due(), unexpired())
         return qs.filter(queue__in=list(queues)) if queues is not None else qs
 
     def queue_summaries(self) -> list[QueueSummary]:
@@ -276,6 +285,13 @@ class TaskQuerySet(models.QuerySet["Task"]):
         """
         return maintenance.reset_expired(self, batch_size)
 
+    def expire(self, *, batch_size: int | None = None) -> int:
+        """Cancel every ready task past its `expires_at` (database clock), with the error
+        `expired` and a TaskCancellation row; return how many. Any number of monitors may run
+        this at once: each task is cancelled once. A ready task past its expiry is never
+        leased meanwhile (the lease statement checks it)."""
+        return maintenance.expire(self, batch_size)
+
     def purgeable(
         self,
         older_than: timedelta | None = None,
@@ -457,6 +473,15 @@ class Task(models.Model):
     root = models.CharField(max_length=RN_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
     attempt = models.PositiveIntegerField(default=1)
     retry_policy = models.JSONField(null=True, blank=True)
+    # How many times the task's own handler put it back to ready (`Snooze`): a snooze spends
+    # no attempt, and `MAX_LEASES` counts the leases that did not end in one.
+    snoozes = models.PositiveIntegerField(default=0)
+    # A child's link: the rn of the running task that spawned it (`ctx.spawn`).
+    parent = models.CharField(max_length=RN_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
+    # The rns a follow-up named in `after`, kept past its release for `ctx.parent_results`.
+    after = models.JSONField(null=True, blank=True, editable=False)
+    # A ready task not started by then is never leased, and the monitor cancels it (`expired`).
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     # -- unique keys (README, "Unique tasks") -----------------------------------------------
     # At most one task holds a key: the partial unique index `scylla_task_unique_key` admits
@@ -538,6 +563,19 @@ class Task(models.Model):
                 fields=["order_key", "status"],
                 name="scylla_task_order_idx",
                 condition=Q(order_key__isnull=False),
+            ),
+            # A task's children (the task page, `?parent=`); tasks without a parent are not
+            # indexed.
+            models.Index(
+                fields=["parent", "-id"],
+                name="scylla_task_parent_idx",
+                condition=Q(parent__isnull=False),
+            ),
+            # The ready tasks that expire, for the monitor's expiry pass.
+            models.Index(
+                fields=["expires_at"],
+                name="scylla_task_expiry_idx",
+                condition=Q(status="ready", expires_at__isnull=False),
             ),
             models.Index(
                 fields=["root", "attempt"],
@@ -731,6 +769,58 @@ class Task(models.Model):
             lease=lease,
         )
 
+    def snooze(
+        self, worker: Worker | str, delay: timedelta | float | str, *, lease: int | None = None
+    ) -> bool:
+        """running → ready with `not_before = now + delay` (database clock); True if snoozed.
+
+        The lease ends (owner, deadline cleared, progress 0; keys freed as by any transition
+        out of running) and `snoozes` goes up by one, in one write fenced on the lease, with a
+        History `TaskSnooze{worker}` row. No attempt is spent, and the lease does not count
+        toward `MAX_LEASES`. A task that has snoozed `SCYLLA["MAX_SNOOZES"]` times is aborted
+        instead with the error `too_many_snoozes` (never retried), and False is returned.
+
+        Raises ValidationError (`invalid_delay`) for a delay that is not a positive duration,
+        LeaseLost or TaskCancelled when `worker` does not hold the lease.
+        """
+        length = validate_delay(delay)
+        name = worker_name(worker)
+        held = self.leases if lease is None else lease
+        cap = scylla_settings.MAX_SNOOZES
+        values = {
+            "status": TRANSITIONS[Operation.SNOOZE].target,
+            "owner": None,
+            "deadline": None,
+            "progress": 0.0,
+            "not_before": db.now_plus(length, Clock),
+            "snoozes": F("snoozes") + 1,
+        }
+        try:
+            self._apply(
+                Operation.SNOOZE,
+                name,
+                values,
+                refresh=["status", "progress", "deadline", "owner", "not_before", "snoozes"],
+                fence=Q(snoozes__lt=cap),
+                lease=held,
+                logged_worker=name,
+            )
+            return True
+        except LeaseLost:
+            using = self._state.db or "default"
+            still_held = Task.objects.using(using).filter(
+                pk=self.pk, status=Status.RUNNING, owner=name, leases=held, snoozes__gte=cap
+            )
+            if not still_held.exists():
+                raise
+        error = error_record(
+            "too_many_snoozes",
+            f"The task snoozed {cap} times (SCYLLA['MAX_SNOOZES']).",
+            {"max_snoozes": cap},
+        )
+        self.abort(name, [error], retry=False, lease=held)
+        return False
+
     def cancel(self) -> None:
         """ready/running → cancelled (terminal). A running worker learns on its next write.
 
@@ -750,6 +840,7 @@ class Task(models.Model):
         fence: Q | None = None,
         notify: tuple[str, str] | None = None,
         lease: int | None = None,
+        logged_worker: str | None = None,
     ) -> None:
         """Make `operation` on this task: one conditional write of `values`, fenced by the
         operation's source statuses (and by `fence`, and for a worker operation by owner and
@@ -757,8 +848,10 @@ class Task(models.Model):
 
         `lease` is the lease number a worker operation is fenced on: the task's `leases`
         as it was leased (this object's, if not given). `notify` is a (channel, field) pair:
-        on PostgreSQL the statement notifies the channel with that field's value. A write that
-        matches no row raises the specific refusal.
+        on PostgreSQL the statement notifies the channel with that field's value.
+        `logged_worker` is the worker the History row names, for a write that clears the
+        owner (the row's owner after the write otherwise). A write that matches no row raises
+        the specific refusal.
         """
         transition = TRANSITIONS[operation]
         name = worker_name(worker) if worker is not None else None
@@ -776,7 +869,13 @@ class Task(models.Model):
         # checked owner = worker), the worker it is taken from for a cancel.
         if db.uses_single_statement_transitions(connections[using]):
             row = db.postgresql_transition(
-                fenced, History, {"updated": Clock(), **values}, fields, operation, notify
+                fenced,
+                History,
+                {"updated": Clock(), **values},
+                fields,
+                operation,
+                notify,
+                worker=logged_worker,
             )
             if row is None:
                 raise self._refusal(operation, name, held, using)
@@ -791,7 +890,7 @@ class Task(models.Model):
                     History.objects.using(using).create(
                         task=self,
                         typ=transition.event,
-                        worker=self.owner,
+                        worker=logged_worker or self.owner,
                         progress=self.progress,
                         time=self.updated,
                     )
@@ -818,6 +917,14 @@ class Task(models.Model):
         return Task.objects.using(using or self._state.db).filter(pk=self.pk).delete()
 
     # -- reading ----------------------------------------------------------------------------
+
+    def children_rns(self, limit: int | None = None) -> list[str]:
+        """The rns of the tasks this task spawned (`ctx.spawn`), oldest first, at most
+        `limit`."""
+        using = self._state.db or "default"
+        rns = Task.objects.using(using).filter(parent=self.rn).order_by("id")
+        found = rns.values_list("rn", flat=True)
+        return list(found if limit is None else found[:limit])
 
     @property
     def is_terminal(self) -> bool:

@@ -30,6 +30,7 @@ from ..durations import short
 from ..models import Monitor as MonitorRecord
 from ..retries import exponential_delay
 from ..text import DurationError, plural, positive_duration
+from .expiry import ExpiringTasks
 from .followups import FollowUps
 from .leases import ExpiredLeases
 from .purge import FinishedTasks, ProcessRecords
@@ -60,17 +61,19 @@ class MonitorPass:
     rolled_up: int = 0
     """Queue rollup rows written (minutes and hours rolled up from History)."""
     rollups_purged: int = 0
+    expired: int = 0
+    """Ready tasks cancelled because their `expires_at` came before they started."""
 
 
 class Monitor:
     """Runs the maintenance services, once or each every its interval.
 
     The services, in the order a pass runs them: `leases` (reset expired leases), `followups`
-    (release follow-ups), `schedules` (sync the settings' schedules, submit due ticks), `tasks`
-    (purge old terminal tasks), `processes` (purge the records of workers and monitors long
-    gone) and `rollups` (roll up History for the dashboard's charts, every minute). Each has
-    its own `interval` (the monitor's when None) and `wait_for_run()`, which tests wait on
-    instead of sleeping.
+    (release follow-ups), `expiry` (cancel ready tasks past their `expires_at`), `schedules`
+    (sync the settings' schedules, submit due ticks), `tasks` (purge old terminal tasks),
+    `processes` (purge the records of workers and monitors long gone) and `rollups` (roll up
+    History for the dashboard's charts, every minute). Each has its own `interval` (the
+    monitor's when None) and `wait_for_run()`, which tests wait on instead of sleeping.
 
     - `interval`: seconds from the start of one pass to the start of the next, for the services
       without an interval of their own.
@@ -129,6 +132,7 @@ class Monitor:
         self.using = using
         self.leases = ExpiredLeases(batch_size=reset_batch_size)
         self.followups = FollowUps()
+        self.expiry = ExpiringTasks(batch_size=reset_batch_size)
         self.schedules = ScheduleTicks(clock=clock)
         self.tasks = FinishedTasks(retention=retention, batch_size=purge_batch_size)
         self.processes = ProcessRecords(retention=retention)
@@ -136,6 +140,7 @@ class Monitor:
         self.services: list[Service] = [
             self.leases,
             self.followups,
+            self.expiry,
             self.schedules,
             self.tasks,
             self.processes,

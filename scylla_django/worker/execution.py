@@ -25,6 +25,7 @@ from django.core.exceptions import ValidationError
 from ..exceptions import (
     Abort,
     LeaseLost,
+    Snooze,
     TaskCancelled,
     TaskTimedOut,
     WorkerStopping,
@@ -34,7 +35,7 @@ from ..exceptions import (
 from ..handlers import HandlerRegistry, TaskContext
 from ..models import Outcome, Task
 from ..resources import ThreadMeter, Usage
-from ..validation import validate_json
+from ..validation import validate_delay, validate_json
 from .database import OwnConnections, close_handler_connections
 from .isolation import Isolation
 
@@ -247,7 +248,8 @@ class Execution:
     def _returned(self, ctx: TaskContext, result: Any) -> Outcome:
         task = ctx.task
         try:
-            return Outcome(task.pk, task.leases, validate_json(result, "result", allow_null=True))
+            value = validate_json(result, "result", allow_null=True)
+            return Outcome(task.pk, task.leases, value, children=tuple(ctx.children))
         except ValidationError as exc:  # a result that is not JSON, or too large
             logger.warning("%s: the result of %s was rejected: %s", self._name(), task.rn, exc)
             error = error_record("invalid_result", str(exc)[:500])
@@ -262,6 +264,12 @@ class Execution:
             return None
         if isinstance(exc, Abort):
             return Outcome(task.pk, task.leases, errors=[exc.as_error()])
+        if isinstance(exc, Snooze):
+            try:
+                return Outcome(task.pk, task.leases, snooze=validate_delay(exc.delay))
+            except ValidationError as invalid:
+                error = error_record("invalid_delay", "; ".join(invalid.messages))
+                return Outcome(task.pk, task.leases, errors=[error])
         logger.warning("%s: handler of %s raised %r", self._name(), task.rn, exc)
         return Outcome(task.pk, task.leases, errors=[exception_error(exc)])
 

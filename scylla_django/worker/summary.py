@@ -8,7 +8,7 @@ import time
 
 logger = logging.getLogger("scylla_django")
 
-KINDS = ("completed", "aborted", "stopped", "not written")
+KINDS = ("completed", "aborted", "snoozed", "stopped", "not written")
 
 
 class Summary:

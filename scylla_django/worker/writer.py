@@ -317,11 +317,11 @@ class OutcomeWriter:
             task = ctx.task
             error = errors.get(outcome.pk)
             if error is None:
-                done = "completed" if outcome.errors is None else "aborted"
+                done = ended(outcome)
                 self.summary.count(done)
                 logger.debug("%s %s %s (queue %s)", name, done, task.rn, task.queue)
             elif type(error) is InvalidTransition:
-                self.summary.count("completed" if outcome.errors is None else "aborted")
+                self.summary.count(ended(outcome))
                 logger.debug("%s: %s", name, error)  # an earlier write of ours committed
             else:
                 self.summary.count("not written")
@@ -346,3 +346,10 @@ class OutcomeWriter:
             self.worker.name,
             ", ".join(ctx.task.rn for ctx, _ in batch),
         )
+
+
+def ended(outcome: Outcome) -> str:
+    """How `outcome` ends its lease, as the summary counts it."""
+    if outcome.snooze is not None:
+        return "snoozed"
+    return "completed" if outcome.errors is None else "aborted"

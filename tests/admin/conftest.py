@@ -12,3 +12,12 @@ def empty_cache():
     cache.clear()
     yield
     cache.clear()
+
+
+@pytest.fixture
+def page(live_server):
+    """A logged-in chromium page at 1280x800, in light mode (tests/browser.py)."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs Playwright for Python")
+    from tests.browser import logged_in_page
+
+    yield from logged_in_page(sync_api, live_server.url)

@@ -8,31 +8,20 @@ screenshots shown in the README: docs/admin-task-list.png, -task-detail.png, -da
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from django.db import connections
 from django.db.models.functions import Now
 
 from scylla_django.enums import Status
 from scylla_django.models import Task, Worker
+from tests.browser import CHROMIUM, screenshot
 from tests.factories import TaskFactory, running_task
-
-CHROMIUM = Path("/usr/bin/chromium")
-DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs Playwright for Python")
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"
 )
-
-
-def screenshot(page, name: str, full_page: bool = False) -> None:
-    """Save a screenshot into docs/ when SCYLLA_SCREENSHOTS=1 (so test runs leave no files)."""
-    if os.environ.get("SCYLLA_SCREENSHOTS") == "1":
-        page.screenshot(path=str(DOCS / f"admin-{name}.png"), full_page=full_page)
 
 
 @pytest.fixture
@@ -115,28 +104,6 @@ def console(transactional_db, django_user_model, monkeypatch):
         dead_at=Now() - timedelta(minutes=1),
     )
     return {"report": report, "mail": mail, "crashed": crashed}
-
-
-@pytest.fixture
-def page(live_server):
-    """A logged-in chromium page at 1280x800, in light mode."""
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        context = browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme="light")
-        page = context.new_page()
-        page.set_default_timeout(20_000)
-        page.goto(f"{live_server.url}/admin/")
-        page.fill("#id_username", "admin")
-        page.fill("#id_password", "secret")
-        page.click("input[type=submit]")
-        sync_api.expect(page.locator("#scylla-console")).to_contain_text("Dashboard")
-        yield page
-        browser.close()
-        # ORM calls made while Playwright's loop ran had connections of their own: close them.
-        connections.close_all()
 
 
 def test_operator_session(console, page, live_server):

@@ -197,7 +197,7 @@ def test_detail_has_the_task_and_its_history_in_the_seed_s_shape(api, worker):
     response = api.get(f"{API}/tasks/t1/")
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == TASK_FIELDS | {"parents", "waiting", "history"}
+    assert set(body) == TASK_FIELDS | {"parents", "children", "waiting", "history"}
     assert body["parents"] == [] and body["waiting"] == []
     assert body["status"] == "running" and body["owner"] == worker.name
     assert body["progress"] == 0.5
@@ -644,6 +644,7 @@ def test_the_schema_is_openapi_3_with_every_route(api):
         f"{API}/tasks/{{rn}}/complete/",
         f"{API}/tasks/{{rn}}/abort/",
         f"{API}/tasks/{{rn}}/yield/",
+        f"{API}/tasks/{{rn}}/snooze/",
         f"{API}/tasks/{{rn}}/retry/",
         f"{API}/tasks/{{rn}}/reset/",
         f"{API}/schedules/",

@@ -45,8 +45,9 @@ ROUTES = {
     "complete": ("post", "/tasks/running/complete/", {}, 200, {"worker", "staff"}),
     "abort": ("post", "/tasks/running/abort/", ABORT, 200, {"worker", "staff"}),
     "yield": ("post", "/tasks/running/yield/", {}, 200, {"worker", "staff"}),
+    "snooze": ("post", "/tasks/running/snooze/", {"delay": 5}, 200, {"worker", "staff"}),
 }
-WORKER_ROUTES = {"heartbeat", "complete", "abort", "yield"}
+WORKER_ROUTES = {"heartbeat", "complete", "abort", "yield", "snooze"}
 
 
 @pytest.fixture

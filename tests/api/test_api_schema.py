@@ -21,6 +21,7 @@ OPERATION_IDS = {
     ("post", "/tasks/{rn}/complete/"): "complete_task",
     ("post", "/tasks/{rn}/abort/"): "abort_task",
     ("post", "/tasks/{rn}/yield/"): "yield_task",
+    ("post", "/tasks/{rn}/snooze/"): "snooze_task",
     ("post", "/tasks/{rn}/retry/"): "retry_task",
     ("post", "/tasks/{rn}/reset/"): "reset_task_lease",
     ("get", "/workers/"): "list_workers",

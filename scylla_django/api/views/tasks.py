@@ -32,6 +32,7 @@ from ..serializers import (
     CompleteSerializer,
     HeartbeatSerializer,
     ResetLeaseSerializer,
+    SnoozeSerializer,
     SubmitSerializer,
     TaskDetailSerializer,
     TaskSerializer,
@@ -69,6 +70,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         "complete": permissions.WORK,
         "abort": permissions.WORK,
         "yield_lease": permissions.WORK,
+        "snooze": permissions.WORK,
         "retry": permissions.SUBMIT,
         "reset": permissions.CANCEL,
         "release_order": permissions.CONTROL,
@@ -325,6 +327,23 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     def yield_lease(self, request: Request, rn: str) -> Response:
         worker, task, data = self.parse_held(WorkerActionSerializer, rn)
         task.yield_lease(worker, lease=data["lease"])
+        return Response(TaskSerializer(task).data)
+
+    @detail_post(
+        operation_id="snooze_task",
+        summary="Snooze a task",
+        description=(
+            "running → ready, leasable again `delay` from now (database clock), spending no "
+            "attempt and not counted toward `MAX_LEASES`; History `TaskSnooze`. A task that "
+            "snoozed `MAX_SNOOZES` times is aborted with `too_many_snoozes` instead "
+            "(`status` says which). 409 `lease_lost` when the lease is not held."
+        ),
+        request=SnoozeSerializer,
+        responses={200: TaskSerializer, **WORKER_ERRORS},
+    )
+    def snooze(self, request: Request, rn: str) -> Response:
+        worker, task, data = self.parse_held(SnoozeSerializer, rn)
+        task.snooze(worker, data["delay"], lease=data["lease"])
         return Response(TaskSerializer(task).data)
 
     @detail_post(

@@ -1,0 +1,58 @@
+"""Children: tasks a running task spawns (`ctx.spawn`), linked to it by `parent`, submitted in
+the transaction that completes it, and snoozes, the other way a worker's outcome is written.
+
+A child names its parent's rn in `parent`; the parent's children are the tasks that name it.
+Spawned children wait in the worker with the outcome of their parent and are inserted in the
+same transaction as its completion, so a parent that aborts (or whose completion is refused:
+its lease was lost) never leaves children behind.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from django.db.models import QuerySet
+
+from ..exceptions import DuplicateTask, ScyllaError
+from . import submission
+from .outcomes import Outcome
+
+logger = logging.getLogger("scylla_django")
+
+
+def submit_children(tasks: QuerySet[Any], outcomes: Sequence[Outcome], done: set[int]) -> None:
+    """Submit the children of the outcomes in `outcomes` whose tasks completed (`done`: the
+    pks written; call it in the transaction that wrote them). A child whose rn exists is
+    skipped, as a submission of an existing rn is (submission is idempotent per rn)."""
+    for outcome in outcomes:
+        if outcome.pk not in done or outcome.errors is not None:
+            continue
+        for child in outcome.children:
+            options = dict(child)
+            queue, spec = options.pop("queue"), options.pop("spec")
+            try:
+                submission.submit(tasks, queue, spec, **options)
+            except DuplicateTask:
+                logger.info("child %s of task %s exists already", child.get("rn"), outcome.pk)
+
+
+def snooze_outcomes(tasks: QuerySet[Any], name: str, outcomes: Sequence[Outcome]) -> set[int]:
+    """Snooze the tasks of `outcomes` (each has a `snooze` delay) for the worker `name`, each
+    in its own fenced write (`Task.snooze`); return the pks written (snoozed, or aborted for
+    `too_many_snoozes`). A refused lease is left out, as by `finish_many`."""
+    written: set[int] = set()
+    manager = tasks.model.objects.using(tasks.db)
+    for outcome in outcomes:
+        task: Any = outcome.task
+        if task is None:
+            task = manager.filter(pk=outcome.pk).first()
+        if task is None:
+            continue
+        try:
+            task.snooze(name, outcome.snooze, lease=outcome.lease)
+        except ScyllaError:
+            continue
+        written.add(outcome.pk)
+    return written
