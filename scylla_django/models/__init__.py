@@ -3,6 +3,7 @@ dependencies, schedules and queue rollups. Import them from here:
 `from scylla_django.models import Task`.
 """
 
+from .batches import CALLBACKS, Batch, BatchQuerySet, count_finished, count_requeued
 from .dependencies import HELD, MAX_PARENTS, Dependency
 from .history import History
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions
@@ -43,6 +44,7 @@ from .schedules import CatchUp, Schedule
 from .task import NOT_YIELDED, TABLES, Task, TaskQuerySet
 
 __all__ = [
+    "CALLBACKS",
     "HELD",
     "MAX_PARENTS",
     "MONITOR_PREFIX",
@@ -51,6 +53,8 @@ __all__ = [
     "SETTLED",
     "TABLES",
     "WORKER_PREFIX",
+    "Batch",
+    "BatchQuerySet",
     "CatchUp",
     "Dependency",
     "History",
@@ -80,6 +84,8 @@ __all__ = [
     "TaskQuerySet",
     "Worker",
     "WorkerQuerySet",
+    "count_finished",
+    "count_requeued",
     "first_lease",
     "required_worker_id",
     "send_on_commit",

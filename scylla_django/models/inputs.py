@@ -61,6 +61,7 @@ class TaskOptions(TypedDict, total=False):
     order_key: str | None
     order_on_failure: str | None
     rate_key: str | None
+    batch: int | None
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,7 @@ def task_values(
     order_key: str | None = None,
     order_on_failure: str | None = None,
     rate_key: str | None = None,
+    batch: int | None = None,
     defaults: SubmitDefaults | None = None,
 ) -> dict[str, Any]:
     """The field values of a new task, validated (a generated rn if none is given).
@@ -212,6 +214,8 @@ def task_values(
     A task without `unique_key` takes its queue's default key (`@handler(unique_key=...)`),
     if any; a `unique_window` needs a key. The unique fields are in the values only for a
     keyed task, so a keyless one is submitted exactly as before keys existed.
+
+    `batch` is the pk of the batch the task is submitted in (`scylla_django.batches`).
 
     `defaults` are the settings that apply, read once by a caller that validates many.
     Raises ValidationError naming every bad field.
@@ -242,6 +246,8 @@ def task_values(
             "unique_window needs a unique_key.", code="invalid_unique_window"
         )
     errors.raise_any()
+    if batch is not None:
+        values["batch_id"] = batch
     if unique_key is not None:
         values.update(unique_key=unique_key, unique_window=window, unique_held=window is not None)
     if any(v is not None for v in (locks, limits, order_key, rate_key)):
@@ -279,6 +285,7 @@ def task_values_from(
         "unique_key",
         "unique_window",
         "on_conflict",
+        "batch",
     }
     unknown = set(item) - allowed
     if unknown:
@@ -300,6 +307,7 @@ def task_values_from(
         retry=item.get("retry"),
         unique_key=item.get("unique_key"),
         unique_window=item.get("unique_window"),
+        batch=item.get("batch"),
         defaults=defaults,
     )
     if "unique_key" in values:

@@ -35,7 +35,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "checks",
         "migrations",
     ),
-    "runtime": ("handlers", "listener", "worker", "supervisor", "monitor", "health"),
+    "runtime": ("handlers", "batches", "listener", "worker", "supervisor", "monitor", "health"),
     "faces": ("management", "api", "admin", "backends", "metrics", "apps", "__init__"),
 }
 ORDER = list(LAYERS)
