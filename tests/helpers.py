@@ -45,6 +45,8 @@ TASK_FIELDS = {
     "attempt",
     "unique_key",
     "unique_window",
+    "batch",
+    "dead",
 }
 
 

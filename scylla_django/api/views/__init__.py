@@ -8,6 +8,7 @@ Status codes: 200, or 201 for a submission or a registration; errors as in `exce
 """
 
 from .base import ScyllaAuthMixin, ScyllaView, get_task, not_found
+from .batches import BatchViewSet
 from .health import HealthView
 from .queues import QueueLimitView, QueuePauseView, QueueView
 from .schedules import ScheduleViewSet
@@ -16,6 +17,7 @@ from .tasks import TaskViewSet
 from .workers import WorkerViewSet
 
 __all__ = [
+    "BatchViewSet",
     "HealthView",
     "QueueLimitView",
     "QueuePauseView",
