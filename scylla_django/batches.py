@@ -174,7 +174,8 @@ class Batch(AbstractContextManager["Batch"]):
     def submit(self, queue: str, spec: Any, **options: Unpack[TaskOptions]) -> Task:
         """Submit a task in the batch (as `Task.objects.submit`, without `after`)."""
         row = self._open_row()
-        task = Task.objects.using(self.using).submit(queue, spec, batch=row.pk, **options)
+        options["batch"] = row.pk
+        task = Task.objects.using(self.using).submit(queue, spec, **options)
         if task.submit_outcome == "inserted":
             self.submitted += 1
         return task

@@ -20,14 +20,16 @@ are `TaskQuerySet.purge()`. Built to stay fast on millions of tasks:
 | `purge` | the bulk purge form and its time budget |
 | `dashboard` | the dashboard's numbers |
 | `schedules` | `ScheduleAdmin`, the "Retry selected" action, the chain of attempts |
+| `batches` | `BatchAdmin`: each batch's progress from its counters, "Cancel selected batches" |
 
-Importing this package registers `Task`, `Worker` and `Schedule` with `admin.site` and changes
-nothing else. The "Scylla console" module on the admin index is opt-in: set
+Importing this package registers `Task`, `Worker`, `Schedule` and `Batch` with `admin.site`
+and changes nothing else. The "Scylla console" module on the admin index is opt-in: set
 `admin.site.index_template = INDEX_TEMPLATE` (see the README, "Admin").
 """
 
 from __future__ import annotations
 
+from .batches import BatchAdmin
 from .schedules import ScheduleAdmin
 from .task_columns import HISTORY_LIMIT
 from .tasks import COUNT_CAP, ApproximateCount, EstimatingPaginator, TaskAdmin
@@ -40,6 +42,7 @@ __all__ = [
     "HISTORY_LIMIT",
     "INDEX_TEMPLATE",
     "ApproximateCount",
+    "BatchAdmin",
     "EstimatingPaginator",
     "ScheduleAdmin",
     "TaskAdmin",

@@ -32,7 +32,7 @@ from ..conf import scylla_settings
 from ..durations import ago, short
 from ..enums import TERMINAL_STATUSES, Liveness, Status
 from ..handlers import live_worker_queues
-from ..models import SCHEDULED, Monitor, MonitorStatus, QueueSetting, Task, Worker
+from ..models import SCHEDULED, Batch, Monitor, MonitorStatus, QueueSetting, Task, Worker
 from ..validation import worker_id, worker_name_for
 
 STATUSES: tuple[Status, ...] = tuple(Status)
@@ -512,6 +512,10 @@ class Dashboard:
     failure_groups: Failures
     workers: Workers
     monitors: MonitorStatus
+    dead: int = 0
+    """Dead letters: aborted tasks given up, kept until an operator acts."""
+    open_batches: int = 0
+    """Batches with a callback not yet released or cancelled."""
 
     @property
     def statuses(self) -> tuple[Status, ...]:
@@ -539,4 +543,6 @@ def build() -> Dashboard:
         failure_groups=failure_groups(now=now),
         workers=worker_board(),
         monitors=Monitor.objects.status(),
+        dead=Task.objects.dead().count(),
+        open_batches=Batch.objects.open().count(),
     )

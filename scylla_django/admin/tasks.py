@@ -30,7 +30,9 @@ from .display import (
     pretty_json,
 )
 from .filters import (
+    BatchFilter,
     DateRangeFilter,
+    DeadFilter,
     ErrorCodeFilter,
     OwnerFilter,
     PriorityFilter,
@@ -174,6 +176,8 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
         PriorityFilter,
         OwnerFilter,
         ErrorCodeFilter,
+        DeadFilter,
+        BatchFilter,
         UniqueKeyFilter,
         ("created", DateRangeFilter),
         ("updated", DateRangeFilter),
@@ -188,7 +192,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     paginator = EstimatingPaginator
-    actions = ("cancel_selected", "purge_selected", "retry_selected")
+    actions = ("cancel_selected", "purge_selected", "retry_selected", "discard_selected")
     inlines = (HistoryInline,)
     fieldsets = (
         (
@@ -200,6 +204,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
                     ("owner_link", "leases", "deadline_time"),
                     ("created_time", "updated_time", "not_before_at"),
                     ("chain",),
+                    ("batch_link", "dead_at"),
                     ("unique_key_link", "unique_window_text"),
                 )
             },
@@ -222,6 +227,8 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
         "parents_list",
         "unique_key_link",
         "unique_window_text",
+        "batch_link",
+        "dead_at",
     )
 
     class Media:

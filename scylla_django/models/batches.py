@@ -131,7 +131,7 @@ class Batch(models.Model):
         """A page of the completed tasks' results, as `(pk, rn, result)` in pk order: the
         first `limit` after the task `after` (a pk of the previous page; None: from the start).
         Read through the batch's index, a page at a time, however big the batch."""
-        tasks = self.tasks.filter(status=Status.COMPLETED).order_by("pk")  # type: ignore[attr-defined]
+        tasks = self.tasks.filter(status=Status.COMPLETED).order_by("pk")
         if after is not None:
             tasks = tasks.filter(pk__gt=after)
         return list(tasks.values_list("pk", "rn", "result")[: max(1, min(limit, 10_000))])

@@ -77,7 +77,11 @@ class BatchViewSet(ScyllaView, viewsets.GenericViewSet[BatchRow]):
             kind: None if data.get(kind) is None else dict(data[kind])
             for kind in ("on_success", "on_complete", "on_failure")
         }
-        with Batch(**callbacks) as batch:
+        with Batch(
+            on_success=callbacks["on_success"],
+            on_complete=callbacks["on_complete"],
+            on_failure=callbacks["on_failure"],
+        ) as batch:
             outcomes = batch.submit_many(dict(task) for task in data["tasks"])
         assert batch.row is not None
         row = get_batch(str(batch.row.pk))
