@@ -30,7 +30,6 @@ from . import db, signals
 from .db import Now
 from .enums import EventType, Status
 from .exceptions import InvalidTransition
-from .handlers import unserved_queues
 from .models import (
     CALLBACKS,
     HELD,
@@ -42,6 +41,7 @@ from .models import (
 )
 from .models import Batch as BatchRow
 from .models.inputs import task_values
+from .models.serving import unserved_queues
 
 logger = logging.getLogger("scylla_django")
 

@@ -10,8 +10,8 @@ from django.db.models.functions import Now
 
 from scylla_django.batches import release_callbacks
 from scylla_django.enums import Status
-from scylla_django.handlers import forget_live_worker_queues
 from scylla_django.models import Batch, Outcome, Task, Worker
+from scylla_django.models.serving import forget_live_worker_queues
 from tests.helpers import API, assert_error, assert_field_error, post
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -31,11 +31,12 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "unique_keys",
         "signals",
         "followups",
+        "batches",
         "schedules",
         "checks",
         "migrations",
     ),
-    "runtime": ("handlers", "batches", "listener", "worker", "supervisor", "monitor", "health"),
+    "runtime": ("handlers", "listener", "worker", "supervisor", "monitor", "health"),
     "faces": ("management", "api", "admin", "backends", "metrics", "apps", "__init__"),
 }
 ORDER = list(LAYERS)

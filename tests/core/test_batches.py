@@ -18,9 +18,9 @@ from scylla_django.batches import (
 )
 from scylla_django.enums import Status
 from scylla_django.exceptions import InvalidTransition, exception_error
-from scylla_django.handlers import forget_live_worker_queues
 from scylla_django.models import HELD, Outcome, Task, Worker
 from scylla_django.models import Batch as BatchRow
+from scylla_django.models.serving import forget_live_worker_queues
 from scylla_django.monitor import Monitor
 from tests.helpers import run_in_threads
 
