@@ -26,7 +26,7 @@ from django.db.models import Exists, OuterRef, Q, Subquery
 from . import db, signals
 from .db import Now
 from .enums import EventType, Status
-from .models import HELD, Dependency, History, Task, send_on_commit
+from .models import HELD, Dependency, History, Task, count_finished, send_on_commit
 
 
 @dataclass(frozen=True)
@@ -197,6 +197,8 @@ def _cancel_child(child_id: int, using: str) -> int:
             return 0
         History.objects.using(using).create(task_id=child_id, typ=EventType.CANCELLATION)
         Dependency.objects.using(using).filter(child_id=child_id).delete()
+        in_batch = tasks.filter(pk=child_id, batch__isnull=False)
+        count_finished(using, in_batch.values("batch_id", "status"))
     task = tasks.filter(pk=child_id).first()
     if task is not None:
         send_on_commit(signals.task_finished, using, task=task, status=task.status)

@@ -48,10 +48,13 @@ from django.http import HttpRequest, HttpResponse
 
 from . import db, signals
 from .enums import TERMINAL_STATUSES, EventType, Status
-from .models import History, Monitor, Task, Worker
+from .models import Batch, History, Monitor, Task, Worker
 
 TERMINAL_COUNT_CAP = 1000
 """Terminal tasks counted exactly per queue and status; past it, the planner's estimate."""
+
+OPEN_BATCHES_SHOWN = 100
+"""Open batches whose progress is a metric (labelled by batch id: a bounded number)."""
 
 RUN_TIME_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600)
 """Seconds: tasks run from under a second to hours."""
@@ -185,6 +188,8 @@ class TaskMetricsCollector(Collector):
             tasks.add_metric([queue, status], count)
         yield tasks
         yield oldest
+        yield self._dead()
+        yield from self._batches()
         yield from self._processes()
 
     # -- tasks ----------------------------------------------------------------------------------
@@ -197,6 +202,46 @@ class TaskMetricsCollector(Collector):
         """Terminal tasks per queue and status: exact up to the cap, else an estimate."""
         tasks = Task.objects.using(self.using)
         return db.capped_counts(tasks, queues, sorted(TERMINAL_STATUSES), self.cap)
+
+    def _dead(self) -> Metric:
+        """Dead letters per queue, counted through their partial index (they are few: an
+        operator requeues or discards them)."""
+        family = GaugeMetricFamily(
+            "scylla_dead_tasks",
+            "Dead letters: aborted tasks given up, kept until an operator acts.",
+            labels=["queue"],
+        )
+        dead = (
+            Task.objects.using(self.using)
+            .dead()
+            .order_by()
+            .values_list("queue")
+            .annotate(n=Count("*"))
+            .values_list("queue", "n")
+        )
+        for queue, count in sorted(dead):
+            family.add_metric([queue], count)
+        return family
+
+    def _batches(self) -> Iterator[Metric]:
+        """Open batches, and the progress of the latest `OPEN_BATCHES_SHOWN` of them (read
+        from their counters)."""
+        open_batches = Batch.objects.using(self.using).open()
+        yield GaugeMetricFamily(
+            "scylla_batches_open",
+            "Batches with a callback not yet released or cancelled.",
+            value=open_batches.count(),
+        )
+        progress = GaugeMetricFamily(
+            "scylla_batch_tasks",
+            f"Tasks of the latest {OPEN_BATCHES_SHOWN} open batches: total, completed, failed.",
+            labels=["batch", "state"],
+        )
+        rows = open_batches.order_by("-pk").values_list("pk", "total", "completed", "failed")
+        for pk, total, completed, failed in rows[:OPEN_BATCHES_SHOWN]:
+            for state, count in (("total", total), ("completed", completed), ("failed", failed)):
+                progress.add_metric([str(pk), state], count)
+        yield progress
 
     # -- processes ------------------------------------------------------------------------------
 

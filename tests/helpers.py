@@ -56,6 +56,8 @@ TASK_FIELDS = {
     "parent",
     "snoozes",
     "expires_at",
+    "batch",
+    "dead",
 }
 
 

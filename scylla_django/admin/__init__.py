@@ -21,14 +21,17 @@ are `TaskQuerySet.purge()`. Built to stay fast on millions of tasks:
 | `dashboard` | the dashboard's numbers |
 | `schedules` | `ScheduleAdmin`, the "Retry selected" action, the chain of attempts |
 | `keys` | the "Locks and limits" page, `LimitAdmin`, `RateAdmin`, `HoldAdmin` |
+| `batches` | `BatchAdmin`: each batch's progress from its counters, "Cancel selected batches" |
 
-Importing this package registers `Task`, `Worker`, `Schedule`, `Limit`, `Rate` and `Hold` with
-`admin.site` and changes nothing else. The "Scylla console" module on the admin index is opt-in: set
+Importing this package registers `Task`, `Worker`, `Schedule`, `Limit`, `Rate`, `Hold` and
+`Batch` with `admin.site` and changes nothing else. The "Scylla console" module on the admin
+index is opt-in: set
 `admin.site.index_template = INDEX_TEMPLATE` (see the README, "Admin").
 """
 
 from __future__ import annotations
 
+from .batches import BatchAdmin
 from .keys import HoldAdmin, LimitAdmin, RateAdmin
 from .schedules import ScheduleAdmin
 from .task_columns import HISTORY_LIMIT
@@ -42,6 +45,7 @@ __all__ = [
     "HISTORY_LIMIT",
     "INDEX_TEMPLATE",
     "ApproximateCount",
+    "BatchAdmin",
     "EstimatingPaginator",
     "HoldAdmin",
     "LimitAdmin",

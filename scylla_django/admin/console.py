@@ -36,6 +36,7 @@ class ConsolePages(TaskOperations):
         context = {
             **self.page_context(request, _("Scylla dashboard")),
             "dashboard": dashboard.build(),
+            "batches_url": reverse("admin:scylla_django_batch_changelist"),
             "charts": charts.build(request.GET.get("range")),
             "may_control_queues": self.has_queue_permission(request),
             "refresh": int(refresh) if refresh in {"0", "5", "10", "30", "60"} else 10,

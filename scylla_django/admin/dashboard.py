@@ -31,7 +31,7 @@ from django.utils import timezone
 from ..conf import scylla_settings
 from ..durations import ago, short
 from ..enums import TERMINAL_STATUSES, Liveness, Status
-from ..models import SCHEDULED, Monitor, MonitorStatus, QueueSetting, Task, Worker
+from ..models import SCHEDULED, Batch, Monitor, MonitorStatus, QueueSetting, Task, Worker
 from ..models.serving import live_worker_queues
 from ..validation import worker_id, worker_name_for
 
@@ -512,6 +512,10 @@ class Dashboard:
     failure_groups: Failures
     workers: Workers
     monitors: MonitorStatus
+    dead: int = 0
+    """Dead letters: aborted tasks given up, kept until an operator acts."""
+    open_batches: int = 0
+    """Batches with a callback not yet released or cancelled."""
 
     @property
     def statuses(self) -> tuple[Status, ...]:
@@ -539,4 +543,6 @@ def build() -> Dashboard:
         failure_groups=failure_groups(now=now),
         workers=worker_board(),
         monitors=Monitor.objects.status(),
+        dead=Task.objects.dead().count(),
+        open_batches=Batch.objects.open().count(),
     )

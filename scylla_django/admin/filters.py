@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.contrib import admin
@@ -20,6 +20,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from ..db import Now
 from ..enums import Liveness, Status
 from ..models import TaskQuerySet, Worker
 from ..models.keys import key_name, naming
@@ -310,3 +311,40 @@ class ErrorCodeFilter(InputFilter):
             raise IncorrectLookupParameters(exc) from exc
         assert isinstance(queryset, TaskQuerySet), "ErrorCodeFilter filters tasks"
         return queryset.with_error_code(value)
+
+
+class DeadFilter(admin.SimpleListFilter):
+    """`?dead=`: dead letters (aborted tasks given up), all of them or those given up longer
+    ago than a day or a week; through the dead letters' own index."""
+
+    title = "dead letter"
+    parameter_name = "dead"
+    ages: ClassVar[dict[str, timedelta]] = {"1d": timedelta(days=1), "7d": timedelta(days=7)}
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("yes", "Dead letters"),
+            ("1d", "Dead for over a day"),
+            ("7d", "Dead for over a week"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if not value:
+            return queryset
+        assert isinstance(queryset, TaskQuerySet), "DeadFilter filters tasks"
+        if value == "yes":
+            return queryset.dead()
+        if value in self.ages:
+            return queryset.dead().filter(dead__lt=Now() - self.ages[value])
+        raise IncorrectLookupParameters(f"dead: {value!r} is not one of yes, 1d, 7d.")
+
+
+def _batch_id(value: str) -> None:
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:
+        raise ValidationError("A batch is named by its id, a whole number.", code="invalid")
+
+
+BatchFilter = input_filter(
+    "batch", _batch_id, list, "`?batch=`: the tasks of one batch, by its id."
+)

@@ -59,6 +59,17 @@ class TaskColumns(TaskAdminBase):
             )
         return status_badge(task.status)
 
+    @admin.display(description=gettext_lazy("batch"))
+    def batch_link(self, task: Task) -> SafeString | str:
+        if task.batch_id is None:
+            return "-"
+        url = reverse("admin:scylla_django_batch_change", args=[task.batch_id])
+        return format_html('<a href="{}">batch {}</a>', url, task.batch_id)
+
+    @admin.display(description=gettext_lazy("dead letter since"))
+    def dead_at(self, task: Task) -> SafeString | str:
+        return "-" if task.dead is None else moment(task.dead)
+
     @admin.display(description=gettext_lazy("progress"))
     def progress_bar(self, task: Task) -> SafeString:
         return format_html(

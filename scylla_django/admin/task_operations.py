@@ -85,6 +85,20 @@ class TaskOperations(TaskAdminBase):
         """Resubmit the selected aborted and cancelled tasks with `Task.retry()`."""
         retry_tasks(self, request, queryset)
 
+    @admin.action(permissions=["cancel"], description=gettext_lazy("Discard selected dead letters"))
+    def discard_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
+        """Let the selected dead letters go (`TaskQuerySet.discard()`): they stay aborted and
+        are purged after the retention. To run one again, retry it instead."""
+        total = queryset.count()
+        discarded = queryset.discard()
+        logger.info("%s discarded %d of %d selected tasks", request.user, discarded, total)
+        self.message_user(
+            request,
+            _("%(discarded)d discarded, %(skipped)d skipped (not dead letters).")
+            % {"discarded": discarded, "skipped": total - discarded},
+            messages.SUCCESS if discarded else messages.WARNING,
+        )
+
     @admin.action(permissions=["purge"], description=gettext_lazy("Purge selected (terminal only)"))
     def purge_selected(
         self, request: HttpRequest, queryset: TaskQuerySet

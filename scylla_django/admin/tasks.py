@@ -32,7 +32,9 @@ from .display import (
     pretty_json,
 )
 from .filters import (
+    BatchFilter,
     DateRangeFilter,
+    DeadFilter,
     ErrorCodeFilter,
     KeyFilter,
     OwnerFilter,
@@ -178,6 +180,8 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
         PriorityFilter,
         OwnerFilter,
         ErrorCodeFilter,
+        DeadFilter,
+        BatchFilter,
         UniqueKeyFilter,
         KeyFilter,
         ("created", DateRangeFilter),
@@ -193,7 +197,13 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     paginator = EstimatingPaginator
-    actions = ("cancel_selected", "purge_selected", "retry_selected", "release_order_selected")
+    actions = (
+        "cancel_selected",
+        "purge_selected",
+        "retry_selected",
+        "release_order_selected",
+        "discard_selected",
+    )
     inlines = (HistoryInline,)
     fieldsets = (
         (
@@ -207,6 +217,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
                     ("cpu_time_text", "peak_memory_text"),
                     ("chain", "snoozes", "expires_time"),
                     ("parent_link", "children_list"),
+                    ("batch_link", "dead_at"),
                     ("unique_key_link", "unique_window_text"),
                     ("keys_list", "waiting_line"),
                 )
@@ -241,6 +252,8 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
         "waiting_line",
         "cpu_time_text",
         "peak_memory_text",
+        "batch_link",
+        "dead_at",
     )
 
     class Media:

@@ -155,7 +155,7 @@ class KeyFilter(django_filters.CharFilter):  # type: ignore[misc, unused-ignore]
 
 class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
     """`status` (repeatable), `queue`, `owner`, `rn`, `root`, `parent`, priority and
-    created/updated ranges."""
+    created/updated ranges, dead letters (`dead`, `dead_before`)."""
 
     status = django_filters.MultipleChoiceFilter(
         choices=Status.choices,
@@ -175,6 +175,14 @@ class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
     updated_before = TimestampFilter(field_name="updated", lookup_expr="lt")
     error_code = ErrorCodeFilter()
     key = KeyFilter()
+    dead = django_filters.ChoiceFilter(
+        choices=[("true", "true"), ("false", "false")],
+        method="filter_dead",
+        help_text="`true`: dead letters only (aborted tasks given up); `false`: no dead letter.",
+    )
+    dead_before = TimestampFilter(
+        field_name="dead", lookup_expr="lt", help_text="Dead letters given up before this time."
+    )
 
     class Meta:
         model = Task
@@ -194,7 +202,12 @@ class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
             "updated_before",
             "error_code",
             "key",
+            "dead",
+            "dead_before",
         ]
+
+    def filter_dead(self, queryset: Any, name: str, value: str) -> Any:
+        return queryset.dead() if value == "true" else queryset.filter(dead__isnull=True)
 
     def filter_error_code(self, queryset: Any, name: str, value: str) -> Any:
         return queryset.with_error_code(value)
@@ -253,6 +266,8 @@ FILTER_BODY_SCHEMA: dict[str, Any] = {
         "updated_before": TIMESTAMP_SCHEMA,
         "error_code": {"type": "string", "minLength": 1, "maxLength": 100},
         "key": {"type": "string", "minLength": 1, "maxLength": KEY_NAME_MAX_LENGTH},
+        "dead": {"type": "string", "enum": ["true", "false"]},
+        "dead_before": TIMESTAMP_SCHEMA,
     },
     "additionalProperties": False,
     "minProperties": 1,

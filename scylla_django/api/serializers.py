@@ -50,6 +50,7 @@ LAST_INSTANT = datetime.max.replace(microsecond=0, tzinfo=UTC)
 MAX_LEASE_LIMIT = 100
 MAX_LEASE_SECONDS = 10**9
 MAX_CANCEL_RNS = 10_000
+MAX_BATCH_ITEMS = 10_000
 
 
 # -- strict fields --------------------------------------------------------------------------
@@ -311,6 +312,15 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
         allow_null=True,
         help_text="Cancelled (`expired`) if not started by then; never leased after it.",
     )
+    batch = serializers.IntegerField(
+        source="batch_id", read_only=True, allow_null=True, help_text="The task's batch."
+    )
+    dead = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text="When this aborted task was given up (a dead letter), until requeued or "
+        "discarded.",
+    )
 
     class Meta:
         model = Task
@@ -346,6 +356,8 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "parent",
             "snoozes",
             "expires_at",
+            "batch",
+            "dead",
         ]
         read_only_fields = fields
         # Not declared above: a serializer field's `parent` attribute is DRF's own.
@@ -1125,3 +1137,86 @@ class ReleasedSerializer(serializers.Serializer[Any]):
 
     hold = serializers.IntegerField()
     released = serializers.BooleanField()
+
+
+# -- batches ---------------------------------------------------------------------------------
+
+
+class CallbackSerializer(StrictSerializer):
+    """A batch's callback: the task submitted with the batch and held until its condition."""
+
+    queue = queue_field()
+    spec = JSONValueField(help_text="Any JSON but null.")
+    priority = StrictIntegerField(
+        required=False, min_value=0, max_value=255, help_text="0..255, higher first."
+    )
+
+
+class BatchSubmitSerializer(StrictSerializer):
+    """A batch to submit: its tasks (as `POST /tasks/` takes them, without `after`) and its
+    callbacks."""
+
+    tasks = serializers.ListField(
+        child=SubmitSerializer(),
+        min_length=1,
+        max_length=MAX_BATCH_ITEMS,
+        help_text=f"1 to {MAX_BATCH_ITEMS} tasks, as `POST /tasks/` takes them (no `after`).",
+    )
+    on_success = CallbackSerializer(
+        required=False, allow_null=True, help_text="Runs once every task completed."
+    )
+    on_complete = CallbackSerializer(
+        required=False, allow_null=True, help_text="Runs once every task finished."
+    )
+    on_failure = CallbackSerializer(
+        required=False,
+        allow_null=True,
+        help_text="Runs after the first task that failed for good (aborted with no retry "
+        "left, or cancelled).",
+    )
+
+    def validate_tasks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if any("after" in task for task in tasks):
+            raise serializers.ValidationError(
+                ErrorDetail("A task of a batch waits for no parents.", code="invalid_after")
+            )
+        return tasks
+
+
+class BatchSerializer(serializers.Serializer[Any]):
+    """A batch and its progress; its callbacks by rn."""
+
+    id = serializers.IntegerField()
+    created = serializers.DateTimeField()
+    state = serializers.ChoiceField(choices=["running", "completed", "failed", "cancelled"])
+    total = serializers.IntegerField(help_text="Tasks submitted in the batch.")
+    done = serializers.IntegerField(help_text="Tasks finished: completed, or failed for good.")
+    completed = serializers.IntegerField()
+    failed = serializers.IntegerField(help_text="Tasks aborted for good, or cancelled.")
+    on_success = serializers.CharField(source="on_success.rn", allow_null=True, default=None)
+    on_complete = serializers.CharField(source="on_complete.rn", allow_null=True, default=None)
+    on_failure = serializers.CharField(source="on_failure.rn", allow_null=True, default=None)
+    cancelled = serializers.DateTimeField(allow_null=True)
+    closed = serializers.DateTimeField(
+        allow_null=True, help_text="When every callback was released or cancelled."
+    )
+
+
+class BatchSubmittedSerializer(BatchSerializer):
+    """A batch just submitted, with what happened to each of its tasks."""
+
+    outcomes = BulkOutcomeSerializer(many=True)
+
+
+class BatchResultSerializer(serializers.Serializer[Any]):
+    """A completed task of a batch and its result."""
+
+    rn = serializers.CharField()
+    result = serializers.JSONField(allow_null=True)
+
+
+class BatchResultsSerializer(serializers.Serializer[Any]):
+    """A page of a batch's results, and the `after` of the next page (null: the last)."""
+
+    results = BatchResultSerializer(many=True)
+    next = serializers.IntegerField(allow_null=True)

@@ -14,6 +14,7 @@ from django.urls import URLPattern, URLResolver, path, re_path
 from rest_framework.routers import SimpleRouter
 
 from .views import (
+    BatchViewSet,
     HealthView,
     HoldReleaseView,
     LimitDetailView,
@@ -37,6 +38,7 @@ router = SimpleRouter()
 router.register("tasks", TaskViewSet, basename="task")
 router.register("workers", WorkerViewSet, basename="worker")
 router.register("schedules", ScheduleViewSet, basename="schedule")
+router.register("batches", BatchViewSet, basename="batch")
 
 # Bulk operations have a prefix of their own: under `tasks/`, every segment is a task's rn.
 BULK: dict[str, Any] = {"filter_backends": [], "pagination_class": None}

@@ -49,8 +49,8 @@ def _ready_notification(table: str) -> str:
     )
 
 
-# What a submission sets, with its type in SQL (the last three link a retry to the task it
-# retries); every other column takes its default.
+# What a submission sets (by attribute name), with its type in SQL; every other column takes
+# its default.
 SUBMITTED = {
     "rn": "text",
     "queue": "text",
@@ -68,6 +68,7 @@ SUBMITTED = {
     "timeout": "interval",
     "parent": "text",
     "expires_at": "timestamptz",
+    "batch_id": "bigint",
 }
 
 
@@ -89,8 +90,8 @@ def _submission(model: type[models.Model], using: str) -> _Submission:
     connection = connections[using]
     quote = connection.ops.quote_name
     fields, _ = _insert_parts(model._default_manager.using(using))
-    given = [f for f in fields if f.name in SUBMITTED]
-    others = [f for f in fields if f.name not in SUBMITTED]
+    given = [f for f in fields if f.attname in SUBMITTED]
+    others = [f for f in fields if f.attname not in SUBMITTED]
     assert len(given) == len(SUBMITTED), "a SUBMITTED field is not a column of the model"
     columns = ", ".join(quote(str(f.column)) for f in [*given, *others])
     # The other columns' defaults are constants, written into the statements as literals
@@ -104,8 +105,8 @@ def _submission(model: type[models.Model], using: str) -> _Submission:
         [f.get_db_prep_save(f.get_default(), connection) for f in others],
     )
     table = quote(model._meta.db_table)
-    record = ", ".join(f"{quote(f.name)} {SUBMITTED[f.name]}" for f in given)
-    picked = ", ".join(f"r.{quote(f.name)}" for f in given)
+    record = ", ".join(f"{quote(f.attname)} {SUBMITTED[f.attname]}" for f in given)
+    picked = ", ".join(f"r.{quote(f.attname)}" for f in given)
     return _Submission(
         given=given,
         # One row: its notification is an expression of what it returns (no CTE around the
@@ -134,7 +135,7 @@ def _keyed_submission(model: type[models.Model], using: str) -> tuple[list[Any],
     quote = connection.ops.quote_name
     fields, _ = _insert_parts(model._default_manager.using(using))
     keyed = [f for f in model._meta.concrete_fields if f.name in KEYED]
-    given = [f for f in fields if f.name in SUBMITTED] + keyed
+    given = [f for f in fields if f.attname in SUBMITTED] + keyed
     others = [f for f in fields if f not in given]
     operations: Any = connection.ops
     defaults = operations.compose_sql(
@@ -184,7 +185,7 @@ def postgresql_submit_keyed(
     connection = connections[tasks.db]
     given, statement = _keyed_submission(tasks.model, tasks.db)
     params = [
-        _db_value(f, values[f.name] if f.name in values else f.get_default(), connection)
+        _db_value(f, values[f.attname] if f.attname in values else f.get_default(), connection)
         for f in given
     ]
     with prepared_cursor(connection) as cursor:
@@ -210,7 +211,7 @@ def postgresql_submit(
     connection = connections[tasks.db]
     submission = _submission(tasks.model, tasks.db)
     params = [
-        _db_value(f, values[f.name] if f.name in values else f.get_default(), connection)
+        _db_value(f, values[f.attname] if f.attname in values else f.get_default(), connection)
         for f in submission.given
     ]
     with prepared_cursor(connection) as cursor:
@@ -322,6 +323,7 @@ def _submission_document(rows: Sequence[dict[str, Any]]) -> str:
                 **{name: row.get(name) for name in _KEY_FIELDS if "keys" in row},
                 "timeout": _interval(row.get("timeout")),
                 "expires_at": row["expires_at"].isoformat() if row.get("expires_at") else None,
+                "batch_id": row.get("batch_id"),
             }
             for row in rows
         ],

@@ -348,6 +348,7 @@ def _finish_ctes(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
     assert complete.event is not None and abort.event is not None
     quote = connections[using].ops.quote_name
     task, history = quote(tables.task._meta.db_table), quote(tables.history._meta.db_table)
+    batch = quote(tables.batch._meta.db_table)
     ctes = f"""outcome AS (
             SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
                 AS o(id bigint, lease integer, status text, result jsonb, errors jsonb,
@@ -371,12 +372,20 @@ def _finish_ctes(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
             WHERE t.id = ANY(ARRAY(SELECT id FROM outcome)) AND t.id = o.id
               AND (t.status, t.owner, t.leases)
                 IS NOT DISTINCT FROM (%(running)s, %(worker)s, o.lease)
-            RETURNING t.id, t.status, t.progress, t.updated
+            RETURNING t.id, t.status, t.progress, t.updated, t.batch_id
         ), logged AS (
             INSERT INTO {history} (task_id, typ, worker, progress, time)
             SELECT id, CASE WHEN status = %(completed)s THEN %(completion)s ELSE %(abort)s END,
                    %(worker)s, progress, statement_timestamp()
             FROM changed
+        ), counted AS (
+            -- The batches' counters (models.batches): completions here; an abort counts
+            -- once its retry is decided, in the caller's transaction.
+            UPDATE {batch} AS b SET completed = b.completed + c.n
+            FROM (SELECT batch_id, count(*) AS n FROM changed
+                  WHERE batch_id IS NOT NULL AND status = %(completed)s
+                  GROUP BY batch_id ORDER BY batch_id) AS c
+            WHERE b.id = c.batch_id
         )
     """
     params: dict[str, Any] = {

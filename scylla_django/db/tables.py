@@ -26,3 +26,5 @@ class Tables:
     """Worker: a lessee must be registered and not stopped."""
     queue_setting: type[models.Model]
     """QueueSetting: paused queues and running-task limits."""
+    batch: type[models.Model]
+    """Batch: the counters a finish of a batch's task moves."""

@@ -4,6 +4,7 @@ dependencies, schedules and queue rollups. Import them from here:
 """
 
 from . import key_control
+from .batches import CALLBACKS, Batch, BatchQuerySet, count_finished, count_requeued
 from .dependencies import HELD, MAX_PARENTS, Dependency
 from .history import History
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions, new_rn
@@ -44,6 +45,7 @@ from .schedules import CatchUp, Schedule
 from .task import NOT_YIELDED, TABLES, Task, TaskQuerySet
 
 __all__ = [
+    "CALLBACKS",
     "HELD",
     "MAX_PARENTS",
     "MONITOR_PREFIX",
@@ -52,6 +54,8 @@ __all__ = [
     "SETTLED",
     "TABLES",
     "WORKER_PREFIX",
+    "Batch",
+    "BatchQuerySet",
     "CatchUp",
     "Dependency",
     "History",
@@ -81,6 +85,8 @@ __all__ = [
     "TaskQuerySet",
     "Worker",
     "WorkerQuerySet",
+    "count_finished",
+    "count_requeued",
     "first_lease",
     "key_control",
     "new_rn",

@@ -68,6 +68,7 @@ class TaskOptions(TypedDict, total=False):
     parent: str | None
     expires_in: timedelta | float | str | None
     expires_at: datetime | None
+    batch: int | None
 
 
 @dataclass(frozen=True)
@@ -250,6 +251,7 @@ def task_values(
     parent: str | None = None,
     expires_in: timedelta | float | str | None = None,
     expires_at: datetime | None = None,
+    batch: int | None = None,
     defaults: SubmitDefaults | None = None,
 ) -> dict[str, Any]:
     """The field values of a new task, validated (a generated rn if none is given).
@@ -258,6 +260,8 @@ def task_values(
     `rate_key` takes its queue's default (`@handler(unique_key=..., locks=..., ...)`), if
     any; a `unique_window` needs a key. The unique fields are in the values only for a
     keyed task, so a keyless one is submitted exactly as before keys existed.
+
+    `batch` is the pk of the batch the task is submitted in (`scylla_django.batches`).
 
     `defaults` are the settings that apply, read once by a caller that validates many.
     Raises ValidationError naming every bad field.
@@ -312,6 +316,8 @@ def task_values(
             "unique_window needs a unique_key.", code="invalid_unique_window"
         )
     errors.raise_any()
+    if batch is not None:
+        values["batch_id"] = batch
     if unique_key is not None:
         values.update(unique_key=unique_key, unique_window=window, unique_held=window is not None)
     if any(v is not None for v in (locks, limits, order_key, rate_key)):
@@ -357,6 +363,7 @@ def task_values_from(
         "timeout",
         "expires_in",
         "expires_at",
+        "batch",
     }
     unknown = set(item) - allowed
     if unknown:
@@ -386,6 +393,7 @@ def task_values_from(
         timeout=item.get("timeout"),
         expires_in=item.get("expires_in"),
         expires_at=item.get("expires_at"),
+        batch=item.get("batch"),
         defaults=defaults,
     )
     if "unique_key" in values:

@@ -12,6 +12,7 @@ from django.db.models import F
 
 from .. import db
 from ..enums import TRANSITIONS, EventType, Operation, Status, event, sources
+from .batches import count_finished
 from .history import History
 from .processes import Worker
 from .queues import QueueSetting, due, unexpired
@@ -152,12 +153,21 @@ def finish(
             if fenced.update(updated=now, **values):
                 done[row["id"]] = now
         events = {Status.COMPLETED: EventType.COMPLETION, Status.ABORTED: EventType.ABORT}
+        written = list(
+            manager.filter(pk__in=done).values_list("pk", "status", "progress", "batch_id")
+        )
         History.objects.using(tasks.db).bulk_create(
             History(
                 task_id=pk, typ=events[Status(status)], worker=name, progress=progress, time=now
             )
-            for pk, status, progress in manager.filter(pk__in=done).values_list(
-                "pk", "status", "progress"
-            )
+            for pk, status, progress, _ in written
+        )
+        count_finished(
+            tasks.db,
+            [
+                {"batch_id": batch, "status": status}
+                for _, status, _, batch in written
+                if status == Status.COMPLETED
+            ],
         )
     return done

@@ -15,11 +15,12 @@ from django.db import IntegrityError, connections, models, transaction
 from django.db.models import Q
 
 from .. import db, retries, signals
-from ..db import inserts
+from ..db import Now, inserts
 from ..durations import short
 from ..enums import Status
 from ..exceptions import DuplicateKey, DuplicateTask, InvalidTransition, TaskNotFound
 from ..text import plural
+from .batches import count_finished, count_requeued
 from .dependencies import Dependency
 from .notices import send_on_commit
 from .unique import UNIQUE_HOLDER
@@ -43,10 +44,25 @@ def follow_with_retries(
         | Q(queue__in=retries.policy_queues())
         | Q(pk__in=sorted(requested or ()))
     )
+    followed: set[int] = set()
     for task in candidates:
         policy = retry_decision(task, task.errors, None)
-        if policy is not None:
-            submit_retry(task, policy, manager.db)
+        if policy is not None and submit_retry(task, policy, manager.db) is not None:
+            followed.add(task.pk)
+    give_up(manager, ids - followed)
+
+
+def give_up(manager: models.QuerySet[Any], ids: set[int]) -> None:
+    """Mark the tasks `ids`, just aborted and not retried, dead (a dead letter, kept until an
+    operator acts), and count them as failed in their batches; in the aborting transaction."""
+    if not ids:
+        return
+    dead = manager.filter(pk__in=sorted(ids), status=Status.ABORTED, dead__isnull=True)
+    rows = list(dead.values("pk", "batch_id", "status"))
+    if not rows:
+        return
+    manager.filter(pk__in=[row["pk"] for row in rows]).update(dead=Now())
+    count_finished(manager.db, rows)
 
 
 def retry_decision(
@@ -99,6 +115,7 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
         not_before=None if delay is None else task.updated + delay,
         retry_of=task.rn,
         root=root,
+        batch_id=task.batch_id,
         attempt=attempt,
         retry_policy=task.retry_policy,
         timeout=task.timeout,
@@ -196,4 +213,8 @@ def resubmit(task: Any) -> Any:
         if successor is None:
             rn = retries.successor_rn(task.root or task.rn, task.attempt + 1)
             raise DuplicateTask(f"A task with rn {rn!r} exists.", rn=rn)
+        # A dead letter requeued is dead no more; its batch waits for the retry instead.
+        manager.filter(pk=task.pk, dead__isnull=False).update(dead=None)
+        task.dead = None
+        count_requeued(using, task.batch_id)
         return successor

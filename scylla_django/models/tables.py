@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 
 from .. import db
+from .batches import Batch
 from .history import History
 from .processes import Worker
 from .queues import QueueSetting
@@ -12,5 +13,7 @@ from .queues import QueueSetting
 
 def tables(task: type[models.Model]) -> db.Tables:
     """The `db.Tables` of the statements that lease and finish tasks of `task` (the Task
-    model): its History, Worker and QueueSetting beside it."""
-    return db.Tables(task=task, history=History, worker=Worker, queue_setting=QueueSetting)
+    model): its History, Worker, QueueSetting and Batch beside it."""
+    return db.Tables(
+        task=task, history=History, worker=Worker, queue_setting=QueueSetting, batch=Batch
+    )

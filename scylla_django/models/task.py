@@ -56,6 +56,7 @@ from ..validation import (
     validate_timeout,
 )
 from . import finishing, keys, maintenance, portable, submission, successors
+from .batches import count_finished
 from .dependencies import HELD
 from .history import History
 from .inputs import SubmitOutcome, TaskOptions, task_values, validate_terminal_statuses
@@ -249,7 +250,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
                 self.filter(status__in=active)
                 .select_for_update()
                 .order_by("pk")
-                .values("pk", "owner", "progress", "status")
+                .values("pk", "owner", "progress", "status", "batch_id")
             )
             if not rows:
                 return 0
@@ -260,6 +261,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
             )
             History.objects.using(self.db).bulk_create(
                 History.of(row, event(Operation.CANCEL), now) for row in rows
+            )
+            count_finished(
+                self.db, [{"batch_id": row["batch_id"], "status": Status.CANCELLED} for row in rows]
             )
             if db.uses_single_statement_transitions(connections[self.db]):
                 db.postgresql_notify(
@@ -298,10 +302,11 @@ class TaskQuerySet(models.QuerySet["Task"]):
         statuses: Iterable[str] | None = None,
         queue: str | None = None,
     ) -> TaskQuerySet:
-        """Terminal tasks not updated for `older_than` (default `SCYLLA['RETENTION']`)."""
+        """Terminal tasks not updated for `older_than` (default `SCYLLA['RETENTION']`), but
+        dead letters, which are kept until an operator requeues or discards them."""
         age = validate_timeout(scylla_settings.RETENTION if older_than is None else older_than)
         chosen = validate_terminal_statuses(statuses)
-        qs = self.filter(status__in=chosen, updated__lt=db.now_plus(-age))
+        qs = self.filter(status__in=chosen, updated__lt=db.now_plus(-age), dead__isnull=True)
         return qs.filter(queue=validate_queue(queue)) if queue is not None else qs
 
     def purge(
@@ -343,6 +348,16 @@ class TaskQuerySet(models.QuerySet["Task"]):
         """Per queue with ready tasks: how many, and how long the oldest leasable one has
         waited (see `queues.ready_summary`)."""
         return ready_summary(self)
+
+    def dead(self) -> TaskQuerySet:
+        """Dead letters: aborted tasks given up (no retry policy, or its retries used up)."""
+        return self.filter(dead__isnull=False, status=Status.ABORTED)
+
+    def discard(self) -> int:
+        """Let these dead letters go: they are ordinary aborted tasks again, purged after
+        `RETENTION` (from now: `updated` is set). Returns how many were discarded."""
+        discarded: int = self.dead().update(dead=None, updated=Now())
+        return discarded
 
     def with_error_code(self, code: str) -> TaskQuerySet:
         """Tasks that recorded an error with this `code` (in any entry of `errors`)."""
@@ -521,6 +536,20 @@ class Task(models.Model):
     cpu_time = models.FloatField(null=True, blank=True, editable=False)
     peak_memory = models.BigIntegerField(null=True, blank=True, editable=False)
 
+    # The batch the task was submitted in (`scylla_django.batches`); a retry stays in it.
+    batch = models.ForeignKey(
+        "Batch",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="tasks",
+        editable=False,
+    )
+    # Dead letters: when an aborted task was given up (no retry policy, or its retries were
+    # used up). Kept past RETENTION until an operator requeues or discards it.
+    dead = models.DateTimeField(null=True, blank=True, editable=False)
+
     objects: ClassVar[TaskQuerySet] = TaskQuerySet.as_manager()  # type: ignore[assignment]
 
     class Meta:
@@ -581,6 +610,18 @@ class Task(models.Model):
                 fields=["root", "attempt"],
                 name="scylla_task_root_idx",
                 condition=Q(root__isnull=False),
+            ),
+            # A batch's tasks by status (its results in pages, a cancel of the whole batch).
+            models.Index(
+                fields=["batch", "status", "id"],
+                name="scylla_task_batch_idx",
+                condition=Q(batch__isnull=False),
+            ),
+            # Dead letters, by queue and age (the admin's list, the metric).
+            models.Index(
+                fields=["queue", "dead"],
+                name="scylla_task_dead_idx",
+                condition=Q(dead__isnull=False),
             ),
         ]
         constraints = [
@@ -690,7 +731,13 @@ class Task(models.Model):
             "deadline": None,
             "result": validate_json(result, "result", allow_null=True),
         }
-        self._apply(Operation.COMPLETE, worker, values, lease=lease)
+        if self.batch_id is None:
+            self._apply(Operation.COMPLETE, worker, values, lease=lease)
+            return
+        using = self._state.db or "default"
+        with db.write_atomic(using):
+            self._apply(Operation.COMPLETE, worker, values, lease=lease)
+            count_finished(using, [{"batch_id": self.batch_id, "status": self.status}])
 
     def abort(
         self,
@@ -708,18 +755,27 @@ class Task(models.Model):
         With a retry policy (the task's own, else its handler's) that covers the errors, or with
         `retry=True`, a successor task is submitted in the same transaction as the abort and
         returned (see `scylla_django.retries`); `retry=False` never retries. Returns None when
-        no successor was submitted.
+        no successor was submitted; the task is then dead (`dead` set: a dead letter).
         """
         cleaned = validate_errors(errors)
-        values = {"status": Status.ABORTED, "deadline": None, "errors": cleaned}
+        values: dict[str, Any] = {"status": Status.ABORTED, "deadline": None, "errors": cleaned}
         policy = successors.retry_decision(self, cleaned, retry)
-        if policy is None:
-            self._apply(Operation.ABORT, worker, values, lease=lease)
-            return None
+        refresh = ("status", "progress", "deadline", "owner", "errors", "result", "dead")
         using = self._state.db or "default"
+        if policy is None:
+            values["dead"] = Clock()
+            if self.batch_id is None:
+                self._apply(Operation.ABORT, worker, values, refresh=refresh, lease=lease)
+                return None
+            with db.write_atomic(using):
+                self._apply(Operation.ABORT, worker, values, refresh=refresh, lease=lease)
+                count_finished(using, [{"batch_id": self.batch_id, "status": self.status}])
+            return None
         with db.write_atomic(using):
             self._apply(Operation.ABORT, worker, values, lease=lease)
             successor: Task | None = successors.submit_retry(self, policy, using)
+            if successor is None:
+                successors.give_up(Task.objects.using(using), {self.pk})
             return successor
 
     def retry(self) -> Task:
@@ -829,7 +885,14 @@ class Task(models.Model):
         """
         values = {"status": TRANSITIONS[Operation.CANCEL].target, "deadline": None}
         # Only a running task has an owner (a reset clears it): notify that owner.
-        self._apply(Operation.CANCEL, None, values, notify=(db.STOP_CHANNEL, "owner"))
+        notify = (db.STOP_CHANNEL, "owner")
+        if self.batch_id is None:
+            self._apply(Operation.CANCEL, None, values, notify=notify)
+            return
+        using = self._state.db or "default"
+        with db.write_atomic(using):
+            self._apply(Operation.CANCEL, None, values, notify=notify)
+            count_finished(using, [{"batch_id": self.batch_id, "status": self.status}])
 
     def _apply(
         self,

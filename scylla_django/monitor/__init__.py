@@ -2,6 +2,7 @@
 
 - `ExpiredLeases` (`leases`): expired leases made ready again, or their tasks aborted.
 - `FollowUps` (`followups`): follow-ups released, or cancelled after a failed parent.
+- `BatchCallbacks` (`callbacks`): batch callbacks released, or cancelled when they cannot run.
 - `ScheduleTicks` (`schedules`): the settings' schedules synced, due ticks submitted.
 - `FinishedTasks` and `ProcessRecords` (`purge`): terminal tasks, and the records of workers
   and monitors long gone, purged after their retention.
@@ -12,6 +13,7 @@ Each service is a `Service` whose `wait_for_run()` tests wait on instead of slee
 `Monitor` (`monitor`) runs them and is the one place that retries through database errors.
 """
 
+from .callbacks import BatchCallbacks
 from .followups import FollowUps
 from .leases import ExpiredLeases
 from .monitor import Monitor, MonitorPass
@@ -21,6 +23,7 @@ from .schedules import ScheduleTicks
 from .service import Service
 
 __all__ = [
+    "BatchCallbacks",
     "ExpiredLeases",
     "FinishedTasks",
     "FollowUps",

@@ -30,6 +30,7 @@ from ..durations import short
 from ..models import Monitor as MonitorRecord
 from ..retries import exponential_delay
 from ..text import DurationError, plural, positive_duration
+from .callbacks import BatchCallbacks
 from .expiry import ExpiringTasks
 from .followups import FollowUps
 from .leases import ExpiredLeases
@@ -55,6 +56,10 @@ class MonitorPass:
     """Follow-up tasks released (every parent completed)."""
     cancelled: int = 0
     """Follow-up tasks cancelled because a parent failed."""
+    callbacks_released: int = 0
+    """Batch callbacks released (their condition holds)."""
+    callbacks_cancelled: int = 0
+    """Batch callbacks cancelled (their condition can no longer hold)."""
     ticks: int = 0
     """Schedule ticks submitted."""
     workers_purged: int = 0
@@ -69,11 +74,12 @@ class Monitor:
     """Runs the maintenance services, once or each every its interval.
 
     The services, in the order a pass runs them: `leases` (reset expired leases), `followups`
-    (release follow-ups), `expiry` (cancel ready tasks past their `expires_at`), `schedules`
-    (sync the settings' schedules, submit due ticks), `tasks` (purge old terminal tasks),
-    `processes` (purge the records of workers and monitors long gone) and `rollups` (roll up
-    History for the dashboard's charts, every minute). Each has its own `interval` (the
-    monitor's when None) and `wait_for_run()`, which tests wait on instead of sleeping.
+    (release follow-ups), `expiry` (cancel ready tasks past their `expires_at`), `callbacks`
+    (release or cancel batch callbacks), `schedules` (sync the settings' schedules, submit due
+    ticks), `tasks` (purge old terminal tasks), `processes` (purge the records of workers and
+    monitors long gone) and `rollups` (roll up History for the dashboard's charts, every
+    minute). Each has its own `interval` (the monitor's when None) and `wait_for_run()`, which
+    tests wait on instead of sleeping.
 
     - `interval`: seconds from the start of one pass to the start of the next, for the services
       without an interval of their own.
@@ -133,6 +139,7 @@ class Monitor:
         self.leases = ExpiredLeases(batch_size=reset_batch_size)
         self.followups = FollowUps()
         self.expiry = ExpiringTasks(batch_size=reset_batch_size)
+        self.callbacks = BatchCallbacks()
         self.schedules = ScheduleTicks(clock=clock)
         self.tasks = FinishedTasks(retention=retention, batch_size=purge_batch_size)
         self.processes = ProcessRecords(retention=retention)
@@ -141,6 +148,7 @@ class Monitor:
             self.leases,
             self.followups,
             self.expiry,
+            self.callbacks,
             self.schedules,
             self.tasks,
             self.processes,

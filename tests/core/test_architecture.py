@@ -31,6 +31,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "queue_keys",
         "signals",
         "followups",
+        "batches",
         "schedules",
         "checks",
         "migrations",

@@ -243,3 +243,26 @@ def test_a_worker_process_s_counters_reach_the_view_in_multi_process_mode(
 
 def test_the_view_refuses_other_methods(client):
     assert client.post("/metrics").status_code == 405
+
+
+@pytest.mark.django_db
+def test_dead_letters_and_open_batches_progress(client, worker):
+    from scylla_django.batches import Batch
+
+    gone = running_task(worker, queue="emails", rn="dead1")
+    gone.abort(worker, [{"code": "x", "args": {}, "description": ""}])
+    with Batch() as batch:
+        for n in range(3):
+            batch.submit("default", {"n": n})
+    [leased] = Task.objects.lease(worker, ["default"])
+    leased.complete(worker)
+    assert batch.row is not None
+    samples = scrape(client)
+    assert value(samples, "scylla_dead_tasks", queue="emails") == 1
+    assert value(samples, "scylla_batches_open") == 1
+    pk = str(batch.row.pk)
+    assert value(samples, "scylla_batch_tasks", batch=pk, state="total") == 3
+    assert value(samples, "scylla_batch_tasks", batch=pk, state="completed") == 1
+    assert value(samples, "scylla_batch_tasks", batch=pk, state="failed") == 0
+    Task.objects.all().discard()
+    assert value(scrape(client), "scylla_dead_tasks", queue="emails") == 0

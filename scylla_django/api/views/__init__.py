@@ -8,6 +8,7 @@ Status codes: 200, or 201 for a submission or a registration; errors as in `exce
 """
 
 from .base import ScyllaAuthMixin, ScyllaView, get_task, not_found
+from .batches import BatchViewSet
 from .health import HealthView
 from .keys import (
     HoldReleaseView,
@@ -24,6 +25,7 @@ from .tasks import TaskViewSet
 from .workers import WorkerViewSet
 
 __all__ = [
+    "BatchViewSet",
     "HealthView",
     "HoldReleaseView",
     "LimitDetailView",

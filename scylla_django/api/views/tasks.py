@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ... import db
+from ...exceptions import InvalidTransition
 from ...models import Task, key_control
 from .. import permissions
 from ..exceptions import field_errors
@@ -72,6 +73,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         "yield_lease": permissions.WORK,
         "snooze": permissions.WORK,
         "retry": permissions.SUBMIT,
+        "discard": permissions.CANCEL,
         "reset": permissions.CANCEL,
         "release_order": permissions.CONTROL,
     }
@@ -312,6 +314,27 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         self.parse(CancelSerializer)
         successor = get_task(rn).retry()
         return Response(TaskSerializer(successor).data, status=status.HTTP_201_CREATED)
+
+    @detail_post(
+        operation_id="discard_task",
+        summary="Discard a dead letter",
+        description=(
+            "Let a dead letter go: it stays aborted, is no longer dead, and is purged after "
+            "`RETENTION`. To run it again instead, retry it (`POST /tasks/{rn}/retry/`). "
+            "409 `invalid_transition` for a task that is not a dead letter."
+        ),
+        request=CancelSerializer,
+        responses={200: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
+    )
+    def discard(self, request: Request, rn: str) -> Response:
+        self.parse(CancelSerializer)
+        task = get_task(rn)
+        if not Task.objects.filter(pk=task.pk).discard():
+            raise InvalidTransition(
+                f"Task {rn} is not a dead letter.", rn=rn, status=str(task.status)
+            )
+        task.refresh_from_db()
+        return Response(TaskSerializer(task).data)
 
     @detail_post(
         operation_id="yield_task",
