@@ -87,6 +87,10 @@ class TaskQuerySet(models.QuerySet["Task"]):
         """Completed, aborted and cancelled tasks."""
         return self.filter(status__in=sorted(TERMINAL_STATUSES))
 
+    def in_chain(self, rn: str) -> TaskQuerySet:
+        """The tasks of one retry chain: its first task (`rn`) and every retry of it."""
+        return self.filter(Q(root=rn) | Q(rn=rn))
+
     def get_by_rn(self, rn: str) -> Task:
         """The task with this rn, or TaskNotFound."""
         try:
