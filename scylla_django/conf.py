@@ -49,6 +49,8 @@ DEFAULTS: dict[str, Any] = {
     "HANDLER_MODULES": ["handlers"],
     "LIMITS": {},
     "RATES": {},
+    "TASK_LOG_MAX_BYTES": 1024 * 1024,
+    "TASK_LOG_STORAGE": "default",
 }
 _MODULE_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
@@ -167,6 +169,21 @@ class ScyllaSettings:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise ImproperlyConfigured(f"SCYLLA['RATES'] must be a dict by name, got {value!r}")
         return dict(value)
+
+    @property
+    def TASK_LOG_MAX_BYTES(self) -> int:
+        """The most bytes of a task's log that are kept (0: no log is captured)."""
+        return as_int(self._raw("TASK_LOG_MAX_BYTES"), "TASK_LOG_MAX_BYTES", minimum=0)
+
+    @property
+    def TASK_LOG_STORAGE(self) -> str:
+        """The alias in `settings.STORAGES` that task logs are saved to."""
+        value = self._raw("TASK_LOG_STORAGE")
+        if not isinstance(value, str) or not value:
+            raise ImproperlyConfigured(
+                f"SCYLLA['TASK_LOG_STORAGE'] must be an alias of settings.STORAGES, got {value!r}"
+            )
+        return value
 
     @property
     def SCHEDULES(self) -> Any:

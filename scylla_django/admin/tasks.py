@@ -14,6 +14,7 @@ from django.db.models.fields.json import KT
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
+from django.utils.safestring import SafeString
 
 from .. import db, followups
 from ..models import History, Task
@@ -26,6 +27,7 @@ from .display import (
     can_view_tasks,
     errors_table,
     field_display,
+    folded,
     moment,
     pretty_json,
 )
@@ -204,7 +206,10 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
                 )
             },
         ),
-        ("Payload", {"fields": ("spec_json", "result_json", "errors_table", "history_note")}),
+        (
+            "Payload",
+            {"fields": ("spec_json", "result_json", "errors_table", "log_text", "history_note")},
+        ),
     )
     readonly_fields = (
         "status_badge",
@@ -217,6 +222,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
         "spec_json",
         "result_json",
         "errors_table",
+        "log_text",
         "history_note",
         "chain",
         "parents_list",
@@ -291,6 +297,12 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
     spec_json = field_display("spec", pretty_json)
     result_json = field_display("result", pretty_json)
     errors_table = field_display("errors", errors_table)
+
+    @admin.display(description="log")
+    def log_text(self, task: Task) -> SafeString | str:
+        """What the handler logged in the task's last run (README, "Task logs")."""
+        text = task.read_log()
+        return "-" if text is None else folded(text)
 
     def get_formset_kwargs(
         self, request: HttpRequest, obj: Task, inline: Any, prefix: str

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from django.core.exceptions import ValidationError
+from django.db import connections
 
 from ..exceptions import (
     Abort,
@@ -32,6 +33,7 @@ from ..exceptions import (
 from ..handlers import HandlerRegistry, TaskContext
 from ..models import Outcome, Task
 from ..validation import validate_json
+from .capture import TaskLog, captured
 from .database import OwnConnections, close_handler_connections
 
 logger = logging.getLogger("scylla_django")
@@ -57,6 +59,7 @@ class _Run:
     handler: Callable[[TaskContext], Any]
     result: Any = None
     outcome: Outcome | None = None
+    log: TaskLog | None = None
 
 
 class Execution:
@@ -141,12 +144,15 @@ class Execution:
             run.result = run.handler(ctx)
         close_handler_connections()  # the handler's own queries: as at the end of a request
         with self._own.used():
+            self._keep_log(ctx, run.log)
             return self.sink.finish_here(ctx, self._kept(ctx, run.outcome))
 
     async def _execute_async(self, ctx: TaskContext) -> None:
         """An `async def` handler, on the event loop thread: many run at once there."""
         with self._running(ctx) as run:
             run.result = await run.handler(ctx)
+        if run.log is not None and run.log.size:
+            await asyncio.to_thread(self._keep_log_apart, ctx, run.log)
         try:
             self.sink.hand_over(ctx, self._kept(ctx, run.outcome))
         except Exception:  # a bug of ours: log it, give the task up
@@ -169,14 +175,33 @@ class Execution:
         outcome: Outcome | None
         ctx.handler_running = True
         started = time.monotonic()
-        try:
-            yield run
-            outcome = self._returned(ctx, run.result)
-        except BaseException as exc:
-            outcome = self._raised(ctx, exc)
-        finally:
-            ctx.handler_running = False
+        with captured() as run.log:
+            try:
+                yield run
+                outcome = self._returned(ctx, run.result)
+            except BaseException as exc:
+                if run.log is not None:
+                    run.log.exception(exc)
+                outcome = self._raised(ctx, exc)
+            finally:
+                ctx.handler_running = False
         run.outcome = _timed(outcome, ctx.task, started)
+
+    def _keep_log(self, ctx: TaskContext, log: TaskLog | None) -> None:
+        """Store what the handler logged, if anything, before its outcome is written."""
+        if log is None or not log.size:
+            return
+        try:
+            ctx.task.keep_log(log.text())
+        except Exception:  # the storage's failure costs the log, not the task's outcome
+            logger.exception("%s: could not keep the log of %s", self._name(), ctx.task.rn)
+
+    def _keep_log_apart(self, ctx: TaskContext, log: TaskLog) -> None:
+        """`_keep_log` off the event loop (a storage may be slow), on a connection closed after."""
+        try:
+            self._keep_log(ctx, log)
+        finally:
+            connections.close_all()  # this pool thread's own: not kept between tasks
 
     def _returned(self, ctx: TaskContext, result: Any) -> Outcome:
         task = ctx.task

@@ -70,6 +70,9 @@ class Command(BaseCommand):
             description="One task: its fields, errors, result and history.",
         )
         show.add_argument("rn", type=rn_argument, metavar="RN")
+        show.add_argument(
+            "--log", action="store_true", help="Print the task's log after its fields."
+        )
 
         watch = commands.add_parser(
             "watch",
@@ -256,6 +259,13 @@ class Command(BaseCommand):
         ]
         for line in plain_table(("time", "event", "worker", "progress"), rows):
             self.stdout.write(f"  {line}")
+        if options["log"]:
+            text = task.read_log()
+            if text is None:
+                self.stdout.write("log: none (no run of this task logged anything)")
+            else:
+                self.stdout.write("log:")
+                self.stdout.write(text, ending="" if text.endswith("\n") else "\n")
 
     def write_json(self, name: str, value: Any) -> None:
         text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
