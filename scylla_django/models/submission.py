@@ -22,7 +22,7 @@ from django.db.models import QuerySet
 from .. import db, signals
 from ..db import inserts
 from ..exceptions import DuplicateKey, DuplicateTask, TaskNotFound
-from . import unique
+from . import serving, unique
 from .dependencies import HELD, Dependency
 from .inputs import (
     BulkSubmission,
@@ -53,6 +53,21 @@ def submit(
     **options: Unpack[TaskOptions],
 ) -> Any:
     """Submit a new `ready` task to the database of `tasks`: see `TaskQuerySet.submit`."""
+    task = insert_submission(tasks, queue, spec, after=after, on_conflict=on_conflict, **options)
+    serving.warn_unserved([task.queue], tasks.db)
+    return task
+
+
+def insert_submission(
+    tasks: QuerySet[Any],
+    queue: str,
+    spec: Any,
+    *,
+    after: Sequence[str] | None,
+    on_conflict: str | None,
+    **options: Unpack[TaskOptions],
+) -> Any:
+    """The insertion of `submit`: the task, inserted (or the holder of its unique key)."""
     conflict = on_conflict_of(on_conflict)
     values = task_values(queue, spec, **options)
     if "unique_key" in values:
@@ -226,6 +241,7 @@ def submit_many(tasks: QuerySet[Any], items: Iterable[Mapping[str, Any]]) -> lis
             continue
         if status == "inserted" and notify:
             send_on_commit(signals.task_submitted, tasks.db, task=tasks.model(**values))
+    serving.warn_unserved((values["queue"] for _, values in pending), tasks.db)
     return [outcomes[i] for i in sorted(outcomes)]
 
 

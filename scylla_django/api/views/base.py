@@ -20,8 +20,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ...exceptions import TaskNotFound
-from ...handlers import unserved_queues, unserved_warning
 from ...models import Task, Worker
+from ...models.serving import unserved_queues, unserved_warning
 from ...validation import validate_rn
 from ..authentication import ScyllaTokenAuthentication, authenticators
 from ..exceptions import exception_handler
@@ -38,14 +38,13 @@ logger = logging.getLogger("scylla_django")
 
 
 def warn_if_unserved(response: Response, queues: Iterable[str]) -> Response:
-    """Say so in a `Scylla-Warning` header (and the log) when nothing serves a queue submitted to.
+    """Say so in a `Scylla-Warning` header when nothing serves a queue submitted to (the
+    submission logged it already).
 
     Nothing serves a queue when this process has no handler for it and no live worker leases
-    from it (see `handlers.unserved_queues`, which reads the workers at most every few seconds).
+    from it (see `models.serving`, which reads the workers at most every few seconds).
     """
     warnings = [unserved_warning(queue) for queue in unserved_queues(queues)]
-    for warning in warnings:
-        logger.warning("task submitted: %s", warning)
     if warnings:
         response[UNSERVED_HEADER] = "; ".join(warnings)
     return response

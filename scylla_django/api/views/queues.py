@@ -8,8 +8,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ...enums import Status
-from ...handlers import live_worker_queues
 from ...models import QueueSetting, Task
+from ...models.serving import live_worker_queues
 from ...validation import validate_queue
 from .. import permissions
 from ..schema import document, errors
