@@ -179,9 +179,10 @@ class ScyllaSettings:
     def TASK_LOG_STORAGE(self) -> str:
         """The alias in `settings.STORAGES` that task logs are saved to."""
         value = self._raw("TASK_LOG_STORAGE")
-        if not isinstance(value, str) or not value:
+        if not isinstance(value, str) or value not in django_settings.STORAGES:
             raise ImproperlyConfigured(
-                f"SCYLLA['TASK_LOG_STORAGE'] must be an alias of settings.STORAGES, got {value!r}"
+                "SCYLLA['TASK_LOG_STORAGE'] must be an alias of settings.STORAGES "
+                f"({', '.join(map(repr, django_settings.STORAGES))}), got {value!r}"
             )
         return value
 

@@ -11,9 +11,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.db.models.functions import Now
 
+from scylla_django.conf import scylla_settings
 from scylla_django.enums import Status
 from scylla_django.handlers import handler
 from scylla_django.logs import log_name
@@ -145,6 +147,16 @@ def test_no_log_when_nothing_was_logged_or_capture_is_off(settings, storage):
         assert task.status == Status.COMPLETED
         assert (task.log, task.read_log()) == (None, None)
     assert not (storage / "scylla_django").exists()
+
+
+def test_a_storage_that_fails_costs_the_log_not_the_outcome(settings):
+    settings.SCYLLA = {**settings.SCYLLA, "TASK_LOG_STORAGE": "nowhere"}
+    with pytest.raises(ImproperlyConfigured, match=r"alias of settings\.STORAGES"):
+        _ = scylla_settings.TASK_LOG_STORAGE
+    task = Task.objects.submit("t-log", {"name": "epsilon"})
+    run("t-log")
+    task.refresh_from_db()
+    assert (task.status, task.log) == (Status.COMPLETED, None)
 
 
 def test_a_task_keeps_the_log_of_its_last_run(storage):
