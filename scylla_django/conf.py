@@ -57,6 +57,8 @@ DEFAULTS: dict[str, Any] = {
     "TIMEOUTS": {},
     "TIMEOUT_GRACE": timedelta(seconds=10),
     "EAGER": False,
+    "TASK_LOG_MAX_BYTES": 1024 * 1024,
+    "TASK_LOG_STORAGE": "default",
 }
 _MODULE_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
@@ -199,6 +201,22 @@ class ScyllaSettings:
         value = self._raw("EAGER")
         if not isinstance(value, bool):
             raise ImproperlyConfigured(f"SCYLLA['EAGER'] must be True or False, got {value!r}")
+        return value
+
+    @property
+    def TASK_LOG_MAX_BYTES(self) -> int:
+        """The most bytes of a task's log that are kept (0: no log is captured)."""
+        return as_int(self._raw("TASK_LOG_MAX_BYTES"), "TASK_LOG_MAX_BYTES", minimum=0)
+
+    @property
+    def TASK_LOG_STORAGE(self) -> str:
+        """The alias in `settings.STORAGES` that task logs are saved to."""
+        value = self._raw("TASK_LOG_STORAGE")
+        if not isinstance(value, str) or value not in django_settings.STORAGES:
+            raise ImproperlyConfigured(
+                "SCYLLA['TASK_LOG_STORAGE'] must be an alias of settings.STORAGES "
+                f"({', '.join(map(repr, django_settings.STORAGES))}), got {value!r}"
+            )
         return value
 
     @property

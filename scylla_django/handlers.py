@@ -12,6 +12,7 @@ def build_report(ctx):
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,16 +31,28 @@ if TYPE_CHECKING:
     from .models import Task, TaskOptions, Worker
 
 Handler = Callable[["TaskContext"], Any]
+
+# The logger of `ctx.logger`: what a handler logs there is kept in its task's log.
+TASK_LOGGER = "scylla_django.task"
 H = TypeVar("H", bound=Handler)
 
 
+class TaskLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """`ctx.logger`: the `scylla_django.task` logger, each message prefixed with the task's rn."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        return f"[{self.extra['rn'] if self.extra else '?'}] {msg}", kwargs
+
+
 class TaskContext:
-    """What a handler gets: the task, its spec, the worker, progress and a stop check; and
-    `snooze()`, `spawn()` and `parent_results` (README, "Task lifecycles")."""
+    """What a handler gets: the task, its spec, the worker, progress and a stop check;
+    `snooze()`, `spawn()` and `parent_results` (README, "Task lifecycles"); and a logger whose
+    records are kept in the task's log (README, "Task logs")."""
 
     def __init__(self, task: Task, worker: Worker) -> None:
         self.task = task
         self.worker = worker
+        self.logger = TaskLogger(logging.getLogger(TASK_LOGGER), {"rn": task.rn})
         self._progress = task.progress
         self._stop: ScyllaError | None = None
         self._lock = threading.Lock()

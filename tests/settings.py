@@ -45,6 +45,11 @@ TEMPLATES = [
     },
 ]
 STATIC_URL = "static/"
+# Task logs (and any file) go to memory: a test that reads them names a folder of its own.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.InMemoryStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast test logins
 
 DATABASES = {

@@ -14,6 +14,7 @@ from django.db.models.fields.json import KT
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -28,6 +29,7 @@ from .display import (
     can_view_tasks,
     errors_table,
     field_display,
+    folded,
     moment,
     pretty_json,
 )
@@ -225,7 +227,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
         ),
         (
             gettext_lazy("Payload"),
-            {"fields": ("spec_json", "result_json", "errors_table", "history_note")},
+            {"fields": ("spec_json", "result_json", "errors_table", "log_text", "history_note")},
         ),
     )
     readonly_fields = (
@@ -239,6 +241,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
         "spec_json",
         "result_json",
         "errors_table",
+        "log_text",
         "history_note",
         "chain",
         "parents_list",
@@ -323,6 +326,12 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
     spec_json = field_display("spec", pretty_json)
     result_json = field_display("result", pretty_json)
     errors_table = field_display("errors", errors_table)
+
+    @admin.display(description="log")
+    def log_text(self, task: Task) -> SafeString | str:
+        """What the handler logged in the task's last run (README, "Task logs")."""
+        text = task.read_log()
+        return "-" if text is None else folded(text)
 
     def get_formset_kwargs(
         self, request: HttpRequest, obj: Task, inline: Any, prefix: str

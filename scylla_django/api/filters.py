@@ -16,7 +16,6 @@ import django_filters  # type: ignore[import-untyped, unused-ignore]
 from django import forms
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
-from django.db.models import Q
 from django.http import QueryDict
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema_field
@@ -90,7 +89,7 @@ class RootFilter(RnFilter):
     def filter(self, qs: Any, value: Any) -> Any:
         if value in ("", None):
             return qs
-        return qs.filter(Q(root=value) | Q(rn=value))
+        return qs.in_chain(value)
 
 
 @extend_schema_field(string_schema(rn_validator, RN_MAX_LENGTH, "The rn of a parent task."))

@@ -43,7 +43,7 @@ ERROR_DESCRIPTIONS = {
     401: "Not authenticated (`not_authenticated`, `authentication_failed`).",
     403: "Missing permission (`permission_denied`), or another user's worker (`not_your_worker`).",
     404: "No such task (`task_not_found`), worker (`worker_not_found`), page (`invalid_cursor`) "
-    "or format (`not_found`).",
+    "or format (`not_found`), or no log of the task (`no_log`).",
     409: "The transition is not allowed now: `invalid_transition`, `duplicate_task`, "
     "`lease_lost`, `task_cancelled` or `owner_alive`.",
     413: "The request body is larger than `DATA_UPLOAD_MAX_MEMORY_SIZE` (`too_large`).",

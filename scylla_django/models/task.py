@@ -20,7 +20,7 @@ from django.db.models import Case, DateTimeField, Exists, F, FloatField, Q, Valu
 from django.db.models.functions import Least
 from django.utils import timezone
 
-from .. import db, signals, validation
+from .. import db, logs, signals, validation
 from ..conf import scylla_settings
 from ..db import Clock, Now
 from ..enums import (
@@ -98,6 +98,10 @@ class TaskQuerySet(models.QuerySet["Task"]):
     def terminal(self) -> TaskQuerySet:
         """Completed, aborted and cancelled tasks."""
         return self.filter(status__in=sorted(TERMINAL_STATUSES))
+
+    def in_chain(self, rn: str) -> TaskQuerySet:
+        """The tasks of one retry chain: its first task (`rn`) and every retry of it."""
+        return self.filter(Q(root=rn) | Q(rn=rn))
 
     def get_by_rn(self, rn: str) -> Task:
         """The task with this rn, or TaskNotFound."""
@@ -336,8 +340,15 @@ class TaskQuerySet(models.QuerySet["Task"]):
         instead of loading them; the History rows go first, in the same transaction.
         """
         with transaction.atomic(using=self.db):
+            kept = [
+                name
+                for name in self.filter(log__isnull=False).order_by().values_list("log", flat=True)
+                if name
+            ]
             History.objects.using(self.db).filter(task__in=self.order_by().values("pk")).delete()
             _, per_model = super().delete()
+            if kept:
+                transaction.on_commit(lambda: logs.delete_logs(kept), using=self.db)
         count = per_model.get(self.model._meta.label, 0)
         return count, {self.model._meta.label: count}
 
@@ -549,6 +560,8 @@ class Task(models.Model):
     # Dead letters: when an aborted task was given up (no retry policy, or its retries were
     # used up). Kept past RETENTION until an operator requeues or discards it.
     dead = models.DateTimeField(null=True, blank=True, editable=False)
+    # The name of the task's log in storage (scylla_django.logs), once a run logged something.
+    log = models.CharField(max_length=255, null=True, blank=True, editable=False)  # noqa: DJ001
 
     objects: ClassVar[TaskQuerySet] = TaskQuerySet.as_manager()  # type: ignore[assignment]
 
@@ -1002,6 +1015,22 @@ class Task(models.Model):
             and self.deadline is not None
             and self.deadline < timezone.now()
         )
+
+    # -- logs -------------------------------------------------------------------------------
+
+    def keep_log(self, text: str) -> None:
+        """Store `text` as this task's log (see `scylla_django.logs`) and name it on the row.
+
+        Not a transition: the row's status, lease and `updated` are left as they are.
+        """
+        name = logs.save_log(self.rn, text)
+        using = self._state.db or "default"
+        Task.objects.using(using).filter(pk=self.pk).update(log=name)
+        self.log = name
+
+    def read_log(self) -> str | None:
+        """This task's log, or None if no run of it logged anything (or it was deleted)."""
+        return logs.read_log(self.log) if self.log else None
 
     # -- operators --------------------------------------------------------------------------
 

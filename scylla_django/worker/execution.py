@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from django.core.exceptions import ValidationError
+from django.db import connections
 
 from ..exceptions import (
     Abort,
@@ -36,6 +37,7 @@ from ..handlers import HandlerRegistry, TaskContext
 from ..models import Outcome, Task
 from ..resources import ThreadMeter, Usage
 from ..validation import validate_delay, validate_json
+from .capture import TaskLog, captured
 from .database import OwnConnections, close_handler_connections
 from .isolation import Isolation
 
@@ -71,6 +73,8 @@ class _Run:
 
     def record(self, usage: Usage) -> None:
         self.usage = usage
+
+    log: TaskLog | None = None
 
 
 class Execution:
@@ -193,6 +197,7 @@ class Execution:
         if not ctx.end():
             raise _Abandoned
         with self._own.used():
+            self._keep_log(ctx, run.log)
             return self.sink.finish_here(ctx, self._kept(ctx, run.outcome))
 
     def _call(self, ctx: TaskContext, run: _Run) -> Any:
@@ -210,6 +215,8 @@ class Execution:
         """An `async def` handler, on the event loop thread: many run at once there."""
         with self._running(ctx) as run:
             run.result = await run.handler(ctx)
+        if run.log is not None and run.log.size:
+            await asyncio.to_thread(self._keep_log_apart, ctx, run.log)
         if self._after_task is not None:
             self._after_task()
         if not ctx.end():
@@ -236,14 +243,33 @@ class Execution:
         outcome: Outcome | None
         ctx.handler_running = True
         started = time.monotonic()
-        try:
-            yield run
-            outcome = self._returned(ctx, run.result)
-        except BaseException as exc:
-            outcome = self._raised(ctx, exc)
-        finally:
-            ctx.handler_running = False
+        with captured() as run.log:
+            try:
+                yield run
+                outcome = self._returned(ctx, run.result)
+            except BaseException as exc:
+                if run.log is not None:
+                    run.log.exception(exc)
+                outcome = self._raised(ctx, exc)
+            finally:
+                ctx.handler_running = False
         run.outcome = _timed(outcome, ctx.task, started, run.usage)
+
+    def _keep_log(self, ctx: TaskContext, log: TaskLog | None) -> None:
+        """Store what the handler logged, if anything, before its outcome is written."""
+        if log is None or not log.size:
+            return
+        try:
+            ctx.task.keep_log(log.text())
+        except Exception:  # the storage's failure costs the log, not the task's outcome
+            logger.exception("%s: could not keep the log of %s", self._name(), ctx.task.rn)
+
+    def _keep_log_apart(self, ctx: TaskContext, log: TaskLog) -> None:
+        """`_keep_log` off the event loop (a storage may be slow), on a connection closed after."""
+        try:
+            self._keep_log(ctx, log)
+        finally:
+            connections.close_all()  # this pool thread's own: not kept between tasks
 
     def _returned(self, ctx: TaskContext, result: Any) -> Outcome:
         task = ctx.task

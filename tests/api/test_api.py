@@ -639,6 +639,7 @@ def test_the_schema_is_openapi_3_with_every_route(api):
         f"{API}/bulk/tasks/",
         f"{API}/bulk/tasks/cancel/",
         f"{API}/tasks/{{rn}}/",
+        f"{API}/tasks/{{rn}}/log/",
         f"{API}/tasks/{{rn}}/cancel/",
         f"{API}/tasks/{{rn}}/heartbeat/",
         f"{API}/tasks/{{rn}}/complete/",

@@ -16,6 +16,7 @@ OPERATION_IDS = {
     ("post", "/bulk/tasks/"): "submit_tasks",
     ("post", "/bulk/tasks/cancel/"): "cancel_tasks",
     ("get", "/tasks/{rn}/"): "get_task",
+    ("get", "/tasks/{rn}/log/"): "get_task_log",
     ("post", "/tasks/{rn}/cancel/"): "cancel_task",
     ("post", "/tasks/{rn}/heartbeat/"): "heartbeat_task",
     ("post", "/tasks/{rn}/complete/"): "complete_task",

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import HttpResponse
 from django.utils.translation import gettext as _
 from django_filters.rest_framework import (  # type: ignore[import-untyped, unused-ignore]
     DjangoFilterBackend,
 )
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status, viewsets
-from rest_framework.exceptions import ErrorDetail, ValidationError
+from rest_framework.decorators import action
+from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -63,6 +67,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     required_permissions = {
         "list": permissions.VIEW,
         "retrieve": permissions.VIEW,
+        "log": permissions.VIEW,
         "create": permissions.SUBMIT,
         "bulk": permissions.SUBMIT,
         "cancel": permissions.CANCEL,
@@ -98,6 +103,26 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     )
     def retrieve(self, request: Request, rn: str) -> Response:
         return Response(TaskDetailSerializer(get_task(rn, with_history=True)).data)
+
+    @document(
+        operation_id="get_task_log",
+        summary="A task's log",
+        description=(
+            "What the task's handler logged in its last run (`ctx.logger` and the `logging` "
+            "records of its thread), as plain text, capped at `TASK_LOG_MAX_BYTES`. 404 "
+            "`no_log` when no run of it logged anything (or the log was deleted)."
+        ),
+        responses={
+            (200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="The log."),
+            **errors(400, 401, 403, 404),
+        },
+    )
+    @action(detail=True, methods=["get"])
+    def log(self, request: Request, rn: str) -> HttpResponse:
+        text = get_task(rn).read_log()
+        if text is None:
+            raise NotFound(f"Task {rn} has no log.", code="no_log")
+        return HttpResponse(text, content_type="text/plain; charset=utf-8")
 
     @document(
         operation_id="submit_task",

@@ -1,0 +1,150 @@
+"""Capturing a task's log while its handler runs: every `logging` record emitted in the
+handler's thread (or, for an `async def` handler, in its asyncio task) and what it logs through
+`ctx.logger`, kept in memory up to `SCYLLA["TASK_LOG_MAX_BYTES"]` and stored with the task
+(`Task.keep_log`) when the handler returns.
+
+A record is matched to its task by a context variable the worker sets around the handler's
+call: threads and asyncio tasks each see their own, so concurrent handlers never mix logs.
+Records still pass through the loggers' levels as the project configured them; `ctx.logger`
+(`scylla_django.task`) logs from INFO unless the project sets its level.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from ..conf import scylla_settings
+from ..exceptions import LeaseLost, TaskCancelled, WorkerStopping
+from ..handlers import TASK_LOGGER
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_current: ContextVar[TaskLog | None] = ContextVar("scylla_task_log", default=None)
+_install_lock = threading.Lock()
+
+
+class TaskLog:
+    """One run's log, in memory: its first `cap` bytes, then a marker saying how much was cut."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.size = 0
+        self.dropped = 0
+        self._parts: list[str] = []
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> None:
+        """Append `text`, or as much of it as fits under the cap."""
+        data = text.encode("utf-8")
+        with self._lock:
+            room = self.cap - self.size
+            if len(data) <= room:
+                self._parts.append(text)
+                self.size += len(data)
+                return
+            if room > 0:
+                self._parts.append(data[:room].decode("utf-8", errors="ignore"))
+                self.size = self.cap
+            self.dropped += len(data) - max(room, 0)
+
+    def exception(self, exc: BaseException) -> None:
+        """Append the traceback of what the handler raised (one line for a stop)."""
+        if isinstance(exc, TaskCancelled | LeaseLost | WorkerStopping):
+            self.write(f"stopped: {exc}\n")
+        else:
+            self.write("".join(traceback.format_exception(exc)))
+
+    def text(self) -> str:
+        """The log as kept, ending with the truncation marker if anything was cut."""
+        with self._lock:
+            text = "".join(self._parts)
+            if self.dropped:
+                text += (
+                    f"\n[log truncated: {self.dropped:,} more bytes were left out "
+                    f"(SCYLLA['TASK_LOG_MAX_BYTES'] = {self.cap:,})]\n"
+                )
+            return text
+
+
+class CaptureHandler(logging.Handler):
+    """Writes each record to the log of the task running in the current context, if any.
+
+    With `skip_task_logger`, leaves out `ctx.logger`'s records: the root's handler does, since
+    the handler on `ctx.logger`'s own logger has captured them already.
+    """
+
+    def __init__(self, *, skip_task_logger: bool) -> None:
+        super().__init__()
+        self.skip_task_logger = skip_task_logger
+        self.setFormatter(logging.Formatter(FORMAT))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.skip_task_logger and _otherwise_unhandled(record):
+            # Python's last resort prints such records to stderr when no handler is found;
+            # being on the root, this handler would silence it.
+            last_resort = logging.lastResort
+            if last_resort is not None and record.levelno >= last_resort.level:
+                last_resort.handle(record)
+        log = _current.get()
+        if log is None:
+            return
+        if self.skip_task_logger and (
+            record.name == TASK_LOGGER or record.name.startswith(TASK_LOGGER + ".")
+        ):
+            return
+        try:
+            log.write(self.format(record) + "\n")
+        except Exception:
+            self.handleError(record)
+
+
+def _otherwise_unhandled(record: logging.LogRecord) -> bool:
+    """Whether no handler but the capture handlers sees `record` (as `Logger.callHandlers`
+    walks the loggers)."""
+    current: logging.Logger | None = logging.getLogger(record.name)
+    while current is not None:
+        if any(not isinstance(h, CaptureHandler) for h in current.handlers):
+            return False
+        current = current.parent if current.propagate else None
+    return True
+
+
+ROOT_HANDLER = CaptureHandler(skip_task_logger=True)
+TASK_HANDLER = CaptureHandler(skip_task_logger=False)
+
+
+def install() -> None:
+    """Add the capture handlers to the root logger and to `ctx.logger`'s logger, once.
+
+    On `ctx.logger`'s logger too, so that its records are captured even where the project
+    stops them from propagating to the root.
+    """
+    with _install_lock:
+        root, task_logger = logging.getLogger(), logging.getLogger(TASK_LOGGER)
+        if ROOT_HANDLER not in root.handlers:
+            root.addHandler(ROOT_HANDLER)
+        if TASK_HANDLER not in task_logger.handlers:
+            task_logger.addHandler(TASK_HANDLER)
+        if task_logger.level == logging.NOTSET:
+            task_logger.setLevel(logging.INFO)
+
+
+@contextmanager
+def captured() -> Iterator[TaskLog | None]:
+    """Capture the log of the handler run in the block (None when `TASK_LOG_MAX_BYTES` is 0)."""
+    cap = scylla_settings.TASK_LOG_MAX_BYTES
+    if cap == 0:
+        yield None
+        return
+    install()
+    log = TaskLog(cap)
+    token = _current.set(log)
+    try:
+        yield log
+    finally:
+        _current.reset(token)

@@ -1,0 +1,304 @@
+"""`manage.py scylla_tasks`: list, show, watch, cancel, retry and requeue, and their refusals."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db.models.functions import Now
+
+from scylla_django.enums import Status
+from scylla_django.models import Task
+from tests.factories import TaskFactory, running_task
+from tests.processes import child_env
+
+pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Terminal(io.StringIO):
+    """A stdout that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def tasks_command(*args: str, stdout: io.StringIO | None = None) -> str:
+    out = stdout or io.StringIO()
+    call_command("scylla_tasks", *args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.fixture
+def some(worker):
+    """a-1 completed, a-2 aborted (code `boom`), a-3 running at 40%, b-1 ready (queue b)."""
+    done = running_task(worker, rn="a-1")
+    done.complete(worker, {"rows": 3})
+    failed = running_task(worker, rn="a-2")
+    failed.abort(worker, {"code": "boom", "description": "it broke"}, retry=False)
+    busy = running_task(worker, rn="a-3")
+    busy.heartbeat(worker, progress=0.4)
+    TaskFactory(rn="b-1", queue="b")
+    return worker
+
+
+# -- list -----------------------------------------------------------------------------------
+
+
+def test_list_shows_a_table_newest_first(some):
+    lines = tasks_command("list").splitlines()
+    assert lines[0].split() == [
+        "rn",
+        "queue",
+        "status",
+        "progress",
+        "attempt",
+        "owner",
+        "updated",
+        "error",
+    ]
+    assert [line.split()[0] for line in lines[1:]] == ["b-1", "a-3", "a-2", "a-1"]
+    running = next(line for line in lines if line.startswith("a-3"))
+    assert "running" in running and "40%" in running and some.name in running
+    assert "boom" in next(line for line in lines if line.startswith("a-2"))
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--status", "running"], ["a-3"]),
+        (["--status", "completed", "--status", "aborted"], ["a-2", "a-1"]),
+        (["--queue", "b"], ["b-1"]),
+        (["--rn-prefix", "a-"], ["a-3", "a-2", "a-1"]),
+        (["--error-code", "boom"], ["a-2"]),
+        (["--updated-within", "1h"], ["b-1", "a-3", "a-2", "a-1"]),
+        (["--limit", "2"], ["b-1", "a-3"]),
+    ],
+)
+def test_list_filters(some, args, expected):
+    lines = tasks_command("list", *args).splitlines()
+    rows = [line.split()[0] for line in lines[1:] if not line.startswith("(")]
+    assert rows == expected
+
+
+def test_list_owner_and_age_filters(some):
+    assert "a-3" in tasks_command("list", "--owner", some.name)
+    Task.objects.filter(rn="a-1").update(updated=Now() - timedelta(hours=3))
+    out = tasks_command("list", "--updated-within", "2h")
+    assert "a-1" not in out and "a-2" in out
+
+
+def test_list_of_a_retry_chain(worker):
+    first = running_task(worker, rn="c-1")
+    first.abort(worker, {"code": "x"}, retry=False)
+    second = first.retry()
+    TaskFactory(rn="c-other")
+    out = tasks_command("list", "--root", "c-1")
+    assert [line.split()[0] for line in out.splitlines()[1:]] == [second.rn, "c-1"]
+
+
+def test_list_when_nothing_matches(db):
+    assert tasks_command("list", "--queue", "none").strip() == "No task matches."
+
+
+def test_list_on_a_terminal_draws_a_rich_table(some):
+    pytest.importorskip("rich")
+    out = tasks_command("list", stdout=Terminal())
+    assert "a-3" in out and "40%" in out and "┃" in out  # rich's header rule
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["list", "--status", "lost"], "invalid choice"),
+        (["list", "--updated-within", "soon"], "is not a duration"),
+        (["list", "--updated-within", "0"], "must be positive"),
+        (["list", "--queue", "bad queue!"], "queue"),
+        (["list", "--limit", "0"], "at least 1"),
+        (["watch", "--interval=-1s"], "must be positive"),
+        (["show", "no/such rn\x00"], "rn"),
+    ],
+)
+def test_bad_input_is_a_command_error(db, args, words):
+    with pytest.raises(CommandError, match=words):
+        tasks_command(*args)
+
+
+# -- show -----------------------------------------------------------------------------------
+
+
+def test_show_prints_fields_errors_and_history(some):
+    out = tasks_command("show", "a-2")
+    assert "status        aborted" in out
+    assert "boom: it broke" in out
+    assert '"n":' in out  # the spec
+    history = out[out.index("history:") :]
+    assert history.index("TaskAssignment") < history.index("TaskAbort")
+    assert some.name in history
+
+
+def test_show_a_result_and_a_waiting_reason(some):
+    assert '"rows": 3' in tasks_command("show", "a-1")
+    Task.objects.filter(rn="b-1").update(not_before=Now() + timedelta(hours=1))
+    assert "waits" in tasks_command("show", "b-1")
+
+
+def test_show_an_unknown_rn(db):
+    with pytest.raises(CommandError, match="No task has rn 'nope'"):
+        tasks_command("show", "nope")
+
+
+# -- watch ----------------------------------------------------------------------------------
+
+
+def test_watch_once_prints_bars_of_running_tasks(some, other_worker):
+    running_task(other_worker, rn="b-2", queue="default").heartbeat(other_worker, progress=1.0)
+    out = tasks_command("watch", "--once")
+    assert out.splitlines()[0].startswith("2 tasks running, 1 ready")
+    bar_a3 = next(line for line in out.splitlines() if line.startswith("a-3"))
+    assert "[########------------]  40%" in bar_a3
+    assert "[####################] 100%" in out
+    assert "a-1" not in out and "b-1" not in out  # not running
+
+
+def test_watch_once_filters_by_queue(some):
+    out = tasks_command("watch", "--once", "--queue", "b")
+    assert out.splitlines() == [out.splitlines()[0]]
+    assert out.startswith("0 tasks running, 1 ready")
+
+
+def test_watch_once_on_a_terminal_draws_rich_bars(some):
+    pytest.importorskip("rich")
+    out = tasks_command("watch", "--once", stdout=Terminal())
+    assert "a-3" in out and "40%" in out and "━" in out  # rich's bar
+
+
+# -- operations -----------------------------------------------------------------------------
+
+
+def test_cancel_several(some):
+    out = tasks_command("cancel", "a-3", "b-1")
+    assert out.splitlines() == ["cancelled a-3", "cancelled b-1"]
+    assert set(Task.objects.filter(status=Status.CANCELLED).values_list("rn", flat=True)) == {
+        "a-3",
+        "b-1",
+    }
+
+
+def test_cancel_refuses_unknown_rns_before_cancelling_any(some):
+    with pytest.raises(CommandError, match="No task has rn 'zz'"):
+        tasks_command("cancel", "b-1", "zz")
+    assert Task.objects.get(rn="b-1").status == Status.READY
+
+
+def test_cancel_reports_terminal_tasks(some):
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="Cannot cancel task a-1: it is completed"):
+        tasks_command("cancel", "a-1", "b-1", stdout=out)
+    assert out.getvalue() == "cancelled b-1\n"
+
+
+def test_retry_submits_the_next_attempt(some):
+    out = tasks_command("retry", "a-2")
+    successor = Task.objects.get(retry_of="a-2")
+    assert out.strip() == f"retried a-2 as {successor.rn} (attempt 2, ready)"
+    assert successor.status == Status.READY
+
+
+@pytest.mark.parametrize(("rn", "words"), [("a-1", "a-1 is completed"), ("nope", "No task has rn")])
+def test_retry_refusals(some, rn, words):
+    with pytest.raises(CommandError, match=words):
+        tasks_command("retry", rn)
+
+
+def test_retry_twice_is_refused(some):
+    tasks_command("retry", "a-2")
+    with pytest.raises(CommandError, match="already retried"):
+        tasks_command("retry", "a-2")
+
+
+def test_requeue_a_task_whose_worker_is_gone(some):
+    with pytest.raises(CommandError, match="is alive"):
+        tasks_command("requeue", "a-3")
+    some.stop()
+    out = tasks_command("requeue", "a-3")
+    assert out.strip() == f"requeued a-3: ready again ({some.name} lost its lease)"
+    task = Task.objects.get(rn="a-3")
+    assert (task.status, task.owner, task.progress) == (Status.READY, None, 0.0)
+    assert task.history.last().typ == "TaskTimeout"
+
+
+def test_requeue_refuses_a_task_that_is_not_running(some):
+    with pytest.raises(CommandError, match="b-1 is ready: only a running task"):
+        tasks_command("requeue", "b-1")
+
+
+# -- watch in a real terminal ---------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_watch_renders_live_bars_under_tmux(worker):
+    """A real `manage.py scylla_tasks watch` in tmux: the bar and rn appear, Ctrl-C ends it."""
+    pytest.importorskip("rich")
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    task = running_task(worker, rn="tmux-watched")
+    task.heartbeat(worker, progress=0.5)
+    session = f"scylla-watch-{uuid.uuid4().hex[:8]}"
+    env = child_env()
+    command = f"{sys.executable} {ROOT / 'manage.py'} scylla_tasks watch --interval 200ms"
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "30", command],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
+    try:
+        screen = wait_for_screen(session, lambda text: "tmux-watched" in text and "50%" in text)
+        assert "━" in screen  # the bar
+        assert "1 task running" in screen
+        Task.objects.filter(rn="tmux-watched").update(progress=0.75)
+        wait_for_screen(session, lambda text: "75%" in text)
+        subprocess.run(["tmux", "send-keys", "-t", session, "C-c"], check=True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and session_alive(session):
+            time.sleep(0.1)
+        assert not session_alive(session), "Ctrl-C did not end the watch"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def wait_for_screen(session: str, ready, timeout: float = 20) -> str:
+    deadline = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = subprocess.run(
+            ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True
+        ).stdout
+        if ready(screen):
+            return screen
+        time.sleep(0.2)
+    raise AssertionError(f"the screen never showed it:\n{screen}")
+
+
+def session_alive(session: str) -> bool:
+    return (
+        subprocess.run(["tmux", "has-session", "-t", session], capture_output=True).returncode == 0
+    )
+
+
+def test_a_terminal_without_rich_gets_plain_text(some, monkeypatch):
+    monkeypatch.setattr("scylla_django.management.terminal.has_rich", lambda: False)
+    out = tasks_command("watch", "--once", stdout=Terminal())
+    assert "[########------------]  40%" in out
+    assert tasks_command("list", stdout=Terminal()).splitlines()[0].startswith("rn ")

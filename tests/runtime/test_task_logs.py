@@ -1,0 +1,219 @@
+"""Task logs: captured per task while its handler runs, capped, stored through Django's storage
+API, read by the admin, the API and `scylla_tasks show --log`, and deleted with the task."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.db.models.functions import Now
+
+from scylla_django.conf import scylla_settings
+from scylla_django.enums import Status
+from scylla_django.handlers import handler
+from scylla_django.logs import log_name
+from scylla_django.models import Task
+from scylla_django.worker import TaskWorker, WorkerOptions
+from tests.helpers import client_for, make_user, staff
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+app_logger = logging.getLogger("tests.app")
+STARTED = threading.Barrier(2)
+
+
+@handler("t-log")
+def logs_a_little(ctx):
+    ctx.logger.info("working on %s", ctx.spec["name"])
+    app_logger.warning("app says %s", ctx.spec["name"])
+    app_logger.debug("too fine to pass the logger's level")
+    if ctx.spec.get("together"):
+        STARTED.wait(timeout=10)  # two handlers log at the same time
+        for n in range(50):
+            ctx.logger.info("%s line %d", ctx.spec["name"], n)
+    if ctx.spec.get("fail"):
+        raise RuntimeError("it went wrong")
+    return None
+
+
+@handler("t-log-async")
+async def logs_asynchronously(ctx):
+    for n in range(20):
+        ctx.logger.info("%s step %d", ctx.spec["name"], n)
+        await asyncio.sleep(0.005)
+    return None
+
+
+@handler("t-log-much")
+def logs_a_lot(ctx):
+    for n in range(1000):
+        ctx.logger.info("line %04d %s", n, "x" * 50)
+    return None
+
+
+@handler("t-log-nothing")
+def logs_nothing(ctx):
+    return {"quiet": True}
+
+
+@pytest.fixture(autouse=True)
+def storage(settings, tmp_path) -> Path:
+    """Task logs go to a folder of their own (a storage alias the project names)."""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "tasklogs": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(tmp_path)},
+        },
+    }
+    settings.SCYLLA = {**settings.SCYLLA, "TASK_LOG_STORAGE": "tasklogs"}
+    app_logger.setLevel(logging.INFO)
+    return tmp_path
+
+
+def run(queue: str, **options) -> None:
+    TaskWorker(WorkerOptions([queue], poll_interval=0.05, **options)).run(once=True)
+
+
+def test_what_a_handler_logs_is_kept_with_its_task(storage):
+    task = Task.objects.submit("t-log", {"name": "alpha"}, rn="job:1")
+    run("t-log")
+    task.refresh_from_db()
+    assert task.status == Status.COMPLETED
+    text = task.read_log()
+    assert "INFO scylla_django.task: [job:1] working on alpha" in text
+    assert "WARNING tests.app: app says alpha" in text
+    assert "too fine" not in text
+    # In the storage named by the setting, under a name made of the rn (its ':' quoted).
+    assert task.log == log_name("job:1") == "scylla_django/logs/job%3A1.log"
+    assert (storage / "scylla_django/logs/job%3A1.log").read_text() == text
+
+
+def test_concurrent_handlers_keep_their_own_lines():
+    Task.objects.submit("t-log", {"name": "one", "together": True}, rn="one")
+    Task.objects.submit("t-log", {"name": "two", "together": True}, rn="two")
+    run("t-log", concurrency=2)
+    one, two = Task.objects.get(rn="one").read_log(), Task.objects.get(rn="two").read_log()
+    assert one.count("one line") == 50 and "two" not in one
+    assert two.count("two line") == 50 and "one" not in two
+
+
+def test_async_handlers_keep_their_own_lines():
+    for name in ("a1", "a2", "a3"):
+        Task.objects.submit("t-log-async", {"name": name}, rn=name)
+    run("t-log-async", concurrency=3)
+    for name in ("a1", "a2", "a3"):
+        text = Task.objects.get(rn=name).read_log()
+        assert text.count(f"{name} step") == 20
+        assert all(other not in text for other in {"a1", "a2", "a3"} - {name})
+
+
+def test_a_handler_s_exception_ends_its_log_with_the_traceback():
+    task = Task.objects.submit("t-log", {"name": "beta", "fail": True})
+    run("t-log")
+    task.refresh_from_db()
+    assert task.status == Status.ABORTED
+    text = task.read_log()
+    assert text.index("app says beta") < text.index("Traceback (most recent call last)")
+    assert "RuntimeError: it went wrong" in text
+
+
+def test_the_log_is_capped_with_a_marker(settings):
+    settings.SCYLLA = {**settings.SCYLLA, "TASK_LOG_MAX_BYTES": 2000}
+    task = Task.objects.submit("t-log-much", {})
+    run("t-log-much")
+    text = Task.objects.get(pk=task.pk).read_log()
+    kept, marker = text.split("\n[log truncated: ")
+    assert len(kept.encode()) <= 2000
+    assert kept.startswith(text[:40]) and "line 0000" in kept and "line 0999" not in kept
+    assert "more bytes were left out (SCYLLA['TASK_LOG_MAX_BYTES'] = 2,000)" in marker
+
+
+def test_no_log_when_nothing_was_logged_or_capture_is_off(settings, storage):
+    quiet = Task.objects.submit("t-log-nothing", {})
+    run("t-log-nothing")
+    settings.SCYLLA = {**settings.SCYLLA, "TASK_LOG_MAX_BYTES": 0}
+    off = Task.objects.submit("t-log", {"name": "gamma"})
+    run("t-log")
+    for task in (quiet, off):
+        task.refresh_from_db()
+        assert task.status == Status.COMPLETED
+        assert (task.log, task.read_log()) == (None, None)
+    assert not (storage / "scylla_django").exists()
+
+
+def test_a_storage_that_fails_costs_the_log_not_the_outcome(settings):
+    settings.SCYLLA = {**settings.SCYLLA, "TASK_LOG_STORAGE": "nowhere"}
+    with pytest.raises(ImproperlyConfigured, match=r"alias of settings\.STORAGES"):
+        _ = scylla_settings.TASK_LOG_STORAGE
+    task = Task.objects.submit("t-log", {"name": "epsilon"})
+    run("t-log")
+    task.refresh_from_db()
+    assert (task.status, task.log) == (Status.COMPLETED, None)
+
+
+def test_a_task_keeps_the_log_of_its_last_run(storage):
+    task = Task.objects.submit("t-log-nothing", {}, rn="twice")
+    task.keep_log("first run\n")
+    task.keep_log("second run\n")
+    assert Task.objects.get(rn="twice").read_log() == "second run\n"
+    assert [p.name for p in (storage / "scylla_django/logs").iterdir()] == ["twice.log"]
+
+
+def test_purge_and_delete_remove_the_logs(storage):
+    for rn in ("old", "new", "gone"):
+        Task.objects.submit("t-log", {"name": rn}, rn=rn)
+    run("t-log", concurrency=3)
+    folder = storage / "scylla_django/logs"
+    assert sorted(p.name for p in folder.iterdir()) == ["gone.log", "new.log", "old.log"]
+    Task.objects.filter(rn="old").update(updated=Now() - timedelta(days=30))
+    assert Task.objects.purge(older_than=timedelta(days=1)) == 1
+    Task.objects.get(rn="gone").delete()
+    assert [p.name for p in folder.iterdir()] == ["new.log"]
+
+
+# -- faces ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def logged():
+    task = Task.objects.submit("t-log", {"name": "delta"}, rn="logged")
+    Task.objects.submit("t-log-nothing", {}, rn="silent")
+    run("t-log")
+    run("t-log-nothing")
+    return Task.objects.get(pk=task.pk)
+
+
+def test_the_api_serves_the_log_as_text(logged):
+    api = client_for(make_user("reader", "view_task"))
+    response = api.get("/api/scylla/tasks/logged/log/")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/plain; charset=utf-8"
+    assert response.content.decode() == logged.read_log()
+    silent = api.get("/api/scylla/tasks/silent/log/")
+    assert (silent.status_code, silent.json()["code"]) == (404, "no_log")
+    unknown = api.get("/api/scylla/tasks/nope/log/")
+    assert (unknown.status_code, unknown.json()["code"]) == (404, "task_not_found")
+    assert client_for(make_user("nobody")).get("/api/scylla/tasks/logged/log/").status_code == 403
+
+
+def test_the_admin_task_page_shows_the_log(logged):
+    page = staff("view_task").get(f"/admin/scylla_django/task/{logged.pk}/change/")
+    assert page.status_code == 200
+    assert "working on delta" in page.content.decode()
+
+
+def test_show_log_prints_it(logged):
+    out = io.StringIO()
+    call_command("scylla_tasks", "show", "logged", "--log", stdout=out)
+    assert out.getvalue().endswith("log:\n" + logged.read_log())
+    out = io.StringIO()
+    call_command("scylla_tasks", "show", "silent", "--log", stdout=out)
+    assert "log: none" in out.getvalue()
