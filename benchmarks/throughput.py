@@ -719,7 +719,7 @@ class Probe:
         except psycopg.Error:  # not in shared_preload_libraries: no statement counts
             self.statements = False
 
-    def query(self, statement: str, params: Sequence[object] = ()) -> tuple:
+    def query(self, statement: str, params: Sequence[object] | None = None) -> tuple:
         self.sent += 1
         cursor = self.connection.execute(statement, params)  # type: ignore[arg-type]
         row = cursor.fetchone() if cursor.description is not None else None

@@ -64,7 +64,9 @@ class TaskWorker:
         self.stopping = threading.Event()
         self._wakeup = threading.Event()  # lease now: a slot was freed, or tasks became ready
         self._grace_over = threading.Event()  # stop retrying writes: the grace period is over
-        self._slots = Slots(options.concurrency, options.max_tasks, on_free=self.wake)
+        self._slots = Slots(
+            options.concurrency, options.max_tasks, on_free=self.wake, prefetch=options.prefetch
+        )
         self._heartbeat: Heartbeat | None = None
 
     @property
@@ -95,6 +97,8 @@ class TaskWorker:
         With `once`, lease at most one batch (up to `concurrency` tasks), finish it and return.
         """
         options = self.options
+        if once:
+            self._slots.stop_prefetching()
         worker = retry(
             self._register, "register the worker", using=options.using, stop=self.stopping
         )
@@ -132,10 +136,11 @@ class TaskWorker:
             wakeup=self._wakeup,
         )
         logger.info(
-            "%s started: queues %s, concurrency %d, lease %gs, heartbeat every %gs",
+            "%s started: queues %s, concurrency %d, prefetch %d, lease %gs, heartbeat every %gs",
             self.name,
             ",".join(options.queues),
             options.concurrency,
+            self._slots.prefetch,
             options.lease_length.total_seconds(),
             options.heartbeat_seconds,
         )
@@ -160,7 +165,7 @@ class TaskWorker:
         finally:
             if self.listener is not None:
                 self.listener.close()
-            self._shutdown(worker, heartbeat, execution, summary)
+            self._shutdown(worker, heartbeat, writer, execution, summary)
             heartbeat.close()
             writer.close()
             for thread in threads:
@@ -170,9 +175,16 @@ class TaskWorker:
                 connections[options.using].close()  # this thread's; others closed their own
 
     def _shutdown(
-        self, worker: Worker, heartbeat: Heartbeat, execution: Execution, summary: Summary
+        self,
+        worker: Worker,
+        heartbeat: Heartbeat,
+        writer: OutcomeWriter,
+        execution: Execution,
+        summary: Summary,
     ) -> None:
-        """Yield what is still in hand, give handlers the grace period, record the stop."""
+        """Write the outcomes waiting, yield what is still in hand (running or prefetched),
+        give handlers the grace period, record the stop."""
+        writer.flush(timeout=min(5.0, self.options.grace_period))
         heartbeat.give_back(self._slots.in_hand())
         deadline = time.monotonic() + self.options.grace_period
         self._slots.wait_until_empty(lambda: time.monotonic() >= deadline)

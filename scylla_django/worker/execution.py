@@ -79,6 +79,7 @@ class Execution:
         self._own = OwnConnections(using)
         self._jobs: queue.SimpleQueue[TaskContext | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._turns: asyncio.Semaphore | None = None  # made on the event loop
         self._sink: OutcomeSink | None = None
 
     def start(self, sink: OutcomeSink) -> None:
@@ -137,6 +138,9 @@ class Execution:
     def _execute(self, ctx: TaskContext) -> TaskContext | None:
         """Run `ctx`'s handler on this thread; return the next task this thread should run,
         if its outcome's write leased one."""
+        if ctx.stopped:  # prefetched, and cancelled, lost or yielded before its turn
+            self.sink.hand_over(ctx, None)
+            return None
         with self._running(ctx) as run:
             run.result = run.handler(ctx)
         close_handler_connections()  # the handler's own queries: as at the end of a request
@@ -144,9 +148,16 @@ class Execution:
             return self.sink.finish_here(ctx, self._kept(ctx, run.outcome))
 
     async def _execute_async(self, ctx: TaskContext) -> None:
-        """An `async def` handler, on the event loop thread: many run at once there."""
-        with self._running(ctx) as run:
-            run.result = await run.handler(ctx)
+        """An `async def` handler, on the event loop thread: up to `concurrency` at once there
+        (the prefetched ones wait their turn)."""
+        if self._turns is None:
+            self._turns = asyncio.Semaphore(self.concurrency)
+        async with self._turns:
+            if ctx.stopped:  # prefetched, and cancelled, lost or yielded before its turn
+                self.sink.hand_over(ctx, None)
+                return
+            with self._running(ctx) as run:
+                run.result = await run.handler(ctx)
         try:
             self.sink.hand_over(ctx, self._kept(ctx, run.outcome))
         except Exception:  # a bug of ours: log it, give the task up

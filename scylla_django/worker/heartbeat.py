@@ -77,14 +77,16 @@ class Heartbeat:
     def give_back(self, contexts: Sequence[TaskContext]) -> None:
         """Yield the leases of `contexts` not yielded yet, between heartbeat passes."""
         with self._lock:  # a yield waits for this heartbeat, and is then not undone
-            for ctx in contexts:
-                if not ctx.yielded:
-                    self._yield(ctx)
+            given = [ctx for ctx in contexts if not ctx.yielded]
+            # All stopped first: a prefetched task is not started while the others are yielded.
+            for ctx in given:
+                ctx.yielded = True  # first: a handler returning now still gets its outcome
+                ctx.stop(WorkerStopping(f"{self.worker.name} is stopping", rn=ctx.task.rn))
+            for ctx in given:
+                self._yield(ctx)
 
     def _yield(self, ctx: TaskContext) -> None:
         """Give the lease back (the caller holds `_lock`, so no heartbeat is in flight)."""
-        ctx.yielded = True  # first: a handler returning now still gets its outcome written
-        ctx.stop(WorkerStopping(f"{self.worker.name} is stopping", rn=ctx.task.rn))
         try:
             ctx.task.yield_lease(self.worker)
             logger.info("%s yielded %s (queue %s)", self.worker.name, ctx.task.rn, ctx.task.queue)

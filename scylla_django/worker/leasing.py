@@ -1,6 +1,7 @@
 """The lease loop: lease as many tasks as there are free slots, in one statement, whenever a
 slot is freed, tasks become ready (a LISTEN notification) or `poll_interval` passes, and hand
-them to the handlers (pull model: a worker never holds more than its concurrency)."""
+them to the handlers (pull model: a worker never holds more than its concurrency and its
+prefetch)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ class LeaseLoop:
                 break
             self._wakeup.clear()  # before leasing: a wake-up during the lease is not lost
             free = self.slots.free()
-            if 0 < free < options.concurrency and options.batch_wait > 0:
+            if free > 0 and self.slots.taken() > 0 and options.batch_wait > 0:
                 # Other handlers are busy and may be about to finish: a moment's wait lets one
                 # lease fill several slots instead of one statement per slot.
                 self.stopping.wait(options.batch_wait)

@@ -71,6 +71,8 @@ class OutcomeWriter:
         self._outcomes: Batch = []
         self._ready = threading.Condition(threading.Lock())
         self._done = False
+        self._hurry = False  # write what comes at once: the worker is stopping
+        self._writing = 0  # outcomes taken from `_outcomes` and not written yet
 
     # -- what the handlers hand over --------------------------------------------------------
 
@@ -80,6 +82,7 @@ class OutcomeWriter:
             self.summary.count("stopped")
             self.slots.release([ctx])
             return
+        self.slots.ran(outcome.duration)
         # The slot stays taken until the outcome is written: a task is the worker's until then.
         with self._ready:
             self._outcomes.append((ctx, outcome))
@@ -101,6 +104,7 @@ class OutcomeWriter:
         if outcome is None or not self.refill or not self._alone(ctx):
             self.hand_over(ctx, outcome)
             return None
+        self.slots.ran(outcome.duration)
         batch = [(ctx, outcome)]
         # The finished task's slot passes straight to the lease: no other lease can take it.
         claim = self.slots.claim([ctx], lease=not self.stopping.is_set())
@@ -143,6 +147,21 @@ class OutcomeWriter:
 
     # -- the writer thread ------------------------------------------------------------------
 
+    def flush(self, timeout: float) -> None:
+        """Write the outcomes waiting, and any handed over from now on, at once (no batch
+        waits to fill up); return once none is waiting or being written, or after `timeout`
+        seconds (the database is out: they are written when it is back, or their leases
+        expire). Called on shutdown, before the tasks still in hand are yielded."""
+        deadline = time.monotonic() + timeout
+        with self._ready:
+            self._hurry = True
+            self._ready.notify_all()
+            while self._outcomes or self._writing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._ready.wait(min(left, 0.05))
+
     def close(self) -> None:
         """End `run()` once the outcomes waiting are written."""
         with self._ready:
@@ -166,6 +185,7 @@ class OutcomeWriter:
                         len(self._outcomes) < batch_size
                         and not self._all_handled()
                         and not self._done
+                        and not self._hurry
                     ):
                         left = deadline - time.monotonic()
                         if left <= 0:
@@ -173,6 +193,7 @@ class OutcomeWriter:
                         self._ready.wait(left)
                     batch = self._outcomes[:batch_size]
                     del self._outcomes[:batch_size]
+                    self._writing = len(batch)
                 try:
                     self._write(batch)
                 except Exception:  # a bug of ours: never let it keep the slots or this thread
@@ -180,6 +201,10 @@ class OutcomeWriter:
                         "%s: writing %d outcome(s) failed", self.worker.name, len(batch)
                     )
                     self.slots.release([ctx for ctx, _ in batch])
+                finally:
+                    with self._ready:
+                        self._writing = 0
+                        self._ready.notify_all()
         finally:
             connections.close_all()
 

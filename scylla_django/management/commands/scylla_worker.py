@@ -22,6 +22,7 @@ from ..base import (
     StopSignals,
     configure_logging,
     lease_length,
+    non_negative_int,
     positive_int,
     queue_name,
     seconds,
@@ -54,6 +55,14 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency", type=positive_int, default=1, help="tasks at a time (default 1)"
+        )
+        parser.add_argument(
+            "--prefetch",
+            type=non_negative_int,
+            default=WorkerOptions.prefetch,
+            help="tasks leased beyond --concurrency, waiting for a free handler, so that one "
+            f"statement leases and finishes several (default {WorkerOptions.prefetch}; 0 for "
+            "long tasks, which would hold the tasks prefetched behind them)",
         )
         parser.add_argument(
             "--lease-length",
@@ -148,6 +157,7 @@ class Command(BaseCommand):
                     WorkerOptions(
                         options["queues"],
                         concurrency=options["concurrency"],
+                        prefetch=options["prefetch"],
                         poll_interval=options["poll_interval"],
                         max_tasks=options["max_tasks"],
                         grace_period=options["grace_period"],
