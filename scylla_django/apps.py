@@ -13,9 +13,14 @@ class ScyllaConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Register the system checks, import the apps' handler modules, connect metrics."""
+        """Register the system checks, import the apps' handler modules, tell submissions which
+        queues this process serves, connect metrics."""
         from . import checks  # noqa: F401  (registers the system checks)
-        from .handlers import autodiscover
+        from .handlers import autodiscover, registry
+        from .models import serving
+
+        # A queue with a handler in this process counts as served: no warning at submit.
+        serving.serve_here(registry.serves)
 
         # registry.get(queue) then answers in a shell and the web server too. A bad
         # HANDLER_MODULES setting is left to `manage.py check` to report (E001).

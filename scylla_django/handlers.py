@@ -13,8 +13,7 @@ def build_report(ctx):
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.utils.module_loading import autodiscover_modules
@@ -104,6 +103,10 @@ class HandlerRegistry:
     def get(self, queue: str) -> Handler | None:
         return self._handlers.get(queue)
 
+    def serves(self, queue: str) -> bool:
+        """Whether a handler is registered for `queue`."""
+        return queue in self._handlers
+
     def queues(self) -> list[str]:
         return sorted(self._handlers)
 
@@ -153,72 +156,6 @@ def autodiscover() -> None:
     `scylla_django.backends.register_handlers()` too: the registry knows nothing of the adapter.
     """
     autodiscover_modules(*scylla_settings.HANDLER_MODULES)
-
-
-# How long one read of the live workers' queues answers `unserved_queues` in this process: a
-# submission asks on every call, and a worker that just started is seen a few seconds late.
-LIVE_QUEUES_MAX_AGE = 5.0
-_live_queues: dict[str, tuple[float, frozenset[str]]] = {}
-_live_queues_lock = threading.Lock()
-
-
-def live_worker_queues(
-    using: str = "default", *, max_age: float = LIVE_QUEUES_MAX_AGE
-) -> frozenset[str]:
-    """The queues that some alive or silent worker leases from, read at most every `max_age` s.
-
-    One small query over the workers that have not stopped; `max_age=0` reads afresh.
-    """
-    now = time.monotonic()
-    with _live_queues_lock:
-        cached = _live_queues.get(using)
-    if cached is not None and now - cached[0] < max_age:
-        return cached[1]
-    from .enums import Liveness
-    from .models import Worker
-
-    rows = (
-        Worker.objects.using(using)
-        .in_state(Liveness.ALIVE, Liveness.SILENT)
-        .values_list("queues", flat=True)
-    )
-    queues = frozenset(queue for listed in rows if isinstance(listed, list) for queue in listed)
-    with _live_queues_lock:
-        _live_queues[using] = (now, queues)
-    return queues
-
-
-def forget_live_worker_queues() -> None:
-    """Drop the cached read of `live_worker_queues`, so that the next call reads afresh."""
-    with _live_queues_lock:
-        _live_queues.clear()
-
-
-def unserved_queues(
-    queues: Iterable[str],
-    using: str = "default",
-    *,
-    registry: HandlerRegistry = registry,
-    max_age: float = LIVE_QUEUES_MAX_AGE,
-) -> list[str]:
-    """The queues of `queues` that nothing serves: no handler in this process, no live worker.
-
-    A task submitted to such a queue waits until a worker for it starts (a typo in a queue
-    name, say). The registry answers first; the workers are read only for queues it lacks.
-    """
-    wanted = [queue for queue in dict.fromkeys(queues) if registry.get(queue) is None]
-    if not wanted:
-        return []
-    live = live_worker_queues(using, max_age=max_age)
-    return [queue for queue in wanted if queue not in live]
-
-
-def unserved_warning(queue: str) -> str:
-    """What a user is told about a task submitted to a queue that nothing serves."""
-    return (
-        f"no live worker serves queue {queue!r} and no handler is registered for it: its "
-        "tasks wait until a worker for it starts (is the queue name right?)"
-    )
 
 
 def qualname(func: Handler) -> str:

@@ -27,8 +27,8 @@ from django.db import connections
 from . import db
 from .durations import short
 from .enums import Liveness
-from .handlers import live_worker_queues
 from .models import Monitor, Task, Worker
+from .models.serving import live_worker_queues
 from .text import plural
 
 

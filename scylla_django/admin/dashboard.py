@@ -31,8 +31,8 @@ from django.utils import timezone
 from ..conf import scylla_settings
 from ..durations import ago, short
 from ..enums import TERMINAL_STATUSES, Liveness, Status
-from ..handlers import live_worker_queues
 from ..models import SCHEDULED, Monitor, MonitorStatus, QueueSetting, Task, Worker
+from ..models.serving import live_worker_queues
 from ..validation import worker_id, worker_name_for
 
 STATUSES: tuple[Status, ...] = tuple(Status)

@@ -13,12 +13,12 @@ from typing import Any
 from django.urls import URLPattern, URLResolver, path, re_path
 from rest_framework.routers import SimpleRouter
 
-from .schedules import ScheduleViewSet
 from .views import (
     HealthView,
     QueueLimitView,
     QueuePauseView,
     QueueView,
+    ScheduleViewSet,
     SchemaView,
     TaskViewSet,
     WorkerViewSet,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from django.db import connections
+from django.db.models import QuerySet
 
 from .. import db, retries, signals, validation
 from ..conf import scylla_settings
@@ -23,17 +24,14 @@ from .outcomes import Outcome, outcome_rows
 from .processes import Worker, worker_name
 from .tables import tables
 
-if TYPE_CHECKING:
-    from .task import Task, TaskQuerySet
 
-
-def finish_many(tasks: TaskQuerySet, name: str, outcomes: Sequence[Outcome]) -> set[int]:
+def finish_many(tasks: QuerySet[Any], name: str, outcomes: Sequence[Outcome]) -> set[int]:
     """Write `outcomes` for the worker called `name`: see `TaskQuerySet.finish_many`."""
     return finish_rows(tasks, name, outcomes, outcome_rows(outcomes))
 
 
 def finish_rows(
-    tasks: TaskQuerySet, name: str, outcomes: Sequence[Outcome], rows: list[dict[str, Any]]
+    tasks: QuerySet[Any], name: str, outcomes: Sequence[Outcome], rows: list[dict[str, Any]]
 ) -> set[int]:
     """`finish_many` of `outcomes`, whose `rows` are already built; return the pks written.
 
@@ -61,13 +59,13 @@ def finish_rows(
 
 
 def finish_and_lease(
-    tasks: TaskQuerySet,
+    tasks: QuerySet[Any],
     worker: Worker | str,
     outcomes: Sequence[Outcome],
     queues: Sequence[str],
     limit: int,
     lease_length: timedelta | float | None,
-) -> tuple[set[int], list[Task]]:
+) -> tuple[set[int], list[Any]]:
     """Finish `outcomes`, then lease for `worker`: see `TaskQuerySet.finish_and_lease`."""
     name = worker_name(worker)
     queues = validate_queues(queues)
@@ -81,7 +79,10 @@ def finish_and_lease(
     if not single or pk is None or not rows or any(r["errors"] is not None for r in rows):
         finished = finish_rows(tasks, name, outcomes, rows)
         try:
-            return finished, tasks.lease(worker, queues, limit=limit, lease_length=lease_length)
+            leased = tasks.lease(  # type: ignore[attr-defined]  # a TaskQuerySet
+                worker, queues, limit=limit, lease_length=lease_length
+            )
+            return finished, leased
         except WorkerNotFound:
             return finished, []
     done, leased = db.postgresql_lease(
@@ -101,7 +102,7 @@ def finish_and_lease(
     return set(done), leased_tasks
 
 
-def write(tasks: TaskQuerySet, name: str, rows: list[dict[str, Any]]) -> dict[int, datetime]:
+def write(tasks: QuerySet[Any], name: str, rows: list[dict[str, Any]]) -> dict[int, datetime]:
     """Write `rows` for the worker called `name`: each task written, with its `updated`."""
     if db.uses_single_statement_transitions(connections[tasks.db]):
         return db.postgresql_finish(tables(tasks.model), tasks.db, name, rows)
@@ -109,7 +110,7 @@ def write(tasks: TaskQuerySet, name: str, rows: list[dict[str, Any]]) -> dict[in
 
 
 def announce(
-    tasks: TaskQuerySet,
+    tasks: QuerySet[Any],
     outcomes: Sequence[Outcome],
     rows: list[dict[str, Any]],
     done: Mapping[int, datetime],
@@ -129,7 +130,7 @@ def announce(
         row = written.pop(outcome.pk, None)
         if row is None:
             continue
-        task = cast("Task | None", outcome.task)
+        task = cast("Any", outcome.task)
         if task is None:
             task = read.get(outcome.pk)
             if task is None:  # purged since: nothing left to describe

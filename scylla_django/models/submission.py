@@ -8,7 +8,7 @@ a submission are in `inputs`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import Any, Unpack
 
 from django.db import (
     IntegrityError,
@@ -17,11 +17,12 @@ from django.db import (
     connections,
     transaction,
 )
+from django.db.models import QuerySet
 
 from .. import db, signals
 from ..db import inserts
 from ..exceptions import DuplicateKey, DuplicateTask, TaskNotFound
-from . import unique
+from . import serving, unique
 from .dependencies import HELD, Dependency
 from .inputs import (
     BulkSubmission,
@@ -33,9 +34,6 @@ from .inputs import (
 )
 from .notices import send_on_commit
 
-if TYPE_CHECKING:
-    from .task import Task, TaskQuerySet
-
 #: Parents looked up per query, and tasks validated and inserted per chunk (off PostgreSQL).
 CHUNK = 500
 
@@ -46,15 +44,30 @@ KEYED_TRIES = 5
 
 
 def submit(
-    tasks: TaskQuerySet,
+    tasks: QuerySet[Any],
     queue: str,
     spec: Any,
     *,
     after: Sequence[str] | None = None,
     on_conflict: str | None = None,
     **options: Unpack[TaskOptions],
-) -> Task:
+) -> Any:
     """Submit a new `ready` task to the database of `tasks`: see `TaskQuerySet.submit`."""
+    task = insert_submission(tasks, queue, spec, after=after, on_conflict=on_conflict, **options)
+    serving.warn_unserved([task.queue], tasks.db)
+    return task
+
+
+def insert_submission(
+    tasks: QuerySet[Any],
+    queue: str,
+    spec: Any,
+    *,
+    after: Sequence[str] | None,
+    on_conflict: str | None,
+    **options: Unpack[TaskOptions],
+) -> Any:
+    """The insertion of `submit`: the task, inserted (or the holder of its unique key)."""
     conflict = on_conflict_of(on_conflict)
     values = task_values(queue, spec, **options)
     if "unique_key" in values:
@@ -76,11 +89,11 @@ def submit(
 
 
 def submit_keyed(
-    tasks: TaskQuerySet,
+    tasks: QuerySet[Any],
     values: dict[str, Any],
     on_conflict: str,
     after: Sequence[str] | None = None,
-) -> Task:
+) -> Any:
     """Submit a task with a unique key: inserted if no task holds the key, else what
     `on_conflict` says (`unique.resolve_conflict`).
 
@@ -129,7 +142,7 @@ def submit_keyed(
     return unique.mark(task, "inserted")
 
 
-def insert_new(tasks: TaskQuerySet, task: Task) -> None:
+def insert_new(tasks: QuerySet[Any], task: Any) -> None:
     """Insert `task` (in a savepoint); DuplicateTask if its rn exists."""
     try:
         with transaction.atomic(using=tasks.db):
@@ -146,7 +159,7 @@ def insert_new(tasks: TaskQuerySet, task: Task) -> None:
         raise
 
 
-def submit_after(tasks: TaskQuerySet, task: Task, after: Sequence[str]) -> Task:
+def submit_after(tasks: QuerySet[Any], task: Any, after: Sequence[str]) -> Any:
     """Insert `task` held until the tasks named by `after` have completed (a follow-up).
 
     TaskNotFound names the first unknown parent; nothing is inserted then.
@@ -178,7 +191,7 @@ def submit_after(tasks: TaskQuerySet, task: Task, after: Sequence[str]) -> Task:
     return unique.mark(task, "inserted")
 
 
-def submit_many(tasks: TaskQuerySet, items: Iterable[Mapping[str, Any]]) -> list[SubmitOutcome]:
+def submit_many(tasks: QuerySet[Any], items: Iterable[Mapping[str, Any]]) -> list[SubmitOutcome]:
     """Submit several tasks at once, one outcome per item: see `TaskQuerySet.submit_many`."""
     batch = BulkSubmission(items)
     inserted: set[str] = set()
@@ -228,6 +241,7 @@ def submit_many(tasks: TaskQuerySet, items: Iterable[Mapping[str, Any]]) -> list
             continue
         if status == "inserted" and notify:
             send_on_commit(signals.task_submitted, tasks.db, task=tasks.model(**values))
+    serving.warn_unserved((values["queue"] for _, values in pending), tasks.db)
     return [outcomes[i] for i in sorted(outcomes)]
 
 

@@ -121,7 +121,10 @@ class TaskQuerySet(models.QuerySet["Task"]):
         On PostgreSQL a task without `after` is one statement (one round trip in autocommit)
         that also detects the duplicate rn and notifies listening workers.
         """
-        return submission.submit(self, queue, spec, after=after, on_conflict=on_conflict, **options)
+        task: Task = submission.submit(
+            self, queue, spec, after=after, on_conflict=on_conflict, **options
+        )
+        return task
 
     def submit_many(self, items: Iterable[Mapping[str, Any]]) -> list[SubmitOutcome]:
         """Submit several tasks at once; return one outcome per item, in order.

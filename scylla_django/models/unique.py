@@ -10,18 +10,15 @@ handlers' default keys are in `scylla_django.unique_keys`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 
 from .. import db
 from ..enums import ACTIVE_STATUSES, TERMINAL_STATUSES, Status
 from ..exceptions import DuplicateKey
 from .dependencies import HELD
-
-if TYPE_CHECKING:
-    from .task import Task, TaskQuerySet
 
 #: The tasks that hold their key: the condition of the partial unique index on `unique_key`.
 UNIQUE_HOLDER = Q(unique_key__isnull=False) & (
@@ -46,20 +43,20 @@ def window_over() -> Q:
     )
 
 
-def release_expired(tasks: TaskQuerySet, key: str) -> int:
+def release_expired(tasks: QuerySet[Any], key: str) -> int:
     """Free `key` if a finished task holds it past its window: one conditional write, so a
     task that is still inside its window (or active) keeps it. Returns the rows written."""
     return tasks.filter(window_over(), unique_key=key).update(unique_held=False)
 
 
-def holder(tasks: TaskQuerySet, key: str) -> Task | None:
+def holder(tasks: QuerySet[Any], key: str) -> Any | None:
     """The task that holds `key`, if any."""
     return tasks.filter(UNIQUE_HOLDER, unique_key=key).first()
 
 
 def resolve_conflict(
-    tasks: TaskQuerySet, existing: Task, values: Mapping[str, Any], on_conflict: str
-) -> Task:
+    tasks: QuerySet[Any], existing: Any, values: Mapping[str, Any], on_conflict: str
+) -> Any:
     """What a submission of `values` does when `existing` holds its key.
 
     `return`: `existing`, as it is. `raise`: DuplicateKey naming the key and `existing`'s rn.
@@ -89,7 +86,7 @@ def resolve_conflict(
     return mark(existing, "duplicate")
 
 
-def mark(task: Task, outcome: Submitted) -> Task:
+def mark(task: Any, outcome: Submitted) -> Any:
     """`task`, its `submit_outcome` set: what the submission that returned it did."""
     task.submit_outcome = outcome
     return task

@@ -7,8 +7,9 @@ import logging
 import pytest
 from django.core.management import call_command
 
-from scylla_django.handlers import HandlerRegistry, forget_live_worker_queues, unserved_queues
+from scylla_django.handlers import HandlerRegistry
 from scylla_django.models import Worker
+from scylla_django.models.serving import forget_live_worker_queues, unserved_queues
 from tests.factories import TaskFactory
 from tests.helpers import API, post
 
@@ -60,13 +61,13 @@ def test_bulk_submission_names_each_queue_nobody_serves_once(api):
 def test_a_handler_registered_in_this_process_serves_its_queue(db):
     registry = HandlerRegistry()
     registry.register("reports", lambda ctx: None)
-    assert unserved_queues(["reports", "emials"], registry=registry) == ["emials"]
+    assert unserved_queues(["reports", "emials"], served=registry.serves) == ["emials"]
 
 
 def test_live_workers_are_read_at_most_once_within_the_cache_age(db, django_assert_num_queries):
     with django_assert_num_queries(1):
         for _ in range(3):
-            assert unserved_queues(["emials"], registry=HandlerRegistry()) == ["emials"]
+            assert unserved_queues(["emials"], served=HandlerRegistry().serves) == ["emials"]
 
 
 def test_queues_lists_no_live_worker_for_queues_with_ready_tasks(api):

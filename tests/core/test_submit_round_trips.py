@@ -13,10 +13,20 @@ from django.test.utils import CaptureQueriesContext
 
 from scylla_django.db import inserts
 from scylla_django.exceptions import DuplicateTask
-from scylla_django.models import Outcome, Task, Worker
+from scylla_django.models import Outcome, Task, Worker, serving
 from scylla_django.retries import Fixed, Retry
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def known_live_queues() -> Iterator[None]:
+    """Read the live workers' queues before each test: a submission reads them at most every
+    few seconds (to warn about a queue nothing serves), never on each statement counted here."""
+    serving.forget_live_worker_queues()
+    serving.live_worker_queues()
+    yield
+    serving.forget_live_worker_queues()
 
 
 @contextmanager

@@ -10,17 +10,17 @@ from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .. import schedules
-from ..models import Schedule
-from . import permissions
-from .schema import detail_post, document, errors
-from .serializers import (
+from ... import schedules
+from ...models import Schedule
+from .. import permissions
+from ..schema import detail_post, document, errors
+from ..serializers import (
     CancelSerializer,
     ScheduleInputSerializer,
     ScheduleSerializer,
     TaskSerializer,
 )
-from .views import ScyllaView
+from .base import ScyllaView
 
 
 def get_schedule(name: str) -> Schedule:

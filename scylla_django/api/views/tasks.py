@@ -1,0 +1,338 @@
+"""The task routes: submit, list, read, and every transition a user or an HTTP worker makes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_filters.rest_framework import (  # type: ignore[import-untyped, unused-ignore]
+    DjangoFilterBackend,
+)
+from rest_framework import status, viewsets
+from rest_framework.exceptions import ErrorDetail, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from ... import db
+from ...models import Task
+from .. import permissions
+from ..exceptions import field_errors
+from ..filters import FILTER_BODY_SCHEMA, RN_SCHEMA, TaskFilter, filter_from_body
+from ..pagination import TaskCursorPagination
+from ..permissions import ActsAsOwnWorker, HasActionPermission
+from ..schema import detail_post, document, errors
+from ..serializers import (
+    MAX_CANCEL_RNS,
+    AbortedSerializer,
+    AbortSerializer,
+    BulkCancelSerializer,
+    BulkOutcomeSerializer,
+    CancelledSerializer,
+    CancelSerializer,
+    CompleteSerializer,
+    HeartbeatSerializer,
+    ResetLeaseSerializer,
+    SubmitSerializer,
+    TaskDetailSerializer,
+    TaskSerializer,
+    WorkerActionSerializer,
+)
+from .base import WORKER_ERRORS, ScyllaView, get_task, warn_if_unserved
+
+MAX_BULK_ITEMS = 1000
+
+
+class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
+    """Tasks: list, submit (one or in bulk), read and cancel them, as a client; heartbeat,
+    complete, abort and yield them, as the worker that holds their lease.
+
+    The bulk operations (`bulk`, `cancel_many`) are routed under `bulk/tasks/` by `urls.py`,
+    so that no path under `tasks/` is anything but a task's rn.
+    """
+
+    queryset = Task.objects.all()
+    serializer_class = TaskSerializer
+    lookup_field = "rn"
+    lookup_value_regex = "[^/]+"
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = TaskFilter
+    pagination_class = TaskCursorPagination
+    permission_classes = [HasActionPermission, ActsAsOwnWorker]
+    required_permissions = {
+        "list": permissions.VIEW,
+        "retrieve": permissions.VIEW,
+        "create": permissions.SUBMIT,
+        "bulk": permissions.SUBMIT,
+        "cancel": permissions.CANCEL,
+        "cancel_many": permissions.CANCEL,
+        "heartbeat": permissions.WORK,
+        "complete": permissions.WORK,
+        "abort": permissions.WORK,
+        "yield_lease": permissions.WORK,
+        "retry": permissions.SUBMIT,
+        "reset": permissions.CANCEL,
+    }
+
+    def allowed_query_params(self) -> frozenset[str]:
+        return self.list_query_params(TaskFilter, TaskCursorPagination)
+
+    @document(
+        operation_id="list_tasks",
+        summary="List tasks",
+        description="Filtered, ordered, a cursor page at a time. History is left out.",
+        responses={200: TaskSerializer(many=True), **errors(400, 401, 403, 404)},
+    )
+    def list(self, request: Request) -> Response:
+        tasks = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(TaskSerializer(tasks, many=True).data)
+
+    @document(
+        operation_id="get_task",
+        summary="One task, with its history",
+        responses={200: TaskDetailSerializer, **errors(400, 401, 403, 404)},
+    )
+    def retrieve(self, request: Request, rn: str) -> Response:
+        return Response(TaskDetailSerializer(get_task(rn, with_history=True)).data)
+
+    @document(
+        operation_id="submit_task",
+        summary="Submit a task",
+        request=SubmitSerializer,
+        description=(
+            "201 with the new task. With a `unique_key` that a task holds: 200 with that task "
+            "(`on_conflict` `return`, the default, or `replace`, after replacing a still-ready "
+            "one's spec, priority and not_before), or 409 `duplicate` naming its `rn` and "
+            "the `key` (`raise`)."
+        ),
+        responses={
+            201: TaskSerializer,
+            200: TaskSerializer,
+            **errors(400, 401, 403, 404, 409, 413),
+        },
+    )
+    def create(self, request: Request) -> Response:
+        task = Task.objects.submit(**self.parse(SubmitSerializer))
+        created = task.submit_outcome == "inserted"
+        response = Response(
+            TaskSerializer(task).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+        return warn_if_unserved(response, [task.queue])
+
+    @document(
+        operation_id="submit_tasks",
+        summary="Submit many tasks",
+        description=(
+            f"1 to {MAX_BULK_ITEMS} tasks in one statement. The answer is 200 with one outcome "
+            "per item, in order: `inserted`, `duplicate` (the rn exists, or came earlier in "
+            "the request, or a task holds the item's `unique_key`: `rn` names that task), "
+            "`replaced` (`on_conflict: replace`) or `invalid` (with `errors`). Valid items are "
+            "inserted whatever happens to the others. 409 `not_supported`: an item names a "
+            "unique key and the database cannot keep one (MySQL)."
+        ),
+        request={
+            "application/json": {
+                "type": "array",
+                "items": {"$ref": "#/components/schemas/Submit"},  # SubmitSerializer
+                "minItems": 1,
+                "maxItems": MAX_BULK_ITEMS,
+            }
+        },
+        responses={200: BulkOutcomeSerializer(many=True), **errors(400, 401, 403, 409, 413)},
+    )
+    def bulk(self, request: Request) -> Response:
+        items = request.data
+        if not isinstance(items, list) or not 1 <= len(items) <= MAX_BULK_ITEMS:
+            raise ValidationError(
+                ErrorDetail(f"Send a list of 1 to {MAX_BULK_ITEMS} tasks.", code="invalid_bulk")
+            )
+        outcomes: dict[int, dict[str, Any]] = {}
+        valid: list[tuple[int, dict[str, Any]]] = []
+        for index, item in enumerate(items):
+            serializer = SubmitSerializer(data=item)
+            if serializer.is_valid():
+                valid.append((index, dict(serializer.validated_data)))
+            else:
+                rn = item.get("rn") if isinstance(item, dict) else None
+                outcomes[index] = {
+                    "index": index,
+                    "rn": rn if isinstance(rn, str) else None,
+                    "outcome": "invalid",
+                    "errors": field_errors(serializer.errors),
+                }
+        submitted = Task.objects.submit_many(data for _, data in valid)
+        for (index, _), outcome in zip(valid, submitted, strict=True):
+            outcomes[index] = {
+                "index": index,
+                "rn": outcome.rn,
+                "outcome": outcome.outcome,
+                "errors": {
+                    name: [{"code": "invalid", "detail": message} for message in messages]
+                    for name, messages in outcome.errors.items()
+                },
+            }
+        response = Response(
+            BulkOutcomeSerializer([outcomes[i] for i in sorted(outcomes)], many=True).data
+        )
+        return warn_if_unserved(response, (data["queue"] for _, data in valid))
+
+    @document(
+        operation_id="cancel_tasks",
+        summary="Cancel many tasks",
+        description=(
+            "Cancels, in one transaction, the tasks that `filter` (the filters of "
+            "`GET /tasks/`, at least one) or `rns` (up to "
+            f"{MAX_CANCEL_RNS}) select: the ready or running ones become cancelled, the "
+            "others are skipped. The answer counts them; `not_found` counts rns that name no task."
+        ),
+        request={
+            "application/json": {
+                "oneOf": [
+                    {
+                        "type": "object",
+                        "properties": {"filter": FILTER_BODY_SCHEMA},
+                        "required": ["filter"],
+                        "additionalProperties": False,
+                    },
+                    {
+                        "type": "object",
+                        "properties": {
+                            "rns": {
+                                "type": "array",
+                                "items": RN_SCHEMA,
+                                "minItems": 1,
+                                "maxItems": MAX_CANCEL_RNS,
+                            }
+                        },
+                        "required": ["rns"],
+                        "additionalProperties": False,
+                    },
+                ]
+            }
+        },
+        responses={200: CancelledSerializer, **errors(400, 401, 403, 413)},
+    )
+    def cancel_many(self, request: Request) -> Response:
+        data = self.parse(BulkCancelSerializer)
+        if "rns" in data:
+            rns = set(data["rns"])
+            selected = Task.objects.filter(rn__in=rns)
+        else:
+            selected = filter_from_body(data["filter"], Task.objects.all())
+        with db.write_atomic(selected.db):
+            found = selected.count()
+            cancelled = selected.cancel()
+        counts = {
+            "cancelled": cancelled,
+            "skipped": max(found - cancelled, 0),
+            "not_found": len(rns) - found if "rns" in data else 0,
+        }
+        return Response(CancelledSerializer(counts).data)
+
+    @detail_post(
+        operation_id="cancel_task",
+        summary="Cancel a task",
+        description="ready or running → cancelled. A terminal task is a 409.",
+        request=CancelSerializer,
+        responses={200: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
+    )
+    def cancel(self, request: Request, rn: str) -> Response:
+        self.parse(CancelSerializer)
+        task = get_task(rn)
+        task.cancel()
+        return Response(TaskSerializer(task).data)
+
+    @detail_post(
+        operation_id="heartbeat_task",
+        summary="Heartbeat: extend the lease",
+        description=(
+            "`deadline = now + lease_length`, and `progress` if given. A 409 `task_cancelled` or "
+            "`lease_lost` means: stop working on the task."
+        ),
+        request=HeartbeatSerializer,
+        responses={200: TaskSerializer, **WORKER_ERRORS},
+    )
+    def heartbeat(self, request: Request, rn: str) -> Response:
+        worker, task, data = self.parse_held(HeartbeatSerializer, rn)
+        task.heartbeat(worker, **data)
+        worker.touch()
+        return Response(TaskSerializer(task).data)
+
+    @detail_post(
+        operation_id="complete_task",
+        summary="Complete a task",
+        description="running → completed, with progress 1.0 and an optional `result`.",
+        request=CompleteSerializer,
+        responses={200: TaskSerializer, **WORKER_ERRORS},
+    )
+    def complete(self, request: Request, rn: str) -> Response:
+        worker, task, data = self.parse_held(CompleteSerializer, rn)
+        task.complete(worker, **data)
+        return Response(TaskSerializer(task).data)
+
+    @detail_post(
+        operation_id="abort_task",
+        summary="Abort a task",
+        description=(
+            "running → aborted, recording `errors`. If the task's retry policy covers the "
+            "errors (or `retry` is true), a retry is submitted with the abort: `successor`."
+        ),
+        request=AbortSerializer,
+        responses={200: AbortedSerializer, **WORKER_ERRORS},
+    )
+    def abort(self, request: Request, rn: str) -> Response:
+        worker, task, data = self.parse_held(AbortSerializer, rn)
+        errors = [dict(error) for error in data["errors"]]
+        successor = task.abort(worker, errors, retry=data.get("retry"), lease=data["lease"])
+        body = dict(TaskSerializer(task).data)
+        body["successor"] = successor.rn if successor is not None else None
+        return Response(body)
+
+    @detail_post(
+        operation_id="retry_task",
+        summary="Retry a task by hand",
+        description=(
+            "Submit an aborted or cancelled task again, as the next attempt of its chain (201). "
+            "409 `invalid_transition` for another status, `duplicate_task` if it was retried."
+        ),
+        request=CancelSerializer,
+        responses={201: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
+    )
+    def retry(self, request: Request, rn: str) -> Response:
+        self.parse(CancelSerializer)
+        successor = get_task(rn).retry()
+        return Response(TaskSerializer(successor).data, status=status.HTTP_201_CREATED)
+
+    @detail_post(
+        operation_id="yield_task",
+        url_path="yield",
+        summary="Yield a task",
+        description=(
+            "Give the lease back (`deadline = now - 1 s`, History `TaskYield`): the monitor's "
+            "next pass makes the task ready again, without counting a timeout."
+        ),
+        request=WorkerActionSerializer,
+        responses={200: TaskSerializer, **WORKER_ERRORS},
+    )
+    def yield_lease(self, request: Request, rn: str) -> Response:
+        worker, task, data = self.parse_held(WorkerActionSerializer, rn)
+        task.yield_lease(worker, lease=data["lease"])
+        return Response(TaskSerializer(task).data)
+
+    @detail_post(
+        operation_id="reset_task_lease",
+        summary="Reset a lease now",
+        description=(
+            "running → ready at once, for a task whose owner is silent, dead or stopped, "
+            "without waiting for its deadline: owner cleared, progress 0, History "
+            "`TaskTimeout`. Only if the task is still held by `owner` under lease `lease` "
+            "(what the operator saw), else 409 `lease_lost`; 409 `owner_alive` while the "
+            "owner still heartbeats. Needs the permission to cancel tasks."
+        ),
+        request=ResetLeaseSerializer,
+        responses={200: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
+    )
+    def reset(self, request: Request, rn: str) -> Response:
+        data = self.parse(ResetLeaseSerializer)
+        task = get_task(rn)
+        task.reset_lease(data["owner"], data["lease"])
+        return Response(TaskSerializer(task).data)
