@@ -26,13 +26,12 @@ import threading
 import time
 
 from django.db import Error as DatabaseError
-from django.db import connections
 
 from .. import db
 from ..handlers import TaskContext
 from ..listener import Listener
 from ..models import Worker
-from .database import retry
+from .database import WorkerConnection, retry
 from .execution import Execution, start_daemon
 from .heartbeat import Heartbeat
 from .leasing import LeaseLoop
@@ -68,6 +67,7 @@ class TaskWorker:
             options.concurrency, options.max_tasks, on_free=self.wake, prefetch=options.prefetch
         )
         self._heartbeat: Heartbeat | None = None
+        self._connection = WorkerConnection(options.using)
 
     @property
     def name(self) -> str:
@@ -114,6 +114,7 @@ class TaskWorker:
             worker,
             self._slots.in_hand,
             lambda: summary.log_when_due(self.name, self._slots.held()),
+            self._connection,
         )
         writer = OutcomeWriter(
             options,
@@ -126,6 +127,7 @@ class TaskWorker:
             grace_over=self._grace_over,
             wake=self.wake,
             refill=not once,
+            connection=self._connection,
         )
         leasing = LeaseLoop(
             options,
@@ -134,6 +136,7 @@ class TaskWorker:
             execution=execution,
             stopping=self.stopping,
             wakeup=self._wakeup,
+            connection=self._connection,
         )
         logger.info(
             "%s started: queues %s, concurrency %d, prefetch %d, lease %gs, heartbeat every %gs",
@@ -171,8 +174,7 @@ class TaskWorker:
             for thread in threads:
                 thread.join(timeout=5)
             execution.stop_loop()
-            if not connections[options.using].in_atomic_block:
-                connections[options.using].close()  # this thread's; others closed their own
+            self._connection.close()
 
     def _shutdown(
         self,
@@ -201,7 +203,8 @@ class TaskWorker:
             )
         execution.stop()
         try:
-            worker.stop()
+            with self._connection.used():
+                worker.stop()
         except DatabaseError as exc:
             logger.warning("%s could not record its stop: %s", self.name, exc)
         summary.log(self.name, self._slots.held())
@@ -209,14 +212,19 @@ class TaskWorker:
 
     def _register(self) -> Worker:
         options = self.options
-        return Worker.objects.db_manager(options.using).register(
-            list(options.queues),
-            options.concurrency,
-            hostname=socket.gethostname(),
-            pid=os.getpid(),
-            heartbeat_interval=options.heartbeat_seconds,
-            lease_length=options.lease_length,
-        )
+        try:
+            with self._connection.used():
+                return Worker.objects.db_manager(options.using).register(
+                    list(options.queues),
+                    options.concurrency,
+                    hostname=socket.gethostname(),
+                    pid=os.getpid(),
+                    heartbeat_interval=options.heartbeat_seconds,
+                    lease_length=options.lease_length,
+                )
+        except DatabaseError:
+            self._connection.discard()
+            raise
 
     def _on_ready(self, queue: str) -> None:
         if queue in self.options.queues:

@@ -19,6 +19,7 @@ from ..conf import scylla_settings
 from ..exceptions import InvalidTransition, LeaseLost, ScyllaError, WorkerStopping
 from ..handlers import TaskContext
 from ..models import Task, Worker
+from .database import WorkerConnection
 from .options import WorkerOptions
 
 logger = logging.getLogger("scylla_django")
@@ -35,9 +36,11 @@ class Heartbeat:
         worker: Worker,
         in_hand: Callable[[], list[TaskContext]],
         tick: Callable[[], None],
+        connection: WorkerConnection,
     ) -> None:
         self.options = options
         self.worker = worker
+        self.connection = connection
         self._in_hand = in_hand
         self._tick = tick
         self._lock = threading.Lock()  # a heartbeat pass and a yield never overlap
@@ -67,9 +70,10 @@ class Heartbeat:
                 if now >= next_touch:
                     next_touch = now + interval * 0.9
                     try:
-                        self.worker.touch()
+                        with self.connection.used():
+                            self.worker.touch()
                     except DatabaseError:
-                        db.discard_connection(self.options.using)
+                        self.connection.discard()
                 self._tick()
         finally:
             connections.close_all()
@@ -88,12 +92,13 @@ class Heartbeat:
     def _yield(self, ctx: TaskContext) -> None:
         """Give the lease back (the caller holds `_lock`, so no heartbeat is in flight)."""
         try:
-            ctx.task.yield_lease(self.worker)
+            with self.connection.used():
+                ctx.task.yield_lease(self.worker)
             logger.info("%s yielded %s (queue %s)", self.worker.name, ctx.task.rn, ctx.task.queue)
         except (ScyllaError, DatabaseError) as exc:
             logger.warning("%s could not yield %s: %s", self.worker.name, ctx.task.rn, exc)
             if isinstance(exc, DatabaseError):
-                db.discard_connection(self.options.using)
+                self.connection.discard()
 
     def _beat(self) -> None:
         """Extend every live lease in one statement; stop the tasks whose lease was refused."""
@@ -111,14 +116,17 @@ class Heartbeat:
                 for ctx in live
             }
             try:
-                db.use_worker_plans(connections[using])  # this thread only heartbeats
-                extended = Task.objects.using(using).heartbeat_many(
-                    self.worker, leases, lease_length=self.options.lease_length
-                )
-                refused = {pk: leases[pk][0] for pk in leases if pk not in extended}
-                errors = Task.objects.using(using).refusals(self.worker, refused) if refused else {}
+                with self.connection.used():
+                    db.use_worker_plans(connections[using])  # the worker's own connection
+                    extended = Task.objects.using(using).heartbeat_many(
+                        self.worker, leases, lease_length=self.options.lease_length
+                    )
+                    refused = {pk: leases[pk][0] for pk in leases if pk not in extended}
+                    errors = (
+                        Task.objects.using(using).refusals(self.worker, refused) if refused else {}
+                    )
             except Exception as exc:  # the database, mostly; never let this thread die
-                db.discard_connection(using)
+                self.connection.discard()
                 for ctx in live:
                     ctx.failed_heartbeats += 1
                     if ctx.failed_heartbeats >= max_failures:

@@ -14,6 +14,7 @@ from django.db import connections
 from .. import db
 from ..handlers import TaskContext
 from ..models import Task, Worker
+from .database import WorkerConnection
 from .execution import Execution
 from .options import WorkerOptions
 from .slots import Claim, Slots
@@ -34,9 +35,11 @@ class LeaseLoop:
         execution: Execution,
         stopping: threading.Event,
         wakeup: threading.Event,
+        connection: WorkerConnection,
     ) -> None:
         self.options = options
         self.worker = worker
+        self.connection = connection
         self.slots = slots
         self.execution = execution
         self.stopping = stopping
@@ -62,6 +65,7 @@ class LeaseLoop:
                     started = self._lease(claim)
                     failures.succeeded()
                 except DatabaseError as exc:
+                    self.connection.discard()
                     wait = failures.failed()
                     logger.warning(
                         "%s cannot lease (%s); retrying in %gs", self.worker.name, exc, wait
@@ -82,13 +86,14 @@ class LeaseLoop:
         tasks: list[Task] = []
         try:
             using = self.options.using
-            db.use_worker_plans(connections[using])  # a connection of the worker's own
-            tasks = Task.objects.using(using).lease(
-                self.worker,
-                self.options.queues,
-                limit=claim.size,
-                lease_length=self.options.lease_length,
-            )
+            with self.connection.used():
+                db.use_worker_plans(connections[using])  # a connection of the worker's own
+                tasks = Task.objects.using(using).lease(
+                    self.worker,
+                    self.options.queues,
+                    limit=claim.size,
+                    lease_length=self.options.lease_length,
+                )
         finally:
             started = self.slots.take(claim, tasks, self.worker)
         return started

@@ -25,6 +25,7 @@ from .. import db
 from ..exceptions import InvalidTransition, ScyllaError
 from ..handlers import TaskContext
 from ..models import Outcome, Task, Worker
+from .database import WorkerConnection
 from .execution import Execution
 from .heartbeat import Heartbeat
 from .options import WorkerOptions
@@ -57,9 +58,11 @@ class OutcomeWriter:
         grace_over: threading.Event,
         wake: Callable[[], None],
         refill: bool,
+        connection: WorkerConnection,
     ) -> None:
         self.options = options
         self.worker = worker
+        self.connection = connection
         self.slots = slots
         self.execution = execution
         self.heartbeat = heartbeat
@@ -219,6 +222,7 @@ class OutcomeWriter:
                 errors = self._finish(batch)
                 break
             except DatabaseError as exc:
+                self.connection.discard()
                 wait = failures.failed()
                 if self.grace_over.is_set():
                     for ctx, _ in batch:
@@ -288,11 +292,12 @@ class OutcomeWriter:
     def _finish(self, batch: Batch) -> dict[int, ScyllaError]:
         """Write `batch`'s outcomes; return why each one not written was refused, by pk."""
         using = self.options.using
-        db.use_worker_plans(connections[using])  # a connection of the worker's own
-        written = Task.objects.using(using).finish_many(
-            self.worker, [outcome for _, outcome in batch]
-        )
-        return self._refusals(batch, written)
+        with self.connection.used():
+            db.use_worker_plans(connections[using])  # a connection of the worker's own
+            written = Task.objects.using(using).finish_many(
+                self.worker, [outcome for _, outcome in batch]
+            )
+            return self._refusals(batch, written)
 
     def _finish_and_lease(
         self, batch: Batch, limit: int
@@ -300,20 +305,21 @@ class OutcomeWriter:
         """Write `batch`'s outcomes and lease up to `limit` tasks: why each outcome not
         written was refused, by pk, and the tasks leased."""
         using = self.options.using
-        db.use_worker_plans(connections[using])  # a connection of the worker's own
-        written, tasks = Task.objects.using(using).finish_and_lease(
-            self.worker,
-            [outcome for _, outcome in batch],
-            self.options.queues,
-            limit=limit,
-            lease_length=self.options.lease_length,
-        )
-        try:
-            return self._refusals(batch, written), tasks
-        except DatabaseError as exc:  # the tasks are leased: keep them, whatever the reason
-            db.discard_connection(using)
-            unknown = ScyllaError(f"it was refused, and reading why failed: {exc}")
-            return {o.pk: unknown for _, o in batch if o.pk not in written}, tasks
+        with self.connection.used():
+            db.use_worker_plans(connections[using])  # a connection of the worker's own
+            written, tasks = Task.objects.using(using).finish_and_lease(
+                self.worker,
+                [outcome for _, outcome in batch],
+                self.options.queues,
+                limit=limit,
+                lease_length=self.options.lease_length,
+            )
+            try:
+                return self._refusals(batch, written), tasks
+            except DatabaseError as exc:  # the tasks are leased: keep them, whatever the reason
+                db.discard_connection(using)
+                unknown = ScyllaError(f"it was refused, and reading why failed: {exc}")
+                return {o.pk: unknown for _, o in batch if o.pk not in written}, tasks
 
     def _refusals(self, batch: Batch, written: set[int]) -> dict[int, ScyllaError]:
         refused = {outcome.pk: outcome.lease for _, outcome in batch if outcome.pk not in written}
@@ -358,7 +364,7 @@ class OutcomeWriter:
             "%s could not write %d outcome(s) (%s); retrying", self.worker.name, len(batch), exc
         )
         if isinstance(exc, DatabaseError):
-            db.discard_connection(self.options.using)
+            self.connection.discard()
 
     def _failed_after_sending(self, batch: Batch) -> None:
         """Log an error other than the database's raised by a write of `batch`: most often a
