@@ -237,6 +237,7 @@ def test_a_queue_without_a_handler_is_refused():
     [
         ["--queue", "bad queue"],
         ["--queue", "t-echo", "--concurrency", "0"],
+        ["--queue", "t-echo", "--prefetch", "-1"],
         ["--queue", "t-echo", "--lease-length", "soon"],
         ["--queue", "t-echo", "--lease-length", "10s", "--heartbeat-interval", "20"],
         ["--queue", "t-echo", "--handlers", "no.such.module"],

@@ -61,8 +61,9 @@ class Command(BaseCommand):
             type=non_negative_int,
             default=WorkerOptions.prefetch,
             help="tasks leased beyond --concurrency, waiting for a free handler, so that one "
-            f"statement leases and finishes several (default {WorkerOptions.prefetch}; 0 for "
-            "long tasks, which would hold the tasks prefetched behind them)",
+            "statement leases and finishes several; taken while the handlers are quick (each "
+            f"of the last --concurrency runs under 50 ms) (default {WorkerOptions.prefetch}; "
+            "0: never)",
         )
         parser.add_argument(
             "--lease-length",
