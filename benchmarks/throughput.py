@@ -3,6 +3,7 @@
     python benchmarks/throughput.py                       # every figure, 5,000 tasks, 3 runs
     python benchmarks/throughput.py --only process --runs 5 --tasks 10000
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/scylla_bench_tp python benchmarks/throughput.py
+    python benchmarks/throughput.py --private-cluster --only submit --only process
 
 It creates and migrates the database named by DATABASE_URL (default
 postgres://postgres@127.0.0.1:5432/scylla_bench_throughput) and uses tests/settings.py (Django's
@@ -14,12 +15,14 @@ before every run: point it at a scratch database. Figures (`--only`, repeatable)
   transactions into a copy of the task table, 1 client.
 - submit_many: `Task.objects.submit_many()` in batches of 1,000.
 - process: --tasks no-op tasks submitted at once, done by --workers worker processes, with the
-  default options and with `--concurrency 4 --poll-interval 0.1`; tasks/s from the first lease to
-  the last completion on the database clock. pgbench: lease (SELECT … FOR UPDATE SKIP LOCKED +
+  default options and with `--concurrency 16 --poll-interval 0.1`; tasks/s from the first lease
+  to the last completion on the database clock. pgbench: lease (SELECT … FOR UPDATE SKIP LOCKED +
   UPDATE + History INSERT, one transaction) then complete (fenced UPDATE + History INSERT,
   another) per task, one client per worker process. Also the CPU per task of the workers and of
-  PostgreSQL (the whole server: cpu_of_postgres; this database's backends: BackendSampler), and
-  the statement time and connections per task from pg_stat_database.
+  PostgreSQL (the whole server: cpu_of_postgres; this database's backends: BackendSampler), the
+  statement time and connections per task from pg_stat_database, the statements (from
+  pg_stat_statements, when the server loads it: --private-cluster makes one that does) and
+  commits per task, and the connections each worker process holds.
 - django_tasks: `noop_task.enqueue()` per call, beside native `submit()` per call in the same
   runs, then processing by the workers, beside native processing (as in `process`, default
   options) in the same runs (Django 6+).
@@ -55,7 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/scylla_bench_throughput"
 FIGURES = ("submit", "submit_many", "process", "django_tasks", "latency")
-FAST = ("--concurrency", "4", "--poll-interval", "0.1", "-v", "0")
+FAST = ("--concurrency", "16", "--poll-interval", "0.1", "-v", "0")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -70,16 +73,60 @@ def main() -> None:
     parser.add_argument(
         "--only", action="append", choices=FIGURES, help="only this figure (repeatable)"
     )
+    parser.add_argument(
+        "--private-cluster",
+        action="store_true",
+        help="run on a new PostgreSQL 15 cluster of its own, with pg_stat_statements loaded",
+    )
     args = parser.parse_args()
     if args.tasks < 1 or args.runs < 1 or args.workers < 1 or args.samples < 1:
         parser.error("--tasks, --runs, --workers and --samples must be positive")
     if shutil.which("pgbench") is None:
         parser.error("pgbench is not on PATH (Debian: apt-get install postgresql-client)")
+    if args.private_cluster:
+        os.environ["DATABASE_URL"] = private_cluster(parser)
     postgres.setup(parser, DEFAULT_URL)
     bench = Bench(args)
     print(bench.header())
     for figure in args.only or FIGURES:
         getattr(bench, figure)()
+
+
+def private_cluster(parser: argparse.ArgumentParser) -> str:
+    """Make and start a PostgreSQL 15 cluster in a temporary directory, on a free port, with
+    `pg_stat_statements` loaded and the server's defaults otherwise (fsync and synchronous
+    commit on); it is removed at exit. Returns the URL of its benchmark database."""
+    import atexit
+
+    sys.path.insert(0, str(ROOT))
+    from tests import private_postgres
+
+    why = private_postgres.available()
+    if why is not None:
+        parser.error(f"--private-cluster: {why}")
+
+    class Cluster(private_postgres.PrivateCluster):
+        def create(self) -> None:  # the database is made and migrated by postgres.setup()
+            self._as_postgres(
+                str(private_postgres.BIN / "initdb"), "-D", str(self.data), "-U", "postgres",
+                "--auth=trust",
+            )  # fmt: skip
+            self.start()
+
+        def start(self) -> None:
+            options = (
+                f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 "
+                "-c shared_preload_libraries=pg_stat_statements"
+            )
+            self._as_postgres(
+                str(private_postgres.BIN / "pg_ctl"), "-D", str(self.data), "-o", options,
+                "-l", str(self.base / "log"), "-w", "-t", "60", "start",
+            )  # fmt: skip
+
+    cluster = Cluster("scylla_bench_throughput")
+    atexit.register(cluster.destroy)
+    cluster.create()
+    return cluster.url
 
 
 @dataclass
@@ -92,6 +139,9 @@ class Run:
     backend_cpu: float  # ms of CPU of this database's backends, sampled (a lower bound)
     sessions: float  # connections opened to the database
     statement_ms: float  # ms spent executing statements in the database (pg_stat_database)
+    statements: float  # statements the workers ran (pg_stat_statements; NaN without it)
+    commits: float  # transactions the workers committed (pg_stat_database)
+    connections: float  # the most connections open at once, per worker process
 
 
 class Bench:
@@ -165,17 +215,17 @@ class Bench:
             line("  worker CPU per task", [r.worker_cpu for r in results], "ms")
             line(
                 "  PostgreSQL CPU per task (whole server)",
-                [r.postgres_cpu for r in results],
-                "ms",
-                pg_cpu,
+                [r.postgres_cpu * 1000 for r in results],
+                "µs",
+                [c * 1000 for c in pg_cpu],
                 "pgbench's per lease+complete",
                 ratio_format="{:.1f}x",
             )
             line(
                 "  PostgreSQL CPU per task (this db's backends)",
-                [r.backend_cpu for r in results],
-                "ms",
-                backend_cpu,
+                [r.backend_cpu * 1000 for r in results],
+                "µs",
+                [c * 1000 for c in backend_cpu],
                 "pgbench's per lease+complete",
                 ratio_format="{:.1f}x",
             )
@@ -185,6 +235,13 @@ class Bench:
                 "ms",
             )
             line("  PostgreSQL sessions opened per task", [r.sessions for r in results], "")
+            line("  statements per task (pg_stat_statements)", [r.statements for r in results], "")
+            line("  commits per task (pg_stat_database)", [r.commits for r in results], "")
+            line(
+                "  connections open per worker process (most at once)",
+                [r.connections for r in results],
+                "",
+            )
 
     def django_tasks(self) -> None:
         try:
@@ -258,39 +315,66 @@ class Bench:
     def process_once(
         self, options: Sequence[str], queue: str = "bench-noop", submit: bool = True
     ) -> Run:
-        """Run the workers over --tasks tasks and measure them."""
+        """Run the workers over --tasks tasks and measure them.
+
+        The queue is paused while the tasks go in and the workers start, and resumed once the
+        counters are read: the window holds the workers' work and the few statements of this
+        client's `Probe`, which are counted and taken off.
+        """
+        from django.db import connection
         from django.db.models import Max, Min
 
-        from scylla_django.enums import EventType, Status
-        from scylla_django.models import History, Task
+        from scylla_django.enums import EventType
+        from scylla_django.models import History, QueueSetting, Task
 
         if submit:
             empty()
+        QueueSetting.objects.pause(queue)
+        if submit:
+            for chunk in range(0, self.tasks, 1000):
+                size = min(1000, self.tasks - chunk)
+                Task.objects.submit_many({"queue": queue, "spec": {}} for _ in range(size))
+        postmaster = postmaster_pid()
         with self.running_workers(self.workers, options, queues=[queue]) as pids:
-            sampler = BackendSampler()
+            connection.close()  # its statistics are flushed: none of its work is in the window
+            time.sleep(0.2)  # its backend has exited
+            probe = Probe(self.url)
+            sampler = BackendSampler(probe.pid, probe.database)
             sampler.start()
-            before = cpu_of(pids), cpu_of_postgres(), database_stats()
-            if submit:
-                for chunk in range(0, self.tasks, 1000):
-                    size = min(1000, self.tasks - chunk)
-                    Task.objects.submit_many({"queue": queue, "spec": {}} for _ in range(size))
+            before = cpu_of(pids), cpu_of_postgres(postmaster), probe.counters()
+            probe.resume(queue)
             wait_for(
-                lambda: Task.objects.filter(status=Status.COMPLETED).count() >= self.tasks,
+                lambda: probe.completed() >= self.tasks,
                 timeout=max(300, self.tasks / 2),
                 what=f"{self.tasks} completed tasks",
             )
-            after = cpu_of(pids), cpu_of_postgres()
+            after = cpu_of(pids), cpu_of_postgres(postmaster)
             backend_ms = sampler.finish() * 1000 / self.tasks
-        time.sleep(0.5)  # the workers' backends have exited and reported their statistics
-        sessions, active = (b - a for a, b in zip(before[2], database_stats(), strict=True))
+        # The workers' backends have exited, and so reported their statistics: their stops and
+        # last polls after the last completion are in the counts too (a few statements each).
+        time.sleep(0.5)
+        counted = probe.counters()
+        probe.close()
+        QueueSetting.objects.filter(queue=queue).delete()
+        statements, commits, sessions, active = (
+            b - a for a, b in zip(before[2], counted, strict=True)
+        )
         first = History.objects.filter(typ=EventType.ASSIGNMENT).aggregate(t=Min("time"))["t"]
         last = Task.objects.aggregate(t=Max("updated"))["t"]
         span = (last - first).total_seconds()  # first lease to last completion, database clock
         worker_ms = (after[0] - before[0]) * 1000 / self.tasks
         pg_ms = (after[1] - before[1]) * 1000 / self.tasks
-        sessions /= self.tasks
-        active /= self.tasks
-        return Run(self.tasks / span, worker_ms, pg_ms, backend_ms, sessions, active)
+        return Run(
+            rate=self.tasks / span,
+            worker_cpu=worker_ms,
+            postgres_cpu=pg_ms,
+            backend_cpu=backend_ms,
+            sessions=sessions / self.tasks,
+            statement_ms=active / self.tasks,
+            statements=statements / self.tasks,
+            commits=commits / self.tasks,
+            connections=sampler.most / self.workers,
+        )
 
     def start_latencies(self) -> list[float]:
         """Submit one task at a time to an idle worker; ms from submit to handler start."""
@@ -501,21 +585,26 @@ class BackendSampler(threading.Thread):
     """Sum the CPU used by this database's backends (not ours), sampling /proc every 10 ms.
 
     A lower bound: a backend's CPU after its last sample, backends that lived less than 10 ms,
-    and the server's own processes (WAL writer, checkpointer) are not counted.
+    and the server's own processes (WAL writer, checkpointer) are not counted. `most` is the
+    most of them open at once. `own`: the pid of the measuring client's backend, left out
+    (default: that of Django's connection).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, own: int | None = None, database: str | None = None) -> None:
         super().__init__(daemon=True)
-        from django.db import connection
+        if own is None or database is None:
+            from django.db import connection
 
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_backend_pid(), current_database()")
-            self.own, database = cursor.fetchone()
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid(), current_database()")
+                own, database = cursor.fetchone()
+        self.own = own
         self.marker = f" {database} "
         self.postmaster = parent_of(self.own)
         self.first: dict[int, int] = {}  # pid -> CPU ns when first seen
         self.last: dict[int, int] = {}  # pid -> CPU ns when last seen
         self.others: set[int] = set()  # pids that are not this database's backends
+        self.most = 0
         self.started = False
         self.done = threading.Event()
 
@@ -528,6 +617,7 @@ class BackendSampler(threading.Thread):
 
     def sample(self) -> None:
         children = Path(f"/proc/{self.postmaster}/task/{self.postmaster}/children").read_text()
+        live = 0
         for pid in map(int, children.split()):
             if pid == self.own or pid in self.others:
                 continue
@@ -545,6 +635,8 @@ class BackendSampler(threading.Thread):
             # Backends that exist at the first sample count from then; later ones from birth.
             self.first.setdefault(pid, ns if not self.started else 0)
             self.last[pid] = ns
+            live += 1
+        self.most = max(self.most, live)
         self.started = True
 
     def finish(self) -> float:
@@ -565,21 +657,28 @@ def parent_of(pid: int) -> int | None:
         return None
 
 
-def cpu_of_postgres() -> float:
-    """CPU seconds used so far by the whole PostgreSQL server, exited backends included.
-
-    The postmaster (the parent of every backend) and its live children, plus the children it has
-    reaped (cutime + cstime of the postmaster). Whatever else runs on the server is counted too.
-    NaN when the server runs on another machine.
-    """
+def postmaster_pid() -> int | None:
+    """The pid of the PostgreSQL server's postmaster; None if the server is on another
+    machine."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         backend = cursor.fetchone()[0]
-    try:  # the postmaster is the parent of our own backend
-        postmaster = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except FileNotFoundError:  # the server is on another machine
+    return parent_of(backend)  # the postmaster is the parent of our own backend
+
+
+def cpu_of_postgres(postmaster: int | None = None) -> float:
+    """CPU seconds used so far by the whole PostgreSQL server, exited backends included.
+
+    The postmaster (the parent of every backend; looked up through Django's connection unless
+    given) and its live children, plus the children it has reaped (cutime + cstime of the
+    postmaster). Whatever else runs on the server is counted too. NaN when the server runs on
+    another machine.
+    """
+    if postmaster is None:
+        postmaster = postmaster_pid()
+    if postmaster is None:
         return math.nan
     fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
     total = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
@@ -590,6 +689,77 @@ def cpu_of_postgres() -> float:
             continue  # exited meanwhile: its time moves to the postmaster's cutime
         total += sum(int(f) for f in stat[11:15])
     return total / TICKS
+
+
+class Probe:
+    """The measuring client's own connection (autocommit: one commit per statement) while the
+    workers run: it resumes the queue, waits for the tasks and reads the counters, and counts
+    its statements so that `counters()` leaves them out."""
+
+    # The statements clients send: not transaction control (a commit is counted as one), nor
+    # the foreign keys' checks that the server runs itself (`… FOR KEY SHARE OF x`).
+    STATEMENTS = """
+        SELECT coalesce(sum(calls), 0) FROM pg_stat_statements
+        WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND query !~* '^\\s*(BEGIN|COMMIT|ROLLBACK|START|SAVEPOINT|RELEASE)'
+          AND query NOT LIKE 'SELECT $2 FROM ONLY % FOR KEY SHARE OF x'
+    """
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.connection = psycopg.connect(url.replace("postgres://", "postgresql://", 1))
+        self.connection.autocommit = True
+        self.sent = 0
+        self.pid, self.database = self.query("SELECT pg_backend_pid(), current_database()")
+        try:
+            self.query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            self.query(self.STATEMENTS)
+            self.statements = True
+        except psycopg.Error:  # not in shared_preload_libraries: no statement counts
+            self.statements = False
+
+    def query(self, statement: str, params: Sequence[object] | None = None) -> tuple:
+        self.sent += 1
+        cursor = self.connection.execute(statement, params)  # type: ignore[arg-type]
+        row = cursor.fetchone() if cursor.description is not None else None
+        return tuple(row) if row is not None else ()
+
+    def resume(self, queue: str) -> None:
+        """Resume `queue` and wake the workers, in one statement."""
+        from scylla_django.db import READY_CHANNEL
+        from scylla_django.models import QueueSetting
+
+        table = QueueSetting._meta.db_table
+        self.query(
+            f"WITH d AS (DELETE FROM {table} WHERE queue = %s RETURNING queue) "
+            "SELECT count(pg_notify(%s, queue)) FROM d",
+            [queue, READY_CHANNEL],
+        )
+
+    def completed(self) -> int:
+        from scylla_django.models import Task
+
+        table = Task._meta.db_table
+        return int(self.query(f"SELECT count(*) FROM {table} WHERE status = 'completed'")[0])
+
+    def counters(self) -> tuple[float, float, float, float]:
+        """Statements run (NaN without pg_stat_statements) and transactions committed in this
+        database, sessions opened and ms spent executing statements, less this probe's own
+        statements and commits so far. The live backends' statistics reach these counters at
+        most once a second, and at their exit; this probe's are flushed first."""
+        self.query("SELECT pg_stat_force_next_flush()")  # at the end of this transaction
+        self.query("SELECT pg_stat_clear_snapshot()")
+        ours = self.sent  # this probe's statements so far (each one a commit)
+        statements = float(self.query(self.STATEMENTS)[0]) - ours if self.statements else math.nan
+        commits, sessions, active = self.query(
+            "SELECT xact_commit, sessions, active_time FROM pg_stat_database "
+            "WHERE datname = current_database()"
+        )
+        return statements, float(commits - ours), float(sessions), float(active)
+
+    def close(self) -> None:
+        self.connection.close()
 
 
 def database_stats() -> tuple[int, float]:
@@ -652,7 +822,7 @@ def line(
     ratio_format: str = "{:.2f}",
 ) -> None:
     """Print a figure, and beside it the pgbench figure and the ratio of the medians."""
-    fmt = "{:,.0f}" if unit.endswith("/s") else "{:.2f}"
+    fmt = "{:,.0f}" if unit.endswith("/s") or unit == "µs" else "{:.2f}"
     text = f"{what:<52} {spread(values, fmt):>22} {unit}"
     if limits:
         ratio = statistics.median(values) / statistics.median(limits)

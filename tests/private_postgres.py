@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psycopg
@@ -44,7 +45,10 @@ def free_port() -> int:
 class PrivateCluster:
     """One throw-away cluster with one migrated database, `url`."""
 
-    def __init__(self, database: str = "scylla_worker_faults") -> None:
+    def __init__(
+        self, database: str = "scylla_worker_faults", settings: Sequence[str] = ()
+    ) -> None:
+        self.settings = tuple(settings)  # "name=value" server settings, as `-c` options
         self.base = Path(tempfile.mkdtemp(prefix="scylla-worker-pg-"))
         self.data = self.base / "data"
         self.port = free_port()
@@ -86,6 +90,7 @@ class PrivateCluster:
             # (the WAL is in the page cache), only a machine crash would.
             f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c fsync=off"
         )
+        options += "".join(f" -c {setting}" for setting in self.settings)
         self._as_postgres(
             str(BIN / "pg_ctl"), "-D", str(self.data), "-o", options, "-l",
             str(self.base / "log"), "-w", "-t", "60", "start",

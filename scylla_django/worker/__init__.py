@@ -30,7 +30,6 @@ import threading
 import time
 
 from django.db import Error as DatabaseError
-from django.db import connections
 
 from .. import db
 from ..child import Setup
@@ -38,7 +37,7 @@ from ..handlers import TaskContext
 from ..listener import Listener
 from ..models import Worker
 from ..resources import MB, current_memory
-from .database import retry
+from .database import WorkerConnection, retry
 from .execution import Execution, start_daemon
 from .heartbeat import Heartbeat
 from .isolation import Isolation
@@ -75,9 +74,14 @@ class TaskWorker:
         self._grace_over = threading.Event()  # stop retrying writes: the grace period is over
         self._watchdog = Watchdog(options, lambda: self.name)
         self._slots = Slots(
-            options.concurrency, options.max_tasks, on_free=self.wake, on_take=self._watchdog.track
+            options.concurrency,
+            options.max_tasks,
+            on_free=self.wake,
+            on_take=self._watchdog.track,
+            prefetch=options.prefetch,
         )
         self._heartbeat: Heartbeat | None = None
+        self._connection = WorkerConnection(options.using)
 
     @property
     def name(self) -> str:
@@ -113,6 +117,8 @@ class TaskWorker:
         With `once`, lease at most one batch (up to `concurrency` tasks), finish it and return.
         """
         options = self.options
+        if once:
+            self._slots.stop_prefetching()
         worker = retry(
             self._register, "register the worker", using=options.using, stop=self.stopping
         )
@@ -146,6 +152,7 @@ class TaskWorker:
             worker,
             self._slots.in_hand,
             lambda: summary.log_when_due(self.name, self._slots.held()),
+            self._connection,
             watchdog=self._watchdog,
         )
         writer = OutcomeWriter(
@@ -159,6 +166,7 @@ class TaskWorker:
             grace_over=self._grace_over,
             wake=self.wake,
             refill=not once,
+            connection=self._connection,
         )
         leasing = LeaseLoop(
             options,
@@ -167,12 +175,14 @@ class TaskWorker:
             execution=execution,
             stopping=self.stopping,
             wakeup=self._wakeup,
+            connection=self._connection,
         )
         logger.info(
-            "%s started: queues %s, concurrency %d, lease %gs, heartbeat every %gs%s",
+            "%s started: queues %s, concurrency %d, prefetch %d, lease %gs, heartbeat every %gs%s",
             self.name,
             ",".join(options.queues),
             options.concurrency,
+            self._slots.prefetch,
             options.lease_length.total_seconds(),
             options.heartbeat_seconds,
             ", handlers in child processes" if isolation is not None else "",
@@ -201,20 +211,26 @@ class TaskWorker:
         finally:
             if self.listener is not None:
                 self.listener.close()
-            self._shutdown(worker, heartbeat, execution, summary)
+            self._shutdown(worker, heartbeat, writer, execution, summary)
             heartbeat.close()
             self._watchdog.close()
             writer.close()
             for thread in threads:
                 thread.join(timeout=5)
             execution.stop_loop()
-            if not connections[options.using].in_atomic_block:
-                connections[options.using].close()  # this thread's; others closed their own
+            self._connection.close()
 
     def _shutdown(
-        self, worker: Worker, heartbeat: Heartbeat, execution: Execution, summary: Summary
+        self,
+        worker: Worker,
+        heartbeat: Heartbeat,
+        writer: OutcomeWriter,
+        execution: Execution,
+        summary: Summary,
     ) -> None:
-        """Yield what is still in hand, give handlers the grace period, record the stop."""
+        """Write the outcomes waiting, yield what is still in hand (running or prefetched),
+        give handlers the grace period, record the stop."""
+        writer.flush(timeout=min(5.0, self.options.grace_period))
         heartbeat.give_back(self._slots.in_hand())
         deadline = time.monotonic() + self.options.grace_period
         self._slots.wait_until_empty(lambda: time.monotonic() >= deadline)
@@ -231,7 +247,8 @@ class TaskWorker:
             )
         execution.stop()
         try:
-            worker.stop()
+            with self._connection.used():
+                worker.stop()
         except DatabaseError as exc:
             logger.warning("%s could not record its stop: %s", self.name, exc)
         summary.log(self.name, self._slots.held())
@@ -256,14 +273,19 @@ class TaskWorker:
 
     def _register(self) -> Worker:
         options = self.options
-        return Worker.objects.db_manager(options.using).register(
-            list(options.queues),
-            options.concurrency,
-            hostname=socket.gethostname(),
-            pid=os.getpid(),
-            heartbeat_interval=options.heartbeat_seconds,
-            lease_length=options.lease_length,
-        )
+        try:
+            with self._connection.used():
+                return Worker.objects.db_manager(options.using).register(
+                    list(options.queues),
+                    options.concurrency,
+                    hostname=socket.gethostname(),
+                    pid=os.getpid(),
+                    heartbeat_interval=options.heartbeat_seconds,
+                    lease_length=options.lease_length,
+                )
+        except DatabaseError:
+            self._connection.discard()
+            raise
 
     def _on_ready(self, queue: str) -> None:
         if queue in self.options.queues:

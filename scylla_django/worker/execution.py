@@ -107,6 +107,7 @@ class Execution:
         self._own = OwnConnections(using)
         self._jobs: queue.SimpleQueue[TaskContext | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._turns: asyncio.Semaphore | None = None  # made on the event loop
         self._sink: OutcomeSink | None = None
         self._futures: dict[int, Future[None]] = {}  # the async handlers running, by task pk
         self._replacements = 0
@@ -187,6 +188,9 @@ class Execution:
     def _execute(self, ctx: TaskContext) -> TaskContext | None:
         """Run `ctx`'s handler on this thread (or in its child process); return the next task
         this thread should run, if its outcome's write leased one."""
+        if ctx.stopped:  # prefetched, and cancelled, lost or yielded before its turn
+            self.sink.hand_over(ctx, None)
+            return None
         if self.isolation is not None:
             self.isolation.ready()  # a child that cannot start is the worker's failure
         with self._running(ctx) as run:
@@ -212,9 +216,16 @@ class Execution:
             run.record(meter.usage())
 
     async def _execute_async(self, ctx: TaskContext) -> None:
-        """An `async def` handler, on the event loop thread: many run at once there."""
-        with self._running(ctx) as run:
-            run.result = await run.handler(ctx)
+        """An `async def` handler, on the event loop thread: up to `concurrency` at once there
+        (the prefetched ones wait their turn)."""
+        if self._turns is None:
+            self._turns = asyncio.Semaphore(self.concurrency)
+        async with self._turns:
+            if ctx.stopped:  # prefetched, and cancelled, lost or yielded before its turn
+                self.sink.hand_over(ctx, None)
+                return
+            with self._running(ctx) as run:
+                run.result = await run.handler(ctx)
         if run.log is not None and run.log.size:
             await asyncio.to_thread(self._keep_log_apart, ctx, run.log)
         if self._after_task is not None:

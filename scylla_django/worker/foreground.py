@@ -38,6 +38,7 @@ from ..handlers import HandlerRegistry, TaskContext
 from ..handlers import registry as default_registry
 from ..models import Outcome, Task, Worker
 from ..validation import validate_json
+from .database import WorkerConnection
 from .heartbeat import Heartbeat
 from .options import WorkerOptions
 
@@ -117,7 +118,12 @@ def _run(
         ctx = TaskContext(task, worker)
         ctx.timeout = registry.timeout_of(task)
         logger.info("%s leased %s (queue %s)", worker.name, rn, queue)
-        beat = Heartbeat(options, worker, lambda: [ctx], lambda: None) if heartbeat else None
+        connection = WorkerConnection(using)
+        beat = (
+            Heartbeat(options, worker, lambda: [ctx], lambda: None, connection)
+            if heartbeat
+            else None
+        )
         thread = None
         if beat is not None:
             thread = threading.Thread(target=beat.run, name="scylla-heartbeat", daemon=True)
@@ -128,6 +134,7 @@ def _run(
             if beat is not None and thread is not None:
                 beat.close()
                 thread.join(10)
+            connection.close()
         if run.outcome is not None:
             written = Task.objects.using(using).finish_many(worker, [run.outcome])
             run.written = task.pk in written

@@ -25,6 +25,7 @@ from ..exceptions import (
 )
 from ..handlers import TaskContext
 from ..models import Task, Worker
+from .database import WorkerConnection
 from .options import WorkerOptions
 from .watchdog import Watchdog
 
@@ -42,11 +43,13 @@ class Heartbeat:
         worker: Worker,
         in_hand: Callable[[], list[TaskContext]],
         tick: Callable[[], None],
+        connection: WorkerConnection,
         watchdog: Watchdog | None = None,
     ) -> None:
         self.options = options
         self.watchdog = watchdog
         self.worker = worker
+        self.connection = connection
         self._in_hand = in_hand
         self._tick = tick
         self._lock = threading.Lock()  # a heartbeat pass and a yield never overlap
@@ -76,9 +79,10 @@ class Heartbeat:
                 if now >= next_touch:
                     next_touch = now + interval * 0.9
                     try:
-                        self.worker.touch()
+                        with self.connection.used():
+                            self.worker.touch()
                     except DatabaseError:
-                        db.discard_connection(self.options.using)
+                        self.connection.discard()
                 self._tick()
         finally:
             connections.close_all()
@@ -86,21 +90,24 @@ class Heartbeat:
     def give_back(self, contexts: Sequence[TaskContext]) -> None:
         """Yield the leases of `contexts` not yielded yet, between heartbeat passes."""
         with self._lock:  # a yield waits for this heartbeat, and is then not undone
-            for ctx in contexts:
-                if not ctx.yielded:
-                    self._yield(ctx)
+            given = [ctx for ctx in contexts if not ctx.yielded]
+            # All stopped first: a prefetched task is not started while the others are yielded.
+            for ctx in given:
+                ctx.yielded = True  # first: a handler returning now still gets its outcome
+                ctx.stop(WorkerStopping(f"{self.worker.name} is stopping", rn=ctx.task.rn))
+            for ctx in given:
+                self._yield(ctx)
 
     def _yield(self, ctx: TaskContext) -> None:
         """Give the lease back (the caller holds `_lock`, so no heartbeat is in flight)."""
-        ctx.yielded = True  # first: a handler returning now still gets its outcome written
-        ctx.stop(WorkerStopping(f"{self.worker.name} is stopping", rn=ctx.task.rn))
         try:
-            ctx.task.yield_lease(self.worker)
+            with self.connection.used():
+                ctx.task.yield_lease(self.worker)
             logger.info("%s yielded %s (queue %s)", self.worker.name, ctx.task.rn, ctx.task.queue)
         except (ScyllaError, DatabaseError) as exc:
             logger.warning("%s could not yield %s: %s", self.worker.name, ctx.task.rn, exc)
             if isinstance(exc, DatabaseError):
-                db.discard_connection(self.options.using)
+                self.connection.discard()
 
     def _beat(self) -> None:
         """Extend every live lease in one statement; stop the tasks whose lease was refused."""
@@ -130,14 +137,17 @@ class Heartbeat:
                 for ctx in live
             }
             try:
-                db.use_worker_plans(connections[using])  # this thread only heartbeats
-                extended = Task.objects.using(using).heartbeat_many(
-                    self.worker, leases, lease_length=self.options.lease_length, limits=limits
-                )
-                refused = {pk: leases[pk][0] for pk in leases if pk not in extended}
-                errors = Task.objects.using(using).refusals(self.worker, refused) if refused else {}
+                with self.connection.used():
+                    db.use_worker_plans(connections[using])  # the worker's own connection
+                    extended = Task.objects.using(using).heartbeat_many(
+                        self.worker, leases, lease_length=self.options.lease_length, limits=limits
+                    )
+                    refused = {pk: leases[pk][0] for pk in leases if pk not in extended}
+                    errors = (
+                        Task.objects.using(using).refusals(self.worker, refused) if refused else {}
+                    )
             except Exception as exc:  # the database, mostly; never let this thread die
-                db.discard_connection(using)
+                self.connection.discard()
                 for ctx in live:
                     ctx.failed_heartbeats += 1
                     if ctx.failed_heartbeats >= max_failures:

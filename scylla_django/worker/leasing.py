@@ -1,6 +1,7 @@
 """The lease loop: lease as many tasks as there are free slots, in one statement, whenever a
 slot is freed, tasks become ready (a LISTEN notification) or `poll_interval` passes, and hand
-them to the handlers (pull model: a worker never holds more than its concurrency)."""
+them to the handlers (pull model: a worker never holds more than its concurrency and its
+prefetch)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from django.db import connections
 from .. import db
 from ..handlers import TaskContext
 from ..models import Task, Worker
+from .database import WorkerConnection
 from .execution import Execution
 from .options import WorkerOptions
 from .slots import Claim, Slots
@@ -33,9 +35,11 @@ class LeaseLoop:
         execution: Execution,
         stopping: threading.Event,
         wakeup: threading.Event,
+        connection: WorkerConnection,
     ) -> None:
         self.options = options
         self.worker = worker
+        self.connection = connection
         self.slots = slots
         self.execution = execution
         self.stopping = stopping
@@ -51,7 +55,7 @@ class LeaseLoop:
                 break
             self._wakeup.clear()  # before leasing: a wake-up during the lease is not lost
             free = self.slots.free()
-            if 0 < free < options.concurrency and options.batch_wait > 0:
+            if free > 0 and self.slots.taken() > 0 and options.batch_wait > 0:
                 # Other handlers are busy and may be about to finish: a moment's wait lets one
                 # lease fill several slots instead of one statement per slot.
                 self.stopping.wait(options.batch_wait)
@@ -61,6 +65,7 @@ class LeaseLoop:
                     started = self._lease(claim)
                     failures.succeeded()
                 except DatabaseError as exc:
+                    self.connection.discard()
                     wait = failures.failed()
                     logger.warning(
                         "%s cannot lease (%s); retrying in %gs", self.worker.name, exc, wait
@@ -81,13 +86,14 @@ class LeaseLoop:
         tasks: list[Task] = []
         try:
             using = self.options.using
-            db.use_worker_plans(connections[using])  # a connection of the worker's own
-            tasks = Task.objects.using(using).lease(
-                self.worker,
-                self.options.queues,
-                limit=claim.size,
-                lease_length=self.options.lease_length,
-            )
+            with self.connection.used():
+                db.use_worker_plans(connections[using])  # a connection of the worker's own
+                tasks = Task.objects.using(using).lease(
+                    self.worker,
+                    self.options.queues,
+                    limit=claim.size,
+                    lease_length=self.options.lease_length,
+                )
         finally:
             started = self.slots.take(claim, tasks, self.worker)
         return started

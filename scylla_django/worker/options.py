@@ -28,8 +28,13 @@ class WorkerOptions:
     """How a worker works: which queues, how many tasks at a time, how long its leases are.
 
     - `queues`: the queues to lease from; each needs a handler in `registry`.
-    - `concurrency`: tasks in hand at a time (handler threads; `async def` handlers share one
-      event loop thread).
+    - `concurrency`: handlers running at a time (handler threads; `async def` handlers share
+      one event loop thread).
+    - `prefetch`: tasks leased beyond `concurrency`, waiting for a free handler (their leases
+      are heartbeated as the running ones'); so that one statement leases, and finishes,
+      several tasks even at `concurrency` 1. Taken only while the handlers are quick (the
+      last `concurrency` runs each under `slots.QUICK`, 50 ms): a slow task holds at most the
+      tasks prefetched before it was seen. 0: never.
     - `lease_length`: the lease length (default `SCYLLA['LEASE_LENGTH']` when made).
     - `heartbeat_interval`: seconds between heartbeats (default a quarter of the lease length,
       so three heartbeats fit in a lease with room to spare).
@@ -46,7 +51,9 @@ class WorkerOptions:
       aborted (default `SCYLLA['TIMEOUT_GRACE']` when made).
     - `registry`: the handlers; `using`: the database alias.
     - `batch_size`, `batch_wait`: outcomes are written when `batch_size` are ready or
-      `batch_wait` seconds after the first of a batch, whichever comes first.
+      `batch_wait` seconds after the first of a batch, whichever comes first (at once when
+      no handler is running, and on shutdown); `batch_wait` is under a tenth of the lease
+      length, so an outcome is written long before its lease could expire.
     - `summary_interval`: seconds between INFO summaries (per-task lines are DEBUG).
     - `listen`: on PostgreSQL, LISTEN for ready tasks and cancellations (see `listener.py`)
       over the database's own settings, or over `listen_dsn` (a session, not a
@@ -58,6 +65,7 @@ class WorkerOptions:
 
     queues: Sequence[str]
     concurrency: int = 1
+    prefetch: int = 8
     lease_length: timedelta = dataclasses.field(default_factory=_configured_lease_length)
     heartbeat_interval: float | None = None
     poll_interval: float = 1.0
@@ -95,12 +103,19 @@ class WorkerOptions:
             )
         if self.timeout_grace <= timedelta(0):
             raise ValueError("timeout_grace must be positive")
+        if self.prefetch < 0:
+            raise ValueError("prefetch must be 0 or more")
         if self.batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         if self.heartbeat_seconds >= self.lease_length.total_seconds():
             raise ValueError(
                 f"The heartbeat interval ({self.heartbeat_seconds:g} s) must be shorter than "
                 f"the lease length ({self.lease_length.total_seconds():g} s)."
+            )
+        if not 0 <= self.batch_wait < self.lease_length.total_seconds() / 10:
+            raise ValueError(
+                f"batch_wait ({self.batch_wait:g} s) must be 0 or more and under a tenth of the "
+                f"lease length ({self.lease_length.total_seconds():g} s)."
             )
 
     @property

@@ -13,6 +13,10 @@ from ..models import Task, Worker
 
 logger = logging.getLogger("scylla_django")
 
+QUICK = 0.05
+"""Seconds under which a handler's run is quick: the worker prefetches while its handlers are
+(a task prefetched behind quick ones waits little for its turn)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
@@ -24,12 +28,17 @@ class Claim:
 
 
 class Slots:
-    """At most `concurrency` tasks in hand, `max_tasks` leased in all (None: no limit).
+    """At most `concurrency + prefetch` tasks in hand, `max_tasks` leased in all (None: no
+    limit).
 
     A slot is taken from the moment a lease is claimed (`claim()`) until the task's outcome
     is written or the task is given up (`release()`): a lease and a handler thread leasing at
-    the same time never hold more than `concurrency` tasks. `on_free` is called whenever a
-    slot is freed (the lease loop may fill it), `on_take(ctx)` for each task put in hand.
+    the same time never hold more than `concurrency + prefetch` tasks (the handlers run
+    `concurrency` of them at a time; the others wait for a handler, their leases heartbeated
+    as the running ones'). The prefetch is taken only while the handlers are quick: once the
+    last `concurrency` runs each took under `QUICK` seconds (none at first; a slow run stops
+    it until that holds again). `on_free` is called whenever a slot is freed (the lease loop
+    may fill it), `on_take(ctx)` for each task put in hand.
     """
 
     def __init__(
@@ -38,8 +47,10 @@ class Slots:
         max_tasks: int | None,
         on_free: Callable[[], None],
         on_take: Callable[[TaskContext], None] | None = None,
+        prefetch: int = 0,
     ) -> None:
         self.concurrency = concurrency
+        self.prefetch = prefetch
         self.max_tasks = max_tasks
         self._on_free = on_free
         self._on_take = on_take
@@ -48,6 +59,7 @@ class Slots:
         self._claimed = 0  # slots a lease in progress will fill
         self._leased = 0
         self._retired = False  # leases no more: past a limit of the worker's
+        self._quick_runs = 0  # handler runs under QUICK seconds in a row
 
     # -- leasing ----------------------------------------------------------------------------
 
@@ -55,10 +67,27 @@ class Slots:
         """Slots neither in hand nor claimed, within `max_tasks` (the caller holds the lock)."""
         if self._retired:
             return 0
-        free = self.concurrency - len(self._hand) - self._claimed
+        free = self.capacity() - len(self._hand) - self._claimed
         if self.max_tasks is not None:
             free = min(free, self.max_tasks - self._leased - self._claimed)
         return max(0, free)
+
+    def capacity(self) -> int:
+        """The tasks a worker may hold now: `concurrency` running, and `prefetch` waiting
+        while the handlers are quick."""
+        quick = self._quick_runs >= self.concurrency
+        return self.concurrency + (self.prefetch if quick else 0)
+
+    def ran(self, seconds: float | None) -> None:
+        """Count a handler's run of `seconds`: quick ones turn the prefetch on, a slow one off."""
+        with self._changed:
+            quick = seconds is not None and seconds < QUICK
+            self._quick_runs = self._quick_runs + 1 if quick else 0
+
+    def stop_prefetching(self) -> None:
+        """Hold no more than `concurrency` tasks from now on (`run(once=True)`)."""
+        with self._changed:
+            self.prefetch = 0
 
     def free(self) -> int:
         """Slots a lease could claim now."""

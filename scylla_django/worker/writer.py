@@ -25,6 +25,7 @@ from .. import db
 from ..exceptions import InvalidTransition, ScyllaError
 from ..handlers import TaskContext
 from ..models import Outcome, Task, Worker
+from .database import WorkerConnection
 from .execution import Execution
 from .heartbeat import Heartbeat
 from .options import WorkerOptions
@@ -57,9 +58,11 @@ class OutcomeWriter:
         grace_over: threading.Event,
         wake: Callable[[], None],
         refill: bool,
+        connection: WorkerConnection,
     ) -> None:
         self.options = options
         self.worker = worker
+        self.connection = connection
         self.slots = slots
         self.execution = execution
         self.heartbeat = heartbeat
@@ -71,6 +74,8 @@ class OutcomeWriter:
         self._outcomes: Batch = []
         self._ready = threading.Condition(threading.Lock())
         self._done = False
+        self._hurry = False  # write what comes at once: the worker is stopping
+        self._writing = 0  # outcomes taken from `_outcomes` and not written yet
 
     # -- what the handlers hand over --------------------------------------------------------
 
@@ -80,6 +85,7 @@ class OutcomeWriter:
             self.summary.count("stopped")
             self.slots.release([ctx])
             return
+        self.slots.ran(outcome.duration)
         # The slot stays taken until the outcome is written: a task is the worker's until then.
         with self._ready:
             self._outcomes.append((ctx, outcome))
@@ -101,6 +107,7 @@ class OutcomeWriter:
         if outcome is None or not self.refill or not self._alone(ctx):
             self.hand_over(ctx, outcome)
             return None
+        self.slots.ran(outcome.duration)
         batch = [(ctx, outcome)]
         # The finished task's slot passes straight to the lease: no other lease can take it.
         claim = self.slots.claim([ctx], lease=not self.stopping.is_set())
@@ -143,6 +150,21 @@ class OutcomeWriter:
 
     # -- the writer thread ------------------------------------------------------------------
 
+    def flush(self, timeout: float) -> None:
+        """Write the outcomes waiting, and any handed over from now on, at once (no batch
+        waits to fill up); return once none is waiting or being written, or after `timeout`
+        seconds (the database is out: they are written when it is back, or their leases
+        expire). Called on shutdown, before the tasks still in hand are yielded."""
+        deadline = time.monotonic() + timeout
+        with self._ready:
+            self._hurry = True
+            self._ready.notify_all()
+            while self._outcomes or self._writing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._ready.wait(min(left, 0.05))
+
     def close(self) -> None:
         """End `run()` once the outcomes waiting are written."""
         with self._ready:
@@ -166,6 +188,7 @@ class OutcomeWriter:
                         len(self._outcomes) < batch_size
                         and not self._all_handled()
                         and not self._done
+                        and not self._hurry
                     ):
                         left = deadline - time.monotonic()
                         if left <= 0:
@@ -173,6 +196,7 @@ class OutcomeWriter:
                         self._ready.wait(left)
                     batch = self._outcomes[:batch_size]
                     del self._outcomes[:batch_size]
+                    self._writing = len(batch)
                 try:
                     self._write(batch)
                 except Exception:  # a bug of ours: never let it keep the slots or this thread
@@ -180,6 +204,10 @@ class OutcomeWriter:
                         "%s: writing %d outcome(s) failed", self.worker.name, len(batch)
                     )
                     self.slots.release([ctx for ctx, _ in batch])
+                finally:
+                    with self._ready:
+                        self._writing = 0
+                        self._ready.notify_all()
         finally:
             connections.close_all()
 
@@ -194,6 +222,7 @@ class OutcomeWriter:
                 errors = self._finish(batch)
                 break
             except DatabaseError as exc:
+                self.connection.discard()
                 wait = failures.failed()
                 if self.grace_over.is_set():
                     for ctx, _ in batch:
@@ -263,11 +292,12 @@ class OutcomeWriter:
     def _finish(self, batch: Batch) -> dict[int, ScyllaError]:
         """Write `batch`'s outcomes; return why each one not written was refused, by pk."""
         using = self.options.using
-        db.use_worker_plans(connections[using])  # a connection of the worker's own
-        written = Task.objects.using(using).finish_many(
-            self.worker, [outcome for _, outcome in batch]
-        )
-        return self._refusals(batch, written)
+        with self.connection.used():
+            db.use_worker_plans(connections[using])  # a connection of the worker's own
+            written = Task.objects.using(using).finish_many(
+                self.worker, [outcome for _, outcome in batch]
+            )
+            return self._refusals(batch, written)
 
     def _finish_and_lease(
         self, batch: Batch, limit: int
@@ -275,20 +305,21 @@ class OutcomeWriter:
         """Write `batch`'s outcomes and lease up to `limit` tasks: why each outcome not
         written was refused, by pk, and the tasks leased."""
         using = self.options.using
-        db.use_worker_plans(connections[using])  # a connection of the worker's own
-        written, tasks = Task.objects.using(using).finish_and_lease(
-            self.worker,
-            [outcome for _, outcome in batch],
-            self.options.queues,
-            limit=limit,
-            lease_length=self.options.lease_length,
-        )
-        try:
-            return self._refusals(batch, written), tasks
-        except DatabaseError as exc:  # the tasks are leased: keep them, whatever the reason
-            db.discard_connection(using)
-            unknown = ScyllaError(f"it was refused, and reading why failed: {exc}")
-            return {o.pk: unknown for _, o in batch if o.pk not in written}, tasks
+        with self.connection.used():
+            db.use_worker_plans(connections[using])  # a connection of the worker's own
+            written, tasks = Task.objects.using(using).finish_and_lease(
+                self.worker,
+                [outcome for _, outcome in batch],
+                self.options.queues,
+                limit=limit,
+                lease_length=self.options.lease_length,
+            )
+            try:
+                return self._refusals(batch, written), tasks
+            except DatabaseError as exc:  # the tasks are leased: keep them, whatever the reason
+                db.discard_connection(using)
+                unknown = ScyllaError(f"it was refused, and reading why failed: {exc}")
+                return {o.pk: unknown for _, o in batch if o.pk not in written}, tasks
 
     def _refusals(self, batch: Batch, written: set[int]) -> dict[int, ScyllaError]:
         refused = {outcome.pk: outcome.lease for _, outcome in batch if outcome.pk not in written}
@@ -333,7 +364,7 @@ class OutcomeWriter:
             "%s could not write %d outcome(s) (%s); retrying", self.worker.name, len(batch), exc
         )
         if isinstance(exc, DatabaseError):
-            db.discard_connection(self.options.using)
+            self.connection.discard()
 
     def _failed_after_sending(self, batch: Batch) -> None:
         """Log an error other than the database's raised by a write of `batch`: most often a

@@ -74,7 +74,9 @@ def test_it_leases_only_up_to_its_concurrency_and_sends_progress():
     for n in range(5):
         Task.objects.submit("t-sleep", {"seconds": 0.6}, rn=f"s{n}")
     worker = TaskWorker(
-        WorkerOptions(["t-sleep"], concurrency=2, heartbeat_interval=0.1, poll_interval=0.05)
+        WorkerOptions(
+            ["t-sleep"], concurrency=2, prefetch=0, heartbeat_interval=0.1, poll_interval=0.05
+        )
     )
     thread = run_in_thread(worker)
     wait_until(lambda: Task.objects.filter(status=Status.RUNNING).count() == 2, what="2 running")
@@ -105,7 +107,14 @@ def test_an_outcome_is_written_at_once_when_no_other_handler_is_running():
     for n in range(3):
         Task.objects.submit("t-echo", {"n": n})
     worker = TaskWorker(
-        WorkerOptions(["t-echo"], concurrency=1, batch_wait=5.0, poll_interval=0.05, max_tasks=3)
+        WorkerOptions(
+            ["t-echo"],
+            concurrency=1,
+            batch_wait=5.0,
+            lease_length=timedelta(minutes=10),  # a batch_wait under a tenth of the lease
+            poll_interval=0.05,
+            max_tasks=3,
+        )
     )
     started = time.monotonic()
     worker.run()
@@ -228,6 +237,7 @@ def test_a_queue_without_a_handler_is_refused():
     [
         ["--queue", "bad queue"],
         ["--queue", "t-echo", "--concurrency", "0"],
+        ["--queue", "t-echo", "--prefetch", "-1"],
         ["--queue", "t-echo", "--lease-length", "soon"],
         ["--queue", "t-echo", "--lease-length", "10s", "--heartbeat-interval", "20"],
         ["--queue", "t-echo", "--handlers", "no.such.module"],
@@ -394,7 +404,7 @@ def test_a_task_leased_with_a_refused_outcome_runs_even_if_reading_why_fails(mon
     first = Task.objects.submit("refused", {"n": 0})
     second = Task.objects.submit("refused", {"n": 1})
     worker = TaskWorker(
-        WorkerOptions(["refused"], registry=registry, poll_interval=0.05, max_tasks=2)
+        WorkerOptions(["refused"], registry=registry, prefetch=0, poll_interval=0.05, max_tasks=2)
     )
     caplog.set_level("INFO", logger="scylla_django")
     thread = threading.Thread(target=worker.run)
@@ -442,7 +452,9 @@ def test_the_writer_leases_into_the_slots_a_batch_of_outcomes_frees_in_the_same_
     monkeypatch.setattr(TaskQuerySet, "lease", spied_lease)
     Task.objects.submit_many({"queue": "step", "spec": {"n": n}} for n in range(40))
     TaskWorker(
-        WorkerOptions(["step"], registry=registry, concurrency=4, poll_interval=30, max_tasks=40)
+        WorkerOptions(
+            ["step"], registry=registry, concurrency=4, prefetch=0, poll_interval=30, max_tasks=40
+        )
     ).run()
 
     assert Task.objects.filter(status=Status.COMPLETED).count() == 40
@@ -491,7 +503,9 @@ def test_the_thread_that_ran_a_task_writes_its_outcome_and_leases_the_next_on_it
     spy("finish_many")
     spy("finish_and_lease")
     Task.objects.submit_many({"queue": "direct", "spec": {"n": n}} for n in range(10))
-    TaskWorker(WorkerOptions(["direct"], registry=registry, poll_interval=0.05, max_tasks=10)).run()
+    TaskWorker(
+        WorkerOptions(["direct"], registry=registry, prefetch=0, poll_interval=0.05, max_tasks=10)
+    ).run()
 
     assert Task.objects.filter(status=Status.COMPLETED).count() == 10
     assert {thread for thread, _ in finishes} == {"scylla-task-0"}
@@ -501,3 +515,136 @@ def test_the_thread_that_ran_a_task_writes_its_outcome_and_leases_the_next_on_it
     assert len({pid for _, pid in handler_sessions}) == 10  # closed after each task
     assert not {pid for _, pid in finishes} & {pid for _, pid in handler_sessions}
     assert History.objects.filter(typ=EventType.ASSIGNMENT).count() == 10  # no task twice
+
+
+def _recording(registry: HandlerRegistry, queue: str, seconds: float) -> dict[str, object]:
+    """Register a handler of `queue` that sleeps `seconds` (or its spec's); what it saw: the
+    specs it ran and the most handlers running at once."""
+    seen: dict[str, object] = {"ran": [], "running": 0, "most": 0}
+    lock = threading.Lock()
+
+    def run(ctx):
+        with lock:
+            seen["ran"].append(ctx.task.spec["n"])
+            seen["running"] += 1
+            seen["most"] = max(seen["most"], seen["running"])
+        try:
+            time.sleep(ctx.task.spec.get("seconds", seconds))
+        finally:
+            with lock:
+                seen["running"] -= 1
+
+    registry.register(queue, run)
+    return seen
+
+
+def test_prefetched_tasks_wait_for_a_handler_and_their_leases_are_kept_alive():
+    """Concurrency 1 and prefetch 3: after a quick task, four tasks leased at once, run one at
+    a time; the last starts after a lease length, its lease extended by the heartbeats."""
+    registry = HandlerRegistry()
+    seen = _recording(registry, "prefetched", 0.6)
+    Task.objects.submit("prefetched", {"n": -1, "seconds": 0})  # quick: the prefetch starts
+    Task.objects.submit_many({"queue": "prefetched", "spec": {"n": n}} for n in range(4))
+    worker = TaskWorker(
+        WorkerOptions(
+            ["prefetched"],
+            registry=registry,
+            concurrency=1,
+            prefetch=3,
+            lease_length=timedelta(seconds=1.5),
+            heartbeat_interval=0.2,
+            poll_interval=0.05,
+        )
+    )
+    thread = run_in_thread(worker)
+    try:
+        wait_until(lambda: Task.objects.filter(status=Status.RUNNING).count() == 4, what="4 leased")
+        wait_until(
+            lambda: Task.objects.filter(status=Status.COMPLETED).count() == 5, what="all done"
+        )
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert seen["most"] == 1 and sorted(seen["ran"]) == [-1, 0, 1, 2, 3]
+    assert set(Task.objects.values_list("leases", flat=True)) == {1}
+    assert not History.objects.filter(typ=EventType.TIMEOUT).exists()
+
+
+def test_a_prefetched_task_cancelled_before_its_turn_never_runs():
+    registry = HandlerRegistry()
+    seen = _recording(registry, "prefetched", 1.0)
+    Task.objects.submit("prefetched", {"n": -1, "seconds": 0})  # quick: the prefetch starts
+    first = Task.objects.submit("prefetched", {"n": 0})
+    second = Task.objects.submit("prefetched", {"n": 1})
+    worker = TaskWorker(
+        WorkerOptions(
+            ["prefetched"],
+            registry=registry,
+            concurrency=1,
+            prefetch=1,
+            heartbeat_interval=0.1,
+            poll_interval=0.05,
+        )
+    )
+    thread = run_in_thread(worker)
+    try:
+        wait_until(lambda: seen["ran"] == [-1, 0], what="the first handler")
+        assert Task.objects.get(pk=second.pk).status == Status.RUNNING  # prefetched
+        Task.objects.get(pk=second.pk).cancel()
+        wait_until(
+            lambda: Task.objects.get(pk=first.pk).status == Status.COMPLETED, what="the first"
+        )
+        wait_until(lambda: worker.in_flight_count() == 0, what="the second given up")
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert seen["ran"] == [-1, 0]
+    assert Task.objects.get(pk=second.pk).status == Status.CANCELLED
+
+
+def test_stop_yields_the_prefetched_tasks_without_running_them():
+    registry = HandlerRegistry()
+    seen = _recording(registry, "prefetched", 0.5)
+    Task.objects.submit("prefetched", {"n": -1, "seconds": 0})  # quick: the prefetch starts
+    tasks = [Task.objects.submit("prefetched", {"n": n}) for n in range(3)]
+    worker = TaskWorker(WorkerOptions(["prefetched"], registry=registry, concurrency=1, prefetch=2))
+    thread = run_in_thread(worker)
+    try:
+        wait_until(lambda: seen["ran"] == [-1, 0], what="the first handler")
+        assert Task.objects.filter(status=Status.RUNNING).count() == 3
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert seen["ran"] == [-1, 0]
+    # The running one yielded and, finishing within the grace period, still completed.
+    assert Task.objects.get(pk=tasks[0].pk).status == Status.COMPLETED
+    for task in tasks[1:]:
+        assert History.objects.filter(task=task).last().typ == EventType.YIELD
+    assert Task.objects.reset_expired() == 2
+
+
+def test_slow_handlers_get_no_prefetch():
+    """A slow task holds no task leased behind it: the prefetch waits for quick handlers."""
+    registry = HandlerRegistry()
+    seen = _recording(registry, "prefetched", 0.3)
+    Task.objects.submit_many({"queue": "prefetched", "spec": {"n": n}} for n in range(3))
+    worker = TaskWorker(
+        WorkerOptions(["prefetched"], registry=registry, prefetch=8, poll_interval=0.05)
+    )
+    thread = run_in_thread(worker)
+    try:
+        while Task.objects.exclude(status=Status.COMPLETED).exists():
+            assert Task.objects.filter(status=Status.RUNNING).count() <= 1
+            time.sleep(0.02)
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert sorted(seen["ran"]) == [0, 1, 2]
+
+
+def test_prefetch_must_not_be_negative_nor_batch_wait_near_the_lease_length():
+    with pytest.raises(ValueError, match="prefetch must be 0 or more"):
+        WorkerOptions(["t-echo"], prefetch=-1)
+    with pytest.raises(ValueError, match="under a tenth of the lease length"):
+        WorkerOptions(["t-echo"], lease_length=timedelta(seconds=1), batch_wait=0.2)
+    WorkerOptions(["t-echo"], lease_length=timedelta(seconds=3), batch_wait=0.2)

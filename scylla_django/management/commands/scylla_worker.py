@@ -24,6 +24,7 @@ from ..base import (
     StopSignals,
     configure_logging,
     lease_length,
+    non_negative_int,
     positive_int,
     queue_name,
     seconds,
@@ -56,6 +57,15 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency", type=positive_int, default=1, help="tasks at a time (default 1)"
+        )
+        parser.add_argument(
+            "--prefetch",
+            type=non_negative_int,
+            default=WorkerOptions.prefetch,
+            help="tasks leased beyond --concurrency, waiting for a free handler, so that one "
+            "statement leases and finishes several; taken while the handlers are quick (each "
+            f"of the last --concurrency runs under 50 ms) (default {WorkerOptions.prefetch}; "
+            "0: never)",
         )
         parser.add_argument(
             "--lease-length",
@@ -170,6 +180,7 @@ class Command(BaseCommand):
                     WorkerOptions(
                         options["queues"],
                         concurrency=options["concurrency"],
+                        prefetch=options["prefetch"],
                         poll_interval=options["poll_interval"],
                         max_tasks=options["max_tasks"],
                         max_memory=options["max_memory"],
