@@ -8,14 +8,13 @@ import pytest
 
 from scylla_django.batches import Batch
 from scylla_django.models import Task, Worker
-from tests.admin.test_browser import CHROMIUM, page, screenshot, sync_api
+from tests.browser import CHROMIUM, screenshot
 from tests.factories import running_task
 
+sync_api = pytest.importorskip("playwright.sync_api", reason="needs Playwright for Python")
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"
 )
-
-__all__ = ["page"]  # the logged-in browser page, a fixture of the console's browser test
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 
 from scylla_django.models import Hold, Task, Worker, keys
-from tests.admin.test_browser import CHROMIUM, screenshot, sync_api
-from tests.admin.test_browser import page as page  # the logged-in page fixture
+from tests.browser import CHROMIUM, screenshot
 
+sync_api = pytest.importorskip("playwright.sync_api", reason="needs Playwright for Python")
 pytestmark = [
     pytest.mark.keys,
     pytest.mark.skipif(

@@ -1,5 +1,6 @@
-"""What users read in the admin, the API's errors and the system checks is translatable: the
-strings are marked for `makemessages`, and a project's translation of them is shown."""
+"""What users read in the admin (its code and templates), the API's errors and the system checks
+is translatable: the strings are marked for `makemessages`, and a project's translation of them
+is shown."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ MARKED = [
     "Unknown query parameter. %(hint)s",
     "SQLite database %(alias)r is not set up for concurrent workers.",  # a system check
     "SCYLLA[%(name)r] is not a scylla_django setting and is ignored.",
+    "Locks held",  # the admin's templates
+    "No monitor is running",
 ]
 TRANSLATED = {
     "Cancel selected (ready/running only)": "Annuler la sélection (prêtes ou en cours)",
