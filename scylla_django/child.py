@@ -21,7 +21,14 @@ from collections.abc import Iterable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from .exceptions import Abort, LeaseLost, TaskCancelled, WorkerStopping
+from .exceptions import (
+    Abort,
+    LeaseLost,
+    TaskCancelled,
+    WorkerStopping,
+    error_record,
+    exception_error,
+)
 from .handlers import Handler, TaskContext
 from .resources import Usage
 
@@ -98,6 +105,9 @@ def child_main(conn: Connection, setup: Setup) -> None:
                 message = conn.recv()
             except (EOFError, OSError):
                 os._exit(1)  # the parent is gone: no one would write this task's outcome
+            except Exception as exc:  # a task that cannot be unpickled here: its error
+                jobs.put(("unreadable", exc))
+                continue
             if message[0] == "stop":
                 if running:
                     running[0].stop(message[1])
@@ -111,6 +121,10 @@ def child_main(conn: Connection, setup: Setup) -> None:
     send(("ready",))
     job = jobs.get()
     while job is not None:
+        if job[0] == "unreadable":
+            send(("done", "raised", exception_error(job[1]), None))
+            job = jobs.get()
+            continue
         _, handler, queue_name, task, worker = job
         ctx = _ChildContext(task, worker, send)
         running[:] = [ctx]
@@ -137,7 +151,6 @@ def _run_here(ctx: TaskContext, handler: Handler | None, queue_name: str) -> tup
     """Run the handler in this child; the message that reports how it ended."""
     from django.db import close_old_connections
 
-    from .exceptions import error_record, exception_error
     from .handlers import registry
     from .resources import ProcessMeter, current_memory
 

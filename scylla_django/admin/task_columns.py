@@ -141,7 +141,7 @@ class TaskColumns(TaskAdminBase):
         if task.cpu_time is None:
             return "-"
         if task.cpu_time < 0.001:
-            return "under 1 ms"
+            return _("under 1 ms")
         return short(timedelta(seconds=task.cpu_time))
 
     @admin.display(description=gettext_lazy("peak memory"))

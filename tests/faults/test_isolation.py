@@ -48,7 +48,7 @@ def test_crashing_handlers_cost_only_their_task_and_the_worker_keeps_serving():
     ]
     found = Task.objects.submit("i-lambda", {}, priority=3)
     queues = ("i-echo", "i-segfault", "i-exit", "i-oom", "i-lambda")
-    code, output = finish(isolated(*queues, extra=("--max-tasks", "7")), timeout=60)
+    code, output = finish(isolated(*queues, extra=("--max-tasks", "7")), timeout=120)
     assert code == 0, output
     found.refresh_from_db()
     assert found.status == Status.COMPLETED, found.errors
@@ -77,7 +77,7 @@ def test_a_shutdown_kills_the_children_still_busy_after_the_grace_period():
     children = [pid for pid in descendants(process.pid) if "spawn_main" in cmdline(pid)]
     assert children
     process.send_signal(signal.SIGTERM)
-    code, output = finish(process, timeout=30)
+    code, output = finish(process, timeout=60)
     # Killed as a stopped task's hung handler, or as one still running when the grace period
     # ended (then abandoned: status 3), whichever comes first: either way, within it.
     assert code in (0, 3), output
@@ -103,7 +103,7 @@ def alive(pid: int) -> bool:
 
 def test_a_crashed_task_is_retried_by_its_policy():
     task = Task.objects.submit("i-oom", {}, retry=Retry(max_attempts=2, backoff=Fixed(0)))
-    code, output = finish(isolated("i-oom", extra=("--max-tasks", "2")), timeout=60)
+    code, output = finish(isolated("i-oom", extra=("--max-tasks", "2")), timeout=120)
     assert code == 0, output
     chain = list(Task.objects.filter(root=task.rn).order_by("attempt"))
     assert [(t.attempt, t.status) for t in chain] == [(1, Status.ABORTED), (2, Status.ABORTED)]
@@ -113,10 +113,10 @@ def test_a_crashed_task_is_retried_by_its_policy():
 def test_a_hung_handler_of_a_cancelled_task_is_killed_after_the_grace_period():
     hung = Task.objects.submit("i-hang", {}, priority=9)
     process = isolated("i-hang", "i-echo", extra=("--max-tasks", "2", "--grace-period", "1"))
-    wait_until(lambda: Task.objects.get(pk=hung.pk).status == Status.RUNNING, 30, "leased")
+    wait_until(lambda: Task.objects.get(pk=hung.pk).status == Status.RUNNING, 60, "leased")
     Task.objects.get(pk=hung.pk).cancel()
     after = Task.objects.submit("i-echo", {"n": 1})
-    code, output = finish(process, timeout=30)
+    code, output = finish(process, timeout=120)
     assert code == 0, output
     assert "killing its child process" in output
     assert Task.objects.get(pk=hung.pk).status == Status.CANCELLED
@@ -133,7 +133,7 @@ def test_cpu_time_and_peak_memory_are_recorded(isolation):
     process = worker(
         "i-busy", "i-echo", "i-allocate", extra=("--isolation", isolation, "--max-tasks", "3")
     )
-    code, output = finish(process, timeout=60)
+    code, output = finish(process, timeout=120)
     assert code == 0, output
     for task in (busy, small, large):
         task.refresh_from_db()
@@ -150,7 +150,7 @@ def test_cpu_time_and_peak_memory_are_recorded(isolation):
 
 def test_a_worker_past_max_memory_finishes_its_task_and_exits():
     tasks = [Task.objects.submit("i-leak", {"mb": 40}) for _ in range(20)]
-    code, output = finish(worker("i-leak", extra=("--max-memory", "150")), timeout=60)
+    code, output = finish(worker("i-leak", extra=("--max-memory", "150")), timeout=120)
     assert code == 0, output
     assert "past the limit of 150 MB" in output
     done = Task.objects.filter(pk__in=[t.pk for t in tasks], status=Status.COMPLETED).count()
@@ -164,7 +164,7 @@ def test_a_supervised_worker_past_max_memory_is_replaced():
     try:
         wait_until(
             lambda: Task.objects.filter(status=Status.COMPLETED).count() == 12,
-            90,
+            150,
             "every task completed",
         )
         wait_until(
@@ -174,7 +174,7 @@ def test_a_supervised_worker_past_max_memory_is_replaced():
         )
     finally:
         process.send_signal(signal.SIGTERM)
-        code, output = finish(process, timeout=30)
+        code, output = finish(process, timeout=60)
     assert code == 0, output
     pids = {Task.objects.get(pk=t.pk).result["pid"] for t in tasks}
     assert len(pids) > 2, pids  # more than the two processes first started
@@ -183,7 +183,7 @@ def test_a_supervised_worker_past_max_memory_is_replaced():
 def test_an_isolated_child_past_max_memory_is_replaced_and_the_worker_goes_on():
     tasks = [Task.objects.submit("i-leak", {"mb": 40}, priority=9 - n) for n in range(6)]
     process = isolated("i-leak", extra=("--max-memory", "150", "--max-tasks", "6"))
-    code, output = finish(process, timeout=90)
+    code, output = finish(process, timeout=150)
     assert code == 0, output
     assert "replacing it" in output
     results = [Task.objects.get(pk=t.pk).result for t in tasks]
