@@ -4,20 +4,53 @@ docs/admin-keys.png and docs/admin-task-keys.png."""
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+from django.db import connections
 
 from scylla_django.models import Hold, Task, Worker, keys
-from tests.admin.test_browser import CHROMIUM, screenshot, sync_api
-from tests.admin.test_browser import page as page  # the logged-in page fixture
 
+CHROMIUM = Path("/usr/bin/chromium")
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="needs Playwright for Python")
 pytestmark = [
     pytest.mark.keys,
     pytest.mark.skipif(
         not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"
     ),
 ]
+
+
+def screenshot(page, name: str, full_page: bool = False) -> None:
+    """Save a screenshot into docs/ when SCYLLA_SCREENSHOTS=1 (so test runs leave no files)."""
+    if os.environ.get("SCYLLA_SCREENSHOTS") == "1":
+        page.screenshot(path=str(DOCS / f"admin-{name}.png"), full_page=full_page)
+
+
+@pytest.fixture
+def page(live_server):
+    """A chromium page at 1280x800, logged in as the superuser of `keyed`."""
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        context = browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme="light")
+        page = context.new_page()
+        page.set_default_timeout(20_000)
+        page.goto(f"{live_server.url}/admin/")
+        page.fill("#id_username", "admin")
+        page.fill("#id_password", "secret")
+        page.click("input[type=submit]")
+        sync_api.expect(page.locator("#user-tools")).to_contain_text("admin")
+        yield page
+        browser.close()
+        # ORM calls made while Playwright's loop ran had connections of their own: close them.
+        connections.close_all()
 
 
 @pytest.fixture
