@@ -6,6 +6,8 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from .. import followups
 from ..durations import ago as ago_words
@@ -41,11 +43,11 @@ class TaskColumns(TaskAdminBase):
     """The task's columns and fields as the list and the page show them: badges, links, times. A
     part of `TaskAdmin`."""
 
-    @admin.display(description="queue")
+    @admin.display(description=gettext_lazy("queue"))
     def queue_link(self, task: Task) -> SafeString:
         return format_html('<a href="{}">{}</a>', changelist_url(queue=task.queue), task.queue)
 
-    @admin.display(description="status")
+    @admin.display(description=gettext_lazy("status"))
     def status_badge(self, task: Task) -> SafeString:
         if followups.waits_for_parents(task):
             return format_html(
@@ -53,7 +55,7 @@ class TaskColumns(TaskAdminBase):
             )
         return status_badge(task.status)
 
-    @admin.display(description="progress")
+    @admin.display(description=gettext_lazy("progress"))
     def progress_bar(self, task: Task) -> SafeString:
         return format_html(
             '<progress class="scylla-progress" value="{}" max="1">{}%</progress> '
@@ -63,11 +65,11 @@ class TaskColumns(TaskAdminBase):
             round(task.progress * 100),
         )
 
-    @admin.display(description="attempts in the chain")
+    @admin.display(description=gettext_lazy("attempts in the chain"))
     def chain(self, task: Task) -> SafeString | str:
         return chain_links(task)
 
-    @admin.display(description="unique key")
+    @admin.display(description=gettext_lazy("unique key"))
     def unique_key_link(self, task: Task) -> SafeString | str:
         if task.unique_key is None:
             return "-"
@@ -79,7 +81,7 @@ class TaskColumns(TaskAdminBase):
             held,
         )
 
-    @admin.display(description="keys")
+    @admin.display(description=gettext_lazy("keys"))
     def keys_list(self, task: Task) -> SafeString | str:
         """The locks, limits, order key and rate the task names, each a link to the tasks that
         name it."""
@@ -104,7 +106,7 @@ class TaskColumns(TaskAdminBase):
             ),
         )
 
-    @admin.display(description="waiting")
+    @admin.display(description=gettext_lazy("waiting"))
     def waiting_line(self, task: Task) -> SafeString | str:
         """Why a ready task is not running now (`Task.waiting_reasons`), one reason a line."""
         reasons = task.waiting_reasons()
@@ -115,17 +117,17 @@ class TaskColumns(TaskAdminBase):
             format_html_join("", "<li>{}</li>", ((reason["detail"],) for reason in reasons)),
         )
 
-    @admin.display(description="unique window")
+    @admin.display(description=gettext_lazy("unique window"))
     def unique_window_text(self, task: Task) -> str:
         return "-" if task.unique_window is None else short(task.unique_window)
 
-    @admin.display(description="owner")
+    @admin.display(description=gettext_lazy("owner"))
     def owner_link(self, task: Task) -> SafeString | str:
         if not task.owner:
             return "-"
         return format_html('<a href="{}">{}</a>', changelist_url(owner=task.owner), task.owner)
 
-    @admin.display(description="error")
+    @admin.display(description=gettext_lazy("error"))
     def error_code(self, task: Task) -> SafeString | str:
         code = getattr(task, "error_code", None)
         if not code:
@@ -134,7 +136,7 @@ class TaskColumns(TaskAdminBase):
             '<a href="{}"><code>{}</code></a>', changelist_url(error_code=code), code
         )
 
-    @admin.display(description="deadline")
+    @admin.display(description=gettext_lazy("deadline"))
     def deadline_at(self, task: Task) -> SafeString | str:
         if task.is_expired and task.deadline is not None:
             return format_html(
@@ -144,7 +146,7 @@ class TaskColumns(TaskAdminBase):
             )
         return ago(task.deadline)
 
-    @admin.display(description="deadline")
+    @admin.display(description=gettext_lazy("deadline"))
     def deadline_time(self, task: Task) -> SafeString | str:
         if task.is_expired:
             return format_html(
@@ -152,7 +154,7 @@ class TaskColumns(TaskAdminBase):
             )
         return moment(task.deadline)
 
-    @admin.display(description="not before")
+    @admin.display(description=gettext_lazy("not before"))
     def not_before_at(self, task: Task) -> SafeString | str:
         """The delayed start; a follow-up's is its own, taken once its parents completed."""
         if task.not_before != HELD:
@@ -164,7 +166,7 @@ class TaskColumns(TaskAdminBase):
             return "waiting for parents"
         return format_html("waiting for parents, then {}", moment(own))
 
-    @admin.display(description="waits for")
+    @admin.display(description=gettext_lazy("waits for"))
     def parents_list(self, task: Task) -> SafeString | str:
         """The parents of a waiting follow-up, each linked, with its status."""
         shown = followups.parents(task, limit=PARENTS_LIMIT + 1)
@@ -177,11 +179,11 @@ class TaskColumns(TaskAdminBase):
             more = f"and {total - PARENTS_LIMIT:,} more"
         return format_html('<ul class="scylla-parents">{}</ul>{}', items, more)
 
-    @admin.display(description="history")
+    @admin.display(description=gettext_lazy("history"))
     def history_note(self, task: Task) -> str:
         count = History.objects.filter(task=task).count()
         if not count:
-            return "No events yet: the task was never leased."
+            return _("No events yet: the task was never leased.")
         if count > HISTORY_LIMIT:
             return f"{count:,} events; the latest {HISTORY_LIMIT} are shown below."
         return f"{plural(count, 'event')}, shown below."
