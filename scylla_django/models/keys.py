@@ -171,10 +171,17 @@ def parse_rate(value: object) -> tuple[int, float]:
 
 
 def key_name(value: object, field: str) -> str:
-    """A lock's or a limit's name: a non-empty string of at most KEY_NAME_MAX_LENGTH."""
-    if not isinstance(value, str) or not value or len(value) > KEY_NAME_MAX_LENGTH:
+    """A lock's or a limit's name: a non-empty string of at most KEY_NAME_MAX_LENGTH, without
+    NUL characters (which PostgreSQL cannot store)."""
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > KEY_NAME_MAX_LENGTH
+        or "\x00" in value
+    ):
         raise ValidationError(
-            f"A name in {field} is a non-empty string of at most {KEY_NAME_MAX_LENGTH} characters.",
+            f"A name in {field} is a non-empty string of at most {KEY_NAME_MAX_LENGTH} characters"
+            " (no NUL).",
             code="invalid_key",
         )
     return value

@@ -238,6 +238,8 @@ def test_tasks_are_filtered_by_any_key_they_name(operator):
     assert rns("nothing") == set()
     assert_field_error(operator.get(f"{API}/tasks/", {"key": ""}), "key", "blank")
     assert_field_error(operator.get(f"{API}/tasks/", {"key": "x" * 201}), "key", "max_length")
+    nul = operator.get(f"{API}/tasks/?key=a%00b")
+    assert_field_error(nul, "key", "null_characters_not_allowed")
 
 
 def test_bulk_cancel_takes_the_key_filter(operator):

@@ -84,6 +84,7 @@ def test_a_failing_function_is_the_submissions_bad_input(registry):
         {"order_key": 9},
         {"order_on_failure": "skip"},
         {"rate_key": ""},
+        {"order_key": "a\x00b"},
         {"unique_key": "fixed"},
     ],
 )
