@@ -213,7 +213,7 @@ class TaskColumns(TaskAdminBase):
             return "-"
         found = Task.objects.filter(rn=task.parent).values_list("pk", "status").first()
         if found is None:
-            return format_html('{} <span class="scylla-age">purged</span>', task.parent)
+            return format_html('{} <span class="scylla-age">{}</span>', task.parent, _("purged"))
         url = reverse("admin:scylla_django_task_change", args=[found[0]])
         return format_html('<a href="{}">{}</a> {}', url, task.parent, status_badge(found[1]))
 
@@ -236,14 +236,19 @@ class TaskColumns(TaskAdminBase):
                 for pk, rn, status in shown[:CHILDREN_LIMIT]
             ),
         )
-        every = format_html('<a href="{}">all children</a>', changelist_url(parent=task.rn))
+        every = format_html(
+            '<a href="{}">{}</a>', changelist_url(parent=task.rn), _("all children")
+        )
         if len(shown) > CHILDREN_LIMIT:
             every = format_html(
-                'and more: <a href="{}">all children</a>', changelist_url(parent=task.rn)
+                '{} <a href="{}">{}</a>',
+                _("and more:"),
+                changelist_url(parent=task.rn),
+                _("all children"),
             )
         return format_html('<ul class="scylla-children">{}</ul>{}', items, every)
 
-    @admin.display(description="expires")
+    @admin.display(description=gettext_lazy("expires"))
     def expires_time(self, task: Task) -> SafeString | str:
         return moment(task.expires_at)
 
