@@ -71,5 +71,15 @@ def test_every_operation_conforms(case, auth):
         response = case.call(headers=auth)
         assert response.status_code == 400, response.text
         return
-    excluded = [negative_data_rejection] if bulk else []
+    batch = case.operation.path.endswith("/batches/") and case.method.upper() == "POST"
+    if batch:
+        # A callback on a queue that nothing serves, and a window without a key in a task:
+        # refused (400) by checks that OpenAPI 3.0 cannot state.
+        response = case.call(headers=auth)
+        if response.status_code == 400 and (
+            "unknown_queue" in response.text or "invalid_unique_window" in response.text
+        ):
+            return
+    # A batch's tasks are a bulk submission's items: the same leniency as `bulk`.
+    excluded = [negative_data_rejection] if bulk or batch else []
     case.call_and_validate(headers=auth, excluded_checks=excluded)
