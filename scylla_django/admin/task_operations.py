@@ -113,8 +113,11 @@ class TaskOperations(TaskAdminBase):
         if request.POST.get("post") != "yes":
             return self.purge_selected_confirmation(request, selected, total)
         run = TimedPurge(self.purge_time_budget)
-        # Whatever their age: here the selection, not the retention, says what goes.
-        finished = run.run(lambda **kw: selected.purge(older_than=timedelta.resolution, **kw))
+        # Whatever their age, dead letters too: the selection, not the retention, says what
+        # goes.
+        finished = run.run(
+            lambda **kw: selected.purge(older_than=timedelta.resolution, dead=True, **kw)
+        )
         logger.info("%s purged %d of %d selected tasks", request.user, run.deleted, total)
         if finished:
             self.message_user(

@@ -34,6 +34,8 @@ SCHEMA_SETTINGS: dict[str, Any] = {
     "ENUM_NAME_OVERRIDES": {
         "TaskStatusEnum": "scylla_django.enums.Status",
         "EventTypeEnum": "scylla_django.enums.EventType",
+        "WorkerStateEnum": "scylla_django.enums.Liveness",
+        "BatchStateEnum": "scylla_django.api.serializers.BATCH_STATES",
     },
     "ENUM_ADD_EXPLICIT_BLANK_NULL_CHOICE": False,
 }

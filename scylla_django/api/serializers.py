@@ -1142,6 +1142,17 @@ class ReleasedSerializer(serializers.Serializer[Any]):
 # -- batches ---------------------------------------------------------------------------------
 
 
+#: A batch's states (`models.Batch.state`).
+BATCH_STATES = ["running", "completed", "failed", "cancelled"]
+
+
+class BatchTaskSerializer(SubmitSerializer):
+    """A task of a batch: as `POST /tasks/` takes it, but a task of a batch waits for no
+    parents (no `after`)."""
+
+    after = None  # type: ignore[assignment]
+
+
 class CallbackSerializer(StrictSerializer):
     """A batch's callback: the task submitted with the batch and held until its condition."""
 
@@ -1157,7 +1168,7 @@ class BatchSubmitSerializer(StrictSerializer):
     callbacks."""
 
     tasks = serializers.ListField(
-        child=SubmitSerializer(),
+        child=BatchTaskSerializer(),
         min_length=1,
         max_length=MAX_BATCH_ITEMS,
         help_text=f"1 to {MAX_BATCH_ITEMS} tasks, as `POST /tasks/` takes them (no `after`).",
@@ -1175,20 +1186,13 @@ class BatchSubmitSerializer(StrictSerializer):
         "left, or cancelled).",
     )
 
-    def validate_tasks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if any("after" in task for task in tasks):
-            raise serializers.ValidationError(
-                ErrorDetail("A task of a batch waits for no parents.", code="invalid_after")
-            )
-        return tasks
-
 
 class BatchSerializer(serializers.Serializer[Any]):
     """A batch and its progress; its callbacks by rn."""
 
     id = serializers.IntegerField()
     created = serializers.DateTimeField()
-    state = serializers.ChoiceField(choices=["running", "completed", "failed", "cancelled"])
+    state = serializers.ChoiceField(choices=BATCH_STATES)
     total = serializers.IntegerField(help_text="Tasks submitted in the batch.")
     done = serializers.IntegerField(help_text="Tasks finished: completed, or failed for good.")
     completed = serializers.IntegerField()

@@ -305,12 +305,17 @@ class TaskQuerySet(models.QuerySet["Task"]):
         older_than: timedelta | None = None,
         statuses: Iterable[str] | None = None,
         queue: str | None = None,
+        *,
+        dead: bool = False,
     ) -> TaskQuerySet:
-        """Terminal tasks not updated for `older_than` (default `SCYLLA['RETENTION']`), but
-        dead letters, which are kept until an operator requeues or discards them."""
+        """Terminal tasks not updated for `older_than` (default `SCYLLA['RETENTION']`). Dead
+        letters are kept until an operator requeues or discards them, unless `dead` (an
+        operator deleting the tasks chosen)."""
         age = validate_timeout(scylla_settings.RETENTION if older_than is None else older_than)
         chosen = validate_terminal_statuses(statuses)
-        qs = self.filter(status__in=chosen, updated__lt=db.now_plus(-age), dead__isnull=True)
+        qs = self.filter(status__in=chosen, updated__lt=db.now_plus(-age))
+        if not dead:
+            qs = qs.filter(dead__isnull=True)
         return qs.filter(queue=validate_queue(queue)) if queue is not None else qs
 
     def purge(
@@ -319,6 +324,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         statuses: Iterable[str] | None = None,
         queue: str | None = None,
         *,
+        dead: bool = False,
         batch_size: int | None = None,
         on_batch: Callable[[int], object] | None = None,
     ) -> int:
@@ -327,10 +333,13 @@ class TaskQuerySet(models.QuerySet["Task"]):
         Each batch is its own transaction of at most `batch_size` (default
         `SCYLLA['PURGE_BATCH_SIZE']`) tasks, and no row is loaded into Python. Only terminal
         tasks are ever deleted: `statuses` must be a subset of completed/aborted/cancelled.
-        `on_batch(n)` is called after each committed batch with the number it deleted.
+        `on_batch(n)` is called after each committed batch with the number it deleted. Dead
+        letters are kept, unless `dead` (see `purgeable`).
         """
         return maintenance.purge(
-            self.purgeable(older_than, statuses, queue), batch_size=batch_size, on_batch=on_batch
+            self.purgeable(older_than, statuses, queue, dead=dead),
+            batch_size=batch_size,
+            on_batch=on_batch,
         )
 
     def delete(self) -> tuple[int, dict[str, int]]:

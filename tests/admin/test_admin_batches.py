@@ -13,6 +13,7 @@ from scylla_django.batches import Batch
 from scylla_django.enums import Status
 from scylla_django.models import Batch as BatchRow
 from scylla_django.models import Task, Worker
+from scylla_django.models.serving import forget_live_worker_queues
 from tests.factories import running_task
 from tests.helpers import messages_of, staff
 
@@ -23,6 +24,7 @@ BATCHES = reverse("admin:scylla_django_batch_changelist")
 
 
 def make_batch(worker: Worker, size: int = 4, complete: int = 1) -> BatchRow:
+    forget_live_worker_queues()  # `worker` serves the callback's queue: read it afresh
     with Batch(on_success=("default", {"report": True})) as batch:
         for n in range(size):
             batch.submit("default", {"n": n}, priority=200 - n)

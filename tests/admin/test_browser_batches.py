@@ -8,6 +8,7 @@ import pytest
 
 from scylla_django.batches import Batch
 from scylla_django.models import Task, Worker
+from scylla_django.models.serving import forget_live_worker_queues
 from tests.browser import CHROMIUM, screenshot
 from tests.factories import running_task
 
@@ -30,6 +31,7 @@ def batches(transactional_db, django_user_model, monkeypatch):
         heartbeat_interval=30,
         lease_length=600,
     )
+    forget_live_worker_queues()  # the worker above serves the callbacks' queue
     with Batch(
         on_success=("reports", {"album": "holidays"}),
         on_failure=("reports", {"album": "holidays", "alert": True}),

@@ -92,7 +92,7 @@ def test_cancel_a_batch_over_the_api(api, crew):
         ),
         ({"tasks": []}, "tasks", "min_length"),
         ({"tasks": [{"queue": "work"}]}, "tasks", "required"),
-        ({"tasks": [{"queue": "work", "spec": 1, "after": ["x"]}]}, "tasks", "invalid_after"),
+        ({"tasks": [{"queue": "work", "spec": 1, "after": ["x"]}]}, "tasks", "unknown_field"),
         (
             {"tasks": [{"queue": "work", "spec": 1}], "on_failure": {"queue": "done"}},
             "on_failure",
@@ -143,3 +143,18 @@ def test_dead_letters_listed_filtered_requeued_and_discarded(api, crew):
     assert api.get(f"{API}/tasks/", {"dead": "true"}).json()["results"] == []
     assert_error(post(api, f"/tasks/{dead[1]['rn']}/discard/", {}), 409, "invalid_transition")
     assert Task.objects.get(rn=dead[1]["rn"]).status == Status.ABORTED
+
+
+def test_an_invalid_task_in_a_batch_is_a_400_naming_it_and_nothing_is_written(api, crew):
+    body = {
+        "tasks": [
+            {"queue": "work", "spec": 1},
+            {"queue": "work", "spec": 2, "unique_key": "k" * 201},
+        ],
+        "on_success": {"queue": "done", "spec": {}},
+    }
+    response = post(api, "/batches/", body)
+    assert response.status_code == 400, response.content
+    assert set(response.json()["errors"]) == {"tasks.1.unique_key"}
+    assert not Batch.objects.exists()
+    assert not Task.objects.exists()

@@ -43,6 +43,8 @@ def tasks(worker):
     for age in ("old", "new"):  # last, so that running_task leased the task it made
         for queue in ("a", "b"):
             TaskFactory(rn=f"{age}-{queue}-ready", queue=queue)
+    # The aborts were given up (dead letters, which the cleanup keeps): let them go.
+    assert Task.objects.all().discard() == 4
     Task.objects.filter(rn__startswith="old-").update(updated=Now() - timedelta(days=30))
     Task.objects.filter(rn__startswith="new-").update(updated=Now() - timedelta(hours=2))
     assert Task.objects.count() == 20
@@ -197,3 +199,13 @@ def test_help_shows_the_current_settings(settings):
     assert "Default: the RETENTION setting (now 3 d)" in text
     assert "Default: the PURGE_BATCH_SIZE setting (now 250)" in text
     assert "{aborted,cancelled,completed}" in text
+
+
+def test_dead_letters_are_kept_until_discarded(worker):
+    task = running_task(worker, rn="dead-one", queue="a")
+    task.abort(worker, {"code": "x"})
+    Task.objects.update(updated=Now() - timedelta(days=400))
+    assert cleanup("--older-than", "0") == "deleted 0 tasks\n"
+    Task.objects.all().discard()
+    Task.objects.update(updated=Now() - timedelta(days=400))
+    assert cleanup("--older-than", "0") == "deleted 1 task\n"

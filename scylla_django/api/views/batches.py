@@ -65,7 +65,8 @@ class BatchViewSet(ScyllaView, viewsets.GenericViewSet[BatchRow]):
         request=BatchSubmitSerializer,
         description=(
             "The tasks and callbacks in one transaction (201, with one outcome per task as "
-            "`POST /bulk/tasks/` gives them: a duplicate rn is not in the batch). A callback "
+            "`POST /bulk/tasks/` gives them: a duplicate rn is not in the batch). An invalid "
+            "task is a 400 naming it (`tasks.<index>.<field>`), and nothing is written. A callback "
             "on a queue that no handler and no live worker serves is a 400 `unknown_queue`; "
             "any invalid task or callback is a 400 and nothing is written."
         ),
@@ -83,6 +84,16 @@ class BatchViewSet(ScyllaView, viewsets.GenericViewSet[BatchRow]):
             on_failure=callbacks["on_failure"],
         ) as batch:
             outcomes = batch.submit_many(dict(task) for task in data["tasks"])
+            invalid = {
+                f"tasks.{outcome.index}.{name}": [
+                    ErrorDetail(message, code="invalid") for message in messages
+                ]
+                for outcome in outcomes
+                if outcome.outcome == "invalid"
+                for name, messages in outcome.errors.items()
+            }
+            if invalid:  # leaving the block by an exception writes nothing
+                raise ValidationError(invalid)
         assert batch.row is not None
         row = get_batch(str(batch.row.pk))
         outcome_rows = [
