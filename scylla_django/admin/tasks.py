@@ -14,6 +14,8 @@ from django.db.models.fields.json import KT
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from .. import db, followups
 from ..models import History, Task
@@ -179,7 +181,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
         ("updated", DateRangeFilter),
     )
     search_fields = ("rn", "queue", "owner", "unique_key")
-    search_help_text = (
+    search_help_text = _(
         "An exact rn, queue, worker name (worker-<n>) or unique key; every word given must match."
     )
     ordering = ("-id",)
@@ -204,7 +206,10 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
                 )
             },
         ),
-        ("Payload", {"fields": ("spec_json", "result_json", "errors_table", "history_note")}),
+        (
+            gettext_lazy("Payload"),
+            {"fields": ("spec_json", "result_json", "errors_table", "history_note")},
+        ),
     )
     readonly_fields = (
         "status_badge",
@@ -346,7 +351,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
         if task is None:
             self.message_user(
                 request,
-                f"No task has the id or rn “{key}”. Perhaps it was purged?",
+                _("No task has the id or rn “%(key)s”. Perhaps it was purged?") % {"key": key},
                 messages.WARNING,
             )
             return HttpResponseRedirect(reverse("admin:scylla_django_task_changelist"))

@@ -18,6 +18,8 @@ from typing import Any
 
 from django.core.validators import RegexValidator
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
@@ -120,7 +122,7 @@ class StrictSerializer(serializers.Serializer[Any]):
 
     def to_internal_value(self, data: Any) -> Any:
         unknown = {
-            key: [ErrorDetail("Unknown field.", code="unknown_field")]
+            key: [ErrorDetail(_("Unknown field."), code="unknown_field")]
             for key in (data if isinstance(data, Mapping) else ())
             if key not in self.fields
         }
@@ -159,7 +161,7 @@ def worker_field() -> StrictCharField:
 # Spelled out: a pattern's `\s` means other characters in Python and in JSON Schema.
 not_blank = RegexValidator(
     r"[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]",
-    "An error code cannot be blank.",
+    gettext_lazy("An error code cannot be blank."),
     code="blank",
 )
 
@@ -391,10 +393,13 @@ class DurationInputField(serializers.Field):  # type: ignore[type-arg]
             isinstance(data, str) and re.match(self.pattern, data)
         ):
             return data
-        above = f"of at least {low:g}" if low else "above 0"
+        above = _("of at least %(low)s") % {"low": f"{low:g}"} if low else _("above 0")
         raise serializers.ValidationError(
-            f"A duration is a number of seconds {above}, or a whole number from 1 to 999 and a "
-            f"unit: {self.units}.",
+            _(
+                "A duration is a number of seconds %(above)s, or a whole number from 1 to 999 "
+                "and a unit: %(units)s."
+            )
+            % {"above": above, "units": self.units},
             code=self.error_code,
         )
 
@@ -517,7 +522,7 @@ class BulkCancelSerializer(StrictSerializer):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if ("filter" in attrs) == ("rns" in attrs):
             raise serializers.ValidationError(
-                ErrorDetail("Give either `filter` or `rns`.", code="invalid")
+                ErrorDetail(_("Give either `filter` or `rns`."), code="invalid")
             )
         return attrs
 
@@ -601,14 +606,14 @@ class RegisterSerializer(StrictSerializer):
     lease_length = LeaseLengthField(
         error_code="invalid_lease_length",
         required=False,
-        help_text="Seconds (at least 1) or text such as '5m': the worker is dead when unseen this long. "
-        "`SCYLLA['LEASE_LENGTH']` when omitted.",
+        help_text="Seconds (at least 1) or text such as '5m': the worker is dead when unseen "
+        "this long. `SCYLLA['LEASE_LENGTH']` when omitted.",
     )
     heartbeat_interval = IntervalField(
         error_code="invalid_heartbeat_interval",
         required=False,
-        help_text="Seconds or text such as '10s' between the worker's calls: it is silent when unseen for two. "
-        "A third of `lease_length` when omitted.",
+        help_text="Seconds or text such as '10s' between the worker's calls: it is silent when "
+        "unseen for two. A third of `lease_length` when omitted.",
     )
 
 
@@ -775,7 +780,7 @@ class HealthQuerySerializer(serializers.Serializer[Any]):
         getlist = getattr(data, "getlist", None)
         if getlist is not None:
             blank: dict[str, Any] = {
-                str(name): [ErrorDetail("This parameter may not be empty.", code="blank")]
+                str(name): [ErrorDetail(_("This parameter may not be empty."), code="blank")]
                 for name in self.fields
                 if "" in getlist(name)
             }
