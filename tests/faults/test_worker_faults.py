@@ -133,7 +133,9 @@ def test_a_task_the_monitor_aborted_stops_in_its_old_worker(settings):
         process.send_signal(signal.SIGCONT)
     assert code == 0, output
     assert time.monotonic() - resumed < 5, output  # not the handler's 30 s
-    assert f"{owner} does not hold lease" in output
+    # Resumed past its lease, it gives the task up at once (its watchdog sees that no
+    # heartbeat was answered in time), or learns from its next heartbeat that it was taken.
+    assert f"{owner} does not hold lease" in output or "giving the task up" in output, output
     task.refresh_from_db()
     assert task.errors[0]["code"] == "max_leases_exceeded"
     assert task.result is None
