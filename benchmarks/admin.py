@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -39,17 +38,10 @@ def main() -> None:
     args = parser.parse_args()
 
     postgres.setup(parser, DEFAULT_URL)
-    import django
-    from django.db import connection
 
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW server_version")
-        (version,) = cursor.fetchone() or ("?",)
-    print(f"{os.cpu_count()} CPUs, PostgreSQL {version}, Django {django.get_version()}")
+    postgres.print_machine()
     if not args.no_seed:
-        started = time.perf_counter()
-        seed(args.tasks)
-        print(f"seeded {args.tasks:,} tasks in {time.perf_counter() - started:.1f} s")
+        postgres.seed_timed(seed, args.tasks)
     time_pages(args.requests)
     if not args.no_purge:
         time_purge()

@@ -20,7 +20,6 @@ rows in the window, the time of a first request with an empty cache (cold) and p
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from datetime import timedelta
 from functools import partial
@@ -44,17 +43,10 @@ def main() -> None:
     args = parser.parse_args()
 
     postgres.setup(parser, DEFAULT_URL)
-    import django
-    from django.db import connection
 
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW server_version")
-        (version,) = cursor.fetchone() or ("?",)
-    print(f"{os.cpu_count()} CPUs, PostgreSQL {version}, Django {django.get_version()}")
+    postgres.print_machine()
     if not args.no_seed:
-        started = time.perf_counter()
-        seed(args.tasks)
-        print(f"seeded {args.tasks:,} tasks in {time.perf_counter() - started:.1f} s")
+        postgres.seed_timed(seed, args.tasks)
     time_ranges(args.requests)
 
 

@@ -15,7 +15,6 @@ the same. Times are measured in the client, round trip included.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import time
@@ -32,13 +31,8 @@ def main() -> None:
     args = parser.parse_args()
 
     postgres.setup(parser, DEFAULT_URL)
-    import django
-    from django.db import connection
 
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW server_version")
-        (version,) = cursor.fetchone() or ("?",)
-    print(f"{os.cpu_count()} CPUs, PostgreSQL {version}, Django {django.get_version()}")
+    postgres.print_machine()
     print(f"{'queues':>6} {'asked':>6} {'limit':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for layout in (1, 50):
         queues = [f"q{n:02d}" for n in range(layout)]

@@ -14,7 +14,6 @@ and prints p50/p95 server times and the queries per request. The target is under
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,18 +31,11 @@ def main() -> None:
     args = parser.parse_args()
 
     postgres.setup(parser, DEFAULT_URL)
-    import django
     from admin import seed, timed  # benchmarks/admin.py: the same data set
-    from django.db import connection
 
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW server_version")
-        (version,) = cursor.fetchone() or ("?",)
-    print(f"{os.cpu_count()} CPUs, PostgreSQL {version}, Django {django.get_version()}")
+    postgres.print_machine()
     if not args.no_seed:
-        started = time.perf_counter()
-        seed(args.tasks)
-        print(f"seeded {args.tasks:,} tasks in {time.perf_counter() - started:.1f} s")
+        postgres.seed_timed(seed, args.tasks)
     prepare()
     time_endpoints(args.requests, timed)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -25,6 +27,24 @@ def setup(parser: argparse.ArgumentParser, default_url: str) -> None:
     if connection.vendor != "postgresql":
         parser.error("the benchmark needs PostgreSQL: set DATABASE_URL=postgres://...")
     call_command("migrate", verbosity=0)
+
+
+def print_machine() -> None:
+    """Print the line every figure stands under: CPUs, PostgreSQL's version and Django's."""
+    import django
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        (version,) = cursor.fetchone() or ("?",)
+    print(f"{os.cpu_count()} CPUs, PostgreSQL {version}, Django {django.get_version()}")
+
+
+def seed_timed(seed: Callable[[int], object], tasks: int) -> None:
+    """Run `seed(tasks)` and print how long it took."""
+    started = time.perf_counter()
+    seed(tasks)
+    print(f"seeded {tasks:,} tasks in {time.perf_counter() - started:.1f} s")
 
 
 def create_database(url: str) -> None:

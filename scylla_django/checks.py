@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.translation import gettext as _
 
 from . import db
 from .conf import DEFAULTS, scylla_settings
@@ -41,13 +42,14 @@ def check_settings() -> Iterator[CheckMessage]:
         except ImproperlyConfigured as exc:
             yield Error(
                 str(exc),
-                hint=f"The default is {DEFAULTS[name]!r}; see scylla_django/conf.py.",
+                hint=_("The default is %(default)r; see scylla_django/conf.py.")
+                % {"default": DEFAULTS[name]},
                 id="scylla_django.E001",
             )
     for name in scylla_settings.unknown_keys():
         yield Warning(
-            f"SCYLLA[{name!r}] is not a scylla_django setting and is ignored.",
-            hint=f"Known settings: {', '.join(DEFAULTS)}.",
+            _("SCYLLA[%(name)r] is not a scylla_django setting and is ignored.") % {"name": name},
+            hint=_("Known settings: %(names)s.") % {"names": ", ".join(DEFAULTS)},
             id="scylla_django.W001",
         )
 
@@ -73,8 +75,10 @@ def check_sqlite() -> Iterator[CheckMessage]:
             missing.append('"init_command": "PRAGMA journal_mode=WAL;"')
         if missing:
             yield Warning(
-                f"SQLite database {alias!r} is not set up for concurrent workers.",
-                hint=f"Add {', '.join(missing)} to DATABASES[{alias!r}]['OPTIONS'].",
+                _("SQLite database %(alias)r is not set up for concurrent workers.")
+                % {"alias": alias},
+                hint=_("Add %(options)s to DATABASES[%(alias)r]['OPTIONS'].")
+                % {"options": ", ".join(missing), "alias": alias},
                 id="scylla_django.W002",
             )
 
@@ -90,9 +94,12 @@ def check_unique_keys() -> Iterator[CheckMessage]:
     for alias, config in settings.DATABASES.items():
         if db.configures_mysql(config):
             yield Warning(
-                f"Database {alias!r} (MySQL/MariaDB) has no partial indexes: tasks with a "
-                "unique_key are refused there.",
-                hint="Submit without unique_key on this database, or use PostgreSQL or SQLite.",
+                _(
+                    "Database %(alias)r (MySQL/MariaDB) has no partial indexes: tasks with a "
+                    "unique_key are refused there."
+                )
+                % {"alias": alias},
+                hint=_("Submit without unique_key on this database, or use PostgreSQL or SQLite."),
                 id="scylla_django.W003",
             )
 
@@ -110,8 +117,15 @@ def check_schedules() -> Iterator[CheckMessage]:
         return
     for name, problem in schedule_errors(user.get("SCHEDULES", {})).items():
         yield Warning(
-            f"SCYLLA['SCHEDULES'][{name!r}] is invalid: {problem}" if name else problem,
-            hint='A schedule is {"cron": "0 3 * * *" or "every": "5m", "queue": ..., "spec": '
-            '..., "timezone"?, "priority"?, "enabled"?, "catch_up"?, "skip_if_running"?}.',
+            (
+                _("SCYLLA['SCHEDULES'][%(name)r] is invalid: %(problem)s")
+                % {"name": name, "problem": problem}
+                if name
+                else problem
+            ),
+            hint=_(
+                'A schedule is {"cron": "0 3 * * *" or "every": "5m", "queue": ..., "spec": '
+                '..., "timezone"?, "priority"?, "enabled"?, "catch_up"?, "skip_if_running"?}.'
+            ),
             id="scylla_django.W010",
         )

@@ -29,13 +29,18 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, tzinfo
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.cache import cache
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Count, Q
 from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+if TYPE_CHECKING:
+    from django.utils.functional import _StrOrPromise as StrOrPromise
 
 from .. import db
 from ..durations import short
@@ -63,7 +68,7 @@ class Range:
     """A choice of the range selector: how far back, and the length of one interval."""
 
     key: str
-    label: str
+    label: StrOrPromise
     span: timedelta
     step: timedelta
     truncate: Callable[[str], Any]
@@ -86,9 +91,11 @@ class Range:
 RANGES: dict[str, Range] = {
     r.key: r
     for r in (
-        Range("hour", "Last hour", timedelta(hours=1), timedelta(minutes=1), TruncMinute),
-        Range("day", "Last day", timedelta(days=1), timedelta(hours=1), TruncHour),
-        Range("week", "Last week", timedelta(days=7), timedelta(hours=1), TruncHour),
+        Range(
+            "hour", gettext_lazy("Last hour"), timedelta(hours=1), timedelta(minutes=1), TruncMinute
+        ),
+        Range("day", gettext_lazy("Last day"), timedelta(days=1), timedelta(hours=1), TruncHour),
+        Range("week", gettext_lazy("Last week"), timedelta(days=7), timedelta(hours=1), TruncHour),
     )
 }
 DEFAULT_RANGE = "hour"
@@ -311,7 +318,7 @@ def build(key: str | None = None, now: datetime | None = None) -> Charts:
     if found is None:
         found = cached_intervals(chosen, first, now)
     volume: dict[str, int] = defaultdict(int)
-    for (_, queue), counted in found.items():
+    for (_interval, queue), counted in found.items():
         volume[queue] += counted.completed + counted.aborted
     shown = sorted(volume, key=lambda q: (-volume[q], q))[:QUEUE_LIMIT]
     completed: dict[str, list[float | None]] = {}
@@ -331,9 +338,9 @@ def build(key: str | None = None, now: datetime | None = None) -> Charts:
             p50.setdefault(queue, [None] * chosen.points)[position] = counted.p50
             p95.setdefault(queue, [None] * chosen.points)[position] = counted.p95
     per = "/min" if chosen.step == timedelta(minutes=1) else "/h"
-    throughput = chart("throughput", "Completed", completed, per, chosen, first)
-    failures = chart("failures", "Aborted", aborted, per, chosen, first)
-    wait = chart("wait", "Wait to start (median, p95 dashed)", p50, "s", chosen, first, p95)
+    throughput = chart("throughput", _("Completed"), completed, per, chosen, first)
+    failures = chart("failures", _("Aborted"), aborted, per, chosen, first)
+    wait = chart("wait", _("Wait to start (median, p95 dashed)"), p50, "s", chosen, first, p95)
     return Charts(chosen, starts, throughput, failures, wait)
 
 

@@ -9,6 +9,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.translation import gettext as _
 
 from ..conf import scylla_settings
 from ..durations import short
@@ -33,7 +34,7 @@ class ConsolePages(TaskOperations):
             raise PermissionDenied
         refresh = request.GET.get("refresh", "10")
         context = {
-            **self.page_context(request, "Scylla dashboard"),
+            **self.page_context(request, _("Scylla dashboard")),
             "dashboard": dashboard.build(),
             "charts": charts.build(request.GET.get("range")),
             "may_control_queues": self.has_queue_permission(request),
@@ -70,7 +71,7 @@ class ConsolePages(TaskOperations):
         if request.method == "GET" and form.is_bound and form.is_valid():
             count = Task.objects.purgeable(**form.selection()).count()
         context = {
-            **self.page_context(request, "Bulk purge"),
+            **self.page_context(request, _("Bulk purge")),
             "form": form,
             "count": count,
             "batch_size": scylla_settings.PURGE_BATCH_SIZE,
@@ -95,10 +96,19 @@ class ConsolePages(TaskOperations):
         if remaining:
             self.message_user(
                 request,
-                f"Purged {tasks(run.deleted)} in {short(run.seconds)}, then stopped; "
-                f"{remaining:,} more match: purge again, or run manage.py scylla_cleanup.",
+                _(
+                    "Purged %(tasks)s in %(seconds)s, then stopped; %(remaining)s more match: "
+                    "purge again, or run manage.py scylla_cleanup."
+                )
+                % {
+                    "tasks": tasks(run.deleted),
+                    "seconds": short(run.seconds),
+                    "remaining": f"{remaining:,}",
+                },
                 messages.WARNING,
             )
         else:
-            self.message_user(request, f"Purged {tasks(run.deleted)}.", messages.SUCCESS)
+            self.message_user(
+                request, _("Purged %(tasks)s.") % {"tasks": tasks(run.deleted)}, messages.SUCCESS
+            )
         return HttpResponseRedirect(reverse("admin:scylla_django_task_changelist"))

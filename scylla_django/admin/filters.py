@@ -17,6 +17,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from ..enums import Liveness, Status
 from ..models import TaskQuerySet, Worker
@@ -35,11 +37,11 @@ owner_validator = RegexValidator(
 class StatusFilter(admin.SimpleListFilter):
     """`?status=`: one status, or `expired` (running past the lease deadline)."""
 
-    title = "status"
+    title = gettext_lazy("status")
     parameter_name = "status"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [*((s.value, s.label) for s in Status), ("expired", "Running, lease expired")]
+        return [*((s.value, s.label) for s in Status), ("expired", _("Running, lease expired"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
@@ -56,7 +58,7 @@ class StatusFilter(admin.SimpleListFilter):
 class PriorityFilter(admin.SimpleListFilter):
     """`?priority=`: a range `low-high` (the listed bands) or one priority."""
 
-    title = "priority"
+    title = gettext_lazy("priority")
     parameter_name = "priority"
     pattern = re.compile(r"\A([0-9]{1,3})(?:-([0-9]{1,3}))?\Z")
 
@@ -162,9 +164,9 @@ class DateRangeFilter(admin.FieldListFilter):
 
     template = "scylla_django/admin/date_range_filter.html"
     presets = (
-        ("Past hour", timedelta(hours=1)),
-        ("Past 24 hours", timedelta(days=1)),
-        ("Past 7 days", timedelta(days=7)),
+        (gettext_lazy("Past hour"), timedelta(hours=1)),
+        (gettext_lazy("Past 24 hours"), timedelta(days=1)),
+        (gettext_lazy("Past 7 days"), timedelta(days=7)),
     )
 
     def __init__(
@@ -249,7 +251,7 @@ class DateRangeFilter(admin.FieldListFilter):
 class WorkerStateFilter(admin.SimpleListFilter):
     """`?state=alive|silent|dead|stopped`, on the database clock (see `Liveness`)."""
 
-    title = "state"
+    title = gettext_lazy("state")
     parameter_name = "state"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -275,7 +277,7 @@ UniqueKeyFilter = input_filter(
 class ErrorCodeFilter(InputFilter):
     """`?error_code=`: tasks that recorded an error with this code (in any of their errors)."""
 
-    title = "error code"
+    title = gettext_lazy("error code")
     parameter_name = "error_code"
     validator = error_code_validator
 

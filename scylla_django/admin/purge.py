@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from django import forms
+from django.utils.translation import gettext_lazy
 
 from ..conf import scylla_settings
 from ..text import plural
@@ -19,21 +20,23 @@ class PurgeForm(forms.Form):
     """The bulk purge: terminal tasks not updated for N days, by status and optionally queue."""
 
     older_than_days = forms.IntegerField(
-        label="Not updated for (days)",
+        label=gettext_lazy("Not updated for (days)"),
         min_value=1,
         max_value=36_500,
-        help_text="Tasks whose last change is older than this many days.",
+        help_text=gettext_lazy("Tasks whose last change is older than this many days."),
     )
     statuses = forms.MultipleChoiceField(
         choices=[(s.value, s.label) for s in dashboard.FINISHED],
         widget=forms.CheckboxSelectMultiple,
-        help_text="Only terminal tasks can be purged; ready and running tasks never are.",
+        help_text=gettext_lazy(
+            "Only terminal tasks can be purged; ready and running tasks never are."
+        ),
     )
     queue = forms.CharField(
         required=False,
         max_length=QUEUE_MAX_LENGTH,
         validators=[queue_validator],
-        help_text="One queue by its exact name, or empty for every queue.",
+        help_text=gettext_lazy("One queue by its exact name, or empty for every queue."),
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -22,6 +22,8 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from .. import schedules
 from ..durations import short
@@ -112,40 +114,41 @@ class ScheduleAdmin(ScheduleAdminBase):
         if not obj.from_settings and (set(form.changed_data) - {"enabled"} or not change):
             schedules.reschedule(obj)
 
-    @admin.display(description="schedule")
+    @admin.display(description=gettext_lazy("schedule"))
     def timing(self, obj: Schedule) -> str:
         if obj.every is not None:
             return f"every {short(obj.every)}"
         return f"{obj.cron} ({obj.timezone})"
 
-    @admin.display(description="last task")
+    @admin.display(description=gettext_lazy("last task"))
     def last_task_link(self, obj: Schedule) -> SafeString | str:
         if not obj.last_task:
             return "—"
         status = Task.objects.filter(rn=obj.last_task).values_list("status", flat=True).first()
         return format_html("{} ({})", task_link(obj.last_task), status or "purged")
 
-    @admin.action(permissions=["change"], description="Enable selected schedules")
+    @admin.action(permissions=["change"], description=gettext_lazy("Enable selected schedules"))
     def enable_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         count = 0
         for schedule in queryset.filter(enabled=False):
             Schedule.objects.filter(pk=schedule.pk).update(enabled=True)
             schedules.reschedule(schedule)  # ticks missed while paused are not caught up
             count += 1
-        self.message_user(request, f"{count} enabled.", messages.SUCCESS)
+        self.message_user(request, _("%(count)d enabled.") % {"count": count}, messages.SUCCESS)
 
-    @admin.action(permissions=["change"], description="Disable selected schedules")
+    @admin.action(permissions=["change"], description=gettext_lazy("Disable selected schedules"))
     def disable_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         count = queryset.filter(enabled=True).update(enabled=False)
-        self.message_user(request, f"{count} disabled.", messages.SUCCESS)
+        self.message_user(request, _("%(count)d disabled.") % {"count": count}, messages.SUCCESS)
 
-    @admin.action(permissions=["run"], description="Run now")
+    @admin.action(permissions=["run"], description=gettext_lazy("Run now"))
     def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         tasks = [schedules.run_now(schedule) for schedule in queryset]
         self.message_user(
             request,
             format_html(
-                "Submitted {}.", format_html_join(", ", "{}", ((task_link(t.rn),) for t in tasks))
+                _("Submitted {}."),
+                format_html_join(", ", "{}", ((task_link(t.rn),) for t in tasks)),
             ),
             messages.SUCCESS,
         )
@@ -154,11 +157,11 @@ class ScheduleAdmin(ScheduleAdminBase):
         return request.user.has_perm("scylla_django.submit_task")
 
 
-@admin.action(description="Retry selected (aborted/cancelled only)")
+@admin.action(description=gettext_lazy("Retry selected (aborted/cancelled only)"))
 def retry_selected(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Task]) -> None:
     """Resubmit each selected aborted or cancelled task with `Task.retry()`."""
     if not request.user.has_perm("scylla_django.submit_task"):
-        modeladmin.message_user(request, "You may not submit tasks.", messages.ERROR)
+        modeladmin.message_user(request, _("You may not submit tasks."), messages.ERROR)
         return
     selected = queryset.order_by()
     total = selected.count()
@@ -171,12 +174,13 @@ def retry_selected(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Tas
         retried += 1
     modeladmin.message_user(
         request,
-        f"{retried} retried, {total - retried} skipped (not aborted or cancelled, or retried).",
+        _("%(retried)d retried, %(skipped)d skipped (not aborted or cancelled, or retried).")
+        % {"retried": retried, "skipped": total - retried},
         messages.SUCCESS if retried else messages.WARNING,
     )
 
 
-@admin.display(description="attempts in the chain")
+@admin.display(description=gettext_lazy("attempts in the chain"))
 def chain(task: Task) -> SafeString | str:
     """Attempt n of the chain, with links to the previous and the next attempts."""
     following = Task.objects.filter(retry_of=task.rn).values_list("rn", flat=True).first()

@@ -6,6 +6,8 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from .. import followups
 from ..durations import ago as ago_words
@@ -40,11 +42,11 @@ class TaskColumns(TaskAdminBase):
     """The task's columns and fields as the list and the page show them: badges, links, times. A
     part of `TaskAdmin`."""
 
-    @admin.display(description="queue")
+    @admin.display(description=gettext_lazy("queue"))
     def queue_link(self, task: Task) -> SafeString:
         return format_html('<a href="{}">{}</a>', changelist_url(queue=task.queue), task.queue)
 
-    @admin.display(description="status")
+    @admin.display(description=gettext_lazy("status"))
     def status_badge(self, task: Task) -> SafeString:
         if followups.waits_for_parents(task):
             return format_html(
@@ -52,7 +54,7 @@ class TaskColumns(TaskAdminBase):
             )
         return status_badge(task.status)
 
-    @admin.display(description="progress")
+    @admin.display(description=gettext_lazy("progress"))
     def progress_bar(self, task: Task) -> SafeString:
         return format_html(
             '<progress class="scylla-progress" value="{}" max="1">{}%</progress> '
@@ -62,11 +64,11 @@ class TaskColumns(TaskAdminBase):
             round(task.progress * 100),
         )
 
-    @admin.display(description="attempts in the chain")
+    @admin.display(description=gettext_lazy("attempts in the chain"))
     def chain(self, task: Task) -> SafeString | str:
         return chain_links(task)
 
-    @admin.display(description="unique key")
+    @admin.display(description=gettext_lazy("unique key"))
     def unique_key_link(self, task: Task) -> SafeString | str:
         if task.unique_key is None:
             return "-"
@@ -78,17 +80,17 @@ class TaskColumns(TaskAdminBase):
             held,
         )
 
-    @admin.display(description="unique window")
+    @admin.display(description=gettext_lazy("unique window"))
     def unique_window_text(self, task: Task) -> str:
         return "-" if task.unique_window is None else short(task.unique_window)
 
-    @admin.display(description="owner")
+    @admin.display(description=gettext_lazy("owner"))
     def owner_link(self, task: Task) -> SafeString | str:
         if not task.owner:
             return "-"
         return format_html('<a href="{}">{}</a>', changelist_url(owner=task.owner), task.owner)
 
-    @admin.display(description="error")
+    @admin.display(description=gettext_lazy("error"))
     def error_code(self, task: Task) -> SafeString | str:
         code = getattr(task, "error_code", None)
         if not code:
@@ -97,7 +99,7 @@ class TaskColumns(TaskAdminBase):
             '<a href="{}"><code>{}</code></a>', changelist_url(error_code=code), code
         )
 
-    @admin.display(description="deadline")
+    @admin.display(description=gettext_lazy("deadline"))
     def deadline_at(self, task: Task) -> SafeString | str:
         if task.is_expired and task.deadline is not None:
             return format_html(
@@ -107,7 +109,7 @@ class TaskColumns(TaskAdminBase):
             )
         return ago(task.deadline)
 
-    @admin.display(description="deadline")
+    @admin.display(description=gettext_lazy("deadline"))
     def deadline_time(self, task: Task) -> SafeString | str:
         if task.is_expired:
             return format_html(
@@ -115,7 +117,7 @@ class TaskColumns(TaskAdminBase):
             )
         return moment(task.deadline)
 
-    @admin.display(description="not before")
+    @admin.display(description=gettext_lazy("not before"))
     def not_before_at(self, task: Task) -> SafeString | str:
         """The delayed start; a follow-up's is its own, taken once its parents completed."""
         if task.not_before != HELD:
@@ -127,7 +129,7 @@ class TaskColumns(TaskAdminBase):
             return "waiting for parents"
         return format_html("waiting for parents, then {}", moment(own))
 
-    @admin.display(description="waits for")
+    @admin.display(description=gettext_lazy("waits for"))
     def parents_list(self, task: Task) -> SafeString | str:
         """The parents of a waiting follow-up, each linked, with its status."""
         shown = followups.parents(task, limit=PARENTS_LIMIT + 1)
@@ -140,11 +142,11 @@ class TaskColumns(TaskAdminBase):
             more = f"and {total - PARENTS_LIMIT:,} more"
         return format_html('<ul class="scylla-parents">{}</ul>{}', items, more)
 
-    @admin.display(description="history")
+    @admin.display(description=gettext_lazy("history"))
     def history_note(self, task: Task) -> str:
         count = History.objects.filter(task=task).count()
         if not count:
-            return "No events yet: the task was never leased."
+            return _("No events yet: the task was never leased.")
         if count > HISTORY_LIMIT:
             return f"{count:,} events; the latest {HISTORY_LIMIT} are shown below."
         return f"{plural(count, 'event')}, shown below."

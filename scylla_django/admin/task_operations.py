@@ -14,6 +14,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from ..conf import scylla_settings
 from ..durations import short
@@ -59,7 +61,9 @@ class TaskOperations(TaskAdminBase):
             links["scylla_purge_url"] = reverse("admin:scylla_django_task_purge")
         return links
 
-    @admin.action(permissions=["cancel"], description="Cancel selected (ready/running only)")
+    @admin.action(
+        permissions=["cancel"], description=gettext_lazy("Cancel selected (ready/running only)")
+    )
     def cancel_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
         """Cancel the selected ready and running tasks with `TaskQuerySet.cancel()`."""
         selected = queryset.order_by()
@@ -68,16 +72,19 @@ class TaskOperations(TaskAdminBase):
         logger.info("%s cancelled %d of %d selected tasks", request.user, cancelled, total)
         self.message_user(
             request,
-            f"{cancelled} cancelled, {total - cancelled} skipped (not ready or running).",
+            _("%(cancelled)d cancelled, %(skipped)d skipped (not ready or running).")
+            % {"cancelled": cancelled, "skipped": total - cancelled},
             messages.SUCCESS if cancelled else messages.WARNING,
         )
 
-    @admin.action(permissions=["submit"], description="Retry selected (aborted/cancelled only)")
+    @admin.action(
+        permissions=["submit"], description=gettext_lazy("Retry selected (aborted/cancelled only)")
+    )
     def retry_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
         """Resubmit the selected aborted and cancelled tasks with `Task.retry()`."""
         retry_tasks(self, request, queryset)
 
-    @admin.action(permissions=["purge"], description="Purge selected (terminal only)")
+    @admin.action(permissions=["purge"], description=gettext_lazy("Purge selected (terminal only)"))
     def purge_selected(
         self, request: HttpRequest, queryset: TaskQuerySet
     ) -> TemplateResponse | None:
@@ -97,14 +104,18 @@ class TaskOperations(TaskAdminBase):
         if finished:
             self.message_user(
                 request,
-                f"{run.deleted} purged, {total - run.deleted} skipped (not terminal).",
+                _("%(purged)d purged, %(skipped)d skipped (not terminal).")
+                % {"purged": run.deleted, "skipped": total - run.deleted},
                 messages.SUCCESS if run.deleted else messages.WARNING,
             )
         else:
             self.message_user(
                 request,
-                f"{run.deleted} purged, then stopped after {short(run.seconds)}: run the action "
-                "again for the rest.",
+                _(
+                    "%(purged)d purged, then stopped after %(seconds)s: run the action again "
+                    "for the rest."
+                )
+                % {"purged": run.deleted, "seconds": short(run.seconds)},
                 messages.WARNING,
             )
         return None
@@ -115,7 +126,7 @@ class TaskOperations(TaskAdminBase):
         """The page that counts what "Purge selected" would delete, and asks to go on."""
         count = selected.filter(status__in=[s.value for s in TERMINAL_STATUSES]).count()
         context = {
-            **self.page_context(request, "Purge selected tasks"),
+            **self.page_context(request, _("Purge selected tasks")),
             "count": count,
             "skipped": total - count,
             "batch_size": scylla_settings.PURGE_BATCH_SIZE,
@@ -167,16 +178,23 @@ class TaskOperations(TaskAdminBase):
         lease = request.POST.get("lease", "")
         back = reverse("admin:scylla_django_task_change", args=[task.pk])
         if not owner or not lease.isdigit() or len(lease) > 9:
-            self.message_user(request, "The reset needs the owner and lease shown.", messages.ERROR)
+            self.message_user(
+                request, _("The reset needs the owner and lease shown."), messages.ERROR
+            )
             return HttpResponseRedirect(back)
         try:
             task.reset_lease(owner, int(lease))
         except (OwnerAlive, LeaseLost, InvalidTransition, TaskNotFound) as exc:
-            self.message_user(request, f"Lease not reset: {exc}", messages.ERROR)
+            self.message_user(
+                request, _("Lease not reset: %(reason)s") % {"reason": exc}, messages.ERROR
+            )
             return HttpResponseRedirect(back)
         logger.info("%s reset the lease of %s held by %s", request.user, task.rn, owner)
         self.message_user(
-            request, f"Lease reset: {task.rn} is ready again ({owner} lost it).", messages.SUCCESS
+            request,
+            _("Lease reset: %(rn)s is ready again (%(owner)s lost it).")
+            % {"rn": task.rn, "owner": owner},
+            messages.SUCCESS,
         )
         return HttpResponseRedirect(back)
 
@@ -187,10 +205,12 @@ class TaskOperations(TaskAdminBase):
         try:
             task.cancel()
         except (InvalidTransition, TaskNotFound) as exc:
-            self.message_user(request, f"Not cancelled: {exc}", messages.ERROR)
+            self.message_user(
+                request, _("Not cancelled: %(reason)s") % {"reason": exc}, messages.ERROR
+            )
             return HttpResponseRedirect(back)
         logger.info("%s cancelled %s", request.user, task.rn)
-        self.message_user(request, f"Cancelled {task.rn}.", messages.SUCCESS)
+        self.message_user(request, _("Cancelled %(rn)s.") % {"rn": task.rn}, messages.SUCCESS)
         return HttpResponseRedirect(back)
 
     def has_queue_permission(self, request: HttpRequest) -> bool:
@@ -212,8 +232,12 @@ class TaskOperations(TaskAdminBase):
             self.message_user(request, " ".join(exc.messages), messages.ERROR)
         else:
             logger.info("%s: %s queue %s", request.user, operation, queue)
-            done = "paused: no task of it is leased" if operation == "pause" else "resumed"
-            self.message_user(request, f"Queue {queue} {done}.", messages.SUCCESS)
+            done = (
+                _("Queue %(queue)s paused: no task of it is leased.")
+                if operation == "pause"
+                else _("Queue %(queue)s resumed.")
+            )
+            self.message_user(request, done % {"queue": queue}, messages.SUCCESS)
         return HttpResponseRedirect(reverse("admin:scylla_django_task_dashboard"))
 
     def page_context(self, request: HttpRequest, title: str) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from .. import db, followups
 from ..models import History, Task
@@ -181,7 +183,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
         ("updated", DateRangeFilter),
     )
     search_fields = ("rn", "queue", "owner", "unique_key")
-    search_help_text = (
+    search_help_text = _(
         "An exact rn, queue, worker name (worker-<n>) or unique key; every word given must match."
     )
     ordering = ("-id",)
@@ -207,7 +209,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
             },
         ),
         (
-            "Payload",
+            gettext_lazy("Payload"),
             {"fields": ("spec_json", "result_json", "errors_table", "log_text", "history_note")},
         ),
     )
@@ -298,7 +300,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
     result_json = field_display("result", pretty_json)
     errors_table = field_display("errors", errors_table)
 
-    @admin.display(description="log")
+    @admin.display(description=gettext_lazy("log"))
     def log_text(self, task: Task) -> SafeString | str:
         """What the handler logged in the task's last run (README, "Task logs")."""
         text = task.read_log()
@@ -358,7 +360,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages):
         if task is None:
             self.message_user(
                 request,
-                f"No task has the id or rn “{key}”. Perhaps it was purged?",
+                _("No task has the id or rn “%(key)s”. Perhaps it was purged?") % {"key": key},
                 messages.WARNING,
             )
             return HttpResponseRedirect(reverse("admin:scylla_django_task_changelist"))

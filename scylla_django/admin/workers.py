@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy
 
 from ..enums import Status
 from ..models import Worker, WorkerQuerySet
@@ -125,20 +126,20 @@ class WorkerAdmin(ReadOnly, WorkerAdminBase):
             context["scylla_dashboard_url"] = reverse("admin:scylla_django_task_dashboard")
         return super().changelist_view(request, context)
 
-    @admin.display(description="name", ordering="id")
+    @admin.display(description=gettext_lazy("name"), ordering="id")
     def name(self, worker: Worker) -> str:
         return worker.name
 
-    @admin.display(description="state")
+    @admin.display(description=gettext_lazy("state"))
     def state(self, worker: Worker) -> SafeString:
         liveness = getattr(worker, "liveness", None)
         return status_badge(str(liveness) if liveness else worker.current_state())
 
-    @admin.display(description="queues")
+    @admin.display(description=gettext_lazy("queues"))
     def queue_list(self, worker: Worker) -> str:
         return ", ".join(str(q) for q in worker.queues) if isinstance(worker.queues, list) else ""
 
-    @admin.display(description="running")
+    @admin.display(description=gettext_lazy("running"))
     def running(self, worker: Worker) -> SafeString:
         count = getattr(worker, "running_tasks", None)
         if count is None:
@@ -146,7 +147,7 @@ class WorkerAdmin(ReadOnly, WorkerAdminBase):
         url = changelist_url(owner=worker.name, status=Status.RUNNING)
         return format_html('<a href="{}">{} / {}</a>', url, count, worker.capacity)
 
-    @admin.display(description="holds")
+    @admin.display(description=gettext_lazy("holds"))
     def held(self, worker: Worker) -> SafeString | str:
         tasks = getattr(worker, "held_tasks", None)
         if tasks is None:

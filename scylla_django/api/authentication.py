@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.apps import apps
+from django.utils.translation import gettext as _
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, TokenAuthentication
 
@@ -19,7 +20,7 @@ class ScyllaTokenAuthentication(TokenAuthentication):
 
     def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
         if "\x00" in key:
-            raise exceptions.AuthenticationFailed("Invalid token.")
+            raise exceptions.AuthenticationFailed(_("Invalid token."))
         return super().authenticate_credentials(key)
 
 

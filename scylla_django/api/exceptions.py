@@ -25,6 +25,8 @@ from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import NotSupportedError
 from django.http import Http404
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
@@ -50,7 +52,7 @@ class RequestTooLarge(exceptions.APIException):
     """The request body is larger than `DATA_UPLOAD_MAX_MEMORY_SIZE`."""
 
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_detail = "The request body is too large."
+    default_detail = gettext_lazy("The request body is too large.")
     default_code = "too_large"
 
 
@@ -58,7 +60,7 @@ class BadRequest(exceptions.APIException):
     """A request Django refused as malformed (e.g. too many query parameters)."""
 
     status_code = status.HTTP_400_BAD_REQUEST
-    default_detail = "Bad request."
+    default_detail = gettext_lazy("Bad request.")
     default_code = "bad_request"
 
 
@@ -88,7 +90,8 @@ def _convert(exc: Exception) -> Exception:
         return exceptions.ValidationError(as_serializer_error(exc))
     if isinstance(exc, RequestDataTooBig):
         return RequestTooLarge(
-            f"The request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."
+            _("The request body is larger than %(size)d bytes.")
+            % {"size": settings.DATA_UPLOAD_MAX_MEMORY_SIZE}
         )
     if isinstance(exc, SuspiciousOperation):
         return BadRequest()
@@ -128,8 +131,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         headers["Retry-After"] = str(int(wait))
     body: dict[str, Any]
     if isinstance(exc, exceptions.ValidationError):
-        errors = field_errors(exc.detail) or field_errors(exceptions.ErrorDetail("Invalid input."))
-        name, [first, *_] = next(iter(errors.items()))
+        errors = field_errors(exc.detail) or field_errors(
+            exceptions.ErrorDetail(_("Invalid input."))
+        )
+        name, [first, *_others] = next(iter(errors.items()))
         more = sum(len(e) for e in errors.values()) - 1
         summary = f"{name}: {first['detail']}" + (f" (and {more} more)" if more else "")
         body = {"code": "invalid", "detail": summary, "errors": errors}

@@ -17,6 +17,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.http import QueryDict
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework.exceptions import ErrorDetail
 from rest_framework.exceptions import ValidationError as APIValidationError
@@ -99,7 +100,9 @@ class NoEmptyValuesForm(forms.Form):
         cleaned: dict[str, Any] = super().clean() or {}
         for name in self.fields:
             if isinstance(self.data, QueryDict) and "" in self.data.getlist(name):
-                self.add_error(name, ValidationError("This parameter may not be empty.", "blank"))
+                self.add_error(
+                    name, ValidationError(_("This parameter may not be empty."), "blank")
+                )
         return cleaned
 
 
@@ -237,17 +240,18 @@ def filter_from_body(data: Any, queryset: Any) -> Any:
         return APIValidationError({field: [ErrorDetail(message, code=code)]})
 
     if not isinstance(data, dict):
-        raise invalid("", "Send the filters as a JSON object.", "invalid")
+        raise invalid("", _("Send the filters as a JSON object."), "invalid")
     if not data:
         raise invalid(
-            "", "Give at least one filter (to cancel every task, name the statuses).", "blank"
+            "", _("Give at least one filter (to cancel every task, name the statuses)."), "blank"
         )
     params = QueryDict(mutable=True)
     for name, value in data.items():
         if name not in TaskFilter.base_filters:
             raise invalid(
                 name,
-                f"Unknown filter. Allowed: {', '.join(TaskFilter.base_filters)}.",
+                _("Unknown filter. Allowed: %(names)s.")
+                % {"names": ", ".join(TaskFilter.base_filters)},
                 "unknown_field",
             )
         # JSON types as the schema says: "5" is not an integer and 5 is not a queue name.
@@ -257,9 +261,13 @@ def filter_from_body(data: Any, queryset: Any) -> Any:
         if (kind == "array" and not isinstance(value, list)) or not all(
             isinstance(v, expected) and not isinstance(v, bool) for v in values
         ):
-            raise invalid(name, f"Not a valid value for this filter (a JSON {kind}).", "invalid")
+            raise invalid(
+                name,
+                _("Not a valid value for this filter (a JSON %(kind)s).") % {"kind": kind},
+                "invalid",
+            )
         if not values:
-            raise invalid(name, "Give at least one value.", "blank")
+            raise invalid(name, _("Give at least one value."), "blank")
         params.setlist(name, [str(v) for v in values])
     filterset = TaskFilter(data=params, queryset=queryset)
     if not filterset.is_valid():

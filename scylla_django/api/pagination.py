@@ -21,6 +21,7 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext as _
 from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
 from rest_framework.pagination import BasePagination, CursorPagination
 from rest_framework.request import Request
@@ -122,7 +123,7 @@ class TaskCursorPagination(BasePagination):
         if ordering not in ORDERINGS:
             raise invalid(
                 self.ordering_query_param,
-                f"Order by one of: {', '.join(ORDERINGS)}.",
+                _("Order by one of: %(orderings)s.") % {"orderings": ", ".join(ORDERINGS)},
                 "invalid_choice",
             )
         return ordering
@@ -142,7 +143,7 @@ class TaskCursorPagination(BasePagination):
         except (ValueError, TypeError, binascii.Error, RecursionError):
             raise self.invalid_cursor() from None
         if ordering != self.ordering:
-            raise self.invalid_cursor("This cursor belongs to another ordering.")
+            raise self.invalid_cursor(_("This cursor belongs to another ordering."))
         value = self.check_value(ordering.lstrip("-"), value)
         if isinstance(pk, bool) or not isinstance(pk, int) or not 0 < pk <= MAX_ID:
             raise self.invalid_cursor()
@@ -168,9 +169,9 @@ class TaskCursorPagination(BasePagination):
             raise self.invalid_cursor()
         return value
 
-    def invalid_cursor(self, message: str = "Invalid cursor.") -> NotFound:
+    def invalid_cursor(self, message: str | None = None) -> NotFound:
         """A cursor that is not one of ours: a 404, as with DRF's cursor pagination."""
-        return NotFound(message, code="invalid_cursor")
+        return NotFound(message or _("Invalid cursor."), code="invalid_cursor")
 
     # -- links --------------------------------------------------------------------------------
 

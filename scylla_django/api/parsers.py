@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 from rest_framework import exceptions
 from rest_framework.parsers import JSONParser
 
@@ -32,7 +33,9 @@ class ScyllaJSONParser(JSONParser):
         except RecursionError:
             raise exceptions.ParseError("JSON parse error - nested too deeply.") from None
         except ValueError as exc:
-            raise exceptions.ParseError(f"JSON parse error - {exc}") from None
+            raise exceptions.ParseError(
+                _("JSON parse error - %(error)s") % {"error": exc}
+            ) from None
 
 
 def _reject_constant(name: str) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.utils.translation import gettext_lazy
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
@@ -39,7 +40,7 @@ class HasActionPermission(BasePermission):
     map (e.g. an unsupported method, answered with 405) needs authentication only.
     """
 
-    message = "You do not have permission to perform this action."
+    message = gettext_lazy("You do not have permission to perform this action.")
     code = "permission_denied"
 
     def has_permission(self, request: Request, view: APIView) -> bool:
@@ -55,7 +56,7 @@ class HasActionPermission(BasePermission):
 class ActsAsOwnWorker(BasePermission):
     """The worker the request names is the user's own (or the user is a staff operator)."""
 
-    message = "This worker was registered by another user."
+    message = gettext_lazy("This worker was registered by another user.")
     code = "not_your_worker"
 
     def has_object_permission(self, request: Request, view: APIView, obj: Any) -> bool:

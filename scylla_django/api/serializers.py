@@ -18,15 +18,19 @@ from typing import Any
 
 from django.core.validators import RegexValidator
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 
 from .. import followups
+from ..conf import LEASE_MIN
 from ..enums import EventType, Liveness, Status
 from ..models import MAX_PARENTS, CatchUp, History, Schedule, Task, Worker
 from ..retries import MAX_DELAY as MAX_RETRY_DELAY
 from ..schedules import DEFINITION_KEYS as SCHEDULE_KEYS
+from ..text import positive_duration
 from ..validation import (
     ON_CONFLICT,
     QUEUE_MAX_LENGTH,
@@ -118,7 +122,7 @@ class StrictSerializer(serializers.Serializer[Any]):
 
     def to_internal_value(self, data: Any) -> Any:
         unknown = {
-            key: [ErrorDetail("Unknown field.", code="unknown_field")]
+            key: [ErrorDetail(_("Unknown field."), code="unknown_field")]
             for key in (data if isinstance(data, Mapping) else ())
             if key not in self.fields
         }
@@ -157,7 +161,7 @@ def worker_field() -> StrictCharField:
 # Spelled out: a pattern's `\s` means other characters in Python and in JSON Schema.
 not_blank = RegexValidator(
     r"[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]",
-    "An error code cannot be blank.",
+    gettext_lazy("An error code cannot be blank."),
     code="blank",
 )
 
@@ -353,25 +357,26 @@ class UniqueKeyField(serializers.Field):  # type: ignore[type-arg]
 # A duration as text over HTTP: a whole number from 1 to 999 and a unit. The schema states
 # exactly what is accepted, so a client (or a fuzzer) that follows it is never refused.
 DURATION_TEXT = r"^[1-9][0-9]{0,2}(ms|s|m|h|d|w)$"
+# A lease or an interval as text: the same without milliseconds (a lease lasts at least 1 s).
+LEASE_TEXT = r"^[1-9][0-9]{0,2}(s|m|h|d|w)$"
 
 
-@extend_schema_field(
-    {
-        "oneOf": [
-            {
-                "type": "number",
-                "minimum": 0,
-                "exclusiveMinimum": True,
-                "maximum": MAX_LEASE_SECONDS,
-            },
-            {"type": "string", "pattern": DURATION_TEXT},
-        ]
-    }
-)
+def duration_schema(minimum: float, pattern: str) -> dict[str, Any]:
+    """The OpenAPI schema of a duration field: seconds from `minimum`, or text."""
+    number: dict[str, Any] = {"type": "number", "maximum": MAX_LEASE_SECONDS}
+    number.update({"minimum": minimum} if minimum else {"minimum": 0, "exclusiveMinimum": True})
+    return {"oneOf": [number, {"type": "string", "pattern": pattern}]}
+
+
+@extend_schema_field(duration_schema(0, DURATION_TEXT))
 class DurationInputField(serializers.Field):  # type: ignore[type-arg]
     """A duration sent as seconds (a number above 0) or as text: a whole number from 1 to 999
     and a unit (`500ms`, `30s`, `5m`, `1h`, `7d`, `2w`); passed on as sent, for the submission
     to read with the project's duration rule. Anything else is refused with `error_code`."""
+
+    minimum = 0.0
+    pattern = DURATION_TEXT
+    units = "500ms, 30s, 5m, 1h, 7d, 2w"
 
     def __init__(self, *, error_code: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -379,18 +384,48 @@ class DurationInputField(serializers.Field):  # type: ignore[type-arg]
 
     def to_internal_value(self, data: Any) -> Any:
         number = isinstance(data, int | float) and not isinstance(data, bool)
-        if (number and 0 < data <= MAX_LEASE_SECONDS) or (
-            isinstance(data, str) and re.match(DURATION_TEXT, data)
+        low = self.minimum
+        if (number and (low <= data if low else 0 < data) and data <= MAX_LEASE_SECONDS) or (
+            isinstance(data, str) and re.match(self.pattern, data)
         ):
             return data
+        above = _("of at least %(low)s") % {"low": f"{low:g}"} if low else _("above 0")
         raise serializers.ValidationError(
-            "A duration is a number of seconds above 0, or a whole number from 1 to 999 and a "
-            "unit: 500ms, 30s, 5m, 1h, 7d, 2w.",
+            _(
+                "A duration is a number of seconds %(above)s, or a whole number from 1 to 999 "
+                "and a unit: %(units)s."
+            )
+            % {"above": above, "units": self.units},
             code=self.error_code,
         )
 
     def to_representation(self, value: Any) -> Any:
         return value
+
+
+@extend_schema_field(duration_schema(LEASE_MIN.total_seconds(), LEASE_TEXT))
+class LeaseLengthField(DurationInputField):
+    """A lease length: seconds from `LEASE_MIN` (1 s), or text such as `30s` or `5m`; the
+    seconds as a number."""
+
+    minimum = LEASE_MIN.total_seconds()
+    pattern = LEASE_TEXT
+    units = "30s, 5m, 1h, 7d, 2w"
+
+    def to_internal_value(self, data: Any) -> Any:
+        return positive_duration(super().to_internal_value(data)).total_seconds()
+
+
+@extend_schema_field(duration_schema(0.001, LEASE_TEXT))
+class IntervalField(DurationInputField):
+    """An interval: seconds from 0.001, or text such as `10s`; the seconds as a number."""
+
+    minimum = 0.001
+    pattern = LEASE_TEXT
+    units = "10s, 5m, 1h, 7d, 2w"
+
+    def to_internal_value(self, data: Any) -> Any:
+        return positive_duration(super().to_internal_value(data)).total_seconds()
 
 
 class SubmitSerializer(StrictSerializer):
@@ -477,7 +512,7 @@ class BulkCancelSerializer(StrictSerializer):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if ("filter" in attrs) == ("rns" in attrs):
             raise serializers.ValidationError(
-                ErrorDetail("Give either `filter` or `rns`.", code="invalid")
+                ErrorDetail(_("Give either `filter` or `rns`."), code="invalid")
             )
         return attrs
 
@@ -509,11 +544,13 @@ class HeartbeatSerializer(WorkerActionSerializer):
     """Extend the lease, optionally reporting progress."""
 
     progress = StrictFloatField(required=False, min_value=0.0, max_value=1.0)
-    lease_length = StrictFloatField(
+    lease_length = LeaseLengthField(
+        error_code="invalid_lease_length",
         required=False,
-        min_value=0.001,
-        max_value=MAX_LEASE_SECONDS,
-        help_text="Seconds until the new deadline; `SCYLLA['LEASE_LENGTH']` when omitted.",
+        help_text=(
+            "Seconds (at least 1) or text such as '5m' until the new deadline; "
+            "`SCYLLA['LEASE_LENGTH']` when omitted."
+        ),
     )
 
 
@@ -556,19 +593,17 @@ class RegisterSerializer(StrictSerializer):
     capacity = StrictIntegerField(required=False, min_value=1, max_value=10_000)
     hostname = StrictCharField(required=False, allow_blank=True, max_length=255)
     pid = StrictIntegerField(required=False, allow_null=True, min_value=0, max_value=2**31 - 1)
-    lease_length = StrictFloatField(
+    lease_length = LeaseLengthField(
+        error_code="invalid_lease_length",
         required=False,
-        min_value=0.001,
-        max_value=MAX_LEASE_SECONDS,
-        help_text="Seconds: the worker is dead when unseen this long. "
-        "`SCYLLA['LEASE_LENGTH']` when omitted.",
+        help_text="Seconds (at least 1) or text such as '5m': the worker is dead when unseen "
+        "this long. `SCYLLA['LEASE_LENGTH']` when omitted.",
     )
-    heartbeat_interval = StrictFloatField(
+    heartbeat_interval = IntervalField(
+        error_code="invalid_heartbeat_interval",
         required=False,
-        min_value=0.001,
-        max_value=MAX_LEASE_SECONDS,
-        help_text="Seconds between the worker's calls: it is silent when unseen for two. "
-        "A third of `lease_length` when omitted.",
+        help_text="Seconds or text such as '10s' between the worker's calls: it is silent when "
+        "unseen for two. A third of `lease_length` when omitted.",
     )
 
 
@@ -598,11 +633,13 @@ class LeaseSerializer(StrictSerializer):
 
     queues = queues_field(required=False)
     limit = StrictIntegerField(required=False, min_value=1, max_value=MAX_LEASE_LIMIT)
-    lease_length = StrictFloatField(
+    lease_length = LeaseLengthField(
+        error_code="invalid_lease_length",
         required=False,
-        min_value=0.001,
-        max_value=MAX_LEASE_SECONDS,
-        help_text="Lease length in seconds; `SCYLLA['LEASE_LENGTH']` when omitted.",
+        help_text=(
+            "Lease length: seconds (at least 1) or text such as '5m'; "
+            "`SCYLLA['LEASE_LENGTH']` when omitted."
+        ),
     )
 
 
@@ -733,7 +770,7 @@ class HealthQuerySerializer(serializers.Serializer[Any]):
         getlist = getattr(data, "getlist", None)
         if getlist is not None:
             blank: dict[str, Any] = {
-                str(name): [ErrorDetail("This parameter may not be empty.", code="blank")]
+                str(name): [ErrorDetail(_("This parameter may not be empty."), code="blank")]
                 for name in self.fields
                 if "" in getlist(name)
             }

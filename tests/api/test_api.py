@@ -399,8 +399,10 @@ def test_lease_as_an_unknown_worker_is_404(as_worker, name):
         ({"limit": 0}, "limit", "min_value"),
         ({"limit": 101}, "limit", "max_value"),
         ({"limit": "2"}, "limit", "invalid"),
-        ({"lease_length": 0}, "lease_length", "min_value"),
-        ({"lease_length": True}, "lease_length", "invalid"),
+        ({"lease_length": 0}, "lease_length", "invalid_lease_length"),
+        ({"lease_length": 0.5}, "lease_length", "invalid_lease_length"),
+        ({"lease_length": "500ms"}, "lease_length", "invalid_lease_length"),
+        ({"lease_length": True}, "lease_length", "invalid_lease_length"),
         ({"queues": []}, "queues", "min_length"),
         ({"worker": "worker-2"}, "worker", "unknown_field"),
     ],
@@ -426,6 +428,19 @@ def test_heartbeat_extends_the_lease_and_records_progress(as_worker, mine):
     task = reload(task)
     assert task.progress == 0.5
     assert timedelta(seconds=115) < task.deadline - task.updated <= timedelta(seconds=120)
+
+
+def test_heartbeat_and_lease_take_the_lease_length_as_text(as_worker, mine):
+    task = running_task(mine, rn="t1", lease_length=5)
+    body = {"worker": mine.name, "lease": 1, "lease_length": "3m"}
+    assert post(as_worker, "/tasks/t1/heartbeat/", body).status_code == 200
+    task = reload(task)
+    assert timedelta(seconds=175) < task.deadline - task.updated <= timedelta(seconds=180)
+    TaskFactory(rn="next")
+    response = post(as_worker, f"/workers/{mine.name}/lease/", {"lease_length": "2h"})
+    assert [t["rn"] for t in response.json()["tasks"]] == ["next"]
+    leased = Task.objects.get(rn="next")
+    assert timedelta(minutes=119) < leased.deadline - leased.updated <= timedelta(hours=2)
 
 
 def test_heartbeat_after_the_lease_was_reset_is_409_lease_lost(as_worker, mine):
@@ -592,7 +607,8 @@ def test_worker_operations_need_the_worker(as_worker, mine, operation):
         ({"progress": 1.5}, "progress", "max_value"),
         ({"progress": "0.5"}, "progress", "invalid"),
         ({"progress": True}, "progress", "invalid"),
-        ({"lease_length": -1}, "lease_length", "min_value"),
+        ({"lease_length": -1}, "lease_length", "invalid_lease_length"),
+        ({"lease_length": "-5s"}, "lease_length", "invalid_lease_length"),
         ({"status": "completed"}, "status", "unknown_field"),
         ({"deadline": "2999-01-01T00:00:00Z"}, "deadline", "unknown_field"),
     ],

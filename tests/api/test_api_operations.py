@@ -148,7 +148,20 @@ def test_register_takes_the_intervals(worker_user):
     assert_field_error(
         post(client, "/workers/", {"queues": ["q"], "heartbeat_interval": 0}),
         "heartbeat_interval",
-        "min_value",
+        "invalid_heartbeat_interval",
+    )
+
+
+def test_register_takes_the_intervals_as_text(worker_user):
+    client = client_for(worker_user)
+    response = post(
+        client, "/workers/", {"queues": ["q"], "lease_length": "2m", "heartbeat_interval": "10s"}
+    )
+    assert response.status_code == 201, response.content
+    worker = Worker.objects.get_by_name(response.json()["name"])
+    assert (worker.lease_length, worker.heartbeat_interval) == (
+        timedelta(minutes=2),
+        timedelta(seconds=10),
     )
 
 

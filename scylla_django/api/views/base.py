@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import HttpRequest, JsonResponse
+from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.openapi import AutoSchema
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
@@ -97,14 +98,17 @@ class ScyllaView(ScyllaAuthMixin, APIView):
         unknown = sorted(set(request.query_params) - allowed)
         if unknown:
             hint = (
-                f"Allowed: {', '.join(sorted(allowed))}."
+                _("Allowed: %(names)s.") % {"names": ", ".join(sorted(allowed))}
                 if allowed
-                else "This operation takes no query parameters."
+                else _("This operation takes no query parameters.")
             )
             raise ValidationError(
                 {
                     name: [
-                        ErrorDetail(f"Unknown query parameter. {hint}", code="unknown_parameter")
+                        ErrorDetail(
+                            _("Unknown query parameter. %(hint)s") % {"hint": hint},
+                            code="unknown_parameter",
+                        )
                     ]
                     for name in unknown
                 }
@@ -148,7 +152,7 @@ def get_task(rn: str, *, with_history: bool = False) -> Task:
     try:
         validate_rn(rn)  # else the database would be asked about, e.g., a NUL character
     except DjangoValidationError:
-        raise TaskNotFound(f"No task has rn {rn!r}.", rn=rn) from None
+        raise TaskNotFound(_("No task has rn %(rn)r.") % {"rn": rn}, rn=rn) from None
     tasks = Task.objects.prefetch_related("history") if with_history else Task.objects.all()
     return tasks.get_by_rn(rn)
 
@@ -156,7 +160,7 @@ def get_task(rn: str, *, with_history: bool = False) -> Task:
 @csrf_exempt  # a POST to no route is a 404 too, not Django's CSRF page: nothing is written
 def not_found(request: HttpRequest, path: str = "") -> JsonResponse:
     """Any other path under the API, whatever the method: a 404 in the API's error format."""
-    detail = f"No API route matches {request.path!r}."
+    detail = _("No API route matches %(path)r.") % {"path": request.path}
     if not request.path.endswith("/"):
-        detail += " Routes end with a slash."
+        detail += " " + _("Routes end with a slash.")
     return JsonResponse({"code": "not_found", "detail": detail}, status=404)

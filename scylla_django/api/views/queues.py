@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils.translation import gettext as _
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -67,7 +68,9 @@ def queue_named(name: str) -> str:
     try:
         return validate_queue(name)
     except DjangoValidationError:
-        raise NotFound(f"No queue can be called {name!r}.", code="queue_not_found") from None
+        raise NotFound(
+            _("No queue can be called %(name)r.") % {"name": name}, code="queue_not_found"
+        ) from None
 
 
 def queue_setting(setting: QueueSetting) -> Response:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils.translation import gettext as _
 from rest_framework import status, viewsets
 from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
 from rest_framework.request import Request
@@ -27,7 +28,9 @@ def get_schedule(name: str) -> Schedule:
     """The schedule called `name`, or a 404 `schedule_not_found`."""
     schedule = Schedule.objects.filter(name=name).first() if len(name) <= 100 else None
     if schedule is None:
-        raise NotFound(f"No schedule is called {name!r}.", code="schedule_not_found")
+        raise NotFound(
+            _("No schedule is called %(name)r.") % {"name": name}, code="schedule_not_found"
+        )
     return schedule
 
 
@@ -78,7 +81,7 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
         data = self.parse(ScheduleInputSerializer)
         name = data.pop("name", None)
         if name is None:
-            raise ValidationError({"name": [ErrorDetail("This field is required.", "required")]})
+            raise ValidationError({"name": [ErrorDetail(_("This field is required."), "required")]})
         definition = schedules.clean_definition(name, data)
         try:
             with transaction.atomic():
@@ -87,7 +90,10 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
                 )
         except IntegrityError:
             return Response(
-                {"code": "duplicate_schedule", "detail": f"A schedule {name!r} exists."},
+                {
+                    "code": "duplicate_schedule",
+                    "detail": _("A schedule %(name)r exists.") % {"name": name},
+                },
                 status=status.HTTP_409_CONFLICT,
             )
         schedules.reschedule(schedule)
@@ -152,8 +158,11 @@ def from_settings_conflict(schedule: Schedule) -> Response:
     return Response(
         {
             "code": "from_settings",
-            "detail": f"Schedule {schedule.name!r} comes from SCYLLA['SCHEDULES']: change it "
-            "there (only `enabled` can be changed here).",
+            "detail": _(
+                "Schedule %(name)r comes from SCYLLA['SCHEDULES']: change it there (only "
+                "`enabled` can be changed here)."
+            )
+            % {"name": schedule.name},
         },
         status=status.HTTP_409_CONFLICT,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpResponse
+from django.utils.translation import gettext as _
 from django_filters.rest_framework import (  # type: ignore[import-untyped, unused-ignore]
     DjangoFilterBackend,
 )
@@ -115,7 +116,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     def log(self, request: Request, rn: str) -> HttpResponse:
         text = get_task(rn).read_log()
         if text is None:
-            raise NotFound(f"Task {rn} has no log.", code="no_log")
+            raise NotFound(_("Task %(rn)s has no log.") % {"rn": rn}, code="no_log")
         return HttpResponse(text, content_type="text/plain; charset=utf-8")
 
     @document(
@@ -168,7 +169,10 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         items = request.data
         if not isinstance(items, list) or not 1 <= len(items) <= MAX_BULK_ITEMS:
             raise ValidationError(
-                ErrorDetail(f"Send a list of 1 to {MAX_BULK_ITEMS} tasks.", code="invalid_bulk")
+                ErrorDetail(
+                    _("Send a list of 1 to %(max)d tasks.") % {"max": MAX_BULK_ITEMS},
+                    code="invalid_bulk",
+                )
             )
         outcomes: dict[int, dict[str, Any]] = {}
         valid: list[tuple[int, dict[str, Any]]] = []
@@ -184,8 +188,8 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
                     "outcome": "invalid",
                     "errors": field_errors(serializer.errors),
                 }
-        submitted = Task.objects.submit_many(data for _, data in valid)
-        for (index, _), outcome in zip(valid, submitted, strict=True):
+        submitted = Task.objects.submit_many(data for _index, data in valid)
+        for (index, _data), outcome in zip(valid, submitted, strict=True):
             outcomes[index] = {
                 "index": index,
                 "rn": outcome.rn,
