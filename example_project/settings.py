@@ -1,6 +1,7 @@
 """The example project: a runnable site using scylla_django on SQLite (or DATABASE_URL)."""
 
 import os
+import tempfile
 from pathlib import Path
 
 import dj_database_url
@@ -73,6 +74,8 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 LANGUAGE_CODE = "en-us"
 STATIC_URL = "static/"
+# Files, task logs among them (SCYLLA["TASK_LOG_STORAGE"] is the default storage), go here.
+MEDIA_ROOT = os.environ.get("MEDIA_ROOT", os.path.join(tempfile.gettempdir(), "scylla-example"))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # The API configures itself; these make the rest of the project's DRF views agree with it.

@@ -327,7 +327,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
     result_json = field_display("result", pretty_json)
     errors_table = field_display("errors", errors_table)
 
-    @admin.display(description="log")
+    @admin.display(description=gettext_lazy("log"))
     def log_text(self, task: Task) -> SafeString | str:
         """What the handler logged in the task's last run (README, "Task logs")."""
         text = task.read_log()

@@ -121,7 +121,7 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     def log(self, request: Request, rn: str) -> HttpResponse:
         text = get_task(rn).read_log()
         if text is None:
-            raise NotFound(f"Task {rn} has no log.", code="no_log")
+            raise NotFound(_("Task %(rn)s has no log.") % {"rn": rn}, code="no_log")
         return HttpResponse(text, content_type="text/plain; charset=utf-8")
 
     @document(
