@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from .validation import validate_queue
+from .validation import key_name, limit_names, order_block, validate_locks, validate_queue
 
 #: The options a handler may give defaults for, in the order a submission takes them.
 KEY_OPTIONS = ("unique_key", "locks", "limits", "order_key", "order_on_failure", "rate_key")
@@ -24,8 +24,6 @@ def check_defaults(defaults: Mapping[str, Any]) -> dict[str, Any]:
     """The defaults given (None left out), each checked as far as it can be without a spec or
     a database: a function, or a value the submission would take (TypeError otherwise, at
     decoration). Limits and rates are looked up at submission (and by a system check)."""
-    from .models import keys
-
     checked: dict[str, Any] = {}
     for option, value in defaults.items():
         if option not in KEY_OPTIONS:
@@ -37,13 +35,13 @@ def check_defaults(defaults: Mapping[str, Any]) -> dict[str, Any]:
         if not callable(value):
             try:
                 if option == "locks":
-                    keys.validate_locks(value)
+                    validate_locks(value)
                 elif option == "limits":
-                    keys.limit_names(value)
+                    limit_names(value)
                 elif option == "order_on_failure":
-                    keys.order_block(value)
+                    order_block(value)
                 else:
-                    keys.key_name(value, option)
+                    key_name(value, option)
             except ValidationError as exc:
                 raise TypeError(f"{option}: {' '.join(exc.messages)}") from None
         checked[option] = value

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -342,3 +342,70 @@ class FieldErrors(dict[str, ValidationError]):
         """Raise one ValidationError naming every recorded field, if there is any."""
         if self:
             raise ValidationError(dict(self))
+
+
+# -- the names of keys (locks, limits, order keys, rates) ---------------------------------
+
+#: The longest name of a lock or a limit.
+KEY_NAME_MAX_LENGTH = 200
+
+#: The modes of a lock: "exclusive" (one holder) or "shared" (any number, no exclusive one).
+LOCK_MODES = {"exclusive": "L:", "shared": "S:"}
+
+
+def key_name(value: object, field: str) -> str:
+    """A lock's or a limit's name: a non-empty string of at most KEY_NAME_MAX_LENGTH, without
+    NUL characters (which PostgreSQL cannot store)."""
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > KEY_NAME_MAX_LENGTH
+        or "\x00" in value
+    ):
+        raise ValidationError(
+            f"A name in {field} is a non-empty string of at most {KEY_NAME_MAX_LENGTH} characters"
+            " (no NUL).",
+            code="invalid_key",
+        )
+    return value
+
+
+def validate_locks(locks: object) -> list[str]:
+    """The key elements of `locks`: names (exclusive) or `(name, "shared"|"exclusive")`."""
+    if isinstance(locks, str) or not isinstance(locks, Sequence):
+        raise ValidationError("locks is a list of lock names.", code="invalid_key")
+    elements: dict[str, str] = {}
+    for lock in locks:
+        mode = "exclusive"
+        if isinstance(lock, (tuple, list)):
+            if len(lock) != 2 or lock[1] not in LOCK_MODES:
+                raise ValidationError(
+                    'A lock is a name or (name, "exclusive" | "shared").', code="invalid_key"
+                )
+            lock, mode = lock
+        name = key_name(lock, "locks")
+        if elements.get(name, mode) != mode:
+            raise ValidationError(
+                f"Lock {name!r} is named both shared and exclusive.", code="invalid_key"
+            )
+        elements[name] = mode
+    return [LOCK_MODES[mode] + name for name, mode in elements.items()]
+
+
+def limit_names(limits: object) -> list[str]:
+    """The names in `limits` (a list of names), without repeats; not looked up."""
+    if isinstance(limits, str) or not isinstance(limits, Sequence):
+        raise ValidationError("limits is a list of limit names.", code="invalid_key")
+    return list(dict.fromkeys(key_name(name, "limits") for name in limits))
+
+
+#: order_on_failure: whether an abort for good holds the order key (`order_block`).
+ORDER_ON_FAILURE = {"block": True, "continue": False}
+
+
+def order_block(order_on_failure: object) -> bool:
+    """`order_block` of an `order_on_failure` ("block", the default, or "continue")."""
+    failure = "block" if order_on_failure is None else order_on_failure
+    if not isinstance(failure, str) or failure not in ORDER_ON_FAILURE:
+        raise ValidationError('order_on_failure is "block" or "continue".', code="invalid_key")
+    return ORDER_ON_FAILURE[failure]

@@ -23,8 +23,8 @@ from django.utils.translation import gettext_lazy
 from ..db import Now
 from ..enums import Liveness, Status
 from ..models import TaskQuerySet, Worker
-from ..models.keys import key_name, naming
-from ..validation import queue_validator, validate_unique_key
+from ..models.keys import naming
+from ..validation import key_name, queue_validator, validate_unique_key
 from . import dashboard
 
 # An error code as `validate_errors` accepts it: 1 to 200 characters, not all blank, no NUL.

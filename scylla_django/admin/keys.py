@@ -18,7 +18,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from ..models import Hold, Limit, Rate, Task, key_control
-from ..models.keys import key_name, parse_rate
+from ..models.keys import parse_rate
+from ..validation import key_name
 from .display import CSS, can_view_tasks, changelist_url, moment
 from .task_operations import TaskOperations, logger
 

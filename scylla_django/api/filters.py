@@ -24,8 +24,14 @@ from rest_framework.exceptions import ValidationError as APIValidationError
 
 from ..enums import Liveness, Status
 from ..models import Task, Worker, WorkerQuerySet
-from ..models.keys import KEY_NAME_MAX_LENGTH, naming
-from ..validation import QUEUE_MAX_LENGTH, RN_MAX_LENGTH, queue_validator, rn_validator
+from ..models.keys import naming
+from ..validation import (
+    KEY_NAME_MAX_LENGTH,
+    QUEUE_MAX_LENGTH,
+    RN_MAX_LENGTH,
+    queue_validator,
+    rn_validator,
+)
 from .serializers import clamp_utc
 
 

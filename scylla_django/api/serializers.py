@@ -29,12 +29,14 @@ from ..conf import LEASE_MIN
 from ..enums import EventType, Liveness, Status
 from ..models import MAX_PARENTS, CatchUp, History, Schedule, Task, Worker
 from ..models.key_control import MAX_LIMIT
-from ..models.keys import KEY_NAME_MAX_LENGTH, ORDER_ON_FAILURE, described
+from ..models.keys import described
 from ..retries import MAX_DELAY as MAX_RETRY_DELAY
 from ..schedules import DEFINITION_KEYS as SCHEDULE_KEYS
 from ..text import positive_duration
 from ..validation import (
+    KEY_NAME_MAX_LENGTH,
     ON_CONFLICT,
+    ORDER_ON_FAILURE,
     QUEUE_MAX_LENGTH,
     RN_MAX_LENGTH,
     UNIQUE_KEY_MAX_LENGTH,

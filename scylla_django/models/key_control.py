@@ -21,8 +21,9 @@ from ..conf import scylla_settings
 from ..db import Now
 from ..enums import EventType, Status
 from ..exceptions import InvalidTransition, TaskNotFound
+from ..validation import LOCK_MODES, key_name
 from .history import History
-from .keys import LOCK_MODES, Hold, Key, Limit, Rate, key_name, parse_rate
+from .keys import Hold, Key, Limit, Rate, parse_rate
 
 #: The largest limit an operator may set (a limit above any real concurrency is no limit).
 MAX_LIMIT = 1_000_000

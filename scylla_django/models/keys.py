@@ -20,12 +20,14 @@ from django.db.models import Q, QuerySet
 from .. import db
 from ..conf import scylla_settings
 from ..db import Now
-
-#: The longest name of a lock or a limit.
-KEY_NAME_MAX_LENGTH = 200
-
-#: The modes of a lock: "exclusive" (one holder) or "shared" (any number, no exclusive one).
-LOCK_MODES = {"exclusive": "L:", "shared": "S:"}
+from ..validation import (
+    KEY_NAME_MAX_LENGTH,
+    LOCK_MODES,
+    key_name,
+    limit_names,
+    order_block,
+    validate_locks,
+)
 
 
 class Key(models.Model):
@@ -170,52 +172,6 @@ def parse_rate(value: object) -> tuple[int, float]:
     return int(count), int(number) * unit
 
 
-def key_name(value: object, field: str) -> str:
-    """A lock's or a limit's name: a non-empty string of at most KEY_NAME_MAX_LENGTH, without
-    NUL characters (which PostgreSQL cannot store)."""
-    if (
-        not isinstance(value, str)
-        or not value
-        or len(value) > KEY_NAME_MAX_LENGTH
-        or "\x00" in value
-    ):
-        raise ValidationError(
-            f"A name in {field} is a non-empty string of at most {KEY_NAME_MAX_LENGTH} characters"
-            " (no NUL).",
-            code="invalid_key",
-        )
-    return value
-
-
-def validate_locks(locks: object) -> list[str]:
-    """The key elements of `locks`: names (exclusive) or `(name, "shared"|"exclusive")`."""
-    if isinstance(locks, str) or not isinstance(locks, Sequence):
-        raise ValidationError("locks is a list of lock names.", code="invalid_key")
-    elements: dict[str, str] = {}
-    for lock in locks:
-        mode = "exclusive"
-        if isinstance(lock, (tuple, list)):
-            if len(lock) != 2 or lock[1] not in LOCK_MODES:
-                raise ValidationError(
-                    'A lock is a name or (name, "exclusive" | "shared").', code="invalid_key"
-                )
-            lock, mode = lock
-        name = key_name(lock, "locks")
-        if elements.get(name, mode) != mode:
-            raise ValidationError(
-                f"Lock {name!r} is named both shared and exclusive.", code="invalid_key"
-            )
-        elements[name] = mode
-    return [LOCK_MODES[mode] + name for name, mode in elements.items()]
-
-
-def limit_names(limits: object) -> list[str]:
-    """The names in `limits` (a list of names), without repeats; not looked up."""
-    if isinstance(limits, str) or not isinstance(limits, Sequence):
-        raise ValidationError("limits is a list of limit names.", code="invalid_key")
-    return list(dict.fromkeys(key_name(name, "limits") for name in limits))
-
-
 def validate_limits(limits: object, using: str | None = None) -> list[str]:
     """The key elements of `limits`: names of configured limits (`SCYLLA["LIMITS"]` or a
     Limit row). Writes nothing."""
@@ -265,18 +221,6 @@ def validate_rate(rate_key: object, using: str | None = None) -> str:
         raise ValidationError(f"Unknown rate {name!r}.", code="unknown_rate")
     parse_rate(configured[name])
     return "R:" + name
-
-
-#: order_on_failure: whether an abort for good holds the order key (`order_block`).
-ORDER_ON_FAILURE = {"block": True, "continue": False}
-
-
-def order_block(order_on_failure: object) -> bool:
-    """`order_block` of an `order_on_failure` ("block", the default, or "continue")."""
-    failure = "block" if order_on_failure is None else order_on_failure
-    if not isinstance(failure, str) or failure not in ORDER_ON_FAILURE:
-        raise ValidationError('order_on_failure is "block" or "continue".', code="invalid_key")
-    return ORDER_ON_FAILURE[failure]
 
 
 def unsupported() -> NotSupportedError:

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from ...conf import scylla_settings
 from ...models import Limit, Rate, Task, key_control
-from ...models.keys import key_name
+from ...validation import key_name
 from .. import permissions
 from ..schema import document, errors
 from ..serializers import (
