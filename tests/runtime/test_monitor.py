@@ -170,6 +170,7 @@ def test_each_service_runs_at_its_own_interval_and_tests_can_wait_for_a_run(work
     assert [s.name for s in monitor.services] == [
         "expired leases",
         "follow-ups",
+        "callbacks",
         "schedule ticks",
         "finished tasks",
         "process records",
