@@ -171,6 +171,7 @@ def test_each_service_runs_at_its_own_interval_and_tests_can_wait_for_a_run(work
         "expired leases",
         "follow-ups",
         "expiring tasks",
+        "callbacks",
         "schedule ticks",
         "finished tasks",
         "process records",
