@@ -26,6 +26,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def no_leftover_processes():
+    """After each test, stop what a failing process test left running (tests/processes.py)."""
+    yield
+    from tests.processes import stop_leftovers
+
+    stop_leftovers()
+
+
 @pytest.fixture
 def worker(db) -> Worker:
     return Worker.objects.register(queues=["default"], capacity=4, hostname="test", pid=1)

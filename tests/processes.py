@@ -17,6 +17,9 @@ from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: Every process `start()` made, so that one a failing test left running is stopped after it.
+_started: list[subprocess.Popen] = []
+
 
 def database_url() -> str:
     """A DATABASE_URL for the test database pytest-django created (for child processes).
@@ -64,7 +67,23 @@ def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         text=True,
     )
     process.output = output  # type: ignore[attr-defined]
+    _started.append(process)
     return process
+
+
+def stop_leftovers() -> list[int]:
+    """Kill, by pid, each process of `start()` still running and every process it started
+    (a test that failed before its `finish()` would leave them leasing from the test
+    database); return the pids killed."""
+    killed = []
+    while _started:
+        process = _started.pop()
+        if process.poll() is None:
+            family = [process.pid, *descendants(process.pid)]
+            signal_each(family, signal.SIGKILL)
+            process.wait()
+            killed.extend(family)
+    return killed
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 20, what: str = "") -> None:
