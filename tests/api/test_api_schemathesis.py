@@ -103,6 +103,9 @@ def test_every_operation_conforms(case, auth):
             return
         if response.status_code == 400 and "unknown_queue" in response.text:
             return
+        expiring = any(isinstance(t, dict) and {"expires_in", "expires_at"} & set(t) for t in items)
+        if response.status_code == 400 and expiring and "expires_" in response.text:
+            return  # an expiry the clock or another field refuses, as for `POST /tasks/`
     # A batch's tasks are a bulk submission's items: the same leniency as `bulk`.
     excluded = [negative_data_rejection] if bulk or batch else []
     if case.operation.path.endswith("/tasks/") and {"expires_in", "expires_at"} & set(body):
