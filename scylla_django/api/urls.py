@@ -62,5 +62,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("rates/<path:name>/", RateDetailView.as_view(), name="rate"),
     path("health/", HealthView.as_view(), name="health"),
     path("schema/", SchemaView.as_view(), name="schema"),
-    re_path(r"^(?P<path>.*)$", not_found),
+    # Any other path, a line break in it too: a 404 in the API's own format.
+    re_path(r"^(?P<path>(?s:.*))$", not_found),
 ]

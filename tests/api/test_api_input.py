@@ -166,6 +166,11 @@ def test_odd_rns_in_paths_are_404(staff_api, rn):
     assert_error(staff_api.post(f"{API}/tasks/{rn}/cancel/"), 404, "task_not_found")
 
 
+@pytest.mark.parametrize("path", ["rates/a%0Ab/", "limits/a%0Ab/", "no%0Aroute/"])
+def test_a_line_break_in_a_path_is_a_404_in_the_apis_format(staff_api, path):
+    assert_error(staff_api.patch(f"{API}/{path}", {}, format="json"), 404, "not_found")
+
+
 @pytest.mark.parametrize("name", ["worker-%00", "worker-1%00", "%00"])
 def test_odd_worker_names_in_paths_are_404(staff_api, name):
     assert_error(staff_api.post(f"{API}/workers/{name}/lease/"), 404, "worker_not_found")
