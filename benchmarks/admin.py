@@ -69,7 +69,7 @@ def seed(n: int) -> None:
         cursor.execute(
             """
             INSERT INTO scylla_django_task (rn, queue, spec, priority, status, progress, created,
-                updated, not_before, errors, result, owner, deadline, leases, attempt)
+                updated, not_before, errors, result, owner, deadline, leases, attempt, snoozes)
             SELECT 'bench-' || g, 'q' || (g %% %(queues)s),
                 jsonb_build_object('n', g, 'payload', repeat('x', 100)), (g * 31) %% 256,
                 s.status,
@@ -85,7 +85,7 @@ def seed(n: int) -> None:
                 CASE s.status WHEN 'running' THEN
                     CASE WHEN g %% 10 = 0 THEN now() - interval '5 minutes'
                     ELSE now() + interval '30 seconds' END END,
-                CASE s.status WHEN 'ready' THEN 0 ELSE 1 + (g %% 50 = 0)::int END, 0
+                CASE s.status WHEN 'ready' THEN 0 ELSE 1 + (g %% 50 = 0)::int END, 0, 0
             FROM generate_series(1, %(n)s) AS g
             CROSS JOIN LATERAL (
                 SELECT

@@ -51,7 +51,7 @@ def seed(n: int) -> None:
         cursor.execute(
             """
             INSERT INTO scylla_django_task (rn, queue, spec, priority, status, progress, created,
-                updated, not_before, errors, result, owner, deadline, leases, attempt)
+                updated, not_before, errors, result, owner, deadline, leases, attempt, snoozes)
             SELECT 'bench-' || g, 'q' || (g %% %(queues)s),
                 jsonb_build_object('n', g, 'payload', repeat('x', 100)), (g * 31) %% 256,
                 s.status, CASE s.status WHEN 'completed' THEN 1.0 ELSE 0.0 END,
@@ -60,7 +60,7 @@ def seed(n: int) -> None:
                 CASE WHEN s.status IN ('ready', 'cancelled') THEN NULL
                     ELSE 'worker-' || (1 + g %% 20) END,
                 CASE s.status WHEN 'running' THEN now() + interval '30 seconds' END,
-                CASE s.status WHEN 'ready' THEN 0 ELSE 1 END, 0
+                CASE s.status WHEN 'ready' THEN 0 ELSE 1 END, 0, 0
             FROM generate_series(1, %(n)s) AS g
             CROSS JOIN LATERAL (
                 SELECT now() - interval '10 days' + g * interval '10 days' / %(n)s AS created,

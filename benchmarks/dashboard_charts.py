@@ -86,12 +86,12 @@ def seed(n: int) -> None:
         cursor.execute(
             """
             INSERT INTO scylla_django_task (rn, queue, spec, priority, status, progress, created,
-                updated, not_before, errors, result, owner, deadline, leases, attempt)
+                updated, not_before, errors, result, owner, deadline, leases, attempt, snoozes)
             SELECT 'bench-' || g, 'q' || (g %% %(queues)s), '{}'::jsonb, 0,
                 CASE WHEN g %% 20 = 0 THEN 'aborted' ELSE 'completed' END, 1.0,
                 c.created, c.created + interval '3 minutes', NULL,
                 CASE WHEN g %% 20 = 0 THEN '[{"code": "boom"}]'::jsonb ELSE '[]'::jsonb END,
-                NULL, 'worker-' || (1 + g %% 20), NULL, 1, 0
+                NULL, 'worker-' || (1 + g %% 20), NULL, 1, 0, 0
             FROM generate_series(1, %(n)s) AS g
             CROSS JOIN LATERAL (
                 SELECT now() - interval '7 days' + g * (interval '7 days' - interval '5 minutes')

@@ -70,9 +70,9 @@ def seed(n: int, queues: list[str]) -> None:
         cursor.execute(
             """
             INSERT INTO scylla_django_task (rn, queue, spec, priority, status, progress, created,
-                updated, errors, leases, attempt)
+                updated, errors, leases, attempt, snoozes)
             SELECT 'bench-' || g, (%s::text[])[1 + g %% %s], '{}'::jsonb, (g::bigint * 7919) %% 10,
-                'ready', 0, now() - make_interval(secs => (%s - g) / 1000.0), now(), '[]', 0, 0
+                'ready', 0, now() - make_interval(secs => (%s - g) / 1000.0), now(), '[]', 0, 0, 0
             FROM generate_series(1, %s) AS g
             """,
             [queues, len(queues), n, n],

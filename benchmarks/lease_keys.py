@@ -84,8 +84,8 @@ COMMIT;
 
 INSERT_SQL = """\
 INSERT INTO pgbench_keys_task (rn, queue, spec, priority, status, progress, created, updated,
-  errors, leases, attempt)
-VALUES (gen_random_uuid()::text, 's', '{"n": 1}', 0, 'ready', 0, now(), now(), '[]', 0, 1);
+  errors, leases, attempt, snoozes)
+VALUES (gen_random_uuid()::text, 's', '{"n": 1}', 0, 'ready', 0, now(), now(), '[]', 0, 1, 0);
 """
 
 
@@ -199,9 +199,9 @@ def seed(n: int, keys: int) -> None:
         cursor.execute(
             """
             INSERT INTO scylla_django_task (rn, queue, spec, priority, status, progress, created,
-                updated, errors, leases, attempt, keys)
+                updated, errors, leases, attempt, snoozes, keys)
             SELECT q || '-' || g, q, '{}'::jsonb, 0, 'ready', 0,
-                now() - make_interval(secs => (%s - g) / 1000.0), now(), '[]', 0, 1,
+                now() - make_interval(secs => (%s - g) / 1000.0), now(), '[]', 0, 1, 0,
                 CASE WHEN q = 'k' THEN jsonb_build_array('L:key-' || (g %% %s)) END
             FROM generate_series(1, %s) AS g, unnest(ARRAY['k', 'p']) AS q
             """,

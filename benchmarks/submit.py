@@ -45,7 +45,7 @@ def main() -> None:
     keyed, keyed_cpu, held = [], [], []
     insert = (
         "INSERT INTO scylla_django_task (rn, queue, spec, priority, status, progress, errors,"
-        " leases, attempt) VALUES (%s, 'bench', '{}', 0, 'ready', 0, '[]', 0, 0)"
+        " leases, attempt, snoozes) VALUES (%s, 'bench', '{}', 0, 'ready', 0, '[]', 0, 0, 0)"
     )
     for sample in range(args.samples):
         empty()

@@ -490,8 +490,8 @@ class Bench:
             if script == "lease_complete":
                 cursor.execute(
                     "INSERT INTO pgbench_scylla_task (rn, queue, spec, priority, status, progress,"
-                    " errors, leases, attempt)"
-                    " SELECT 'pg-' || g, 'bench', '{}', 0, 'ready', 0, '[]', 0, 0"
+                    " errors, leases, attempt, snoozes)"
+                    " SELECT 'pg-' || g, 'bench', '{}', 0, 'ready', 0, '[]', 0, 0, 0"
                     " FROM generate_series(1, %s) AS g",
                     [per_client * clients],
                 )
@@ -521,8 +521,8 @@ class Bench:
 PGBENCH_SCRIPTS = {
     "insert": """\
 INSERT INTO pgbench_scylla_task (rn, queue, spec, priority, status, progress, errors, leases,
-  attempt)
-VALUES (gen_random_uuid()::text, 'bench', '{"n": 1}', 0, 'ready', 0, '[]', 0, 0);
+  attempt, snoozes)
+VALUES (gen_random_uuid()::text, 'bench', '{"n": 1}', 0, 'ready', 0, '[]', 0, 0, 0);
 """,
     "lease_complete": """\
 BEGIN;
