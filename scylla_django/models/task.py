@@ -556,11 +556,14 @@ class Task(models.Model):
     cpu_time = models.FloatField(null=True, blank=True, editable=False)
     peak_memory = models.BigIntegerField(null=True, blank=True, editable=False)
 
-    # The batch the task was submitted in (`scylla_django.batches`); a retry stays in it.
+    # The batch the task was submitted in (`scylla_django.batches`); a retry stays in it. No
+    # index of its own: `scylla_task_batch_idx` (partial, batched tasks only) serves every
+    # lookup by batch, so a task outside a batch costs no index entry on each transition.
     batch = models.ForeignKey(
         "Batch",
         on_delete=models.DO_NOTHING,
         db_constraint=False,
+        db_index=False,
         null=True,
         blank=True,
         related_name="tasks",
