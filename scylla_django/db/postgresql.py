@@ -319,8 +319,9 @@ def postgresql_finish(
 ) -> dict[int, datetime]:
     """Complete or abort several leases of `worker` in one statement (PostgreSQL).
 
-    `rows` are `{id, lease, status, result, errors, cpu_time, peak_memory}` with the target
-    status of the complete or abort transition (and what the handler's run used). Each task is
+    `rows` are `{id, lease, status, result, errors, cpu_time, peak_memory, log}` with the
+    target status of the complete or abort transition (what the handler's run used, and its
+    stored log's name if it logged anything). Each task is
     fenced on its lease (the transitions' source status, owner, lease number); a
     data-modifying CTE writes the completion or abort History row of each one that matched.
     Returns the pks written, each with its `updated`.
@@ -352,7 +353,7 @@ def _finish_ctes(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
     ctes = f"""outcome AS (
             SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
                 AS o(id bigint, lease integer, status text, result jsonb, errors jsonb,
-                      cpu_time double precision, peak_memory bigint)
+                      cpu_time double precision, peak_memory bigint, log text)
         ), changed AS (
             UPDATE {task} AS t
             SET status = o.status,
@@ -360,6 +361,7 @@ def _finish_ctes(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
                 result = CASE WHEN o.status = %(completed)s THEN o.result ELSE t.result END,
                 errors = CASE WHEN o.status = %(completed)s THEN t.errors ELSE o.errors END,
                 cpu_time = o.cpu_time, peak_memory = o.peak_memory,
+                log = COALESCE(o.log, t.log),
                 deadline = NULL, updated = statement_timestamp()
             FROM outcome AS o
             -- Found by key, then fenced on the lease (running, owned by the worker, the same

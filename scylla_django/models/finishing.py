@@ -150,6 +150,7 @@ def announce(
         else:
             task.status, task.deadline, task.updated = row["status"], None, done[outcome.pk]
             task.cpu_time, task.peak_memory = row.get("cpu_time"), row.get("peak_memory")
+            task.log = row.get("log") or task.log
             if row["errors"] is None:
                 task.progress, task.result = 1.0, row["result"]
             else:

@@ -37,6 +37,9 @@ class Outcome:
     # `Task.peak_memory`): written with the outcome, None when not measured.
     cpu_time: float | None = None
     peak_memory: int | None = None
+    # The name of the run's stored log (`scylla_django.logs`), named on the row by the
+    # outcome's own write; None leaves the row's as it was.
+    log: str | None = None
     # The leased Task, if the caller holds it: updated in place and sent with `task_finished`
     # instead of being read back.
     task: models.Model | None = field(default=None, repr=False, compare=False)
@@ -44,7 +47,7 @@ class Outcome:
 
 def outcome_rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
     """The rows the batched finish writes: `{id, lease, status, result, errors,
-    cpu_time, peak_memory}`, with the
+    cpu_time, peak_memory, log}`, with the
     target status and the validated result or errors (ValidationError if one is not JSON)."""
     return [
         {
@@ -57,6 +60,7 @@ def outcome_rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
             "errors": None if outcome.errors is None else validate_errors(outcome.errors),
             "cpu_time": outcome.cpu_time,
             "peak_memory": outcome.peak_memory,
+            "log": outcome.log,
         }
         for outcome in outcomes
     ]

@@ -143,6 +143,8 @@ def finish(
                 "cpu_time": row.get("cpu_time"),
                 "peak_memory": row.get("peak_memory"),
             }
+            if row.get("log"):
+                values["log"] = row["log"]
             if completed:
                 values.update(progress=1.0, result=row["result"])
             else:

@@ -6,7 +6,9 @@ handler's thread (or, for an `async def` handler, in its asyncio task) and what 
 A record is matched to its task by a context variable the worker sets around the handler's
 call: threads and asyncio tasks each see their own, so concurrent handlers never mix logs.
 Records still pass through the loggers' levels as the project configured them; `ctx.logger`
-(`scylla_django.task`) logs from INFO unless the project sets its level.
+(`scylla_django.task`) logs from INFO unless the project sets its level. Django's own lines on
+a Django task's start and finish (the `django.tasks` logger) are left out: the task's History
+says as much, and keeping them would store a log for every Django task.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from ..exceptions import LeaseLost, TaskCancelled, WorkerStopping
 from ..handlers import TASK_LOGGER
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# Loggers whose records describe the task's run rather than what its handler did.
+LIFECYCLE_LOGGERS = frozenset({"django.tasks"})
 
 _current: ContextVar[TaskLog | None] = ContextVar("scylla_task_log", default=None)
 _install_lock = threading.Lock()
@@ -91,7 +95,7 @@ class CaptureHandler(logging.Handler):
             if last_resort is not None and record.levelno >= last_resort.level:
                 last_resort.handle(record)
         log = _current.get()
-        if log is None:
+        if log is None or record.name in LIFECYCLE_LOGGERS:
             return
         if self.skip_task_logger and (
             record.name == TASK_LOGGER or record.name.startswith(TASK_LOGGER + ".")

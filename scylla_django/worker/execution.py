@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from django.core.exceptions import ValidationError
 from django.db import connections
 
+from .. import logs
 from ..exceptions import (
     Abort,
     LeaseLost,
@@ -201,8 +202,9 @@ class Execution:
         if not ctx.end():
             raise _Abandoned
         with self._own.used():
-            self._keep_log(ctx, run.log)
-            return self.sink.finish_here(ctx, self._kept(ctx, run.outcome))
+            return self.sink.finish_here(
+                ctx, self._logged(ctx, run.log, self._kept(ctx, run.outcome))
+            )
 
     def _call(self, ctx: TaskContext, run: _Run) -> Any:
         """Call the handler, in this thread's child process under isolation, recording what
@@ -265,6 +267,21 @@ class Execution:
             finally:
                 ctx.handler_running = False
         run.outcome = _timed(outcome, ctx.task, started, run.usage)
+
+    def _logged(
+        self, ctx: TaskContext, log: TaskLog | None, outcome: Outcome | None
+    ) -> Outcome | None:
+        """Store what the handler logged, if anything, before its outcome is written: named on
+        the row by the outcome's own write when it completes or aborts the task (no statement
+        of its own), else by `Task.keep_log`'s."""
+        if log is None or not log.size or outcome is None or outcome.snooze is not None:
+            self._keep_log(ctx, log)
+            return outcome
+        try:
+            return dataclasses.replace(outcome, log=logs.save_log(ctx.task.rn, log.text()))
+        except Exception:  # the storage's failure costs the log, not the task's outcome
+            logger.exception("%s: could not keep the log of %s", self._name(), ctx.task.rn)
+            return outcome
 
     def _keep_log(self, ctx: TaskContext, log: TaskLog | None) -> None:
         """Store what the handler logged, if anything, before its outcome is written."""

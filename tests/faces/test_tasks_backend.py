@@ -43,6 +43,25 @@ def run_worker(*queues: str) -> None:
     TaskWorker(WorkerOptions(list(queues), concurrency=4, poll_interval=0.05)).run(once=True)
 
 
+def test_django_s_own_start_and_finish_lines_are_not_kept_as_a_task_log(settings, tmp_path):
+    """Each Django task logs its start through `django.tasks`; that alone stores no log."""
+    from tests.django_tasks import add
+
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "tasklogs": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(tmp_path)},
+        },
+    }
+    settings.SCYLLA = {**settings.SCYLLA, "TASK_LOG_STORAGE": "tasklogs"}
+    result = add.enqueue(1, 2)
+    run_worker("default")
+    task = Task.objects.get(rn=result.id)
+    assert (task.status, task.result, task.log) == (Status.COMPLETED, 3, None)
+    assert not (tmp_path / "scylla_django").exists()
+
+
 def test_priorities_map_linearly_onto_0_to_255():
     assert [django_priority(p) for p in (-100, -1, 0, 1, 50, 100)] == [0, 126, 128, 129, 191, 255]
 

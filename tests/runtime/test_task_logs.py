@@ -63,6 +63,14 @@ def logs_nothing(ctx):
     return {"quiet": True}
 
 
+@handler("t-log-snooze")
+def logs_then_snoozes(ctx):
+    ctx.logger.info("run %d", ctx.task.snoozes)
+    if ctx.task.snoozes == 0:
+        ctx.snooze(timedelta(minutes=5))
+    return None
+
+
 @pytest.fixture(autouse=True)
 def storage(settings, tmp_path) -> Path:
     """Task logs go to a folder of their own (a storage alias the project names)."""
@@ -94,6 +102,31 @@ def test_what_a_handler_logs_is_kept_with_its_task(storage):
     # In the storage named by the setting, under a name made of the rn (its ':' quoted).
     assert task.log == log_name("job:1") == "scylla_django/logs/job%3A1.log"
     assert (storage / "scylla_django/logs/job%3A1.log").read_text() == text
+
+
+def test_the_outcome_s_own_write_names_the_log(monkeypatch):
+    """A completed or aborted task's log is named by the statement that writes its outcome,
+    not by a statement of its own."""
+
+    def no_statement_of_its_own(task, text):
+        raise AssertionError(f"{task.rn}: the log was named by a statement of its own")
+
+    monkeypatch.setattr(Task, "keep_log", no_statement_of_its_own)
+    done = Task.objects.submit("t-log", {"name": "zeta"}, rn="named:1")
+    failed = Task.objects.submit("t-log", {"name": "eta", "fail": True}, rn="named:2")
+    run("t-log", concurrency=2)
+    for task, status in ((done, Status.COMPLETED), (failed, Status.ABORTED)):
+        task.refresh_from_db()
+        assert (task.status, task.log) == (status, log_name(task.rn))
+        assert "app says" in task.read_log()
+
+
+def test_a_snoozed_task_keeps_the_log_of_the_run_that_snoozed():
+    task = Task.objects.submit("t-log-snooze", {}, rn="snoozer")
+    run("t-log-snooze")
+    task.refresh_from_db()
+    assert (task.status, task.snoozes) == (Status.READY, 1)
+    assert "run 0" in task.read_log()
 
 
 def test_concurrent_handlers_keep_their_own_lines():
