@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.private_postgres import free_port
+from tests.ha.ports import free_ports
 
 BINARY = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 
@@ -44,7 +44,7 @@ class PgBouncer:
         pool_size: int = 3,
     ) -> None:
         self.base = Path(tempfile.mkdtemp(prefix="scylla-pgbouncer-"))
-        self.port = free_port()
+        [self.port] = free_ports(1)
         self.process: subprocess.Popen | None = None
         config = f"""\
 [databases]
