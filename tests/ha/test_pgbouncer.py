@@ -79,7 +79,7 @@ def test_workers_monitor_and_client_through_transaction_pooling(bouncer, tmp_pat
     workers = [worker(env), worker(env)]
     processes = [monitor, *workers]
     try:
-        wait_until(lambda: listening_sessions() >= 2, timeout=20, what="both workers listening")
+        wait_until(lambda: listening_sessions() >= 2, timeout=60, what="both workers listening")
         client = start("shell", "-c", "from tests.ha.pooled_client import main; main()", env=env)
         code, output = finish(client, timeout=60)
         assert code == 0, output
@@ -166,7 +166,7 @@ def test_a_task_is_taken_at_once_through_the_direct_listen(bouncer):
     env = pooled_env(bouncer)
     process = worker(env)
     try:
-        wait_until(lambda: listening_sessions() >= 1, timeout=20, what="the worker listening")
+        wait_until(lambda: listening_sessions() >= 1, timeout=60, what="the worker listening")
         time.sleep(0.5)
         task = Task.objects.submit("t-echo", {"now": True})
         wait_until(
