@@ -106,6 +106,43 @@ def check_unique_keys() -> Iterator[CheckMessage]:
 
 
 @system_check
+def check_listen_database() -> Iterator[CheckMessage]:
+    """scylla_django.W004: a PostgreSQL database behind a transaction-mode pooler whose workers
+    would LISTEN through the pooler.
+
+    A worker's LISTEN needs a server session for as long as it runs; a transaction-mode pooler
+    (PgBouncer's `pool_mode = transaction`) hands the server connection to another client
+    after each transaction, and with it the LISTEN, so the worker's wake-ups are lost (it
+    still polls). A database is taken to be pooled so when its settings have
+    `DISABLE_SERVER_SIDE_CURSORS = True`, the setting Django asks for there.
+    """
+    try:
+        scylla_settings.LISTEN_DATABASE  # noqa: B018 - validates it
+    except ImproperlyConfigured:
+        return  # scylla_django.E001 says so
+    for alias, config in settings.DATABASES.items():
+        if not db.configures_transaction_pooling(config):
+            continue
+        listen_alias = scylla_settings.listen_alias(alias)
+        if db.configures_transaction_pooling(settings.DATABASES[listen_alias]):
+            yield Warning(
+                _(
+                    "Database %(alias)r goes through a transaction-mode pooler "
+                    "(DISABLE_SERVER_SIDE_CURSORS), and its workers would LISTEN through "
+                    "%(listen)r, which cannot keep a LISTEN."
+                )
+                % {"alias": alias, "listen": listen_alias},
+                hint=_(
+                    "Add an alias that reaches the server itself (or a session-mode pool) and "
+                    'name it: SCYLLA["LISTEN_DATABASE"] = {"%(alias)s": "<direct alias>"}; or '
+                    "start workers with --listen-dsn or --no-listen and silence this check."
+                )
+                % {"alias": alias},
+                id="scylla_django.W004",
+            )
+
+
+@system_check
 def check_handler_keys() -> Iterator[CheckMessage]:
     """scylla_django.W020: a handler's default limit or rate (`@handler(limits=[...],
     rate_key=...)`, a value, not a function) is not in `SCYLLA["LIMITS"]`/`SCYLLA["RATES"]`.

@@ -19,6 +19,7 @@
 | `TIMEOUTS` | `{}` | run-time limits by queue, for tasks and handlers that set none |
 | `TIMEOUT_GRACE` | 10 s | how long a task past its timeout may still return before it is aborted |
 | `EAGER` | `False` | run handlers at submit time, on commit, in the submitting process (tests) |
+| `LISTEN_DATABASE` | `None` | the alias a worker's LISTEN connection is made from (a pooler) |
 
 Durations may be given as a `timedelta`, a number of seconds or text such as `"30s"`, `"5m"`,
 `"12h"`, `"7d"`. A lease lasts at least `LEASE_MIN` (1 second).
@@ -59,6 +60,7 @@ DEFAULTS: dict[str, Any] = {
     "EAGER": False,
     "TASK_LOG_MAX_BYTES": 1024 * 1024,
     "TASK_LOG_STORAGE": "default",
+    "LISTEN_DATABASE": None,
 }
 _MODULE_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
@@ -218,6 +220,31 @@ class ScyllaSettings:
                 f"({', '.join(map(repr, django_settings.STORAGES))}), got {value!r}"
             )
         return value
+
+    @property
+    def LISTEN_DATABASE(self) -> str | dict[str, str] | None:
+        """The alias a worker's LISTEN connection is made from, or a dict of them by the alias
+        the worker runs on (see `listen_alias`); None: the worker's own database."""
+        value = self._raw("LISTEN_DATABASE")
+        if value is None:
+            return None
+        aliases = value.values() if isinstance(value, dict) else [value]
+        keys = value.keys() if isinstance(value, dict) else []
+        known = django_settings.DATABASES
+        if not all(isinstance(a, str) and a in known for a in [*aliases, *keys]):
+            raise ImproperlyConfigured(
+                "SCYLLA['LISTEN_DATABASE'] must be an alias of settings.DATABASES "
+                f"({', '.join(map(repr, django_settings.DATABASES))}), or a dict of them by "
+                f"the alias a worker runs on, got {value!r}"
+            )
+        return value if isinstance(value, str) else dict(value)
+
+    def listen_alias(self, using: str) -> str:
+        """The alias whose settings the LISTEN connection of a worker on `using` is made from."""
+        value = self.LISTEN_DATABASE
+        if isinstance(value, dict):
+            return value.get(using, using)
+        return value or using
 
     @property
     def SCHEDULES(self) -> Any:

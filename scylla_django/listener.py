@@ -6,9 +6,10 @@ was cancelled). Notifications only make things faster: the worker still polls, s
 notification (or a lost connection) costs at most a poll interval or a heartbeat interval.
 
 LISTEN needs a session of its own for as long as the worker runs. A transaction-mode pooler
-(PgBouncer's `pool_mode = transaction`) cannot give one: point `dsn` (`scylla_worker
---listen-dsn`) at the server itself, or at a session-mode pool, while the other connections go
-through the pooler.
+(PgBouncer's `pool_mode = transaction`) cannot give one: name a database alias that reaches the
+server itself (or a session-mode pool) in `SCYLLA["LISTEN_DATABASE"]`, or give a connection
+string (`dsn`, `scylla_worker --listen-dsn`), while the other connections go through the
+pooler. The system check `scylla_django.W004` warns of a pooled database without one.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.db import connection
 
@@ -7,8 +9,18 @@ from scylla_django.models import Worker
 
 
 def pytest_collection_modifyitems(config, items):
-    """`@pytest.mark.postgres` tests run only when DATABASE_URL points at PostgreSQL."""
+    """`@pytest.mark.postgres` tests run only when DATABASE_URL points at PostgreSQL;
+    `@pytest.mark.failover` tests only when asked for (`-m failover` or
+    SCYLLA_TEST_FAILOVER=1: they build a Patroni cluster, see docs/deployment.md)."""
     from django.conf import settings
+
+    if "failover" not in (config.getoption("-m") or "") and not os.environ.get(
+        "SCYLLA_TEST_FAILOVER"
+    ):
+        opt_in = pytest.mark.skip(reason="opt-in: -m failover or SCYLLA_TEST_FAILOVER=1")
+        for item in items:
+            if "failover" in item.keywords:
+                item.add_marker(opt_in)
 
     engine = settings.DATABASES["default"]["ENGINE"]
     if "mysql" in engine:

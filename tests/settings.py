@@ -69,6 +69,23 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": DATABASES["default"]["NAME"] + ".test"}
 
 SCYLLA: dict[str, object] = {}
+# Several servers, one of them the primary (tests/ha's failover): "host:port,host:port", tried
+# in turn by libpq for a read-write session.
+if os.environ.get("SCYLLA_TEST_PG_HOSTS"):
+    servers = [server.rsplit(":", 1) for server in os.environ["SCYLLA_TEST_PG_HOSTS"].split(",")]
+    DATABASES["default"]["HOST"] = ",".join(host for host, _ in servers)
+    DATABASES["default"]["PORT"] = ",".join(port for _, port in servers)
+    DATABASES["default"].setdefault("OPTIONS", {})["target_session_attrs"] = "read-write"
+    DATABASES["default"]["OPTIONS"]["connect_timeout"] = 2
+# Behind a transaction-mode pooler (tests/ha): DATABASE_URL is the pooler, so no server-side
+# cursor nor prepared statement; SCYLLA_TEST_LISTEN_URL, if given, reaches the server itself
+# and takes the workers' LISTEN.
+if os.environ.get("SCYLLA_TEST_POOLED"):
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+if os.environ.get("SCYLLA_TEST_LISTEN_URL"):
+    DATABASES["listen"] = dj_database_url.parse(os.environ["SCYLLA_TEST_LISTEN_URL"])
+    DATABASES["listen"]["TEST"] = {"MIRROR": "default"}
+    SCYLLA["LISTEN_DATABASE"] = "listen"
 # A child process's own settings (a worker with a short timeout grace, say), as JSON.
 if os.environ.get("SCYLLA_TEST_SETTINGS"):
     SCYLLA.update(json.loads(os.environ["SCYLLA_TEST_SETTINGS"]))

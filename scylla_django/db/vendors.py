@@ -40,6 +40,19 @@ def configures_mysql(database: Mapping[str, Any]) -> bool:
     return "mysql" in database.get("ENGINE", "")
 
 
+def configures_postgresql(database: Mapping[str, Any]) -> bool:
+    """Whether `database`, an entry of `settings.DATABASES`, is a PostgreSQL database (read
+    from its ENGINE, without connecting: for the system checks)."""
+    return "postgres" in database.get("ENGINE", "")
+
+
+def configures_transaction_pooling(database: Mapping[str, Any]) -> bool:
+    """Whether `database` goes through a transaction-mode pooler, as its settings say:
+    Django asks for `DISABLE_SERVER_SIDE_CURSORS = True` there (a server-side cursor cannot
+    outlive its transaction's server connection), and this app reads it the same way."""
+    return configures_postgresql(database) and bool(database.get("DISABLE_SERVER_SIDE_CURSORS"))
+
+
 def uses_single_statement_transitions(connection: BaseDatabaseWrapper) -> bool:
     """PostgreSQL: each transition, History row included, is one statement (one round trip)."""
     return is_postgresql(connection)

@@ -33,6 +33,7 @@ from django.db import Error as DatabaseError
 
 from .. import db
 from ..child import Setup
+from ..conf import scylla_settings
 from ..handlers import TaskContext
 from ..listener import Listener
 from ..models import Worker
@@ -200,7 +201,7 @@ class TaskWorker:
                 on_ready=self._on_ready,
                 on_stop=self._on_stop,
                 on_connect=self._on_listening,
-                using=options.using,
+                using=scylla_settings.listen_alias(options.using),
                 dsn=options.listen_dsn,
                 name=f"scylla_django {self.name}",
             )

@@ -56,8 +56,9 @@ class WorkerOptions:
       length, so an outcome is written long before its lease could expire.
     - `summary_interval`: seconds between INFO summaries (per-task lines are DEBUG).
     - `listen`: on PostgreSQL, LISTEN for ready tasks and cancellations (see `listener.py`)
-      over the database's own settings, or over `listen_dsn` (a session, not a
-      transaction-mode pooler); polling goes on as a fallback.
+      over the settings of the database `SCYLLA["LISTEN_DATABASE"]` names for `using` (by
+      default `using` itself), or over `listen_dsn` (a session, not a transaction-mode
+      pooler); polling goes on as a fallback.
 
     ValueError when an option is out of range or a queue has no handler (ImproperlyConfigured
     when a default read from the settings is invalid).

@@ -131,8 +131,9 @@ class Command(BaseCommand):
             default=None,
             metavar="DSN",
             help="PostgreSQL: connection string of the LISTEN connection that wakes the worker "
-            "(default: the database's settings). Give the server itself, or a session-mode "
-            "pool, when the database goes through a transaction-mode pooler",
+            "(default: the settings of SCYLLA['LISTEN_DATABASE'], else of the database). Give "
+            "the server itself, or a session-mode pool, when the database goes through a "
+            "transaction-mode pooler",
         )
         parser.add_argument(
             "--no-listen",
