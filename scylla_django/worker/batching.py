@@ -255,9 +255,9 @@ class Batcher:
             result, errors = ctx.decision
         elif raised is not None:
             if isinstance(raised, TaskCancelled | LeaseLost | WorkerStopping) and (
-                raised.rn == ctx.task.rn
+                ctx.stopped or raised.rn == ctx.task.rn
             ):
-                return None
+                return None  # a stop let through (a shutdown's yield): not the member's failure
             result, errors = None, [_error(raised)]
         elif returned is None or isinstance(returned, Mapping):
             result, errors = None if returned is None else returned.get(ctx.task.rn), None
@@ -274,7 +274,7 @@ class Batcher:
 
     def _write(self, outcomes: Sequence[Outcome]) -> None:
         """Write the batch's outcomes in one statement (each row fenced on its own lease),
-        through database outages until the worker stops."""
+        once, then again through a database outage until the worker stops."""
         if not outcomes:
             return
         using = self.options.using
@@ -287,7 +287,11 @@ class Batcher:
                 self.connection.discard()
                 raise
 
-        written = retry(write, "write a batch's outcomes", using=using, stop=self.stopping)
+        try:  # once even when stopping: a batch that ended within the grace period counts
+            written: set[int] | None = write()
+        except DatabaseError as exc:
+            logger.warning("%s cannot write a batch's outcomes (%s)", self.worker.name, exc)
+            written = retry(write, "write a batch's outcomes", using=using, stop=self.stopping)
         if written is None:
             logger.warning(
                 "%s: the outcomes of a batch of %d on %s were not written (stopping)",

@@ -147,3 +147,22 @@ def test_an_async_batch_handler():
     results = [Task.objects.get(pk=t.pk).result for t in tasks]
     assert [r["spec"] for r in results] == [{"n": n} for n in range(6)]
     assert max(r["size"] for r in results) <= 4
+
+
+def test_a_shutdown_yields_a_running_batch_and_aborts_none_of_it():
+    tasks = [Task.objects.submit("t-batch-slow", {"seconds": 30}, rn=f"y{n}") for n in range(3)]
+    process = worker("t-batch-slow")
+    try:
+        wait_until(
+            lambda: Task.objects.filter(status=Status.RUNNING).count() == 3,
+            timeout=10,
+            what="the batch running",
+        )
+    finally:
+        output = stop(process)  # the stop reaches each member's check(): it is let through
+    assert Task.objects.reset_expired() == 3  # yielded: ready at once
+    assert set(
+        Task.objects.filter(pk__in=[t.pk for t in tasks]).values_list("status", flat=True)
+    ) == {Status.READY}
+    assert History.objects.filter(typ=EventType.YIELD).count() == 3
+    assert "yielded" in output
