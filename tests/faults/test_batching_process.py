@@ -40,7 +40,7 @@ def test_tasks_are_leased_in_batches_and_each_gets_its_own_outcome():
     try:
         wait_until(
             lambda: not Task.objects.filter(status__in=[Status.READY, Status.RUNNING]).exists(),
-            timeout=20,
+            timeout=30,
             what="every task finished",
         )
     finally:
@@ -73,7 +73,7 @@ def test_a_batch_waits_up_to_batch_wait_to_fill():
         more = [Task.objects.submit("t-batch", {"n": n}) for n in (1, 2)]
         wait_until(
             lambda: Task.objects.filter(status=Status.COMPLETED).count() == 3,
-            timeout=15,
+            timeout=30,
             what="the batch",
         )
     finally:
@@ -92,7 +92,7 @@ def test_a_raising_batch_aborts_the_members_not_decided():
     try:
         wait_until(
             lambda: not Task.objects.filter(status__in=[Status.READY, Status.RUNNING]).exists(),
-            timeout=15,
+            timeout=30,
             what="the batch",
         )
     finally:
@@ -111,14 +111,14 @@ def test_each_member_has_its_own_heartbeat_and_cancellation():
     try:
         wait_until(
             lambda: Task.objects.filter(status=Status.RUNNING).count() == 3,
-            timeout=10,
+            timeout=30,
             what="the batch running",
         )
         time.sleep(0.5)
         Task.objects.get(rn="s1").cancel()
         wait_until(
             lambda: not Task.objects.filter(status=Status.RUNNING).exists(),
-            timeout=15,
+            timeout=30,
             what="the batch finished",
         )
         # The lease (2 s) was extended for each member while the batch ran 4 s: no reset.
@@ -139,7 +139,7 @@ def test_an_async_batch_handler():
     try:
         wait_until(
             lambda: Task.objects.filter(status=Status.COMPLETED).count() == 6,
-            timeout=15,
+            timeout=30,
             what="the batches",
         )
     finally:
@@ -155,7 +155,7 @@ def test_a_shutdown_yields_a_running_batch_and_aborts_none_of_it():
     try:
         wait_until(
             lambda: Task.objects.filter(status=Status.RUNNING).count() == 3,
-            timeout=10,
+            timeout=30,
             what="the batch running",
         )
     finally:

@@ -64,15 +64,15 @@ def test_a_stopped_worker_cannot_hold_a_task_past_its_limit_the_monitor_aborts_i
     than letting it run again."""
     task = Task.objects.submit("t-spin", {}, timeout=1)
     process = worker(
-        "t-spin", lease="8s", env={"SCYLLA_TEST_SETTINGS": json.dumps({"TIMEOUT_GRACE": 3})}
+        "t-spin", lease="8s", env={"SCYLLA_TEST_SETTINGS": json.dumps({"TIMEOUT_GRACE": 6})}
     )
     monitor = None
     try:
-        # The first heartbeat (a quarter of the lease in) caps the lease at lease + 1 s + 3 s;
+        # The first heartbeat (a quarter of the lease in) caps the lease at lease + 1 s + 6 s;
         # the watchdog would abort the task itself at that limit: freeze the worker before.
         wait_until(
             lambda: Task.objects.filter(pk=task.pk, timeout_at__isnull=False).exists(),
-            timeout=10,
+            timeout=30,  # the worker's start, its lease and a heartbeat, on a loaded machine
             what="the capped heartbeat",
         )
         process.send_signal(signal.SIGSTOP)
@@ -81,7 +81,7 @@ def test_a_stopped_worker_cannot_hold_a_task_past_its_limit_the_monitor_aborts_i
         monitor = start("scylla_monitor", "--interval=0.2", "-v", "2")
         wait_until(
             lambda: Task.objects.get(pk=task.pk).status == Status.ABORTED,
-            timeout=15,
+            timeout=20,
             what="the monitor's abort",
         )
     finally:
