@@ -10,7 +10,7 @@ import time
 import pytest
 
 from scylla_django.enums import EventType, Status
-from scylla_django.models import History, Task
+from scylla_django.models import History, Task, Worker
 from tests.processes import finish, start, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
@@ -69,6 +69,7 @@ def test_a_batch_waits_up_to_batch_wait_to_fill():
     first = Task.objects.submit("t-batch", {"n": 0})
     process = worker("t-batch")
     try:
+        wait_until(lambda: Worker.objects.exists(), timeout=30, what="the worker's start")
         time.sleep(0.3)  # the worker saw one ready task: it waits up to a second for more
         more = [Task.objects.submit("t-batch", {"n": n}) for n in (1, 2)]
         wait_until(
