@@ -136,7 +136,7 @@ class HttpWorker:
         *,
         concurrency: int = 1,
         lease_length: float = 30.0,
-        heartbeat_interval: float = 10.0,
+        heartbeat_interval: float | None = None,
         poll_interval: float = 1.0,
         max_tasks: int | None = None,
         heartbeat_failures: int = 3,
@@ -145,6 +145,7 @@ class HttpWorker:
         self.queues = list(queues)
         self.concurrency = concurrency
         self.lease_length = lease_length
+        # None: the server's default, a quarter of the lease (read back from registration).
         self.heartbeat_interval = heartbeat_interval
         self.poll_interval = poll_interval
         self.max_tasks = max_tasks
@@ -165,12 +166,19 @@ class HttpWorker:
                     "capacity": self.concurrency,
                     "hostname": socket.gethostname()[:255],
                     "pid": os.getpid(),
+                    "lease_length": self.lease_length,
+                    **(
+                        {}
+                        if self.heartbeat_interval is None
+                        else {"heartbeat_interval": self.heartbeat_interval}
+                    ),
                 },
             )
         except ApiError as exc:
             logger.error("could not register: %s", exc)
             return 1
         self.name = worker["name"]
+        self.heartbeat_interval = float(worker["heartbeat_interval"])
         logger.info("%s working on %s", self.name, ", ".join(self.queues))
         beat = threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True)
         beat.start()
@@ -299,7 +307,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--queue", action="append", required=True, help="repeat for more")
     parser.add_argument("--concurrency", type=int, default=1, help="tasks at once")
     parser.add_argument("--lease-length", type=float, default=30.0, help="seconds")
-    parser.add_argument("--heartbeat-interval", type=float, default=10.0, help="seconds")
+    parser.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=None,
+        help="seconds (default: a quarter of the lease length, as the server says)",
+    )
     parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds when idle")
     parser.add_argument("--max-tasks", type=int, default=None, help="exit after this many")
     parser.add_argument("-v", "--verbose", action="store_true")

@@ -37,7 +37,7 @@ from django.core.exceptions import ImproperlyConfigured
 from .durations import short
 from .text import DurationError, positive_duration
 
-# The shortest lease: under it a worker's heartbeat (a third of the lease) cannot keep up.
+# The shortest lease: under it a worker's heartbeat (a quarter of the lease) cannot keep up.
 LEASE_MIN = timedelta(seconds=1)
 
 DEFAULTS: dict[str, Any] = {
@@ -92,6 +92,13 @@ def as_int(value: object, name: str, *, minimum: int, maximum: int | None = None
         bounds = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
         raise ImproperlyConfigured(f"SCYLLA[{name!r}] must be {bounds}, got {value}")
     return value
+
+
+def heartbeat_interval_for(lease_length: timedelta) -> timedelta:
+    """The default heartbeat interval of a lease of `lease_length`: a quarter of it, so that
+    three heartbeats fit in a lease with room to spare (one that fails, and two more, before
+    the lease could expire). Every worker, in-process or over HTTP, defaults to it."""
+    return lease_length / 4
 
 
 class ScyllaSettings:

@@ -17,14 +17,24 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Unpack
 
+from django.core.exceptions import ValidationError
 from django.utils.module_loading import autodiscover_modules
 
 from . import db, queue_keys, retries
 from .conf import scylla_settings
-from .exceptions import InvalidTransition, LeaseLost, ScyllaError, Snooze, TaskCancelled
+from .exceptions import (
+    Abort,
+    InvalidTransition,
+    LeaseLost,
+    ScyllaError,
+    Snooze,
+    TaskCancelled,
+    exception_error,
+)
 from .validation import validate_delay, validate_progress, validate_queue, validate_timeout
 
 if TYPE_CHECKING:
@@ -73,6 +83,10 @@ class TaskContext:
         # The children spawned so far, submitted with the task's completion (`spawn`).
         self.children: list[dict[str, Any]] = []
         self._parent_results: dict[str, Any] | None = None
+        # In a batch (README, "Batched execution"): the member's own outcome, once the batch
+        # handler decided it with `complete()` or `abort()`.
+        self.batched = False
+        self.decision: tuple[Any, list[dict[str, Any]] | None] | None = None
 
     @property
     def spec(self) -> Any:
@@ -169,6 +183,34 @@ class TaskContext:
                 self.stop(exc)
             raise
 
+    def complete(self, result: Any = None) -> None:
+        """In a batch handler: complete this member with `result` (JSON), whatever happens to
+        the rest of the batch. A member is decided once: a later `complete()` or `abort()` is
+        a RuntimeError."""
+        self._decide((result, None))
+
+    def abort(self, reason: BaseException) -> None:
+        """In a batch handler: abort this member with `reason`, an `Abort` (its code) or any
+        exception (the error `exception`, retried as a handler's raise is)."""
+        if isinstance(reason, Abort):
+            errors = [reason.as_error()]
+        elif isinstance(reason, BaseException):
+            errors = [exception_error(reason)]
+        else:
+            raise TypeError(f"abort() takes an Abort or an exception, not {reason!r}")
+        self._decide((None, errors))
+
+    def _decide(self, decision: tuple[Any, list[dict[str, Any]] | None]) -> None:
+        if not self.batched:
+            raise RuntimeError(
+                "complete() and abort() decide a member of a batch; a plain handler returns "
+                "its result or raises"
+            )
+        with self._lock:
+            if self.decision is not None:
+                raise RuntimeError(f"{self.task.rn} was decided already")
+            self.decision = decision
+
     @property
     def stop_reason(self) -> ScyllaError | None:
         """Why the handler should stop, if it should."""
@@ -207,6 +249,7 @@ class HandlerRegistry:
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
         self._timeouts: dict[str, timedelta] = {}
+        self._batches: dict[str, Batching] = {}
 
     def register(self, queue: str, func: Handler) -> None:
         queue = validate_queue(queue)
@@ -236,12 +279,60 @@ class HandlerRegistry:
             return task.timeout
         return self._timeouts.get(task.queue) or scylla_settings.TIMEOUTS.get(task.queue)
 
+    def set_batching(self, queue: str, batching: Batching | None) -> None:
+        """Make `queue`'s handler a batch handler (None: a plain one)."""
+        queue = validate_queue(queue)
+        if batching is None:
+            self._batches.pop(queue, None)
+        else:
+            self._batches[queue] = batching
+
+    def batching_of(self, queue: str) -> Batching | None:
+        """How `queue`'s tasks are batched, if its handler takes batches."""
+        return self._batches.get(queue)
+
     def serves(self, queue: str) -> bool:
         """Whether a handler is registered for `queue`."""
         return queue in self._handlers
 
     def queues(self) -> list[str]:
         return sorted(self._handlers)
+
+
+@dataclass(frozen=True)
+class Batching:
+    """A batch handler's batches: up to `size` tasks, leased once one is ready and `wait`
+    has passed or `size` are ready, whichever comes first."""
+
+    size: int
+    wait: timedelta
+
+    #: The largest batch: one lease statement, one heartbeat, one outcome write for all.
+    MAX_SIZE = 1000
+
+    @classmethod
+    def of(cls, size: object, wait: object) -> Batching | None:
+        """The batching `@handler(batch_size=…, batch_wait=…)` asks for (None: no batches);
+        ValidationError when either is out of range."""
+        if size is None:
+            if wait is not None:
+                raise ValidationError("batch_wait needs a batch_size.", code="invalid_batch_size")
+            return None
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= cls.MAX_SIZE:
+            raise ValidationError(
+                f"batch_size must be an integer 1..{cls.MAX_SIZE}, not {size!r}.",
+                code="invalid_batch_size",
+            )
+        if wait is None or wait == 0 or wait == timedelta(0):
+            return cls(size, timedelta(0))
+        try:
+            waited = validate_timeout(wait)
+        except ValidationError:
+            raise ValidationError(
+                f"batch_wait must be a duration of 0 or more, not {wait!r}.",
+                code="invalid_batch_wait",
+            ) from None
+        return cls(size, waited)
 
 
 registry = HandlerRegistry()
@@ -258,6 +349,8 @@ def handler(
     order_on_failure: Any = None,
     rate_key: Any = None,
     timeout: timedelta | float | str | None = None,
+    batch_size: int | None = None,
+    batch_wait: timedelta | float | str | None = None,
 ) -> Callable[[H], H]:
     """Register the decorated function as the handler of `queues`.
 
@@ -273,6 +366,10 @@ def handler(
     configured is reported by `manage.py check` (`scylla_django.W020`).
     `timeout` is the run-time limit of the queues' tasks that set none (README, "Run-time
     limits"); ValidationError if it is not positive.
+
+    `batch_size` makes it a batch handler (README, "Batched execution"): it is called with a
+    list of up to `batch_size` contexts, leased in one statement once one task is ready and
+    `batch_wait` (default 0) has passed or the batch is full.
     """
     if retry is not None and not isinstance(retry, retries.Retry):
         raise TypeError(f"retry must be a Retry(...), not {retry!r}")
@@ -289,11 +386,13 @@ def handler(
         }
     )
     limit = None if timeout is None else validate_timeout(timeout)
+    batching = Batching.of(batch_size, batch_wait)
 
     def decorate(func: H) -> H:
         for queue in queues:
             registry.register(queue, func)
             registry.set_timeout(queue, limit)
+            registry.set_batching(queue, batching)
             retries.register_policy(queue, retry)
             queue_keys.register_keys(queue, **defaults)
         return func

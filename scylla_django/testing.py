@@ -15,13 +15,16 @@ def test_everything_submitted_runs(transactional_db):
 `run_task()` and `drain()` run the real lease, heartbeat-free, on the test's thread, and write
 outcomes as a worker writes them (retry policies, follow-ups and unique keys included).
 `SCYLLA["EAGER"] = True` runs each task's handler as soon as its submission commits, in the
-submitting process (see `scylla_django.eager`).
+submitting process (see `scylla_django.eager`). `virtual_clock()` (the `scylla_clock` pytest
+fixture) moves the database clock ahead: leases expire, backoffs end, schedules come due.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
+from .db.virtual_clock import VirtualClock
 from .followups import release_followups
 from .handlers import HandlerRegistry
 from .handlers import registry as default_registry
@@ -29,7 +32,7 @@ from .models import Task
 from .worker.foreground import ForegroundRun
 from .worker.foreground import run_task as run_in_foreground
 
-__all__ = ["drain", "run_task"]
+__all__ = ["VirtualClock", "drain", "run_task", "virtual_clock"]
 
 
 def run_task(
@@ -75,3 +78,18 @@ def drain(
         if len(done) >= max_tasks:
             raise RuntimeError(f"drain() ran {max_tasks} tasks and more are ready")
         done.append(run_task(rn, using=using, registry=registry))
+
+
+@contextmanager
+def virtual_clock(using: str = "default") -> Iterator[VirtualClock]:
+    """Shift the database clock of `using` in the block: `clock.advance(timedelta(minutes=10))`
+    and the real lease, monitor, retry and schedule code sees ten minutes pass (PostgreSQL and
+    SQLite; see `scylla_django.db.virtual_clock`). Needs a transactional test: the test's
+    connection is made again on entry and on exit. The `scylla_clock` fixture of
+    `scylla_django.pytest_plugin` is this block around a test."""
+    clock = VirtualClock(using)
+    clock.install()
+    try:
+        yield clock
+    finally:
+        clock.uninstall()

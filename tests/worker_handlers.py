@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
+import uuid
+from datetime import timedelta
 
 from scylla_django import Abort, Snooze, handler
+from scylla_django.exceptions import LeaseLost, TaskCancelled
 
 
 @handler("t-echo")
@@ -189,3 +193,51 @@ def spawn(ctx):
 def sum_parents(ctx):
     """The sum of the parents' results (each a number)."""
     return {"sum": sum(ctx.parent_results.values()), "parents": sorted(ctx.parent_results)}
+
+
+# -- batch handlers (README, "Batched execution") ---------------------------------------------
+
+
+@handler("t-batch", batch_size=5, batch_wait=timedelta(seconds=1))
+def batch(batch):
+    """Decide each member by its spec: abort "fail", complete "done" with its own result; the
+    rest complete with the returned mapping (or None when it names them not)."""
+    call = uuid.uuid4().hex
+    for ctx in batch:
+        if ctx.spec.get("fail"):
+            ctx.abort(Abort("bad", "a member that fails"))
+        elif ctx.spec.get("done"):
+            ctx.complete({"done": True, "size": len(batch), "call": call})
+    return {ctx.task.rn: {"size": len(batch), "call": call, "pid": os.getpid()} for ctx in batch}
+
+
+@handler("t-batch-raise", batch_size=10)
+def batch_raise(batch):
+    """Complete the first member, then raise: the others are aborted."""
+    batch[0].complete("first")
+    raise RuntimeError("the batch broke")
+
+
+@handler("t-batch-slow", batch_size=10, batch_wait=0.3)
+def batch_slow(batch):
+    """Work on each member for spec["seconds"] in steps, checking each member; a stopped member
+    (cancelled, lease lost) is left alone, the others go on."""
+    live = list(batch)
+    deadline = time.monotonic() + max(ctx.spec.get("seconds", 1) for ctx in batch)
+    while time.monotonic() < deadline and live:
+        for ctx in list(live):
+            try:
+                ctx.check()
+            except (TaskCancelled, LeaseLost):
+                live.remove(ctx)
+                continue
+            ctx.set_progress(min(0.99, ctx.progress + 0.01))
+        time.sleep(0.05)
+    return {ctx.task.rn: "worked" for ctx in live}
+
+
+@handler("t-batch-async", batch_size=4)
+async def batch_async(batch):
+    """An `async def` batch handler: each member's result is its spec."""
+    await asyncio.sleep(0.01)
+    return {ctx.task.rn: {"spec": ctx.spec, "size": len(batch)} for ctx in batch}

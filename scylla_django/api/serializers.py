@@ -805,7 +805,8 @@ class RegisterSerializer(StrictSerializer):
         error_code="invalid_heartbeat_interval",
         required=False,
         help_text="Seconds or text such as '10s' between the worker's calls: it is silent when "
-        "unseen for two. A third of `lease_length` when omitted.",
+        "unseen for two. A quarter of `lease_length` when omitted (three heartbeats fit in a "
+        "lease with room to spare).",
     )
 
 
@@ -814,6 +815,11 @@ class WorkerSerializer(serializers.ModelSerializer[Worker]):
 
     name = serializers.CharField(read_only=True)
     queues = serializers.ListField(child=serializers.CharField(), read_only=True)
+    heartbeat_interval = SecondsField(
+        help_text="Seconds between the worker's heartbeats: what it sent, else a quarter of "
+        "`lease_length` (three heartbeats fit in a lease with room to spare)."
+    )
+    lease_length = SecondsField()
 
     class Meta:
         model = Worker
@@ -826,6 +832,8 @@ class WorkerSerializer(serializers.ModelSerializer[Worker]):
             "started",
             "last_seen",
             "stopped",
+            "heartbeat_interval",
+            "lease_length",
         ]
         read_only_fields = fields
 
@@ -904,15 +912,11 @@ class WorkerStateSerializer(WorkerSerializer):
     for two heartbeat intervals; `dead` when unseen for its lease length; `stopped`."""
 
     state = serializers.ChoiceField(choices=Liveness.choices, read_only=True, source="liveness")
-    heartbeat_interval = SecondsField()
-    lease_length = SecondsField()
 
     class Meta(WorkerSerializer.Meta):
         fields = [
             *WorkerSerializer.Meta.fields,
             "state",
-            "heartbeat_interval",
-            "lease_length",
             "silent_at",
             "dead_at",
         ]

@@ -10,11 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import connections, models
-from django.db.models import Max
+from django.db.models import F, Max
 
 from .. import db, signals
 from ..conf import scylla_settings
 from ..enums import TRANSITIONS, EventType, Operation, event, sources
+from ..exceptions import TaskTimedOut, error_record
 from .history import History
 from .notices import send_on_commit
 from .successors import follow_with_retries
@@ -108,14 +109,22 @@ def purge(
 
 
 def reset_batch(tasks: models.QuerySet[Any], size: int) -> int:
-    """Reset or abort up to `size` expired leases in one transaction; return how many."""
+    """Reset or abort up to `size` expired leases in one transaction; return how many.
+
+    A lease that expired at its run-time limit (`deadline == timeout_at`: the worker's
+    heartbeat capped it there) is aborted with `timeout`; one of a task that has had
+    `MAX_LEASES` leases with `max_leases_exceeded`; the others are made ready. An abort is
+    followed by a retry where the task's policy covers it, as a worker's abort is.
+    """
     manager = tasks.model.objects.using(tasks.db)
     with db.write_atomic(tasks.db):
         rows = list(
             manager.expired()
             .select_for_update(skip_locked=True)
             .order_by("deadline")
-            .values("pk", "owner", "progress", "leases", "snoozes", "queue")[:size]
+            .values(
+                "pk", "owner", "progress", "leases", "snoozes", "queue", "deadline", "timeout_at"
+            )[:size]
         )
         if not rows:
             return 0
@@ -134,20 +143,54 @@ def reset_batch(tasks: models.QuerySet[Any], size: int) -> int:
             .filter(pk__in=last_ids, typ=EventType.YIELD)
             .values_list("task_id", flat=True)
         )
+        # A lease that expired at its run-time limit (the heartbeat capped it there) ran past
+        # its timeout: the task is aborted with `timeout`, as its worker would have done.
+        timed_out = {
+            row["pk"]
+            for row in rows
+            if row["pk"] not in yielded
+            and row["timeout_at"] is not None
+            and row["deadline"] == row["timeout_at"]
+        }
         max_leases = scylla_settings.MAX_LEASES
         # A lease its own handler ended with a snooze is not one that timed out: not counted.
         exhausted = {
             row["pk"]
             for row in rows
             if row["pk"] not in yielded
+            and row["pk"] not in timed_out
             and max_leases is not None
             and row["leases"] - row["snoozes"] >= max_leases
         }
+        aborted = exhausted | timed_out
         reset, exhaust = TRANSITIONS[Operation.RESET], TRANSITIONS[Operation.EXHAUST]
         now = db.read_clock(tasks.db)
-        manager.filter(pk__in=set(ids) - exhausted, status__in=sources(Operation.RESET)).update(
-            status=reset.target, owner=None, deadline=None, progress=0.0, updated=now
+        manager.filter(pk__in=set(ids) - aborted, status__in=sources(Operation.RESET)).update(
+            status=reset.target,
+            owner=None,
+            deadline=None,
+            timeout_at=None,
+            progress=0.0,
+            updated=now,
         )
+        if timed_out:
+            # Fenced on the lease still ending at its limit, as read under the row lock.
+            manager.filter(
+                pk__in=timed_out,
+                status__in=sources(Operation.EXHAUST),
+                deadline=F("timeout_at"),
+            ).update(
+                status=exhaust.target,
+                deadline=None,
+                errors=[
+                    error_record(
+                        TaskTimedOut.code,
+                        "The lease expired at the task's run-time limit (timeout plus "
+                        "TIMEOUT_GRACE): its worker did not end the task.",
+                    )
+                ],
+                updated=now,
+            )
         if exhausted:
             manager.filter(pk__in=exhausted, status__in=sources(Operation.EXHAUST)).update(
                 status=exhaust.target,
@@ -161,21 +204,20 @@ def reset_batch(tasks: models.QuerySet[Any], size: int) -> int:
                 ],
                 updated=now,
             )
-            follow_with_retries(manager, exhausted)
+        follow_with_retries(manager, aborted)
         events = []
         for row in rows:
             if row["pk"] in yielded:
                 continue
             events.append(History.of(row, event(Operation.RESET), now))
-            if row["pk"] in exhausted:
-                aborted = event(Operation.EXHAUST)
-                events.append(History(task_id=row["pk"], typ=aborted, time=now))
+            if row["pk"] in aborted:
+                events.append(History(task_id=row["pk"], typ=event(Operation.EXHAUST), time=now))
         History.objects.using(tasks.db).bulk_create(events)
         if db.uses_single_statement_transitions(connections[tasks.db]):
-            made_ready = [row["queue"] for row in rows if row["pk"] not in exhausted]
+            made_ready = [row["queue"] for row in rows if row["pk"] not in aborted]
             db.postgresql_notify(tasks.db, db.READY_CHANNEL, made_ready)
     if any(s.has_listeners(tasks.model) for s in (signals.task_reset, signals.task_finished)):
         for task in manager.filter(pk__in=ids):
-            signal = signals.task_finished if task.pk in exhausted else signals.task_reset
+            signal = signals.task_finished if task.pk in aborted else signals.task_reset
             send_on_commit(signal, tasks.db, task=task, status=task.status)
     return len(rows)

@@ -14,7 +14,7 @@ from django.db import models
 from django.db.models import Case, Max, Q, Value, When
 
 from .. import db, validation
-from ..conf import scylla_settings
+from ..conf import heartbeat_interval_for, scylla_settings
 from ..db import Now
 from ..enums import (
     Liveness,
@@ -99,7 +99,8 @@ class WorkerQuerySet(LivenessQuerySet["Worker"]):
 
         `user` is who registered it over HTTP: only they (or staff) may act as it there.
         `lease_length` (default `SCYLLA['LEASE_LENGTH']`) and `heartbeat_interval` (default a
-        third of it) say when the worker counts as silent and dead if it is not seen again.
+        quarter of it, as for every worker) say when the worker counts as silent and dead if
+        it is not seen again.
         """
         queues = validate_queues(queues)
         if (
@@ -256,8 +257,9 @@ def _liveness_intervals(
 ) -> tuple[timedelta, timedelta]:
     """A worker's lease length and heartbeat interval, defaulted and validated."""
     lease = validate_timeout(scylla_settings.LEASE_LENGTH if lease_length is None else lease_length)
-    interval = lease / 3 if heartbeat_interval is None else validate_timeout(heartbeat_interval)
-    return lease, interval
+    if heartbeat_interval is None:
+        return lease, heartbeat_interval_for(lease)
+    return lease, validate_timeout(heartbeat_interval)
 
 
 def _liveness_q(state: Liveness, *, worker_fallback: bool) -> Q:
@@ -272,7 +274,8 @@ def _liveness_q(state: Liveness, *, worker_fallback: bool) -> Q:
     if worker_fallback:
         lease = scylla_settings.LEASE_LENGTH
         dead |= Q(dead_at__isnull=True, last_seen__lte=db.now_plus(-lease))
-        silent |= Q(silent_at__isnull=True, last_seen__lte=db.now_plus(-2 * lease / 3))
+        interval = heartbeat_interval_for(lease)
+        silent |= Q(silent_at__isnull=True, last_seen__lte=db.now_plus(-2 * interval))
     running = Q(stopped__isnull=True)
     if state == Liveness.STOPPED:
         return ~running

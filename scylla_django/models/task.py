@@ -403,7 +403,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
 
         `limits` maps a task pk to the time (on the database clock) past which its lease is
         never extended: its deadline becomes the earlier of the two, so a task past its
-        run-time limit loses its lease however long its worker heartbeats it.
+        run-time limit loses its lease however long its worker heartbeats it. The limit is
+        written to `timeout_at` too: a lease that expires at it is aborted with `timeout` by
+        the monitor (`reset_expired`), never made ready again.
         """
         name = worker_name(worker)
         lease_length = validate_timeout(
@@ -429,6 +431,17 @@ class TaskQuerySet(models.QuerySet["Task"]):
             Case(*capped, default=extended, output_field=DateTimeField()) if capped else extended
         )
         values: dict[str, Any] = {"deadline": deadline, "updated": Now()}
+        if capped:
+            # The limit itself, so that the monitor knows a lease that expired at it timed out.
+            values["timeout_at"] = Case(
+                *[
+                    When(pk=pk, then=Value(limit, output_field=DateTimeField()))
+                    for pk, limit in (limits or {}).items()
+                    if pk in leases
+                ],
+                default=F("timeout_at"),
+                output_field=DateTimeField(),
+            )
         progress = [
             When(pk=pk, then=Value(validate_progress(value)))
             for pk, (_, value) in leases.items()
@@ -501,6 +514,11 @@ class Task(models.Model):
     # The task's run-time limit (README, "Run-time limits"); null: its handler's, else its
     # queue's (`SCYLLA['TIMEOUTS']`), else none.
     timeout = models.DurationField(null=True, blank=True)
+    # The database time past which the current lease is never extended: its start plus its
+    # run-time limit and TIMEOUT_GRACE, written by the worker's heartbeat (null: none known).
+    # A lease that expires at exactly this time ran into its limit: the monitor aborts the task
+    # with `timeout` instead of making it ready again.
+    timeout_at = models.DateTimeField(null=True, blank=True, editable=False)
     # Retry chains (scylla_django.retries): a retry is a new task, linked by rn to the task it
     # follows and to the first task of its chain (the first task too, once it has a retry;
     # null on a task never retried).

@@ -7,6 +7,7 @@ arguments and calls it. It wires the parts, one concept each:
 - `options`: `WorkerOptions`, what the worker is told;
 - `slots`: what is in hand, and the free slots a lease may claim;
 - `leasing`: the lease loop, on the caller's thread (it runs `run()`);
+- `batching`: a thread per batch handler's queue, leasing and running its batches;
 - `execution`: handler threads for plain handlers, an event loop thread for `async def` ones;
 - `isolation`: under `isolation="process"`, a child process per handler thread;
 - `resources`: what each handler's run uses (CPU time, peak memory), and `max_memory`;
@@ -38,6 +39,7 @@ from ..handlers import TaskContext
 from ..listener import Listener
 from ..models import Worker
 from ..resources import MB, current_memory
+from .batching import Batcher, batch_queues, with_batches
 from .database import WorkerConnection, retry
 from .execution import Execution, start_daemon
 from .heartbeat import Heartbeat
@@ -83,6 +85,8 @@ class TaskWorker:
         )
         self._heartbeat: Heartbeat | None = None
         self._connection = WorkerConnection(options.using)
+        self._batchers: list[Batcher] = []
+        self._batches_done = threading.Event()  # the batchers stop: the worker is stopping
 
     @property
     def name(self) -> str:
@@ -148,10 +152,23 @@ class TaskWorker:
             isolation=isolation,
             after_task=self._check_memory if options.max_memory is not None else None,
         )
+        self._batchers = [
+            Batcher(
+                options,
+                worker,
+                queue,
+                connection=self._connection,
+                watchdog=self._watchdog,
+                stopping=self._batches_done,
+                once=once,
+            )
+            for queue in batch_queues(options)
+        ]
+        in_hand = with_batches(self._slots.in_hand, self._batchers)
         heartbeat = self._heartbeat = Heartbeat(
             options,
             worker,
-            self._slots.in_hand,
+            in_hand,
             lambda: summary.log_when_due(self.name, self._slots.held()),
             self._connection,
             watchdog=self._watchdog,
@@ -196,6 +213,9 @@ class TaskWorker:
             ),
         ]
         execution.start(writer)
+        batch_threads = [
+            start_daemon(batcher.run, f"scylla-batch-{batcher.queue}") for batcher in self._batchers
+        ]
         if options.listen and db.can_listen(options.using):
             self.listener = Listener(
                 on_ready=self._on_ready,
@@ -209,10 +229,13 @@ class TaskWorker:
         try:
             leasing.run(once=once)
             self._slots.wait_until_empty(self.stopping.is_set)  # finish the tasks in hand
+            if once:
+                for thread in batch_threads:
+                    thread.join()
         finally:
             if self.listener is not None:
                 self.listener.close()
-            self._shutdown(worker, heartbeat, writer, execution, summary)
+            self._shutdown(worker, heartbeat, writer, execution, summary, batch_threads)
             heartbeat.close()
             self._watchdog.close()
             writer.close()
@@ -228,15 +251,21 @@ class TaskWorker:
         writer: OutcomeWriter,
         execution: Execution,
         summary: Summary,
+        batch_threads: list[threading.Thread],
     ) -> None:
-        """Write the outcomes waiting, yield what is still in hand (running or prefetched),
-        give handlers the grace period, record the stop."""
+        """Write the outcomes waiting, yield what is still in hand (running or prefetched,
+        batches too), give handlers the grace period, record the stop."""
         writer.flush(timeout=min(5.0, self.options.grace_period))
-        heartbeat.give_back(self._slots.in_hand())
+        self._batches_done.set()
+        heartbeat.give_back(with_batches(self._slots.in_hand, self._batchers)())
         deadline = time.monotonic() + self.options.grace_period
         self._slots.wait_until_empty(lambda: time.monotonic() >= deadline)
+        for thread in batch_threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
         self._grace_over.set()
-        running = self._slots.running()
+        running = self._slots.running() + [
+            ctx.task.rn for b in self._batchers for ctx in b.in_hand() if ctx.handler_running
+        ]
         self.abandoned = running
         if running:
             logger.warning(
@@ -291,6 +320,9 @@ class TaskWorker:
     def _on_ready(self, queue: str) -> None:
         if queue in self.options.queues:
             self.wake()
+        for batcher in self._batchers:
+            if batcher.queue == queue:
+                batcher.wake()
 
     def _on_stop(self, worker: str) -> None:
         if worker == self.name and self._heartbeat is not None:

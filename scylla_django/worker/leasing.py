@@ -14,6 +14,7 @@ from django.db import connections
 from .. import db
 from ..handlers import TaskContext
 from ..models import Task, Worker
+from .batching import plain_queues
 from .database import WorkerConnection
 from .execution import Execution
 from .options import WorkerOptions
@@ -44,6 +45,8 @@ class LeaseLoop:
         self.execution = execution
         self.stopping = stopping
         self._wakeup = wakeup
+        # A batch handler's queue is leased by its batcher (batching.py), not here.
+        self.queues = plain_queues(options)
 
     def run(self, *, once: bool = False) -> None:
         """Lease until stopped; with `once`, lease one batch (up to `concurrency` tasks) and
@@ -51,7 +54,7 @@ class LeaseLoop:
         options = self.options
         failures = db.DatabaseRetry(options.using)
         while not self.stopping.is_set():
-            if self.slots.exhausted():
+            if self.slots.exhausted() or (once and not self.queues):
                 break
             self._wakeup.clear()  # before leasing: a wake-up during the lease is not lost
             free = self.slots.free()
@@ -59,7 +62,7 @@ class LeaseLoop:
                 # Other handlers are busy and may be about to finish: a moment's wait lets one
                 # lease fill several slots instead of one statement per slot.
                 self.stopping.wait(options.batch_wait)
-            claim = self.slots.claim()
+            claim = self.slots.claim(lease=bool(self.queues))
             if claim.size > 0:
                 try:
                     started = self._lease(claim)
@@ -90,7 +93,7 @@ class LeaseLoop:
                 db.use_worker_plans(connections[using])  # a connection of the worker's own
                 tasks = Task.objects.using(using).lease(
                     self.worker,
-                    self.options.queues,
+                    self.queues,
                     limit=claim.size,
                     lease_length=self.options.lease_length,
                 )

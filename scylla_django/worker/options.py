@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 from datetime import timedelta
 
-from ..conf import scylla_settings
+from ..conf import heartbeat_interval_for, scylla_settings
 from ..handlers import HandlerRegistry
 from ..handlers import registry as default_registry
 from ..validation import validate_queues
@@ -122,4 +122,4 @@ class WorkerOptions:
     @property
     def heartbeat_seconds(self) -> float:
         """The heartbeat interval in force: `heartbeat_interval`, or a quarter of the lease."""
-        return self.heartbeat_interval or self.lease_length.total_seconds() / 4
+        return self.heartbeat_interval or heartbeat_interval_for(self.lease_length).total_seconds()

@@ -25,6 +25,7 @@ from .. import db
 from ..exceptions import InvalidTransition, ScyllaError
 from ..handlers import TaskContext
 from ..models import Outcome, Task, Worker
+from .batching import plain_queues
 from .database import WorkerConnection
 from .execution import Execution
 from .heartbeat import Heartbeat
@@ -310,7 +311,7 @@ class OutcomeWriter:
             written, tasks = Task.objects.using(using).finish_and_lease(
                 self.worker,
                 [outcome for _, outcome in batch],
-                self.options.queues,
+                plain_queues(self.options),  # a batch handler's queue is its batcher's
                 limit=limit,
                 lease_length=self.options.lease_length,
             )

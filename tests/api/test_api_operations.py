@@ -9,7 +9,9 @@ import pytest
 from django.db.models.functions import Now
 
 from scylla_django.enums import EventType, Status
+from scylla_django.handlers import HandlerRegistry
 from scylla_django.models import Task, Worker
+from scylla_django.worker import WorkerOptions
 from tests.factories import running_task
 from tests.helpers import (
     API,
@@ -150,6 +152,23 @@ def test_register_takes_the_intervals(worker_user):
         "heartbeat_interval",
         "invalid_heartbeat_interval",
     )
+
+
+def test_an_http_worker_heartbeats_a_quarter_of_its_lease_by_default(worker_user, settings):
+    """The rule of every worker: three heartbeats fit in a lease with room to spare."""
+    registry = HandlerRegistry()
+    registry.register("q", lambda ctx: None)
+    client = client_for(worker_user)
+    body = post(client, "/workers/", {"queues": ["q"], "lease_length": 60}).json()
+    assert body["heartbeat_interval"] == 15.0
+    in_process = WorkerOptions(["q"], lease_length=timedelta(seconds=60), registry=registry)
+    assert body["heartbeat_interval"] == in_process.heartbeat_seconds
+    settings.SCYLLA = {"LEASE_LENGTH": "20s"}
+    body = post(client, "/workers/", {"queues": ["q"]}).json()
+    assert (body["lease_length"], body["heartbeat_interval"]) == (20.0, 5.0)
+    worker = Worker.objects.get_by_name(body["name"])
+    assert worker.heartbeat_interval == timedelta(seconds=5)
+    assert 3 * worker.heartbeat_interval < worker.lease_length
 
 
 def test_register_takes_the_intervals_as_text(worker_user):

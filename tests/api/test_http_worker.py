@@ -6,6 +6,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from datetime import timedelta
 
 import pytest
 
@@ -17,7 +19,8 @@ from tests.processes import ROOT, wait_until
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
 
 WORKER = [sys.executable, str(ROOT / "examples" / "http_worker.py")]
-FAST = ["--poll-interval", "0.1", "--heartbeat-interval", "0.2", "--lease-length", "5", "-v"]
+BASE = ["--poll-interval", "0.1", "-v"]
+FAST = [*BASE, "--heartbeat-interval", "0.2", "--lease-length", "5"]
 
 
 @pytest.fixture
@@ -26,9 +29,9 @@ def start(live_server):
     token = token_header(make_user("http-worker", "work_task")).removeprefix("Token ")
     processes: list[subprocess.Popen[str]] = []
 
-    def start(*args: str) -> subprocess.Popen[str]:
+    def start(*args: str, options: list[str] = FAST) -> subprocess.Popen[str]:
         process = subprocess.Popen(
-            [*WORKER, "--url", f"{live_server.url}/api/scylla/", "--queue", "http", *FAST, *args],
+            [*WORKER, "--url", f"{live_server.url}/api/scylla/", "--queue=http", *options, *args],
             env={**os.environ, "SCYLLA_TOKEN": token},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -47,6 +50,27 @@ def start(live_server):
 def finish(process: subprocess.Popen[str], timeout: float = 20) -> tuple[int, str]:
     output, _ = process.communicate(timeout=timeout)
     return process.returncode, output
+
+
+def test_it_heartbeats_a_quarter_of_its_lease_by_default(start):
+    task = Task.objects.submit("http", {"seconds": 30}, rn="long")
+    process = start("--lease-length", "2", options=BASE)
+    wait_until(lambda: Worker.objects.exists(), what="registration")
+    worker = Worker.objects.get()
+    assert (worker.lease_length, worker.heartbeat_interval) == (
+        timedelta(seconds=2),
+        timedelta(seconds=0.5),
+    )
+    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="leased")
+    first = Task.objects.get(pk=task.pk).deadline
+    # Heartbeats every half second keep the 2 s lease: it is extended, never lost.
+    wait_until(lambda: Task.objects.get(pk=task.pk).deadline > first, what="a heartbeat")
+    time.sleep(2.5)
+    assert Task.objects.get(pk=task.pk).status == Status.RUNNING
+    assert Task.objects.reset_expired() == 0
+    process.send_signal(signal.SIGTERM)
+    code, output = finish(process)
+    assert code == 0, output
 
 
 def test_it_completes_a_task_and_aborts_one_that_fails(start):

@@ -56,6 +56,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "metrics",
         "apps",
         "testing",
+        "pytest_plugin",
         "__init__",
     ),
 }

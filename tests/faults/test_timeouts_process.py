@@ -58,6 +58,49 @@ def test_an_endless_handler_is_aborted_with_timeout_and_the_worker_keeps_serving
     assert "aborting the task (timeout)" in output
 
 
+def test_a_stopped_worker_cannot_hold_a_task_past_its_limit_the_monitor_aborts_it():
+    """The database backs the limit: a worker frozen (SIGSTOP) after its heartbeat capped the
+    lease at the limit leaves the task to the monitor, which aborts it with `timeout` rather
+    than letting it run again."""
+    task = Task.objects.submit("t-spin", {}, timeout=1)
+    process = worker(
+        "t-spin", lease="8s", env={"SCYLLA_TEST_SETTINGS": json.dumps({"TIMEOUT_GRACE": 6})}
+    )
+    monitor = None
+    try:
+        # The first heartbeat (a quarter of the lease in) caps the lease at lease + 1 s + 6 s;
+        # the watchdog would abort the task itself at that limit: freeze the worker before.
+        wait_until(
+            lambda: Task.objects.filter(pk=task.pk, timeout_at__isnull=False).exists(),
+            timeout=30,  # the worker's start, its lease and a heartbeat, on a loaded machine
+            what="the capped heartbeat",
+        )
+        process.send_signal(signal.SIGSTOP)
+        task.refresh_from_db()
+        assert task.status == Status.RUNNING and task.deadline == task.timeout_at
+        monitor = start("scylla_monitor", "--interval=0.2", "-v", "2")
+        wait_until(
+            lambda: Task.objects.get(pk=task.pk).status == Status.ABORTED,
+            timeout=20,
+            what="the monitor's abort",
+        )
+    finally:
+        process.kill()
+        process.send_signal(signal.SIGCONT)
+        finish(process)
+        if monitor is not None:
+            monitor.send_signal(signal.SIGTERM)
+            finish(monitor)
+    task.refresh_from_db()
+    assert task.errors[0]["code"] == "timeout"
+    assert task.leases == 1  # never leased again
+    assert list(History.objects.filter(task=task).values_list("typ", flat=True)) == [
+        EventType.ASSIGNMENT,
+        EventType.TIMEOUT,
+        EventType.ABORT,
+    ]
+
+
 class StallingProxy:
     """A TCP proxy to the database that can stall: while `stalled`, nothing passes either way
     (as a saturated network, or a pooler out of connections, would behave)."""

@@ -43,7 +43,8 @@ def test_register_records_the_intervals_and_when_the_worker_turns_silent_and_dea
 def test_defaults_come_from_the_lease_length_setting(settings):
     settings.SCYLLA = {"LEASE_LENGTH": 30}
     w = Worker.objects.register(["q"])
-    assert (w.lease_length, w.heartbeat_interval) == (timedelta(seconds=30), timedelta(seconds=10))
+    # A quarter of the lease, as for every worker: three heartbeats fit with room to spare.
+    assert (w.lease_length, w.heartbeat_interval) == (timedelta(seconds=30), timedelta(seconds=7.5))
 
 
 @pytest.mark.parametrize("kwargs", [{"heartbeat_interval": 0}, {"lease_length": -1}])

@@ -11,12 +11,11 @@ from datetime import timedelta
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
-from django.db.models import F
 
-from scylla_django.enums import Status
+from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import LeaseLost
 from scylla_django.handlers import HandlerRegistry, TaskContext, handler
-from scylla_django.models import Task, Worker
+from scylla_django.models import History, Task, Worker
 from scylla_django.retries import Retry
 from scylla_django.worker import TaskWorker, WorkerOptions
 from scylla_django.worker.watchdog import Watchdog
@@ -172,20 +171,58 @@ def test_the_worker_command_refuses_a_bad_timeout_grace(settings):
         call_command("scylla_worker", "--queue", "t-echo", "--once")
 
 
-def test_a_task_limit_capped_lease_expires_and_the_monitor_resets_it(settings):
-    settings.SCYLLA = {"TIMEOUT_GRACE": 0.1}
+def capped_lease(timeout: float, **submit) -> tuple[Task, Worker]:
+    """A task leased and heartbeaten as a worker does, its lease capped at its limit."""
     worker = Worker.objects.register(["t-sleep"])
-    task = Task.objects.submit("t-sleep", {}, timeout=0.1)
+    task = Task.objects.submit("t-sleep", {}, timeout=timeout, **submit)
     [leased] = Task.objects.lease(worker, ["t-sleep"], lease_length=60)
     ctx = TaskContext(leased, worker)
     ctx.timeout = leased.timeout
     limit = Watchdog(WorkerOptions(["t-sleep"]), str).lease_limit(ctx)
-    time.sleep(0.3)
+    assert limit is not None
     Task.objects.heartbeat_many(
         worker, {task.pk: (1, None)}, lease_length=60, limits={task.pk: limit}
     )
-    assert Task.objects.filter(pk=task.pk, deadline__lt=F("updated")).exists()
+    assert Task.objects.get(pk=task.pk).timeout_at == limit
+    return task, worker
+
+
+def test_a_lease_expired_at_its_limit_is_aborted_with_timeout_by_the_monitor(settings):
+    settings.SCYLLA = {"TIMEOUT_GRACE": 0.1}
+    task, _ = capped_lease(0.1)
+    wait_until(lambda: Task.objects.expired().filter(pk=task.pk).exists(), what="expiry")
     assert Task.objects.reset_expired() == 1
+    task.refresh_from_db()
+    assert task.status == Status.ABORTED
+    assert task.errors[0]["code"] == "timeout"
+    assert task.dead is not None  # no policy: a dead letter
+    events = list(History.objects.filter(task=task).values_list("typ", flat=True))
+    assert events[-2:] == [EventType.TIMEOUT, EventType.ABORT]
+
+
+def test_a_lease_expired_before_its_limit_is_reset_as_any_other(settings):
+    settings.SCYLLA = {"TIMEOUT_GRACE": 60}
+    task, worker = capped_lease(60)
+    task.refresh_from_db()
+    # A later heartbeat, not capped, with a short lease: it expires before the limit.
+    Task.objects.heartbeat_many(
+        worker, {task.pk: (1, None)}, lease_length=0.1, limits={task.pk: task.timeout_at}
+    )
+    wait_until(lambda: Task.objects.expired().filter(pk=task.pk).exists(), what="expiry")
+    assert Task.objects.reset_expired() == 1
+    task.refresh_from_db()
+    assert task.status == Status.READY and task.timeout_at is None
+
+
+def test_a_monitor_timeout_is_retried_by_a_policy_that_names_its_code(settings):
+    settings.SCYLLA = {"TIMEOUT_GRACE": 0.1}
+    task, _ = capped_lease(0.1, retry=Retry(max_attempts=2, codes=("timeout",)))
+    wait_until(lambda: Task.objects.expired().filter(pk=task.pk).exists(), what="expiry")
+    assert Task.objects.reset_expired() == 1
+    assert Task.objects.get(pk=task.pk).status == Status.ABORTED
+    retry = Task.objects.get(retry_of=task.rn)
+    assert retry.status == Status.READY and retry.attempt == 2
+    assert retry.timeout_at is None and retry.timeout == timedelta(seconds=0.1)
 
 
 def test_a_hung_async_handler_is_cancelled_and_aborted_with_timeout(settings):
