@@ -52,6 +52,14 @@ def read() -> dict[str, object]:
             reverse("admin:scylla_django_task_dashboard"), {"database": database}
         )
         assert dashboard.status_code == 200, dashboard.content
+    # The admin keeps the database last named: its links and buttons stay on it.
+    changelist = reverse("admin:scylla_django_task_changelist")
+    seen["admin_remembered"] = client.get(changelist).content.decode()
+    seen["dashboard_remembered"] = client.get(
+        reverse("admin:scylla_django_task_dashboard")
+    ).content.decode()
+    client.get(changelist, {"database": "default"})
+    seen["admin_back"] = client.get(changelist).content.decode()
     plain = client.get("/api/scylla/tasks/", {"page_size": 100})
     seen["api_plain"] = sorted(row["rn"] for row in plain.json()["results"])
     unknown = client.get("/api/scylla/tasks/", {"database": "nowhere"})

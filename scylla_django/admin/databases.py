@@ -20,20 +20,37 @@ from .. import db
 from ..routers import databases, reading_from, request_database
 
 DATABASE_PARAMETER = "database"
+#: The session key that keeps the database last named, so that the pages linked from a page
+#: (and the buttons on it) stay on that database.
+SESSION_KEY = "scylla_django_database"
 
 
 def named_database(request: HttpRequest) -> str | None:
     """The database a request names: `?database=`, or the one kept in the list's filters
-    (`_changelist_filters`) on a task's page; None for `default`. An unknown one is a 404."""
+    (`_changelist_filters`) on a task's page, else the one the session last named; None for
+    `default`. An unknown one is a 404. A named one is kept in the session."""
     name = request.GET.get(DATABASE_PARAMETER)
     if name is None:
         kept = parse_qs(request.GET.get("_changelist_filters", ""))
         name = next(iter(kept.get(DATABASE_PARAMETER, [])), None)
+    session = getattr(request, "session", None)
     if name is None:
-        return None
+        remembered = session.get(SESSION_KEY) if session is not None else None
+        return remembered if remembered in databases() else None
     if name not in databases():
         raise Http404(_("No database holds tasks under the alias %(name)r.") % {"name": name})
+    if session is not None and session.get(SESSION_KEY) != name:
+        session[SESSION_KEY] = name
     return name
+
+
+def database_choices(request: HttpRequest) -> dict[str, object]:
+    """For a page's database switch: the databases holding tasks and the one shown (both
+    empty when there is only `default`)."""
+    aliases = databases()
+    if len(aliases) < 2:
+        return {"scylla_databases": [], "scylla_database": ""}
+    return {"scylla_databases": aliases, "scylla_database": named_database(request) or aliases[0]}
 
 
 def on_named_database(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

@@ -105,6 +105,10 @@ def test_each_queue_lives_in_its_database_with_a_worker_and_a_monitor_each(secon
     assert all(rn in seen["admin_second"] for rn in far)
     assert not any(rn in seen["admin_second"] for rn in near)
     assert all(rn in seen["admin_default"] for rn in near)
+    assert all(rn in seen["admin_remembered"] for rn in far)
+    assert "<strong>second</strong>" in seen["dashboard_remembered"]
+    assert all(rn in seen["admin_back"] for rn in near)
+    assert not any(rn in seen["admin_back"] for rn in far)
     status, body = seen["api_unknown"]
     assert status == 400 and body["code"] == "invalid", body
     assert "unknown_database" in json.dumps(body)
