@@ -90,6 +90,9 @@ def main() -> int:
     monitor = Monitor(interval=1.0)
     monitor.run(once=True)
     assert monitor.last_pass is not None
+    # The health check reads the primary: the monitor registered there after the pause.
+    health = client.get("/api/scylla/health/", {"monitor": "true"})
+    assert health.status_code == 200, health.content
 
     # The reads lag: the API's list and task, the admin's list and page show the past.
     assert api_rns() == {first}, api_rns()

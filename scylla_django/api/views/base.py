@@ -84,6 +84,8 @@ class ScyllaView(ScyllaAuthMixin, APIView):
     http_method_names = ["get", "post", "head"]
     schema = AutoSchema()
     required_permissions: ClassVar[dict[str, str]] = {}
+    #: Whether the GETs read the primary even when `SCYLLA["READ_DATABASE"]` names a replica.
+    reads_primary: ClassVar[bool] = False
 
     def allowed_query_params(self) -> frozenset[str]:
         """The query parameters this request may carry; any other is refused (400)."""
@@ -117,7 +119,8 @@ class ScyllaView(ScyllaAuthMixin, APIView):
                     ]
                 }
             )
-        self.database_scope.enter_context(request_database(name, request.method))
+        method = "POST" if self.reads_primary else request.method  # a primary's context
+        self.database_scope.enter_context(request_database(name, method))
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         """Authenticate and check permissions, then refuse unknown query parameters: a
