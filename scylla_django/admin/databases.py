@@ -17,6 +17,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from .. import db
+from ..conf import scylla_settings
 from ..routers import databases, reading_from, request_database
 
 DATABASE_PARAMETER = "database"
@@ -98,7 +99,7 @@ def replica_note() -> str | None:
     """How far behind the replica that this page was read from is; None when the page was
     read from a primary (or a database that cannot tell)."""
     alias = reading_from()
-    if alias is None:
+    if alias is None or alias != scylla_settings.READ_DATABASE:
         return None
     lag = db.replica_lag(alias)
     if lag is None:

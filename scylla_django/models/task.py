@@ -166,7 +166,9 @@ class TaskQuerySet(models.QuerySet["Task"]):
         `inserts.SUBMIT_CHUNK` tasks one pipeline of them, each chunk sent as soon as it is
         validated.
         """
-        if self.named_database() is not None or not scylla_settings.QUEUE_DATABASES:
+        if self.named_database() is not None:
+            return submission.submit_many(self, items)
+        if not scylla_settings.QUEUE_DATABASES:
             return submission.submit_many(self.using(router.db_for_write(self.model)), items)
         # Queues routed to several databases: one submission (one transaction) per database.
         listed = list(items)
