@@ -60,6 +60,7 @@ def read() -> dict[str, object]:
     ).content.decode()
     client.get(changelist, {"database": "default"})
     seen["admin_back"] = client.get(changelist).content.decode()
+    seen["metrics_second"] = client.get("/metrics", {"database": "second"}).content.decode()
     plain = client.get("/api/scylla/tasks/", {"page_size": 100})
     seen["api_plain"] = sorted(row["rn"] for row in plain.json()["results"])
     unknown = client.get("/api/scylla/tasks/", {"database": "nowhere"})

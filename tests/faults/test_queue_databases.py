@@ -109,6 +109,8 @@ def test_each_queue_lives_in_its_database_with_a_worker_and_a_monitor_each(secon
     assert "<strong>second</strong>" in seen["dashboard_remembered"]
     assert all(rn in seen["admin_back"] for rn in near)
     assert not any(rn in seen["admin_back"] for rn in far)
+    far_done = f'scylla_tasks{{queue="t-sleep",status="completed"}} {len(far)}.0'
+    assert far_done in seen["metrics_second"], seen["metrics_second"]
     status, body = seen["api_unknown"]
     assert status == 400 and body["code"] == "invalid", body
     assert "unknown_database" in json.dumps(body)
