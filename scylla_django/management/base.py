@@ -108,11 +108,21 @@ def add_database_option(parser: CommandParser, what: str) -> None:
 
 
 def database_alias(alias: str) -> str:
-    """`alias` if settings.DATABASES has it, else CommandError naming the ones it has."""
+    """`alias` if settings.DATABASES has it and it is not the read replica, else
+    CommandError."""
     if alias not in settings.DATABASES:
         raise CommandError(
             f"--database {alias!r} is not an alias of settings.DATABASES "
             f"({', '.join(map(repr, settings.DATABASES))})"
+        )
+    try:
+        replica = scylla_settings.READ_DATABASE
+    except ImproperlyConfigured as exc:
+        raise CommandError(str(exc)) from exc
+    if alias == replica:
+        raise CommandError(
+            f"--database {alias!r} is SCYLLA['READ_DATABASE'], a read-only replica: workers "
+            "and monitors write, so they run against a primary"
         )
     return alias
 

@@ -122,3 +122,12 @@ def test_the_commands_refuse_an_unknown_database(db):
         args = ["--queue=q"] if command == "scylla_worker" else []
         code, output = finish(start(command, *args, "--once", "--database=nowhere"), timeout=30)
         assert code != 0 and "--database 'nowhere' is not an alias" in output, output
+
+
+def test_the_commands_refuse_the_read_replica(db):
+    env = {
+        "SCYLLA_TEST_DATABASES": json.dumps({"replica": database_url()}),
+        "SCYLLA_TEST_SETTINGS": json.dumps({"READ_DATABASE": "replica"}),
+    }
+    code, output = finish(start("scylla_monitor", "--once", "--database=replica", env=env), 30)
+    assert code != 0 and "a read-only replica" in output, output
