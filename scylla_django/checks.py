@@ -200,3 +200,37 @@ def check_schedules() -> Iterator[CheckMessage]:
             ),
             id="scylla_django.W010",
         )
+
+
+def _router_installed(name: str) -> bool:
+    """Whether `settings.DATABASE_ROUTERS` lists the router `scylla_django.routers.<name>`."""
+    for router in getattr(settings, "DATABASE_ROUTERS", []):
+        path = (
+            router
+            if isinstance(router, str)
+            else f"{type(router).__module__}.{type(router).__name__}"
+        )
+        if path == f"scylla_django.routers.{name}":
+            return True
+    return False
+
+
+@system_check
+def check_routers() -> Iterator[CheckMessage]:
+    """scylla_django.E040: READ_DATABASE without `ReadRouter`; E041: QUEUE_DATABASES without
+    `QueueRouter` (the setting would be silently ignored)."""
+    for setting, name, check_id in (
+        ("READ_DATABASE", "ReadRouter", "scylla_django.E040"),
+        ("QUEUE_DATABASES", "QueueRouter", "scylla_django.E041"),
+    ):
+        try:
+            given = getattr(scylla_settings, setting)
+        except ImproperlyConfigured:
+            continue  # reported by check_settings
+        if given and not _router_installed(name):
+            yield Error(
+                _("SCYLLA[%(setting)r] is set but settings.DATABASE_ROUTERS lacks %(router)r.")
+                % {"setting": setting, "router": f"scylla_django.routers.{name}"},
+                hint=_("Add it to DATABASE_ROUTERS; see docs/databases.md."),
+                id=check_id,
+            )

@@ -20,6 +20,8 @@
 | `TIMEOUT_GRACE` | 10 s | how long a task past its timeout may still return before it is aborted |
 | `EAGER` | `False` | run handlers at submit time, on commit, in the submitting process (tests) |
 | `LISTEN_DATABASE` | `None` | the alias a worker's LISTEN connection is made from (a pooler) |
+| `READ_DATABASE` | `None` | a replica of `default` that the admin and API GETs read |
+| `QUEUE_DATABASES` | `{}` | database alias by queue (`routers.QueueRouter`) |
 
 Durations may be given as a `timedelta`, a number of seconds or text such as `"30s"`, `"5m"`,
 `"12h"`, `"7d"`. A lease lasts at least `LEASE_MIN` (1 second).
@@ -61,6 +63,8 @@ DEFAULTS: dict[str, Any] = {
     "TASK_LOG_MAX_BYTES": 1024 * 1024,
     "TASK_LOG_STORAGE": "default",
     "LISTEN_DATABASE": None,
+    "READ_DATABASE": None,
+    "QUEUE_DATABASES": {},
 }
 _MODULE_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
@@ -99,6 +103,16 @@ def heartbeat_interval_for(lease_length: timedelta) -> timedelta:
     three heartbeats fit in a lease with room to spare (one that fails, and two more, before
     the lease could expire). Every worker, in-process or over HTTP, defaults to it."""
     return lease_length / 4
+
+
+def database_alias(value: object, name: str) -> str:
+    """An alias of `settings.DATABASES`, else ImproperlyConfigured."""
+    if not isinstance(value, str) or value not in django_settings.DATABASES:
+        raise ImproperlyConfigured(
+            f"SCYLLA[{name!r}] must be an alias of settings.DATABASES "
+            f"({', '.join(map(repr, django_settings.DATABASES))}), got {value!r}"
+        )
+    return value
 
 
 class ScyllaSettings:
@@ -252,6 +266,29 @@ class ScyllaSettings:
         if isinstance(value, dict):
             return value.get(using, using)
         return value or using
+
+    @property
+    def READ_DATABASE(self) -> str | None:
+        """The alias of a streaming replica of `default` that the admin and the API's GETs
+        read from (see `routers.ReadRouter`); None: they read `default`."""
+        value = self._raw("READ_DATABASE")
+        if value is None:
+            return None
+        return database_alias(value, "READ_DATABASE")
+
+    @property
+    def QUEUE_DATABASES(self) -> dict[str, str]:
+        """The database alias of each queue routed off `default` (see `routers.QueueRouter`)."""
+        value = self._raw("QUEUE_DATABASES")
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ImproperlyConfigured(
+                "SCYLLA['QUEUE_DATABASES'] must be a dict of database aliases by queue, "
+                f"got {value!r}"
+            )
+        return {
+            queue: database_alias(alias, f"QUEUE_DATABASES[{queue!r}]")
+            for queue, alias in value.items()
+        }
 
     @property
     def SCHEDULES(self) -> Any:

@@ -43,12 +43,15 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
         'scylla_django.metrics needs prometheus_client: pip install "scylla-django[metrics]"'
     ) from exc
 
+from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
+from django.utils.translation import gettext as _
 
 from . import db, signals
 from .enums import TERMINAL_STATUSES, EventType, Status
 from .models import Batch, History, Monitor, Task, Worker
+from .routers import databases
 
 TERMINAL_COUNT_CAP = 1000
 """Terminal tasks counted exactly per queue and status; past it, the planner's estimate."""
@@ -295,7 +298,16 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
     It needs no login, like most metrics endpoints: serve it where only Prometheus can reach
     it, or wrap it (e.g. in `django.contrib.admin.views.decorators.staff_member_required`).
+    With queues routed to several databases (`SCYLLA["QUEUE_DATABASES"]`), `?database=<alias>`
+    reads that database's gauges (one scrape job per database); an unknown alias is a 404.
     """
     if request.method not in ("GET", "HEAD"):
         return HttpResponse(status=405, headers={"Allow": "GET, HEAD"})
-    return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE_LATEST)
+    using = request.GET.get("database", DEFAULT_DB_ALIAS)
+    if using not in databases():
+        return HttpResponse(
+            _("No database holds tasks under the alias %(name)r.") % {"name": using} + "\n",
+            status=404,
+            content_type="text/plain; charset=utf-8",
+        )
+    return HttpResponse(generate_latest(registry(using)), content_type=CONTENT_TYPE_LATEST)

@@ -46,12 +46,15 @@ class PrivateCluster:
     """One throw-away cluster with one migrated database, `url`."""
 
     def __init__(
-        self, database: str = "scylla_worker_faults", settings: Sequence[str] = ()
+        self,
+        database: str = "scylla_worker_faults",
+        settings: Sequence[str] = (),
+        port: int | None = None,
     ) -> None:
         self.settings = tuple(settings)  # "name=value" server settings, as `-c` options
         self.base = Path(tempfile.mkdtemp(prefix="scylla-worker-pg-"))
         self.data = self.base / "data"
-        self.port = free_port()
+        self.port = port or free_port()
         self.database = database
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/{database}"
         shutil.chown(self.base, "postgres", "postgres")

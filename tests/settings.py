@@ -68,6 +68,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory, so that other processes see the same database.
     DATABASES["default"]["TEST"] = {"NAME": DATABASES["default"]["NAME"] + ".test"}
 
+# More databases (a replica, a second primary) by alias, as URLs in JSON; with them the routers.
+for _alias, _url in json.loads(os.environ.get("SCYLLA_TEST_DATABASES", "{}")).items():
+    DATABASES[_alias] = dj_database_url.parse(_url, conn_max_age=0)
+if len(DATABASES) > 1:
+    DATABASE_ROUTERS = ["scylla_django.routers.ReadRouter", "scylla_django.routers.QueueRouter"]
+
 SCYLLA: dict[str, object] = {}
 # Several servers, one of them the primary (tests/ha's failover): "host:port,host:port", tried
 # in turn by libpq for a read-write session.

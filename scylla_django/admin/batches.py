@@ -17,6 +17,7 @@ from ..batches import cancel_batch
 from ..enums import Status
 from ..exceptions import InvalidTransition
 from ..models import CALLBACKS, Batch, Task
+from .databases import DatabasePages
 from .display import CSS, ReadOnly, changelist_url, moment, status_badge
 
 logger = logging.getLogger("scylla_django")
@@ -53,7 +54,7 @@ class OpenFilter(admin.SimpleListFilter):
 
 
 @admin.register(Batch)
-class BatchAdmin(ReadOnly, BatchAdminBase):
+class BatchAdmin(DatabasePages, ReadOnly, BatchAdminBase):
     """Batches: progress at a glance, and cancel. Every figure is read from the batch's own
     counters, never by counting its tasks."""
 

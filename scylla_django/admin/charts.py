@@ -32,7 +32,7 @@ from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from django.core.cache import cache
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import connections
 from django.db.models import Count, Q
 from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
@@ -276,7 +276,7 @@ def rolled_intervals(chosen: Range, first: datetime) -> dict[tuple[datetime, str
     The waits' median and p95 are estimated from the histograms (within 9% of the exact
     figures, or 1 ms; see `scylla_django.models.rollups`).
     """
-    rollups = QueueRollup.objects.using(DEFAULT_DB_ALIAS)
+    rollups = QueueRollup.objects.all()
     rolled = rollups.rolled_until(QueueRollup.MINUTE)
     if rolled is None:
         return None

@@ -15,6 +15,7 @@ from ..conf import scylla_settings
 from ..durations import short
 from ..models import Task
 from . import charts, dashboard
+from .databases import database_choices
 from .display import (
     tasks,
 )
@@ -35,6 +36,7 @@ class ConsolePages(TaskOperations):
         refresh = request.GET.get("refresh", "10")
         context = {
             **self.page_context(request, _("Scylla dashboard")),
+            **database_choices(request),
             "dashboard": dashboard.build(),
             "batches_url": reverse("admin:scylla_django_batch_changelist"),
             "charts": charts.build(request.GET.get("range")),

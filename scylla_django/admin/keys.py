@@ -20,6 +20,7 @@ from django.utils.html import format_html
 from ..models import Hold, Limit, Rate, Task, key_control
 from ..models.keys import parse_rate
 from ..validation import key_name
+from .databases import DatabasePages
 from .display import CSS, can_view_tasks, changelist_url, moment
 from .task_operations import TaskOperations, logger
 
@@ -36,7 +37,7 @@ def may_control(request: HttpRequest) -> bool:
     return request.user.has_perm("scylla_django.control_queue")
 
 
-class KeyAdmin:
+class KeyAdmin(DatabasePages):
     """What the key admins share: looking needs `view_task`, changing `control_queue`;
     nothing is deleted here."""
 

@@ -30,6 +30,7 @@ from ..durations import short
 from ..enums import Status
 from ..exceptions import DuplicateTask, InvalidTransition
 from ..models import Schedule, Task
+from .databases import DatabasePages
 
 if TYPE_CHECKING:  # django-stubs makes these generic; Django's classes cannot be subscripted
     ScheduleFormBase = forms.ModelForm[Schedule]
@@ -78,7 +79,7 @@ class ScheduleForm(ScheduleFormBase):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(ScheduleAdminBase):
+class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
     """Recurring schedules: when they run next, what they last submitted, and run-now."""
 
     form = ScheduleForm

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.contrib import admin
+from django.contrib.admin import helpers
 from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -46,6 +47,17 @@ def parent_item(parent: followups.Parent) -> SafeString:
 class TaskColumns(TaskAdminBase):
     """The task's columns and fields as the list and the page show them: badges, links, times. A
     part of `TaskAdmin`."""
+
+    def action_checkbox(self, obj: Task) -> SafeString:
+        """Django's selection checkbox, written out directly: rendering its widget's template
+        on each of the list's rows took a fifth of the page's time."""
+        label = format_html(_("Select this object for an action - {}"), str(obj))
+        return format_html(
+            '<input type="checkbox" name="{}" value="{}" class="action-select" aria-label="{}">',
+            helpers.ACTION_CHECKBOX_NAME,
+            obj.pk,
+            label,
+        )
 
     @admin.display(description=gettext_lazy("queue"))
     def queue_link(self, task: Task) -> SafeString:

@@ -22,6 +22,7 @@ from .. import db, followups
 from ..models import History, Task
 from ..validation import UNIQUE_KEY_MAX_LENGTH, queue_validator, rn_validator, worker_id
 from .console import ConsolePages
+from .databases import DatabaseFilter, DatabasePages, on_named_database, replica_note
 from .display import (
     CSS,
     ReadOnly,
@@ -156,7 +157,7 @@ class TaskChangeList(ChangeList):
 
 
 @admin.register(Task)
-class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
+class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
     """Tasks: a list built for millions of rows, a read-only detail, cancel and purge."""
 
     list_display = (
@@ -177,6 +178,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
     # only) or lead with another column, so sorting a million rows by them is a full sort.
     sortable_by = ("rn", "created_at")
     list_filter = (
+        DatabaseFilter,
         StatusFilter,
         QueueFilter,
         PriorityFilter,
@@ -257,6 +259,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
         "peak_memory_text",
         "batch_link",
         "dead_at",
+        "replica_lag",
     )
 
     class Media:
@@ -316,12 +319,23 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
     updated_time = field_display("updated", moment)
 
     def get_fieldsets(self, request: HttpRequest, obj: Task | None = None) -> Any:
-        """The task's fields; a waiting follow-up's parents among them."""
+        """The task's fields; a waiting follow-up's parents among them, and how far behind
+        the replica is when the page is read from one (`SCYLLA["READ_DATABASE"]`)."""
         fieldsets = super().get_fieldsets(request, obj)
-        if obj is None or not followups.waits_for_parents(obj):
+        extra = []
+        if obj is not None and followups.waits_for_parents(obj):
+            extra.append(("parents_list",))
+        if obj is not None and replica_note() is not None:
+            extra.append(("replica_lag",))
+        if not extra:
             return fieldsets
         (name, options), *rest = fieldsets
-        return [(name, {**options, "fields": (*options["fields"], ("parents_list",))}), *rest]
+        return [(name, {**options, "fields": (*options["fields"], *extra)}), *rest]
+
+    @admin.display(description=gettext_lazy("replica"))
+    def replica_lag(self, task: Task) -> str:
+        """How far behind the replica this page was read from is."""
+        return replica_note() or "-"
 
     spec_json = field_display("spec", pretty_json)
     result_json = field_display("result", pretty_json)
@@ -405,7 +419,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
 
     def get_urls(self) -> list[URLPattern]:
         own = [
-            path(route, self.admin_site.admin_view(view), name=name)
+            path(route, on_named_database(self.admin_site.admin_view(view)), name=name)
             for route, view, name in (
                 ("dashboard/", self.dashboard_view, "scylla_django_task_dashboard"),
                 (

@@ -17,6 +17,7 @@ from ..enums import Status
 from ..models import Worker, WorkerQuerySet
 from ..validation import worker_id
 from . import dashboard
+from .databases import DatabasePages
 from .display import (
     CSS,
     ReadOnly,
@@ -52,7 +53,7 @@ class WorkerChangeList(ChangeList):
 
 
 @admin.register(Worker)
-class WorkerAdmin(ReadOnly, WorkerAdminBase):
+class WorkerAdmin(DatabasePages, ReadOnly, WorkerAdminBase):
     """The Worker registry, read-only."""
 
     list_display = (

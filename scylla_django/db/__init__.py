@@ -31,6 +31,7 @@ queryset, the model or the `Tables` it works on.
 | `portable` | one call per query, the vendor's way: JSON tests, RETURNING, upsert, row locks |
 | `keys` | the triggers that take a task's locks and limit slots with its lease and free them |
 | `counts` | counts of a big table: capped, estimated, the queues present |
+| `replicas` | `replica_lag()`: how far a streaming replica is behind |
 """
 
 from . import inserts, keys
@@ -49,6 +50,7 @@ from .postgresql import (
     postgresql_transition,
 )
 from .prepared import prepared_cursor, prepares, use_worker_plans
+from .replicas import ReplicaLag, replica_lag
 from .retry import DatabaseRetry
 from .sqlite import sqlite_json_each
 from .tables import Tables
@@ -75,6 +77,7 @@ __all__ = [
     "DatabaseRetry",
     "Now",
     "Percentile",
+    "ReplicaLag",
     "Tables",
     "can_listen",
     "capped_counts",
@@ -107,6 +110,7 @@ __all__ = [
     "prepares",
     "queues_present",
     "read_clock",
+    "replica_lag",
     "returns_written_rows",
     "sqlite_json_each",
     "update_returning_pks",

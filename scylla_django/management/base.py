@@ -14,8 +14,10 @@ from contextlib import contextmanager
 from datetime import timedelta
 from types import FrameType
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
+from django.db import DEFAULT_DB_ALIAS
 
 from ..conf import LEASE_MIN, scylla_settings
 from ..durations import short
@@ -92,6 +94,37 @@ def queue_name(text: str) -> str:
         return validate_queue(text)
     except ValidationError as exc:
         raise argparse.ArgumentTypeError(" ".join(exc.messages)) from None
+
+
+def add_database_option(parser: CommandParser, what: str) -> None:
+    """Add `--database ALIAS`: the database this command's `what` runs against."""
+    parser.add_argument(
+        "--database",
+        default=DEFAULT_DB_ALIAS,
+        metavar="ALIAS",
+        help=f"the alias in settings.DATABASES that the {what} runs against: one per database "
+        "when queues are routed to several (SCYLLA['QUEUE_DATABASES']) (default 'default')",
+    )
+
+
+def database_alias(alias: str) -> str:
+    """`alias` if settings.DATABASES has it and it is not the read replica, else
+    CommandError."""
+    if alias not in settings.DATABASES:
+        raise CommandError(
+            f"--database {alias!r} is not an alias of settings.DATABASES "
+            f"({', '.join(map(repr, settings.DATABASES))})"
+        )
+    try:
+        replica = scylla_settings.READ_DATABASE
+    except ImproperlyConfigured as exc:
+        raise CommandError(str(exc)) from exc
+    if alias == replica:
+        raise CommandError(
+            f"--database {alias!r} is SCYLLA['READ_DATABASE'], a read-only replica: workers "
+            "and monitors write, so they run against a primary"
+        )
+    return alias
 
 
 def add_setting_option(

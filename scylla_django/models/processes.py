@@ -236,7 +236,7 @@ class Worker(RegisteredProcess):
     def touch(self) -> None:
         """Record that the worker is alive (`last_seen = now`), pushing back silent and dead."""
         lease, interval = _liveness_intervals(self.lease_length, self.heartbeat_interval)
-        Worker.objects.filter(pk=self.pk).update(
+        Worker.objects.using(self._state.db).filter(pk=self.pk).update(
             last_seen=Now(), silent_at=db.now_plus(2 * interval), dead_at=db.now_plus(lease)
         )
 

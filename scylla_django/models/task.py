@@ -11,11 +11,12 @@ submit_many), `finishing` (finish_many, finish_and_lease), `successors` (retries
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Unpack
 
-from django.db import connections, models, transaction
+from django.db import connections, models, router, transaction
 from django.db.models import Case, DateTimeField, Exists, F, FloatField, Q, Value, When
 from django.db.models.functions import Least
 from django.utils import timezone
@@ -138,9 +139,22 @@ class TaskQuerySet(models.QuerySet["Task"]):
         that also detects the duplicate rn and notifies listening workers.
         """
         task: Task = submission.submit(
-            self, queue, spec, after=after, on_conflict=on_conflict, **options
+            self.routed(queue), queue, spec, after=after, on_conflict=on_conflict, **options
         )
         return task
+
+    def named_database(self) -> str | None:
+        """The alias `using()` or `db_manager()` named, else None (the routers decide)."""
+        # Django keeps it in `_db` and has no public name for it.
+        named: str | None = getattr(self, "_db", None)
+        return named
+
+    def routed(self, queue: object) -> TaskQuerySet:
+        """This queryset on the database that `queue` is written to: the one named by
+        `using()`, else the routers' choice for the queue (`routers.QueueRouter`)."""
+        if self.named_database() is not None:
+            return self
+        return self.using(router.db_for_write(self.model, queue=queue))
 
     def submit_many(self, items: Iterable[Mapping[str, Any]]) -> list[SubmitOutcome]:
         """Submit several tasks at once; return one outcome per item, in order.
@@ -152,7 +166,23 @@ class TaskQuerySet(models.QuerySet["Task"]):
         `inserts.SUBMIT_CHUNK` tasks one pipeline of them, each chunk sent as soon as it is
         validated.
         """
-        return submission.submit_many(self, items)
+        if self.named_database() is not None:
+            return submission.submit_many(self, items)
+        if not scylla_settings.QUEUE_DATABASES:
+            return submission.submit_many(self.using(router.db_for_write(self.model)), items)
+        # Queues routed to several databases: one submission (one transaction) per database.
+        listed = list(items)
+        by_database: dict[str, list[int]] = {}
+        for index, item in enumerate(listed):
+            queue = item.get("queue") if isinstance(item, Mapping) else None
+            by_database.setdefault(self.routed(queue).db, []).append(index)
+        outcomes: dict[int, SubmitOutcome] = {}
+        for database, indexes in by_database.items():
+            done = submission.submit_many(self.using(database), [listed[i] for i in indexes])
+            for outcome in done:
+                index = indexes[outcome.index]
+                outcomes[index] = dataclasses.replace(outcome, index=index)
+        return [outcomes[index] for index in range(len(listed))]
 
     # -- leasing ----------------------------------------------------------------------------
 

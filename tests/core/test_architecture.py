@@ -24,6 +24,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "enums",
         "exceptions",
         "conf",
+        "routers",
         "logs",
         "validation",
         "db",

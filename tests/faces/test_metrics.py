@@ -266,3 +266,9 @@ def test_dead_letters_and_open_batches_progress(client, worker):
     assert value(samples, "scylla_batch_tasks", batch=pk, state="failed") == 0
     Task.objects.all().discard()
     assert value(scrape(client), "scylla_dead_tasks", queue="emails") == 0
+
+
+def test_a_database_is_chosen_by_its_alias(client, worker):
+    assert client.get("/metrics", {"database": "default"}).status_code == 200
+    unknown = client.get("/metrics", {"database": "nowhere"})
+    assert unknown.status_code == 404 and b"nowhere" in unknown.content

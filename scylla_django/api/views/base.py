@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -23,6 +24,7 @@ from rest_framework.views import APIView
 from ...exceptions import TaskNotFound
 from ...models import Task, Worker
 from ...models.serving import unserved_queues, unserved_warning
+from ...routers import databases, request_database
 from ...validation import validate_rn
 from ..authentication import ScyllaTokenAuthentication, authenticators
 from ..exceptions import exception_handler
@@ -30,6 +32,7 @@ from ..parsers import ScyllaJSONParser
 from ..permissions import HasActionPermission
 from ..schema import errors
 
+DATABASE_PARAMETER = "database"
 UNSERVED_HEADER = "Scylla-Warning"
 UNSERVED_QUEUE = "no live worker serves this queue"
 #: The errors of an operation an HTTP worker makes on a task it holds.
@@ -81,10 +84,43 @@ class ScyllaView(ScyllaAuthMixin, APIView):
     http_method_names = ["get", "post", "head"]
     schema = AutoSchema()
     required_permissions: ClassVar[dict[str, str]] = {}
+    #: Whether the GETs read the primary even when `SCYLLA["READ_DATABASE"]` names a replica.
+    reads_primary: ClassVar[bool] = False
 
     def allowed_query_params(self) -> frozenset[str]:
         """The query parameters this request may carry; any other is refused (400)."""
         return frozenset()
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        """The request, answered (and rendered) within the database it names (`initial`)."""
+        self.database_scope = ExitStack()
+        with self.database_scope:
+            response = super().dispatch(request, *args, **kwargs)
+            render = getattr(response, "render", None)
+            if render is not None and not getattr(response, "is_rendered", True):
+                render()
+        return response
+
+    def choose_database(self, request: Request) -> None:
+        """Run the rest of the request on the database it names with `?database=` (when
+        queues are routed to several; `default` else): GETs read its replica when
+        `SCYLLA["READ_DATABASE"]` names one (`routers.request_database`). An unknown alias
+        is a 400 `unknown_database`."""
+        name = request.query_params.get(DATABASE_PARAMETER)
+        if name is not None and name not in databases():
+            raise ValidationError(
+                {
+                    DATABASE_PARAMETER: [
+                        ErrorDetail(
+                            _("No database holds tasks under the alias %(name)r. Known: %(names)s.")
+                            % {"name": name, "names": ", ".join(databases())},
+                            code="unknown_database",
+                        )
+                    ]
+                }
+            )
+        method = "POST" if self.reads_primary else request.method  # a primary's context
+        self.database_scope.enter_context(request_database(name, method))
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         """Authenticate and check permissions, then refuse unknown query parameters: a
@@ -95,6 +131,8 @@ class ScyllaView(ScyllaAuthMixin, APIView):
         if method not in self.http_method_names or not hasattr(self, method):
             return  # a 405 follows
         allowed = self.allowed_query_params()
+        if len(databases()) > 1:
+            allowed |= {DATABASE_PARAMETER}
         unknown = sorted(set(request.query_params) - allowed)
         if unknown:
             hint = (
@@ -113,6 +151,7 @@ class ScyllaView(ScyllaAuthMixin, APIView):
                     for name in unknown
                 }
             )
+        self.choose_database(request)
 
     def parse(self, serializer_class: type[Any]) -> dict[str, Any]:
         """The request body, validated by `serializer_class`; else a 400."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.db import DEFAULT_DB_ALIAS
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status
 from rest_framework.permissions import AllowAny
@@ -11,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ...health import run_checks
+from ...routers import reading_from
 from ..schema import document, errors
 from ..serializers import (
     HealthQuerySerializer,
@@ -24,6 +26,7 @@ class HealthView(ScyllaView):
 
     authentication_classes = []
     permission_classes = [AllowAny]
+    reads_primary = True  # a probe asks about the database that leases and transitions use
 
     def allowed_query_params(self) -> frozenset[str]:
         return frozenset(HealthQuerySerializer().fields)
@@ -49,6 +52,7 @@ class HealthView(ScyllaView):
         options = query.validated_data
         max_lag = options.get("max_lag")
         checks = run_checks(
+            using=reading_from() or DEFAULT_DB_ALIAS,  # `?database=` when queues are routed
             worker_host=options.get("hostname"),
             monitor=options["monitor"],
             max_lag=timedelta(seconds=max_lag) if max_lag is not None else None,

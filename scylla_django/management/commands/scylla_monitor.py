@@ -12,7 +12,15 @@ from django.db import Error as DatabaseError
 from ...conf import scylla_settings
 from ...handlers import autodiscover
 from ...monitor import Monitor
-from ..base import StopSignals, add_setting_option, configure_logging, duration, seconds
+from ..base import (
+    StopSignals,
+    add_database_option,
+    add_setting_option,
+    configure_logging,
+    database_alias,
+    duration,
+    seconds,
+)
 
 
 class Command(BaseCommand):
@@ -43,6 +51,7 @@ class Command(BaseCommand):
             help="Purge terminal tasks not updated for this long, e.g. 12h, 7d, 2w.",
             read=", read at every pass",
         )
+        add_database_option(parser, "monitor")
         parser.add_argument(
             "--once",
             action="store_true",
@@ -51,6 +60,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"])
+        using = database_alias(options["database"])
         retention: timedelta | None = options["retention"]
         if retention is None:
             try:
@@ -61,7 +71,7 @@ class Command(BaseCommand):
         # skips it, logs it and ticks the others.
         # Handler retry policies (@handler(..., retry=...)) then also cover expired leases.
         autodiscover()
-        monitor = Monitor(interval=options["interval"], retention=retention)
+        monitor = Monitor(interval=options["interval"], retention=retention, using=using)
         signals = StopSignals()
         with signals.installed():
             try:

@@ -22,7 +22,9 @@ from ...worker import TaskWorker, WorkerOptions
 from ...worker.options import ISOLATIONS
 from ..base import (
     StopSignals,
+    add_database_option,
     configure_logging,
+    database_alias,
     lease_length,
     non_negative_int,
     positive_int,
@@ -55,6 +57,7 @@ class Command(BaseCommand):
             required=True,
             help="a queue to work on (repeatable)",
         )
+        add_database_option(parser, "worker")
         parser.add_argument(
             "--concurrency", type=positive_int, default=1, help="tasks at a time (default 1)"
         )
@@ -190,6 +193,7 @@ class Command(BaseCommand):
                         registry=registry,
                         listen=options["listen"],
                         listen_dsn=options["listen_dsn"],
+                        using=database_alias(options["database"]),
                         **given,
                     )
                 )
