@@ -25,6 +25,7 @@ from django.utils.module_loading import autodiscover_modules
 from . import db, queue_keys, retries
 from .conf import scylla_settings
 from .exceptions import InvalidTransition, LeaseLost, ScyllaError, Snooze, TaskCancelled
+from .notify import NOTIFY_QUEUE, register_notify
 from .validation import validate_delay, validate_progress, validate_queue, validate_timeout
 
 if TYPE_CHECKING:
@@ -258,6 +259,7 @@ def handler(
     order_on_failure: Any = None,
     rate_key: Any = None,
     timeout: timedelta | float | str | None = None,
+    notify: str | None = None,
 ) -> Callable[[H], H]:
     """Register the decorated function as the handler of `queues`.
 
@@ -273,6 +275,8 @@ def handler(
     configured is reported by `manage.py check` (`scylla_django.W020`).
     `timeout` is the run-time limit of the queues' tasks that set none (README, "Run-time
     limits"); ValidationError if it is not positive.
+    `notify` is the URL that the outcome of the queues' tasks submitted without one is POSTed
+    to once final (README, "Completion notifications"); it is checked at submission.
     """
     if retry is not None and not isinstance(retry, retries.Retry):
         raise TypeError(f"retry must be a Retry(...), not {retry!r}")
@@ -289,6 +293,8 @@ def handler(
         }
     )
     limit = None if timeout is None else validate_timeout(timeout)
+    if notify is not None and not isinstance(notify, str):
+        raise TypeError(f"notify must be a URL string, not {notify!r}")
 
     def decorate(func: H) -> H:
         for queue in queues:
@@ -296,9 +302,23 @@ def handler(
             registry.set_timeout(queue, limit)
             retries.register_policy(queue, retry)
             queue_keys.register_keys(queue, **defaults)
+            register_notify(queue, notify)
         return func
 
     return decorate
+
+
+def deliver_notification(ctx: TaskContext) -> Any:
+    """The built-in handler of the queue `scylla.notify`: POST the outcome a delivery task
+    names (`scylla_django.deliveries.deliver`). The app registers it in every process."""
+    from .deliveries import deliver
+
+    return deliver(ctx.task)
+
+
+def register_builtin(registry: HandlerRegistry = registry) -> None:
+    """Register the handlers of the app's own queues (`scylla.notify`)."""
+    registry.register(NOTIFY_QUEUE, deliver_notification)
 
 
 def autodiscover() -> None:

@@ -323,6 +323,17 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
         help_text="When this aborted task was given up (a dead letter), until requeued or "
         "discarded.",
     )
+    notify = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="The URL its outcome is POSTed to once final (null: none).",
+    )
+    notified = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text="When the delivery of its notification was submitted (the task "
+        "`scylla.notify.<id>`, whose `parent` is this task).",
+    )
 
     class Meta:
         model = Task
@@ -360,6 +371,8 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "expires_at",
             "batch",
             "dead",
+            "notify",
+            "notified",
         ]
         read_only_fields = fields
         # Not declared above: a serializer field's `parent` attribute is DRF's own.
@@ -665,6 +678,13 @@ class SubmitSerializer(StrictSerializer):
         required=False,
         allow_null=True,
         help_text="Cancelled (`expired`) if not started by then; in the future.",
+    )
+    notify = serializers.CharField(
+        required=False,
+        allow_null=True,
+        trim_whitespace=False,
+        help_text="An https:// URL that the task's outcome is POSTed to, signed, once it is "
+        "final (README, Completion notifications); anything else is a 400 `invalid_notify`.",
     )
 
 

@@ -40,6 +40,7 @@ from ..exceptions import (
     WorkerNotFound,
     error_record,
 )
+from ..notify import URL_MAX_LENGTH
 from ..validation import (
     QUEUE_MAX_LENGTH,
     RN_MAX_LENGTH,
@@ -571,6 +572,12 @@ class Task(models.Model):
     dead = models.DateTimeField(null=True, blank=True, editable=False)
     # The name of the task's log in storage (scylla_django.logs), once a run logged something.
     log = models.CharField(max_length=255, null=True, blank=True, editable=False)  # noqa: DJ001
+    # Completion notifications (scylla_django.notify): the URL to POST the outcome to once
+    # the task is final, and when its delivery task was submitted.
+    notify = models.CharField(  # noqa: DJ001
+        max_length=URL_MAX_LENGTH, null=True, blank=True, editable=False
+    )
+    notified = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects: ClassVar[TaskQuerySet] = TaskQuerySet.as_manager()  # type: ignore[assignment]
 
@@ -594,6 +601,11 @@ class Task(models.Model):
                 fields=["updated"],
                 name="scylla_task_terminal_idx",
                 condition=Q(status__in=["aborted", "cancelled", "completed"]),
+            ),
+            models.Index(
+                fields=["id"],
+                name="scylla_task_notify_idx",
+                condition=Q(notify__isnull=False, notified__isnull=True),
             ),
             models.Index(fields=["queue", "status"], name="scylla_task_queue_status_idx"),
             # The admin's owner filter and worker-name search; unleased tasks are not indexed.
