@@ -116,6 +116,35 @@ class TaskContext:
         self.children.append({"queue": queue, "spec": spec, **options})
         return rn
 
+    def batch(
+        self,
+        *,
+        on_success: object = None,
+        on_complete: object = None,
+        on_failure: object = None,
+    ) -> SpawnedBatch:
+        """Open a batch of children (README, "Batches"), written with this task's completion
+        as `spawn()`'s children are: the batch, its callbacks and its tasks, or nothing if
+        this task does not complete. Callbacks are as `Batch`'s, validated now
+        (ValidationError). Used as a context manager, a block left by an exception drops the
+        batch."""
+        from .batches import validate_callback
+
+        using = self.task._state.db or "default"
+        callbacks: dict[str, Any] = {}
+        given = {"on_success": on_success, "on_complete": on_complete, "on_failure": on_failure}
+        for kind, value in given.items():
+            callback = validate_callback(kind, value, using)
+            if callback is not None:
+                callbacks[kind] = {
+                    "queue": callback.queue,
+                    "spec": callback.spec,
+                    "options": {**callback.options, "parent": self.task.rn},
+                }
+        batch = SpawnedBatch(self, callbacks)
+        self.children.append(batch.entry)
+        return batch
+
     @property
     def parent_results(self) -> dict[str, Any]:
         """The results of the tasks this follow-up waited for (`submit(after=[...])`), by the
@@ -196,6 +225,34 @@ class TaskContext:
 
     def __repr__(self) -> str:
         return f"<TaskContext {self.task.rn} on {self.worker.name}>"
+
+
+class SpawnedBatch:
+    """A batch a handler opened (`ctx.batch()`): `submit()` adds a task to it; all of it is
+    written with the handler's task's completion."""
+
+    def __init__(self, ctx: TaskContext, callbacks: dict[str, Any]) -> None:
+        self.ctx = ctx
+        self.tasks: list[dict[str, Any]] = []
+        self.entry: dict[str, Any] = {"batch": {"callbacks": callbacks, "tasks": self.tasks}}
+
+    def submit(self, queue: str, spec: Any, **options: Unpack[TaskOptions]) -> str:
+        """Add a task to the batch (`submit()`'s options, validated now: ValidationError);
+        its `parent` is the handler's task. Return its rn."""
+        from .models import Task, new_rn
+
+        options["parent"] = self.ctx.task.rn
+        options["rn"] = options.get("rn") or new_rn()
+        Task.build(queue, spec, **options)
+        self.tasks.append({"queue": queue, "spec": spec, **options})
+        return str(options["rn"])
+
+    def __enter__(self) -> SpawnedBatch:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
+        if exc_type is not None and self.entry in self.ctx.children:
+            self.ctx.children.remove(self.entry)
 
 
 class HandlerAlreadyRegistered(Exception):

@@ -2,6 +2,8 @@
 the transaction that completes it, and snoozes, the other way a worker's outcome is written.
 
 A child names its parent's rn in `parent`; the parent's children are the tasks that name it.
+A handler may also open a batch (`ctx.batch()`): its tasks are children too, and the batch,
+its callbacks and its tasks are written with the parent's completion as a child is.
 Spawned children wait in the worker with the outcome of their parent and are inserted in the
 same transaction as its completion, so a parent that aborts (or whose completion is refused:
 its lease was lost) never leaves children behind.
@@ -10,13 +12,15 @@ its lease was lost) never leaves children behind.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db.models import QuerySet
 
 from ..exceptions import DuplicateTask, ScyllaError
 from . import submission
+from .batches import Batch
+from .dependencies import HELD
 from .outcomes import Outcome
 
 logger = logging.getLogger("scylla_django")
@@ -30,12 +34,34 @@ def submit_children(tasks: QuerySet[Any], outcomes: Sequence[Outcome], done: set
         if outcome.pk not in done or outcome.errors is not None:
             continue
         for child in outcome.children:
+            if "batch" in child:
+                submit_batch(tasks, child["batch"])
+                continue
             options = dict(child)
             queue, spec = options.pop("queue"), options.pop("spec")
             try:
                 submission.submit(tasks, queue, spec, **options)
             except DuplicateTask:
                 logger.info("child %s of task %s exists already", child.get("rn"), outcome.pk)
+
+
+def submit_batch(tasks: QuerySet[Any], batch: Mapping[str, Any]) -> Batch:
+    """Write a batch a handler opened (`ctx.batch()`): its held callbacks (`{kind: {queue,
+    spec, options}}`), its row and its tasks (`tasks`, each a `submit_many` item), in the
+    caller's transaction; the tasks already name their parent. An item whose rn exists is
+    left out of the batch, as by `Batch.submit_many`."""
+    held = {
+        f"{kind}_id": submission.submit(
+            tasks, callback["queue"], callback["spec"], not_before=HELD, **callback["options"]
+        ).pk
+        for kind, callback in batch["callbacks"].items()
+    }
+    row = Batch.objects.using(tasks.db).create(**held)
+    items = [{**item, "batch": row.pk} for item in batch["tasks"]]
+    outcomes = submission.submit_many(tasks, items) if items else []
+    row.total = sum(1 for outcome in outcomes if outcome.outcome == "inserted")
+    Batch.objects.using(tasks.db).filter(pk=row.pk).update(total=row.total)
+    return row
 
 
 def snooze_outcomes(tasks: QuerySet[Any], name: str, outcomes: Sequence[Outcome]) -> set[int]:
