@@ -28,6 +28,7 @@ from .. import followups
 from ..conf import LEASE_MIN
 from ..enums import EventType, Liveness, Status
 from ..models import MAX_PARENTS, CatchUp, History, Schedule, Task, Worker
+from ..models.children import MAX_SPAWNED
 from ..models.key_control import MAX_LIMIT
 from ..models.keys import described
 from ..retries import MAX_DELAY as MAX_RETRY_DELAY
@@ -776,10 +777,24 @@ class SnoozeSerializer(WorkerActionSerializer):
     )
 
 
+class ChildSerializer(SubmitSerializer):
+    """A child task submitted with its parent's completion: a submission without `after`
+    (its `parent` is the completed task)."""
+
+    after = None  # type: ignore[assignment]
+
+
 class CompleteSerializer(WorkerActionSerializer):
-    """Finish the task, optionally with a JSON result."""
+    """Finish the task, optionally with a JSON result and children to submit with it."""
 
     result = JSONValueField(required=False, allow_null=True)
+    children = ChildSerializer(  # type: ignore[call-arg]  # many=True takes max_length
+        many=True,
+        required=False,
+        max_length=MAX_SPAWNED,
+        help_text="Tasks submitted in the completion's transaction, each naming this task in "
+        "`parent` (as a handler's `ctx.spawn()`); none if the completion is refused.",
+    )
 
 
 class AbortSerializer(WorkerActionSerializer):

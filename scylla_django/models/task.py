@@ -58,6 +58,7 @@ from ..validation import (
 )
 from . import finishing, keys, maintenance, portable, submission, successors
 from .batches import count_finished
+from .children import spawn, validate_children
 from .dependencies import HELD
 from .history import History
 from .inputs import SubmitOutcome, TaskOptions, task_values, validate_terminal_statuses
@@ -756,22 +757,37 @@ class Task(models.Model):
         )
 
     def complete(
-        self, worker: Worker | str, result: Any = None, *, lease: int | None = None
-    ) -> None:
-        """running → completed, with progress 1.0 and an optional JSON `result`."""
+        self,
+        worker: Worker | str,
+        result: Any = None,
+        *,
+        lease: int | None = None,
+        children: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[str]:
+        """running → completed, with progress 1.0 and an optional JSON `result`.
+
+        `children` (each `{queue, spec, **submit options}`) are submitted in the same
+        transaction, naming this task in `parent`, as `ctx.spawn()`'s are: validated first
+        (ValidationError, nothing written), and not at all if the write is refused. Returns
+        the children's rns (a child whose rn exists is skipped, as a resubmission is).
+        """
         values = {
             "status": Status.COMPLETED,
             "progress": 1.0,
             "deadline": None,
             "result": validate_json(result, "result", allow_null=True),
         }
-        if self.batch_id is None:
+        spawned = validate_children(children, self.rn) if children else []
+        if self.batch_id is None and not spawned:
             self._apply(Operation.COMPLETE, worker, values, lease=lease)
-            return
+            return []
         using = self._state.db or "default"
         with db.write_atomic(using):
             self._apply(Operation.COMPLETE, worker, values, lease=lease)
-            count_finished(using, [{"batch_id": self.batch_id, "status": self.status}])
+            if self.batch_id is not None:
+                count_finished(using, [{"batch_id": self.batch_id, "status": self.status}])
+            spawn(Task.objects.using(using), spawned)
+        return [child["rn"] for child in spawned]
 
     def abort(
         self,
