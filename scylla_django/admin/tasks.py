@@ -220,6 +220,7 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
                     ("chain", "snoozes", "expires_time"),
                     ("parent_link", "children_list"),
                     ("batch_link", "dead_at"),
+                    ("notify", "notified"),
                     ("unique_key_link", "unique_window_text"),
                     ("keys_list", "waiting_line"),
                 )
@@ -257,6 +258,8 @@ class TaskAdmin(ReadOnly, TaskColumns, ConsolePages, KeyPages):
         "peak_memory_text",
         "batch_link",
         "dead_at",
+        "notify",
+        "notified",
     )
 
     class Media:

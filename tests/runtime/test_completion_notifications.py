@@ -14,6 +14,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.test import override_settings
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from scylla_django import handler
@@ -273,3 +274,15 @@ def test_a_failed_delivery_never_touches_the_task(worker):
     assert Task.objects.filter(queue=NOTIFY_QUEUE, dead__isnull=False).count() == 1
     task.refresh_from_db()
     assert task.status == Status.CANCELLED and task.errors == []
+
+
+@override_settings(SCYLLA=ALLOW)
+def test_the_task_page_shows_its_notify_url_and_its_delivery(admin_client, worker):
+    task = Task.objects.submit("emails", {}, rn="shown", notify="http://127.0.0.1:9/page")
+    task.cancel()
+    submit_deliveries()
+    page = admin_client.get(reverse("admin:scylla_django_task_change", args=[task.pk]))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "http://127.0.0.1:9/page" in html
+    assert delivery_rn(task.pk) in html  # among its children, linked
