@@ -31,6 +31,7 @@ from ..models import MAX_PARENTS, CatchUp, History, Schedule, Task, Worker
 from ..models.children import MAX_SPAWNED
 from ..models.key_control import MAX_LIMIT
 from ..models.keys import described
+from ..notify import URL_MAX_LENGTH
 from ..retries import MAX_DELAY as MAX_RETRY_DELAY
 from ..schedules import DEFINITION_KEYS as SCHEDULE_KEYS
 from ..text import positive_duration
@@ -684,6 +685,8 @@ class SubmitSerializer(StrictSerializer):
         required=False,
         allow_null=True,
         trim_whitespace=False,
+        min_length=1,
+        max_length=URL_MAX_LENGTH,
         help_text="An https:// URL that the task's outcome is POSTed to, signed, once it is "
         "final (README, Completion notifications); anything else is a 400 `invalid_notify`.",
     )
