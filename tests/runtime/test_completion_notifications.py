@@ -24,7 +24,7 @@ from scylla_django.exceptions import Abort
 from scylla_django.handlers import HandlerRegistry
 from scylla_django.models import Task, Worker
 from scylla_django.monitor import Monitor
-from scylla_django.notify import NOTIFY_QUEUE, SIGNATURE_HEADER, register_notify, verify
+from scylla_django.notify import NOTIFY_QUEUE, SIGNATURE_HEADER, post, register_notify, verify
 from scylla_django.retries import Fixed, Retry
 from tests.processes import finish, start
 
@@ -286,3 +286,16 @@ def test_the_task_page_shows_its_notify_url_and_its_delivery(admin_client, worke
     html = page.content.decode()
     assert "http://127.0.0.1:9/page" in html
     assert delivery_rn(task.pk) in html  # among its children, linked
+
+
+def test_a_redirect_or_no_answer_is_a_failed_post():
+    server = Receiver([302])
+    try:
+        with override_settings(SCYLLA=ALLOW):
+            answer = post(server.url, b"{}", "d1")
+            assert (answer.status, answer.ok) == (302, False)  # not followed
+            assert len(server.received) == 1
+            refused = post("http://127.0.0.1:9/none", b"{}", "d2")
+    finally:
+        server.close()
+    assert refused.status is None and not refused.ok and refused.error
