@@ -16,8 +16,10 @@ class ScyllaConfig(AppConfig):
         """Register the system checks, import the apps' handler modules, tell submissions which
         queues this process serves, connect metrics."""
         from . import checks  # noqa: F401  (registers the system checks)
-        from .handlers import autodiscover, registry
+        from .handlers import autodiscover, register_builtin, registry
         from .models import serving
+
+        register_builtin(registry)
 
         # A queue with a handler in this process counts as served: no warning at submit.
         serving.serve_here(registry.serves)

@@ -22,6 +22,11 @@
 | `LISTEN_DATABASE` | `None` | the alias a worker's LISTEN connection is made from (a pooler) |
 | `READ_DATABASE` | `None` | a replica of `default` that the admin and API GETs read |
 | `QUEUE_DATABASES` | `{}` | database alias by queue (`routers.QueueRouter`) |
+| `NOTIFY_SECRET` | `None` | the key that signs completion notifications (`notify=`) |
+| `NOTIFY_ALLOW_HTTP` | `False` | accept `http://` notify URLs, not only `https://` |
+| `NOTIFY_TIMEOUT` | 10 s | how long a notification's POST may take |
+| `NOTIFY_ATTEMPTS` | 8 | POSTs of one notification at most (the first included) |
+| `NOTIFY_BACKOFF` | 5 s | the wait after the first failed POST, doubling (at most an hour) |
 
 Durations may be given as a `timedelta`, a number of seconds or text such as `"30s"`, `"5m"`,
 `"12h"`, `"7d"`. A lease lasts at least `LEASE_MIN` (1 second).
@@ -65,6 +70,11 @@ DEFAULTS: dict[str, Any] = {
     "LISTEN_DATABASE": None,
     "READ_DATABASE": None,
     "QUEUE_DATABASES": {},
+    "NOTIFY_SECRET": None,
+    "NOTIFY_ALLOW_HTTP": False,
+    "NOTIFY_TIMEOUT": timedelta(seconds=10),
+    "NOTIFY_ATTEMPTS": 8,
+    "NOTIFY_BACKOFF": timedelta(seconds=5),
 }
 _MODULE_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
@@ -289,6 +299,40 @@ class ScyllaSettings:
             queue: database_alias(alias, f"QUEUE_DATABASES[{queue!r}]")
             for queue, alias in value.items()
         }
+
+    def NOTIFY_SECRET(self) -> str | None:
+        """The key that signs completion notifications (None: `notify=` is refused)."""
+        value = self._raw("NOTIFY_SECRET")
+        if value is not None and (not isinstance(value, str) or len(value) < 16):
+            raise ImproperlyConfigured(
+                "SCYLLA['NOTIFY_SECRET'] must be a string of at least 16 characters "
+                "(or None), got a " + type(value).__name__ + (" too short" if value else "")
+            )
+        return value
+
+    @property
+    def NOTIFY_ALLOW_HTTP(self) -> bool:
+        value = self._raw("NOTIFY_ALLOW_HTTP")
+        if not isinstance(value, bool):
+            raise ImproperlyConfigured(
+                f"SCYLLA['NOTIFY_ALLOW_HTTP'] must be True or False, got {value!r}"
+            )
+        return value
+
+    @property
+    def NOTIFY_TIMEOUT(self) -> timedelta:
+        return as_duration(self._raw("NOTIFY_TIMEOUT"), "NOTIFY_TIMEOUT")
+
+    @property
+    def NOTIFY_ATTEMPTS(self) -> int:
+        return as_int(self._raw("NOTIFY_ATTEMPTS"), "NOTIFY_ATTEMPTS", minimum=1, maximum=1000)
+
+    @property
+    def NOTIFY_BACKOFF(self) -> timedelta:
+        value = self._raw("NOTIFY_BACKOFF")
+        if value == 0:  # no wait between POSTs (tests)
+            return timedelta(0)
+        return as_duration(value, "NOTIFY_BACKOFF")
 
     @property
     def SCHEDULES(self) -> Any:

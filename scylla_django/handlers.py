@@ -35,6 +35,7 @@ from .exceptions import (
     TaskCancelled,
     exception_error,
 )
+from .notify import NOTIFY_QUEUE, register_notify
 from .validation import validate_delay, validate_progress, validate_queue, validate_timeout
 
 if TYPE_CHECKING:
@@ -128,6 +129,35 @@ class TaskContext:
         Task.build(queue, spec, **options)  # bad input is the handler's error, raised here
         self.children.append({"queue": queue, "spec": spec, **options})
         return rn
+
+    def batch(
+        self,
+        *,
+        on_success: object = None,
+        on_complete: object = None,
+        on_failure: object = None,
+    ) -> SpawnedBatch:
+        """Open a batch of children (README, "Batches"), written with this task's completion
+        as `spawn()`'s children are: the batch, its callbacks and its tasks, or nothing if
+        this task does not complete. Callbacks are as `Batch`'s, validated now
+        (ValidationError). Used as a context manager, a block left by an exception drops the
+        batch."""
+        from .batches import validate_callback
+
+        using = self.task._state.db or "default"
+        callbacks: dict[str, Any] = {}
+        given = {"on_success": on_success, "on_complete": on_complete, "on_failure": on_failure}
+        for kind, value in given.items():
+            callback = validate_callback(kind, value, using)
+            if callback is not None:
+                callbacks[kind] = {
+                    "queue": callback.queue,
+                    "spec": callback.spec,
+                    "options": {**callback.options, "parent": self.task.rn},
+                }
+        batch = SpawnedBatch(self, callbacks)
+        self.children.append(batch.entry)
+        return batch
 
     @property
     def parent_results(self) -> dict[str, Any]:
@@ -237,6 +267,34 @@ class TaskContext:
 
     def __repr__(self) -> str:
         return f"<TaskContext {self.task.rn} on {self.worker.name}>"
+
+
+class SpawnedBatch:
+    """A batch a handler opened (`ctx.batch()`): `submit()` adds a task to it; all of it is
+    written with the handler's task's completion."""
+
+    def __init__(self, ctx: TaskContext, callbacks: dict[str, Any]) -> None:
+        self.ctx = ctx
+        self.tasks: list[dict[str, Any]] = []
+        self.entry: dict[str, Any] = {"batch": {"callbacks": callbacks, "tasks": self.tasks}}
+
+    def submit(self, queue: str, spec: Any, **options: Unpack[TaskOptions]) -> str:
+        """Add a task to the batch (`submit()`'s options, validated now: ValidationError);
+        its `parent` is the handler's task. Return its rn."""
+        from .models import Task, new_rn
+
+        options["parent"] = self.ctx.task.rn
+        options["rn"] = options.get("rn") or new_rn()
+        Task.build(queue, spec, **options)
+        self.tasks.append({"queue": queue, "spec": spec, **options})
+        return str(options["rn"])
+
+    def __enter__(self) -> SpawnedBatch:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
+        if exc_type is not None and self.entry in self.ctx.children:
+            self.ctx.children.remove(self.entry)
 
 
 class HandlerAlreadyRegistered(Exception):
@@ -351,6 +409,7 @@ def handler(
     timeout: timedelta | float | str | None = None,
     batch_size: int | None = None,
     batch_wait: timedelta | float | str | None = None,
+    notify: str | None = None,
 ) -> Callable[[H], H]:
     """Register the decorated function as the handler of `queues`.
 
@@ -370,6 +429,8 @@ def handler(
     `batch_size` makes it a batch handler (README, "Batched execution"): it is called with a
     list of up to `batch_size` contexts, leased in one statement once one task is ready and
     `batch_wait` (default 0) has passed or the batch is full.
+    `notify` is the URL that the outcome of the queues' tasks submitted without one is POSTed
+    to once final (README, "Completion notifications"); it is checked at submission.
     """
     if retry is not None and not isinstance(retry, retries.Retry):
         raise TypeError(f"retry must be a Retry(...), not {retry!r}")
@@ -387,6 +448,8 @@ def handler(
     )
     limit = None if timeout is None else validate_timeout(timeout)
     batching = Batching.of(batch_size, batch_wait)
+    if notify is not None and not isinstance(notify, str):
+        raise TypeError(f"notify must be a URL string, not {notify!r}")
 
     def decorate(func: H) -> H:
         for queue in queues:
@@ -395,9 +458,23 @@ def handler(
             registry.set_batching(queue, batching)
             retries.register_policy(queue, retry)
             queue_keys.register_keys(queue, **defaults)
+            register_notify(queue, notify)
         return func
 
     return decorate
+
+
+def deliver_notification(ctx: TaskContext) -> Any:
+    """The built-in handler of the queue `scylla.notify`: POST the outcome a delivery task
+    names (`scylla_django.deliveries.deliver`). The app registers it in every process."""
+    from .deliveries import deliver
+
+    return deliver(ctx.task)
+
+
+def register_builtin(registry: HandlerRegistry = registry) -> None:
+    """Register the handlers of the app's own queues (`scylla.notify`)."""
+    registry.register(NOTIFY_QUEUE, deliver_notification)
 
 
 def autodiscover() -> None:

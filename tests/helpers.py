@@ -58,6 +58,8 @@ TASK_FIELDS = {
     "expires_at",
     "batch",
     "dead",
+    "notify",
+    "notified",
 }
 
 

@@ -189,6 +189,23 @@ def spawn(ctx):
     return {"children": rns}
 
 
+@handler("t-fan-out")
+def fan_out(ctx):
+    """Open a batch of spec["tasks"] t-echo tasks with an on_success callback on t-echo (and
+    one more batch dropped by an exception in its block), then fail if spec["fail"]."""
+    with ctx.batch(on_success=("t-echo", {"callback": True})) as batch:
+        rns = [batch.submit("t-echo", {"n": n}) for n in range(ctx.spec["tasks"])]
+    try:
+        with ctx.batch(on_complete=("t-echo", {"dropped": True})) as dropped:
+            dropped.submit("t-echo", {"dropped": True})
+            raise RuntimeError("leave the block")
+    except RuntimeError:
+        pass
+    if ctx.spec.get("fail"):
+        raise Abort("failed", "the parent failed after opening a batch")
+    return {"tasks": rns}
+
+
 @handler("t-sum")
 def sum_parents(ctx):
     """The sum of the parents' results (each a number)."""

@@ -222,6 +222,7 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
                     ("chain", "snoozes", "expires_time"),
                     ("parent_link", "children_list"),
                     ("batch_link", "dead_at"),
+                    ("notify", "notified"),
                     ("unique_key_link", "unique_window_text"),
                     ("keys_list", "waiting_line"),
                 )
@@ -260,6 +261,8 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
         "batch_link",
         "dead_at",
         "replica_lag",
+        "notify",
+        "notified",
     )
 
     class Media:

@@ -28,8 +28,10 @@ from .. import followups
 from ..conf import LEASE_MIN
 from ..enums import EventType, Liveness, Status
 from ..models import MAX_PARENTS, CatchUp, History, Schedule, Task, Worker
+from ..models.children import MAX_SPAWNED
 from ..models.key_control import MAX_LIMIT
 from ..models.keys import described
+from ..notify import URL_MAX_LENGTH
 from ..retries import MAX_DELAY as MAX_RETRY_DELAY
 from ..schedules import DEFINITION_KEYS as SCHEDULE_KEYS
 from ..text import positive_duration
@@ -323,6 +325,17 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
         help_text="When this aborted task was given up (a dead letter), until requeued or "
         "discarded.",
     )
+    notify = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="The URL its outcome is POSTed to once final (null: none).",
+    )
+    notified = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text="When the delivery of its notification was submitted (the task "
+        "`scylla.notify.<id>`, whose `parent` is this task).",
+    )
 
     class Meta:
         model = Task
@@ -360,6 +373,8 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "expires_at",
             "batch",
             "dead",
+            "notify",
+            "notified",
         ]
         read_only_fields = fields
         # Not declared above: a serializer field's `parent` attribute is DRF's own.
@@ -666,6 +681,15 @@ class SubmitSerializer(StrictSerializer):
         allow_null=True,
         help_text="Cancelled (`expired`) if not started by then; in the future.",
     )
+    notify = serializers.CharField(
+        required=False,
+        allow_null=True,
+        trim_whitespace=False,
+        min_length=1,
+        max_length=URL_MAX_LENGTH,
+        help_text="An https:// URL that the task's outcome is POSTed to, signed, once it is "
+        "final (README, Completion notifications); anything else is a 400 `invalid_notify`.",
+    )
 
 
 class FieldErrorSerializer(serializers.Serializer[Any]):
@@ -756,10 +780,24 @@ class SnoozeSerializer(WorkerActionSerializer):
     )
 
 
+class ChildSerializer(SubmitSerializer):
+    """A child task submitted with its parent's completion: a submission without `after`
+    (its `parent` is the completed task)."""
+
+    after = None  # type: ignore[assignment]
+
+
 class CompleteSerializer(WorkerActionSerializer):
-    """Finish the task, optionally with a JSON result."""
+    """Finish the task, optionally with a JSON result and children to submit with it."""
 
     result = JSONValueField(required=False, allow_null=True)
+    children = ChildSerializer(  # type: ignore[call-arg]  # many=True takes max_length
+        many=True,
+        required=False,
+        max_length=MAX_SPAWNED,
+        help_text="Tasks submitted in the completion's transaction, each naming this task in "
+        "`parent` (as a handler's `ctx.spawn()`); none if the completion is refused.",
+    )
 
 
 class AbortSerializer(WorkerActionSerializer):

@@ -69,6 +69,7 @@ SUBMITTED = {
     "parent": "text",
     "expires_at": "timestamptz",
     "batch_id": "bigint",
+    "notify": "text",
 }
 
 
@@ -319,11 +320,13 @@ def _submission_document(rows: Sequence[dict[str, Any]]) -> str:
                 "retry_policy": row.get("retry_policy"),
                 "retry_of": row.get("retry_of"),
                 "root": row.get("root"),
-                "attempt": row.get("attempt", 0),
+                "attempt": row.get("attempt", 1),
                 **{name: row.get(name) for name in _KEY_FIELDS if "keys" in row},
                 "timeout": _interval(row.get("timeout")),
                 "expires_at": row["expires_at"].isoformat() if row.get("expires_at") else None,
                 "batch_id": row.get("batch_id"),
+                "parent": row.get("parent"),
+                "notify": row.get("notify"),
             }
             for row in rows
         ],

@@ -19,6 +19,7 @@ from ..conf import scylla_settings
 from ..enums import (
     TERMINAL_STATUSES,
 )
+from ..notify import NOTIFY_QUEUE, default_notify, validate_notify
 from ..queue_keys import default_keys
 from ..text import DurationError, positive_duration
 from ..validation import (
@@ -69,6 +70,7 @@ class TaskOptions(TypedDict, total=False):
     expires_in: timedelta | float | str | None
     expires_at: datetime | None
     batch: int | None
+    notify: str | None
 
 
 @dataclass(frozen=True)
@@ -252,6 +254,7 @@ def task_values(
     expires_in: timedelta | float | str | None = None,
     expires_at: datetime | None = None,
     batch: int | None = None,
+    notify: str | None = None,
     defaults: SubmitDefaults | None = None,
 ) -> dict[str, Any]:
     """The field values of a new task, validated (a generated rn if none is given).
@@ -262,6 +265,8 @@ def task_values(
     keyed task, so a keyless one is submitted exactly as before keys existed.
 
     `batch` is the pk of the batch the task is submitted in (`scylla_django.batches`).
+    `notify` is the URL its outcome is POSTed to once final (`scylla_django.notify`), else
+    its queue's (`@handler(notify=...)`).
 
     `defaults` are the settings that apply, read once by a caller that validates many.
     Raises ValidationError naming every bad field.
@@ -310,6 +315,15 @@ def task_values(
         values["expires_at"] = expiry
     if parent is not None:
         values["parent"] = check("parent", validate_rn, parent)
+    if notify is None and values["queue"] is not None:
+        notify = default_notify(values["queue"])
+    if notify is not None:
+        if values["queue"] == NOTIFY_QUEUE:
+            errors["notify"] = ValidationError(
+                "A notification's delivery is not notified.", code="invalid_notify"
+            )
+        else:
+            values["notify"] = check("notify", validate_notify, notify)
     window = check("unique_window", validate_unique_window, unique_window)
     if window is not None and unique_key is None and "unique_key" not in errors:
         errors["unique_window"] = ValidationError(
@@ -364,6 +378,8 @@ def task_values_from(
         "expires_in",
         "expires_at",
         "batch",
+        "notify",
+        "parent",
     }
     unknown = set(item) - allowed
     if unknown:
@@ -394,6 +410,8 @@ def task_values_from(
         expires_in=item.get("expires_in"),
         expires_at=item.get("expires_at"),
         batch=item.get("batch"),
+        notify=item.get("notify"),
+        parent=item.get("parent"),
         defaults=defaults,
     )
     if "unique_key" in values:

@@ -123,7 +123,12 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
         order_key=task.order_key,
         order_seq=None if task.order_key is None else (task.order_seq or task.pk),
         order_block=task.order_block,
+        notify=task.notify,
     )
+    if task.notify is not None:
+        # The chain is notified once, when it ends: the retry takes the notification over
+        # (unless this task's went out already, as a requeued dead letter's did).
+        manager.filter(pk=task.pk, notified__isnull=True).update(notify=None)
     if task.unique_key is not None:
         # The chain is one logical task: the retry holds its key. Without a window the task
         # it follows let the key go when it left running (in this transaction, so no other

@@ -41,6 +41,7 @@ from ..exceptions import (
     WorkerNotFound,
     error_record,
 )
+from ..notify import URL_MAX_LENGTH
 from ..validation import (
     QUEUE_MAX_LENGTH,
     RN_MAX_LENGTH,
@@ -58,6 +59,7 @@ from ..validation import (
 )
 from . import finishing, keys, maintenance, portable, submission, successors
 from .batches import count_finished
+from .children import spawn, validate_children
 from .dependencies import HELD
 from .history import History
 from .inputs import SubmitOutcome, TaskOptions, task_values, validate_terminal_statuses
@@ -622,6 +624,12 @@ class Task(models.Model):
     dead = models.DateTimeField(null=True, blank=True, editable=False)
     # The name of the task's log in storage (scylla_django.logs), once a run logged something.
     log = models.CharField(max_length=255, null=True, blank=True, editable=False)  # noqa: DJ001
+    # Completion notifications (scylla_django.notify): the URL to POST the outcome to once
+    # the task is final, and when its delivery task was submitted.
+    notify = models.CharField(  # noqa: DJ001
+        max_length=URL_MAX_LENGTH, null=True, blank=True, editable=False
+    )
+    notified = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects: ClassVar[TaskQuerySet] = TaskQuerySet.as_manager()  # type: ignore[assignment]
 
@@ -645,6 +653,11 @@ class Task(models.Model):
                 fields=["updated"],
                 name="scylla_task_terminal_idx",
                 condition=Q(status__in=["aborted", "cancelled", "completed"]),
+            ),
+            models.Index(
+                fields=["id"],
+                name="scylla_task_notify_idx",
+                condition=Q(notify__isnull=False, notified__isnull=True),
             ),
             models.Index(fields=["queue", "status"], name="scylla_task_queue_status_idx"),
             # The admin's owner filter and worker-name search; unleased tasks are not indexed.
@@ -795,22 +808,37 @@ class Task(models.Model):
         )
 
     def complete(
-        self, worker: Worker | str, result: Any = None, *, lease: int | None = None
-    ) -> None:
-        """running → completed, with progress 1.0 and an optional JSON `result`."""
+        self,
+        worker: Worker | str,
+        result: Any = None,
+        *,
+        lease: int | None = None,
+        children: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[str]:
+        """running → completed, with progress 1.0 and an optional JSON `result`.
+
+        `children` (each `{queue, spec, **submit options}`) are submitted in the same
+        transaction, naming this task in `parent`, as `ctx.spawn()`'s are: validated first
+        (ValidationError, nothing written), and not at all if the write is refused. Returns
+        the children's rns (a child whose rn exists is skipped, as a resubmission is).
+        """
         values = {
             "status": Status.COMPLETED,
             "progress": 1.0,
             "deadline": None,
             "result": validate_json(result, "result", allow_null=True),
         }
-        if self.batch_id is None:
+        spawned = validate_children(children, self.rn) if children else []
+        if self.batch_id is None and not spawned:
             self._apply(Operation.COMPLETE, worker, values, lease=lease)
-            return
+            return []
         using = self._state.db or "default"
         with db.write_atomic(using):
             self._apply(Operation.COMPLETE, worker, values, lease=lease)
-            count_finished(using, [{"batch_id": self.batch_id, "status": self.status}])
+            if self.batch_id is not None:
+                count_finished(using, [{"batch_id": self.batch_id, "status": self.status}])
+            spawn(Task.objects.using(using), spawned)
+        return [child["rn"] for child in spawned]
 
     def abort(
         self,

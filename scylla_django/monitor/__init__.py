@@ -3,6 +3,7 @@
 - `ExpiredLeases` (`leases`): expired leases made ready again, or their tasks aborted.
 - `FollowUps` (`followups`): follow-ups released, or cancelled after a failed parent.
 - `BatchCallbacks` (`callbacks`): batch callbacks released, or cancelled when they cannot run.
+- `Deliveries` (`deliveries`): the delivery tasks of completion notifications submitted.
 - `ScheduleTicks` (`schedules`): the settings' schedules synced, due ticks submitted.
 - `FinishedTasks` and `ProcessRecords` (`purge`): terminal tasks, and the records of workers
   and monitors long gone, purged after their retention.
@@ -14,6 +15,7 @@ Each service is a `Service` whose `wait_for_run()` tests wait on instead of slee
 """
 
 from .callbacks import BatchCallbacks
+from .deliveries import Deliveries
 from .followups import FollowUps
 from .leases import ExpiredLeases
 from .monitor import Monitor, MonitorPass
@@ -24,6 +26,7 @@ from .service import Service
 
 __all__ = [
     "BatchCallbacks",
+    "Deliveries",
     "ExpiredLeases",
     "FinishedTasks",
     "FollowUps",

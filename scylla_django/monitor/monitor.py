@@ -31,6 +31,7 @@ from ..models import Monitor as MonitorRecord
 from ..retries import exponential_delay
 from ..text import DurationError, plural, positive_duration
 from .callbacks import BatchCallbacks
+from .deliveries import Deliveries
 from .expiry import ExpiringTasks
 from .followups import FollowUps
 from .leases import ExpiredLeases
@@ -68,6 +69,8 @@ class MonitorPass:
     rollups_purged: int = 0
     expired: int = 0
     """Ready tasks cancelled because their `expires_at` came before they started."""
+    notifications: int = 0
+    """Delivery tasks of completion notifications submitted."""
 
 
 class Monitor:
@@ -75,7 +78,8 @@ class Monitor:
 
     The services, in the order a pass runs them: `leases` (reset expired leases), `followups`
     (release follow-ups), `expiry` (cancel ready tasks past their `expires_at`), `callbacks`
-    (release or cancel batch callbacks), `schedules` (sync the settings' schedules, submit due
+    (release or cancel batch callbacks), `deliveries` (submit the deliveries of completion
+    notifications), `schedules` (sync the settings' schedules, submit due
     ticks), `tasks` (purge old terminal tasks), `processes` (purge the records of workers and
     monitors long gone) and `rollups` (roll up History for the dashboard's charts, every
     minute). Each has its own `interval` (the monitor's when None) and `wait_for_run()`, which
@@ -140,6 +144,7 @@ class Monitor:
         self.followups = FollowUps()
         self.expiry = ExpiringTasks(batch_size=reset_batch_size)
         self.callbacks = BatchCallbacks()
+        self.deliveries = Deliveries()
         self.schedules = ScheduleTicks(clock=clock)
         self.tasks = FinishedTasks(retention=retention, batch_size=purge_batch_size)
         self.processes = ProcessRecords(retention=retention)
@@ -149,6 +154,7 @@ class Monitor:
             self.followups,
             self.expiry,
             self.callbacks,
+            self.deliveries,
             self.schedules,
             self.tasks,
             self.processes,

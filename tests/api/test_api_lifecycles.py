@@ -159,3 +159,80 @@ def test_a_task_detail_names_its_parent_and_children(api, worker):
     listed = api.get(f"{API}/tasks/", {"parent": "parent"}).json()["results"]
     assert sorted(t["rn"] for t in listed) == ["child-0", "child-1", "child-2"]
     assert_field_error(api.get(f"{API}/tasks/", {"parent": "a/b"}), "parent", "invalid_rn")
+
+
+# -- children from an HTTP worker's completion --------------------------------------------------
+
+
+def test_an_http_worker_completes_its_task_with_children(as_worker, mine):
+    task = running_task(mine, rn="t1")
+    body = {
+        "worker": mine.name,
+        "lease": 1,
+        "result": {"ok": True},
+        "children": [
+            {"queue": "emails", "spec": {"n": 1}, "rn": "c1", "priority": 9},
+            {"queue": "emails", "spec": {"n": 2}, "not_before": "2099-01-01T00:00:00Z"},
+        ],
+    }
+    response = post(as_worker, "/tasks/t1/complete/", body)
+    assert response.status_code == 200, response.content
+    answer = response.json()
+    assert answer["status"] == "completed" and len(answer["children"]) == 2
+    assert answer["children"][0] == "c1"
+    children = Task.objects.filter(parent="t1").order_by("pk")
+    assert list(children.values_list("rn", flat=True)) == answer["children"]
+    first, second = children
+    assert (first.queue, first.spec, first.priority, first.status) == (
+        "emails",
+        {"n": 1},
+        9,
+        Status.READY,
+    )
+    assert second.not_before.year == 2099
+    assert reload(task).status == Status.COMPLETED
+    assert sorted(reload(task).children_rns()) == sorted(answer["children"])
+
+
+def test_children_of_a_refused_completion_are_never_submitted(as_worker, mine, other_worker):
+    task = running_task(mine, rn="t1")
+    expire(task)
+    Task.objects.reset_expired()
+    Task.objects.lease(other_worker, ["default"])  # the lease passed on
+    body = {"worker": mine.name, "lease": 1, "children": [{"queue": "emails", "spec": {}}]}
+    assert_error(post(as_worker, "/tasks/t1/complete/", body), 409, "lease_lost")
+    assert not Task.objects.filter(parent="t1").exists()
+    assert reload(task).status == Status.RUNNING
+
+
+@pytest.mark.parametrize(
+    "children, field, code",
+    [
+        ([{"queue": "bad queue", "spec": {}}], "children.0.queue", "invalid_queue"),
+        ([{"queue": "emails"}], "children.0.spec", "required"),
+        ([{"queue": "emails", "spec": {}, "after": ["x"]}], "children.0.after", "unknown_field"),
+        ([{"queue": "emails", "spec": {}, "priority": 300}], "children.0.priority", "max_value"),
+        ("no", "children.non_field_errors", "not_a_list"),
+    ],
+)
+def test_a_bad_child_is_a_400_and_nothing_is_written(as_worker, mine, children, field, code):
+    task = running_task(mine, rn="t1")
+    body = {"worker": mine.name, "lease": 1, "children": children}
+    response = post(as_worker, "/tasks/t1/complete/", body)
+    assert response.status_code == 400, response.content
+    assert_field_error(response, field, code)
+    assert reload(task).status == Status.RUNNING
+    assert Task.objects.count() == 1
+
+
+def test_a_child_refused_by_the_model_is_a_400_with_its_code(as_worker, mine, settings):
+    task = running_task(mine, rn="t1")
+    settings.SCYLLA = {"NOTIFY_SECRET": "s" * 20}
+    body = {
+        "worker": mine.name,
+        "lease": 1,
+        "children": [{"queue": "emails", "spec": {}, "notify": "http://example.com/"}],
+    }
+    assert_field_error(post(as_worker, "/tasks/t1/complete/", body), "children", "invalid_notify")
+    assert reload(task).status == Status.RUNNING
+    assert Task.objects.count() == 1

@@ -108,16 +108,30 @@ def test_every_operation_conforms(case, auth):
         expiring = any(isinstance(t, dict) and {"expires_in", "expires_at"} & set(t) for t in items)
         if response.status_code == 400 and expiring and "expires_" in response.text:
             return  # an expiry the clock or another field refuses, as for `POST /tasks/`
+        notifying = any(isinstance(t, dict) and "notify" in t for t in items)
+        if response.status_code == 400 and notifying and "notify" in response.text:
+            return  # a notify URL refused by its rules or the settings, as for `POST /tasks/`
     # A batch's tasks are a bulk submission's items: the same leniency as `bulk`.
     excluded = [negative_data_rejection] if bulk or batch else []
-    if case.operation.path.endswith("/tasks/") and {"expires_in", "expires_at"} & set(body):
+    if case.operation.path.endswith("/tasks/") and {"expires_in", "expires_at", "notify"} & set(
+        body
+    ):
         # An expiry is refused when it is past, not after `not_before`, or given twice: what
-        # the clock and another field decide, which OpenAPI cannot state. Such a refusal is a
-        # 400 naming the expiry; the rest of the checks hold.
+        # the clock and another field decide, which OpenAPI cannot state; a notify URL when
+        # it is not https:// or no secret signs it (the settings). Such a refusal is a 400
+        # naming the field; the rest of the checks hold.
         response = case.call(headers=auth)
-        if response.status_code == 400 and {"expires_in", "expires_at"} & set(
+        if response.status_code == 400 and {"expires_in", "expires_at", "notify"} & set(
             response.json().get("errors", {})
         ):
+            excluded.append(positive_data_acceptance)
+        case.validate_response(response, excluded_checks=excluded, headers=auth)
+        return
+    if case.operation.path.endswith("/complete/") and body.get("children"):
+        # A child is a submission: the rules between its fields, its expiry and its notify URL
+        # (see above) refuse it with a 400 naming `children`, which OpenAPI cannot state.
+        response = case.call(headers=auth)
+        if response.status_code == 400 and "children" in response.json().get("errors", {}):
             excluded.append(positive_data_acceptance)
         case.validate_response(response, excluded_checks=excluded, headers=auth)
         return

@@ -34,6 +34,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "signals",
         "followups",
         "batches",
+        "notify",
+        "deliveries",
         "schedules",
         "checks",
         "migrations",

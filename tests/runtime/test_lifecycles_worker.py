@@ -7,9 +7,10 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db.models.functions import Now
 
+from scylla_django.batches import release_callbacks
 from scylla_django.enums import EventType, Status
 from scylla_django.handlers import TaskContext
-from scylla_django.models import History, Task
+from scylla_django.models import HELD, Batch, History, Task
 from scylla_django.worker import TaskWorker, WorkerOptions
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
 from tests.factories import running_task
@@ -124,3 +125,47 @@ def test_a_follow_up_handler_reads_its_parents_results():
     follow_up.refresh_from_db()
     assert follow_up.status == Status.COMPLETED
     assert follow_up.result == {"sum": 42, "parents": sorted([first.rn, second.rn])}
+
+
+def test_a_handler_opens_a_batch_written_with_its_completion():
+    parent = Task.objects.submit("t-fan-out", {"tasks": 3})
+    run_once("t-fan-out")
+    parent.refresh_from_db()
+    assert parent.status == Status.COMPLETED
+    [batch] = Batch.objects.all()  # the batch left by an exception is not written
+    tasks = Task.objects.filter(batch=batch)
+    assert sorted(tasks.values_list("rn", flat=True)) == sorted(parent.result["tasks"])
+    assert {t.parent for t in tasks} == {parent.rn}  # children of the handler's task
+    assert (batch.total, batch.completed) == (3, 0)
+    callback = Task.objects.get(pk=batch.on_success_id)
+    assert callback.parent == parent.rn and callback.not_before == HELD
+    assert not Task.objects.filter(spec__dropped=True).exists()
+    for _ in range(3):
+        run_once("t-echo")
+    batch.refresh_from_db()
+    assert batch.completed == 3
+    release_callbacks()
+    callback.refresh_from_db()
+    assert callback.status == Status.READY and callback.not_before is None
+    release_callbacks()  # once
+    assert Task.objects.filter(spec__callback=True).count() == 1
+
+
+def test_a_batch_of_a_handler_that_fails_is_never_written():
+    parent = Task.objects.submit("t-fan-out", {"tasks": 2, "fail": True})
+    run_once("t-fan-out")
+    assert Task.objects.get(pk=parent.pk).status == Status.ABORTED
+    assert not Batch.objects.exists()
+    assert Task.objects.count() == 1
+
+
+def test_a_bad_batch_callback_or_task_is_the_handlers_error(worker):
+    task = running_task(worker)
+    ctx = TaskContext(task, worker)
+    with pytest.raises(ValidationError) as caught:
+        ctx.batch(on_success=("no-such-queue-anywhere", {}))
+    assert caught.value.error_dict["on_success"][0].code == "unknown_queue"
+    batch = ctx.batch()
+    with pytest.raises(ValidationError):
+        batch.submit("t-echo", None)
+    assert batch.tasks == []

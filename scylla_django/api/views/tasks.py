@@ -298,14 +298,24 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
     @detail_post(
         operation_id="complete_task",
         summary="Complete a task",
-        description="running → completed, with progress 1.0 and an optional `result`.",
+        description=(
+            "running → completed, with progress 1.0 and an optional `result`. `children` "
+            "(submissions, as `POST /tasks/` takes them, without `after`) are submitted in the "
+            "same transaction, fenced on the lease, each naming this task in `parent`; the "
+            "answer lists their rns in `children`. A bad child is a 400 and nothing is written."
+        ),
         request=CompleteSerializer,
         responses={200: TaskSerializer, **WORKER_ERRORS},
     )
     def complete(self, request: Request, rn: str) -> Response:
         worker, task, data = self.parse_held(CompleteSerializer, rn)
-        task.complete(worker, **data)
-        return Response(TaskSerializer(task).data)
+        if "children" in data:
+            data["children"] = [dict(child) for child in data["children"]]
+        spawned = task.complete(worker, **data)
+        body = dict(TaskSerializer(task).data)
+        if spawned:
+            body["children"] = spawned
+        return Response(body)
 
     @detail_post(
         operation_id="abort_task",
