@@ -300,6 +300,7 @@ class ScyllaSettings:
             for queue, alias in value.items()
         }
 
+    @property
     def NOTIFY_SECRET(self) -> str | None:
         """The key that signs completion notifications (None: `notify=` is refused)."""
         value = self._raw("NOTIFY_SECRET")
