@@ -17,27 +17,31 @@ Debian's cron on daylight-saving changes: a job whose time falls in the hour ski
 runs at the end of the gap (02:30 becomes 03:00); in the repeated autumn hour, a job at a fixed
 hour runs once (on the first pass), a job on every hour (`*` in the hour field) runs on both
 passes. Intervals (`every`) are counted in UTC from the Unix epoch, so DST never moves them.
+
+Every firing goes through `fire()`, which asks the schedule's run constraints
+(`scylla_django.constraints`: window, min_gap, max_runs, max_concurrent) whether it runs now,
+waits (held in a `WaitingRun` row, released by a later pass: `release()`) or is skipped.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 import zoneinfo
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronsim import CronSim, CronSimError
 from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 from django.db.models import Q
 
-from . import db
+from . import constraints, db
 from .conf import scylla_settings
 from .db import Now
-from .enums import Status
-from .models import CatchUp, Schedule, Task, send_on_commit
+from .models import CatchUp, OnTimeout, Schedule, Task, WaitingRun, send_on_commit
 from .signals import task_submitted
 from .text import DurationError, positive_duration
 from .validation import (
@@ -64,8 +68,10 @@ DEFINITION_KEYS = (
     "enabled",
     "catch_up",
     "skip_if_running",
+    *constraints.CONSTRAINT_KEYS,
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+logger = logging.getLogger("scylla_django")
 
 
 def parse_every(value: object) -> timedelta:
@@ -122,10 +128,14 @@ class Definition:
     enabled: bool = True
     catch_up: str = CatchUp.ONE
     skip_if_running: bool = False
+    #: The Schedule fields of the run constraints (`constraints.clean_constraints`).
+    limits: Mapping[str, Any] = field(default_factory=dict)
 
     def fields(self) -> dict[str, Any]:
         """The Schedule model fields this definition sets (`enabled` aside)."""
         return {
+            **constraints.clean_constraints({}, FieldErrors()),
+            **self.limits,
             "cron": self.cron,
             "every": self.every,
             "timezone": self.timezone,
@@ -164,6 +174,7 @@ def clean_definition(name: object, raw: object) -> Definition:
     for key in ("enabled", "skip_if_running"):
         if not isinstance(raw.get(key, False), bool):
             errors[key] = ValidationError(f"{key} must be true or false.", code="invalid")
+    limits = constraints.clean_constraints(raw, errors)
     catch_up = raw.get("catch_up", CatchUp.ONE)
     if catch_up not in CatchUp.values:
         errors["catch_up"] = ValidationError(
@@ -181,6 +192,7 @@ def clean_definition(name: object, raw: object) -> Definition:
         enabled=raw.get("enabled", True),
         catch_up=str(catch_up),
         skip_if_running=raw.get("skip_if_running", False),
+        limits=limits,
     )
 
 
@@ -295,12 +307,15 @@ def _database_now(using: str) -> datetime:
 
 @dataclass(frozen=True)
 class Tick:
-    """A tick a pass chose: the schedule, the tick time, its task's rn (None if skipped because
-    the previous tick's task is still ready or running)."""
+    """A firing a pass handled: the schedule, the tick (or firing) time, its task's rn (None
+    unless submitted), and the `outcome`: "submitted", "skipped" (an unmet run constraint with
+    when_unmet="skip"), "waiting" (held for its constraints), "merged" (into a firing that
+    waits), "cancelled" (waited `wait_timeout`) or "forced" (waited, then run anyway)."""
 
     schedule: str
     time: datetime
     rn: str | None
+    outcome: str = "submitted"
 
 
 def tick(
@@ -329,8 +344,10 @@ def tick(
                 .first()
             )
             if schedule is None:
-                return done
+                break
             done.extend(_tick_one(schedule, clock, using))
+    done.extend(release(using, clock, skip))
+    return done
 
 
 def _tick_one(schedule: Schedule, now: datetime, using: str) -> list[Tick]:
@@ -343,35 +360,113 @@ def _tick_one(schedule: Schedule, now: datetime, using: str) -> list[Tick]:
         latest = max(schedule.next_run, latest_tick(schedule, now))
         on_time = now - latest <= MISSED_AFTER
         chosen = [latest] if schedule.catch_up == CatchUp.ONE or on_time else []
-    if schedule.skip_if_running and schedule.last_task and chosen:
-        busy = Task.objects.using(using).filter(
-            rn=schedule.last_task, status__in=[Status.READY, Status.RUNNING]
-        )
-        if busy.exists():
-            chosen = []
-    tasks = [
-        Task(
-            rn=tick_rn(schedule, t),
-            queue=schedule.queue,
-            spec=schedule.spec,
-            priority=schedule.priority,
-        )
-        for t in chosen
-    ]
-    manager = Task.objects.using(using)
-    if tasks:
-        manager.bulk_create(tasks, ignore_conflicts=True, batch_size=500)
+    gate = constraints.Gate(schedule, now, using)
+    done = [fire(gate, t, tick_rn(schedule, t)) for t in chosen]
+    gate.save()
     # With catch_up="all" and more missed ticks than the limit, the next transaction goes on.
     following = next_tick(schedule, chosen[-1] if more else now)
-    values: dict[str, Any] = {"next_run": following, "updated": Now()}
-    if tasks:
-        values |= {"last_run": chosen[-1], "last_task": tasks[-1].rn}
-    Schedule.objects.using(using).filter(pk=schedule.pk).update(**values)
-    if not tasks:
-        return [Tick(schedule.name, t, None) for t in chosen]
-    for task in tasks:
-        send_on_commit(task_submitted, using, task=task)
-    return [Tick(schedule.name, t, task.rn) for t, task in zip(chosen, tasks, strict=True)]
+    Schedule.objects.using(using).filter(pk=schedule.pk).update(next_run=following, updated=Now())
+    return done
+
+
+def fire(gate: constraints.Gate, fired: datetime, rn: str, spec: Any = None) -> Tick:
+    """One firing of the schedule `gate` holds locked (a tick, or a trigger's firing at
+    `fired`): its task `rn` is submitted if the run constraints allow it now, else the firing
+    waits (merged into the one already waiting, if any) or is skipped.
+
+    The one way a firing submits its task. `spec` is the task's spec (None: the schedule's).
+    The caller holds the schedule row's lock and calls `gate.save()` before committing.
+    """
+    schedule = gate.schedule
+    # Without constraints nothing waits (a firing held before they were removed is released
+    # by the next pass: `reschedule` makes it due).
+    waiting = constraints.held(schedule, gate.using) if gate.constraints.any else None
+    if waiting is not None:
+        WaitingRun.objects.using(gate.using).filter(pk=waiting.pk).update(
+            merged=models.F("merged") + 1
+        )
+        return Tick(schedule.name, fired, None, "merged")
+    problems = gate.unmet() if gate.constraints.any else []
+    if problems:
+        if gate.skips(problems):
+            return Tick(schedule.name, fired, None, "skipped")
+        gate.hold(rn, fired, spec, problems)
+        return Tick(schedule.name, fired, None, "waiting")
+    _submit(gate, fired, rn, spec)
+    return Tick(schedule.name, fired, rn)
+
+
+def _submit(gate: constraints.Gate, fired: datetime, rn: str, spec: Any) -> None:
+    """Insert the task of a firing (once: the rn is unique) and remember it as the schedule's
+    last run."""
+    schedule, using = gate.schedule, gate.using
+    task = Task(
+        rn=rn,
+        queue=schedule.queue,
+        spec=schedule.spec if spec is None else spec,
+        priority=schedule.priority,
+    )
+    Task.objects.using(using).bulk_create([task], ignore_conflicts=True)
+    gate.launched(rn)
+    Schedule.objects.using(using).filter(pk=schedule.pk).update(
+        last_run=fired, last_task=rn, updated=Now()
+    )
+    schedule.last_run, schedule.last_task = fired, rn
+    send_on_commit(task_submitted, using, task=task)
+
+
+def release(
+    using: str = "default", now: datetime | None = None, skip: Collection[str] = ()
+) -> list[Tick]:
+    """Look again at the waiting firings due a look (`recheck` come): submit those whose
+    constraints are met, cancel or force those that waited `wait_timeout`, and note what the
+    others still wait for. Each under its schedule row's lock (SKIP LOCKED), like the ticks."""
+    clock = now or _database_now(using)
+    done: list[Tick] = []
+    due = WaitingRun.objects.using(using).filter(recheck__lte=clock)
+    schedules = Schedule.objects.using(using).filter(enabled=True)
+    if skip:
+        schedules = schedules.exclude(name__in=sorted(skip))
+    while True:
+        with db.write_atomic(using):
+            schedule = (
+                schedules.filter(pk__in=due.values("schedule_id"))
+                .select_for_update(skip_locked=True)
+                .order_by("pk")
+                .first()
+            )
+            if schedule is None:
+                return done
+            waiting = WaitingRun.objects.using(using).get(schedule=schedule)
+            done.append(_release_one(schedule, waiting, clock, using))
+
+
+def _release_one(schedule: Schedule, waiting: WaitingRun, now: datetime, using: str) -> Tick:
+    gate = constraints.Gate(schedule, now, using)
+    problems = gate.unmet()
+    timed_out = waiting.deadline is not None and now >= waiting.deadline
+    outcome = "submitted"
+    if problems and timed_out:
+        outcome = "forced" if schedule.on_timeout == OnTimeout.FORCE else "cancelled"
+    if problems and outcome == "submitted":
+        fields = gate.recheck_fields(problems, waiting.deadline)
+        WaitingRun.objects.using(using).filter(pk=waiting.pk).update(**fields)
+        gate.save()
+        return Tick(schedule.name, waiting.fired, None, "waiting")
+    WaitingRun.objects.using(using).filter(pk=waiting.pk).delete()
+    if outcome == "cancelled":
+        logger.warning(
+            "schedule %r: the firing of %s waited %s for its constraints (%s) and is cancelled",
+            schedule.name,
+            waiting.fired.isoformat(),
+            now - waiting.since,
+            "; ".join(p.detail for p in problems),
+        )
+        gate.save()
+        return Tick(schedule.name, waiting.fired, None, outcome)
+    _submit(gate, waiting.fired, waiting.rn, waiting.spec)
+    gate.save()
+    return Tick(schedule.name, waiting.fired, waiting.rn, outcome)
 
 
 def run_now(schedule: Schedule, using: str | None = None) -> Task:
@@ -389,10 +484,13 @@ def run_now(schedule: Schedule, using: str | None = None) -> Task:
 def reschedule(schedule: Schedule, using: str | None = None) -> None:
     """Set `next_run` from now (after creating or editing a schedule by hand)."""
     using = using or schedule._state.db or "default"
-    schedule.next_run = next_tick(schedule, _database_now(using))
+    now = _database_now(using)
+    schedule.next_run = next_tick(schedule, now)
     Schedule.objects.using(using).filter(pk=schedule.pk).update(
         next_run=schedule.next_run, updated=Now()
     )
+    # A waiting firing is looked at again under the new constraints.
+    WaitingRun.objects.using(using).filter(schedule=schedule).update(recheck=now)
 
 
 def schedule_errors(value: object) -> dict[str, str]:
