@@ -15,6 +15,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from scylla_django import db
+from scylla_django.calendars import calendar
 from scylla_django.constraints import Constraints, parse_window, why
 from scylla_django.models import Schedule, Task, WaitingRun
 from scylla_django.schedules import clean_definition, next_tick, release, tick
@@ -276,3 +277,44 @@ def test_three_monitors_release_each_waiting_firing_once():
         f"schedule:w{n}:20260601T010000Z" for n in range(20)
     }
     assert not WaitingRun.objects.exists()
+
+
+# -- calendar -------------------------------------------------------------------------------------
+
+
+def test_the_calendar_marks_dst_gaps_and_repeated_hours():
+    spring = datetime(2026, 3, 27, tzinfo=UTC)
+    fixed = make("fixed", now=spring, cron="30 2 * * *", timezone="Europe/Malta")
+    entries = calendar(fixed, spring, 3)
+    assert [(e.local.strftime("%d %H:%M"), e.dst) for e in entries] == [
+        ("27 02:30", ""),
+        ("28 02:30", ""),
+        ("29 03:00", "gap"),
+    ]
+    at3 = make("at3", now=spring, cron="0 3 * * *", timezone="Europe/Malta")
+    assert [e.dst for e in calendar(at3, spring, 3)] == ["", "", ""]
+
+    autumn = datetime(2026, 10, 24, 23, 0, tzinfo=UTC)  # 01:00 CEST on the 25th
+    hourly = make("hourly", now=autumn, cron="30 * * * *", timezone="Europe/Malta")
+    entries = calendar(hourly, autumn, 4)
+    assert [(e.local.strftime("%H:%M"), e.dst, e.fold) for e in entries] == [
+        ("01:30", "", 0),
+        ("02:30", "repeated", 0),
+        ("02:30", "repeated", 1),
+        ("03:30", "", 0),
+    ]
+
+
+def test_the_calendar_applies_windows_wait_and_skip():
+    day = datetime(2026, 6, 1, 20, tzinfo=UTC)
+    waits = make("waits", now=day, every="1h", window="23:30-01:00")
+    entries = calendar(waits, day, 5)  # ticks 21:00 .. 01:00
+    assert [(e.tick.hour, e.runs.strftime("%H:%M") if e.runs else None) for e in entries] == [
+        (21, "23:30"),
+        (22, None),
+        (23, None),
+        (0, "00:00"),
+        (1, "23:30"),
+    ]
+    skips = make("skips", now=day, every="1h", window="23:30-01:00", when_unmet="skip")
+    assert [e.runs is not None for e in calendar(skips, day, 5)] == [False] * 3 + [True, False]
