@@ -37,10 +37,14 @@ from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.db import connections, models
+from django.db.models import sql
 
+from .db import Now
 from .enums import Status
-from .models import OnTimeout, Schedule, Task, WaitingRun, WhenUnmet
+from .models import OnTimeout, Schedule, Task, WaitingRun, WhenUnmet, send_on_commit
 from .models.keys import parse_rate
+from .signals import task_submitted
 from .text import DurationError, positive_duration
 from .validation import FieldErrors
 
@@ -315,13 +319,39 @@ class Gate:
     schedule: Schedule
     now: datetime
     using: str
+    #: The schedule's waiting firing when the caller read it already (`prefetch`).
+    waiting: WaitingRun | _Unread | None = field(default_factory=lambda: UNREAD)
+    #: Status and last write of the tasks the constraints look at, by rn, when the caller read
+    #: them already (`prefetch`); None: the gate reads what it needs.
+    known: Mapping[str, tuple[str, datetime]] | None = None
     constraints: Constraints = field(init=False)
+    #: The tasks the gate's firings submit, inserted by `save`.
+    tasks: list[Task] = field(default_factory=list, init=False)
+    #: The schedule fields to write (set on `schedule` too), by `save`.
+    changed: set[str] = field(default_factory=set, init=False)
     _active: list[str] | None = field(default=None, init=False)
     _launches: list[datetime] | None = field(default=None, init=False)
-    _changed: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.constraints = Constraints.of(self.schedule)
+
+    def held(self) -> WaitingRun | None:
+        """The firing of the schedule that waits for its constraints, if any."""
+        if isinstance(self.waiting, _Unread):
+            self.waiting = held(self.schedule, self.using)
+        return self.waiting
+
+    def set(self, **values: Any) -> None:
+        """Set fields of the schedule, written by `save`."""
+        for key, value in values.items():
+            setattr(self.schedule, key, value)
+        self.changed.update(values)
+
+    def _tasks(self, rns: list[str]) -> dict[str, tuple[str, datetime]]:
+        if self.known is not None:
+            return {rn: self.known[rn] for rn in rns if rn in self.known}
+        rows = Task.objects.using(self.using).filter(rn__in=rns)
+        return {r: (st, up) for r, st, up in rows.values_list("rn", "status", "updated")}
 
     # What the constraints remember, read once and pruned.
 
@@ -330,13 +360,11 @@ class Gate:
             remembered = list(self.schedule.active or [])
             if self.schedule.last_task and self.schedule.last_task not in remembered:
                 remembered.append(self.schedule.last_task)  # e.g. a "Run now"
-            live = set(
-                Task.objects.using(self.using)
-                .filter(rn__in=remembered, status__in=[Status.READY, Status.RUNNING])
-                .values_list("rn", flat=True)
-            )
+            found = self._tasks(remembered) if remembered else {}
+            live = {rn for rn, (status, _) in found.items() if status in ACTIVE}
             self._active = [rn for rn in remembered if rn in live]
-            self._changed |= self._active != list(self.schedule.active or [])
+            if self._active != list(self.schedule.active or []):
+                self.set(active=list(self._active))
         return self._active
 
     def launches(self) -> list[datetime]:
@@ -348,7 +376,8 @@ class Gate:
                 period = timedelta(seconds=self.constraints.max_runs[1])
                 kept = [t for t in times if t > self.now - period]
             self._launches = kept
-            self._changed |= len(kept) != len(times)
+            if len(kept) != len(times):
+                self.set(launches=[t.isoformat() for t in kept])
         return self._launches
 
     def unmet(self) -> list[Unmet]:
@@ -392,43 +421,39 @@ class Gate:
         rn = self.schedule.last_task
         if not rn:
             return []
-        row = Task.objects.using(self.using).filter(rn=rn).values("status", "updated").first()
+        row = self._tasks([rn]).get(rn)
         if row is None:  # purged: it ended long ago
             return []
-        if row["status"] in (Status.READY, Status.RUNNING):
+        status, updated = row
+        if status in ACTIVE:
             return [Unmet("min_gap", f"the last run {rn} has not ended (min_gap {gap})")]
-        ends = row["updated"] + gap
+        ends = updated + gap
         if self.now < ends:
             return [
                 Unmet(
                     "min_gap",
-                    f"the last run ended at {row['updated']:%Y-%m-%d %H:%M:%S} UTC, "
-                    f"min_gap is {gap}",
+                    f"the last run ended at {updated:%Y-%m-%d %H:%M:%S} UTC, min_gap is {gap}",
                     ends,
                 )
             ]
         return []
 
-    def launched(self, rn: str) -> None:
-        """Remember a run launched at `now` (after its task is inserted)."""
+    def launched(self, task: Task, fired: datetime) -> None:
+        """A firing at `fired` submits `task` (inserted by `save`): the schedule's last run."""
+        self.tasks.append(task)
+        self.set(last_run=fired, last_task=task.rn)
         if self.constraints.max_concurrent is not None:
-            self.active().append(rn)
-            self._changed = True
+            self.active().append(task.rn)
+            self.set(active=list(self.active()))
         if self.constraints.max_runs is not None:
             self.launches().append(self.now)
-            self._changed = True
+            self.set(launches=[t.isoformat() for t in self.launches()])
 
-    def save(self) -> None:
-        """Write what the constraints remember, if it changed."""
-        if not self._changed:
-            return
-        values: dict[str, Any] = {}
-        if self._active is not None:
-            values["active"] = self.schedule.active = self._active
-        if self._launches is not None:
-            values["launches"] = self.schedule.launches = [t.isoformat() for t in self._launches]
-        Schedule.objects.using(self.using).filter(pk=self.schedule.pk).update(**values)
-        self._changed = False
+    def save(self, **values: Any) -> list[Task]:
+        """Insert the tasks of the firings and write the schedule's changed fields and
+        `values`: `save_all([self])`."""
+        self.set(**values)
+        return save_all([self], self.using)
 
     # Decisions.
 
@@ -469,6 +494,80 @@ class Gate:
             "reason": "; ".join(p.detail for p in problems),
             "code": problems[0].code if problems else "",
         }
+
+
+class _Unread:
+    """The type of UNREAD."""
+
+
+#: A gate's `waiting` before it is read.
+UNREAD = _Unread()
+#: The statuses of a run that has not ended.
+ACTIVE = (Status.READY, Status.RUNNING)
+
+
+def prefetch(schedules: list[Schedule], now: datetime, using: str) -> dict[int, Gate]:
+    """A gate for each of `schedules` (locked by the caller), with their waiting firings and
+    the tasks their constraints look at read in two queries for all of them."""
+    waiting = WaitingRun.objects.using(using).in_bulk(
+        [s.pk for s in schedules], field_name="schedule_id"
+    )
+    gates = {s.pk: Gate(s, now, using, waiting=waiting.get(s.pk), known={}) for s in schedules}
+    rns = set()
+    for gate in gates.values():
+        c = gate.constraints
+        if c.max_concurrent is not None:
+            rns.update(gate.schedule.active or [])
+        if (c.max_concurrent is not None or c.min_gap is not None) and gate.schedule.last_task:
+            rns.add(gate.schedule.last_task)
+    known: dict[str, tuple[str, datetime]] = {}
+    if rns:
+        rows = Task.objects.using(using).filter(rn__in=sorted(rns))
+        known = {r: (st, up) for r, st, up in rows.values_list("rn", "status", "updated")}
+    for gate in gates.values():
+        gate.known = known
+    return gates
+
+
+def save_all(gates: list[Gate], using: str) -> list[Task]:
+    """Insert the tasks of the gates' firings (once each: rns are unique; `task_submitted` is
+    sent on commit) and write the schedules' changed fields: one INSERT and one UPDATE for all
+    of them. Returns the tasks."""
+    tasks = [task for gate in gates for task in gate.tasks]
+    if tasks:
+        Task.objects.using(using).bulk_create(tasks, ignore_conflicts=True, batch_size=500)
+    _write_schedules([gate for gate in gates if gate.changed], using)
+    for gate in gates:
+        gate.tasks, gate.changed = [], set()
+    for task in tasks:
+        send_on_commit(task_submitted, using, task=task)
+    return tasks
+
+
+def _write_schedules(gates: list[Gate], using: str) -> None:
+    """One parameterised UPDATE of the changed fields of the gates' schedules, run for all of
+    them at once (`executemany`; Django's `bulk_update` builds a CASE per field and row, which
+    costs more than the pass's queries together); `updated` is the database clock."""
+    if not gates:
+        return
+    connection = connections[using]
+    names = sorted(set().union(*(gate.changed for gate in gates)) - {"updated"})
+    columns = [Schedule._meta.get_field(name) for name in names]
+    quote = connection.ops.quote_name
+    clock = Now(output_field=models.DateTimeField())
+    now_sql, now_params = sql.Query(None).get_compiler(using).compile(clock)
+    sets = [f"{quote(c.column)} = %s" for c in columns] + [f"{quote('updated')} = {now_sql}"]
+    statement = (
+        f"UPDATE {quote(Schedule._meta.db_table)} SET {', '.join(sets)} WHERE {quote('id')} = %s"
+    )
+    rows = [
+        [c.get_db_prep_save(getattr(g.schedule, c.attname), connection) for c in columns]
+        + list(now_params)
+        + [g.schedule.pk]
+        for g in gates
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(statement, rows)
 
 
 def held(schedule: Schedule, using: str | None = None) -> WaitingRun | None:

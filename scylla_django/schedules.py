@@ -41,8 +41,7 @@ from django.db.models import Q
 from . import constraints, db
 from .conf import scylla_settings
 from .db import Now
-from .models import CatchUp, OnTimeout, Schedule, Task, WaitingRun, send_on_commit
-from .signals import task_submitted
+from .models import CatchUp, OnTimeout, Schedule, Task, WaitingRun
 from .text import DurationError, positive_duration
 from .validation import (
     FieldErrors,
@@ -54,6 +53,9 @@ from .validation import (
 
 #: Most missed ticks submitted in one transaction with `catch_up="all"` (the next one goes on).
 MAX_CATCH_UP = 1000
+#: Most schedules one transaction of a pass locks and ticks (or releases): a commit per
+#: schedule would make a pass over thousands of due schedules as slow as that many commits.
+BATCH = 100
 #: A tick seen this much later than its time counts as missed (for `catch_up="none"`).
 MISSED_AFTER = timedelta(minutes=1)
 
@@ -337,20 +339,23 @@ def tick(
     clock = now or _database_now(using)
     while True:
         with db.write_atomic(using):
-            schedule = (
+            batch = list(
                 manager.filter(enabled=True, next_run__lte=clock)
                 .select_for_update(skip_locked=True)
-                .order_by("next_run", "pk")
-                .first()
+                .order_by("next_run", "pk")[:BATCH]
             )
-            if schedule is None:
+            if not batch:
                 break
-            done.extend(_tick_one(schedule, clock, using))
+            gates = constraints.prefetch(batch, clock, using)
+            for schedule in batch:
+                done.extend(_tick_one(gates[schedule.pk], clock))
+            constraints.save_all(list(gates.values()), using)
     done.extend(release(using, clock, skip))
     return done
 
 
-def _tick_one(schedule: Schedule, now: datetime, using: str) -> list[Tick]:
+def _tick_one(gate: constraints.Gate, now: datetime) -> list[Tick]:
+    schedule = gate.schedule
     assert schedule.next_run is not None
     more = False
     if schedule.catch_up == CatchUp.ALL:
@@ -360,12 +365,9 @@ def _tick_one(schedule: Schedule, now: datetime, using: str) -> list[Tick]:
         latest = max(schedule.next_run, latest_tick(schedule, now))
         on_time = now - latest <= MISSED_AFTER
         chosen = [latest] if schedule.catch_up == CatchUp.ONE or on_time else []
-    gate = constraints.Gate(schedule, now, using)
     done = [fire(gate, t, tick_rn(schedule, t)) for t in chosen]
-    gate.save()
     # With catch_up="all" and more missed ticks than the limit, the next transaction goes on.
-    following = next_tick(schedule, chosen[-1] if more else now)
-    Schedule.objects.using(using).filter(pk=schedule.pk).update(next_run=following, updated=Now())
+    gate.set(next_run=next_tick(schedule, chosen[-1] if more else now), updated=Now())
     return done
 
 
@@ -375,12 +377,14 @@ def fire(gate: constraints.Gate, fired: datetime, rn: str, spec: Any = None) -> 
     waits (merged into the one already waiting, if any) or is skipped.
 
     The one way a firing submits its task. `spec` is the task's spec (None: the schedule's).
-    The caller holds the schedule row's lock and calls `gate.save()` before committing.
+    The caller holds the schedule row's lock and calls `gate.save()` (or `save_all` for a
+    batch of gates) before committing: that inserts the task and writes the schedule's
+    `last_run` and `last_task`.
     """
     schedule = gate.schedule
     # Without constraints nothing waits (a firing held before they were removed is released
     # by the next pass: `reschedule` makes it due).
-    waiting = constraints.held(schedule, gate.using) if gate.constraints.any else None
+    waiting = gate.held() if gate.constraints.any else None
     if waiting is not None:
         WaitingRun.objects.using(gate.using).filter(pk=waiting.pk).update(
             merged=models.F("merged") + 1
@@ -397,22 +401,16 @@ def fire(gate: constraints.Gate, fired: datetime, rn: str, spec: Any = None) -> 
 
 
 def _submit(gate: constraints.Gate, fired: datetime, rn: str, spec: Any) -> None:
-    """Insert the task of a firing (once: the rn is unique) and remember it as the schedule's
-    last run."""
-    schedule, using = gate.schedule, gate.using
+    """The task of a firing, made the schedule's last run: `gate.save()` inserts it (once: the
+    rn is unique) and writes the schedule."""
+    schedule = gate.schedule
     task = Task(
         rn=rn,
         queue=schedule.queue,
         spec=schedule.spec if spec is None else spec,
         priority=schedule.priority,
     )
-    Task.objects.using(using).bulk_create([task], ignore_conflicts=True)
-    gate.launched(rn)
-    Schedule.objects.using(using).filter(pk=schedule.pk).update(
-        last_run=fired, last_task=rn, updated=Now()
-    )
-    schedule.last_run, schedule.last_task = fired, rn
-    send_on_commit(task_submitted, using, task=task)
+    gate.launched(task, fired)
 
 
 def release(
@@ -429,20 +427,23 @@ def release(
         schedules = schedules.exclude(name__in=sorted(skip))
     while True:
         with db.write_atomic(using):
-            schedule = (
+            batch = list(
                 schedules.filter(pk__in=due.values("schedule_id"))
                 .select_for_update(skip_locked=True)
-                .order_by("pk")
-                .first()
+                .order_by("pk")[:BATCH]
             )
-            if schedule is None:
+            if not batch:
                 return done
-            waiting = WaitingRun.objects.using(using).get(schedule=schedule)
-            done.append(_release_one(schedule, waiting, clock, using))
+            gates = constraints.prefetch(batch, clock, using)
+            for schedule in batch:
+                done.append(_release_one(gates[schedule.pk], clock))
+            constraints.save_all(list(gates.values()), using)
 
 
-def _release_one(schedule: Schedule, waiting: WaitingRun, now: datetime, using: str) -> Tick:
-    gate = constraints.Gate(schedule, now, using)
+def _release_one(gate: constraints.Gate, now: datetime) -> Tick:
+    schedule, using = gate.schedule, gate.using
+    waiting = gate.held()
+    assert waiting is not None
     problems = gate.unmet()
     timed_out = waiting.deadline is not None and now >= waiting.deadline
     outcome = "submitted"
@@ -451,7 +452,6 @@ def _release_one(schedule: Schedule, waiting: WaitingRun, now: datetime, using: 
     if problems and outcome == "submitted":
         fields = gate.recheck_fields(problems, waiting.deadline)
         WaitingRun.objects.using(using).filter(pk=waiting.pk).update(**fields)
-        gate.save()
         return Tick(schedule.name, waiting.fired, None, "waiting")
     WaitingRun.objects.using(using).filter(pk=waiting.pk).delete()
     if outcome == "cancelled":
@@ -462,10 +462,9 @@ def _release_one(schedule: Schedule, waiting: WaitingRun, now: datetime, using: 
             now - waiting.since,
             "; ".join(p.detail for p in problems),
         )
-        gate.save()
         return Tick(schedule.name, waiting.fired, None, outcome)
     _submit(gate, waiting.fired, waiting.rn, waiting.spec)
-    gate.save()
+    gate.set(updated=Now())
     return Tick(schedule.name, waiting.fired, waiting.rn, outcome)
 
 

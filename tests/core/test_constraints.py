@@ -7,8 +7,10 @@ set the fake clock from the database's.
 
 from __future__ import annotations
 
+import re
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -17,6 +19,8 @@ from django.core.exceptions import ValidationError
 from scylla_django import db
 from scylla_django.calendars import calendar
 from scylla_django.constraints import Constraints, parse_window, why
+from scylla_django.db import Now
+from scylla_django.enums import Status
 from scylla_django.models import Schedule, Task, WaitingRun
 from scylla_django.schedules import clean_definition, next_tick, release, tick
 from tests.helpers import run_in_threads
@@ -318,3 +322,32 @@ def test_the_calendar_applies_windows_wait_and_skip():
     ]
     skips = make("skips", now=day, every="1h", window="23:30-01:00", when_unmet="skip")
     assert [e.runs is not None for e in calendar(skips, day, 5)] == [False] * 3 + [True, False]
+
+
+# -- the README ---------------------------------------------------------------------------------
+
+
+def readme_schedules() -> dict:
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    [block] = re.findall(r"```python\n# run constraints\n(.*?)```", text, re.S)
+    scope: dict = {}
+    exec(block, scope)  # the README's own example
+    return scope["SCYLLA"]["SCHEDULES"]
+
+
+def test_the_readme_nightly_window_runs_once_at_one_in_the_morning():
+    [(name, raw)] = readme_schedules().items()
+    evening = datetime(2026, 6, 1, 15, tzinfo=UTC)  # 17:00 in Malta
+    make(name, now=evening - timedelta(minutes=1), **raw)
+    for hour in range(0, 8):  # 17:00 ... 00:00 Malta
+        tick(now=evening + timedelta(hours=hour))
+    assert not Task.objects.exists()
+    assert WaitingRun.objects.get().merged == 7
+    tick(now=datetime(2026, 6, 1, 23, tzinfo=UTC))  # 01:00 Malta
+    [task] = Task.objects.all()
+    assert task.rn == "schedule:nightly-compaction:20260601T150000Z"
+    Task.objects.filter(pk=task.pk).update(status=Status.COMPLETED, updated=Now())
+    # 02:00 and 03:00 Malta: within min_gap of the run's end (on the database clock, which
+    # is later than this fake clock: the gap has not even begun).
+    assert outcomes(tick(now=datetime(2026, 6, 2, 0, tzinfo=UTC))) == ["waiting"]
+    assert "min_gap" in WaitingRun.objects.get().reason
