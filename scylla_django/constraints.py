@@ -329,6 +329,9 @@ class Gate:
     tasks: list[Task] = field(default_factory=list, init=False)
     #: The schedule fields to write (set on `schedule` too), by `save`.
     changed: set[str] = field(default_factory=set, init=False)
+    #: What `save` writes of the waiting firing: "new" (insert it), "merged" (a count to add),
+    #: "recheck" (its recheck, reason and code), "delete".
+    waiting_changes: dict[str, Any] = field(default_factory=dict, init=False)
     _active: list[str] | None = field(default=None, init=False)
     _launches: list[datetime] | None = field(default=None, init=False)
 
@@ -470,7 +473,7 @@ class Gate:
         """Hold a firing in a WaitingRun row (the caller made sure none is held)."""
         c = self.constraints
         deadline = None if c.wait_timeout is None else self.now + c.wait_timeout
-        return WaitingRun.objects.using(self.using).create(
+        self.waiting = WaitingRun(
             schedule=self.schedule,
             rn=rn,
             fired=fired,
@@ -479,6 +482,29 @@ class Gate:
             deadline=deadline,
             **self.recheck_fields(problems, deadline),
         )
+        self.waiting_changes = {"new": True}
+        return self.waiting
+
+    def merge(self) -> None:
+        """A later firing merges into the one that waits (counted)."""
+        waiting = self.held()
+        assert waiting is not None
+        waiting.merged += 1
+        self.waiting_changes.setdefault("merged", 0)
+        self.waiting_changes["merged"] += 1
+
+    def still_waits(self, problems: list[Unmet]) -> None:
+        """The waiting firing's constraints are still unmet: when to look again, and why."""
+        waiting = self.held()
+        assert waiting is not None
+        fields = self.recheck_fields(problems, waiting.deadline)
+        for key, value in fields.items():
+            setattr(waiting, key, value)
+        self.waiting_changes["recheck"] = True
+
+    def drop_waiting(self) -> None:
+        """The waiting firing is released, cancelled or forced: its row goes."""
+        self.waiting_changes = {"delete": True}
 
     def recheck_fields(self, problems: list[Unmet], deadline: datetime | None) -> dict[str, Any]:
         """`recheck`, `reason` and `code` of a held firing with these unmet constraints."""
@@ -537,11 +563,58 @@ def save_all(gates: list[Gate], using: str) -> list[Task]:
     if tasks:
         Task.objects.using(using).bulk_create(tasks, ignore_conflicts=True, batch_size=500)
     _write_schedules([gate for gate in gates if gate.changed], using)
+    _write_waiting(gates, using)
     for gate in gates:
         gate.tasks, gate.changed = [], set()
     for task in tasks:
         send_on_commit(task_submitted, using, task=task)
     return tasks
+
+
+def _write_waiting(gates: list[Gate], using: str) -> None:
+    """The gates' waiting firings: new ones inserted, released ones deleted, the others'
+    merge counts and rechecks written, a statement each for all the gates."""
+    new, gone, merged, rechecked = [], [], [], []
+    for gate in gates:
+        changes, waiting = gate.waiting_changes, gate.waiting
+        gate.waiting_changes = {}
+        if not changes or not isinstance(waiting, WaitingRun):
+            continue
+        if changes.get("delete"):
+            gone.append(waiting.pk)
+        elif changes.get("new"):
+            new.append(waiting)
+        else:
+            if changes.get("merged"):
+                merged.append((changes["merged"], waiting.pk))
+            if changes.get("recheck"):
+                rechecked.append(waiting)
+    manager = WaitingRun.objects.using(using)
+    if gone:
+        manager.filter(pk__in=gone).delete()
+    if new:
+        manager.bulk_create(new)
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    table = quote(WaitingRun._meta.db_table)
+    with connection.cursor() as cursor:
+        if merged:
+            cursor.executemany(
+                f"UPDATE {table} SET {quote('merged')} = {quote('merged')} + %s "
+                f"WHERE {quote('id')} = %s",
+                merged,
+            )
+        if rechecked:
+            columns = [WaitingRun._meta.get_field(n) for n in ("recheck", "reason", "code")]
+            sets = ", ".join(f"{quote(c.column)} = %s" for c in columns)
+            cursor.executemany(
+                f"UPDATE {table} SET {sets} WHERE {quote('id')} = %s",
+                [
+                    [c.get_db_prep_save(getattr(w, c.attname), connection) for c in columns]
+                    + [w.pk]
+                    for w in rechecked
+                ],
+            )
 
 
 def _write_schedules(gates: list[Gate], using: str) -> None:

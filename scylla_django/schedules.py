@@ -35,7 +35,7 @@ from typing import Any
 
 from cronsim import CronSim, CronSimError
 from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.db import IntegrityError, models, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from . import constraints, db
@@ -386,9 +386,7 @@ def fire(gate: constraints.Gate, fired: datetime, rn: str, spec: Any = None) -> 
     # by the next pass: `reschedule` makes it due).
     waiting = gate.held() if gate.constraints.any else None
     if waiting is not None:
-        WaitingRun.objects.using(gate.using).filter(pk=waiting.pk).update(
-            merged=models.F("merged") + 1
-        )
+        gate.merge()
         return Tick(schedule.name, fired, None, "merged")
     problems = gate.unmet() if gate.constraints.any else []
     if problems:
@@ -441,7 +439,7 @@ def release(
 
 
 def _release_one(gate: constraints.Gate, now: datetime) -> Tick:
-    schedule, using = gate.schedule, gate.using
+    schedule = gate.schedule
     waiting = gate.held()
     assert waiting is not None
     problems = gate.unmet()
@@ -450,10 +448,9 @@ def _release_one(gate: constraints.Gate, now: datetime) -> Tick:
     if problems and timed_out:
         outcome = "forced" if schedule.on_timeout == OnTimeout.FORCE else "cancelled"
     if problems and outcome == "submitted":
-        fields = gate.recheck_fields(problems, waiting.deadline)
-        WaitingRun.objects.using(using).filter(pk=waiting.pk).update(**fields)
+        gate.still_waits(problems)
         return Tick(schedule.name, waiting.fired, None, "waiting")
-    WaitingRun.objects.using(using).filter(pk=waiting.pk).delete()
+    gate.drop_waiting()
     if outcome == "cancelled":
         logger.warning(
             "schedule %r: the firing of %s waited %s for its constraints (%s) and is cancelled",
