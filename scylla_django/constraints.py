@@ -311,6 +311,10 @@ class Unmet:
     until: datetime | None = None
 
 
+class _Unread:
+    """A gate's `waiting` before it is read."""
+
+
 @dataclass
 class Gate:
     """The constraints of one locked schedule at `now`, with what they remember: built by the
@@ -320,7 +324,7 @@ class Gate:
     now: datetime
     using: str
     #: The schedule's waiting firing when the caller read it already (`prefetch`).
-    waiting: WaitingRun | _Unread | None = field(default_factory=lambda: UNREAD)
+    waiting: WaitingRun | _Unread | None = field(default_factory=lambda: _Unread())
     #: Status and last write of the tasks the constraints look at, by rn, when the caller read
     #: them already (`prefetch`); None: the gate reads what it needs.
     known: Mapping[str, tuple[str, datetime]] | None = None
@@ -522,12 +526,6 @@ class Gate:
         }
 
 
-class _Unread:
-    """The type of UNREAD."""
-
-
-#: A gate's `waiting` before it is read.
-UNREAD = _Unread()
 #: The statuses of a run that has not ended.
 ACTIVE = (Status.READY, Status.RUNNING)
 
@@ -539,7 +537,7 @@ def prefetch(schedules: list[Schedule], now: datetime, using: str) -> dict[int, 
         [s.pk for s in schedules], field_name="schedule_id"
     )
     gates = {s.pk: Gate(s, now, using, waiting=waiting.get(s.pk), known={}) for s in schedules}
-    rns = set()
+    rns: set[str] = set()
     for gate in gates.values():
         c = gate.constraints
         if c.max_concurrent is not None:
@@ -569,6 +567,13 @@ def save_all(gates: list[Gate], using: str) -> list[Task]:
     for task in tasks:
         send_on_commit(task_submitted, using, task=task)
     return tasks
+
+
+def _column(model: type[models.Model], name: str) -> models.Field[Any, Any]:
+    """The concrete field `name` of `model`."""
+    found = model._meta.get_field(name)
+    assert isinstance(found, models.Field)
+    return found
 
 
 def _write_waiting(gates: list[Gate], using: str) -> None:
@@ -605,8 +610,8 @@ def _write_waiting(gates: list[Gate], using: str) -> None:
                 merged,
             )
         if rechecked:
-            columns = [WaitingRun._meta.get_field(n) for n in ("recheck", "reason", "code")]
-            sets = ", ".join(f"{quote(c.column)} = %s" for c in columns)
+            columns = [_column(WaitingRun, n) for n in ("recheck", "reason", "code")]
+            sets = ", ".join(f"{quote(str(c.column))} = %s" for c in columns)
             cursor.executemany(
                 f"UPDATE {table} SET {sets} WHERE {quote('id')} = %s",
                 [
@@ -625,11 +630,11 @@ def _write_schedules(gates: list[Gate], using: str) -> None:
         return
     connection = connections[using]
     names = sorted(set().union(*(gate.changed for gate in gates)) - {"updated"})
-    columns = [Schedule._meta.get_field(name) for name in names]
+    columns = [_column(Schedule, name) for name in names]
     quote = connection.ops.quote_name
     clock = Now(output_field=models.DateTimeField())
     now_sql, now_params = sql.Query(None).get_compiler(using).compile(clock)
-    sets = [f"{quote(c.column)} = %s" for c in columns] + [f"{quote('updated')} = {now_sql}"]
+    sets = [f"{quote(str(c.column))} = %s" for c in columns] + [f"{quote('updated')} = {now_sql}"]
     statement = (
         f"UPDATE {quote(Schedule._meta.db_table)} SET {', '.join(sets)} WHERE {quote('id')} = %s"
     )

@@ -25,6 +25,7 @@ waits (held in a `WaitingRun` row, released by a later pass: `release()`) or is 
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 import zoneinfo
@@ -55,7 +56,7 @@ from .validation import (
 MAX_CATCH_UP = 1000
 #: Most schedules one transaction of a pass locks and ticks (or releases): a commit per
 #: schedule would make a pass over thousands of due schedules as slow as that many commits.
-BATCH = 100
+BATCH = 500
 #: A tick seen this much later than its time counts as missed (for `catch_up="none"`).
 MISSED_AFTER = timedelta(minutes=1)
 
@@ -207,14 +208,21 @@ def next_tick(schedule: Schedule | Definition, after: datetime) -> datetime:
         step = schedule.every.total_seconds()
         elapsed = (after - _EPOCH).total_seconds()
         return _EPOCH + timedelta(seconds=(elapsed // step + 1) * step)
-    zone = zoneinfo.ZoneInfo(schedule.timezone)
+    return _next_cron_tick(schedule.cron, schedule.timezone, after)
+
+
+@functools.lru_cache(maxsize=4096)
+def _next_cron_tick(cron: str, timezone: str, after: datetime) -> datetime:
+    """`next_tick` of a cron expression: cached, since the schedules of a pass share a few
+    expressions and one clock."""
+    zone = zoneinfo.ZoneInfo(timezone)
     # From a time in the second pass of a repeated hour, cronsim may answer with a time of the
     # first pass (earlier in UTC): skip to the first tick that is really later.
-    for candidate in CronSim(schedule.cron, after.astimezone(zone)):
+    for candidate in CronSim(cron, after.astimezone(zone)):
         found = candidate.astimezone(UTC)
         if found > after:
             return found
-    raise ValueError(f"cron expression {schedule.cron!r} has no tick after {after}")
+    raise ValueError(f"cron expression {cron!r} has no tick after {after}")
 
 
 def latest_tick(schedule: Schedule | Definition, now: datetime) -> datetime:
@@ -222,13 +230,19 @@ def latest_tick(schedule: Schedule | Definition, now: datetime) -> datetime:
     if schedule.every is not None:
         step = schedule.every.total_seconds()
         return _EPOCH + timedelta(seconds=((now - _EPOCH).total_seconds() // step) * step)
-    zone = zoneinfo.ZoneInfo(schedule.timezone)
+    return _latest_cron_tick(schedule.cron, schedule.timezone, now)
+
+
+@functools.lru_cache(maxsize=4096)
+def _latest_cron_tick(cron: str, timezone: str, now: datetime) -> datetime:
+    """`latest_tick` of a cron expression, cached like `_next_cron_tick`."""
+    zone = zoneinfo.ZoneInfo(timezone)
     start = (now + timedelta(seconds=1)).astimezone(zone)
-    for candidate in CronSim(schedule.cron, start, reverse=True):
+    for candidate in CronSim(cron, start, reverse=True):
         found = candidate.astimezone(UTC)
         if found <= now:
             return found
-    raise ValueError(f"cron expression {schedule.cron!r} has no tick before {now}")
+    raise ValueError(f"cron expression {cron!r} has no tick before {now}")
 
 
 def ticks_between(schedule: Schedule, first: datetime, now: datetime, limit: int) -> list[datetime]:
