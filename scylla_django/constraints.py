@@ -112,13 +112,13 @@ def parse_window(value: object) -> tuple[Window, ...]:
                 f"Window {text!r} has a time that is not on a clock (00:00 to 24:00).",
                 code="invalid_window",
             )
-        start, end = h1 * 60 + m1, (h2 * 60 + m2) % _DAY
+        start, end = h1 * 60 + m1, h2 * 60 + m2
         if start == end:
             raise ValidationError(
                 f"Window {text!r} never opens (it ends where it starts).",
                 code="invalid_window",
             )
-        windows.append(Window(start, end))
+        windows.append(Window(start, end % _DAY))  # "00:00-24:00": all day
     return tuple(windows)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.core.checks import run_checks
 from django.core.exceptions import ValidationError
 
 from scylla_django import db
@@ -22,6 +23,7 @@ from scylla_django.constraints import Constraints, parse_window, why
 from scylla_django.db import Now
 from scylla_django.enums import Status
 from scylla_django.models import Schedule, Task, WaitingRun
+from scylla_django.monitor import Monitor
 from scylla_django.schedules import clean_definition, next_tick, release, tick
 from tests.helpers import run_in_threads
 
@@ -351,3 +353,31 @@ def test_the_readme_nightly_window_runs_once_at_one_in_the_morning():
     # is later than this fake clock: the gap has not even begun).
     assert outcomes(tick(now=datetime(2026, 6, 2, 0, tzinfo=UTC))) == ["waiting"]
     assert "min_gap" in WaitingRun.objects.get().reason
+
+
+# -- bad constraints in the settings --------------------------------------------------------
+
+
+def test_a_bad_constraint_in_settings_is_its_own_warning_and_the_others_tick(settings, caplog):
+    settings.SCYLLA = {
+        "SCHEDULES": {
+            "good": {"every": "1m", "queue": "q", "window": "00:00-24:00", "max_runs": "5/h"},
+            "shut": {"every": "1m", "queue": "q", "window": "02:00-02:00"},
+            "none": {"every": "1m", "queue": "q", "max_runs": "0/h"},
+            "odd": {"every": "1m", "queue": "q", "when_unmet": "sometimes"},
+        }
+    }
+    warnings = {m.msg.split("'")[3]: m.msg for m in run_checks() if m.id == "scylla_django.W010"}
+    assert sorted(warnings) == ["none", "odd", "shut"]
+    assert "never opens" in warnings["shut"] and "max_runs" in warnings["none"]
+    assert "when_unmet" in warnings["odd"]
+    assert not [m for m in run_checks() if m.id.startswith("scylla_django.E")]
+    caplog.set_level("WARNING", logger="scylla_django")
+    clock = [T0]
+    monitor = Monitor(clock=lambda: clock[0])
+    monitor.run_once()  # synced: the first tick is at 00:01
+    clock[0] = T0 + timedelta(minutes=1)
+    monitor.run_once()
+    assert list(Schedule.objects.values_list("name", flat=True)) == ["good"]
+    assert rns() == ["schedule:good:20260601T000100Z"]
+    assert "'shut' skipped" in caplog.text
