@@ -428,6 +428,8 @@ class Gate:
         rn = self.schedule.last_task
         if not rn:
             return []
+        if any(task.rn == rn for task in self.tasks):  # submitted by this gate, not yet saved
+            return [Unmet("min_gap", f"the last run {rn} has not ended (min_gap {gap})")]
         row = self._tasks([rn]).get(rn)
         if row is None:  # purged: it ended long ago
             return []

@@ -381,3 +381,14 @@ def test_a_bad_constraint_in_settings_is_its_own_warning_and_the_others_tick(set
     assert list(Schedule.objects.values_list("name", flat=True)) == ["good"]
     assert rns() == ["schedule:good:20260601T000100Z"]
     assert "'shut' skipped" in caplog.text
+
+
+def test_catch_up_all_respects_min_gap_and_max_runs_within_one_pass():
+    make("gapped", every="10m", catch_up="all", min_gap="1h", when_unmet="skip")
+    make("counted", every="10m", catch_up="all", max_runs="2/h", when_unmet="skip")
+    done = tick(now=T0 + timedelta(hours=1))  # six missed ticks each
+    by_name = {
+        name: [d.outcome for d in done if d.schedule == name] for name in ("gapped", "counted")
+    }
+    assert by_name["gapped"] == ["submitted"] + ["skipped"] * 5
+    assert by_name["counted"] == ["submitted"] * 2 + ["skipped"] * 4
