@@ -37,10 +37,8 @@ from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import connections, models
-from django.db.models import sql
 
-from .db import Now
+from . import db
 from .enums import Status
 from .models import OnTimeout, Schedule, Task, WaitingRun, WhenUnmet, send_on_commit
 from .models.keys import parse_rate
@@ -571,13 +569,6 @@ def save_all(gates: list[Gate], using: str) -> list[Task]:
     return tasks
 
 
-def _column(model: type[models.Model], name: str) -> models.Field[Any, Any]:
-    """The concrete field `name` of `model`."""
-    found = model._meta.get_field(name)
-    assert isinstance(found, models.Field)
-    return found
-
-
 def _write_waiting(gates: list[Gate], using: str) -> None:
     """The gates' waiting firings: new ones inserted, released ones deleted, the others'
     merge counts and rechecks written, a statement each for all the gates."""
@@ -601,53 +592,17 @@ def _write_waiting(gates: list[Gate], using: str) -> None:
         manager.filter(pk__in=gone).delete()
     if new:
         manager.bulk_create(new)
-    connection = connections[using]
-    quote = connection.ops.quote_name
-    table = quote(WaitingRun._meta.db_table)
-    with connection.cursor() as cursor:
-        if merged:
-            cursor.executemany(
-                f"UPDATE {table} SET {quote('merged')} = {quote('merged')} + %s "
-                f"WHERE {quote('id')} = %s",
-                merged,
-            )
-        if rechecked:
-            columns = [_column(WaitingRun, n) for n in ("recheck", "reason", "code")]
-            sets = ", ".join(f"{quote(str(c.column))} = %s" for c in columns)
-            cursor.executemany(
-                f"UPDATE {table} SET {sets} WHERE {quote('id')} = %s",
-                [
-                    [c.get_db_prep_save(getattr(w, c.attname), connection) for c in columns]
-                    + [w.pk]
-                    for w in rechecked
-                ],
-            )
+    db.add_each(WaitingRun, "merged", merged, using)
+    db.update_each(rechecked, ["recheck", "reason", "code"], using)
 
 
 def _write_schedules(gates: list[Gate], using: str) -> None:
-    """One parameterised UPDATE of the changed fields of the gates' schedules, run for all of
-    them at once (`executemany`; Django's `bulk_update` builds a CASE per field and row, which
-    costs more than the pass's queries together); `updated` is the database clock."""
+    """The changed fields of the gates' schedules, `updated` on the database clock: one
+    statement for all of them (`db.update_each`)."""
     if not gates:
         return
-    connection = connections[using]
     names = sorted(set().union(*(gate.changed for gate in gates)) - {"updated"})
-    columns = [_column(Schedule, name) for name in names]
-    quote = connection.ops.quote_name
-    clock = Now(output_field=models.DateTimeField())
-    now_sql, now_params = sql.Query(None).get_compiler(using).compile(clock)
-    sets = [f"{quote(str(c.column))} = %s" for c in columns] + [f"{quote('updated')} = {now_sql}"]
-    statement = (
-        f"UPDATE {quote(Schedule._meta.db_table)} SET {', '.join(sets)} WHERE {quote('id')} = %s"
-    )
-    rows = [
-        [c.get_db_prep_save(getattr(g.schedule, c.attname), connection) for c in columns]
-        + list(now_params)
-        + [g.schedule.pk]
-        for g in gates
-    ]
-    with connection.cursor() as cursor:
-        cursor.executemany(statement, rows)
+    db.update_each([gate.schedule for gate in gates], names, using, stamp="updated")
 
 
 def held(schedule: Schedule, using: str | None = None) -> WaitingRun | None:

@@ -31,6 +31,7 @@ queryset, the model or the `Tables` it works on.
 | `portable` | one call per query, the vendor's way: JSON tests, RETURNING, upsert, row locks |
 | `keys` | the triggers that take a task's locks and limit slots with its lease and free them |
 | `counts` | counts of a big table: capped, estimated, the queues present |
+| `each` | `update_each()`, `add_each()`: many rows' own values in one `executemany` |
 """
 
 from . import inserts, keys
@@ -38,6 +39,7 @@ from .aggregates import Percentile
 from .clock import CLOCK_CTE, Clock, Now, now_plus, read_clock
 from .connections import discard_connection, ping
 from .counts import capped_counts, estimator, planned_rows, queues_present
+from .each import add_each, update_each
 from .notifications import READY_CHANNEL, STOP_CHANNEL, listen, postgresql_notify
 from .portable import json_list_contains, lock_rows, update_returning_pks, upsert
 from .postgresql import (
@@ -74,6 +76,7 @@ __all__ = [
     "Now",
     "Percentile",
     "Tables",
+    "add_each",
     "can_listen",
     "capped_counts",
     "compact",
@@ -105,6 +108,7 @@ __all__ = [
     "read_clock",
     "returns_written_rows",
     "sqlite_json_each",
+    "update_each",
     "update_returning_pks",
     "upsert",
     "use_worker_plans",
