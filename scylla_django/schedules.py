@@ -17,14 +17,20 @@ Debian's cron on daylight-saving changes: a job whose time falls in the hour ski
 runs at the end of the gap (02:30 becomes 03:00); in the repeated autumn hour, a job at a fixed
 hour runs once (on the first pass), a job on every hour (`*` in the hour field) runs on both
 passes. Intervals (`every`) are counted in UTC from the Unix epoch, so DST never moves them.
+
+Every firing goes through `fire()`, which asks the schedule's run constraints
+(`scylla_django.constraints`: window, min_gap, max_runs, max_concurrent) whether it runs now,
+waits (held in a `WaitingRun` row, released by a later pass: `release()`) or is skipped.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import uuid
 import zoneinfo
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,12 +39,10 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from . import db
+from . import constraints, db
 from .conf import scylla_settings
 from .db import Now
-from .enums import Status
-from .models import CatchUp, Schedule, Task, send_on_commit
-from .signals import task_submitted
+from .models import CatchUp, OnTimeout, Schedule, Task, WaitingRun
 from .text import DurationError, positive_duration
 from .validation import (
     FieldErrors,
@@ -50,6 +54,9 @@ from .validation import (
 
 #: Most missed ticks submitted in one transaction with `catch_up="all"` (the next one goes on).
 MAX_CATCH_UP = 1000
+#: Most schedules one transaction of a pass locks and ticks (or releases): a commit per
+#: schedule would make a pass over thousands of due schedules as slow as that many commits.
+BATCH = 500
 #: A tick seen this much later than its time counts as missed (for `catch_up="none"`).
 MISSED_AFTER = timedelta(minutes=1)
 
@@ -64,8 +71,10 @@ DEFINITION_KEYS = (
     "enabled",
     "catch_up",
     "skip_if_running",
+    *constraints.CONSTRAINT_KEYS,
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+logger = logging.getLogger("scylla_django")
 
 
 def parse_every(value: object) -> timedelta:
@@ -122,10 +131,14 @@ class Definition:
     enabled: bool = True
     catch_up: str = CatchUp.ONE
     skip_if_running: bool = False
+    #: The Schedule fields of the run constraints (`constraints.clean_constraints`).
+    limits: Mapping[str, Any] = field(default_factory=dict)
 
     def fields(self) -> dict[str, Any]:
         """The Schedule model fields this definition sets (`enabled` aside)."""
         return {
+            **constraints.clean_constraints({}, FieldErrors()),
+            **self.limits,
             "cron": self.cron,
             "every": self.every,
             "timezone": self.timezone,
@@ -164,6 +177,7 @@ def clean_definition(name: object, raw: object) -> Definition:
     for key in ("enabled", "skip_if_running"):
         if not isinstance(raw.get(key, False), bool):
             errors[key] = ValidationError(f"{key} must be true or false.", code="invalid")
+    limits = constraints.clean_constraints(raw, errors)
     catch_up = raw.get("catch_up", CatchUp.ONE)
     if catch_up not in CatchUp.values:
         errors["catch_up"] = ValidationError(
@@ -181,6 +195,7 @@ def clean_definition(name: object, raw: object) -> Definition:
         enabled=raw.get("enabled", True),
         catch_up=str(catch_up),
         skip_if_running=raw.get("skip_if_running", False),
+        limits=limits,
     )
 
 
@@ -193,14 +208,21 @@ def next_tick(schedule: Schedule | Definition, after: datetime) -> datetime:
         step = schedule.every.total_seconds()
         elapsed = (after - _EPOCH).total_seconds()
         return _EPOCH + timedelta(seconds=(elapsed // step + 1) * step)
-    zone = zoneinfo.ZoneInfo(schedule.timezone)
+    return _next_cron_tick(schedule.cron, schedule.timezone, after)
+
+
+@functools.lru_cache(maxsize=4096)
+def _next_cron_tick(cron: str, timezone: str, after: datetime) -> datetime:
+    """`next_tick` of a cron expression: cached, since the schedules of a pass share a few
+    expressions and one clock."""
+    zone = zoneinfo.ZoneInfo(timezone)
     # From a time in the second pass of a repeated hour, cronsim may answer with a time of the
     # first pass (earlier in UTC): skip to the first tick that is really later.
-    for candidate in CronSim(schedule.cron, after.astimezone(zone)):
+    for candidate in CronSim(cron, after.astimezone(zone)):
         found = candidate.astimezone(UTC)
         if found > after:
             return found
-    raise ValueError(f"cron expression {schedule.cron!r} has no tick after {after}")
+    raise ValueError(f"cron expression {cron!r} has no tick after {after}")
 
 
 def latest_tick(schedule: Schedule | Definition, now: datetime) -> datetime:
@@ -208,13 +230,19 @@ def latest_tick(schedule: Schedule | Definition, now: datetime) -> datetime:
     if schedule.every is not None:
         step = schedule.every.total_seconds()
         return _EPOCH + timedelta(seconds=((now - _EPOCH).total_seconds() // step) * step)
-    zone = zoneinfo.ZoneInfo(schedule.timezone)
+    return _latest_cron_tick(schedule.cron, schedule.timezone, now)
+
+
+@functools.lru_cache(maxsize=4096)
+def _latest_cron_tick(cron: str, timezone: str, now: datetime) -> datetime:
+    """`latest_tick` of a cron expression, cached like `_next_cron_tick`."""
+    zone = zoneinfo.ZoneInfo(timezone)
     start = (now + timedelta(seconds=1)).astimezone(zone)
-    for candidate in CronSim(schedule.cron, start, reverse=True):
+    for candidate in CronSim(cron, start, reverse=True):
         found = candidate.astimezone(UTC)
         if found <= now:
             return found
-    raise ValueError(f"cron expression {schedule.cron!r} has no tick before {now}")
+    raise ValueError(f"cron expression {cron!r} has no tick before {now}")
 
 
 def ticks_between(schedule: Schedule, first: datetime, now: datetime, limit: int) -> list[datetime]:
@@ -295,12 +323,15 @@ def _database_now(using: str) -> datetime:
 
 @dataclass(frozen=True)
 class Tick:
-    """A tick a pass chose: the schedule, the tick time, its task's rn (None if skipped because
-    the previous tick's task is still ready or running)."""
+    """A firing a pass handled: the schedule, the tick (or firing) time, its task's rn (None
+    unless submitted), and the `outcome`: "submitted", "skipped" (an unmet run constraint with
+    when_unmet="skip"), "waiting" (held for its constraints), "merged" (into a firing that
+    waits), "cancelled" (waited `wait_timeout`) or "forced" (waited, then run anyway)."""
 
     schedule: str
     time: datetime
     rn: str | None
+    outcome: str = "submitted"
 
 
 def tick(
@@ -322,18 +353,23 @@ def tick(
     clock = now or _database_now(using)
     while True:
         with db.write_atomic(using):
-            schedule = (
+            batch = list(
                 manager.filter(enabled=True, next_run__lte=clock)
                 .select_for_update(skip_locked=True)
-                .order_by("next_run", "pk")
-                .first()
+                .order_by("next_run", "pk")[:BATCH]
             )
-            if schedule is None:
-                return done
-            done.extend(_tick_one(schedule, clock, using))
+            if not batch:
+                break
+            gates = constraints.prefetch(batch, clock, using)
+            for schedule in batch:
+                done.extend(_tick_one(gates[schedule.pk], clock))
+            constraints.save_all(list(gates.values()), using)
+    done.extend(release(using, clock, skip))
+    return done
 
 
-def _tick_one(schedule: Schedule, now: datetime, using: str) -> list[Tick]:
+def _tick_one(gate: constraints.Gate, now: datetime) -> list[Tick]:
+    schedule = gate.schedule
     assert schedule.next_run is not None
     more = False
     if schedule.catch_up == CatchUp.ALL:
@@ -343,35 +379,104 @@ def _tick_one(schedule: Schedule, now: datetime, using: str) -> list[Tick]:
         latest = max(schedule.next_run, latest_tick(schedule, now))
         on_time = now - latest <= MISSED_AFTER
         chosen = [latest] if schedule.catch_up == CatchUp.ONE or on_time else []
-    if schedule.skip_if_running and schedule.last_task and chosen:
-        busy = Task.objects.using(using).filter(
-            rn=schedule.last_task, status__in=[Status.READY, Status.RUNNING]
-        )
-        if busy.exists():
-            chosen = []
-    tasks = [
-        Task(
-            rn=tick_rn(schedule, t),
-            queue=schedule.queue,
-            spec=schedule.spec,
-            priority=schedule.priority,
-        )
-        for t in chosen
-    ]
-    manager = Task.objects.using(using)
-    if tasks:
-        manager.bulk_create(tasks, ignore_conflicts=True, batch_size=500)
+    done = [fire(gate, t, tick_rn(schedule, t)) for t in chosen]
     # With catch_up="all" and more missed ticks than the limit, the next transaction goes on.
-    following = next_tick(schedule, chosen[-1] if more else now)
-    values: dict[str, Any] = {"next_run": following, "updated": Now()}
-    if tasks:
-        values |= {"last_run": chosen[-1], "last_task": tasks[-1].rn}
-    Schedule.objects.using(using).filter(pk=schedule.pk).update(**values)
-    if not tasks:
-        return [Tick(schedule.name, t, None) for t in chosen]
-    for task in tasks:
-        send_on_commit(task_submitted, using, task=task)
-    return [Tick(schedule.name, t, task.rn) for t, task in zip(chosen, tasks, strict=True)]
+    gate.set(next_run=next_tick(schedule, chosen[-1] if more else now), updated=Now())
+    return done
+
+
+def fire(gate: constraints.Gate, fired: datetime, rn: str, spec: Any = None) -> Tick:
+    """One firing of the schedule `gate` holds locked (a tick, or a trigger's firing at
+    `fired`): its task `rn` is submitted if the run constraints allow it now, else the firing
+    waits (merged into the one already waiting, if any) or is skipped.
+
+    The one way a firing submits its task. `spec` is the task's spec (None: the schedule's).
+    The caller holds the schedule row's lock and calls `gate.save()` (or `save_all` for a
+    batch of gates) before committing: that inserts the task and writes the schedule's
+    `last_run` and `last_task`.
+    """
+    schedule = gate.schedule
+    # Without constraints nothing waits (a firing held before they were removed is released
+    # by the next pass: `reschedule` makes it due).
+    waiting = gate.held() if gate.constraints.any else None
+    if waiting is not None:
+        gate.merge()
+        return Tick(schedule.name, fired, None, "merged")
+    problems = gate.unmet() if gate.constraints.any else []
+    if problems:
+        if gate.skips(problems):
+            return Tick(schedule.name, fired, None, "skipped")
+        gate.hold(rn, fired, spec, problems)
+        return Tick(schedule.name, fired, None, "waiting")
+    _submit(gate, fired, rn, spec)
+    return Tick(schedule.name, fired, rn)
+
+
+def _submit(gate: constraints.Gate, fired: datetime, rn: str, spec: Any) -> None:
+    """The task of a firing, made the schedule's last run: `gate.save()` inserts it (once: the
+    rn is unique) and writes the schedule."""
+    schedule = gate.schedule
+    task = Task(
+        rn=rn,
+        queue=schedule.queue,
+        spec=schedule.spec if spec is None else spec,
+        priority=schedule.priority,
+    )
+    gate.launched(task, fired)
+
+
+def release(
+    using: str = "default", now: datetime | None = None, skip: Collection[str] = ()
+) -> list[Tick]:
+    """Look again at the waiting firings due a look (`recheck` come): submit those whose
+    constraints are met, cancel or force those that waited `wait_timeout`, and note what the
+    others still wait for. Each under its schedule row's lock (SKIP LOCKED), like the ticks."""
+    clock = now or _database_now(using)
+    done: list[Tick] = []
+    due = WaitingRun.objects.using(using).filter(recheck__lte=clock)
+    schedules = Schedule.objects.using(using).filter(enabled=True)
+    if skip:
+        schedules = schedules.exclude(name__in=sorted(skip))
+    while True:
+        with db.write_atomic(using):
+            batch = list(
+                schedules.filter(pk__in=due.values("schedule_id"))
+                .select_for_update(skip_locked=True)
+                .order_by("pk")[:BATCH]
+            )
+            if not batch:
+                return done
+            gates = constraints.prefetch(batch, clock, using)
+            for schedule in batch:
+                done.append(_release_one(gates[schedule.pk], clock))
+            constraints.save_all(list(gates.values()), using)
+
+
+def _release_one(gate: constraints.Gate, now: datetime) -> Tick:
+    schedule = gate.schedule
+    waiting = gate.held()
+    assert waiting is not None
+    problems = gate.unmet()
+    timed_out = waiting.deadline is not None and now >= waiting.deadline
+    outcome = "submitted"
+    if problems and timed_out:
+        outcome = "forced" if schedule.on_timeout == OnTimeout.FORCE else "cancelled"
+    if problems and outcome == "submitted":
+        gate.still_waits(problems)
+        return Tick(schedule.name, waiting.fired, None, "waiting")
+    gate.drop_waiting()
+    if outcome == "cancelled":
+        logger.warning(
+            "schedule %r: the firing of %s waited %s for its constraints (%s) and is cancelled",
+            schedule.name,
+            waiting.fired.isoformat(),
+            now - waiting.since,
+            "; ".join(p.detail for p in problems),
+        )
+        return Tick(schedule.name, waiting.fired, None, outcome)
+    _submit(gate, waiting.fired, waiting.rn, waiting.spec)
+    gate.set(updated=Now())
+    return Tick(schedule.name, waiting.fired, waiting.rn, outcome)
 
 
 def run_now(schedule: Schedule, using: str | None = None) -> Task:
@@ -389,10 +494,13 @@ def run_now(schedule: Schedule, using: str | None = None) -> Task:
 def reschedule(schedule: Schedule, using: str | None = None) -> None:
     """Set `next_run` from now (after creating or editing a schedule by hand)."""
     using = using or schedule._state.db or "default"
-    schedule.next_run = next_tick(schedule, _database_now(using))
+    now = _database_now(using)
+    schedule.next_run = next_tick(schedule, now)
     Schedule.objects.using(using).filter(pk=schedule.pk).update(
         next_run=schedule.next_run, updated=Now()
     )
+    # A waiting firing is looked at again under the new constraints.
+    WaitingRun.objects.using(using).filter(schedule=schedule).update(recheck=now)
 
 
 def schedule_errors(value: object) -> dict[str, str]:

@@ -1,9 +1,11 @@
 """The admin of recurring schedules, and the retry parts of the task admin.
 
 - `ScheduleAdmin` (registered on import): schedules with their next run and last task (linked,
-  with its status); enable, disable and "Run now" actions; create and edit with the same
-  validation as settings and the API. Schedules from `SCYLLA["SCHEDULES"]` can only be enabled
-  or disabled here.
+  with its status) and the firing that waits for the run constraints; enable, disable and "Run
+  now" actions; create and edit with the same validation as settings and the API. A schedule's
+  page says which run constraint is unmet now ("why didn't it fire?") and lists its next runs
+  (DST gaps and repeated hours marked, windows applied). Schedules from `SCYLLA["SCHEDULES"]`
+  can only be enabled or disabled here.
 - `retry_selected`: a task admin action that resubmits the selected aborted and cancelled tasks
   with `Task.retry()`; add it to the task admin's `actions` (it needs `submit_task`).
 - `chain`: the previous and next attempts of a task, as links; add it to the task admin's
@@ -25,11 +27,11 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from .. import schedules
+from .. import calendars, constraints, db, schedules
 from ..durations import short
 from ..enums import Status
 from ..exceptions import DuplicateTask, InvalidTransition
-from ..models import Schedule, Task
+from ..models import Schedule, Task, WaitingRun
 from .databases import DatabasePages
 
 if TYPE_CHECKING:  # django-stubs makes these generic; Django's classes cannot be subscripted
@@ -52,6 +54,17 @@ class ScheduleForm(ScheduleFormBase):
     every = forms.CharField(
         required=False, help_text='An interval such as "30s", "5m", "2h", "1d" (or use cron).'
     )
+    window = forms.CharField(
+        required=False,
+        help_text='Time ranges in the schedule\'s time zone, comma-separated: "01:00-03:00", '
+        '"22:00-02:00, 12:00-12:30". Empty: any time.',
+    )
+    min_gap = forms.CharField(
+        required=False, help_text='Since the last run ended, such as "30m", "20h".'
+    )
+    wait_timeout = forms.CharField(
+        required=False, help_text='Longest wait of a firing, such as "2h" (empty: no limit).'
+    )
 
     class Meta:
         model = Schedule
@@ -62,11 +75,21 @@ class ScheduleForm(ScheduleFormBase):
         every = self.instance.every if self.instance.pk else None
         if every is not None:
             # Exact (to the microsecond a timedelta holds): the form saves what it shows.
-            self.initial["every"] = f"{every.total_seconds():.6f}".rstrip("0").rstrip(".") + "s"
+            self.initial["every"] = seconds_text(every)
+        for key in ("when_unmet", "on_timeout"):  # the defaults when left out
+            if key in self.fields:
+                self.fields[key].required = False
+        if self.instance.pk:
+            self.initial["window"] = ", ".join(self.instance.window or [])
+            for key in ("min_gap", "wait_timeout"):
+                value = getattr(self.instance, key)
+                self.initial[key] = "" if value is None else seconds_text(value)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         raw = {k: v for k, v in data.items() if k != "name" and v not in (None, "")}
+        if isinstance(raw.get("window"), str):
+            raw["window"] = [part.strip() for part in raw["window"].split(",")]
         raw.setdefault("spec", data.get("spec", {}))
         try:
             definition = schedules.clean_definition(data.get("name"), raw)
@@ -76,6 +99,20 @@ class ScheduleForm(ScheduleFormBase):
             return data
         data.update(definition.fields())
         return data
+
+
+def dst_text(entry: calendars.Entry) -> str:
+    """A calendar entry's daylight-saving mark, in words."""
+    if entry.dst == "gap":
+        return _("moved to the end of the DST gap")
+    if entry.dst == "repeated":
+        return _("repeated hour, second pass") if entry.fold else _("repeated hour, first pass")
+    return ""
+
+
+def seconds_text(value: Any) -> str:
+    """A duration as "<seconds>s", exact to the microsecond (the form saves what it shows)."""
+    return f"{value.total_seconds():.6f}".rstrip("0").rstrip(".") + "s"
 
 
 @admin.register(Schedule)
@@ -89,12 +126,21 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
         "queue",
         "enabled",
         "next_run",
+        "waiting_now",
         "last_task_link",
         "from_settings",
     ]
     list_filter = ["enabled", "from_settings", "queue"]
     search_fields = ["=name", "=queue"]
-    readonly_fields = ["next_run", "last_run", "last_task_link", "from_settings"]
+    readonly_fields = [
+        "next_run",
+        "last_run",
+        "last_task_link",
+        "from_settings",
+        "waiting_now",
+        "unmet_now",
+        "next_runs",
+    ]
     actions = ["enable_selected", "disable_selected", "run_now"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
@@ -104,6 +150,9 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
                 self.readonly_fields
             )
         return self.readonly_fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
+        return super().get_queryset(request).select_related("waiting")
 
     def has_delete_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
         if obj is not None and obj.from_settings:
@@ -120,6 +169,69 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
         if obj.every is not None:
             return f"every {short(obj.every)}"
         return f"{obj.cron} ({obj.timezone})"
+
+    @admin.display(description=gettext_lazy("waiting"))
+    def waiting_now(self, obj: Schedule) -> str:
+        """The firing held for the run constraints: since when and what for."""
+        try:
+            waiting = obj.waiting
+        except (WaitingRun.DoesNotExist, ValueError):  # ValueError: an unsaved schedule
+            return "—"
+        text = _("%(reason)s (since %(since)s") % {
+            "reason": waiting.reason,
+            "since": f"{waiting.since:%Y-%m-%d %H:%M}",
+        }
+        if waiting.merged:
+            text += _(", %(count)d later firing(s) merged") % {"count": waiting.merged}
+        if waiting.deadline is not None:
+            text += _(", %(action)s at %(deadline)s") % {
+                "action": obj.get_on_timeout_display(),
+                "deadline": f"{waiting.deadline:%Y-%m-%d %H:%M}",
+            }
+        return text + ")"
+
+    @admin.display(description=gettext_lazy("why it does not fire now"))
+    def unmet_now(self, obj: Schedule) -> SafeString | str:
+        """The run constraints unmet now ("why didn't it fire?")."""
+        if obj.pk is None:
+            return "—"
+        if not obj.enabled:
+            return _("Disabled.")
+        unmet = constraints.why(obj, db.read_clock(obj._state.db or "default"))
+        if not unmet:
+            return _("Every run constraint is met: a firing now would run at once.")
+        return format_html(
+            "<ul>{}</ul>",
+            format_html_join("", "<li>{}: {}</li>", ((u.code, u.detail) for u in unmet)),
+        )
+
+    @admin.display(description=gettext_lazy("next runs"))
+    def next_runs(self, obj: Schedule) -> SafeString | str:
+        """The next ten ticks: DST gaps and repeated hours marked, windows applied."""
+        if obj.pk is None:
+            return "—"
+        entries = calendars.calendar(obj, db.read_clock(obj._state.db or "default"), 10)
+        rows = (
+            (
+                f"{e.tick:%Y-%m-%d %H:%M} UTC",
+                f"{e.local:%Y-%m-%d %H:%M %Z}",
+                dst_text(e),
+                "—" if e.runs is None else f"{e.runs:%Y-%m-%d %H:%M} UTC",
+                e.note,
+            )
+            for e in entries
+        )
+        return format_html(
+            "<table><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>{}</table>",
+            _("tick"),
+            _("local time"),
+            _("DST"),
+            _("runs"),
+            _("note"),
+            format_html_join(
+                "", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows
+            ),
+        )
 
     @admin.display(description=gettext_lazy("last task"))
     def last_task_link(self, obj: Schedule) -> SafeString | str:

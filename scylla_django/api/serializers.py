@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.validators import RegexValidator
@@ -27,7 +27,7 @@ from rest_framework.exceptions import ErrorDetail
 from .. import followups
 from ..conf import LEASE_MIN
 from ..enums import EventType, Liveness, Status
-from ..models import MAX_PARENTS, CatchUp, History, Schedule, Task, Worker
+from ..models import MAX_PARENTS, CatchUp, History, Schedule, Task, WaitingRun, Worker
 from ..models.children import MAX_SPAWNED
 from ..models.key_control import MAX_LIMIT
 from ..models.keys import described
@@ -1053,11 +1053,30 @@ class AbortedSerializer(TaskSerializer):
         read_only_fields = fields
 
 
+class WaitingSerializer(serializers.ModelSerializer[WaitingRun]):
+    """A firing waiting for the schedule's run constraints: the task it will submit (`rn`),
+    since when, until when at most (`deadline`, from `wait_timeout`), and what it waits for."""
+
+    class Meta:
+        model = WaitingRun
+        fields = ["rn", "fired", "since", "deadline", "recheck", "code", "reason", "merged"]
+        read_only_fields = fields
+
+
+def seconds(value: timedelta | None) -> float | None:
+    """A duration in seconds, for the API."""
+    return None if value is None else value.total_seconds()
+
+
 class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
-    """A recurring schedule; `every` in seconds. Every field is read-only."""
+    """A recurring schedule; `every`, `min_gap` and `wait_timeout` in seconds; `waiting` is
+    the firing held for the run constraints, if any. Every field is read-only."""
 
     spec = JSONValueField(read_only=True)
     every = serializers.SerializerMethodField()
+    min_gap = serializers.SerializerMethodField()
+    wait_timeout = serializers.SerializerMethodField()
+    waiting = serializers.SerializerMethodField()
 
     class Meta:
         model = Schedule
@@ -1068,11 +1087,61 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
             "next_run",
             "last_run",
             "last_task",
+            "waiting",
         ]
         read_only_fields = fields
 
     def get_every(self, schedule: Schedule) -> int | None:
         return None if schedule.every is None else int(schedule.every.total_seconds())
+
+    def get_min_gap(self, schedule: Schedule) -> float | None:
+        return seconds(schedule.min_gap)
+
+    def get_wait_timeout(self, schedule: Schedule) -> float | None:
+        return seconds(schedule.wait_timeout)
+
+    @extend_schema_field(WaitingSerializer(allow_null=True))
+    def get_waiting(self, schedule: Schedule) -> dict[str, Any] | None:
+        try:
+            waiting = schedule.waiting  # select_related("waiting") in lists
+        except WaitingRun.DoesNotExist:
+            return None
+        return WaitingSerializer(waiting).data
+
+
+class UnmetSerializer(serializers.Serializer[Any]):
+    """A run constraint unmet now, and the soonest it can be met (null: unknown)."""
+
+    code = serializers.CharField(help_text="window, min_gap, max_runs or max_concurrent.")
+    detail = serializers.CharField()
+    until = serializers.DateTimeField(allow_null=True)
+
+
+class WhySerializer(serializers.Serializer[Any]):
+    """Why a schedule does not fire now: its run constraints unmet now, and the firing that
+    waits for them (null if none). `runs` is true when a firing now would run at once."""
+
+    name = serializers.CharField()
+    enabled = serializers.BooleanField()
+    runs = serializers.BooleanField()
+    now = serializers.DateTimeField()
+    next_run = serializers.DateTimeField(allow_null=True)
+    unmet = UnmetSerializer(many=True)
+    waiting = WaitingSerializer(allow_null=True)
+
+
+class CalendarEntrySerializer(serializers.Serializer[Any]):
+    """A tick to come: UTC and wall-clock time, `dst` ("gap": moved to the end of a skipped
+    hour, "repeated": in an hour that happens twice, `fold` 0 the first pass and 1 the
+    second), and when it would run with the windows applied (`runs`, null if skipped or
+    merged into a waiting firing; `note` says why)."""
+
+    tick = serializers.DateTimeField()
+    local = serializers.CharField()
+    dst = serializers.CharField()
+    fold = serializers.IntegerField()
+    runs = serializers.DateTimeField(allow_null=True)
+    note = serializers.CharField()
 
 
 class ScheduleInputSerializer(StrictSerializer):
@@ -1090,6 +1159,17 @@ class ScheduleInputSerializer(StrictSerializer):
     enabled = serializers.BooleanField(required=False)
     catch_up = serializers.ChoiceField(choices=CatchUp.choices, required=False)
     skip_if_running = serializers.BooleanField(required=False)
+    window = JSONValueField(
+        required=False, allow_null=True, help_text='"HH:MM-HH:MM" or a list of them.'
+    )
+    min_gap = JSONValueField(required=False, allow_null=True, help_text='Seconds, or "10m".')
+    max_runs = StrictCharField(
+        required=False, allow_blank=True, max_length=20, help_text='"4/h", "1/d".'
+    )
+    max_concurrent = JSONValueField(required=False, allow_null=True)
+    when_unmet = StrictCharField(required=False, max_length=10, help_text='"wait" or "skip".')
+    wait_timeout = JSONValueField(required=False, allow_null=True, help_text='Seconds, or "2h".')
+    on_timeout = StrictCharField(required=False, max_length=10, help_text='"cancel" or "force".')
 
 
 # -- keys -----------------------------------------------------------------------------------

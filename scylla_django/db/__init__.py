@@ -32,6 +32,7 @@ queryset, the model or the `Tables` it works on.
 | `keys` | the triggers that take a task's locks and limit slots with its lease and free them |
 | `counts` | counts of a big table: capped, estimated, the queues present |
 | `replicas` | `replica_lag()`: how far a streaming replica is behind |
+| `each` | `update_each()`, `add_each()`: many rows' own values in one `executemany` |
 """
 
 from . import inserts, keys
@@ -39,6 +40,7 @@ from .aggregates import Percentile
 from .clock import CLOCK_CTE, Clock, Now, now_plus, read_clock
 from .connections import discard_connection, ping
 from .counts import capped_counts, estimator, planned_rows, queues_present
+from .each import add_each, update_each
 from .notifications import READY_CHANNEL, STOP_CHANNEL, listen, postgresql_notify
 from .portable import json_list_contains, lock_rows, update_returning_pks, upsert
 from .postgresql import (
@@ -79,6 +81,7 @@ __all__ = [
     "Percentile",
     "ReplicaLag",
     "Tables",
+    "add_each",
     "can_listen",
     "capped_counts",
     "compact",
@@ -113,6 +116,7 @@ __all__ = [
     "replica_lag",
     "returns_written_rows",
     "sqlite_json_each",
+    "update_each",
     "update_returning_pks",
     "upsert",
     "use_worker_plans",

@@ -41,8 +41,9 @@ from .rollups import (
     tally_history,
     wait_to_start,
 )
-from .schedules import CatchUp, Schedule
+from .schedules import CatchUp, OnTimeout, Schedule, WhenUnmet
 from .task import NOT_YIELDED, TABLES, Task, TaskQuerySet
+from .waiting import WaitingRun
 
 __all__ = [
     "CALLBACKS",
@@ -67,6 +68,7 @@ __all__ = [
     "Monitor",
     "MonitorQuerySet",
     "MonitorStatus",
+    "OnTimeout",
     "Outcome",
     "QueueRollup",
     "QueueRollupQuerySet",
@@ -83,6 +85,8 @@ __all__ = [
     "Task",
     "TaskOptions",
     "TaskQuerySet",
+    "WaitingRun",
+    "WhenUnmet",
     "Worker",
     "WorkerQuerySet",
     "count_finished",

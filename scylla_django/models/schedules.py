@@ -22,6 +22,20 @@ class CatchUp(models.TextChoices):
     NONE = "none", "No missed tick"
 
 
+class WhenUnmet(models.TextChoices):
+    """What a firing does when a run constraint of its schedule is unmet."""
+
+    WAIT = "wait", "Wait until the constraints are met"
+    SKIP = "skip", "Skip the firing"
+
+
+class OnTimeout(models.TextChoices):
+    """What a firing that waited `wait_timeout` does."""
+
+    CANCEL = "cancel", "Cancel the firing"
+    FORCE = "force", "Run anyway"
+
+
 class Schedule(models.Model):
     """A recurring submission: a task every `cron` tick (in `timezone`) or every `every`.
 
@@ -41,6 +55,18 @@ class Schedule(models.Model):
     enabled = models.BooleanField(default=True)
     catch_up = models.CharField(max_length=8, choices=CatchUp.choices, default=CatchUp.ONE)
     skip_if_running = models.BooleanField(default=False)
+    # Run constraints (see scylla_django.constraints).
+    window = models.JSONField(default=list, blank=True)
+    min_gap = models.DurationField(null=True, blank=True)
+    max_runs = models.CharField(max_length=20, blank=True)
+    max_concurrent = models.PositiveIntegerField(null=True, blank=True)
+    when_unmet = models.CharField(max_length=4, choices=WhenUnmet.choices, default=WhenUnmet.WAIT)
+    wait_timeout = models.DurationField(null=True, blank=True)
+    on_timeout = models.CharField(max_length=6, choices=OnTimeout.choices, default=OnTimeout.CANCEL)
+    # What the constraints remember: rns that may still be ready or running (max_concurrent),
+    # and the launch times within the max_runs period (ISO text).
+    active = models.JSONField(default=list, blank=True, editable=False)
+    launches = models.JSONField(default=list, blank=True, editable=False)
     from_settings = models.BooleanField(default=False, editable=False)
     next_run = models.DateTimeField(null=True, blank=True, editable=False)
     last_run = models.DateTimeField(null=True, blank=True, editable=False)

@@ -125,3 +125,73 @@ def test_the_task_admin_offers_retry_and_shows_the_chain(admin_client, worker):
     page = admin_client.get(reverse("admin:scylla_django_task_change", args=[successor.pk]))
     html = page.content.decode()
     assert "attempts in the chain" in html.lower() and "previous: <a" in html
+
+
+# -- run constraints ------------------------------------------------------------------------------
+
+NIGHTLY = {
+    "name": "nightly",
+    "every": "1h",
+    "queue": "q",
+    "timezone": "Europe/Malta",
+    "spec": "{}",
+    "priority": 0,
+    "catch_up": "one",
+    "enabled": "on",
+    "window": "01:00-03:00, 22:00-23:00",
+    "min_gap": "20h",
+    "max_runs": "2/d",
+    "when_unmet": "wait",
+    "wait_timeout": "1d",
+    "on_timeout": "force",
+}
+
+
+def test_constraints_are_added_and_shown_on_the_schedule_page(admin_client):
+    response = admin_client.post(ADD, NIGHTLY)
+    assert response.status_code == 302, response.content.decode()
+    created = Schedule.objects.get(name="nightly")
+    assert created.window == ["01:00-03:00", "22:00-23:00"]
+    assert (created.min_gap, created.max_runs) == (timedelta(hours=20), "2/d")
+    assert (created.wait_timeout, created.on_timeout) == (timedelta(days=1), "force")
+    page = admin_client.get(reverse("admin:scylla_django_schedule_change", args=[created.pk]))
+    text = page.content.decode()
+    assert "01:00-03:00, 22:00-23:00" in text  # the form shows what it saved
+    assert "why it does not fire now" in text.lower()
+    assert ("window: waiting for window" in text) != ("Every run constraint is met" in text)
+    assert text.count("<tr><td>") >= 10  # the next runs
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"window": "03:00-03:00"}, "never opens"),
+        ({"window": "late"}, "HH:MM-HH:MM"),
+        ({"max_runs": "0/h"}, "max_runs"),
+        ({"min_gap": "-5m"}, "min_gap must be a positive duration"),
+        ({"when_unmet": "later"}, "later"),
+    ],
+)
+def test_bad_constraints_are_form_errors(admin_client, change, message):
+    response = admin_client.post(ADD, {**NIGHTLY, **change})
+    assert response.status_code == 200 and message in response.content.decode()
+    assert not Schedule.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_page_says_why_it_did_not_fire_and_what_waits(admin_client):
+    from datetime import UTC, datetime
+
+    from scylla_django.schedules import clean_definition, next_tick, tick
+
+    now = datetime.now(UTC)
+    window = f"{now - timedelta(minutes=3):%H:%M}-{now - timedelta(minutes=2):%H:%M}"
+    definition = clean_definition("closed", {"every": "1m", "queue": "q", "window": window})
+    schedule = Schedule.objects.create(
+        name="closed", next_run=next_tick(definition, now), **definition.fields()
+    )
+    page = admin_client.get(reverse("admin:scylla_django_schedule_change", args=[schedule.pk]))
+    assert "window: waiting for window" in page.content.decode()
+    tick(now=schedule.next_run)
+    listing = admin_client.get(CHANGELIST).content.decode()
+    assert "waiting for window" in listing and "(since " in listing

@@ -55,6 +55,8 @@ OPERATION_IDS = {
     ("patch", "/schedules/{name}/"): "update_schedule",
     ("delete", "/schedules/{name}/"): "delete_schedule",
     ("post", "/schedules/{name}/run/"): "run_schedule",
+    ("get", "/schedules/{name}/why/"): "why_schedule",
+    ("get", "/schedules/{name}/calendar/"): "schedule_calendar",
     ("get", "/health/"): "check_health",
     ("get", "/schema/"): "get_schema",
 }

@@ -1,4 +1,5 @@
-"""The schedules of the REST API: list, create, read, change, delete and run one now."""
+"""The schedules of the REST API: list, create, read, change, delete and run one now; why one
+does not fire now, and its calendar of next runs."""
 
 from __future__ import annotations
 
@@ -6,27 +7,33 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import status, viewsets
+from rest_framework.decorators import action
 from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ... import schedules
-from ...models import Schedule
+from ... import calendars, constraints, db, schedules
+from ...models import Schedule, WaitingRun
 from .. import permissions
+from ..pagination import strict_page_size
 from ..schema import detail_post, document, errors
 from ..serializers import (
+    CalendarEntrySerializer,
     CancelSerializer,
     ScheduleInputSerializer,
     ScheduleSerializer,
     TaskSerializer,
+    WhySerializer,
 )
 from .base import ScyllaView
 
 
 def get_schedule(name: str) -> Schedule:
     """The schedule called `name`, or a 404 `schedule_not_found`."""
-    schedule = Schedule.objects.filter(name=name).first() if len(name) <= 100 else None
+    found = Schedule.objects.select_related("waiting").filter(name=name)
+    schedule = found.first() if len(name) <= 100 else None
     if schedule is None:
         raise NotFound(
             _("No schedule is called %(name)r.") % {"name": name}, code="schedule_not_found"
@@ -40,7 +47,7 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
     Schedules from `SCYLLA["SCHEDULES"]` are the settings': only `enabled` may change here.
     """
 
-    queryset = Schedule.objects.all()
+    queryset = Schedule.objects.select_related("waiting")
     serializer_class = ScheduleSerializer
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
@@ -53,7 +60,12 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
         "partial_update": "scylla_django.change_schedule",
         "destroy": "scylla_django.delete_schedule",
         "run": permissions.SUBMIT,
+        "why": "scylla_django.view_schedule",
+        "calendar": "scylla_django.view_schedule",
     }
+
+    def allowed_query_params(self) -> frozenset[str]:
+        return frozenset({"count"}) if self.action == "calendar" else frozenset()
 
     @document(
         operation_id="list_schedules",
@@ -61,7 +73,8 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
         responses={200: ScheduleSerializer(many=True), **errors(401, 403)},
     )
     def list(self, request: Request) -> Response:
-        return Response(ScheduleSerializer(Schedule.objects.all(), many=True).data)
+        found = Schedule.objects.select_related("waiting")
+        return Response(ScheduleSerializer(found, many=True).data)
 
     @document(
         operation_id="get_schedule",
@@ -153,6 +166,54 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
         task = schedules.run_now(get_schedule(name))
         return Response(TaskSerializer(task).data, status=status.HTTP_201_CREATED)
 
+    @document(
+        operation_id="why_schedule",
+        summary="Why a schedule does not fire now",
+        description=(
+            "The run constraints unmet now (window, min_gap, max_runs, max_concurrent), and "
+            "the firing that waits for them, if any."
+        ),
+        responses={200: WhySerializer, **errors(401, 403, 404)},
+    )
+    @action(detail=True, methods=["get"])
+    def why(self, request: Request, name: str) -> Response:
+        schedule = get_schedule(name)
+        now = db.read_clock("default")
+        unmet = constraints.why(schedule, now)
+        try:
+            waiting: WaitingRun | None = schedule.waiting
+        except WaitingRun.DoesNotExist:
+            waiting = None
+        body = {
+            "name": schedule.name,
+            "enabled": schedule.enabled,
+            "runs": schedule.enabled and not unmet and waiting is None,
+            "now": now,
+            "next_run": schedule.next_run,
+            "unmet": [vars(u) for u in unmet],
+            "waiting": waiting,
+        }
+        return Response(WhySerializer(body).data)
+
+    @document(
+        operation_id="schedule_calendar",
+        summary="A schedule's next runs",
+        description=(
+            "The next `count` ticks (default 10, at most "
+            f"{calendars.MAX_CALENDAR}) with daylight-saving gaps and repeated hours marked and "
+            "the windows applied."
+        ),
+        parameters=[OpenApiParameter("count", int, description="How many ticks.")],
+        responses={200: CalendarEntrySerializer(many=True), **errors(400, 401, 403, 404)},
+    )
+    @action(detail=True, methods=["get"])
+    def calendar(self, request: Request, name: str) -> Response:
+        schedule = get_schedule(name)
+        count = strict_page_size(request, "count", 10, calendars.MAX_CALENDAR)
+        entries = calendars.calendar(schedule, db.read_clock("default"), count)
+        rows = [{**vars(e), "local": e.local.isoformat()} for e in entries]
+        return Response(CalendarEntrySerializer(rows, many=True).data)
+
 
 def from_settings_conflict(schedule: Schedule) -> Response:
     return Response(
@@ -174,6 +235,10 @@ def _definition_dict(schedule: Schedule) -> dict[str, Any]:
         for key in ("timezone", "queue", "spec", "priority", "enabled", "catch_up")
     }
     raw["skip_if_running"] = schedule.skip_if_running
+    for key in constraints.CONSTRAINT_KEYS:
+        value = getattr(schedule, key)
+        if value not in (None, "", []):
+            raw[key] = value
     if schedule.cron:
         raw["cron"] = schedule.cron
     if schedule.every is not None:
