@@ -191,7 +191,8 @@ class TaskWorker:
             start_daemon(heartbeat.run, "scylla-heartbeat"),
             start_daemon(writer.run, "scylla-writer"),
             start_daemon(
-                lambda: self._watchdog.run(self._slots.in_hand, execution), "scylla-watchdog"
+                lambda: self._watchdog.run(self._slots.holds, self._slots.held, execution),
+                "scylla-watchdog",
             ),
         ]
         execution.start(writer)

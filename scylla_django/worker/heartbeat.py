@@ -19,7 +19,6 @@ from ..conf import scylla_settings
 from ..exceptions import (
     InvalidTransition,
     LeaseLost,
-    ScyllaError,
     TaskTimedOut,
     WorkerStopping,
 )
@@ -88,26 +87,39 @@ class Heartbeat:
             connections.close_all()
 
     def give_back(self, contexts: Sequence[TaskContext]) -> None:
-        """Yield the leases of `contexts` not yielded yet, between heartbeat passes."""
+        """Yield the leases of `contexts` not yielded yet, between heartbeat passes: in one
+        statement on PostgreSQL, however many there are."""
         with self._lock:  # a yield waits for this heartbeat, and is then not undone
             given = [ctx for ctx in contexts if not ctx.yielded]
             # All stopped first: a prefetched task is not started while the others are yielded.
             for ctx in given:
                 ctx.yielded = True  # first: a handler returning now still gets its outcome
                 ctx.stop(WorkerStopping(f"{self.worker.name} is stopping", rn=ctx.task.rn))
-            for ctx in given:
-                self._yield(ctx)
+            if given:
+                self._yield(given)
 
-    def _yield(self, ctx: TaskContext) -> None:
-        """Give the lease back (the caller holds `_lock`, so no heartbeat is in flight)."""
+    def _yield(self, given: Sequence[TaskContext]) -> None:
+        """Give the leases back (the caller holds `_lock`, so no heartbeat is in flight)."""
+        using = self.options.using
+        leases = {ctx.task.pk: ctx.task.leases for ctx in given}
+        name = self.worker.name
         try:
             with self.connection.used():
-                ctx.task.yield_lease(self.worker)
-            logger.info("%s yielded %s (queue %s)", self.worker.name, ctx.task.rn, ctx.task.queue)
-        except (ScyllaError, DatabaseError) as exc:
-            logger.warning("%s could not yield %s: %s", self.worker.name, ctx.task.rn, exc)
-            if isinstance(exc, DatabaseError):
-                self.connection.discard()
+                yielded = Task.objects.using(using).yield_many(self.worker, leases)
+                refused = {pk: lease for pk, lease in leases.items() if pk not in yielded}
+                errors = Task.objects.using(using).refusals(self.worker, refused) if refused else {}
+        except DatabaseError as exc:
+            self.connection.discard()
+            logger.warning("%s could not yield %d task(s): %s", name, len(given), exc)
+            return
+        for ctx in given:
+            task = ctx.task
+            if task.pk in yielded:
+                logger.debug("%s yielded %s (queue %s)", name, task.rn, task.queue)
+            else:
+                logger.warning("%s could not yield %s: %s", name, task.rn, errors.get(task.pk))
+        if yielded:
+            logger.info("%s yielded %d task(s)", name, len(yielded))
 
     def _beat(self) -> None:
         """Extend every live lease in one statement; stop the tasks whose lease was refused."""

@@ -113,15 +113,15 @@ class Slots:
         """Put the `tasks` leased into `claim`'s slots in hand, release the rest of the claim;
         return their contexts. (Whether to lease again into the rest is the caller's call.)"""
         started = [TaskContext(task, worker) for task in tasks]
-        if self._on_take is not None:
-            for ctx in started:
-                self._on_take(ctx)
         with self._changed:
             self._claimed -= claim.size
             for ctx in started:
                 self._hand[ctx.task.pk] = ctx
             self._leased += len(started)
             self._changed.notify_all()
+        if self._on_take is not None:  # in hand first: the watchdog watches what is in hand
+            for ctx in started:
+                self._on_take(ctx)
         for ctx in started:
             task = ctx.task
             logger.debug(
@@ -162,6 +162,11 @@ class Slots:
         """The tasks leased whose outcomes are not written yet."""
         with self._changed:
             return list(self._hand.values())
+
+    def holds(self, ctx: TaskContext) -> bool:
+        """Whether `ctx` is in hand (not finished, given up or leased again since)."""
+        with self._changed:
+            return self._hand.get(ctx.task.pk) is ctx
 
     def held(self) -> int:
         """How many tasks are in hand."""
