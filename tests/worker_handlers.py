@@ -189,3 +189,18 @@ def spawn(ctx):
 def sum_parents(ctx):
     """The sum of the parents' results (each a number)."""
     return {"sum": sum(ctx.parent_results.values()), "parents": sorted(ctx.parent_results)}
+
+
+@handler("t-hold")
+async def hold(ctx):
+    """Hold the task for spec["seconds"], awaiting spec["step"] (0.2 s) at a time and checking
+    for a stop between steps, without a thread of its own."""
+    import asyncio
+
+    step = ctx.spec.get("step", 0.2)
+    loop = asyncio.get_running_loop()
+    until = loop.time() + ctx.spec.get("seconds", 1)
+    while loop.time() < until:
+        ctx.check()
+        await asyncio.sleep(step)
+    return "held"

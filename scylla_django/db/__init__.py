@@ -43,6 +43,7 @@ from .portable import json_list_contains, lock_rows, update_returning_pks, upser
 from .postgresql import (
     compact,
     finish_statement,
+    heartbeat_statement,
     lease_statement,
     postgresql_finish,
     postgresql_heartbeat,
@@ -86,6 +87,7 @@ __all__ = [
     "estimator",
     "finish_statement",
     "has_planner_estimates",
+    "heartbeat_statement",
     "inserts",
     "is_postgresql",
     "is_sqlite",

@@ -419,20 +419,18 @@ def postgresql_heartbeat(
     if not leases:
         return set()
     pks, numbers, progress, limits = (list(column) for column in zip(*leases, strict=True))
+    statement, params = heartbeat_statement(tables, using)
+    params.update(pks=pks, leases=numbers, progress=progress, limits=limits, length=lease_length)
+    params["worker"] = worker
     with prepared_cursor(connections[using]) as cursor:
-        cursor.execute(
-            _heartbeat_sql(tables, using),
-            {
-                "pks": pks,
-                "leases": numbers,
-                "progress": progress,
-                "limits": limits,
-                "length": lease_length,
-                "worker": worker,
-                "running": _running(Operation.HEARTBEAT),
-            },
-        )
+        cursor.execute(statement, params)
         return {row[0] for row in cursor.fetchall()}
+
+
+def heartbeat_statement(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
+    """The batched heartbeat statement of `postgresql_heartbeat` and a new dict of its fixed
+    parameters (the arrays, `length` and `worker` are the caller's)."""
+    return _heartbeat_sql(tables, using), {"running": _running(Operation.HEARTBEAT)}
 
 
 def postgresql_yield(

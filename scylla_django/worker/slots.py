@@ -13,6 +13,11 @@ from ..models import Task, Worker
 
 logger = logging.getLogger("scylla_django")
 
+CLAIM_LIMIT = 1000
+"""Slots one lease statement fills at most: a worker with more free slots fills them with one
+statement after another (each short, so that its heartbeat and writes, which share its
+connection, never wait long)."""
+
 QUICK = 0.05
 """Seconds under which a handler's run is quick: the worker prefetches while its handlers are
 (a task prefetched behind quick ones waits little for its turn)."""
@@ -95,14 +100,14 @@ class Slots:
             return self._free()
 
     def claim(self, done: Sequence[TaskContext] = (), *, lease: bool = True) -> Claim:
-        """Claim every free slot for a lease (none unless `lease`), after freeing the slots of
-        `done` (their outcomes are written with the lease): in one step, so no other lease
-        takes them meanwhile. With an empty claim, `done` stay in hand until written. The
-        caller ends the claim with `take()`, `unclaim()` or `drop()`."""
+        """Claim the free slots (up to `CLAIM_LIMIT`) for a lease (none unless `lease`), after
+        freeing the slots of `done` (their outcomes are written with the lease): in one step,
+        so no other lease takes them meanwhile. With an empty claim, `done` stay in hand until
+        written. The caller ends the claim with `take()`, `unclaim()` or `drop()`."""
         with self._changed:
             for ctx in done:
                 self._hand.pop(ctx.task.pk, None)
-            size = self._free() if lease else 0
+            size = min(self._free(), CLAIM_LIMIT) if lease else 0
             if not size:  # nothing to pass their slots to: in hand until written
                 self._hand.update((ctx.task.pk, ctx) for ctx in done)
                 return Claim(0)
