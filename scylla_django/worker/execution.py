@@ -51,6 +51,10 @@ from .isolation import Isolation
 logger = logging.getLogger("scylla_django")
 
 
+STOPS = (TaskCancelled, LeaseLost, WorkerStopping)
+"""What a handler raises when it was told to stop: no outcome is written for its run."""
+
+
 class _Abandoned(Exception):
     """The task a handler thread ran was given up by the watchdog: the thread ends (another
     took its place)."""
@@ -295,6 +299,7 @@ class Execution:
         outcome: Outcome | None
         ctx.handler_running = True
         started = time.monotonic()
+        stop: BaseException | None = None
         with captured() as run.log:
             try:
                 yield run
@@ -302,9 +307,17 @@ class Execution:
             except BaseException as exc:
                 if run.log is not None:
                     run.log.exception(exc)
-                outcome = self._raised(ctx, exc)
+                if isinstance(exc, STOPS):
+                    stop, outcome = exc, None
+                else:
+                    outcome = self._raised(ctx, exc)
             finally:
                 ctx.handler_running = False
+        if stop is not None:
+            # Outside the capture: the worker's own line, not the task's log (a run that logged
+            # nothing and was stopped keeps no log; see `TaskLog.exception`).
+            level = logging.DEBUG if isinstance(stop, WorkerStopping) else logging.INFO
+            logger.log(level, "%s stopped %s: %s", self._name(), ctx.task.rn, stop)
         run.outcome = _timed(outcome, ctx.task, started, run.usage)
 
     def _keep_log(self, ctx: TaskContext, log: TaskLog | None) -> None:
@@ -337,9 +350,6 @@ class Execution:
         task = ctx.task
         if isinstance(exc, TaskTimedOut):
             return Outcome(task.pk, task.leases, errors=[exc.as_error()])
-        if isinstance(exc, TaskCancelled | LeaseLost | WorkerStopping):
-            logger.info("%s stopped %s: %s", self._name(), task.rn, exc)
-            return None
         if isinstance(exc, Abort):
             return Outcome(task.pk, task.leases, errors=[exc.as_error()])
         if isinstance(exc, Snooze):
