@@ -169,8 +169,10 @@ class Bench:
         args = self.args
         pids = [p.pid for p in self.workers]
         wait_for(
-            lambda: Worker.objects.filter(pid__in=pids).count() == len(pids)
-            or any(p.poll() is not None for p in self.workers),
+            lambda: (
+                Worker.objects.filter(pid__in=pids).count() == len(pids)
+                or any(p.poll() is not None for p in self.workers)
+            ),
             timeout=120,
             what="the workers to register",
         )
@@ -294,10 +296,9 @@ class Bench:
         def lines() -> list[str]:
             return self.stops.read_text().splitlines() if self.stops.exists() else []
 
-        wait_for(
-            lambda: len(lines()) >= len(chosen), timeout=300, what="the cancelled to stop"
-        )
-        return [(float(t) - cancelled) * 1000 for rn, t in (x.split() for x in lines()) if rn in rns]
+        wait_for(lambda: len(lines()) >= len(chosen), timeout=300, what="the cancelled to stop")
+        stopped = (x.split() for x in lines())
+        return [(float(t) - cancelled) * 1000 for rn, t in stopped if rn in rns]
 
 
 class Sampler(threading.Thread):
