@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import gc
 import importlib
 import logging
 import signal
@@ -209,6 +210,10 @@ class Command(BaseCommand):
             return
         with StopSignals(on_stop=worker.stop).installed():
             worker.run(once=options["once"])
+        # What the worker held is garbage now, and the collection at the interpreter's exit
+        # walked all of it: seconds for a worker that held thousands of tasks, and a
+        # supervisor waiting for it. The memory goes back with the process anyway.
+        gc.freeze()
         if worker.abandoned:
             raise CommandError(
                 f"{len(worker.abandoned)} handler(s) still running after the grace period "
@@ -221,6 +226,7 @@ class Command(BaseCommand):
             worker = make_worker()
             with StopSignals(on_stop=worker.stop).installed():
                 worker.run(once=once)
+            gc.freeze()  # as above: no collection of what it held at the exit
             if worker.abandoned:
                 return EXIT_ABANDONED
             return EXIT_RECYCLED if worker.recycled else 0
