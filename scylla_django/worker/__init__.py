@@ -7,14 +7,18 @@ arguments and calls it. It wires the parts, one concept each:
 - `options`: `WorkerOptions`, what the worker is told;
 - `slots`: what is in hand, and the free slots a lease may claim;
 - `leasing`: the lease loop, on the caller's thread (it runs `run()`);
-- `execution`: handler threads for plain handlers, an event loop thread for `async def` ones;
+- `execution`: handler threads for plain handlers (started as their tasks come, up to
+  `concurrency`), coroutines on one event loop thread for `async def` ones: a slot of an
+  `async def` handler costs no thread, so such a worker holds any number of tasks;
 - `isolation`: under `isolation="process"`, a child process per handler thread;
 - `resources`: what each handler's run uses (CPU time, peak memory), and `max_memory`;
 - `writer`: the outcome writer, on a thread of its own or on the handler's thread, writing
   outcomes with the lease that refills their slots;
-- `heartbeat`: a thread that extends the leases in hand, and yields them on shutdown;
+- `heartbeat`: a thread that extends the leases in hand, and yields them on shutdown (one
+  statement each on PostgreSQL, however many);
 - `watchdog`: a thread that stops the tasks past their run-time limit or whose leases may
-  lapse (heartbeats failing), and gives up the handlers that run on regardless;
+  lapse (heartbeats failing), and gives up the handlers that run on regardless (a coroutine
+  is cancelled); it looks only at the tasks due;
 - `summary`: the counts of the INFO summary lines;
 - `database`: retries through an outage and the handler threads' own connections;
 - on PostgreSQL, a listener thread wakes the lease loop when tasks become ready and the

@@ -57,7 +57,11 @@ class Command(BaseCommand):
             help="a queue to work on (repeatable)",
         )
         parser.add_argument(
-            "--concurrency", type=positive_int, default=1, help="tasks at a time (default 1)"
+            "--concurrency",
+            type=positive_int,
+            default=1,
+            help="tasks at a time: plain handlers on as many threads, async def handlers as "
+            "coroutines with no thread each, so thousands are fine for them (default 1)",
         )
         parser.add_argument(
             "--prefetch",
@@ -98,7 +102,7 @@ class Command(BaseCommand):
             "--processes",
             type=positive_int,
             default=1,
-            help="worker processes, each a worker of its own with --concurrency threads, "
+            help="worker processes, each a worker of its own with --concurrency slots, "
             "supervised by this one (default 1: this process is the worker)",
         )
         parser.add_argument(
