@@ -81,6 +81,9 @@ NOT_YIELDED = Q(deadline__gte=F("updated"))
 #: statement takes arrays): a pair of parameters each, well under every vendor's limit.
 HEARTBEAT_CHUNK = 500
 
+#: Leases per statement of `lost_leases`, a read by key (one parameter each).
+LOOKUP_CHUNK = 5000
+
 
 class TaskQuerySet(models.QuerySet["Task"]):
     """Selections, and the set operations of the state machine (lease, reset, purge)."""
@@ -469,6 +472,24 @@ class TaskQuerySet(models.QuerySet["Task"]):
         if progress:
             values["progress"] = Case(*progress, default=F("progress"), output_field=FloatField())
         return db.update_returning_pks(fenced, values)
+
+    def lost_leases(self, worker: Worker | str, leases: Mapping[int, int]) -> set[int]:
+        """The pks of `leases` (task pk → lease number) that `worker` no longer holds: read,
+        not written (a task cancelled, reset, finished, yielded or taken over); `refusals()`
+        says why. A few statements for tens of thousands of leases, by key."""
+        name = worker_name(worker)
+        chunk = list(leases.items())
+        held: set[tuple[int, int]] = set()
+        running = sources(Operation.HEARTBEAT)
+        for start in range(0, len(chunk), LOOKUP_CHUNK):
+            part = [pk for pk, _ in chunk[start : start + LOOKUP_CHUNK]]
+            held.update(
+                self.model.objects.using(self.db)
+                .filter(pk__in=part, status__in=running, owner=name)
+                .filter(NOT_YIELDED)
+                .values_list("pk", "leases")
+            )
+        return {pk for pk, lease in chunk if (pk, lease) not in held}
 
     def yield_many(self, worker: Worker | str, leases: Mapping[int, int]) -> set[int]:
         """Give back several leases of `worker` (task pk → lease number), each as

@@ -298,7 +298,7 @@ class TaskWorker:
 
     def _on_stop(self, worker: str) -> None:
         if worker == self.name and self._heartbeat is not None:
-            self._heartbeat.beat_now()  # its refusal tells which task, and stops it
+            self._heartbeat.look_now()  # a read of its leases tells which task, and stops it
 
     def _on_listening(self) -> None:
         # Whatever was notified while the LISTEN was down: lease and heartbeat now.
