@@ -12,11 +12,12 @@ def build_report(ctx):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Unpack
@@ -68,6 +69,7 @@ class TaskContext:
         self._stop: ScyllaError | None = None
         self._lock = threading.Lock()
         self._ended = False
+        self._wakers: set[Callable[[], None]] = set()  # what wakes a `sleep()` in progress
         # Kept by the worker: heartbeats failed in a row, progress the database has, whether
         # the lease was given back, whether the handler is still running.
         self.failed_heartbeats = 0
@@ -191,6 +193,39 @@ class TaskContext:
             if self._stop is not None:
                 raise self._stop
 
+    async def sleep(self, seconds: float) -> None:
+        """`await asyncio.sleep(seconds)` that ends as soon as the handler should stop: then,
+        and before sleeping, it raises as `check()` does (for an `async def` handler).
+
+        A handler that waits this way holds its task without a thread and without waking up
+        to check: a cancel, a lost lease, a timeout or the worker's shutdown reaches it within
+        the heartbeat that learns of it.
+        """
+        self.check()
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+
+        def wake() -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        def wake_threadsafe() -> None:
+            loop.call_soon_threadsafe(wake)
+
+        with self._lock:
+            stopped = self._stop is not None
+            if not stopped:
+                self._wakers.add(wake_threadsafe)
+        if not stopped:
+            timer = loop.call_later(max(0.0, seconds), wake)
+            try:
+                await woken
+            finally:
+                timer.cancel()
+                with self._lock:
+                    self._wakers.discard(wake_threadsafe)
+        self.check()
+
     @contextmanager
     def fenced(self) -> Iterator[None]:
         """A transaction on the task's database in which the handler's own writes commit only
@@ -261,9 +296,17 @@ class TaskContext:
         return self._stop is not None
 
     def stop(self, reason: ScyllaError) -> None:
+        """Tell the handler to stop: `check()` raises `reason` from now on, and a `sleep()`
+        in progress ends at once (the first reason given is kept)."""
         with self._lock:
-            if self._stop is None:
-                self._stop = reason
+            if self._stop is not None:
+                return
+            self._stop = reason
+            wakers = list(self._wakers)
+        for wake in wakers:
+            # RuntimeError: its event loop is closed, so nothing sleeps on it any more.
+            with suppress(RuntimeError):
+                wake()
 
     def __repr__(self) -> str:
         return f"<TaskContext {self.task.rn} on {self.worker.name}>"

@@ -258,3 +258,22 @@ async def batch_async(batch):
     """An `async def` batch handler: each member's result is its spec."""
     await asyncio.sleep(0.01)
     return {ctx.task.rn: {"spec": ctx.spec, "size": len(batch)} for ctx in batch}
+
+
+@handler("t-hold")
+async def hold(ctx):
+    """Hold the task for spec["seconds"], awaiting spec["step"] (0.2 s) at a time and checking
+    for a stop between steps, without a thread of its own; with spec["wake"], in
+    `ctx.sleep()`, which a stop ends at once."""
+    import asyncio
+
+    step = ctx.spec.get("step", 0.2)
+    loop = asyncio.get_running_loop()
+    until = loop.time() + ctx.spec.get("seconds", 1)
+    while loop.time() < until:
+        if ctx.spec.get("wake"):
+            await ctx.sleep(min(step, until - loop.time()))
+        else:
+            ctx.check()
+            await asyncio.sleep(step)
+    return "held"

@@ -24,7 +24,7 @@ queryset, the model or the `Tables` it works on.
 | `prepared` | prepared statements and a worker's plan settings (PostgreSQL) |
 | `tables` | `Tables`: the models the lease and finish statements name |
 | `rows` | raw rows converted as the ORM would |
-| `postgresql` | the single-statement transition, lease and batched finish |
+| `postgresql` | the single-statement transition, lease, batched finish, heartbeat and yield |
 | `inserts` | submissions: single, pipelined bulk (PostgreSQL), bulk insert (SQLite) |
 | `notifications` | the LISTEN/NOTIFY channels, NOTIFY, a LISTEN connection |
 | `sqlite` | SQL only SQLite needs (`json_each`) |
@@ -46,10 +46,13 @@ from .portable import json_list_contains, lock_rows, update_returning_pks, upser
 from .postgresql import (
     compact,
     finish_statement,
+    heartbeat_statement,
     lease_statement,
     postgresql_finish,
+    postgresql_heartbeat,
     postgresql_lease,
     postgresql_transition,
+    postgresql_yield,
 )
 from .prepared import prepared_cursor, prepares, use_worker_plans
 from .replicas import ReplicaLag, replica_lag
@@ -94,6 +97,7 @@ __all__ = [
     "estimator",
     "finish_statement",
     "has_planner_estimates",
+    "heartbeat_statement",
     "inserts",
     "is_postgresql",
     "is_sqlite",
@@ -106,9 +110,11 @@ __all__ = [
     "ping",
     "planned_rows",
     "postgresql_finish",
+    "postgresql_heartbeat",
     "postgresql_lease",
     "postgresql_notify",
     "postgresql_transition",
+    "postgresql_yield",
     "prepared_cursor",
     "prepares",
     "queues_present",

@@ -1,6 +1,7 @@
 """PostgreSQL's single-statement transitions: a task's transition with its History row, the
-lease (walks of the ready index, `FOR UPDATE SKIP LOCKED`), and the worker's batched finish,
-alone or with its next lease.
+lease (walks of the ready index, `FOR UPDATE SKIP LOCKED`), the worker's batched finish,
+alone or with its next lease, and its batched heartbeat and yield (arrays: one statement and
+a few parameters however many leases it holds).
 
 Every transition is one statement. A lease walks the ready index once per requested queue that
 is not paused (each walk ordered and limited, `FOR UPDATE SKIP LOCKED`), merges the walks, marks
@@ -29,6 +30,7 @@ from django.db.models import QuerySet, sql
 from ..enums import TRANSITIONS, Operation
 from .clock import CLOCK_CTE
 from .keys import BUSY
+from .notifications import READY_CHANNEL
 from .prepared import prepared_cursor
 from .rows import concrete_fields, convert_rows
 from .tables import Tables
@@ -397,3 +399,121 @@ def _finish_ctes(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
         "abort": abort.event.value,
     }
     return ctes, params
+
+
+def postgresql_heartbeat(
+    tables: Tables,
+    using: str,
+    worker: str,
+    leases: Sequence[tuple[int, int, float | None, datetime | None]],
+    lease_length: timedelta,
+) -> set[int]:
+    """Extend leases of `worker` in one statement (PostgreSQL); return the pks extended.
+
+    `leases` are `(pk, lease number, progress or None, limit or None)`. They travel as four
+    arrays, so the statement is the same, and its parameters four, however many leases a
+    worker holds (a statement with a pair of parameters per lease outgrew PostgreSQL's 65,535
+    parameters at 32,767 leases, and its text grew with them). Each row is fenced as a single
+    heartbeat is (running, owned by `worker`, the same lease number, not yielded); its deadline
+    becomes now plus `lease_length`, or its limit if that is earlier, and a progress that is
+    not None is written.
+    """
+    if not leases:
+        return set()
+    pks, numbers, progress, limits = (list(column) for column in zip(*leases, strict=True))
+    statement, params = heartbeat_statement(tables, using)
+    params.update(pks=pks, leases=numbers, progress=progress, limits=limits, length=lease_length)
+    params["worker"] = worker
+    # Not prepared: planned for its arrays on every call (a millisecond, once a heartbeat
+    # interval). A generic plan cannot see how many leases the arrays hold; the one a worker's
+    # session settled on walked every running task of the worker once per lease, 20 s for
+    # 5,000 leases, where the plan made for the arrays joins them in one pass.
+    with connections[using].cursor() as cursor:
+        cursor.execute(statement, params)
+        return {row[0] for row in cursor.fetchall()}
+
+
+def heartbeat_statement(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
+    """The batched heartbeat statement of `postgresql_heartbeat` and a new dict of its fixed
+    parameters (the arrays, `length` and `worker` are the caller's)."""
+    return _heartbeat_sql(tables, using), {"running": _running(Operation.HEARTBEAT)}
+
+
+def postgresql_yield(
+    tables: Tables, using: str, worker: str, leases: Sequence[tuple[int, int]]
+) -> set[int]:
+    """Give back leases of `worker` in one statement (PostgreSQL); return the pks yielded.
+
+    `leases` are `(pk, lease number)`. Each row is fenced as `Task.yield_lease` fences it
+    (running, owned by `worker`, the same lease number) and gets, as there, a deadline a second
+    in the past and a TaskYield History row; the queues of the tasks yielded are notified on
+    the ready channel once each.
+    """
+    if not leases:
+        return set()
+    pks, numbers = (list(column) for column in zip(*leases, strict=True))
+    event = TRANSITIONS[Operation.YIELD].event
+    assert event is not None
+    with connections[using].cursor() as cursor:  # planned for its arrays (see the heartbeat)
+        cursor.execute(
+            _yield_sql(tables, using),
+            {
+                "pks": pks,
+                "leases": numbers,
+                "worker": worker,
+                "running": _running(Operation.YIELD),
+                "event": event.value,
+                "channel": READY_CHANNEL,
+            },
+        )
+        return {row[0] for row in cursor.fetchall() if row[0] is not None}
+
+
+def _running(operation: Operation) -> str:
+    [source] = TRANSITIONS[operation].sources
+    return source.value
+
+
+@cache
+def _heartbeat_sql(tables: Tables, using: str) -> str:
+    quote = connections[using].ops.quote_name
+    task = quote(tables.task._meta.db_table)
+    return compact(f"""
+        UPDATE {task} AS t
+        SET deadline = LEAST(statement_timestamp() + %(length)s::interval,
+                             COALESCE(h.cap, 'infinity'::timestamptz)),
+            progress = COALESCE(h.progress, t.progress),
+            updated = statement_timestamp()
+        FROM unnest(%(pks)s::bigint[], %(leases)s::integer[],
+                    %(progress)s::double precision[], %(limits)s::timestamptz[])
+             AS h(id, lease, progress, cap)
+        -- Fenced as a single heartbeat: running, owned by the worker, this lease, not yielded.
+        WHERE t.id = h.id AND t.leases = h.lease AND t.status = %(running)s
+          AND t.owner = %(worker)s AND t.deadline >= t.updated
+        RETURNING t.id
+    """)
+
+
+@cache
+def _yield_sql(tables: Tables, using: str) -> str:
+    quote = connections[using].ops.quote_name
+    task, history = quote(tables.task._meta.db_table), quote(tables.history._meta.db_table)
+    return compact(f"""
+        WITH changed AS (
+            UPDATE {task} AS t
+            SET deadline = statement_timestamp() - interval '1 second',
+                updated = statement_timestamp()
+            FROM unnest(%(pks)s::bigint[], %(leases)s::integer[]) AS y(id, lease)
+            WHERE t.id = y.id AND t.leases = y.lease AND t.status = %(running)s
+              AND t.owner = %(worker)s
+            RETURNING t.id, t.owner, t.progress, t.updated, t.queue
+        ), logged AS (
+            INSERT INTO {history} (task_id, typ, worker, progress, time)
+            SELECT id, %(event)s, owner, progress, updated FROM changed
+        ), notified AS (
+            SELECT count(pg_notify(%(channel)s, queue)) AS n
+            FROM (SELECT DISTINCT queue FROM changed) AS q
+        )
+        SELECT id FROM changed
+        UNION ALL SELECT NULL FROM notified WHERE n < 0
+    """)

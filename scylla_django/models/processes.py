@@ -49,6 +49,11 @@ def required_worker_id(name: str) -> int:
 _Registered = TypeVar("_Registered", bound=models.Model)
 
 
+#: The most tasks a worker may register to hold at once: an `async def` handler's slot costs no
+#: thread, so a worker may hold tens of thousands.
+MAX_CAPACITY = 1_000_000
+
+
 class LivenessQuerySet(models.QuerySet[_Registered]):
     """Registered processes (workers, monitors) by liveness, on the database clock.
 
@@ -106,11 +111,10 @@ class WorkerQuerySet(LivenessQuerySet["Worker"]):
         if (
             isinstance(capacity, bool)
             or not isinstance(capacity, int)
-            or not 1 <= capacity <= 10_000
+            or not 1 <= capacity <= MAX_CAPACITY
         ):
-            raise ValidationError(
-                {"capacity": ValidationError("Capacity must be 1..10000.", code="invalid")}
-            )
+            message = f"Capacity must be 1..{MAX_CAPACITY}."
+            raise ValidationError({"capacity": ValidationError(message, code="invalid")})
         lease, interval = _liveness_intervals(lease_length, heartbeat_interval)
         worker = self.create(
             queues=queues,

@@ -80,6 +80,13 @@ _RN_TAKEN = "A task with this rn exists."
 # concurrent yield committed, so even a heartbeat already waiting for the row cannot undo a yield.
 NOT_YIELDED = Q(deadline__gte=F("updated"))
 
+#: Leases per heartbeat statement where it names each lease (not PostgreSQL, whose one
+#: statement takes arrays): a pair of parameters each, well under every vendor's limit.
+HEARTBEAT_CHUNK = 500
+
+#: Leases per statement of `lost_leases`, a read by key (one parameter each).
+LOOKUP_CHUNK = 5000
+
 
 class TaskQuerySet(models.QuerySet["Task"]):
     """Selections, and the set operations of the state machine (lease, reset, purge)."""
@@ -445,6 +452,34 @@ class TaskQuerySet(models.QuerySet["Task"]):
         )
         if not leases:
             return set()
+        limits = limits or {}
+        if db.uses_single_statement_transitions(connections[self.db]):
+            rows = [
+                (
+                    pk,
+                    lease,
+                    None if value is None else validate_progress(value),
+                    limits.get(pk),
+                )
+                for pk, (lease, value) in leases.items()
+            ]
+            return db.postgresql_heartbeat(TABLES, self.db, name, rows, lease_length)
+        extended: set[int] = set()
+        chunk = list(leases.items())
+        for start in range(0, len(chunk), HEARTBEAT_CHUNK):
+            part = dict(chunk[start : start + HEARTBEAT_CHUNK])
+            extended |= self._heartbeat_chunk(name, part, lease_length, limits)
+        return extended
+
+    def _heartbeat_chunk(
+        self,
+        name: str,
+        leases: Mapping[int, tuple[int, float | None]],
+        lease_length: timedelta,
+        limits: Mapping[int, datetime],
+    ) -> set[int]:
+        """`heartbeat_many` for up to `HEARTBEAT_CHUNK` leases, through the ORM (not
+        PostgreSQL): a statement with a pair of parameters per lease."""
         held = Q()
         for pk, (lease, _) in leases.items():
             held |= Q(pk=pk, leases=lease)
@@ -456,7 +491,7 @@ class TaskQuerySet(models.QuerySet["Task"]):
         extended = db.now_plus(lease_length)
         capped = [
             When(pk=pk, then=Least(extended, Value(limit, output_field=DateTimeField())))
-            for pk, limit in (limits or {}).items()
+            for pk, limit in limits.items()
             if pk in leases
         ]
         deadline = (
@@ -482,6 +517,45 @@ class TaskQuerySet(models.QuerySet["Task"]):
         if progress:
             values["progress"] = Case(*progress, default=F("progress"), output_field=FloatField())
         return db.update_returning_pks(fenced, values)
+
+    def lost_leases(self, worker: Worker | str, leases: Mapping[int, int]) -> set[int]:
+        """The pks of `leases` (task pk → lease number) that `worker` no longer holds: read,
+        not written (a task cancelled, reset, finished, yielded or taken over); `refusals()`
+        says why. A few statements for tens of thousands of leases, by key."""
+        name = worker_name(worker)
+        chunk = list(leases.items())
+        held: set[tuple[int, int]] = set()
+        running = sources(Operation.HEARTBEAT)
+        for start in range(0, len(chunk), LOOKUP_CHUNK):
+            part = [pk for pk, _ in chunk[start : start + LOOKUP_CHUNK]]
+            held.update(
+                self.model.objects.using(self.db)
+                .filter(pk__in=part, status__in=running, owner=name)
+                .filter(NOT_YIELDED)
+                .values_list("pk", "leases")
+            )
+        return {pk for pk, lease in chunk if (pk, lease) not in held}
+
+    def yield_many(self, worker: Worker | str, leases: Mapping[int, int]) -> set[int]:
+        """Give back several leases of `worker` (task pk → lease number), each as
+        `Task.yield_lease()` gives one back; return the pks yielded. A pk missing from the
+        result is no longer held by this lease: `refusals()` says why.
+
+        On PostgreSQL one statement for them all; elsewhere one transition per task.
+        """
+        name = worker_name(worker)
+        if not leases:
+            return set()
+        if db.uses_single_statement_transitions(connections[self.db]):
+            return db.postgresql_yield(TABLES, self.db, name, list(leases.items()))
+        yielded: set[int] = set()
+        for task in self.model.objects.using(self.db).filter(pk__in=list(leases)):
+            try:
+                task.yield_lease(name, lease=leases[task.pk])
+            except ScyllaError:
+                continue
+            yielded.add(task.pk)
+        return yielded
 
     def finish_many(self, worker: Worker | str, outcomes: Sequence[Outcome]) -> set[int]:
         """Complete or abort several leases of `worker` at once; return the pks finished.

@@ -8,14 +8,18 @@ arguments and calls it. It wires the parts, one concept each:
 - `slots`: what is in hand, and the free slots a lease may claim;
 - `leasing`: the lease loop, on the caller's thread (it runs `run()`);
 - `batching`: a thread per batch handler's queue, leasing and running its batches;
-- `execution`: handler threads for plain handlers, an event loop thread for `async def` ones;
+- `execution`: handler threads for plain handlers (started as their tasks come, up to
+  `concurrency`), coroutines on one event loop thread for `async def` ones: a slot of an
+  `async def` handler costs no thread, so such a worker holds any number of tasks;
 - `isolation`: under `isolation="process"`, a child process per handler thread;
 - `resources`: what each handler's run uses (CPU time, peak memory), and `max_memory`;
 - `writer`: the outcome writer, on a thread of its own or on the handler's thread, writing
   outcomes with the lease that refills their slots;
-- `heartbeat`: a thread that extends the leases in hand, and yields them on shutdown;
+- `heartbeat`: a thread that extends the leases in hand, and yields them on shutdown (one
+  statement each on PostgreSQL, however many);
 - `watchdog`: a thread that stops the tasks past their run-time limit or whose leases may
-  lapse (heartbeats failing), and gives up the handlers that run on regardless;
+  lapse (heartbeats failing), and gives up the handlers that run on regardless (a coroutine
+  is cancelled); it looks only at the tasks due;
 - `summary`: the counts of the INFO summary lines;
 - `database`: retries through an outage and the handler threads' own connections;
 - on PostgreSQL, a listener thread wakes the lease loop when tasks become ready and the
@@ -209,7 +213,8 @@ class TaskWorker:
             start_daemon(heartbeat.run, "scylla-heartbeat"),
             start_daemon(writer.run, "scylla-writer"),
             start_daemon(
-                lambda: self._watchdog.run(self._slots.in_hand, execution), "scylla-watchdog"
+                lambda: self._watchdog.run(self._slots.holds, self._slots.held, execution),
+                "scylla-watchdog",
             ),
         ]
         execution.start(writer)
@@ -326,7 +331,7 @@ class TaskWorker:
 
     def _on_stop(self, worker: str) -> None:
         if worker == self.name and self._heartbeat is not None:
-            self._heartbeat.beat_now()  # its refusal tells which task, and stops it
+            self._heartbeat.look_now()  # a read of its leases tells which task, and stops it
 
     def _on_listening(self) -> None:
         # Whatever was notified while the LISTEN was down: lease and heartbeat now.

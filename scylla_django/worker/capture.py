@@ -57,9 +57,13 @@ class TaskLog:
             self.dropped += len(data) - max(room, 0)
 
     def exception(self, exc: BaseException) -> None:
-        """Append the traceback of what the handler raised (one line for a stop)."""
+        """Append the traceback of what the handler raised (one line for a stop, and none in
+        a log that is empty: a run that logged nothing and was stopped keeps no log, its
+        History row says why it stopped; so a worker that stops thousands of held tasks at
+        once, on a cancel or a shutdown, writes no log for them)."""
         if isinstance(exc, TaskCancelled | LeaseLost | WorkerStopping):
-            self.write(f"stopped: {exc}\n")
+            if self.size:
+                self.write(f"stopped: {exc}\n")
         else:
             self.write("".join(traceback.format_exception(exc)))
 

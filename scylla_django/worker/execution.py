@@ -1,6 +1,13 @@
-"""Running handlers: a thread per slot for plain handlers, one event loop thread for `async
-def` ones, and what a handler's return or raise becomes (an `Outcome`, or none for a task
-that was stopped).
+"""Running handlers: plain handlers on handler threads, `async def` ones as coroutines on one
+event loop thread, and what a handler's return or raise becomes (an `Outcome`, or none for a
+task that was stopped).
+
+A slot costs a thread only while a plain handler needs one: handler threads are started as
+plain handlers' tasks arrive and no thread is idle, up to `concurrency` of them, and then
+kept for the next ones. An `async def` handler's slot is a coroutine on the event loop (an
+asyncio task): a worker whose handlers are all `async def` holds any number of slots with
+its few threads of its own (the lease loop, the writer, the heartbeat, the watchdog, the
+listener, the event loop).
 
 Handler threads are daemon threads: a handler that ignores `ctx.check()` cannot keep the
 process alive after the grace period of a shutdown (its task was yielded already).
@@ -45,6 +52,10 @@ from .isolation import Isolation
 logger = logging.getLogger("scylla_django")
 
 
+STOPS = (TaskCancelled, LeaseLost, WorkerStopping)
+"""What a handler raises when it was told to stop: no outcome is written for its run."""
+
+
 class _Abandoned(Exception):
     """The task a handler thread ran was given up by the watchdog: the thread ends (another
     took its place)."""
@@ -79,9 +90,10 @@ class _Run:
 
 
 class Execution:
-    """Runs the handlers of `registry` for the tasks handed to `dispatch()`: on `concurrency`
-    threads, one task at a time each, or on the event loop (started only when a queue of
-    `queues` has an `async def` handler), as many at once as are handed to it.
+    """Runs the handlers of `registry` for the tasks handed to `dispatch()`: plain handlers on
+    up to `concurrency` threads, one task at a time each (a thread is started when a task
+    comes and none is idle), `async def` ones on the event loop (started only when a queue of
+    `queues` has an `async def` handler), up to `concurrency` at once, without a thread each.
 
     With `isolation`, each thread runs its plain handlers in a child process of its own (see
     `isolation.py`). `after_task` is called on the handler's thread once each handler has
@@ -107,17 +119,20 @@ class Execution:
         self._name = name
         self._own = OwnConnections(using)
         self._jobs: queue.SimpleQueue[TaskContext | None] = queue.SimpleQueue()
+        self._threads_lock = threading.Lock()
+        self._threads = 0  # handler threads started and not abandoned
+        self._waiting = 0  # tasks put in `_jobs` that no thread has taken yet
+        self._idle = 0  # handler threads waiting for a task
         self._loop: asyncio.AbstractEventLoop | None = None
         self._turns: asyncio.Semaphore | None = None  # made on the event loop
         self._sink: OutcomeSink | None = None
         self._futures: dict[int, Future[None]] = {}  # the async handlers running, by task pk
-        self._replacements = 0
+        self._started = 0  # handler threads ever started (their names' numbers)
 
     def start(self, sink: OutcomeSink) -> None:
-        """Start the handler threads (and the event loop), sending outcomes to `sink`."""
+        """Get ready to run handlers (start the event loop, if any handler is `async def`),
+        sending outcomes to `sink`. Handler threads start as plain handlers' tasks come."""
         self._sink = sink
-        for number in range(self.concurrency):
-            start_daemon(self._thread_loop, f"scylla-task-{number}")
         if any(inspect.iscoroutinefunction(self.registry.get(q)) for q in self.queues):
             self._loop = asyncio.new_event_loop()
             start_daemon(self._loop.run_forever, "scylla-async")
@@ -125,7 +140,9 @@ class Execution:
     def stop(self) -> None:
         """Let each handler thread end once its task is done (no more tasks come); kill the
         child processes still running a task."""
-        for _ in range(self.concurrency):
+        with self._threads_lock:
+            threads = self._threads
+        for _ in range(threads):
             self._jobs.put(None)
         if self.isolation is not None:
             self.isolation.stop()
@@ -148,7 +165,34 @@ class Execution:
             self._futures[ctx.task.pk] = future
             future.add_done_callback(lambda _: self._futures.pop(ctx.task.pk, None))
         else:
-            self._jobs.put(ctx)
+            with self._threads_lock:
+                self._waiting += 1
+                self._jobs.put(ctx)
+                self._grow()
+
+    def threads(self) -> int:
+        """The handler threads started and not abandoned."""
+        with self._threads_lock:
+            return self._threads
+
+    def _grow(self) -> None:
+        """Start a handler thread if a task waits with no idle thread to take it, up to
+        `concurrency` threads (the caller holds `_threads_lock`)."""
+        if self._waiting > self._idle and self._threads < self.concurrency:
+            self._threads += 1
+            start_daemon(self._thread_loop, f"scylla-task-{self._started}")
+            self._started += 1
+
+    def _next_job(self) -> TaskContext | None:
+        """The next task for this handler thread (None: end the thread)."""
+        with self._threads_lock:
+            self._idle += 1
+        ctx = self._jobs.get()
+        with self._threads_lock:
+            self._idle -= 1
+            if ctx is not None:
+                self._waiting -= 1
+        return ctx
 
     def abandon(self, ctx: TaskContext) -> None:
         """Leave `ctx`'s handler to itself (the watchdog ended its task): an `async def` one is
@@ -158,8 +202,9 @@ class Execution:
         if future is not None:
             future.cancel()
             return
-        self._replacements += 1
-        start_daemon(self._thread_loop, f"scylla-task-r{self._replacements}")
+        with self._threads_lock:  # it no longer counts: another may start in its place
+            self._threads -= 1
+            self._grow()
 
     @property
     def sink(self) -> OutcomeSink:
@@ -170,7 +215,7 @@ class Execution:
 
     def _thread_loop(self) -> None:
         try:
-            ctx = self._jobs.get()
+            ctx = self._next_job()
             while ctx is not None:
                 try:
                     following = self._execute(ctx)
@@ -180,7 +225,7 @@ class Execution:
                     logger.exception("%s: running %s failed", self._name(), ctx.task.rn)
                     self.sink.give_up(ctx)
                     following = None
-                ctx = following if following is not None else self._jobs.get()
+                ctx = following if following is not None else self._next_job()
         finally:
             self._own.close()
             if self.isolation is not None:
@@ -256,6 +301,7 @@ class Execution:
         outcome: Outcome | None
         ctx.handler_running = True
         started = time.monotonic()
+        stop: BaseException | None = None
         with captured() as run.log:
             try:
                 yield run
@@ -263,9 +309,17 @@ class Execution:
             except BaseException as exc:
                 if run.log is not None:
                     run.log.exception(exc)
-                outcome = self._raised(ctx, exc)
+                if isinstance(exc, STOPS):
+                    stop, outcome = exc, None
+                else:
+                    outcome = self._raised(ctx, exc)
             finally:
                 ctx.handler_running = False
+        if stop is not None:
+            # Outside the capture: the worker's own line, not the task's log (a run that logged
+            # nothing and was stopped keeps no log; see `TaskLog.exception`).
+            level = logging.DEBUG if isinstance(stop, WorkerStopping) else logging.INFO
+            logger.log(level, "%s stopped %s: %s", self._name(), ctx.task.rn, stop)
         run.outcome = _timed(outcome, ctx.task, started, run.usage)
 
     def _logged(
@@ -313,9 +367,6 @@ class Execution:
         task = ctx.task
         if isinstance(exc, TaskTimedOut):
             return Outcome(task.pk, task.leases, errors=[exc.as_error()])
-        if isinstance(exc, TaskCancelled | LeaseLost | WorkerStopping):
-            logger.info("%s stopped %s: %s", self._name(), task.rn, exc)
-            return None
         if isinstance(exc, Abort):
             return Outcome(task.pk, task.leases, errors=[exc.as_error()])
         if isinstance(exc, Snooze):

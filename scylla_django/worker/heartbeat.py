@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from django.db import Error as DatabaseError
 from django.db import connections
@@ -55,9 +55,12 @@ class Heartbeat:
         self._lock = threading.Lock()  # a heartbeat pass and a yield never overlap
         self._now = threading.Event()  # heartbeat now: a task of ours may be cancelled
         self._done = threading.Event()
+        self._look = False  # `look_now()` was called
+        self._beat_asked = False  # `beat_now()` was called
 
     def beat_now(self) -> None:
-        """Heartbeat at once (a task of this worker may have been cancelled)."""
+        """Heartbeat at once."""
+        self._beat_asked = True
         self._now.set()
 
     def close(self) -> None:
@@ -65,15 +68,30 @@ class Heartbeat:
         self._done.set()
         self._now.set()
 
+    def look_now(self) -> None:
+        """Find out at once which tasks in hand this worker no longer holds (one of them may
+        have been cancelled), with a read, and stop them: unlike a heartbeat, it writes
+        nothing, so the ten workers of a hundred thousand held tasks told of a cancel at once
+        read their leases rather than all rewrite them together."""
+        self._look = True
+        self._now.set()
+
     def run(self) -> None:
         interval = self.options.heartbeat_seconds
         next_touch = time.monotonic()
+        next_beat = time.monotonic() + interval
         try:
             while not self._done.is_set():
-                self._now.wait(interval)
+                self._now.wait(max(0.0, next_beat - time.monotonic()))
                 self._now.clear()
                 if self._done.is_set():
                     return
+                looking, self._look = self._look, False
+                if looking and not self._beat_asked and time.monotonic() < next_beat:
+                    self._look_up()
+                    continue
+                self._beat_asked = False
+                next_beat = time.monotonic() + interval
                 self._beat()
                 now = time.monotonic()
                 if now >= next_touch:
@@ -88,26 +106,71 @@ class Heartbeat:
             connections.close_all()
 
     def give_back(self, contexts: Sequence[TaskContext]) -> None:
-        """Yield the leases of `contexts` not yielded yet, between heartbeat passes."""
+        """Yield the leases of `contexts` not yielded yet, between heartbeat passes: in one
+        statement on PostgreSQL, however many there are."""
         with self._lock:  # a yield waits for this heartbeat, and is then not undone
             given = [ctx for ctx in contexts if not ctx.yielded]
             # All stopped first: a prefetched task is not started while the others are yielded.
             for ctx in given:
                 ctx.yielded = True  # first: a handler returning now still gets its outcome
                 ctx.stop(WorkerStopping(f"{self.worker.name} is stopping", rn=ctx.task.rn))
-            for ctx in given:
-                self._yield(ctx)
+            if given:
+                self._yield(given)
 
-    def _yield(self, ctx: TaskContext) -> None:
-        """Give the lease back (the caller holds `_lock`, so no heartbeat is in flight)."""
+    def _yield(self, given: Sequence[TaskContext]) -> None:
+        """Give the leases back (the caller holds `_lock`, so no heartbeat is in flight)."""
+        using = self.options.using
+        leases = {ctx.task.pk: ctx.task.leases for ctx in given}
+        name = self.worker.name
         try:
             with self.connection.used():
-                ctx.task.yield_lease(self.worker)
-            logger.info("%s yielded %s (queue %s)", self.worker.name, ctx.task.rn, ctx.task.queue)
-        except (ScyllaError, DatabaseError) as exc:
-            logger.warning("%s could not yield %s: %s", self.worker.name, ctx.task.rn, exc)
-            if isinstance(exc, DatabaseError):
+                yielded = Task.objects.using(using).yield_many(self.worker, leases)
+                refused = {pk: lease for pk, lease in leases.items() if pk not in yielded}
+                errors = Task.objects.using(using).refusals(self.worker, refused) if refused else {}
+        except DatabaseError as exc:
+            self.connection.discard()
+            logger.warning("%s could not yield %d task(s): %s", name, len(given), exc)
+            return
+        for ctx in given:
+            task = ctx.task
+            if task.pk in yielded:
+                logger.debug("%s yielded %s (queue %s)", name, task.rn, task.queue)
+            else:
+                logger.warning("%s could not yield %s: %s", name, task.rn, errors.get(task.pk))
+        if yielded:
+            logger.info("%s yielded %d task(s)", name, len(yielded))
+
+    def _look_up(self) -> None:
+        """Stop the tasks in hand whose leases this worker no longer holds (`look_now`)."""
+        using = self.options.using
+        with self._lock:
+            live = [ctx for ctx in self._in_hand() if not ctx.stopped]
+            leases = {ctx.task.pk: ctx.task.leases for ctx in live}
+            if not leases:
+                return
+            try:
+                with self.connection.used():
+                    tasks = Task.objects.using(using)
+                    lost = tasks.lost_leases(self.worker, leases)
+                    refused = {pk: leases[pk] for pk in lost}
+                    errors = tasks.refusals(self.worker, refused) if refused else {}
+            except Exception as exc:  # the next heartbeat tells instead
                 self.connection.discard()
+                logger.warning("%s: looking up its leases failed: %r", self.worker.name, exc)
+                return
+        self._stop_refused([ctx for ctx in live if ctx.task.pk in errors], errors)
+
+    def _stop_refused(
+        self, contexts: Sequence[TaskContext], errors: Mapping[int, ScyllaError]
+    ) -> None:
+        """Stop each of `contexts` whose lease was refused, for the reason in `errors`."""
+        for ctx in contexts:
+            error = errors[ctx.task.pk]
+            if type(error) is InvalidTransition and not ctx.handler_running:
+                continue  # its outcome was written since we looked
+            # Any other refusal means stop: cancelled, reset, aborted by the monitor, taken over.
+            logger.info("%s: %s", self.worker.name, error)
+            ctx.stop(error)
 
     def _beat(self) -> None:
         """Extend every live lease in one statement; stop the tasks whose lease was refused."""
@@ -174,10 +237,4 @@ class Heartbeat:
                     ctx.sent_progress = progress
                 if self.watchdog is not None:
                     self.watchdog.kept(ctx, sent)
-                continue
-            error = errors[ctx.task.pk]
-            if type(error) is InvalidTransition and not ctx.handler_running:
-                continue  # its outcome was written since we looked
-            # Any other refusal means stop: cancelled, reset, aborted by the monitor, taken over.
-            logger.info("%s: %s", self.worker.name, error)
-            ctx.stop(error)
+        self._stop_refused([ctx for ctx in live if ctx.task.pk not in extended], errors)

@@ -28,8 +28,9 @@ class WorkerOptions:
     """How a worker works: which queues, how many tasks at a time, how long its leases are.
 
     - `queues`: the queues to lease from; each needs a handler in `registry`.
-    - `concurrency`: handlers running at a time (handler threads; `async def` handlers share
-      one event loop thread).
+    - `concurrency`: handlers running at a time: plain ones on handler threads (started as
+      their tasks come, up to `concurrency`), `async def` ones as coroutines on one event loop
+      thread, with no thread each (so `concurrency` may be in the tens of thousands for them).
     - `prefetch`: tasks leased beyond `concurrency`, waiting for a free handler (their leases
       are heartbeated as the running ones'); so that one statement leases, and finishes,
       several tasks even at `concurrency` 1. Taken only while the handlers are quick (the

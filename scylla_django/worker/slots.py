@@ -13,6 +13,11 @@ from ..models import Task, Worker
 
 logger = logging.getLogger("scylla_django")
 
+CLAIM_LIMIT = 1000
+"""Slots one lease statement fills at most: a worker with more free slots fills them with one
+statement after another (each short, so that its heartbeat and writes, which share its
+connection, never wait long)."""
+
 QUICK = 0.05
 """Seconds under which a handler's run is quick: the worker prefetches while its handlers are
 (a task prefetched behind quick ones waits little for its turn)."""
@@ -95,14 +100,14 @@ class Slots:
             return self._free()
 
     def claim(self, done: Sequence[TaskContext] = (), *, lease: bool = True) -> Claim:
-        """Claim every free slot for a lease (none unless `lease`), after freeing the slots of
-        `done` (their outcomes are written with the lease): in one step, so no other lease
-        takes them meanwhile. With an empty claim, `done` stay in hand until written. The
-        caller ends the claim with `take()`, `unclaim()` or `drop()`."""
+        """Claim the free slots (up to `CLAIM_LIMIT`) for a lease (none unless `lease`), after
+        freeing the slots of `done` (their outcomes are written with the lease): in one step,
+        so no other lease takes them meanwhile. With an empty claim, `done` stay in hand until
+        written. The caller ends the claim with `take()`, `unclaim()` or `drop()`."""
         with self._changed:
             for ctx in done:
                 self._hand.pop(ctx.task.pk, None)
-            size = self._free() if lease else 0
+            size = min(self._free(), CLAIM_LIMIT) if lease else 0
             if not size:  # nothing to pass their slots to: in hand until written
                 self._hand.update((ctx.task.pk, ctx) for ctx in done)
                 return Claim(0)
@@ -113,15 +118,15 @@ class Slots:
         """Put the `tasks` leased into `claim`'s slots in hand, release the rest of the claim;
         return their contexts. (Whether to lease again into the rest is the caller's call.)"""
         started = [TaskContext(task, worker) for task in tasks]
-        if self._on_take is not None:
-            for ctx in started:
-                self._on_take(ctx)
         with self._changed:
             self._claimed -= claim.size
             for ctx in started:
                 self._hand[ctx.task.pk] = ctx
             self._leased += len(started)
             self._changed.notify_all()
+        if self._on_take is not None:  # in hand first: the watchdog watches what is in hand
+            for ctx in started:
+                self._on_take(ctx)
         for ctx in started:
             task = ctx.task
             logger.debug(
@@ -162,6 +167,11 @@ class Slots:
         """The tasks leased whose outcomes are not written yet."""
         with self._changed:
             return list(self._hand.values())
+
+    def holds(self, ctx: TaskContext) -> bool:
+        """Whether `ctx` is in hand (not finished, given up or leased again since)."""
+        with self._changed:
+            return self._hand.get(ctx.task.pk) is ctx
 
     def held(self) -> int:
         """How many tasks are in hand."""

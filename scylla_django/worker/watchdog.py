@@ -13,11 +13,16 @@
   as above. So a handler that checks never works on past its reset.
 
 The watchdog reads no database, so a heartbeat stuck in a dead connection cannot hold it up.
+Nor does it look at every task on every tick: each task waits in a heap ordered by the next
+time the watchdog has to look at it (its timeout, the end of its kept lease, the end of its
+grace), so a tick costs nothing for the tasks not due, whether a worker holds ten or tens of
+thousands of them.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import heapq
+import itertools
 import logging
 import threading
 import time
@@ -36,31 +41,28 @@ logger = logging.getLogger("scylla_django")
 TICK = 0.1
 
 
-@dataclasses.dataclass
-class _Watched:
-    """What the watchdog knows of one task in hand."""
-
-    ctx: TaskContext
-    stopped_at: float | None = None  # when the watchdog stopped it (monotonic)
-
-
 class Watchdog:
-    """Watches the tasks `in_hand()` returns: stops them at their run-time limit or when their
-    lease may have lapsed, and gives up their handlers `timeout_grace` later."""
+    """Watches the tasks put in hand (`track()`): stops them at their run-time limit or when
+    their lease may have lapsed, and gives up their handlers `timeout_grace` later."""
 
     def __init__(self, options: WorkerOptions, name: Callable[[], str]) -> None:
         self.options = options
         self._name = name
         self._done = threading.Event()
-        self._watched: dict[int, _Watched] = {}
+        self._lock = threading.Lock()
+        # (when to look, order of arrival, task, when it was stopped or None): a task is
+        # looked at when its time comes, and pushed again for its next one, if any.
+        self._due: list[tuple[float, int, TaskContext, float | None]] = []
+        self._order = itertools.count()
         # The heartbeat's interval: the margin kept before a lease can expire.
         self.margin = options.heartbeat_seconds / 2
 
     def track(self, ctx: TaskContext) -> None:
-        """Set the limits of a task just leased (called as it is put in hand)."""
+        """Set the limits of a task just leased (called as it is put in hand), and watch it."""
         ctx.timeout = self.options.registry.timeout_of(ctx.task)
         length = self.options.lease_length.total_seconds()
         ctx.lease_kept_until = ctx.started + length - self.margin
+        self._push(self._next_look(ctx), ctx, None)
 
     def kept(self, ctx: TaskContext, sent: float) -> None:
         """A heartbeat sent at `sent` (monotonic) extended `ctx`'s lease."""
@@ -75,43 +77,81 @@ class Watchdog:
         started: datetime = ctx.task.updated  # the lease's own time, on the database clock
         return started + ctx.timeout + self.options.timeout_grace
 
+    def watched(self) -> int:
+        """How many tasks the watchdog is waiting to look at (the tasks given back to the
+        heap after their outcome leave it when their time comes)."""
+        with self._lock:
+            return len(self._due)
+
     def close(self) -> None:
         self._done.set()
 
-    def run(self, in_hand: Callable[[], list[TaskContext]], execution: Execution) -> None:
-        """The watchdog thread, until `close()`."""
+    def run(
+        self,
+        holds: Callable[[TaskContext], bool],
+        held: Callable[[], int],
+        execution: Execution,
+    ) -> None:
+        """The watchdog thread, until `close()`. `holds(ctx)` tells whether `ctx` is still in
+        hand (a task whose outcome was written, or that was given up, is forgotten), `held()`
+        how many tasks are."""
         while not self._done.wait(TICK):
             try:
-                self._pass(in_hand(), execution)
+                self._pass(holds, execution)
+                self._forget(holds, held())
             except Exception:  # a bug of ours: never let this thread die
                 logger.exception("%s: the watchdog failed", self._name())
 
-    def _pass(self, contexts: list[TaskContext], execution: Execution) -> None:
+    def _forget(self, holds: Callable[[TaskContext], bool], held: int) -> None:
+        """Drop the tasks no longer in hand once they are most of the heap: a worker that
+        finishes thousands of short tasks a second keeps no more than twice what it holds."""
+        with self._lock:
+            if len(self._due) <= 2 * held + 256:
+                return
+            self._due = [entry for entry in self._due if holds(entry[2])]
+            heapq.heapify(self._due)
+
+    def _next_look(self, ctx: TaskContext) -> float:
+        """When a running task's timeout or the end of its kept lease comes, whichever first."""
+        when = ctx.lease_kept_until if ctx.lease_kept_until is not None else float("inf")
+        if ctx.timeout is not None:
+            when = min(when, ctx.started + ctx.timeout.total_seconds())
+        return when
+
+    def _push(self, when: float, ctx: TaskContext, stopped_at: float | None) -> None:
+        if when == float("inf"):
+            return
+        with self._lock:
+            heapq.heappush(self._due, (when, next(self._order), ctx, stopped_at))
+
+    def _pass(self, holds: Callable[[TaskContext], bool], execution: Execution) -> None:
         now = time.monotonic()
         grace = self.options.timeout_grace.total_seconds()
-        current = {ctx.task.pk for ctx in contexts}
-        for pk in [pk for pk in self._watched if pk not in current]:
-            del self._watched[pk]
-        for ctx in contexts:
-            watched = self._watched.setdefault(ctx.task.pk, _Watched(ctx))
-            if watched.ctx is not ctx:  # the same task leased again
-                watched = self._watched[ctx.task.pk] = _Watched(ctx)
-            if watched.stopped_at is None:
-                self._stop_when_due(watched, now)
-            elif now >= watched.stopped_at + grace and ctx.handler_running:
+        while True:
+            with self._lock:
+                if not self._due or self._due[0][0] > now:
+                    return
+                _, _, ctx, stopped_at = heapq.heappop(self._due)
+            if not holds(ctx) or ctx.yielded:
+                continue
+            if stopped_at is None:
+                stopped_at = self._stop_when_due(ctx, now)
+                if stopped_at is None:  # not due yet (a heartbeat kept its lease), or waits
+                    self._push(max(self._next_look(ctx), now + TICK), ctx, None)
+                else:
+                    self._push(stopped_at + grace, ctx, stopped_at)
+            elif ctx.handler_running:
                 self._give_up(ctx, execution, grace)
 
-    def _stop_when_due(self, watched: _Watched, now: float) -> None:
-        ctx = watched.ctx
+    def _stop_when_due(self, ctx: TaskContext, now: float) -> float | None:
+        """Stop `ctx` if its timeout came, or its lease may lapse while its handler runs;
+        return when it was stopped (None: not stopped)."""
         task = ctx.task
-        if ctx.yielded:
-            return
         if ctx.timeout is not None and now >= ctx.started + ctx.timeout.total_seconds():
             seconds = ctx.timeout.total_seconds()
             ctx.stop(
                 TaskTimedOut(f"ran past its {seconds:g}s timeout", rn=task.rn, timeout=seconds)
             )
-            watched.stopped_at = now
             logger.warning(
                 "%s: %s (queue %s) ran past its %gs timeout: stopping it",
                 self._name(),
@@ -119,7 +159,7 @@ class Watchdog:
                 task.queue,
                 seconds,
             )
-            return
+            return now
         kept = ctx.lease_kept_until
         if kept is not None and now >= kept and ctx.handler_running:
             ctx.stop(
@@ -128,7 +168,6 @@ class Watchdog:
                     rn=task.rn,
                 )
             )
-            watched.stopped_at = now
             logger.warning(
                 "%s: no heartbeat of %s (queue %s) was answered in time, its lease may expire: "
                 "giving it up (nothing is written for it)",
@@ -136,6 +175,8 @@ class Watchdog:
                 task.rn,
                 task.queue,
             )
+            return now
+        return None
 
     def _give_up(self, ctx: TaskContext, execution: Execution, grace: float) -> None:
         """Take `ctx` from a handler that still runs `grace` seconds after it was stopped."""

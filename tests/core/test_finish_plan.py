@@ -59,9 +59,10 @@ def test_the_worker_s_finish_still_fences_each_row():
     assert Task.objects.get(pk=second.pk).status == "running"
 
 
-def test_a_heartbeat_reads_only_its_own_rows_however_many_tasks_its_worker_finished():
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_a_heartbeat_reads_only_its_own_rows_however_many_tasks_its_worker_finished(mode):
     """The heartbeat of a worker that has finished 3,000 tasks reads its leased rows only."""
-    from django.test.utils import CaptureQueriesContext
+    from datetime import timedelta
 
     table = Task._meta.db_table
     worker = Worker.objects.register(queues=["work"])
@@ -71,19 +72,50 @@ def test_a_heartbeat_reads_only_its_own_rows_however_many_tasks_its_worker_finis
         cursor.execute(f"ANALYZE {table}")
     Task.objects.submit("work", {})
     [task] = Task.objects.lease(worker, ["work"])
-    with CaptureQueriesContext(connection) as queries:
-        Task.objects.heartbeat_many(worker, {task.pk: (task.leases, None)})
-    [update] = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
-    with connection.cursor() as cursor:
-        cursor.execute("BEGIN")
-        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {update}")
-        [[[plan]]] = cursor.fetchall()
-        cursor.execute("ROLLBACK")
+    statement, params = db.heartbeat_statement(TABLES, "default")
+    params.update(
+        pks=[task.pk],
+        leases=[task.leases],
+        progress=[0.5],
+        limits=[None],
+        length=timedelta(seconds=30),
+        worker=worker.name,
+    )
+    plan = prepared_plan(statement, params, mode, analyze=True)
     scans = task_scans(plan["Plan"], table)
     read = sum(
         s["Actual Rows"] * s["Actual Loops"] + s.get("Rows Removed by Filter", 0) for s in scans
     )
     assert scans and read <= 10, plan
+    assert Task.objects.get(pk=task.pk).progress == 0.5
+
+
+def test_a_heartbeat_is_one_statement_of_a_few_parameters_however_many_leases():
+    """40,000 leases in one heartbeat: a statement naming each lease needed 80,000 parameters,
+    past PostgreSQL's 65,535; the arrays keep it one statement of six. Each row is still
+    fenced on its lease, and a limit caps its deadline."""
+    from datetime import timedelta
+
+    from django.test.utils import CaptureQueriesContext
+
+    worker = Worker.objects.register(queues=["work"])
+    Task.objects.submit_many({"queue": "work", "spec": {"n": n}} for n in range(40_000))
+    leased = [t for _ in range(4) for t in Task.objects.lease(worker, ["work"], limit=10_000)]
+    assert len(leased) == 40_000
+    stale, capped = leased[0], leased[1]
+    leases = {t.pk: (t.leases, None) for t in leased}
+    leases[stale.pk] = (stale.leases + 1, None)  # not this lease: refused
+    leases[capped.pk] = (capped.leases, 0.25)
+    limit = db.read_clock("default") + timedelta(seconds=5)
+    with CaptureQueriesContext(connection) as queries:
+        extended = Task.objects.heartbeat_many(
+            worker, leases, lease_length=timedelta(minutes=10), limits={capped.pk: limit}
+        )
+    assert len(queries.captured_queries) == 1
+    assert extended == set(leases) - {stale.pk}
+    row = Task.objects.get(pk=capped.pk)
+    assert row.deadline == limit and row.progress == 0.25
+    assert Task.objects.get(pk=leased[2].pk).deadline > limit + timedelta(minutes=9)
 
 
 @pytest.mark.parametrize("first", [0, 3000])
@@ -128,3 +160,34 @@ def test_plans_made_before_any_statistics_read_only_the_rows_they_take(first):
         assert read <= 20, f"{read} task rows read for one lease and one finish"
     finally:
         connection.close()  # the session settings go with the session
+
+
+def test_a_worker_s_heartbeat_of_thousands_of_leases_joins_them_in_one_pass():
+    """The heartbeat as a worker's session runs it (its plan settings, the statement planned
+    for its arrays): 3,000 leases are joined to their rows in one pass. Prepared, its generic
+    plan could not see the arrays' length and rescanned them once per running task of the
+    worker: 9 million rows here, 20 s for 5,000 leases."""
+    from datetime import timedelta
+
+    worker = Worker.objects.register(queues=["work"])
+    Task.objects.submit_many({"queue": "work", "spec": {"n": n}} for n in range(3000))
+    leased = Task.objects.lease(worker, ["work"], limit=3000)
+    db.use_worker_plans(connection)
+    statement, params = db.heartbeat_statement(TABLES, "default")
+    params.update(
+        pks=[t.pk for t in leased],
+        leases=[t.leases for t in leased],
+        progress=[None] * len(leased),
+        limits=[None] * len(leased),
+        length=timedelta(seconds=30),
+        worker=worker.name,
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
+        [[[plan]]] = cursor.fetchall()
+
+    def rows(node):
+        own = node.get("Actual Rows", 0) * node.get("Actual Loops", 1)
+        return own + sum(rows(child) for child in node.get("Plans", []))
+
+    assert rows(plan["Plan"]) <= 10 * 3000, plan

@@ -22,6 +22,8 @@ def test_worker_names_come_from_the_database_sequence():
     assert second.pk > first.pk
     assert second.queues == ["emails", "sms"]
     assert (first.capacity, second.capacity) == (4, 1)
+    # A worker of `async def` handlers holds tens of thousands of tasks: no thread each.
+    assert Worker.objects.register(queues=["feeds"], capacity=50_000).capacity == 50_000
     assert Worker.objects.get_by_name(first.name) == first
     assert first.started is not None and first.stopped is None
 
@@ -35,7 +37,8 @@ def test_unknown_worker_names(name):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    ("queues", "capacity"), [([], 1), (["bad queue"], 1), (["q"], 0), (["q"], "2")]
+    ("queues", "capacity"),
+    [([], 1), (["bad queue"], 1), (["q"], 0), (["q"], "2"), (["q"], 1_000_001)],
 )
 def test_bad_registrations(queues, capacity):
     with pytest.raises(ValidationError):

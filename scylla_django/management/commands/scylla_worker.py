@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import gc
 import importlib
 import logging
 import signal
@@ -59,7 +60,11 @@ class Command(BaseCommand):
         )
         add_database_option(parser, "worker")
         parser.add_argument(
-            "--concurrency", type=positive_int, default=1, help="tasks at a time (default 1)"
+            "--concurrency",
+            type=positive_int,
+            default=1,
+            help="tasks at a time: plain handlers on as many threads, async def handlers as "
+            "coroutines with no thread each, so thousands are fine for them (default 1)",
         )
         parser.add_argument(
             "--prefetch",
@@ -100,7 +105,7 @@ class Command(BaseCommand):
             "--processes",
             type=positive_int,
             default=1,
-            help="worker processes, each a worker of its own with --concurrency threads, "
+            help="worker processes, each a worker of its own with --concurrency slots, "
             "supervised by this one (default 1: this process is the worker)",
         )
         parser.add_argument(
@@ -214,6 +219,10 @@ class Command(BaseCommand):
             return
         with StopSignals(on_stop=worker.stop).installed():
             worker.run(once=options["once"])
+        # What the worker held is garbage now, and the collection at the interpreter's exit
+        # walked all of it: seconds for a worker that held thousands of tasks, and a
+        # supervisor waiting for it. The memory goes back with the process anyway.
+        gc.freeze()
         if worker.abandoned:
             raise CommandError(
                 f"{len(worker.abandoned)} handler(s) still running after the grace period "
@@ -226,6 +235,7 @@ class Command(BaseCommand):
             worker = make_worker()
             with StopSignals(on_stop=worker.stop).installed():
                 worker.run(once=once)
+            gc.freeze()  # as above: no collection of what it held at the exit
             if worker.abandoned:
                 return EXIT_ABANDONED
             return EXIT_RECYCLED if worker.recycled else 0
