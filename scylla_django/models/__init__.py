@@ -6,6 +6,7 @@ dependencies, schedules and queue rollups. Import them from here:
 from . import key_control
 from .batches import CALLBACKS, Batch, BatchQuerySet, count_finished, count_requeued
 from .dependencies import HELD, MAX_PARENTS, Dependency
+from .events import Consumption, Event, Firing, Watermark
 from .history import History
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions, new_rn
 from .keys import Hold, Key, Limit, LockNotFree, Rate
@@ -57,7 +58,10 @@ __all__ = [
     "Batch",
     "BatchQuerySet",
     "CatchUp",
+    "Consumption",
     "Dependency",
+    "Event",
+    "Firing",
     "History",
     "Hold",
     "Key",
@@ -83,6 +87,7 @@ __all__ = [
     "Task",
     "TaskOptions",
     "TaskQuerySet",
+    "Watermark",
     "Worker",
     "WorkerQuerySet",
     "count_finished",
