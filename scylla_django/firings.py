@@ -1,12 +1,13 @@
 """Firing the schedules that have a trigger: evaluate, consume the events, submit the task.
 
-A pass (`fire`) takes each enabled schedule with a trigger in its own transaction, locked with
-SKIP LOCKED (any number of monitors share the schedules, none waits for another): when its
-trigger is met, one `Firing` row, one `Consumption` row per consumed event (unique per schedule
-and event) and the task (through `schedules.submit_firing`, rn `schedule:<name>:e<first event
-id>`) are written together. A firing is all or nothing, so a monitor killed mid-way loses none
-and the next one finds the same events unconsumed; the unique consumptions and rns mean no
-event ever fires a schedule twice.
+A pass (`fire`) takes each enabled schedule with a trigger in a transaction of its own per
+firing (as long as it fires, up to `MAX_FIRINGS`), locked with SKIP LOCKED: any number of
+monitors share the schedules, none waits for another. When its trigger is met, one `Firing`
+row, one `Consumption` row per consumed event (unique per schedule and event) and the task
+(through `schedules.submit_firing`, rn `schedule:<name>:e<first event id>`) are written
+together. A firing is all or nothing, so a monitor killed mid-way loses none and the next one
+finds the same events unconsumed; the unique consumptions and rns mean no event ever fires a
+schedule twice.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from datetime import datetime
 from . import db, schedules
 from .models import Consumption, Firing, Schedule
 from .triggers import State, evaluate, leaf_kind, leaves
+
+#: Most firings of one schedule in a pass (a backlog of `count` events fires again and again).
+MAX_FIRINGS = 100
 
 
 @dataclass(frozen=True)
@@ -48,17 +52,19 @@ def fire(
         candidates = candidates.exclude(name__in=sorted(skip))
     done: list[Fired] = []
     for pk in candidates.order_by("pk").values_list("pk", flat=True):
-        with db.write_atomic(using):
-            schedule = (
-                Schedule.objects.using(using)
-                .select_for_update(skip_locked=True)
-                .filter(pk=pk, enabled=True, trigger__isnull=False)
-                .first()
-            )
-            if schedule is None:
-                continue  # another monitor has it, or it changed
-            fired = fire_one(schedule, now or db.read_clock(using), using)
-        if fired is not None:
+        for _ in range(MAX_FIRINGS):
+            with db.write_atomic(using):
+                schedule = (
+                    Schedule.objects.using(using)
+                    .select_for_update(skip_locked=True)
+                    .filter(pk=pk, enabled=True, trigger__isnull=False)
+                    .first()
+                )
+                if schedule is None:
+                    break  # another monitor has it, or it changed
+                fired = fire_one(schedule, now or db.read_clock(using), using)
+            if fired is None:
+                break
             done.append(fired)
     return done
 
