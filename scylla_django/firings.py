@@ -95,6 +95,13 @@ def why_not(schedule: Schedule, using: str | None = None, now: datetime | None =
     return evaluate(schedule.trigger, schedule.pk, now or db.read_clock(using), using).unmet
 
 
+def latest_firings(schedule: Schedule, limit: int = 10) -> list[Firing]:
+    """The latest `limit` firings of `schedule`, newest first, with their consumed events."""
+    using = schedule._state.db or "default"
+    firings = Firing.objects.using(using).filter(schedule=schedule).order_by("-id")
+    return list(firings.prefetch_related("consumptions__event")[:limit])
+
+
 def listened(using: str) -> tuple[set[tuple[str, str]], set[str]]:
     """What the enabled triggers listen to: (queue, status) pairs of `on_task` and event kinds."""
     tasks: set[tuple[str, str]] = set()

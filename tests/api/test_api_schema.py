@@ -55,6 +55,7 @@ OPERATION_IDS = {
     ("patch", "/schedules/{name}/"): "update_schedule",
     ("delete", "/schedules/{name}/"): "delete_schedule",
     ("post", "/schedules/{name}/run/"): "run_schedule",
+    ("post", "/events/"): "emit_event",
     ("get", "/health/"): "check_health",
     ("get", "/schema/"): "get_schema",
 }
