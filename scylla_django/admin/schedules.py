@@ -1,7 +1,8 @@
 """The admin of recurring schedules, and the retry parts of the task admin.
 
 - `ScheduleAdmin` (registered on import): schedules with their next run and last task (linked,
-  with its status); enable, disable and "Run now" actions; create and edit with the same
+  with its status), and for a trigger what is unmet and its latest firings with the events they
+  consumed; enable, disable and "Run now" actions; create and edit with the same
   validation as settings and the API. Schedules from `SCYLLA["SCHEDULES"]` can only be enabled
   or disabled here.
 - `retry_selected`: a task admin action that resubmits the selected aborted and cancelled tasks
@@ -25,7 +26,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from .. import schedules
+from .. import firings, schedules, triggers
 from ..durations import short
 from ..enums import Status
 from ..exceptions import DuplicateTask, InvalidTransition
@@ -93,7 +94,14 @@ class ScheduleAdmin(ScheduleAdminBase):
     ]
     list_filter = ["enabled", "from_settings", "queue"]
     search_fields = ["=name", "=queue"]
-    readonly_fields = ["next_run", "last_run", "last_task_link", "from_settings"]
+    readonly_fields = [
+        "next_run",
+        "last_run",
+        "last_task_link",
+        "from_settings",
+        "unmet",
+        "latest_firings",
+    ]
     actions = ["enable_selected", "disable_selected", "run_now"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
@@ -116,6 +124,9 @@ class ScheduleAdmin(ScheduleAdminBase):
 
     @admin.display(description=gettext_lazy("schedule"))
     def timing(self, obj: Schedule) -> str:
+        if obj.trigger is not None:
+            words = [triggers.describe(leaf) for leaf in triggers.leaves(obj.trigger)]
+            return _("on %(events)s") % {"events": "; ".join(words)}
         if obj.every is not None:
             return f"every {short(obj.every)}"
         return f"{obj.cron} ({obj.timezone})"
@@ -126,6 +137,39 @@ class ScheduleAdmin(ScheduleAdminBase):
             return "—"
         status = Task.objects.filter(rn=obj.last_task).values_list("status", flat=True).first()
         return format_html("{} ({})", task_link(obj.last_task), status or "purged")
+
+    @admin.display(description=gettext_lazy("why has it not fired?"))
+    def unmet(self, obj: Schedule) -> str:
+        """What is unmet in the trigger now (a trigger's schedule only)."""
+        if obj.pk is None or obj.trigger is None:
+            return "—"
+        return "; ".join(firings.why_not(obj)) or _("Met: it fires at the monitor's next pass.")
+
+    @admin.display(description=gettext_lazy("latest firings"))
+    def latest_firings(self, obj: Schedule) -> SafeString | str:
+        """The latest firings of the trigger: each task with the events it consumed."""
+        if obj.pk is None or obj.trigger is None:
+            return "—"
+        rows = [
+            (
+                task_link(firing.rn),
+                firing.time,
+                ", ".join(
+                    f"{c.event.kind} #{c.event.pk} {c.event.payload}"
+                    for c in firing.consumptions.all()
+                ),
+            )
+            for firing in firings.latest_firings(obj)
+        ]
+        if not rows:
+            return _("No firing yet.")
+        return format_html(
+            "<table><tr><th>{}</th><th>{}</th><th>{}</th></tr>{}</table>",
+            _("task"),
+            _("time"),
+            _("events consumed"),
+            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+        )
 
     @admin.action(permissions=["change"], description=gettext_lazy("Enable selected schedules"))
     def enable_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
