@@ -15,9 +15,12 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+
+from django.db.models import Max
 
 from . import db, schedules
-from .models import Consumption, Firing, Schedule
+from .models import Consumption, Event, Firing, Schedule
 from .triggers import State, evaluate, leaf_kind, leaves
 
 #: Most firings of one schedule in a pass (a backlog of `count` events fires again and again).
@@ -40,18 +43,30 @@ def firing_rn(schedule: Schedule, state: State) -> str:
 
 
 def fire(
-    using: str = "default", now: datetime | None = None, skip: Collection[str] = ()
+    using: str = "default",
+    now: datetime | None = None,
+    skip: Collection[str] = (),
+    kinds: Collection[str] | None = None,
 ) -> list[Fired]:
     """Fire every enabled schedule whose trigger is met; return the firings.
 
     `now` is the triggers' clock (the database's by default; a test passes a fake one for
     `quiet` and `window`). The schedules named in `skip` are left alone (invalid settings).
+    With `kinds`, only the triggers that listen to one of these event kinds are evaluated, and
+    those whose state changes with time alone (`quiet`, `window`): see `Sweep`.
     """
     candidates = Schedule.objects.using(using).filter(enabled=True, trigger__isnull=False)
     if skip:
         candidates = candidates.exclude(name__in=sorted(skip))
     done: list[Fired] = []
-    for pk in candidates.order_by("pk").values_list("pk", flat=True):
+    clock = now or db.read_clock(using)
+    for pk, trigger in candidates.order_by("pk").values_list("pk", "trigger"):
+        if not isinstance(trigger, dict) or (kinds is not None and not _concerned(trigger, kinds)):
+            continue
+        # A read first, without a transaction: most triggers are unmet at most passes, and
+        # those cost no lock. A met one is evaluated again under its lock before it fires.
+        if not evaluate(trigger, pk, clock, using).met:
+            continue
         for _ in range(MAX_FIRINGS):
             with db.write_atomic(using):
                 schedule = (
@@ -67,6 +82,45 @@ def fire(
                 break
             done.append(fired)
     return done
+
+
+def _concerned(trigger: Any, kinds: Collection[str]) -> bool:
+    """Whether `trigger` may have changed: it listens to one of `kinds`, or waits on time."""
+    if not isinstance(trigger, dict):
+        return False
+    if "window" in trigger or "all" in trigger or "any" in trigger:
+        parts = trigger.get("all") or trigger.get("any") or []
+        return "window" in trigger or any(_concerned(part, kinds) for part in parts)
+    return "quiet" in trigger or leaf_kind(trigger)[0] in kinds
+
+
+class Sweep:
+    """Which triggers a monitor evaluates at each pass: after a full pass, only those whose
+    event kinds got a new event (by the newest event id of each kind, one query) and those
+    that wait on time; every `full_every` seconds all of them again, which also catches an
+    event that committed after a newer one of its kind was seen."""
+
+    def __init__(self, full_every: float = 60.0) -> None:
+        self.full_every = full_every
+        self.newest: dict[str, int] = {}
+        self.full_at = 0.0
+
+    def kinds(self, using: str, monotonic: float) -> set[str] | None:
+        """The kinds with new events since the last pass (None: evaluate every trigger)."""
+        _tasks, listened_kinds = listened(using)
+        newest = dict(
+            Event.objects.using(using)
+            .filter(kind__in=sorted(listened_kinds))
+            .values("kind")
+            .annotate(newest=Max("id"))
+            .values_list("kind", "newest")
+        )
+        changed = {kind for kind, pk in newest.items() if self.newest.get(kind) != pk}
+        self.newest = newest
+        if monotonic - self.full_at >= self.full_every:
+            self.full_at = monotonic
+            return None
+        return changed
 
 
 def fire_one(schedule: Schedule, now: datetime, using: str) -> Fired | None:

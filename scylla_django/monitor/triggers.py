@@ -4,6 +4,7 @@ triggers listen to (see `scylla_django.events` and `scylla_django.firings`)."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime
 
@@ -17,7 +18,8 @@ logger = logging.getLogger("scylla_django")
 class TriggerFirings(Service):
     """Writes task events from History, then fires every schedule whose trigger is met.
     Counts `task_events` and `fired`. Schedules invalid in the settings are skipped (their
-    own check reports them)."""
+    own check reports them). Between full passes (every minute), only the triggers with new
+    events of their kinds, or waiting on time, are evaluated (`firings.Sweep`)."""
 
     name = "trigger firings"
 
@@ -26,13 +28,15 @@ class TriggerFirings(Service):
     ) -> None:
         super().__init__(interval)
         self.clock = clock
+        self.sweep = firings.Sweep()
 
     def work(self, using: str) -> dict[str, int]:
         now = self.clock() if self.clock is not None else None
         listened, _kinds = firings.listened(using)
         written = events.record_task_events(using, listened)
         invalid = schedules.read_settings().invalid
-        fired = firings.fire(using, now, skip=invalid)
+        kinds = self.sweep.kinds(using, time.monotonic())
+        fired = firings.fire(using, now, skip=invalid, kinds=kinds)
         if fired:
             logger.info("fired %s", plural(len(fired), "trigger"))
         return {"task_events": written, "fired": len(fired)}

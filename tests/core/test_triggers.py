@@ -16,7 +16,7 @@ from django.db import connection, transaction
 import scylla_django
 from scylla_django import db
 from scylla_django.events import record_task_events
-from scylla_django.firings import fire, listened, why_not
+from scylla_django.firings import Sweep, fire, listened, why_not
 from scylla_django.models import Consumption, Event, Firing, Schedule, Task
 from scylla_django.monitor import Monitor
 from scylla_django.schedules import clean_definition, sync_from_settings
@@ -273,3 +273,23 @@ def test_consumed_events_are_purged_after_the_retention():
     assert not Consumption.objects.filter(event_id=consumed.pk).exists()
     assert stray.pk not in set(Event.objects.values_list("pk", flat=True))
     assert connection.vendor  # the purge runs on every database
+
+
+def test_a_sweep_evaluates_only_the_triggers_with_new_events_between_full_passes():
+    make("a", {"on_event": "a.came"})
+    make("b", {"on_event": "b.came"})
+    make("quiet", {"on_event": "c.came", "quiet": "1m"})
+    sweep = Sweep(full_every=60)
+    assert sweep.kinds("default", 100.0) is None  # the first pass is a full one
+    scylla_django.emit("a.came", {})
+    assert sweep.kinds("default", 101.0) == {"a.came"}
+    assert sweep.kinds("default", 102.0) == set()
+    scylla_django.emit("b.came", {})
+    scylla_django.emit("c.came", {})
+    # The schedule "b" is not evaluated (its kind is not in the set): it fires at the next
+    # full pass. The quiet one is evaluated at every pass, as time alone may meet it.
+    assert [f.schedule for f in fire(kinds={"a.came"})] == ["a"]
+    later = now() + timedelta(minutes=2)
+    assert [f.schedule for f in fire(now=later, kinds=set())] == ["quiet"]
+    assert sweep.kinds("default", 200.0) is None
+    assert [f.schedule for f in fire(kinds=None)] == ["b"]
