@@ -5,8 +5,9 @@
 Creates `--schedules` schedules with triggers (a mix of on_event with a match, count, quiet,
 all/any and on_task) in the database named by DATABASE_URL (default postgres://postgres@
 127.0.0.1:5432/scylla_bench_triggers, created if missing; its schedules and events are
-replaced at every run). Then it times passes of `firings.fire()`: an idle pass (no event), a
-pass after `--events` events spread over the schedules' kinds, and the idle pass after it.
+replaced at every run). Then it times passes of `firings.fire()` as a monitor makes them
+(`firings.Sweep`): a full pass with no event, an incremental pass with no event, an incremental
+pass after `--events` events spread over the schedules' kinds, then a full pass.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def main() -> None:
     postgres.print_machine()
 
     from scylla_django import events
-    from scylla_django.firings import fire
+    from scylla_django.firings import Sweep, fire
     from scylla_django.models import Consumption, Event, Firing, Schedule, Task
 
     Consumption.objects.all().delete()
@@ -53,17 +54,21 @@ def main() -> None:
         Schedule(name=f"s{n}", queue="q", trigger=trigger(n)) for n in range(args.schedules)
     )
 
-    def timed(what: str) -> None:
+    sweep = Sweep(full_every=3600)
+
+    def timed(what: str, full: bool = False) -> None:
         began = time.perf_counter()
-        fired = fire()
+        kinds = sweep.kinds("default", 0.0 if full else time.monotonic())
+        fired = fire(kinds=None if full else kinds)
         took = time.perf_counter() - began
         print(f"{what}: {took:.2f} s for {args.schedules} schedules, {len(fired)} firings")
 
-    timed("idle pass")
+    timed("full pass, no event", full=True)
+    timed("incremental pass, no event")
     for n in range(args.events):
         events.emit(f"partition.added.{n % KINDS}", {"dataset": f"d{n % 7}"})
-    timed(f"pass after {args.events} events")
-    timed("idle pass after")
+    timed(f"incremental pass after {args.events} events")
+    timed("full pass after", full=True)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ def fire(
     `now` is the triggers' clock (the database's by default; a test passes a fake one for
     `quiet` and `window`). The schedules named in `skip` are left alone (invalid settings).
     With `kinds`, only the triggers that listen to one of these event kinds are evaluated, and
-    those whose state changes with time alone (`quiet`, `window`): see `Sweep`.
+    those that time alone may meet (`quiet`): see `Sweep`.
     """
     candidates = Schedule.objects.using(using).filter(enabled=True, trigger__isnull=False)
     if skip:
@@ -85,19 +85,20 @@ def fire(
 
 
 def _concerned(trigger: Any, kinds: Collection[str]) -> bool:
-    """Whether `trigger` may have changed: it listens to one of `kinds`, or waits on time."""
+    """Whether `trigger` may be met now when it was not: it listens to one of `kinds`, or has a
+    `quiet` part (met by time alone; a window only ever makes a trigger unmet)."""
     if not isinstance(trigger, dict):
         return False
-    if "window" in trigger or "all" in trigger or "any" in trigger:
-        parts = trigger.get("all") or trigger.get("any") or []
-        return "window" in trigger or any(_concerned(part, kinds) for part in parts)
+    parts = trigger.get("all") or trigger.get("any")
+    if parts is not None:
+        return any(_concerned(part, kinds) for part in parts)
     return "quiet" in trigger or leaf_kind(trigger)[0] in kinds
 
 
 class Sweep:
     """Which triggers a monitor evaluates at each pass: after a full pass, only those whose
     event kinds got a new event (by the newest event id of each kind, one query) and those
-    that wait on time; every `full_every` seconds all of them again, which also catches an
+    with a `quiet` part; every `full_every` seconds all of them again, which also catches an
     event that committed after a newer one of its kind was seen."""
 
     def __init__(self, full_every: float = 60.0) -> None:
