@@ -1077,11 +1077,16 @@ class ScheduleDetailSerializer(ScheduleSerializer):
         return why_not(schedule)
 
 
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class JSONObjectField(JSONValueField):
+    """A JSON object (an event's payload)."""
+
+
 class EventInputSerializer(StrictSerializer):
     """`POST /events/`: an event to emit."""
 
     kind = StrictCharField(max_length=200)
-    payload = JSONValueField(required=False)
+    payload = JSONObjectField(required=False)
 
     def validate_kind(self, value: str) -> Any:
         return _checked(events.validate_kind, value)
