@@ -52,6 +52,8 @@ READ_BATCH = 5000
 #: The watermark of task events.
 TASK_EVENTS = "task-events"
 
+#: What an event kind is made of (the API's schema says it too).
+KIND_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$"
 _KIND = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.:/-]*\Z")
 _PATH_PART = re.compile(r"\A[A-Za-z0-9_-]+\Z")
 _SCALARS = (str, int, float, bool)

@@ -1085,7 +1085,9 @@ class JSONObjectField(JSONValueField):
 class EventInputSerializer(StrictSerializer):
     """`POST /events/`: an event to emit."""
 
-    kind = StrictCharField(max_length=200)
+    kind = StrictCharField(
+        max_length=200, validators=[RegexValidator(events.KIND_PATTERN, code="invalid_kind")]
+    )
     payload = JSONObjectField(required=False)
 
     def validate_kind(self, value: str) -> Any:
