@@ -4,6 +4,7 @@ Clients submit tasks; workers lease, heartbeat and finish them; a monitor resets
 and purges old terminal tasks. See the README for a tour.
 """
 
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -11,7 +12,15 @@ from .exceptions import Abort, Snooze
 from .handlers import handler
 from .retries import Exponential, Fixed, Retry
 
-__all__ = ["Abort", "Exponential", "Fixed", "Retry", "Snooze", "handler", "lock"]
+__all__ = ["Abort", "Exponential", "Fixed", "Retry", "Snooze", "emit", "handler", "lock"]
+
+
+def emit(kind: str, payload: Mapping[str, Any] | None = None, using: str | None = None) -> Any:
+    """Store an event (`scylla_django.emit("partition.added", {"dataset": "sales"})`) in the
+    current transaction, for the schedules whose trigger listens to it. See `events.emit`."""
+    from . import events  # the models load once the apps are ready
+
+    return events.emit(kind, payload, using)
 
 
 def lock(name: str, **options: Any) -> AbstractContextManager[int]:

@@ -18,9 +18,13 @@ runs at the end of the gap (02:30 becomes 03:00); in the repeated autumn hour, a
 hour runs once (on the first pass), a job on every hour (`*` in the hour field) runs on both
 passes. Intervals (`every`) are counted in UTC from the Unix epoch, so DST never moves them.
 
-Every firing goes through `fire()`, which asks the schedule's run constraints
+Every tick goes through `fire()`, which asks the schedule's run constraints
 (`scylla_django.constraints`: window, min_gap, max_runs, max_concurrent) whether it runs now,
 waits (held in a `WaitingRun` row, released by a later pass: `release()`) or is skipped.
+
+A schedule with a `trigger` instead of `cron`/`every` fires on events (`scylla_django.triggers`,
+`scylla_django.firings`); a trigger's firing submits its task through `submit_firing`, which
+the run constraints do not gate yet.
 """
 
 from __future__ import annotations
@@ -42,8 +46,10 @@ from django.db.models import Q
 from . import constraints, db
 from .conf import scylla_settings
 from .db import Now
-from .models import CatchUp, OnTimeout, Schedule, Task, WaitingRun
+from .models import CatchUp, OnTimeout, Schedule, Task, WaitingRun, send_on_commit
+from .signals import task_submitted
 from .text import DurationError, positive_duration
+from .triggers import clean_trigger
 from .validation import (
     FieldErrors,
     validate_json,
@@ -64,6 +70,7 @@ MISSED_AFTER = timedelta(minutes=1)
 DEFINITION_KEYS = (
     "cron",
     "every",
+    "trigger",
     "timezone",
     "queue",
     "spec",
@@ -125,6 +132,7 @@ class Definition:
     queue: str
     cron: str = ""
     every: timedelta | None = None
+    trigger: Any = None
     timezone: str = "UTC"
     spec: Any = None
     priority: int = 0
@@ -141,6 +149,7 @@ class Definition:
             **self.limits,
             "cron": self.cron,
             "every": self.every,
+            "trigger": self.trigger,
             "timezone": self.timezone,
             "queue": self.queue,
             "spec": {} if self.spec is None else self.spec,
@@ -164,10 +173,12 @@ def clean_definition(name: object, raw: object) -> Definition:
             f"Unknown keys: {', '.join(sorted(map(str, unknown)))}.", code="unknown_field"
         )
     has_cron, has_every = raw.get("cron") not in (None, ""), raw.get("every") is not None
-    if has_cron == has_every:
+    has_trigger = raw.get("trigger") is not None
+    if has_cron + has_every + has_trigger != 1:
         errors["cron"] = ValidationError(
-            "Give exactly one of cron and every.", code="cron_or_every"
+            "Give exactly one of cron, every and trigger.", code="cron_or_every"
         )
+    trigger = check("trigger", clean_trigger, raw["trigger"]) if has_trigger else None
     cron = check("cron", validate_cron, raw["cron"]) if has_cron else ""
     every = check("every", parse_every, raw["every"]) if has_every else None
     timezone = check("timezone", validate_timezone, raw.get("timezone", "UTC"))
@@ -183,12 +194,18 @@ def clean_definition(name: object, raw: object) -> Definition:
         errors["catch_up"] = ValidationError(
             f"catch_up must be one of {', '.join(CatchUp.values)}.", code="invalid_choice"
         )
+    if trigger is not None and trigger.get("with_events") and not isinstance(spec, dict):
+        errors["spec"] = ValidationError(
+            "A trigger with_events adds the events to the spec: the spec must be an object.",
+            code="invalid_spec",
+        )
     errors.raise_any()
     return Definition(
         name=checked_name,
         queue=queue,
         cron=cron or "",
         every=every,
+        trigger=trigger,
         timezone=timezone,
         spec=spec,
         priority=priority,
@@ -223,6 +240,12 @@ def _next_cron_tick(cron: str, timezone: str, after: datetime) -> datetime:
         if found > after:
             return found
     raise ValueError(f"cron expression {cron!r} has no tick after {after}")
+
+
+def first_run(schedule: Schedule | Definition, after: datetime) -> datetime | None:
+    """The `next_run` of a new or changed schedule: its next tick (None with a trigger, which
+    fires on events instead)."""
+    return None if schedule.trigger is not None else next_tick(schedule, after)
 
 
 def latest_tick(schedule: Schedule | Definition, now: datetime) -> datetime:
@@ -289,7 +312,7 @@ def sync_from_settings(
                         name=name,
                         from_settings=True,
                         enabled=definition.enabled,
-                        next_run=next_tick(definition, now),
+                        next_run=first_run(definition, now),
                         **definition.fields(),
                     )
                 written += 1
@@ -300,7 +323,7 @@ def sync_from_settings(
         if row.from_settings and all(getattr(row, k) == v for k, v in fields.items()):
             continue
         changed = manager.filter(pk=row.pk).update(
-            from_settings=True, next_run=next_tick(definition, now), updated=Now(), **fields
+            from_settings=True, next_run=first_run(definition, now), updated=Now(), **fields
         )
         written += changed
     gone = [
@@ -479,6 +502,24 @@ def _release_one(gate: constraints.Gate, now: datetime) -> Tick:
     return Tick(schedule.name, waiting.fired, waiting.rn, outcome)
 
 
+def submit_firing(
+    schedule: Schedule, rn: str, spec_extra: Mapping[str, Any] | None, now: datetime, using: str
+) -> Task:
+    """Submit the task of one firing of `schedule` at `now` (a trigger's firing), in the
+    caller's transaction: rn `rn`, the schedule's spec with `spec_extra` merged in (an object
+    spec), and the schedule's last run and task set. A task already called `rn` is kept."""
+    spec = schedule.spec
+    if spec_extra:
+        spec = {**spec, **spec_extra} if isinstance(spec, dict) else spec
+    task = Task(rn=rn, queue=schedule.queue, spec=spec, priority=schedule.priority)
+    Task.objects.using(using).bulk_create([task], ignore_conflicts=True)
+    Schedule.objects.using(using).filter(pk=schedule.pk).update(
+        last_run=now, last_task=rn, updated=Now()
+    )
+    send_on_commit(task_submitted, using, task=task)
+    return task
+
+
 def run_now(schedule: Schedule, using: str | None = None) -> Task:
     """Submit `schedule`'s task at once, outside its ticks (the admin's and API's "Run now")."""
     using = using or schedule._state.db or "default"
@@ -495,7 +536,7 @@ def reschedule(schedule: Schedule, using: str | None = None) -> None:
     """Set `next_run` from now (after creating or editing a schedule by hand)."""
     using = using or schedule._state.db or "default"
     now = _database_now(using)
-    schedule.next_run = next_tick(schedule, now)
+    schedule.next_run = first_run(schedule, now)
     Schedule.objects.using(using).filter(pk=schedule.pk).update(
         next_run=schedule.next_run, updated=Now()
     )

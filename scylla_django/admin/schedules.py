@@ -4,8 +4,9 @@
   with its status) and the firing that waits for the run constraints; enable, disable and "Run
   now" actions; create and edit with the same validation as settings and the API. A schedule's
   page says which run constraint is unmet now ("why didn't it fire?") and lists its next runs
-  (DST gaps and repeated hours marked, windows applied). Schedules from `SCYLLA["SCHEDULES"]`
-  can only be enabled or disabled here.
+  (DST gaps and repeated hours marked, windows applied); for a trigger, what is unmet and its
+  latest firings with the events they consumed. Schedules from `SCYLLA["SCHEDULES"]` can only be
+  enabled or disabled here.
 - `retry_selected`: a task admin action that resubmits the selected aborted and cancelled tasks
   with `Task.retry()`; add it to the task admin's `actions` (it needs `submit_task`).
 - `chain`: the previous and next attempts of a task, as links; add it to the task admin's
@@ -27,7 +28,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from .. import calendars, constraints, db, schedules
+from .. import calendars, constraints, db, firings, schedules, triggers
 from ..durations import short
 from ..enums import Status
 from ..exceptions import DuplicateTask, InvalidTransition
@@ -140,6 +141,8 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
         "waiting_now",
         "unmet_now",
         "next_runs",
+        "unmet",
+        "latest_firings",
     ]
     actions = ["enable_selected", "disable_selected", "run_now"]
 
@@ -166,6 +169,9 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
 
     @admin.display(description=gettext_lazy("schedule"))
     def timing(self, obj: Schedule) -> str:
+        if obj.trigger is not None:
+            words = [triggers.describe(leaf) for leaf in triggers.leaves(obj.trigger)]
+            return _("on %(events)s") % {"events": "; ".join(words)}
         if obj.every is not None:
             return f"every {short(obj.every)}"
         return f"{obj.cron} ({obj.timezone})"
@@ -239,6 +245,39 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
             return "—"
         status = Task.objects.filter(rn=obj.last_task).values_list("status", flat=True).first()
         return format_html("{} ({})", task_link(obj.last_task), status or "purged")
+
+    @admin.display(description=gettext_lazy("why has it not fired?"))
+    def unmet(self, obj: Schedule) -> str:
+        """What is unmet in the trigger now (a trigger's schedule only)."""
+        if obj.pk is None or obj.trigger is None:
+            return "—"
+        return "; ".join(firings.why_not(obj)) or _("Met: it fires at the monitor's next pass.")
+
+    @admin.display(description=gettext_lazy("latest firings"))
+    def latest_firings(self, obj: Schedule) -> SafeString | str:
+        """The latest firings of the trigger: each task with the events it consumed."""
+        if obj.pk is None or obj.trigger is None:
+            return "—"
+        rows = [
+            (
+                task_link(firing.rn),
+                firing.time,
+                ", ".join(
+                    f"{c.event.kind} #{c.event.pk} {c.event.payload}"
+                    for c in firing.consumptions.all()
+                ),
+            )
+            for firing in firings.latest_firings(obj)
+        ]
+        if not rows:
+            return _("No firing yet.")
+        return format_html(
+            "<table><tr><th>{}</th><th>{}</th><th>{}</th></tr>{}</table>",
+            _("task"),
+            _("time"),
+            _("events consumed"),
+            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+        )
 
     @admin.action(permissions=["change"], description=gettext_lazy("Enable selected schedules"))
     def enable_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:

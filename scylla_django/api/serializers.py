@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import RegexValidator
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -24,9 +25,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 
-from .. import followups
+from .. import events, followups
 from ..conf import LEASE_MIN
 from ..enums import EventType, Liveness, Status
+from ..firings import latest_firings, why_not
 from ..models import MAX_PARENTS, CatchUp, History, Schedule, Task, WaitingRun, Worker
 from ..models.children import MAX_SPAWNED
 from ..models.key_control import MAX_LIMIT
@@ -1144,13 +1146,89 @@ class CalendarEntrySerializer(serializers.Serializer[Any]):
     note = serializers.CharField()
 
 
+class EventOutSerializer(serializers.Serializer[Any]):
+    """An event: its `kind`, `payload` and the database's `time` of its writing."""
+
+    id = serializers.IntegerField()
+    kind = serializers.CharField()
+    payload = serializers.JSONField()
+    time = serializers.DateTimeField()
+
+
+class FiringSerializer(serializers.Serializer[Any]):
+    """A firing of a schedule's trigger: the task it submitted and the events it consumed."""
+
+    rn = serializers.CharField(help_text="The rn of the task the firing submitted.")
+    time = serializers.DateTimeField()
+    events = EventOutSerializer(many=True)
+
+
+class ScheduleDetailSerializer(ScheduleSerializer):
+    """A schedule with, for a trigger, its latest firings and what is unmet now."""
+
+    firings = serializers.SerializerMethodField()
+    unmet = serializers.SerializerMethodField()
+
+    class Meta(ScheduleSerializer.Meta):
+        fields = [*ScheduleSerializer.Meta.fields, "firings", "unmet"]
+        read_only_fields = fields
+
+    @extend_schema_field(FiringSerializer(many=True))
+    def get_firings(self, schedule: Schedule) -> list[dict[str, Any]]:
+        return [
+            FiringSerializer(
+                {"rn": f.rn, "time": f.time, "events": [c.event for c in f.consumptions.all()]}
+            ).data
+            for f in latest_firings(schedule)
+        ]
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_unmet(self, schedule: Schedule) -> list[str]:
+        """Why the trigger has not fired: each unmet part, in words (empty: it fires next)."""
+        return why_not(schedule)
+
+
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class JSONObjectField(JSONValueField):
+    """A JSON object (an event's payload)."""
+
+
+class EventInputSerializer(StrictSerializer):
+    """`POST /events/`: an event to emit."""
+
+    kind = StrictCharField(
+        max_length=200, validators=[RegexValidator(events.KIND_PATTERN, code="invalid_kind")]
+    )
+    payload = JSONObjectField(required=False)
+
+    def validate_kind(self, value: str) -> Any:
+        return _checked(events.validate_kind, value)
+
+    def validate_payload(self, value: Any) -> Any:
+        return _checked(events.validate_payload, value)
+
+
+def _checked(validator: Any, value: Any) -> Any:
+    """`validator(value)`, its Django ValidationError as the serializer's, with its code."""
+    try:
+        return validator(value)
+    except DjangoValidationError as exc:
+        raise serializers.ValidationError(exc.messages, code=exc.code) from None
+
+
 class ScheduleInputSerializer(StrictSerializer):
-    """A schedule to create or change: exactly one of `cron` and `every`."""
+    """A schedule to create or change: exactly one of `cron`, `every` and `trigger`."""
 
     name = StrictCharField(max_length=100, validators=[schedule_name_validator], required=False)
     cron = StrictCharField(required=False, allow_blank=True, max_length=200)
     every = JSONValueField(
         required=False, allow_null=True, help_text='Seconds, or "30s", "5m", "2h", "1d".'
+    )
+    trigger = JSONValueField(
+        required=False,
+        allow_null=True,
+        help_text='Fire on events: {"on_event": "partition.added", "match": {...}}, '
+        '{"on_task": "queue"}, with "count" or "quiet", or {"all"|"any": [...]}.',
     )
     timezone = StrictCharField(required=False, max_length=64)
     queue = queue_field(required=False)

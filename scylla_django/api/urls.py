@@ -15,6 +15,7 @@ from rest_framework.routers import SimpleRouter
 
 from .views import (
     BatchViewSet,
+    EventView,
     HealthView,
     HoldReleaseView,
     LimitDetailView,
@@ -51,6 +52,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
         TaskViewSet.as_view({"post": "cancel_many"}, **BULK),
         name="task-cancel-many",
     ),
+    path("events/", EventView.as_view(), name="events"),
     path("queues/", QueueView.as_view(), name="queues"),
     path("queues/<str:name>/pause/", QueuePauseView.as_view(), name="queue-pause"),
     path("queues/<str:name>/limit/", QueueLimitView.as_view(), name="queue-limit"),

@@ -6,6 +6,7 @@ dependencies, schedules and queue rollups. Import them from here:
 from . import key_control
 from .batches import CALLBACKS, Batch, BatchQuerySet, count_finished, count_requeued
 from .dependencies import HELD, MAX_PARENTS, Dependency
+from .events import Consumption, Event, Firing, Watermark
 from .history import History
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions, new_rn
 from .keys import Hold, Key, Limit, LockNotFree, Rate
@@ -58,7 +59,10 @@ __all__ = [
     "Batch",
     "BatchQuerySet",
     "CatchUp",
+    "Consumption",
     "Dependency",
+    "Event",
+    "Firing",
     "History",
     "Hold",
     "Key",
@@ -86,6 +90,7 @@ __all__ = [
     "TaskOptions",
     "TaskQuerySet",
     "WaitingRun",
+    "Watermark",
     "WhenUnmet",
     "Worker",
     "WorkerQuerySet",

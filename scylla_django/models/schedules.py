@@ -37,7 +37,8 @@ class OnTimeout(models.TextChoices):
 
 
 class Schedule(models.Model):
-    """A recurring submission: a task every `cron` tick (in `timezone`) or every `every`.
+    """A recurring submission: a task every `cron` tick (in `timezone`), every `every`, or at
+    every firing of its `trigger` (on events; its rn `schedule:<name>:trigger-<digest>`).
 
     Each tick's task has the rn `schedule:<name>:<tick in UTC>`, so any number of monitors
     submit it exactly once. Schedules come from `SCYLLA["SCHEDULES"]` (`from_settings`) or are
@@ -48,6 +49,8 @@ class Schedule(models.Model):
     name = models.CharField(max_length=100, unique=True, validators=[schedule_name_validator])
     cron = models.CharField(max_length=200, blank=True)
     every = models.DurationField(null=True, blank=True)
+    # A trigger instead of cron/every: fires on events (see `scylla_django.triggers`).
+    trigger = models.JSONField(null=True, blank=True)
     timezone = models.CharField(max_length=64, default="UTC")
     queue = models.CharField(max_length=QUEUE_MAX_LENGTH, validators=[queue_validator])
     spec = models.JSONField(default=dict, blank=True)
@@ -85,9 +88,10 @@ class Schedule(models.Model):
         ]
         constraints = [
             models.CheckConstraint(
-                condition=(Q(every__isnull=True) & ~Q(cron=""))
-                | (Q(every__isnull=False) & Q(cron="")),
-                name="scylla_schedule_cron_or_every",
+                condition=(Q(every__isnull=True) & ~Q(cron="") & Q(trigger__isnull=True))
+                | (Q(every__isnull=False) & Q(cron="") & Q(trigger__isnull=True))
+                | (Q(every__isnull=True) & Q(cron="") & Q(trigger__isnull=False)),
+                name="scylla_schedule_cron_every_or_trigger",
             ),
             models.CheckConstraint(
                 condition=Q(priority__gte=0, priority__lte=255),

@@ -35,10 +35,11 @@ from .deliveries import Deliveries
 from .expiry import ExpiringTasks
 from .followups import FollowUps
 from .leases import ExpiredLeases
-from .purge import FinishedTasks, ProcessRecords
+from .purge import FinishedTasks, OldEvents, ProcessRecords
 from .rollups import QueueRollups
 from .schedules import ScheduleTicks
 from .service import Service
+from .triggers import TriggerFirings
 
 logger = logging.getLogger("scylla_django")
 
@@ -71,6 +72,11 @@ class MonitorPass:
     """Ready tasks cancelled because their `expires_at` came before they started."""
     notifications: int = 0
     """Delivery tasks of completion notifications submitted."""
+    task_events: int = 0
+    """Task events written from History for the triggers that listen to them."""
+    fired: int = 0
+    """Schedules fired by their trigger."""
+    events_purged: int = 0
 
 
 class Monitor:
@@ -79,11 +85,13 @@ class Monitor:
     The services, in the order a pass runs them: `leases` (reset expired leases), `followups`
     (release follow-ups), `expiry` (cancel ready tasks past their `expires_at`), `callbacks`
     (release or cancel batch callbacks), `deliveries` (submit the deliveries of completion
-    notifications), `schedules` (sync the settings' schedules, submit due
-    ticks), `tasks` (purge old terminal tasks), `processes` (purge the records of workers and
-    monitors long gone) and `rollups` (roll up History for the dashboard's charts, every
-    minute). Each has its own `interval` (the monitor's when None) and `wait_for_run()`, which
-    tests wait on instead of sleeping.
+    notifications), `schedules` (sync the settings' schedules, submit due ticks, release the
+    firings that waited for their run constraints), `triggers` (write task events, fire the
+    schedules whose trigger is met), `tasks` (purge old terminal tasks), `processes` (purge
+    the records of workers and monitors long gone), `rollups` (roll up History for the
+    dashboard's charts, every minute) and `events` (purge consumed events). Each has its own
+    `interval` (the monitor's when None) and `wait_for_run()`, which tests wait on instead of
+    sleeping.
 
     - `interval`: seconds from the start of one pass to the start of the next, for the services
       without an interval of their own.
@@ -146,9 +154,11 @@ class Monitor:
         self.callbacks = BatchCallbacks()
         self.deliveries = Deliveries()
         self.schedules = ScheduleTicks(clock=clock)
+        self.triggers = TriggerFirings(clock=clock)
         self.tasks = FinishedTasks(retention=retention, batch_size=purge_batch_size)
         self.processes = ProcessRecords(retention=retention)
         self.rollups = QueueRollups(retention=retention)
+        self.events = OldEvents(retention=retention)
         self.services: list[Service] = [
             self.leases,
             self.followups,
@@ -156,9 +166,11 @@ class Monitor:
             self.callbacks,
             self.deliveries,
             self.schedules,
+            self.triggers,
             self.tasks,
             self.processes,
             self.rollups,
+            self.events,
         ]
         """The services, in the order a pass runs them."""
         self.last_pass: MonitorPass | None = None

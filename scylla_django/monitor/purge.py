@@ -1,11 +1,12 @@
 """The services that purge what has outlived its retention: terminal tasks (with their
-History), and the registry rows of workers and monitors long gone."""
+History), the registry rows of workers and monitors long gone, and consumed events."""
 
 from __future__ import annotations
 
 import logging
 from datetime import timedelta
 
+from .. import events, firings
 from ..conf import scylla_settings
 from ..durations import short
 from ..models import Monitor as MonitorRecord
@@ -72,3 +73,18 @@ class ProcessRecords(Retained):
                 short(retention),
             )
         return {"workers_purged": workers}
+
+
+class OldEvents(Retained):
+    """Purges events older than the retention that a firing consumed or that no trigger
+    listens to, and the firings left without events. Counts `events_purged`."""
+
+    name = "old events"
+
+    def work(self, using: str) -> dict[str, int]:
+        retention = self.kept_for()
+        _tasks, kinds = firings.listened(using)
+        purged = events.purge_events(retention, kinds, using)
+        if purged:
+            logger.info("purged %s older than %s", plural(purged, "event"), short(retention))
+        return {"events_purged": purged}

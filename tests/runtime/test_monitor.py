@@ -174,9 +174,11 @@ def test_each_service_runs_at_its_own_interval_and_tests_can_wait_for_a_run(work
         "callbacks",
         "notification deliveries",
         "schedule ticks",
+        "trigger firings",
         "finished tasks",
         "process records",
         "queue rollups",
+        "old events",
     ]
     stop = threading.Event()
     thread = threading.Thread(target=monitor.run, kwargs={"stop": stop}, daemon=True)

@@ -9,6 +9,7 @@ Status codes: 200, or 201 for a submission or a registration; errors as in `exce
 
 from .base import ScyllaAuthMixin, ScyllaView, get_task, not_found
 from .batches import BatchViewSet
+from .events import EventView
 from .health import HealthView
 from .keys import (
     HoldReleaseView,
@@ -26,6 +27,7 @@ from .workers import WorkerViewSet
 
 __all__ = [
     "BatchViewSet",
+    "EventView",
     "HealthView",
     "HoldReleaseView",
     "LimitDetailView",

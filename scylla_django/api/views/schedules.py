@@ -22,6 +22,7 @@ from ..schema import detail_post, document, errors
 from ..serializers import (
     CalendarEntrySerializer,
     CancelSerializer,
+    ScheduleDetailSerializer,
     ScheduleInputSerializer,
     ScheduleSerializer,
     TaskSerializer,
@@ -79,10 +80,10 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
     @document(
         operation_id="get_schedule",
         summary="One schedule",
-        responses={200: ScheduleSerializer, **errors(401, 403, 404)},
+        responses={200: ScheduleDetailSerializer, **errors(401, 403, 404)},
     )
     def retrieve(self, request: Request, name: str) -> Response:
-        return Response(ScheduleSerializer(get_schedule(name)).data)
+        return Response(ScheduleDetailSerializer(get_schedule(name)).data)
 
     @document(
         operation_id="create_schedule",
@@ -131,8 +132,13 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
         raw = {**_definition_dict(schedule), **data}
         if data.get("cron"):
             raw.pop("every", None)
+            raw.pop("trigger", None)
         if data.get("every") is not None:
             raw.pop("cron", None)
+            raw.pop("trigger", None)
+        if data.get("trigger") is not None:
+            raw.pop("cron", None)
+            raw.pop("every", None)
         definition = schedules.clean_definition(name, raw)
         fields = {**definition.fields(), "enabled": definition.enabled}
         for key, value in fields.items():
@@ -243,4 +249,6 @@ def _definition_dict(schedule: Schedule) -> dict[str, Any]:
         raw["cron"] = schedule.cron
     if schedule.every is not None:
         raw["every"] = schedule.every
+    if schedule.trigger is not None:
+        raw["trigger"] = schedule.trigger
     return raw

@@ -1,0 +1,172 @@
+"""Firing the schedules that have a trigger: evaluate, consume the events, submit the task.
+
+A pass (`fire`) takes each enabled schedule with a trigger in a transaction of its own per
+firing (as long as it fires, up to `MAX_FIRINGS`), locked with SKIP LOCKED: any number of
+monitors share the schedules, none waits for another. When its trigger is met, one `Firing`
+row, one `Consumption` row per consumed event (unique per schedule and event) and the task
+(through `schedules.submit_firing`, rn `schedule:<name>:e<first event id>`) are written
+together. A firing is all or nothing, so a monitor killed mid-way loses none and the next one
+finds the same events unconsumed; the unique consumptions and rns mean no event ever fires a
+schedule twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Max
+
+from . import db, schedules
+from .models import Consumption, Event, Firing, Schedule
+from .triggers import State, evaluate, leaf_kind, leaves
+
+#: Most firings of one schedule in a pass (a backlog of `count` events fires again and again).
+MAX_FIRINGS = 100
+
+
+@dataclass(frozen=True)
+class Fired:
+    """A firing a pass made: the schedule, its task's rn, the ids of the events consumed."""
+
+    schedule: str
+    rn: str
+    events: tuple[int, ...]
+
+
+def firing_rn(schedule: Schedule, state: State) -> str:
+    """The rn of the task of a firing: from the schedule and the first event it consumes (an
+    event fires a schedule once, so no two firings of a schedule share it)."""
+    return f"schedule:{schedule.name}:e{state.events[0].pk}"
+
+
+def fire(
+    using: str = "default",
+    now: datetime | None = None,
+    skip: Collection[str] = (),
+    kinds: Collection[str] | None = None,
+) -> list[Fired]:
+    """Fire every enabled schedule whose trigger is met; return the firings.
+
+    `now` is the triggers' clock (the database's by default; a test passes a fake one for
+    `quiet` and `window`). The schedules named in `skip` are left alone (invalid settings).
+    With `kinds`, only the triggers that listen to one of these event kinds are evaluated, and
+    those that time alone may meet (`quiet`): see `Sweep`.
+    """
+    candidates = Schedule.objects.using(using).filter(enabled=True, trigger__isnull=False)
+    if skip:
+        candidates = candidates.exclude(name__in=sorted(skip))
+    done: list[Fired] = []
+    clock = now or db.read_clock(using)
+    for pk, trigger in candidates.order_by("pk").values_list("pk", "trigger"):
+        if not isinstance(trigger, dict) or (kinds is not None and not _concerned(trigger, kinds)):
+            continue
+        # A read first, without a transaction: most triggers are unmet at most passes, and
+        # those cost no lock. A met one is evaluated again under its lock before it fires.
+        if not evaluate(trigger, pk, clock, using).met:
+            continue
+        for _ in range(MAX_FIRINGS):
+            with db.write_atomic(using):
+                schedule = (
+                    Schedule.objects.using(using)
+                    .select_for_update(skip_locked=True)
+                    .filter(pk=pk, enabled=True, trigger__isnull=False)
+                    .first()
+                )
+                if schedule is None:
+                    break  # another monitor has it, or it changed
+                fired = fire_one(schedule, now or db.read_clock(using), using)
+            if fired is None:
+                break
+            done.append(fired)
+    return done
+
+
+def _concerned(trigger: Any, kinds: Collection[str]) -> bool:
+    """Whether `trigger` may be met now when it was not: it listens to one of `kinds`, or has a
+    `quiet` part (met by time alone; a window only ever makes a trigger unmet)."""
+    if not isinstance(trigger, dict):
+        return False
+    parts = trigger.get("all") or trigger.get("any")
+    if parts is not None:
+        return any(_concerned(part, kinds) for part in parts)
+    return "quiet" in trigger or leaf_kind(trigger)[0] in kinds
+
+
+class Sweep:
+    """Which triggers a monitor evaluates at each pass: after a full pass, only those whose
+    event kinds got a new event (by the newest event id of each kind, one query) and those
+    with a `quiet` part; every `full_every` seconds all of them again, which also catches an
+    event that committed after a newer one of its kind was seen."""
+
+    def __init__(self, full_every: float = 60.0) -> None:
+        self.full_every = full_every
+        self.newest: dict[str, int] = {}
+        self.full_at = 0.0
+
+    def kinds(self, using: str, monotonic: float) -> set[str] | None:
+        """The kinds with new events since the last pass (None: evaluate every trigger)."""
+        _tasks, listened_kinds = listened(using)
+        newest = dict(
+            Event.objects.using(using)
+            .filter(kind__in=sorted(listened_kinds))
+            .values("kind")
+            .annotate(newest=Max("id"))
+            .values_list("kind", "newest")
+        )
+        changed = {kind for kind, pk in newest.items() if self.newest.get(kind) != pk}
+        self.newest = newest
+        if monotonic - self.full_at >= self.full_every:
+            self.full_at = monotonic
+            return None
+        return changed
+
+
+def fire_one(schedule: Schedule, now: datetime, using: str) -> Fired | None:
+    """Fire `schedule` (locked by the caller's transaction) if its trigger is met."""
+    trigger = schedule.trigger or {}
+    state = evaluate(trigger, schedule.pk, now, using)
+    if not state.met or not state.events:
+        return None
+    rn = firing_rn(schedule, state)
+    firing = Firing.objects.using(using).create(schedule=schedule, rn=rn)
+    Consumption.objects.using(using).bulk_create(
+        Consumption(firing=firing, schedule=schedule, event=event) for event in state.events
+    )
+    extra = None
+    if trigger.get("with_events"):
+        extra = {"events": [event.as_json() for event in state.events]}
+    schedules.submit_firing(schedule, rn, extra, now, using)
+    return Fired(schedule.name, rn, tuple(e.pk for e in state.events))
+
+
+def why_not(schedule: Schedule, using: str | None = None, now: datetime | None = None) -> list[str]:
+    """What is unmet in `schedule`'s trigger now, in words (empty: it fires at the next pass)."""
+    if schedule.trigger is None:
+        return []
+    using = using or schedule._state.db or "default"
+    return evaluate(schedule.trigger, schedule.pk, now or db.read_clock(using), using).unmet
+
+
+def latest_firings(schedule: Schedule, limit: int = 10) -> list[Firing]:
+    """The latest `limit` firings of `schedule`, newest first, with their consumed events."""
+    using = schedule._state.db or "default"
+    firings = Firing.objects.using(using).filter(schedule=schedule).order_by("-id")
+    return list(firings.prefetch_related("consumptions__event")[:limit])
+
+
+def listened(using: str) -> tuple[set[tuple[str, str]], set[str]]:
+    """What the enabled triggers listen to: (queue, status) pairs of `on_task` and event kinds."""
+    tasks: set[tuple[str, str]] = set()
+    kinds: set[str] = set()
+    triggers = Schedule.objects.using(using).filter(trigger__isnull=False)
+    for trigger in triggers.values_list("trigger", flat=True):
+        if not isinstance(trigger, dict):
+            continue
+        for leaf in leaves(trigger):
+            kinds.add(leaf_kind(leaf)[0])
+            if "on_task" in leaf:
+                tasks.add((leaf["on_task"], leaf.get("status", "completed")))
+    return tasks, kinds
