@@ -42,7 +42,10 @@ class Entry:
 
 
 def calendar(schedule: Schedule, now: datetime, count: int = 10) -> list[Entry]:
-    """The next `count` ticks of `schedule` after `now` (UTC), marked and with windows applied."""
+    """The next `count` ticks of `schedule` after `now` (UTC), marked and with windows applied;
+    none for a schedule with a trigger, which fires on events instead of ticks."""
+    if schedule.cron is None and schedule.every is None:
+        return []
     zone = zoneinfo.ZoneInfo(schedule.timezone)
     constraints = Constraints.of(schedule)
     entries: list[Entry] = []

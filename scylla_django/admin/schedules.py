@@ -216,6 +216,8 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
         """The next ten ticks: DST gaps and repeated hours marked, windows applied."""
         if obj.pk is None:
             return "—"
+        if obj.trigger is not None:
+            return _("none: it fires on events")
         entries = calendars.calendar(obj, db.read_clock(obj._state.db or "default"), 10)
         rows = (
             (

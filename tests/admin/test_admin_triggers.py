@@ -38,6 +38,7 @@ def test_the_page_says_what_is_unmet_and_shows_the_firings(admin_client):
     scylla_django.emit("partition.added", {"dataset": "sales"})
     page = admin_client.get(change).content.decode()
     assert "count 1 of 2 partition.added" in page and "No firing yet." in page
+    assert "none: it fires on events" in page  # no calendar of ticks
     event = scylla_django.emit("partition.added", {"dataset": "sales"})
     [fired] = fire()
     page = admin_client.get(change).content.decode()

@@ -656,6 +656,8 @@ def test_the_schema_is_openapi_3_with_every_route(api):
         f"{API}/schedules/",
         f"{API}/schedules/{{name}}/",
         f"{API}/schedules/{{name}}/run/",
+        f"{API}/schedules/{{name}}/why/",
+        f"{API}/schedules/{{name}}/calendar/",
         f"{API}/events/",
         f"{API}/workers/",
         f"{API}/workers/{{name}}/",
