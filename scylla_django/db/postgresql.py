@@ -415,8 +415,8 @@ def postgresql_heartbeat(
     worker holds (a statement with a pair of parameters per lease outgrew PostgreSQL's 65,535
     parameters at 32,767 leases, and its text grew with them). Each row is fenced as a single
     heartbeat is (running, owned by `worker`, the same lease number, not yielded); its deadline
-    becomes now plus `lease_length`, or its limit if that is earlier, and a progress that is
-    not None is written.
+    becomes now plus `lease_length`, or its limit if that is earlier (the limit is written to
+    `timeout_at` too), and a progress that is not None is written.
     """
     if not leases:
         return set()
@@ -483,6 +483,8 @@ def _heartbeat_sql(tables: Tables, using: str) -> str:
         SET deadline = LEAST(statement_timestamp() + %(length)s::interval,
                              COALESCE(h.cap, 'infinity'::timestamptz)),
             progress = COALESCE(h.progress, t.progress),
+            -- The limit itself: a lease that expires at it timed out (the monitor aborts it).
+            timeout_at = COALESCE(h.cap, t.timeout_at),
             updated = statement_timestamp()
         FROM unnest(%(pks)s::bigint[], %(leases)s::integer[],
                     %(progress)s::double precision[], %(limits)s::timestamptz[])

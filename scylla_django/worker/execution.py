@@ -235,6 +235,7 @@ class Execution:
         """Run `ctx`'s handler on this thread (or in its child process); return the next task
         this thread should run, if its outcome's write leased one."""
         if ctx.stopped:  # prefetched, and cancelled, lost or yielded before its turn
+            self._log_stop(ctx, ctx.stop_reason)
             self.sink.hand_over(ctx, None)
             return None
         if self.isolation is not None:
@@ -269,6 +270,7 @@ class Execution:
             self._turns = asyncio.Semaphore(self.concurrency)
         async with self._turns:
             if ctx.stopped:  # prefetched, and cancelled, lost or yielded before its turn
+                self._log_stop(ctx, ctx.stop_reason)
                 self.sink.hand_over(ctx, None)
                 return
             with self._running(ctx) as run:
@@ -318,9 +320,14 @@ class Execution:
         if stop is not None:
             # Outside the capture: the worker's own line, not the task's log (a run that logged
             # nothing and was stopped keeps no log; see `TaskLog.exception`).
-            level = logging.DEBUG if isinstance(stop, WorkerStopping) else logging.INFO
-            logger.log(level, "%s stopped %s: %s", self._name(), ctx.task.rn, stop)
+            self._log_stop(ctx, stop)
         run.outcome = _timed(outcome, ctx.task, started, run.usage)
+
+    def _log_stop(self, ctx: TaskContext, stop: BaseException | None) -> None:
+        """The worker's line for a task stopped while its handler ran or before it started (a
+        shutdown's at DEBUG: the summary counts them)."""
+        level = logging.DEBUG if isinstance(stop, WorkerStopping) else logging.INFO
+        logger.log(level, "%s stopped %s: %s", self._name(), ctx.task.rn, stop)
 
     def _logged(
         self, ctx: TaskContext, log: TaskLog | None, outcome: Outcome | None
