@@ -339,8 +339,9 @@ _KEY_FIELDS = ("keys", "order_key", "order_seq", "order_block")
 
 
 def _interval(value: timedelta | None) -> str | None:
-    """A duration as PostgreSQL reads an interval from JSON text."""
-    return None if value is None else f"{value.total_seconds()!r} seconds"
+    """A duration as PostgreSQL reads an interval from JSON text: whole microseconds, exact
+    and never in a float's exponent form ("1e-05 seconds" is not an interval)."""
+    return None if value is None else f"{value // timedelta(microseconds=1)} microseconds"
 
 
 def can_insert_returning_on_conflict(connection: BaseDatabaseWrapper) -> bool:

@@ -6,6 +6,7 @@ import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -281,3 +282,12 @@ def test_no_generic_plans_without_prepared_statements(settings):
     connection.close()
     db.use_worker_plans(connection)
     assert plan_cache_mode() == "auto"
+
+
+def test_a_bulk_submission_keeps_a_timeout_too_small_for_a_float_s_plain_form():
+    """A duration travels to PostgreSQL in whole microseconds: 10 µs is not "1e-05 seconds",
+    which PostgreSQL cannot read as an interval."""
+    [outcome] = Task.objects.submit_many(
+        [{"queue": "q", "spec": {}, "timeout": timedelta(microseconds=10)}]
+    )
+    assert Task.objects.get(rn=outcome.rn).timeout == timedelta(microseconds=10)
