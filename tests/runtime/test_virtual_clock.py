@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 
 from scylla_django import db, pytest_plugin
 from scylla_django.enums import EventType, Status
@@ -14,6 +15,11 @@ from scylla_django.monitor import Monitor
 from scylla_django.retries import Fixed, Retry
 from scylla_django.testing import drain, run_task, virtual_clock
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
+
+pytestmark = pytest.mark.skipif(
+    connection.vendor == "mysql",
+    reason="the virtual clock runs on PostgreSQL and SQLite (MySQL: test_virtual_clock_refused)",
+)
 
 # The fixture, as a project's tests take it (or with pytest_plugins in their root conftest).
 scylla_clock = pytest_plugin.scylla_clock
