@@ -61,7 +61,9 @@ def bad_result(ctx):
 
 @handler("t-stubborn")
 def stubborn(ctx):
-    """Sleep without ever checking for a stop."""
+    """Sleep without ever checking for a stop (having made the file `started` names, if any)."""
+    if "started" in ctx.spec:
+        open(ctx.spec["started"], "w").close()
     time.sleep(ctx.spec.get("seconds", 60))
 
 

@@ -59,10 +59,15 @@ def test_a_handler_raising_systemexit_or_keyboardinterrupt_aborts_its_task_only(
     assert code == 0 and Task.objects.get(pk=echo.pk).status == Status.COMPLETED, output
 
 
-def test_the_grace_period_ends_the_process_even_if_handlers_ignore_stops():
-    tasks = [Task.objects.submit("t-stubborn", {"seconds": 30}, rn=f"st{n}") for n in range(2)]
+def test_the_grace_period_ends_the_process_even_if_handlers_ignore_stops(tmp_path):
+    marks = [tmp_path / f"started{n}" for n in range(2)]
+    tasks = [
+        Task.objects.submit("t-stubborn", {"seconds": 30, "started": str(mark)}, rn=f"st{n}")
+        for n, mark in enumerate(marks)
+    ]
     process = worker("t-stubborn", extra=("--concurrency", "2", "--grace-period", "1"))
-    wait_until(lambda: running(2), what="2 running tasks")
+    # Both handlers must be running: one stopped before it starts is yielded at once.
+    wait_until(lambda: all(mark.exists() for mark in marks), what="2 running handlers")
     process.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
     code, output = finish(process, timeout=15)

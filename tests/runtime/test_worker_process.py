@@ -64,10 +64,13 @@ def test_sigterm_yields_running_tasks_and_another_worker_finishes_them():
         ]
 
 
-def test_a_second_signal_exits_at_once():
-    Task.objects.submit("t-stubborn", {"seconds": 60})
+def test_a_second_signal_exits_at_once(tmp_path):
+    started = tmp_path / "started"
+    Task.objects.submit("t-stubborn", {"seconds": 60, "started": str(started)})
     process = worker("t-stubborn", extra=("--grace-period", "60"))
-    wait_until(lambda: statuses()[Status.RUNNING] == 1, what="a running task")
+    # The handler itself must be running: a task stopped before its handler starts is yielded
+    # at once, and the worker is gone before a second signal could reach it.
+    wait_until(started.exists, what="the handler's start")
     process.send_signal(signal.SIGTERM)
     wait_until(lambda: History.objects.filter(typ=EventType.YIELD).exists(), what="the yield")
     process.send_signal(signal.SIGTERM)
