@@ -174,7 +174,9 @@ def start_on(cluster: PrivateCluster, *args: str) -> subprocess.Popen:
 OUTAGE = 17.0  # longer than the leases below and than the 15 s an outcome used to be retried
 
 
+# Its workers run on a private PostgreSQL whatever DATABASE_URL says: PostgreSQL cells only.
 @pytest.mark.slow
+@pytest.mark.postgres
 def test_a_database_outage_longer_than_the_lease(private_cluster):
     """The worker keeps its outcome through the outage and writes it, and the monitor resets
     a lease that expired meanwhile, each within 2 s of the database coming back."""

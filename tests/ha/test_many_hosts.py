@@ -22,7 +22,13 @@ from tests.private_postgres import PrivateCluster
 from tests.private_postgres import available as cluster_unavailable
 from tests.processes import finish, start, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.concurrency, pytest.mark.timeout(240, func_only=True)]
+# Its hosts run on a private PostgreSQL whatever DATABASE_URL says: PostgreSQL cells only.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.concurrency,
+    pytest.mark.postgres,
+    pytest.mark.timeout(240, func_only=True),
+]
 
 HOSTS = 4
 CUT = 3  # the host whose link is cut
