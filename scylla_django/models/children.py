@@ -22,7 +22,7 @@ from ..exceptions import DuplicateTask, ScyllaError
 from . import submission
 from .batches import Batch
 from .dependencies import HELD
-from .inputs import new_rn, task_values
+from .inputs import ITEM_FIELDS, new_rn, task_values
 from .outcomes import Outcome
 
 logger = logging.getLogger("scylla_django")
@@ -56,27 +56,8 @@ def spawn(tasks: QuerySet[Any], children: Sequence[Mapping[str, Any]]) -> None:
 #: Most children one completion over HTTP may submit.
 MAX_SPAWNED = 1000
 
-#: The options a child given with a completion may take (`submit()`'s, but its parent).
-CHILD_OPTIONS = frozenset(
-    {
-        "priority",
-        "rn",
-        "not_before",
-        "retry",
-        "unique_key",
-        "unique_window",
-        "on_conflict",
-        "locks",
-        "limits",
-        "order_key",
-        "order_on_failure",
-        "rate_key",
-        "timeout",
-        "expires_in",
-        "expires_at",
-        "notify",
-    }
-)
+#: The options a child given with a completion may take: a submission's, but its parent and batch.
+CHILD_OPTIONS = ITEM_FIELDS - {"queue", "spec", "batch", "parent"}
 
 
 def validate_children(children: object, parent: str) -> list[dict[str, Any]]:

@@ -353,13 +353,10 @@ def on_conflict_of(value: object) -> str:
         raise ValidationError({"on_conflict": exc}) from None
 
 
-def task_values_from(
-    item: Mapping[str, Any], defaults: SubmitDefaults | None = None
-) -> dict[str, Any]:
-    """`task_values()` from a mapping, rejecting unknown keys (as a bulk submission item)."""
-    if not isinstance(item, Mapping):
-        raise ValidationError("Each item must be an object.", code="invalid")
-    allowed = {
+#: The fields of one submission as a mapping (a bulk submission's item): `submit()`'s
+#: arguments.
+ITEM_FIELDS = frozenset(
+    {
         "queue",
         "spec",
         "priority",
@@ -381,7 +378,16 @@ def task_values_from(
         "notify",
         "parent",
     }
-    unknown = set(item) - allowed
+)
+
+
+def task_values_from(
+    item: Mapping[str, Any], defaults: SubmitDefaults | None = None
+) -> dict[str, Any]:
+    """`task_values()` from a mapping, rejecting unknown keys (as a bulk submission item)."""
+    if not isinstance(item, Mapping):
+        raise ValidationError("Each item must be an object.", code="invalid")
+    unknown = set(item) - ITEM_FIELDS
     if unknown:
         raise ValidationError(
             {key: ValidationError("Unknown field.", code="unknown_field") for key in unknown}
