@@ -1,4 +1,5 @@
-"""The task routes: submit, list, read, and every transition a user or an HTTP worker makes."""
+"""The task routes: submit, list, read and cancel; the lease routes of an HTTP worker and an
+operator's repairs are mixed in from `leases` and `repairs`."""
 
 from __future__ import annotations
 
@@ -18,8 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ... import db
-from ...exceptions import InvalidTransition
-from ...models import Task, key_control
+from ...models import Task
 from .. import permissions
 from ..exceptions import field_errors
 from ..filters import FILTER_BODY_SCHEMA, RN_SCHEMA, TaskFilter, filter_from_body
@@ -28,29 +28,25 @@ from ..permissions import ActsAsOwnWorker, HasActionPermission
 from ..schema import detail_post, document, errors
 from ..serializers import (
     MAX_CANCEL_RNS,
-    AbortedSerializer,
-    AbortSerializer,
     BulkCancelSerializer,
     BulkOutcomeSerializer,
     CancelledSerializer,
     CancelSerializer,
-    CompleteSerializer,
-    HeartbeatSerializer,
-    ResetLeaseSerializer,
-    SnoozeSerializer,
     SubmitSerializer,
     TaskDetailSerializer,
     TaskSerializer,
-    WorkerActionSerializer,
 )
-from .base import WORKER_ERRORS, ScyllaView, get_task, warn_if_unserved
+from .base import ScyllaView, get_task, warn_if_unserved
+from .leases import LeaseRoutes
+from .repairs import RepairRoutes
 
 MAX_BULK_ITEMS = 1000
 
 
-class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
+class TaskViewSet(LeaseRoutes, RepairRoutes, ScyllaView, viewsets.GenericViewSet[Task]):
     """Tasks: list, submit (one or in bulk), read and cancel them, as a client; heartbeat,
-    complete, abort and yield them, as the worker that holds their lease.
+    complete, abort, yield and snooze them, as the worker that holds their lease
+    (`LeaseRoutes`); retry, discard, reset or release them, as an operator (`RepairRoutes`).
 
     The bulk operations (`bulk`, `cancel_many`) are routed under `bulk/tasks/` by `urls.py`,
     so that no path under `tasks/` is anything but a task's rn.
@@ -277,168 +273,4 @@ class TaskViewSet(ScyllaView, viewsets.GenericViewSet[Task]):
         self.parse(CancelSerializer)
         task = get_task(rn)
         task.cancel()
-        return Response(TaskSerializer(task).data)
-
-    @detail_post(
-        operation_id="heartbeat_task",
-        summary="Heartbeat: extend the lease",
-        description=(
-            "`deadline = now + lease_length`, and `progress` if given. A 409 `task_cancelled` or "
-            "`lease_lost` means: stop working on the task."
-        ),
-        request=HeartbeatSerializer,
-        responses={200: TaskSerializer, **WORKER_ERRORS},
-    )
-    def heartbeat(self, request: Request, rn: str) -> Response:
-        worker, task, data = self.parse_held(HeartbeatSerializer, rn)
-        task.heartbeat(worker, **data)
-        worker.touch()
-        return Response(TaskSerializer(task).data)
-
-    @detail_post(
-        operation_id="complete_task",
-        summary="Complete a task",
-        description=(
-            "running → completed, with progress 1.0 and an optional `result`. `children` "
-            "(submissions, as `POST /tasks/` takes them, without `after`) are submitted in the "
-            "same transaction, fenced on the lease, each naming this task in `parent`; the "
-            "answer lists their rns in `children`. A bad child is a 400 and nothing is written."
-        ),
-        request=CompleteSerializer,
-        responses={200: TaskSerializer, **WORKER_ERRORS},
-    )
-    def complete(self, request: Request, rn: str) -> Response:
-        worker, task, data = self.parse_held(CompleteSerializer, rn)
-        if "children" in data:
-            data["children"] = [dict(child) for child in data["children"]]
-        spawned = task.complete(worker, **data)
-        body = dict(TaskSerializer(task).data)
-        if spawned:
-            body["children"] = spawned
-        return Response(body)
-
-    @detail_post(
-        operation_id="abort_task",
-        summary="Abort a task",
-        description=(
-            "running → aborted, recording `errors`. If the task's retry policy covers the "
-            "errors (or `retry` is true), a retry is submitted with the abort: `successor`."
-        ),
-        request=AbortSerializer,
-        responses={200: AbortedSerializer, **WORKER_ERRORS},
-    )
-    def abort(self, request: Request, rn: str) -> Response:
-        worker, task, data = self.parse_held(AbortSerializer, rn)
-        errors = [dict(error) for error in data["errors"]]
-        successor = task.abort(worker, errors, retry=data.get("retry"), lease=data["lease"])
-        body = dict(TaskSerializer(task).data)
-        body["successor"] = successor.rn if successor is not None else None
-        return Response(body)
-
-    @detail_post(
-        operation_id="retry_task",
-        summary="Retry a task by hand",
-        description=(
-            "Submit an aborted or cancelled task again, as the next attempt of its chain (201). "
-            "409 `invalid_transition` for another status, `duplicate_task` if it was retried."
-        ),
-        request=CancelSerializer,
-        responses={201: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
-    )
-    def retry(self, request: Request, rn: str) -> Response:
-        self.parse(CancelSerializer)
-        successor = get_task(rn).retry()
-        return Response(TaskSerializer(successor).data, status=status.HTTP_201_CREATED)
-
-    @detail_post(
-        operation_id="discard_task",
-        summary="Discard a dead letter",
-        description=(
-            "Let a dead letter go: it stays aborted, is no longer dead, and is purged after "
-            "`RETENTION`. To run it again instead, retry it (`POST /tasks/{rn}/retry/`). "
-            "409 `invalid_transition` for a task that is not a dead letter."
-        ),
-        request=CancelSerializer,
-        responses={200: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
-    )
-    def discard(self, request: Request, rn: str) -> Response:
-        self.parse(CancelSerializer)
-        task = get_task(rn)
-        if not Task.objects.filter(pk=task.pk).discard():
-            raise InvalidTransition(
-                f"Task {rn} is not a dead letter.", rn=rn, status=str(task.status)
-            )
-        task.refresh_from_db()
-        return Response(TaskSerializer(task).data)
-
-    @detail_post(
-        operation_id="yield_task",
-        url_path="yield",
-        summary="Yield a task",
-        description=(
-            "Give the lease back (`deadline = now - 1 s`, History `TaskYield`): the monitor's "
-            "next pass makes the task ready again, without counting a timeout."
-        ),
-        request=WorkerActionSerializer,
-        responses={200: TaskSerializer, **WORKER_ERRORS},
-    )
-    def yield_lease(self, request: Request, rn: str) -> Response:
-        worker, task, data = self.parse_held(WorkerActionSerializer, rn)
-        task.yield_lease(worker, lease=data["lease"])
-        return Response(TaskSerializer(task).data)
-
-    @detail_post(
-        operation_id="snooze_task",
-        summary="Snooze a task",
-        description=(
-            "running → ready, leasable again `delay` from now (database clock), spending no "
-            "attempt and not counted toward `MAX_LEASES`; History `TaskSnooze`. A task that "
-            "snoozed `MAX_SNOOZES` times is aborted with `too_many_snoozes` instead "
-            "(`status` says which). 409 `lease_lost` when the lease is not held."
-        ),
-        request=SnoozeSerializer,
-        responses={200: TaskSerializer, **WORKER_ERRORS},
-    )
-    def snooze(self, request: Request, rn: str) -> Response:
-        worker, task, data = self.parse_held(SnoozeSerializer, rn)
-        task.snooze(worker, data["delay"], lease=data["lease"])
-        return Response(TaskSerializer(task).data)
-
-    @detail_post(
-        operation_id="reset_task_lease",
-        summary="Reset a lease now",
-        description=(
-            "running → ready at once, for a task whose owner is silent, dead or stopped, "
-            "without waiting for its deadline: owner cleared, progress 0, History "
-            "`TaskTimeout`. Only if the task is still held by `owner` under lease `lease` "
-            "(what the operator saw), else 409 `lease_lost`; 409 `owner_alive` while the "
-            "owner still heartbeats. Needs the permission to cancel tasks."
-        ),
-        request=ResetLeaseSerializer,
-        responses={200: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
-    )
-    def reset(self, request: Request, rn: str) -> Response:
-        data = self.parse(ResetLeaseSerializer)
-        task = get_task(rn)
-        task.reset_lease(data["owner"], data["lease"])
-        return Response(TaskSerializer(task).data)
-
-    @detail_post(
-        operation_id="release_task_order_key",
-        url_path="release-order",
-        summary="Release the order key an aborted task holds",
-        description=(
-            "A task of an order key that aborted for good with `order_on_failure` `block` "
-            "keeps the key's later tasks waiting until it is retried (`retry/`) or released "
-            "here: one write, with a History `TaskOrderRelease`; the task stays aborted. 409 "
-            "`invalid_transition` for a task that holds no order key. Needs "
-            "`scylla_django.control_queue`."
-        ),
-        request=CancelSerializer,
-        responses={200: TaskSerializer, **errors(400, 401, 403, 404, 409, 413)},
-    )
-    def release_order(self, request: Request, rn: str) -> Response:
-        self.parse(CancelSerializer)
-        task = get_task(rn)
-        key_control.release_order(task)
         return Response(TaskSerializer(task).data)
