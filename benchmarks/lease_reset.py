@@ -10,7 +10,10 @@ shutdown leaves it), into the database named by DATABASE_URL (default
 postgres://postgres@127.0.0.1:5432/scylla_bench_reset, created if missing). Then it times one
 `reset_expired()` call that makes them all ready again, checks what it wrote (every task
 ready, one TaskTimeout per task that was not yielded, none for the others) and prints the
-resets per second. Beside it, pgbench runs one plain UPDATE of the same rows' status, owner
+resets per second: once with the receivers of `task_reset` and `task_finished` this process
+has (the Prometheus counters, `scylla_django.metrics`, when prometheus_client is installed:
+each reset task is then read back and sent with its signal), once more, on a fresh seed,
+with none. Beside it, pgbench runs one plain UPDATE of the same rows' status, owner
 and deadline (rolled back): the floor of any reset that writes them.
 """
 
@@ -40,10 +43,12 @@ def main() -> None:
     postgres.print_machine()
     times = []
     for _ in range(args.runs):
-        postgres.seed_timed(seed, args.tasks)
-        times.append(time_reset(args.tasks, args.batch_size))
+        for receivers in (True, False):
+            postgres.seed_timed(seed, args.tasks)
+            times.append(time_reset(args.tasks, args.batch_size, receivers))
     if args.runs > 1:
-        print(f"median of {args.runs}: {statistics.median(times):.2f} s")
+        print(f"median of {args.runs}, with receivers: {statistics.median(times[::2]):.2f} s")
+        print(f"median of {args.runs}, without: {statistics.median(times[1::2]):.2f} s")
     time_pgbench()
 
 
@@ -89,19 +94,33 @@ def seed(n: int) -> None:
         cursor.execute("VACUUM ANALYZE scylla_django_task, scylla_django_history")
 
 
-def time_reset(n: int, batch_size: int | None) -> float:
-    """Time one `reset_expired()` over the seeded leases, check what it wrote, print it."""
+def time_reset(n: int, batch_size: int | None, receivers: bool) -> float:
+    """Time one `reset_expired()` over the seeded leases (without `receivers`, with no
+    receiver of the signals it sends connected), check what it wrote, print it."""
+    from scylla_django import signals
     from scylla_django.models import History, Task
 
-    started = time.perf_counter()
-    done = Task.objects.reset_expired(batch_size=batch_size)
-    elapsed = time.perf_counter() - started
+    sent = (signals.task_reset, signals.task_finished)
+    saved = [signal.receivers[:] for signal in sent]
+    if not receivers:
+        for signal in sent:
+            signal.receivers.clear()
+            signal.sender_receivers_cache.clear()
+    try:
+        started = time.perf_counter()
+        done = Task.objects.reset_expired(batch_size=batch_size)
+        elapsed = time.perf_counter() - started
+    finally:
+        for signal, kept in zip(sent, saved, strict=True):
+            signal.receivers[:] = kept
+            signal.sender_receivers_cache.clear()
     ready = Task.objects.filter(status="ready").count()
     timeouts = History.objects.filter(typ="TaskTimeout").count()
     assert done == n and ready == n, (done, ready)
     assert timeouts == n - n // 2, timeouts
     print(
-        f"reset_expired(): {n:,} leases ({n // 2:,} yielded) in {elapsed:.2f} s, "
+        f"reset_expired(), {'with' if receivers else 'without'} receivers: {n:,} leases "
+        f"({n // 2:,} yielded) in {elapsed:.2f} s, "
         f"{n / elapsed:,.0f} a second",
         flush=True,
     )
