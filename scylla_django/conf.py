@@ -9,7 +9,7 @@
 | `SPEC_SIZE_LIMIT` | 1 MiB | largest `spec` (and `result`) accepted, in bytes of compact JSON |
 | `DEFAULT_PRIORITY` | 0 | priority of a submitted task that names none |
 | `PURGE_BATCH_SIZE` | 1000 | rows deleted per transaction by `purge()` |
-| `RESET_BATCH_SIZE` | 500 | expired leases reset per transaction by `reset_expired()` |
+| `RESET_BATCH_SIZE` | 5000 | expired leases reset per transaction by `reset_expired()` |
 | `HEARTBEAT_FAILURES` | 3 | consecutive failed heartbeats after which a worker gives a task up |
 | `SCHEDULES` | `{}` | recurring schedules by name, synced into `Schedule` (see `schedules.py`) |
 | `PREPARED_STATEMENTS` | `True` | PostgreSQL: hot statements are prepared (`db.prepared_cursor`) |
@@ -55,7 +55,7 @@ DEFAULTS: dict[str, Any] = {
     "SPEC_SIZE_LIMIT": 1024 * 1024,
     "DEFAULT_PRIORITY": 0,
     "PURGE_BATCH_SIZE": 1000,
-    "RESET_BATCH_SIZE": 500,
+    "RESET_BATCH_SIZE": 5000,
     "HEARTBEAT_FAILURES": 3,
     "SCHEDULES": {},
     "PREPARED_STATEMENTS": True,

@@ -24,7 +24,7 @@ queryset, the model or the `Tables` it works on.
 | `prepared` | prepared statements and a worker's plan settings (PostgreSQL) |
 | `tables` | `Tables`: the models the lease and finish statements name |
 | `rows` | raw rows converted as the ORM would |
-| `postgresql` | the single-statement transition, lease, batched finish, heartbeat and yield |
+| `postgresql` | single-statement transition, lease, batched finish, heartbeat, yield, reset |
 | `inserts` | submissions: single, pipelined bulk (PostgreSQL), bulk insert (SQLite) |
 | `notifications` | the LISTEN/NOTIFY channels, NOTIFY, a LISTEN connection |
 | `sqlite` | SQL only SQLite needs (`json_each`) |
@@ -51,6 +51,7 @@ from .postgresql import (
     postgresql_finish,
     postgresql_heartbeat,
     postgresql_lease,
+    postgresql_reset,
     postgresql_transition,
     postgresql_yield,
 )
@@ -113,6 +114,7 @@ __all__ = [
     "postgresql_heartbeat",
     "postgresql_lease",
     "postgresql_notify",
+    "postgresql_reset",
     "postgresql_transition",
     "postgresql_yield",
     "prepared_cursor",

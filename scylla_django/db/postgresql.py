@@ -519,3 +519,97 @@ def _yield_sql(tables: Tables, using: str) -> str:
         SELECT id FROM changed
         UNION ALL SELECT NULL FROM notified WHERE n < 0
     """)
+
+
+def postgresql_reset(
+    tables: Tables, using: str, ids: Sequence[int], max_leases: int | None
+) -> tuple[datetime | None, dict[int, str]]:
+    """Judge the expired leases `ids` (already locked by the caller's transaction) and make the
+    expired and the yielded ones ready, in one statement (PostgreSQL); return the clock it
+    wrote with and each task's kind: `expired`, `yielded`, `timed_out` or `exhausted`.
+
+    A task is `yielded` if its last History row is a TaskYield; only a task whose deadline is
+    before its own `updated` can be (`models.NOT_YIELDED`: no other write sets it so, while a
+    capped heartbeat past its limit can), so History is looked at for those alone, one step
+    back through its (task, id) index each. A task not yielded whose lease ended at its
+    run-time limit (`deadline = timeout_at`) is `timed_out`; one that has had `max_leases`
+    leases, snoozes not counted, `exhausted`; the others `expired`. The expired and yielded
+    ones are made ready (owner, deadline and limit cleared, progress 0), fenced on still
+    running with a deadline before the clock, read once after the caller's locks; each
+    expired one gets its TaskTimeout{owner, progress} row, and the queues made leasable are
+    notified on the ready channel. The timed-out and exhausted ones are left to the caller
+    (aborted, then perhaps retried). A task that is no longer a running expired lease is
+    missing from the result; with none left the clock is None.
+
+    Read in a statement of its own after the rows were locked, History holds every yield
+    committed before the locks (one that committed after this statement's snapshot but
+    before its lock would otherwise be missed).
+    """
+    if not ids:
+        return None, {}
+    reset = TRANSITIONS[Operation.RESET]
+    yielded = TRANSITIONS[Operation.YIELD].event
+    assert reset.event is not None and yielded is not None
+    with connections[using].cursor() as cursor:  # planned for its array, as the heartbeat
+        cursor.execute(
+            _reset_sql(tables, using),
+            {
+                "ids": list(ids),
+                "max_leases": max_leases,
+                "running": _running(Operation.RESET),
+                "ready": reset.target.value,
+                "timeout": reset.event.value,
+                "yield": yielded.value,
+                "channel": READY_CHANNEL,
+            },
+        )
+        rows = [row for row in cursor.fetchall() if row[0] is not None]
+    return (rows[0][2] if rows else None), {row[0]: row[1] for row in rows}
+
+
+@cache
+def _reset_sql(tables: Tables, using: str) -> str:
+    quote = connections[using].ops.quote_name
+    task, history = quote(tables.task._meta.db_table), quote(tables.history._meta.db_table)
+    return compact(f"""
+        WITH clock AS MATERIALIZED (
+            SELECT clock_timestamp() AS now
+        ), judged AS MATERIALIZED (
+            SELECT t.id, t.owner, t.progress, t.queue,
+                CASE
+                    WHEN t.deadline < t.updated AND (
+                        SELECT h.typ FROM {history} AS h WHERE h.task_id = t.id
+                        ORDER BY h.id DESC LIMIT 1
+                    ) = %(yield)s THEN 'yielded'
+                    WHEN t.deadline = t.timeout_at THEN 'timed_out'
+                    WHEN t.leases - t.snoozes >= %(max_leases)s::integer THEN 'exhausted'
+                    ELSE 'expired'
+                END AS kind
+            FROM {task} AS t, clock
+            WHERE t.id = ANY(%(ids)s::bigint[]) AND t.status = %(running)s
+              AND t.deadline < clock.now
+        ), changed AS (
+            UPDATE {task} AS t
+            SET status = %(ready)s, owner = NULL, deadline = NULL, timeout_at = NULL,
+                progress = 0.0, updated = clock.now
+            FROM clock
+            -- Fenced as the judgement was: still running, the lease still expired.
+            WHERE t.id = ANY(ARRAY(
+                    SELECT id FROM judged WHERE kind IN ('expired', 'yielded')))
+              AND t.status = %(running)s AND t.deadline < clock.now
+            RETURNING t.id
+        ), logged AS (
+            INSERT INTO {history} (task_id, typ, worker, progress, time)
+            SELECT j.id, %(timeout)s, j.owner, j.progress, clock.now
+            FROM judged AS j JOIN changed AS c ON c.id = j.id, clock
+            WHERE j.kind = 'expired'
+            ORDER BY j.id
+        ), notified AS (
+            SELECT count(pg_notify(%(channel)s, q.queue)) AS n FROM (
+                SELECT DISTINCT j.queue FROM judged AS j JOIN changed AS c ON c.id = j.id
+            ) AS q
+        )
+        SELECT j.id, j.kind, clock.now FROM judged AS j, clock
+        WHERE j.kind IN ('timed_out', 'exhausted') OR j.id IN (SELECT id FROM changed)
+        UNION ALL SELECT NULL, NULL, NULL FROM notified WHERE n < 0
+    """)

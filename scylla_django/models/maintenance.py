@@ -7,6 +7,7 @@ retention purged, in batches.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from django.db import connections, models
@@ -19,6 +20,7 @@ from ..exceptions import TaskTimedOut, error_record
 from .history import History
 from .notices import send_on_commit
 from .successors import follow_with_retries
+from .tables import tables
 
 
 def reset_expired(tasks: models.QuerySet[Any], batch_size: int | None = None) -> int:
@@ -115,109 +117,162 @@ def reset_batch(tasks: models.QuerySet[Any], size: int) -> int:
     heartbeat capped it there) is aborted with `timeout`; one of a task that has had
     `MAX_LEASES` leases with `max_leases_exceeded`; the others are made ready. An abort is
     followed by a retry where the task's policy covers it, as a worker's abort is.
+
+    The expired rows are locked first (SKIP LOCKED: a row another monitor or a writer holds
+    is passed over), then judged and written. On PostgreSQL the resets, their History rows
+    and the ready notifications are one statement (`db.postgresql_reset`); elsewhere a few
+    statements per batch. The aborts, rare, are written the same way everywhere.
     """
     manager = tasks.model.objects.using(tasks.db)
     with db.write_atomic(tasks.db):
-        rows = list(
-            manager.expired()
+        rows = {
+            row["pk"]: row
+            for row in manager.expired()
             .select_for_update(skip_locked=True)
             .order_by("deadline")
             .values(
-                "pk", "owner", "progress", "leases", "snoozes", "queue", "deadline", "timeout_at"
+                "pk",
+                "owner",
+                "progress",
+                "leases",
+                "snoozes",
+                "queue",
+                "deadline",
+                "timeout_at",
+                "updated",
             )[:size]
-        )
+        }
         if not rows:
             return 0
-        ids = [row["pk"] for row in rows]
-        # Read after the rows are locked (a fresh snapshot), so a yield that committed while
-        # we waited is seen and no TaskTimeout is written after it.
-        last_ids = (
-            History.objects.using(tasks.db)
-            .filter(task_id__in=ids)
-            .values("task_id")
-            .annotate(last=Max("id"))
-            .values("last")
-        )
-        yielded = set(
-            History.objects.using(tasks.db)
-            .filter(pk__in=last_ids, typ=EventType.YIELD)
-            .values_list("task_id", flat=True)
-        )
-        # A lease that expired at its run-time limit (the heartbeat capped it there) ran past
-        # its timeout: the task is aborted with `timeout`, as its worker would have done.
-        timed_out = {
-            row["pk"]
-            for row in rows
-            if row["pk"] not in yielded
-            and row["timeout_at"] is not None
-            and row["deadline"] == row["timeout_at"]
-        }
         max_leases = scylla_settings.MAX_LEASES
-        # A lease its own handler ended with a snooze is not one that timed out: not counted.
-        exhausted = {
-            row["pk"]
-            for row in rows
-            if row["pk"] not in yielded
-            and row["pk"] not in timed_out
-            and max_leases is not None
-            and row["leases"] - row["snoozes"] >= max_leases
-        }
-        aborted = exhausted | timed_out
-        reset, exhaust = TRANSITIONS[Operation.RESET], TRANSITIONS[Operation.EXHAUST]
-        now = db.read_clock(tasks.db)
-        manager.filter(pk__in=set(ids) - aborted, status__in=sources(Operation.RESET)).update(
-            status=reset.target,
-            owner=None,
-            deadline=None,
-            timeout_at=None,
-            progress=0.0,
-            updated=now,
-        )
-        if timed_out:
-            # Fenced on the lease still ending at its limit, as read under the row lock.
-            manager.filter(
-                pk__in=timed_out,
-                status__in=sources(Operation.EXHAUST),
-                deadline=F("timeout_at"),
-            ).update(
-                status=exhaust.target,
-                deadline=None,
-                errors=[
-                    error_record(
-                        TaskTimedOut.code,
-                        "The lease expired at the task's run-time limit (timeout plus "
-                        "TIMEOUT_GRACE): its worker did not end the task.",
-                    )
-                ],
-                updated=now,
-            )
-        if exhausted:
-            manager.filter(pk__in=exhausted, status__in=sources(Operation.EXHAUST)).update(
-                status=exhaust.target,
-                deadline=None,
-                errors=[
-                    {
-                        "code": "max_leases_exceeded",
-                        "args": {"max_leases": max_leases},
-                        "description": f"The lease expired after {max_leases} leases.",
-                    }
-                ],
-                updated=now,
-            )
-        follow_with_retries(manager, aborted)
-        events = []
-        for row in rows:
-            if row["pk"] in yielded:
-                continue
-            events.append(History.of(row, event(Operation.RESET), now))
-            if row["pk"] in aborted:
-                events.append(History(task_id=row["pk"], typ=event(Operation.EXHAUST), time=now))
-        History.objects.using(tasks.db).bulk_create(events)
         if db.uses_single_statement_transitions(connections[tasks.db]):
-            made_ready = [row["queue"] for row in rows if row["pk"] not in aborted]
-            db.postgresql_notify(tasks.db, db.READY_CHANNEL, made_ready)
+            clock, kinds = db.postgresql_reset(
+                tables(tasks.model), tasks.db, list(rows), max_leases
+            )
+        else:
+            clock, kinds = reset_portable(manager, rows, max_leases)
+        timed_out = {pk for pk, kind in kinds.items() if kind == "timed_out"}
+        exhausted = {pk for pk, kind in kinds.items() if kind == "exhausted"}
+        if clock is not None:
+            abort_expired(manager, rows, timed_out, exhausted, clock, max_leases)
+    aborted = timed_out | exhausted
     if any(s.has_listeners(tasks.model) for s in (signals.task_reset, signals.task_finished)):
-        for task in manager.filter(pk__in=ids):
+        for task in manager.filter(pk__in=list(kinds)):
             signal = signals.task_finished if task.pk in aborted else signals.task_reset
             send_on_commit(signal, tasks.db, task=task, status=task.status)
     return len(rows)
+
+
+def reset_portable(
+    manager: models.QuerySet[Any], rows: dict[int, dict[str, Any]], max_leases: int | None
+) -> tuple[datetime | None, dict[int, str]]:
+    """`db.postgresql_reset` through the ORM (SQLite, MySQL): judge the locked expired
+    `rows` (by pk), make the expired and yielded ones ready with a TaskTimeout row for each
+    expired one; return the clock written and each task's kind."""
+    using = manager.db
+    # Only a task whose deadline is before its `updated` can have been given back (see
+    # NOT_YIELDED); History is read for those alone, after the rows were locked (a fresh
+    # snapshot), so a yield that committed while we waited is seen.
+    given_back = [pk for pk, row in rows.items() if row["deadline"] < row["updated"]]
+    last_ids = (
+        History.objects.using(using)
+        .filter(task_id__in=given_back)
+        .values("task_id")
+        .annotate(last=Max("id"))
+        .values("last")
+    )
+    yielded = (
+        set(
+            History.objects.using(using)
+            .filter(pk__in=last_ids, typ=EventType.YIELD)
+            .values_list("task_id", flat=True)
+        )
+        if given_back
+        else set()
+    )
+    kinds = {pk: expiry_kind(row, pk in yielded, max_leases) for pk, row in rows.items()}
+    now = db.read_clock(using)
+    ready = [pk for pk, kind in kinds.items() if kind in ("expired", "yielded")]
+    fenced = manager.filter(pk__in=ready, status__in=sources(Operation.RESET), deadline__lt=now)
+    changed = set(fenced.values_list("pk", flat=True))
+    fenced.update(
+        status=TRANSITIONS[Operation.RESET].target,
+        owner=None,
+        deadline=None,
+        timeout_at=None,
+        progress=0.0,
+        updated=now,
+    )
+    History.objects.using(using).bulk_create(
+        History.of(rows[pk], event(Operation.RESET), now)
+        for pk in sorted(changed)
+        if kinds[pk] == "expired"
+    )
+    kinds = {pk: kind for pk, kind in kinds.items() if pk in changed or pk not in ready}
+    return now, kinds
+
+
+def expiry_kind(row: dict[str, Any], yielded: bool, max_leases: int | None) -> str:
+    """How an expired lease is dealt with, as `db.postgresql_reset` judges it: `yielded`
+    (given back: made ready without a TaskTimeout), `timed_out` (it expired at its run-time
+    limit, so its heartbeat capped it there: aborted with `timeout`, as its worker would have
+    done), `exhausted` (the task has had `max_leases` leases; a lease its own handler ended
+    with a snooze is not counted), or `expired` (made ready with a TaskTimeout)."""
+    if yielded:
+        return "yielded"
+    if row["timeout_at"] is not None and row["deadline"] == row["timeout_at"]:
+        return "timed_out"
+    if max_leases is not None and row["leases"] - row["snoozes"] >= max_leases:
+        return "exhausted"
+    return "expired"
+
+
+def abort_expired(
+    manager: models.QuerySet[Any],
+    rows: dict[int, dict[str, Any]],
+    timed_out: set[int],
+    exhausted: set[int],
+    now: datetime,
+    max_leases: int | None,
+) -> None:
+    """Abort the locked expired leases `timed_out` (with `timeout`) and `exhausted` (with
+    `max_leases_exceeded`), each with its TaskTimeout and abort History rows stamped `now`,
+    then follow them by their retries; in the resetting transaction."""
+    if not timed_out and not exhausted:
+        return
+    exhaust = TRANSITIONS[Operation.EXHAUST]
+    expired = manager.filter(status__in=sources(Operation.EXHAUST), deadline__lt=now)
+    if timed_out:
+        # Fenced on the lease still ending at its limit, as read under the row lock.
+        expired.filter(pk__in=timed_out, deadline=F("timeout_at")).update(
+            status=exhaust.target,
+            deadline=None,
+            errors=[
+                error_record(
+                    TaskTimedOut.code,
+                    "The lease expired at the task's run-time limit (timeout plus "
+                    "TIMEOUT_GRACE): its worker did not end the task.",
+                )
+            ],
+            updated=now,
+        )
+    if exhausted:
+        expired.filter(pk__in=exhausted).update(
+            status=exhaust.target,
+            deadline=None,
+            errors=[
+                {
+                    "code": "max_leases_exceeded",
+                    "args": {"max_leases": max_leases},
+                    "description": f"The lease expired after {max_leases} leases.",
+                }
+            ],
+            updated=now,
+        )
+    aborted = timed_out | exhausted
+    follow_with_retries(manager, aborted)
+    events = []
+    for pk in sorted(aborted):
+        events.append(History.of(rows[pk], event(Operation.RESET), now))
+        events.append(History(task_id=pk, typ=event(Operation.EXHAUST), time=now))
+    History.objects.using(manager.db).bulk_create(events)

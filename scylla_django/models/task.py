@@ -74,8 +74,9 @@ from .unique import UNIQUE_HOLDER, Submitted
 # What a form says of an rn that is taken (the constraint on Task.rn).
 _RN_TAKEN = "A task with this rn exists."
 
-# A yield is the only write that sets a task's deadline before its own `updated` time, so a
-# running task with `deadline < updated` has been given back. A heartbeat is fenced on this row
+# A yield is the only write that sets a task's deadline before its own `updated` time (but
+# for a heartbeat capped at a limit already past, whose lease is over anyway), so a running
+# task with `deadline >= updated` has not been given back. A heartbeat is fenced on this row
 # condition rather than on History: PostgreSQL re-checks a row condition against the version a
 # concurrent yield committed, so even a heartbeat already waiting for the row cannot undo a yield.
 NOT_YIELDED = Q(deadline__gte=F("updated"))

@@ -291,6 +291,39 @@ def test_concurrent_resets_handle_each_expiry_exactly_once(batch_size: int | Non
     assert Task.objects.reset_expired() == 0
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("batch_size", [None, 100])
+def test_two_monitors_write_one_history_row_per_reset(batch_size: int | None) -> None:
+    """2 monitors resetting the same 1,000 expired leases at once, half of them yielded,
+    write one History row per task between them: a TaskTimeout for each lease that ran out,
+    nothing for a yielded one (its TaskYield stays its last row), and every task is ready."""
+    total = 1000
+    worker = Worker.objects.register(queues=["pair"], capacity=total)
+    tasks = lease_all(worker, "pair", len(submit("pair", total)))
+    given_back = {task.pk: task.leases for task in tasks[::2]}
+    assert Task.objects.yield_many(worker, given_back) == set(given_back)
+    ran_out = [task.pk for task in tasks[1::2]]
+    Task.objects.filter(pk__in=ran_out).update(
+        deadline=Now() - timedelta(seconds=5), updated=Now() - timedelta(seconds=6)
+    )
+
+    counts = run_in_threads(
+        [lambda _: Task.objects.reset_expired(batch_size=batch_size) for _ in range(2)]
+    )
+    print(f"reset_expired(batch_size={batch_size}) returned {counts}")
+
+    for pk in ran_out:
+        rows = list(History.objects.filter(task_id=pk).values_list("typ", "worker"))
+        assert rows == [(EventType.ASSIGNMENT, worker.name), (EventType.TIMEOUT, worker.name)]
+    for pk in given_back:
+        rows = list(History.objects.filter(task_id=pk).values_list("typ", "worker"))
+        assert rows == [(EventType.ASSIGNMENT, worker.name), (EventType.YIELD, worker.name)]
+    assert sum(counts) == total
+    states = Task.objects.filter(queue="pair").values_list("status", "owner", "deadline")
+    assert set(states) == {(Status.READY, None, None)}
+    assert Task.objects.reset_expired() == 0
+
+
 # -- 5. purge racing transitions ----------------------------------------------------------------
 
 

@@ -200,6 +200,26 @@ def test_a_lease_expired_at_its_limit_is_aborted_with_timeout_by_the_monitor(set
     assert events[-2:] == [EventType.TIMEOUT, EventType.ABORT]
 
 
+def test_a_heartbeat_past_the_limit_is_not_taken_for_a_yield_by_the_monitor(settings):
+    """A heartbeat sent once the limit has passed caps the deadline at it, before the row's
+    new `updated`, as a yield leaves a row; the monitor still reads History (no TaskYield)
+    and aborts the task with `timeout`."""
+    settings.SCYLLA = {"TIMEOUT_GRACE": 0.1}
+    task, worker = capped_lease(0.1)
+    wait_until(lambda: Task.objects.expired().filter(pk=task.pk).exists(), what="expiry")
+    limit = Task.objects.get(pk=task.pk).timeout_at
+    assert Task.objects.heartbeat_many(
+        worker, {task.pk: (1, None)}, lease_length=60, limits={task.pk: limit}
+    ) == {task.pk}
+    task.refresh_from_db()
+    assert task.deadline == limit and task.deadline < task.updated
+    assert Task.objects.reset_expired() == 1
+    task.refresh_from_db()
+    assert task.status == Status.ABORTED and task.errors[0]["code"] == "timeout"
+    events = list(History.objects.filter(task=task).values_list("typ", flat=True))
+    assert events == [EventType.ASSIGNMENT, EventType.TIMEOUT, EventType.ABORT]
+
+
 def test_a_lease_expired_before_its_limit_is_reset_as_any_other(settings):
     settings.SCYLLA = {"TIMEOUT_GRACE": 60}
     task, worker = capped_lease(60)
