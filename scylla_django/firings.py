@@ -4,8 +4,10 @@ A pass (`fire`) takes each enabled schedule with a trigger in a transaction of i
 firing (as long as it fires, up to `MAX_FIRINGS`), locked with SKIP LOCKED: any number of
 monitors share the schedules, none waits for another. When its trigger is met, one `Firing`
 row, one `Consumption` row per consumed event (unique per schedule and event) and the task
-(through `schedules.submit_firing`, rn `schedule:<name>:e<first event id>`) are written
-together. A firing is all or nothing, so a monitor killed mid-way loses none and the next one
+(rn `schedule:<name>:e<first event id>`) are written together. The task goes through the
+schedule's run constraints as a tick's does (`schedules.fire`): it may wait for them in a
+`WaitingRun` row, merge into the firing that waits, or be skipped; its events are consumed
+either way. A firing is all or nothing, so a monitor killed mid-way loses none and the next one
 finds the same events unconsumed; the unique consumptions and rns mean no event ever fires a
 schedule twice.
 """
@@ -19,8 +21,9 @@ from typing import Any
 
 from django.db.models import Max
 
-from . import db, schedules
-from .models import Consumption, Event, Firing, Schedule
+from . import constraints, db, schedules
+from .db import Now
+from .models import Consumption, Event, Firing, FiringOutcome, Schedule
 from .triggers import State, evaluate, leaf_kind, leaves
 
 #: Most firings of one schedule in a pass (a backlog of `count` events fires again and again).
@@ -29,11 +32,13 @@ MAX_FIRINGS = 100
 
 @dataclass(frozen=True)
 class Fired:
-    """A firing a pass made: the schedule, its task's rn, the ids of the events consumed."""
+    """A firing a pass made: the schedule, its task's rn, the ids of the events consumed, and
+    what the run constraints made of it (`outcome`, a `FiringOutcome`)."""
 
     schedule: str
     rn: str
     events: tuple[int, ...]
+    outcome: str = FiringOutcome.SUBMITTED
 
 
 def firing_rn(schedule: Schedule, state: State) -> str:
@@ -125,21 +130,29 @@ class Sweep:
 
 
 def fire_one(schedule: Schedule, now: datetime, using: str) -> Fired | None:
-    """Fire `schedule` (locked by the caller's transaction) if its trigger is met."""
+    """Fire `schedule` (locked by the caller's transaction) if its trigger is met.
+
+    The firing consumes its events whatever becomes of it, and goes through the schedule's
+    run constraints as a tick does (`schedules.fire`): its task is submitted, or the firing
+    waits (merged into the one already waiting, if any), or it is skipped. The Firing row says
+    which (`outcome`); all of it is written in the caller's transaction.
+    """
     trigger = schedule.trigger or {}
     state = evaluate(trigger, schedule.pk, now, using)
     if not state.met or not state.events:
         return None
     rn = firing_rn(schedule, state)
-    firing = Firing.objects.using(using).create(schedule=schedule, rn=rn)
+    spec = None
+    if trigger.get("with_events") and isinstance(schedule.spec, dict):
+        spec = {**schedule.spec, "events": [event.as_json() for event in state.events]}
+    gate = constraints.Gate(schedule, now, using)
+    outcome = schedules.fire(gate, now, rn, spec).outcome
+    firing = Firing.objects.using(using).create(schedule=schedule, rn=rn, outcome=outcome)
     Consumption.objects.using(using).bulk_create(
         Consumption(firing=firing, schedule=schedule, event=event) for event in state.events
     )
-    extra = None
-    if trigger.get("with_events"):
-        extra = {"events": [event.as_json() for event in state.events]}
-    schedules.submit_firing(schedule, rn, extra, now, using)
-    return Fired(schedule.name, rn, tuple(e.pk for e in state.events))
+    gate.save(updated=Now())
+    return Fired(schedule.name, rn, tuple(e.pk for e in state.events), outcome)
 
 
 def why_not(schedule: Schedule, using: str | None = None, now: datetime | None = None) -> list[str]:
