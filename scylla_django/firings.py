@@ -24,7 +24,7 @@ from django.db.models import Max
 from . import constraints, db, schedules
 from .db import Now
 from .models import Consumption, Event, Firing, FiringOutcome, Schedule
-from .triggers import State, evaluate, leaf_kind, leaves
+from .triggers import State, evaluate, leaf_kind, leaves, screen
 
 #: Most firings of one schedule in a pass (a backlog of `count` events fires again and again).
 MAX_FIRINGS = 100
@@ -65,12 +65,17 @@ def fire(
         candidates = candidates.exclude(name__in=sorted(skip))
     done: list[Fired] = []
     clock = now or db.read_clock(using)
-    for pk, trigger in candidates.order_by("pk").values_list("pk", "trigger"):
-        if not isinstance(trigger, dict) or (kinds is not None and not _concerned(trigger, kinds)):
-            continue
-        # A read first, without a transaction: most triggers are unmet at most passes, and
-        # those cost no lock. A met one is evaluated again under its lock before it fires.
-        if not evaluate(trigger, pk, clock, using).met:
+    triggers = {
+        pk: trigger
+        for pk, trigger in candidates.order_by("pk").values_list("pk", "trigger")
+        if isinstance(trigger, dict) and (kinds is None or _concerned(trigger, kinds))
+    }
+    # A read first, without a transaction, of every trigger at once: most triggers are unmet
+    # at most passes, and those cost no lock. A met one is evaluated again under its lock
+    # before it fires.
+    met = screen(triggers, clock, using)
+    for pk in triggers:
+        if pk not in met:
             continue
         for _ in range(MAX_FIRINGS):
             with db.write_atomic(using):

@@ -20,7 +20,7 @@ from scylla_django.firings import Sweep, fire, listened, why_not
 from scylla_django.models import Consumption, Event, Firing, Schedule, Task, WaitingRun
 from scylla_django.monitor import Monitor
 from scylla_django.schedules import clean_definition, release, sync_from_settings
-from scylla_django.triggers import clean_trigger
+from scylla_django.triggers import clean_trigger, evaluate, screen
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -363,3 +363,62 @@ def test_max_runs_holds_a_trigger_firing_like_a_tick():
         f"schedule:rationed:e{events[0].pk}",
         f"schedule:rationed:e{events[2].pk}",
     ]
+
+
+# -- a pass over many triggers ------------------------------------------------------------------
+
+SHAPES = [
+    lambda k: {"on_event": k, "match": {"dataset": "sales"}},
+    lambda k: {"on_event": k, "count": 3},
+    lambda k: {"on_event": k, "quiet": "10m"},
+    lambda k: {"all": [{"on_event": k}, {"on_event": k, "match": {"n": 1}}], "window": "1h"},
+    lambda k: {"any": [{"on_event": k, "match": {"n": 1}}, {"on_task": "load"}]},
+]
+
+
+def many_triggers(count: int, kinds: int = 10) -> list[Schedule]:
+    """`count` schedules with triggers of every shape, over `kinds` event kinds."""
+    rows = []
+    for n in range(count):
+        definition = clean_definition(
+            f"s{n}", {"queue": "q", "trigger": SHAPES[n % 5](f"k{n % kinds}")}
+        )
+        rows.append(Schedule(name=f"s{n}", next_run=None, **definition.fields()))
+    return Schedule.objects.bulk_create(rows)
+
+
+def test_a_pass_over_many_unmet_triggers_is_a_few_queries(django_assert_max_num_queries):
+    """A pass reads the triggers' leaves together (a query per `SCREEN_LEAVES` leaves), not a
+    query or two per leaf: 200 triggers, nothing met."""
+    many_triggers(200)  # 280 leaves
+    for n in range(10):
+        scylla_django.emit(f"k{n}", {"dataset": "marketing", "n": 2})  # met by the count ones
+    scylla_django.emit("k1", {"dataset": "other"})
+    with django_assert_max_num_queries(4):
+        assert fire(kinds=None) == []
+
+
+def test_the_screen_of_a_pass_says_what_evaluate_says():
+    """`screen` (all triggers at once) and `evaluate` (one) agree on every shape, with and
+    without events, consumed or not, in and out of windows and quiet periods."""
+    schedules = many_triggers(40, kinds=4)
+    clock = now()
+
+    def agree(at):
+        triggers = {s.pk: s.trigger for s in schedules}
+        expected = {s.pk for s in schedules if evaluate(s.trigger, s.pk, at, "default").met}
+        assert screen(triggers, at, "default") == expected
+        return expected
+
+    assert agree(clock) == set()
+    for n in range(3):
+        scylla_django.emit("k0", {"dataset": "sales", "n": n})
+    scylla_django.emit("k1", {"dataset": "other", "n": 1})
+    Task.objects.submit("load", {})  # not completed: no task event
+    clock = now()
+    assert agree(clock)  # some met
+    assert agree(clock + timedelta(minutes=11))  # the quiet ones too
+    later = agree(clock + timedelta(hours=2))  # out of the window of the all ones
+    assert later != agree(clock + timedelta(minutes=11))
+    fire(now=clock)
+    assert agree(clock) == set()  # consumed
