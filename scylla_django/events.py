@@ -112,13 +112,14 @@ def emit(kind: str, payload: Mapping[str, Any] | None = None, using: str | None 
     return event
 
 
-def match_condition(kind: str, match: Mapping[str, Any]) -> Q:
+def match_condition(kind: str, match: Mapping[str, Any], prefix: str = "") -> Q:
     """The condition on an Event of being of `kind` with every value of `match` in its
-    payload (paths as in `validate_match`)."""
-    condition = Q(kind=kind)
+    payload (paths as in `validate_match`); with `prefix` (`"event__"`), on the event of a
+    related row."""
+    condition = Q(**{f"{prefix}kind": kind})
     for path, wanted in sorted(match.items()):
         # Typed, so that the lookup prepares `wanted` as JSON before the query resolves it.
-        expression: Any = ExpressionWrapper(F("payload"), output_field=JSONField())
+        expression: Any = ExpressionWrapper(F(f"{prefix}payload"), output_field=JSONField())
         for part in path.split("."):
             expression = KeyTransform(part, expression)
         # The lookup the JSON key transform registers (JSON equality on every database).
@@ -134,15 +135,10 @@ def matching(
     return selected.filter(match_condition(kind, match))
 
 
-def unconsumed_condition(schedule_id: int) -> Q:
-    """The condition on an Event that no firing of the schedule `schedule_id` consumed it."""
-    consumed = Consumption.objects.filter(schedule_id=schedule_id, event_id=OuterRef("pk"))
-    return ~Q(Exists(consumed))
-
-
 def unconsumed(events: QuerySet[Event], schedule_id: int) -> QuerySet[Event]:
     """`events` that no firing of the schedule `schedule_id` has consumed."""
-    return events.filter(unconsumed_condition(schedule_id))
+    consumed = Consumption.objects.filter(schedule_id=schedule_id, event_id=OuterRef("pk"))
+    return events.filter(~Exists(consumed))
 
 
 # -- task events --------------------------------------------------------------------------------

@@ -43,18 +43,17 @@ from .events import (
     match_condition,
     matching,
     unconsumed,
-    unconsumed_condition,
     validate_kind,
     validate_match,
 )
-from .models import Event
+from .models import Consumption, Event
 from .text import DurationError, positive_duration
 from .validation import validate_queue
 
 #: Most events one firing consumes (the rest fire the next one).
 MAX_EVENTS = 1000
-#: Most leaves `screen` reads in one query (a column or two each: the databases cap both the
-#: columns and the parameters of a query).
+#: Most selections of events (leaves' kind, match and window) `screen` reads in one query (two
+#: columns each: the databases cap both the columns and the parameters of a query).
 SCREEN_LEAVES = 200
 #: The statuses an `on_task` trigger may listen to.
 TASK_STATUSES = ("completed", "aborted", "cancelled")
@@ -248,6 +247,15 @@ class _Leaf:
     leaf: Mapping[str, Any]
     since: datetime | None
 
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """What selects the leaf's events (kind, match, since): the same for every leaf that
+        listens to the same events, whatever its schedule. A match value's type is part of it
+        (`True == 1` in Python, not in JSON)."""
+        kind, match = leaf_kind(self.leaf)
+        values = tuple((path, type(v).__name__, v) for path, v in sorted(match.items()))
+        return (kind, values, self.since)
+
 
 def _collect(
     trigger: Mapping[str, Any], schedule_id: int, now: datetime, since: datetime | None
@@ -273,41 +281,68 @@ def _combine(trigger: Mapping[str, Any], met: Iterator[bool]) -> bool:
     return next(met)
 
 
+def _selects(key: tuple[Any, ...], prefix: str = "") -> Q:
+    """The condition on an event (or, with `prefix`, a related row's) of the leaves of `key`."""
+    kind, values, since = key
+    condition = match_condition(kind, {path: v for path, _type, v in values}, prefix)
+    if since is not None:
+        condition &= Q(**{f"{prefix}time__gte": since})
+    return condition
+
+
 def screen(triggers: Mapping[int, Mapping[str, Any]], now: datetime, using: str) -> set[int]:
     """The schedules among `triggers` (trigger by schedule id) whose trigger is met at `now`,
-    as `evaluate` says, read for all of them at once: one query per `SCREEN_LEAVES` leaves
-    (sorted by event kind, so a query reads the events of a few kinds), where `evaluate`
-    makes a query or two per leaf. Each leaf is a count of the matching events its schedule
-    has not consumed (and for `quiet`, the time of the latest matching event). Reads only: a
-    firing evaluates its trigger again, under its schedule's lock."""
+    as `evaluate` says, read for all of them at once instead of a query or two per leaf.
+
+    The leaves that select the same events (kind, match and window: `_Leaf.key`) are read
+    together, whatever their schedules: for each such selection, in one query for up to
+    `SCREEN_LEAVES` of them (sorted by kind), the number of events and the latest one's time;
+    in a second, the number each schedule consumed, by schedule. A leaf's unconsumed events are
+    the difference. Reads only: a firing evaluates its trigger again, under its schedule's lock.
+    """
     leaves_of = {pk: list(_collect(trigger, pk, now, None)) for pk, trigger in triggers.items()}
-    ordered = sorted(
-        (leaf for found in leaves_of.values() for leaf in found),
-        key=lambda leaf: (leaf_kind(leaf.leaf)[0], leaf.schedule_id),
+    keys = sorted(
+        {leaf.key for found in leaves_of.values() for leaf in found},
+        key=lambda key: (key[0], repr(key[1:])),
     )
-    met: dict[int, bool] = {}  # by id() of the _Leaf
-    for begin in range(0, len(ordered), SCREEN_LEAVES):
-        chunk = ordered[begin : begin + SCREEN_LEAVES]
-        aggregates: dict[str, Any] = {}
-        for number, leaf in enumerate(chunk):
-            kind, match = leaf_kind(leaf.leaf)
-            matched = match_condition(kind, match)
-            if leaf.since is not None:
-                matched &= Q(time__gte=leaf.since)
-            pending = matched & unconsumed_condition(leaf.schedule_id)
-            aggregates[f"pending{number}"] = Count("id", filter=pending)
-            if "quiet" in leaf.leaf:
-                aggregates[f"latest{number}"] = Max("time", filter=matched)
-        kinds = sorted({leaf_kind(leaf.leaf)[0] for leaf in chunk})
-        found = Event.objects.using(using).filter(kind__in=kinds).aggregate(**aggregates)
-        for number, leaf in enumerate(chunk):
-            met[id(leaf)] = _leaf_met(
-                leaf.leaf, found[f"pending{number}"], found.get(f"latest{number}"), now
-            )
+    totals: dict[tuple[Any, ...], tuple[int, datetime | None]] = {}
+    consumed: dict[tuple[int, tuple[Any, ...]], int] = {}
+    for begin in range(0, len(keys), SCREEN_LEAVES):
+        chunk = keys[begin : begin + SCREEN_LEAVES]
+        kinds = sorted({key[0] for key in chunk})
+        selected: dict[str, Any] = {}
+        for number, key in enumerate(chunk):
+            selected[f"count{number}"] = Count("id", filter=_selects(key))
+            selected[f"latest{number}"] = Max("time", filter=_selects(key))
+        found = Event.objects.using(using).filter(kind__in=kinds).aggregate(**selected)
+        for number, key in enumerate(chunk):
+            totals[key] = (found[f"count{number}"], found[f"latest{number}"])
+        by_schedule = {
+            f"consumed{number}": Count("id", filter=_selects(key, "event__"))
+            for number, key in enumerate(chunk)
+        }
+        rows = (
+            Consumption.objects.using(using)
+            .filter(event__kind__in=kinds)
+            .values("schedule_id")
+            .annotate(**by_schedule)
+            .order_by()
+            .values_list("schedule_id", *by_schedule)
+        )
+        for schedule_id, *counts in rows:
+            for key, count in zip(chunk, counts, strict=True):
+                if count:
+                    consumed[schedule_id, key] = count
+
+    def met(leaf: _Leaf) -> bool:
+        count, latest = totals[leaf.key]
+        pending = count - consumed.get((leaf.schedule_id, leaf.key), 0)
+        return _leaf_met(leaf.leaf, pending, latest, now)
+
     return {
         pk
         for pk, trigger in triggers.items()
-        if _combine(trigger, iter([met[id(leaf)] for leaf in leaves_of[pk]]))
+        if _combine(trigger, iter([met(leaf) for leaf in leaves_of[pk]]))
     }
 
 
