@@ -1,10 +1,12 @@
 """Firing the schedules that have a trigger: evaluate, consume the events, submit the task.
 
-A pass (`fire`) takes each enabled schedule with a trigger in a transaction of its own per
-firing (as long as it fires, up to `MAX_FIRINGS`), locked with SKIP LOCKED: any number of
-monitors share the schedules, none waits for another. When its trigger is met, one `Firing`
-row, one `Consumption` row per consumed event (unique per schedule and event) and the task
-(rn `schedule:<name>:e<first event id>`) are written together. The task goes through the
+A pass (`fire`) first reads every trigger it evaluates together (`triggers.screen`, a few
+queries however many triggers), then takes each enabled schedule whose trigger is met in a
+transaction of its own per firing (as long as it fires, up to `MAX_FIRINGS`), locked with
+SKIP LOCKED: any number of monitors share the schedules, none waits for another. When its
+trigger is met, one `Firing` row, one `Consumption` row per consumed event (unique per
+schedule and event) and the task (rn `schedule:<name>:e<first event id>`) are written
+together. The task goes through the
 schedule's run constraints as a tick's does (`schedules.fire`): it may wait for them in a
 `WaitingRun` row, merge into the firing that waits, or be skipped; its events are consumed
 either way. A firing is all or nothing, so a monitor killed mid-way loses none and the next one
