@@ -28,7 +28,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Exists, ExpressionWrapper, F, JSONField, OuterRef, Q, QuerySet
 from django.db.models.fields.json import KeyTransform
 
 from . import db
@@ -112,18 +112,27 @@ def emit(kind: str, payload: Mapping[str, Any] | None = None, using: str | None 
     return event
 
 
+def match_condition(kind: str, match: Mapping[str, Any], prefix: str = "") -> Q:
+    """The condition on an Event of being of `kind` with every value of `match` in its
+    payload (paths as in `validate_match`); with `prefix` (`"event__"`), on the event of a
+    related row."""
+    condition = Q(**{f"{prefix}kind": kind})
+    for path, wanted in sorted(match.items()):
+        # Typed, so that the lookup prepares `wanted` as JSON before the query resolves it.
+        expression: Any = ExpressionWrapper(F(f"{prefix}payload"), output_field=JSONField())
+        for part in path.split("."):
+            expression = KeyTransform(part, expression)
+        # The lookup the JSON key transform registers (JSON equality on every database).
+        condition &= Q(expression.get_lookup("exact")(expression, wanted))
+    return condition
+
+
 def matching(
     kind: str, match: Mapping[str, Any], using: str, events: QuerySet[Event] | None = None
 ) -> QuerySet[Event]:
     """The events of `kind` whose payload has every value of `match`."""
-    selected = (events if events is not None else Event.objects.using(using)).filter(kind=kind)
-    for number, (path, wanted) in enumerate(sorted(match.items())):
-        expression: Any = F("payload")
-        for part in path.split("."):
-            expression = KeyTransform(part, expression)
-        name = f"_match{number}"
-        selected = selected.alias(**{name: expression}).filter(**{name: wanted})
-    return selected
+    selected = events if events is not None else Event.objects.using(using)
+    return selected.filter(match_condition(kind, match))
 
 
 def unconsumed(events: QuerySet[Event], schedule_id: int) -> QuerySet[Event]:

@@ -1,11 +1,15 @@
 """Firing the schedules that have a trigger: evaluate, consume the events, submit the task.
 
-A pass (`fire`) takes each enabled schedule with a trigger in a transaction of its own per
-firing (as long as it fires, up to `MAX_FIRINGS`), locked with SKIP LOCKED: any number of
-monitors share the schedules, none waits for another. When its trigger is met, one `Firing`
-row, one `Consumption` row per consumed event (unique per schedule and event) and the task
-(through `schedules.submit_firing`, rn `schedule:<name>:e<first event id>`) are written
-together. A firing is all or nothing, so a monitor killed mid-way loses none and the next one
+A pass (`fire`) first reads every trigger it evaluates together (`triggers.screen`, a few
+queries however many triggers), then takes each enabled schedule whose trigger is met in a
+transaction of its own per firing (as long as it fires, up to `MAX_FIRINGS`), locked with
+SKIP LOCKED: any number of monitors share the schedules, none waits for another. When its
+trigger is met, one `Firing` row, one `Consumption` row per consumed event (unique per
+schedule and event) and the task (rn `schedule:<name>:e<first event id>`) are written
+together. The task goes through the
+schedule's run constraints as a tick's does (`schedules.fire`): it may wait for them in a
+`WaitingRun` row, merge into the firing that waits, or be skipped; its events are consumed
+either way. A firing is all or nothing, so a monitor killed mid-way loses none and the next one
 finds the same events unconsumed; the unique consumptions and rns mean no event ever fires a
 schedule twice.
 """
@@ -19,9 +23,10 @@ from typing import Any
 
 from django.db.models import Max
 
-from . import db, schedules
-from .models import Consumption, Event, Firing, Schedule
-from .triggers import State, evaluate, leaf_kind, leaves
+from . import constraints, db, schedules
+from .db import Now
+from .models import Consumption, Event, Firing, FiringOutcome, Schedule
+from .triggers import State, evaluate, leaf_kind, leaves, screen
 
 #: Most firings of one schedule in a pass (a backlog of `count` events fires again and again).
 MAX_FIRINGS = 100
@@ -29,11 +34,13 @@ MAX_FIRINGS = 100
 
 @dataclass(frozen=True)
 class Fired:
-    """A firing a pass made: the schedule, its task's rn, the ids of the events consumed."""
+    """A firing a pass made: the schedule, its task's rn, the ids of the events consumed, and
+    what the run constraints made of it (`outcome`, a `FiringOutcome`)."""
 
     schedule: str
     rn: str
     events: tuple[int, ...]
+    outcome: str = FiringOutcome.SUBMITTED
 
 
 def firing_rn(schedule: Schedule, state: State) -> str:
@@ -60,12 +67,17 @@ def fire(
         candidates = candidates.exclude(name__in=sorted(skip))
     done: list[Fired] = []
     clock = now or db.read_clock(using)
-    for pk, trigger in candidates.order_by("pk").values_list("pk", "trigger"):
-        if not isinstance(trigger, dict) or (kinds is not None and not _concerned(trigger, kinds)):
-            continue
-        # A read first, without a transaction: most triggers are unmet at most passes, and
-        # those cost no lock. A met one is evaluated again under its lock before it fires.
-        if not evaluate(trigger, pk, clock, using).met:
+    triggers = {
+        pk: trigger
+        for pk, trigger in candidates.order_by("pk").values_list("pk", "trigger")
+        if isinstance(trigger, dict) and (kinds is None or _concerned(trigger, kinds))
+    }
+    # A read first, without a transaction, of every trigger at once: most triggers are unmet
+    # at most passes, and those cost no lock. A met one is evaluated again under its lock
+    # before it fires.
+    met = screen(triggers, clock, using)
+    for pk in triggers:
+        if pk not in met:
             continue
         for _ in range(MAX_FIRINGS):
             with db.write_atomic(using):
@@ -125,21 +137,29 @@ class Sweep:
 
 
 def fire_one(schedule: Schedule, now: datetime, using: str) -> Fired | None:
-    """Fire `schedule` (locked by the caller's transaction) if its trigger is met."""
+    """Fire `schedule` (locked by the caller's transaction) if its trigger is met.
+
+    The firing consumes its events whatever becomes of it, and goes through the schedule's
+    run constraints as a tick does (`schedules.fire`): its task is submitted, or the firing
+    waits (merged into the one already waiting, if any), or it is skipped. The Firing row says
+    which (`outcome`); all of it is written in the caller's transaction.
+    """
     trigger = schedule.trigger or {}
     state = evaluate(trigger, schedule.pk, now, using)
     if not state.met or not state.events:
         return None
     rn = firing_rn(schedule, state)
-    firing = Firing.objects.using(using).create(schedule=schedule, rn=rn)
+    spec = None
+    if trigger.get("with_events") and isinstance(schedule.spec, dict):
+        spec = {**schedule.spec, "events": [event.as_json() for event in state.events]}
+    gate = constraints.Gate(schedule, now, using)
+    outcome = schedules.fire(gate, now, rn, spec).outcome
+    firing = Firing.objects.using(using).create(schedule=schedule, rn=rn, outcome=outcome)
     Consumption.objects.using(using).bulk_create(
         Consumption(firing=firing, schedule=schedule, event=event) for event in state.events
     )
-    extra = None
-    if trigger.get("with_events"):
-        extra = {"events": [event.as_json() for event in state.events]}
-    schedules.submit_firing(schedule, rn, extra, now, using)
-    return Fired(schedule.name, rn, tuple(e.pk for e in state.events))
+    gate.save(updated=Now())
+    return Fired(schedule.name, rn, tuple(e.pk for e in state.events), outcome)
 
 
 def why_not(schedule: Schedule, using: str | None = None, now: datetime | None = None) -> list[str]:

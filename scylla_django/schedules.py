@@ -23,8 +23,8 @@ Every tick goes through `fire()`, which asks the schedule's run constraints
 waits (held in a `WaitingRun` row, released by a later pass: `release()`) or is skipped.
 
 A schedule with a `trigger` instead of `cron`/`every` fires on events (`scylla_django.triggers`,
-`scylla_django.firings`); a trigger's firing submits its task through `submit_firing`, which
-the run constraints do not gate yet.
+`scylla_django.firings`); a trigger's firing goes through `fire()` too, under the same lock and
+in the same transaction as the events it consumes.
 """
 
 from __future__ import annotations
@@ -46,8 +46,7 @@ from django.db.models import Q
 from . import constraints, db
 from .conf import scylla_settings
 from .db import Now
-from .models import CatchUp, OnTimeout, Schedule, Task, WaitingRun, send_on_commit
-from .signals import task_submitted
+from .models import CatchUp, OnTimeout, Schedule, Task, WaitingRun
 from .text import DurationError, positive_duration
 from .triggers import clean_trigger
 from .validation import (
@@ -500,24 +499,6 @@ def _release_one(gate: constraints.Gate, now: datetime) -> Tick:
     _submit(gate, waiting.fired, waiting.rn, waiting.spec)
     gate.set(updated=Now())
     return Tick(schedule.name, waiting.fired, waiting.rn, outcome)
-
-
-def submit_firing(
-    schedule: Schedule, rn: str, spec_extra: Mapping[str, Any] | None, now: datetime, using: str
-) -> Task:
-    """Submit the task of one firing of `schedule` at `now` (a trigger's firing), in the
-    caller's transaction: rn `rn`, the schedule's spec with `spec_extra` merged in (an object
-    spec), and the schedule's last run and task set. A task already called `rn` is kept."""
-    spec = schedule.spec
-    if spec_extra:
-        spec = {**spec, **spec_extra} if isinstance(spec, dict) else spec
-    task = Task(rn=rn, queue=schedule.queue, spec=spec, priority=schedule.priority)
-    Task.objects.using(using).bulk_create([task], ignore_conflicts=True)
-    Schedule.objects.using(using).filter(pk=schedule.pk).update(
-        last_run=now, last_task=rn, updated=Now()
-    )
-    send_on_commit(task_submitted, using, task=task)
-    return task
 
 
 def run_now(schedule: Schedule, using: str | None = None) -> Task:

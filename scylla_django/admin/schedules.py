@@ -263,6 +263,7 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
         rows = [
             (
                 task_link(firing.rn),
+                firing.get_outcome_display(),
                 firing.time,
                 ", ".join(
                     f"{c.event.kind} #{c.event.pk} {c.event.payload}"
@@ -274,11 +275,12 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
         if not rows:
             return _("No firing yet.")
         return format_html(
-            "<table><tr><th>{}</th><th>{}</th><th>{}</th></tr>{}</table>",
+            "<table><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>{}</table>",
             _("task"),
+            _("outcome"),
             _("time"),
             _("events consumed"),
-            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
         )
 
     @admin.action(permissions=["change"], description=gettext_lazy("Enable selected schedules"))

@@ -29,7 +29,16 @@ from .. import events, followups
 from ..conf import LEASE_MIN
 from ..enums import EventType, Liveness, Status
 from ..firings import latest_firings, why_not
-from ..models import MAX_PARENTS, CatchUp, History, Schedule, Task, WaitingRun, Worker
+from ..models import (
+    MAX_PARENTS,
+    CatchUp,
+    FiringOutcome,
+    History,
+    Schedule,
+    Task,
+    WaitingRun,
+    Worker,
+)
 from ..models.children import MAX_SPAWNED
 from ..models.key_control import MAX_LIMIT
 from ..models.keys import described
@@ -1156,9 +1165,18 @@ class EventOutSerializer(serializers.Serializer[Any]):
 
 
 class FiringSerializer(serializers.Serializer[Any]):
-    """A firing of a schedule's trigger: the task it submitted and the events it consumed."""
+    """A firing of a schedule's trigger: its task, what the run constraints made of it and the
+    events it consumed."""
 
-    rn = serializers.CharField(help_text="The rn of the task the firing submitted.")
+    rn = serializers.CharField(
+        help_text="The rn of the firing's task (none was submitted unless the outcome is "
+        "submitted; a waiting firing submits it once its constraints are met)."
+    )
+    outcome = serializers.ChoiceField(
+        choices=FiringOutcome.choices,
+        help_text="submitted; waiting (for the schedule's run constraints); merged (into the "
+        "firing that waits); skipped (a constraint was unmet, when_unmet is skip).",
+    )
     time = serializers.DateTimeField()
     events = EventOutSerializer(many=True)
 
@@ -1177,7 +1195,12 @@ class ScheduleDetailSerializer(ScheduleSerializer):
     def get_firings(self, schedule: Schedule) -> list[dict[str, Any]]:
         return [
             FiringSerializer(
-                {"rn": f.rn, "time": f.time, "events": [c.event for c in f.consumptions.all()]}
+                {
+                    "rn": f.rn,
+                    "outcome": f.outcome,
+                    "time": f.time,
+                    "events": [c.event for c in f.consumptions.all()],
+                }
             ).data
             for f in latest_firings(schedule)
         ]

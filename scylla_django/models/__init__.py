@@ -6,7 +6,7 @@ dependencies, schedules and queue rollups. Import them from here:
 from . import key_control
 from .batches import CALLBACKS, Batch, BatchQuerySet, count_finished, count_requeued
 from .dependencies import HELD, MAX_PARENTS, Dependency
-from .events import Consumption, Event, Firing, Watermark
+from .events import Consumption, Event, Firing, FiringOutcome, Watermark
 from .history import History
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions, new_rn
 from .keys import Hold, Key, Limit, LockNotFree, Rate
@@ -63,6 +63,7 @@ __all__ = [
     "Dependency",
     "Event",
     "Firing",
+    "FiringOutcome",
     "History",
     "Hold",
     "Key",

@@ -2,9 +2,10 @@
 
 An `Event` is something that happened (`partition.added` with its payload, or a task of a
 queue that completed, aborted or was cancelled). A schedule with a trigger fires on events: a
-`Firing` submits its task and records, as `Consumption` rows, the events it consumed, so that
-no event fires the same schedule twice. `Watermark` is how far the monitor has read History
-for task events. See `scylla_django.events` and `scylla_django.triggers`.
+`Firing` submits its task (through the schedule's run constraints) and records, as
+`Consumption` rows, the events it consumed, so that no event fires the same schedule twice.
+`Watermark` is how far the monitor has read History for task events. See
+`scylla_django.events` and `scylla_django.triggers`.
 """
 
 from __future__ import annotations
@@ -49,13 +50,26 @@ class Event(models.Model):
         return {"id": self.pk, "kind": self.kind, "payload": self.payload, "time": time}
 
 
+class FiringOutcome(models.TextChoices):
+    """What the run constraints of its schedule made of a trigger's firing."""
+
+    SUBMITTED = "submitted", "Submitted"
+    WAITING = "waiting", "Waiting for its run constraints"
+    MERGED = "merged", "Merged into the firing that waits"
+    SKIPPED = "skipped", "Skipped (a run constraint was unmet)"
+
+
 class Firing(models.Model):
-    """One firing of a schedule's trigger: the task it submitted (`rn`) and, through its
-    `Consumption` rows, the events it consumed."""
+    """One firing of a schedule's trigger: its task's rn, what the schedule's run constraints
+    made of it (`outcome`: submitted, held as the schedule's waiting firing, merged into the one
+    that waits, or skipped) and, through its `Consumption` rows, the events it consumed."""
 
     id = models.BigAutoField(primary_key=True)
     schedule = models.ForeignKey("Schedule", on_delete=models.CASCADE, related_name="firings")
     rn = models.CharField(max_length=RN_MAX_LENGTH, unique=True)
+    outcome = models.CharField(
+        max_length=9, choices=FiringOutcome.choices, default=FiringOutcome.SUBMITTED
+    )
     time = models.DateTimeField(db_default=Now())
 
     class Meta:

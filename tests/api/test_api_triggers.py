@@ -63,6 +63,7 @@ def test_a_schedule_with_a_trigger_shows_its_firings_and_what_is_unmet(operator)
     assert detail["unmet"] == ["count 0 of 2 partition.added {dataset=sales}"]
     [firing] = detail["firings"]
     assert firing["rn"] == fired.rn == detail["last_task"]
+    assert firing["outcome"] == "submitted"
     assert [e["id"] for e in firing["events"]] == list(fired.events)
     assert all(e["payload"] == {"dataset": "sales"} for e in firing["events"])
 

@@ -6,7 +6,7 @@ Triggers run on the database clock, but for `quiet` and `window` a test passes a
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.checks import run_checks
@@ -17,10 +17,10 @@ import scylla_django
 from scylla_django import db
 from scylla_django.events import record_task_events
 from scylla_django.firings import Sweep, fire, listened, why_not
-from scylla_django.models import Consumption, Event, Firing, Schedule, Task
+from scylla_django.models import Consumption, Event, Firing, Schedule, Task, WaitingRun
 from scylla_django.monitor import Monitor
-from scylla_django.schedules import clean_definition, sync_from_settings
-from scylla_django.triggers import clean_trigger
+from scylla_django.schedules import clean_definition, release, sync_from_settings
+from scylla_django.triggers import clean_trigger, evaluate, screen
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -293,3 +293,132 @@ def test_a_sweep_evaluates_only_the_triggers_with_new_events_between_full_passes
     assert [f.schedule for f in fire(now=later, kinds=set())] == ["quiet"]
     assert sweep.kinds("default", 200.0) is None
     assert [f.schedule for f in fire(kinds=None)] == ["b"]
+
+
+# -- run constraints ----------------------------------------------------------------------------
+
+
+def test_a_firing_outside_the_window_waits_merges_and_runs_when_it_opens():
+    """A trigger's firing goes through the run constraints as a tick does: outside its window
+    it waits (its events consumed, no task), a later firing merges into it, and it runs once
+    the window opens, with the rn and spec of its own firing."""
+    schedule = make(
+        "nightly",
+        {"on_event": "partition.added", "with_events": True},
+        spec={"job": "load"},
+        window="01:00-03:00",
+    )
+    midnight = datetime(2026, 6, 1, tzinfo=UTC)
+    first = scylla_django.emit("partition.added", {"n": 1})
+    [fired] = fire(now=midnight)
+    assert (fired.rn, fired.outcome) == (f"schedule:nightly:e{first.pk}", "waiting")
+    assert tasks_of("nightly") == []
+    waiting = WaitingRun.objects.get(schedule=schedule)
+    assert waiting.rn == fired.rn and waiting.code == "window"
+    assert waiting.recheck == midnight + timedelta(hours=1)
+    second = scylla_django.emit("partition.added", {"n": 2})
+    assert [f.outcome for f in fire(now=midnight + timedelta(minutes=5))] == ["merged"]
+    assert fire(now=midnight + timedelta(minutes=6)) == []  # both events consumed
+    assert Consumption.objects.filter(event__in=[first, second]).count() == 2
+    assert WaitingRun.objects.get(schedule=schedule).merged == 1
+    assert [f.outcome for f in Firing.objects.order_by("id")] == ["waiting", "merged"]
+
+    done = release(now=midnight + timedelta(hours=1, minutes=1))
+    assert [(t.rn, t.outcome) for t in done] == [(fired.rn, "submitted")]
+    [task] = tasks_of("nightly")
+    assert task.rn == fired.rn and task.spec["job"] == "load"
+    assert [e["id"] for e in task.spec["events"]] == [first.pk]
+    assert not WaitingRun.objects.filter(schedule=schedule).exists()
+
+
+def test_a_firing_over_max_concurrent_is_skipped_with_its_events_consumed():
+    make("one-at-a-time", {"on_event": "partition.added"}, max_concurrent=1, when_unmet="skip")
+    first = scylla_django.emit("partition.added", {"n": 1})
+    assert [f.outcome for f in fire()] == ["submitted"]
+    second = scylla_django.emit("partition.added", {"n": 2})
+    [skipped] = fire()  # the first run is still ready
+    assert skipped.outcome == "skipped" and skipped.events == (second.pk,)
+    assert [t.rn for t in tasks_of("one-at-a-time")] == [f"schedule:one-at-a-time:e{first.pk}"]
+    assert fire() == []  # consumed: a skipped firing does not come back
+    assert not WaitingRun.objects.exists()
+    Task.objects.filter(rn=f"schedule:one-at-a-time:e{first.pk}").update(status="completed")
+    third = scylla_django.emit("partition.added", {"n": 3})
+    assert [(f.events, f.outcome) for f in fire()] == [((third.pk,), "submitted")]
+
+
+def test_max_runs_holds_a_trigger_firing_like_a_tick():
+    schedule = make("rationed", {"on_event": "partition.added", "count": 2}, max_runs="1/h")
+    events = [scylla_django.emit("partition.added", {"n": n}) for n in range(6)]
+    clock = now()
+    # Three firings of two events each: the first runs, the second waits for a max_runs slot,
+    # the third merges into it.
+    assert [f.outcome for f in fire(now=clock)] == ["submitted", "waiting", "merged"]
+    assert Consumption.objects.count() == 6
+    assert [t.rn for t in tasks_of("rationed")] == [f"schedule:rationed:e{events[0].pk}"]
+    waiting = WaitingRun.objects.get(schedule=schedule)
+    assert waiting.code == "max_runs" and waiting.rn == f"schedule:rationed:e{events[2].pk}"
+    assert release(now=clock + timedelta(minutes=30)) == []  # not due a look yet
+    assert [t.outcome for t in release(now=clock + timedelta(hours=1, seconds=1))] == ["submitted"]
+    assert [t.rn for t in tasks_of("rationed")] == [
+        f"schedule:rationed:e{events[0].pk}",
+        f"schedule:rationed:e{events[2].pk}",
+    ]
+
+
+# -- a pass over many triggers ------------------------------------------------------------------
+
+SHAPES = [
+    lambda k: {"on_event": k, "match": {"dataset": "sales"}},
+    lambda k: {"on_event": k, "count": 3},
+    lambda k: {"on_event": k, "quiet": "10m"},
+    lambda k: {"all": [{"on_event": k}, {"on_event": k, "match": {"n": 1}}], "window": "1h"},
+    lambda k: {"any": [{"on_event": k, "match": {"n": 1}}, {"on_task": "load"}]},
+]
+
+
+def many_triggers(count: int, kinds: int = 10) -> list[Schedule]:
+    """`count` schedules with triggers of every shape, over `kinds` event kinds."""
+    rows = []
+    for n in range(count):
+        definition = clean_definition(
+            f"s{n}", {"queue": "q", "trigger": SHAPES[n % 5](f"k{n % kinds}")}
+        )
+        rows.append(Schedule(name=f"s{n}", next_run=None, **definition.fields()))
+    return Schedule.objects.bulk_create(rows)
+
+
+def test_a_pass_over_many_unmet_triggers_is_a_few_queries(django_assert_max_num_queries):
+    """A pass reads the triggers' leaves together (a query per `SCREEN_LEAVES` leaves), not a
+    query or two per leaf: 200 triggers, nothing met."""
+    many_triggers(200)  # 280 leaves
+    for n in range(10):
+        scylla_django.emit(f"k{n}", {"dataset": "marketing", "n": 2})  # met by the count ones
+    scylla_django.emit("k1", {"dataset": "other"})
+    with django_assert_max_num_queries(4):
+        assert fire(kinds=None) == []
+
+
+def test_the_screen_of_a_pass_says_what_evaluate_says():
+    """`screen` (all triggers at once) and `evaluate` (one) agree on every shape, with and
+    without events, consumed or not, in and out of windows and quiet periods."""
+    schedules = many_triggers(40, kinds=4)
+    clock = now()
+
+    def agree(at):
+        triggers = {s.pk: s.trigger for s in schedules}
+        expected = {s.pk for s in schedules if evaluate(s.trigger, s.pk, at, "default").met}
+        assert screen(triggers, at, "default") == expected
+        return expected
+
+    assert agree(clock) == set()
+    for n in range(3):
+        scylla_django.emit("k0", {"dataset": "sales", "n": n})
+    scylla_django.emit("k1", {"dataset": "other", "n": 1})
+    Task.objects.submit("load", {})  # not completed: no task event
+    clock = now()
+    assert agree(clock)  # some met
+    assert agree(clock + timedelta(minutes=11))  # the quiet ones too
+    later = agree(clock + timedelta(hours=2))  # out of the window of the all ones
+    assert later != agree(clock + timedelta(minutes=11))
+    fire(now=clock)
+    assert agree(clock) == set()  # consumed

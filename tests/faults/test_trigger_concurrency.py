@@ -15,7 +15,7 @@ from django.db import connection, transaction
 
 import scylla_django
 from scylla_django.firings import fire
-from scylla_django.models import Consumption, Event, Firing, Schedule, Task, Worker
+from scylla_django.models import Consumption, Event, Firing, Schedule, Task, WaitingRun, Worker
 from scylla_django.monitor import Monitor
 from scylla_django.schedules import clean_definition
 from tests.helpers import run_in_threads
@@ -173,3 +173,56 @@ def test_a_monitor_killed_mid_pass_loses_and_duplicates_nothing():
     for schedule in schedules:
         assert assert_exactly_once(schedule, events, None) == events
     assert len(assert_exactly_once(pairs, events, 2)) == (emitted // 2) * 2
+
+
+def test_three_monitors_gate_firings_by_the_run_constraints_once():
+    """With max_concurrent=1 and the first run still ready, three monitors and concurrent
+    emitters make one task per schedule: the waiting schedule holds one firing and merges the
+    others into it, the skipping one skips them; every event consumed once."""
+    waits = Schedule.objects.create(
+        name="waits",
+        next_run=None,
+        **clean_definition(
+            "waits", {"queue": "q", "trigger": {"on_event": "x"}, "max_concurrent": 1}
+        ).fields(),
+    )
+    skips = Schedule.objects.create(
+        name="skips",
+        next_run=None,
+        **clean_definition(
+            "skips",
+            {"queue": "q", "trigger": {"on_event": "x"}, "max_concurrent": 1, "when_unmet": "skip"},
+        ).fields(),
+    )
+    done = threading.Event()
+
+    def emitter(barrier):
+        for n in range(EVENTS_EACH):
+            with transaction.atomic():
+                scylla_django.emit("x", {"n": n})
+        done.set()
+
+    def monitor(barrier):
+        while not done.is_set():
+            fire()
+
+    run_in_threads([emitter, monitor, monitor, monitor])
+    while fire():
+        pass
+    events = set(Event.objects.filter(kind="x").values_list("pk", flat=True))
+    for schedule, others in ((waits, {"waiting", "merged"}), (skips, {"skipped"})):
+        consumed = list(
+            Consumption.objects.filter(schedule=schedule).values_list("event_id", flat=True)
+        )
+        assert sorted(consumed) == sorted(events), "every event consumed once"
+        outcomes = Counter(
+            Firing.objects.filter(schedule=schedule).values_list("outcome", flat=True)
+        )
+        assert outcomes["submitted"] == 1
+        assert set(outcomes) - {"submitted"} <= others
+        [task] = Task.objects.filter(rn__startswith=f"schedule:{schedule.name}:")
+        assert Firing.objects.get(schedule=schedule, outcome="submitted").rn == task.rn
+    waiting = WaitingRun.objects.get(schedule=waits)  # one firing waits, the later ones merge
+    assert Firing.objects.filter(schedule=waits, outcome="waiting").get().rn == waiting.rn
+    assert waiting.merged == Firing.objects.filter(schedule=waits, outcome="merged").count()
+    assert not WaitingRun.objects.filter(schedule=skips).exists()
