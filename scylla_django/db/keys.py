@@ -143,6 +143,46 @@ def _order_blocks(p: str, task: str) -> str:
 #: statement's snapshot. Only a hint (the take trigger decides on locked key rows).
 BUSY = f"EXISTS (SELECT 1 FROM jsonb_array_elements_text(t.keys) AS e(k) WHERE {_busy('e.k', 't')})"
 
+
+def crowded(candidates: str) -> str:
+    """PostgreSQL: a query of the tuple ids (`ctid`) of the candidates of one lease that the
+    candidates ahead of them crowd out of a key. `candidates` names a relation of the lease's
+    candidates (`ctid`, `id`, `priority`, `created`, `keys`), each of whose keys looked free
+    on the statement's snapshot (`BUSY`).
+
+    Each key element of a candidate is ranked among the candidates naming its key row, in
+    lease order (priority desc, created, id). A candidate is crowded out by the rank of one
+    element beyond its key's free room on the snapshot: an exclusive lock, an order key: not
+    the first; a shared lock: the first candidate of its lock is an exclusive one; a limit:
+    beyond `max_running` less its running holders; a rate: beyond `count` less the starts
+    within its `seconds`. An element ranked first is never crowded out (its key looked free).
+    A candidate crowded out for one key still counts against its others: the hint may pass
+    over a task that would have fitted, never put a later one in an earlier one's place.
+    """
+    name = "substr(c.k, 3)"
+    limit_room = f"""coalesce((SELECT l.max_running FROM {LIMIT_TABLE} AS l
+        WHERE l.name = {name}), 0) - (SELECT count(*) {_held("c.k", "c.k")})"""
+    rate_room = f"""coalesce((SELECT g.count - (SELECT count(*) FROM {KEY_TABLE} AS k,
+            jsonb_array_elements_text(k.starts) AS s(s)
+            WHERE k.name = c.k AND s.s::float8 > {_PG_NOW} - g.seconds)
+        FROM {RATE_TABLE} AS g WHERE g.name = {name}), 0)"""
+    return f"""SELECT DISTINCT c.ctid FROM (
+        SELECT p.ctid, e.k, row_number() OVER w AS rank, first_value(left(e.k, 2)) OVER w AS head
+        FROM {candidates} AS p
+        CROSS JOIN LATERAL (SELECT DISTINCT x.k FROM jsonb_array_elements_text(p.keys) AS x(k)) AS e
+        WHERE p.keys IS NOT NULL
+        WINDOW w AS (PARTITION BY {_KEY_ROW.format(e="e.k")}
+                     ORDER BY p.priority DESC, p.created ASC, p.id ASC)
+    ) AS c
+    WHERE c.rank > 1 AND CASE left(c.k, 2)
+        WHEN 'L:' THEN true
+        WHEN 'O:' THEN true
+        WHEN 'S:' THEN c.head = 'L:'
+        WHEN 'C:' THEN c.rank > {limit_room}
+        WHEN 'R:' THEN c.rank > {rate_room}
+        ELSE false END"""
+
+
 #: The take trigger's judgement of one element by its kind: only that kind's query runs.
 _TAKE_CASES = "\n        ".join(
     f"WHEN '{kind}' THEN busy := {test};"
