@@ -293,7 +293,8 @@ def _lease_sql(
             -- FOR UPDATE re-checked the status when it locked them, and they stay locked.
             WHERE t.ctid = ANY(ARRAY(
                 SELECT p.ctid FROM picked AS p
-                WHERE p.keys IS NULL OR NOT EXISTS (SELECT 1 FROM crowded AS c WHERE c.ctid = p.ctid)))
+                WHERE p.keys IS NULL
+                   OR NOT EXISTS (SELECT 1 FROM crowded AS c WHERE c.ctid = p.ctid)))
             RETURNING {columns}
         ), assigned AS (
             INSERT INTO {history_table} (task_id, typ, worker, progress, time)
