@@ -18,6 +18,22 @@ lock, so that they decide one after another. LIMIT_TABLE holds each limit's size
   handed back. Candidates of one statement are judged one after another: a BEFORE trigger
   sees the rows the same statement changed before. On SQLite writers are serialised and
   `RAISE(IGNORE)` drops the row the same way. A missing key row is not free.
+- **Lease order**: a lease's candidates are the first `limit` ready tasks in lease order
+  (priority desc, created, id) whose keys look free on its snapshot (`BUSY`). Absent other
+  lessees, the keyed candidates it admits are the earliest that fit: a candidate is passed
+  over only if the candidates ahead of it that name one of its keys fill that key's room (an
+  exclusive lock or an order key: any candidate ahead; a shared lock: an exclusive candidate
+  first in line for the lock; a limit or a rate: as many as it has room for on the
+  snapshot), so a later candidate never takes the room of an earlier one. On PostgreSQL the
+  trigger meets the rows in the UPDATE's order, which is their tuples' physical order, not
+  lease order; the lease leaves the candidates crowded out this way (`crowded`) out of its
+  UPDATE, and the rest fit together, in whatever order the trigger judges them. A candidate
+  crowded out for one key still counts against its others there: a task that would have
+  fitted then waits for the next lease. On SQLite the lease updates its keyed candidates one
+  at a time in lease order, so each is judged after the ones ahead of it, exactly. A
+  candidate passed over is not replaced by a later task in the same lease. With other
+  lessees, rows they hold locked are skipped and keys they are taking are not free, so
+  each lease keeps this order among its own candidates only.
 - **Order keys**: a task of an order key runs alone, and only when no earlier task of the key
   is ready or running, nor aborted for good holding the key (`order_block`, no retry after
   it). A task's place is `order_seq`, or its id (submit order) when null; a retry keeps its
@@ -41,7 +57,9 @@ The trigger carries a WHEN clause on the row (`keys` not null, ready to running)
 database tests before calling anything: a task without keys pays one comparison per update.
 The running tasks with keys are found through a partial index (RUNNING_INDEX) that holds no
 task without keys. The lease's walk passes over tasks whose keys look busy on its snapshot
-(`BUSY`): a hint that keeps held keys from filling the walk; the trigger decides.
+(`BUSY`), and the lease over candidates crowded out by those ahead of them (`crowded`,
+read only when a candidate has keys): hints that keep held keys from filling the walk and
+keep lease order; the trigger decides.
 """
 
 from __future__ import annotations
@@ -142,6 +160,47 @@ def _order_blocks(p: str, task: str) -> str:
 #: PostgreSQL, in the lease's walk of task `t`: some key of the task looks busy on the
 #: statement's snapshot. Only a hint (the take trigger decides on locked key rows).
 BUSY = f"EXISTS (SELECT 1 FROM jsonb_array_elements_text(t.keys) AS e(k) WHERE {_busy('e.k', 't')})"
+
+
+def crowded(candidates: str) -> str:
+    """PostgreSQL: a query of the tuple ids (`ctid`) of the candidates of one lease that the
+    candidates ahead of them crowd out of a key (a tuple id once per key it is crowded out
+    of). `candidates` names a relation of the lease's
+    candidates (`ctid`, `id`, `priority`, `created`, `keys`), each of whose keys looked free
+    on the statement's snapshot (`BUSY`).
+
+    Each key element of a candidate is ranked among the candidates naming its key row, in
+    lease order (priority desc, created, id). A candidate is crowded out by the rank of one
+    element beyond its key's free room on the snapshot: an exclusive lock, an order key: not
+    the first; a shared lock: the first candidate of its lock is an exclusive one; a limit:
+    beyond `max_running` less its running holders; a rate: beyond `count` less the starts
+    within its `seconds`. An element ranked first is never crowded out (its key looked free).
+    A candidate crowded out for one key still counts against its others: the hint may pass
+    over a task that would have fitted, never put a later one in an earlier one's place.
+    """
+    name = "substr(c.k, 3)"
+    limit_room = f"""coalesce((SELECT l.max_running FROM {LIMIT_TABLE} AS l
+        WHERE l.name = {name}), 0) - (SELECT count(*) {_held("c.k", "c.k")})"""
+    rate_room = f"""coalesce((SELECT g.count - (SELECT count(*) FROM {KEY_TABLE} AS k,
+            jsonb_array_elements_text(k.starts) AS s(s)
+            WHERE k.name = c.k AND s.s::float8 > {_PG_NOW} - g.seconds)
+        FROM {RATE_TABLE} AS g WHERE g.name = {name}), 0)"""
+    return f"""SELECT c.ctid FROM (
+        SELECT p.ctid, e.k, row_number() OVER w AS rank, first_value(left(e.k, 2)) OVER w AS head
+        FROM {candidates} AS p
+        CROSS JOIN LATERAL (SELECT DISTINCT x.k FROM jsonb_array_elements_text(p.keys) AS x(k)) AS e
+        WHERE p.keys IS NOT NULL
+        WINDOW w AS (PARTITION BY {_KEY_ROW.format(e="e.k")}
+                     ORDER BY p.priority DESC, p.created ASC, p.id ASC)
+    ) AS c
+    WHERE c.rank > 1 AND CASE left(c.k, 2)
+        WHEN 'L:' THEN true
+        WHEN 'O:' THEN true
+        WHEN 'S:' THEN c.head = 'L:'
+        WHEN 'C:' THEN c.rank > {limit_room}
+        WHEN 'R:' THEN c.rank > {rate_room}
+        ELSE false END"""
+
 
 #: The take trigger's judgement of one element by its kind: only that kind's query runs.
 _TAKE_CASES = "\n        ".join(

@@ -29,7 +29,7 @@ from django.db.models import QuerySet, sql
 
 from ..enums import TRANSITIONS, Operation
 from .clock import CLOCK_CTE
-from .keys import BUSY
+from .keys import BUSY, crowded
 from .notifications import READY_CHANNEL
 from .prepared import prepared_cursor
 from .rows import concrete_fields, convert_rows
@@ -251,10 +251,10 @@ def _lease_sql(
             LEFT JOIN {quote(tables.queue_setting._meta.db_table)} AS s ON s.queue = q.name
             WHERE s.paused IS NOT TRUE
         ), picked AS MATERIALIZED (
-            SELECT c.ctid FROM gate AS q
+            SELECT c.ctid, c.id, c.priority, c.created, c.keys FROM gate AS q
             CROSS JOIN LATERAL (
                 {"SELECT * FROM (" if locked else ""}
-                SELECT t.ctid, t.id, t.priority, t.created FROM {task_table} AS t
+                SELECT t.ctid, t.id, t.priority, t.created, t.keys FROM {task_table} AS t
                 WHERE t.status = {ready} AND t.queue = q.name
                   AND (t.not_before IS NULL OR t.not_before <= statement_timestamp())
                   -- A task past its expiry is never leased (the monitor cancels it).
@@ -270,6 +270,14 @@ def _lease_sql(
             ) AS c
             ORDER BY c.priority DESC, c.created ASC, c.id ASC
             LIMIT %(limit)s
+        ), crowded AS MATERIALIZED (
+            -- The candidates with keys that those ahead of them in lease order crowd out of a
+            -- key (`keys.crowded`): the trigger judges the rows in the UPDATE's order (by tuple
+            -- id, not lease order), so without this a later candidate could take the room of
+            -- an earlier one. A window cannot sit beside FOR UPDATE, hence a level of its own;
+            -- a row crowded out stays locked until the lease commits, as a row the walk took
+            -- beyond `limit` does. Read only when a candidate has keys.
+            {crowded("picked")}
         ), clock AS MATERIALIZED (
             -- Read once the rows are locked, so after every commit the lease could see.
             SELECT clock_timestamp() AS now FROM (SELECT count(*) FROM picked) AS p
@@ -283,7 +291,10 @@ def _lease_sql(
             -- knows of the table (joined by key and re-filtered by status, a table without
             -- statistics yet was walked whole through the ready index). They are still ready:
             -- FOR UPDATE re-checked the status when it locked them, and they stay locked.
-            WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM picked))
+            WHERE t.ctid = ANY(ARRAY(
+                SELECT p.ctid FROM picked AS p
+                WHERE p.keys IS NULL
+                   OR NOT EXISTS (SELECT 1 FROM crowded AS c WHERE c.ctid = p.ctid)))
             RETURNING {columns}
         ), assigned AS (
             INSERT INTO {history_table} (task_id, typ, worker, progress, time)

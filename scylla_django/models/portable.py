@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, models
-from django.db.models import F
+from django.db.models import ExpressionWrapper, F, Q
 
 from .. import db
 from ..enums import TRANSITIONS, EventType, Operation, Status, event, sources
@@ -59,7 +59,8 @@ def lease(
                 budgets[queue] = max(0, min(limit, most - running.get(queue, 0)))
         walks = [(free, limit)] if free else []
         walks += [([q], budgets[q]) for q in limits if budgets[q]]
-        found: list[tuple[int, int, datetime, int]] = []
+        keyed = ExpressionWrapper(Q(keys__isnull=False), output_field=models.BooleanField())
+        found: list[tuple[int, int, datetime, int, bool]] = []
         for walk, size in walks:
             found += (
                 tasks.filter(status=Status.READY, queue__in=walk)
@@ -68,22 +69,31 @@ def lease(
                 .filter(db.keys.free_in_walk(connections[tasks.db]))
                 .select_for_update(skip_locked=True)
                 .order_by(*order)
-                .values_list("priority", "pk", "created", "pk")[:size]
+                .annotate(keyed=keyed)
+                .values_list("priority", "pk", "created", "pk", "keyed")[:size]
             )
         found.sort(key=lambda row: (-row[0], row[2], row[3]))
-        ids = [row[1] for row in found[:limit]]
+        plain = [row[1] for row in found[:limit] if not row[4]]
+        with_keys = [row[1] for row in found[:limit] if row[4]]
+        ids = plain + with_keys
         if not ids:
             return []
-        base = tasks.filter(pk__in=ids, status__in=sources(Operation.LEASE))
+        base = tasks.filter(status__in=sources(Operation.LEASE))
         now = db.read_clock(tasks.db)
-        leased = base.update(
-            status=transition.target,
-            owner=name,
-            deadline=now + lease_length,
-            lease_length=lease_length,
-            leases=F("leases") + 1,
-            updated=now,
-        )
+        values = {
+            "status": transition.target,
+            "owner": name,
+            "deadline": now + lease_length,
+            "lease_length": lease_length,
+            "leases": F("leases") + 1,
+            "updated": now,
+        }
+        leased = base.filter(pk__in=plain).update(**values) if plain else 0
+        # The tasks with keys one at a time, in lease order, so that the take trigger judges
+        # each after the ones ahead of it: one UPDATE of them all meets its rows in pk order
+        # (SQLite walks `pk IN (...)` sorted), and a later task took an earlier one's room.
+        for pk in with_keys:
+            leased += base.filter(pk=pk).update(**values)
         if leased != len(ids):  # the key trigger passed over tasks whose keys are not free
             ids = list(
                 tasks.filter(pk__in=ids, status=transition.target, owner=name, updated=now)

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.utils import timezone
 
 import scylla_django
@@ -99,6 +100,94 @@ def test_a_limit_is_never_exceeded(settings, limit):
     assert Limit.objects.get(name="stripe").max_running == 2
     leased[0].abort(worker, {"code": "failed"}, retry=False)
     assert [t.pk for t in lease(worker)] == [tasks[2].pk]
+
+
+# -- lease order among the candidates of one lease ------------------------------------------------
+
+#: Keys of which a lease can start two tasks at most (none running): options, settings.
+ROOM_OF_TWO = {
+    "limit": ({"limits": ["stripe"]}, {"LIMITS": {"stripe": 2}}),
+    "rate": ({"rate_key": "stripe"}, {"RATES": {"stripe": "2/h"}}),
+    "lock": ({"locks": ["invoice:7"]}, {}),
+}
+
+
+def physical_order(tasks: list[Task]) -> list[int]:
+    """The pks of `tasks` in their rows' physical order (PostgreSQL's tuple ids; SQLite's
+    rowid, which is the pk)."""
+    column = "ctid" if connection.vendor == "postgresql" else "rowid"
+    marks = ", ".join(["%s"] * len(tasks))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM {Task._meta.db_table} WHERE id IN ({marks}) ORDER BY {column}",
+            [t.pk for t in tasks],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def move_to_the_end(moved: list[Task], tasks: list[Task]) -> None:
+    """On PostgreSQL, rewrite the rows of `moved` (a write that changes nothing) until their
+    new versions lie after the other rows of `tasks`: the lease's UPDATE then meets them last,
+    whatever their lease order. A new version usually goes after the page's last tuple; one
+    that reuses a freed slot is written again. (SQLite's rows keep their rowid.)"""
+    if connection.vendor != "postgresql":
+        return
+    others = [t.pk for t in tasks if t not in moved]
+    marks = ", ".join(["%s"] * len(moved))
+    for _ in range(20):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {Task._meta.db_table} SET priority = priority WHERE id IN ({marks})",
+                [t.pk for t in moved],
+            )
+        if physical_order(tasks)[: len(others)] == others:
+            return
+    pytest.fail(f"the rows did not move after the others: {physical_order(tasks)}")
+
+
+@pytest.mark.parametrize("kind", sorted(ROOM_OF_TWO))
+def test_a_lease_admits_the_earliest_tasks_whatever_the_order_of_their_rows(settings, kind):
+    options, scylla = ROOM_OF_TWO[kind]
+    settings.SCYLLA = scylla
+    room = 1 if kind == "lock" else 2
+    worker = WorkerFactory()
+    tasks = [Task.objects.submit("default", n, **options) for n in range(5)]
+    move_to_the_end(tasks[:room], tasks)
+    assert [t.pk for t in lease(worker)] == [t.pk for t in tasks[:room]]
+    assert statuses(*tasks[room:]) == ["ready"] * (5 - room)
+
+
+@pytest.mark.parametrize("kind", sorted(ROOM_OF_TWO))
+def test_a_lease_admits_the_tasks_of_higher_priority_first(settings, kind):
+    options, scylla = ROOM_OF_TWO[kind]
+    settings.SCYLLA = scylla
+    room = 1 if kind == "lock" else 2
+    worker = WorkerFactory()
+    low = [Task.objects.submit("default", n, **options) for n in range(2)]
+    high = [Task.objects.submit("default", n, priority=5, **options) for n in range(2)]
+    assert physical_order(low + high) == [t.pk for t in low + high]
+    assert [t.pk for t in lease(worker)] == [t.pk for t in high[:room]]
+    assert statuses(*low) == ["ready", "ready"]
+
+
+def test_shared_locks_ahead_of_a_writer_are_admitted_before_it():
+    worker = WorkerFactory()
+    readers = [Task.objects.submit("default", n, locks=[("ledger", "shared")]) for n in range(2)]
+    writer = Task.objects.submit("default", 9, locks=["ledger"])
+    later = Task.objects.submit("default", 10, locks=[("ledger", "shared")])
+    move_to_the_end(readers, [*readers, writer, later])
+    leased = lease(worker)
+    assert [t.pk for t in leased] == [readers[0].pk, readers[1].pk, later.pk]
+    assert statuses(writer) == ["ready"]
+
+
+def test_a_writer_ahead_of_shared_locks_is_admitted_alone():
+    worker = WorkerFactory()
+    writer = Task.objects.submit("default", 9, locks=["ledger"])
+    readers = [Task.objects.submit("default", n, locks=[("ledger", "shared")]) for n in range(2)]
+    move_to_the_end([writer], [writer, *readers])
+    assert [t.pk for t in lease(worker)] == [writer.pk]
+    assert statuses(*readers) == ["ready", "ready"]
 
 
 def test_a_limit_edited_at_runtime_applies_to_the_next_lease(settings):
