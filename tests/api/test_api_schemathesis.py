@@ -1,15 +1,21 @@
 """Schemathesis, in process against the schema the API generates: for every operation, no 5xx,
 no response that breaks the schema, valid input accepted and invalid input refused.
 
-The requests go through Django's WSGI handler, which closes the database connection after each
-one, so these tests commit (`transaction=True`) instead of running in a rolled-back transaction.
+The requests go through Django's WSGI handler. As Django's test client does, the handler is
+kept from closing the database connection at each request's start and end, so that every
+request of a test runs in the test's own transaction, rolled back after it: no connection
+opened per request and no tables emptied per test.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import schemathesis
+from django.core import signals
 from django.core.handlers.wsgi import WSGIHandler
+from django.db import close_old_connections
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.settings import patched_settings
 from hypothesis import HealthCheck, settings
@@ -22,7 +28,17 @@ from scylla_django.models import Task, Worker
 from tests.factories import running_task
 from tests.helpers import ALL_PERMISSIONS, make_user, token_header
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def connection_kept():
+    """The test's connection (and transaction) serves every request of the test."""
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    yield
+    signals.request_started.connect(close_old_connections)
+    signals.request_finished.connect(close_old_connections)
 
 
 def generated_schema() -> dict:
@@ -31,7 +47,12 @@ def generated_schema() -> dict:
 
 
 # NUL characters cannot be stored by PostgreSQL, and the API refuses them (see test_api_input).
-CONFIG = SchemathesisConfig.from_dict({"generation": {"allow-x00": False, "max-examples": 40}})
+# Examples per operation: 40, or SCYLLA_TEST_FUZZ_EXAMPLES (scripts/test runs fewer in the cells
+# that repeat a Django version or a database another cell fuzzes in full).
+EXAMPLES = int(os.environ.get("SCYLLA_TEST_FUZZ_EXAMPLES") or 40)
+CONFIG = SchemathesisConfig.from_dict(
+    {"generation": {"allow-x00": False, "max-examples": EXAMPLES}}
+)
 schema = schemathesis.openapi.from_dict(generated_schema(), config=CONFIG)
 schema.app = WSGIHandler()
 
