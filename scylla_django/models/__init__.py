@@ -7,6 +7,7 @@ from . import key_control
 from .batches import CALLBACKS, Batch, BatchQuerySet, count_finished, count_requeued
 from .dependencies import HELD, MAX_PARENTS, Dependency
 from .events import Consumption, Event, Firing, FiringOutcome, Watermark
+from .held import NOT_YIELDED
 from .history import History
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions, new_rn
 from .keys import Hold, Key, Limit, LockNotFree, Rate
@@ -43,7 +44,7 @@ from .rollups import (
     wait_to_start,
 )
 from .schedules import CatchUp, OnTimeout, Schedule, WhenUnmet
-from .task import NOT_YIELDED, TABLES, Task, TaskQuerySet
+from .task import TABLES, Task, TaskQuerySet
 from .waiting import WaitingRun
 
 __all__ = [

@@ -1,0 +1,218 @@
+"""A worker's set operations on the leases it holds: heartbeat, check, yield and finish many
+of them at once. Each row is fenced on its lease (running, owned by the worker, the same lease
+number) as the one-task transitions of `Task` are (README, "How it stays correct"); a lease
+missing from a result was not written, and `refusals()` says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from django.db import connections, models
+from django.db.models import Case, DateTimeField, F, FloatField, Q, Value, When
+from django.db.models.functions import Least
+
+from .. import db
+from ..conf import scylla_settings
+from ..db import Now
+from ..enums import Operation, sources
+from ..exceptions import ScyllaError
+from ..validation import validate_progress, validate_timeout
+from . import finishing
+from .outcomes import Outcome
+from .processes import Worker, worker_name
+from .refusals import refusal_errors
+from .tables import tables
+
+# A yield is the only write that sets a task's deadline before its own `updated` time (but
+# for a heartbeat capped at a limit already past, whose lease is over anyway), so a running
+# task with `deadline >= updated` has not been given back. A heartbeat is fenced on this row
+# condition rather than on History: PostgreSQL re-checks a row condition against the version a
+# concurrent yield committed, so even a heartbeat already waiting for the row cannot undo a yield.
+NOT_YIELDED = Q(deadline__gte=F("updated"))
+
+#: Leases per heartbeat statement where it names each lease (not PostgreSQL, whose one
+#: statement takes arrays): a pair of parameters each, well under every vendor's limit.
+HEARTBEAT_CHUNK = 500
+
+#: Leases per statement of `lost_leases`, a read by key (one parameter each).
+LOOKUP_CHUNK = 5000
+
+_T = TypeVar("_T", bound=models.Model)
+
+
+class HeldLeaseQuerySet(models.QuerySet[_T]):
+    """The set operations of a worker on the leases it holds (the task queryset's base)."""
+
+    def heartbeat_many(
+        self,
+        worker: Worker | str,
+        leases: Mapping[int, tuple[int, float | None]],
+        *,
+        lease_length: timedelta | float | None = None,
+        limits: Mapping[int, datetime] | None = None,
+    ) -> set[int]:
+        """Extend several leases of `worker` in one statement; return the pks it extended.
+
+        `leases` maps a task pk to `(lease, progress)`: a lease number is the task's `leases`
+        when it was leased, so a late call from an earlier lease of the same task is refused, and a
+        progress of None leaves the progress as it is. Each row is fenced as `Task.heartbeat()`
+        fences it (running, owned by `worker`, not yielded). A pk missing from the result was
+        cancelled, lost or finished: `refusals()` says which.
+
+        `limits` maps a task pk to the time (on the database clock) past which its lease is
+        never extended: its deadline becomes the earlier of the two, so a task past its
+        run-time limit loses its lease however long its worker heartbeats it. The limit is
+        written to `timeout_at` too: a lease that expires at it is aborted with `timeout` by
+        the monitor (`reset_expired`), never made ready again.
+        """
+        name = worker_name(worker)
+        lease_length = validate_timeout(
+            scylla_settings.LEASE_LENGTH if lease_length is None else lease_length
+        )
+        if not leases:
+            return set()
+        limits = limits or {}
+        if db.uses_single_statement_transitions(connections[self.db]):
+            rows = [
+                (
+                    pk,
+                    lease,
+                    None if value is None else validate_progress(value),
+                    limits.get(pk),
+                )
+                for pk, (lease, value) in leases.items()
+            ]
+            return db.postgresql_heartbeat(tables(self.model), self.db, name, rows, lease_length)
+        extended: set[int] = set()
+        chunk = list(leases.items())
+        for start in range(0, len(chunk), HEARTBEAT_CHUNK):
+            part = dict(chunk[start : start + HEARTBEAT_CHUNK])
+            extended |= self._heartbeat_chunk(name, part, lease_length, limits)
+        return extended
+
+    def _heartbeat_chunk(
+        self,
+        name: str,
+        leases: Mapping[int, tuple[int, float | None]],
+        lease_length: timedelta,
+        limits: Mapping[int, datetime],
+    ) -> set[int]:
+        """`heartbeat_many` for up to `HEARTBEAT_CHUNK` leases, through the ORM (not
+        PostgreSQL): a statement with a pair of parameters per lease."""
+        held = Q()
+        for pk, (lease, _) in leases.items():
+            held |= Q(pk=pk, leases=lease)
+        fenced = (
+            self.model._default_manager.using(self.db)
+            .filter(held, status__in=sources(Operation.HEARTBEAT), owner=name)
+            .filter(NOT_YIELDED)
+        )
+        extended = db.now_plus(lease_length)
+        capped = [
+            When(pk=pk, then=Least(extended, Value(limit, output_field=DateTimeField())))
+            for pk, limit in limits.items()
+            if pk in leases
+        ]
+        deadline = (
+            Case(*capped, default=extended, output_field=DateTimeField()) if capped else extended
+        )
+        values: dict[str, Any] = {"deadline": deadline, "updated": Now()}
+        if capped:
+            # The limit itself, so that the monitor knows a lease that expired at it timed out.
+            values["timeout_at"] = Case(
+                *[
+                    When(pk=pk, then=Value(limit, output_field=DateTimeField()))
+                    for pk, limit in (limits or {}).items()
+                    if pk in leases
+                ],
+                default=F("timeout_at"),
+                output_field=DateTimeField(),
+            )
+        progress = [
+            When(pk=pk, then=Value(validate_progress(value)))
+            for pk, (_, value) in leases.items()
+            if value is not None
+        ]
+        if progress:
+            values["progress"] = Case(*progress, default=F("progress"), output_field=FloatField())
+        return db.update_returning_pks(fenced, values)
+
+    def lost_leases(self, worker: Worker | str, leases: Mapping[int, int]) -> set[int]:
+        """The pks of `leases` (task pk → lease number) that `worker` no longer holds: read,
+        not written (a task cancelled, reset, finished, yielded or taken over); `refusals()`
+        says why. A few statements for tens of thousands of leases, by key."""
+        name = worker_name(worker)
+        chunk = list(leases.items())
+        held: set[tuple[int, int]] = set()
+        running = sources(Operation.HEARTBEAT)
+        for start in range(0, len(chunk), LOOKUP_CHUNK):
+            part = [pk for pk, _ in chunk[start : start + LOOKUP_CHUNK]]
+            held.update(
+                self.model._default_manager.using(self.db)
+                .filter(pk__in=part, status__in=running, owner=name)
+                .filter(NOT_YIELDED)
+                .values_list("pk", "leases")
+            )
+        return {pk for pk, lease in chunk if (pk, lease) not in held}
+
+    def yield_many(self, worker: Worker | str, leases: Mapping[int, int]) -> set[int]:
+        """Give back several leases of `worker` (task pk → lease number), each as
+        `Task.yield_lease()` gives one back; return the pks yielded. A pk missing from the
+        result is no longer held by this lease: `refusals()` says why.
+
+        On PostgreSQL one statement for them all; elsewhere one transition per task.
+        """
+        name = worker_name(worker)
+        if not leases:
+            return set()
+        if db.uses_single_statement_transitions(connections[self.db]):
+            return db.postgresql_yield(tables(self.model), self.db, name, list(leases.items()))
+        yielded: set[int] = set()
+        held: list[Any] = list(
+            self.model._default_manager.using(self.db).filter(pk__in=list(leases))
+        )
+        for task in held:  # each a Task, whose transition yields it
+            try:
+                task.yield_lease(name, lease=leases[task.pk])
+            except ScyllaError:
+                continue
+            yielded.add(task.pk)
+        return yielded
+
+    def finish_many(self, worker: Worker | str, outcomes: Sequence[Outcome]) -> set[int]:
+        """Complete or abort several leases of `worker` at once; return the pks finished.
+
+        An outcome with `errors` aborts its task (running → aborted), one without completes it
+        (running → completed, progress 1.0, with its `result`). Each row is fenced on its lease
+        (running, owned by `worker`, the same lease number) and gets its TaskCompletion/TaskAbort
+        row in the same transaction (on PostgreSQL, in the same statement). A pk missing from the
+        result was not written: `refusals()` says why.
+        """
+        return finishing.finish_many(self, worker_name(worker), outcomes)
+
+    def finish_and_lease(
+        self,
+        worker: Worker | str,
+        outcomes: Sequence[Outcome],
+        queues: Sequence[str],
+        *,
+        limit: int = 1,
+        lease_length: timedelta | float | None = None,
+    ) -> tuple[set[int], list[_T]]:
+        """`finish_many(worker, outcomes)`, then `lease(worker, queues, limit=…, lease_length=…)`;
+        return the pks finished and the tasks leased.
+
+        For a worker that ends its tasks and takes the next ones. On PostgreSQL, when no outcome
+        aborts its task, both are one statement: one round trip and one commit, in which the
+        finished tasks and the leased ones change status together. A worker that may not lease
+        (unregistered, stopped) leases nothing here; `lease()` raises WorkerNotFound for it.
+        """
+        return finishing.finish_and_lease(self, worker, outcomes, queues, limit, lease_length)
+
+    def refusals(self, worker: Worker | str, leases: Mapping[int, int]) -> dict[int, ScyllaError]:
+        """Why `worker` no longer holds these leases (task pk → lease number), one error per pk:
+        see `refusals.refusal_errors`."""
+        return refusal_errors(self, worker_name(worker), leases)
