@@ -41,10 +41,14 @@ lock, so that they decide one after another. LIMIT_TABLE holds each limit's size
 - **Rates**: `R:<name>` starts at most `count` tasks in any `seconds` (RATE_TABLE). The rate's
   key row keeps its last `count` starts (`starts`, seconds on the database clock), stamped by
   the trigger when it lets a task of the rate run; a task waits while `count` of them fall
-  within the `seconds` before its start. On PostgreSQL a start is the task's lease time (its
-  `updated`, its History row's time), so that no window of the recorded starts holds more than
-  `count`: a taker locks the key row, so it sees every start committed before it, later ones
-  included, and counts all of those after its own start minus `seconds`.
+  within the `seconds` before its start. A start is the task's lease time (its `updated`, its
+  History row's time), not the moment the trigger runs, so that no window of the recorded
+  starts holds more than `count`: on PostgreSQL a taker locks the key row, so it sees every
+  start committed before it, later ones included, and counts all of those after its own start
+  minus `seconds`; on SQLite writers are serialised, and the portable lease reads the clock
+  in its write transaction before its UPDATE, so the trigger (which runs later, possibly much
+  later on a busy database, and, under a virtual clock, reads a clock that moves within one
+  statement) stamps and judges the time the lease wrote, not its own reading of the clock.
 - **Holds**: `scylla_django.lock()` holds a lock for code outside tasks with a row in
   HOLD_TABLE (`take_lock`), exclusive or shared, until released or until its `until` (seconds
   on the database clock) passes; the trigger counts live holds as holders of the lock.
@@ -81,8 +85,15 @@ _PG_NOW = "extract(epoch FROM clock_timestamp())::float8"
 #: database clock), as its rate keys are stamped and judged: the window a rate bounds is over
 #: the starts the task table and History record.
 _PG_START = "extract(epoch FROM NEW.updated)::float8"
-#: SQLite: the same as _PG_NOW (julianday is constant within one statement).
+#: SQLite: the same as _PG_NOW (julianday is constant within one statement, but under the
+#: virtual clock of `scylla_django.testing`, whose julianday reads the time at each call).
 _SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+#: SQLite, in the take trigger: as _PG_START, the task's start (`updated`, which the lease read
+#: from the database clock in an earlier statement, and History records), to the microsecond:
+#: the whole seconds, then the fraction of the text "YYYY-MM-DD HH:MM:SS.ffffff".
+_SQLITE_START = (
+    "(CAST(strftime('%s', NEW.updated) AS REAL) + CAST(substr(NEW.updated, 20) AS REAL))"
+)
 TASK_TABLE = "scylla_django_task"
 RUNNING_INDEX = "scylla_task_running_keys_idx"
 
@@ -279,9 +290,9 @@ def _sqlite_held(*elements: str) -> str:
     )
 
 
-def _sqlite_busy(e: str, task: str) -> str:
+def _sqlite_busy(e: str, task: str, now: str) -> str:
     """SQLite: key element `e` of task `task` (a row alias, or the table's name) cannot be
-    taken now (one candidate alone)."""
+    taken at `now` (seconds on the database clock; one candidate alone)."""
     return f"""CASE substr({e}, 1, 2)
             WHEN 'L:' THEN EXISTS (
                 SELECT 1 {_sqlite_held(e, f"'S:' || substr({e}, 3)")})
@@ -296,7 +307,7 @@ def _sqlite_busy(e: str, task: str) -> str:
                   AND {_order_blocks("p", task)})
             WHEN 'R:' THEN coalesce((SELECT (SELECT count(*) FROM {KEY_TABLE} AS k,
                     json_each(k.starts) AS s
-                    WHERE k.name = {e} AND s.value > {_SQLITE_NOW} - r.seconds) >= r.count
+                    WHERE k.name = {e} AND s.value > {now} - r.seconds) >= r.count
                 FROM {RATE_TABLE} AS r WHERE r.name = substr({e}, 3)), 1)
             ELSE 1 END"""
 
@@ -308,14 +319,17 @@ _SQLITE_INSTALL = [
     WHEN OLD.keys IS NOT NULL AND OLD.status = 'ready' AND NEW.status = 'running'
 BEGIN
     SELECT RAISE(IGNORE) WHERE EXISTS (
-        SELECT 1 FROM json_each(NEW.keys) AS e WHERE {_sqlite_busy("e.value", "NEW")});
-    -- The starts within the period (at most `count`: the rate was not full), and this one.
+        SELECT 1 FROM json_each(NEW.keys) AS e
+        WHERE {_sqlite_busy("e.value", "NEW", _SQLITE_START)});
+    -- Every key is free: stamp the start on each rate key (its last `count` starts).
     UPDATE {KEY_TABLE}
-    SET starts = json_insert(
-        (SELECT json_group_array(s.value) FROM json_each({KEY_TABLE}.starts) AS s
-         WHERE s.value > {_SQLITE_NOW} - (SELECT r.seconds FROM {RATE_TABLE} AS r
-                                          WHERE 'R:' || r.name = {KEY_TABLE}.name)),
-        '$[#]', {_SQLITE_NOW})
+    SET starts = (SELECT json_group_array(a.s) FROM (
+        SELECT x.s, row_number() OVER (ORDER BY x.s DESC) AS n FROM (
+            SELECT s.value AS s FROM json_each({KEY_TABLE}.starts) AS s
+            UNION ALL SELECT {_SQLITE_START}) AS x
+        ORDER BY x.s DESC) AS a
+        WHERE a.n <= (SELECT r.count FROM {RATE_TABLE} AS r
+                      WHERE 'R:' || r.name = {KEY_TABLE}.name))
     WHERE name IN (SELECT value FROM json_each(NEW.keys) WHERE substr(value, 1, 2) = 'R:');
 END""",
 ]
@@ -323,7 +337,8 @@ END""",
 #: SQLite, in the lease's walk of the task table: a task whose keys all look free. Only a hint
 #: that keeps tasks with busy keys from filling the walk (the take trigger decides).
 SQLITE_FREE = f"""({TASK_TABLE}.keys IS NULL OR NOT EXISTS (
-    SELECT 1 FROM json_each({TASK_TABLE}.keys) AS e WHERE {_sqlite_busy("e.value", TASK_TABLE)}))"""
+    SELECT 1 FROM json_each({TASK_TABLE}.keys) AS e
+    WHERE {_sqlite_busy("e.value", TASK_TABLE, _SQLITE_NOW)}))"""
 
 
 _SQLITE_REMOVE = [

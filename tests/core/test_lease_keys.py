@@ -12,8 +12,9 @@ from django.db import connection
 from django.utils import timezone
 
 import scylla_django
+from scylla_django.enums import Operation, event
 from scylla_django.exceptions import LeaseLost
-from scylla_django.models import Hold, Key, Limit, Outcome, Rate, Task, keys
+from scylla_django.models import History, Hold, Key, Limit, Outcome, Rate, Task, keys
 from tests.factories import WorkerFactory
 from tests.helpers import expire
 
@@ -395,6 +396,27 @@ def test_a_rate_starts_at_most_count_tasks_per_period(settings):
     # A new window: two more start, in one lease, and the fifth waits.
     assert [t.pk for t in lease(worker)] == [tasks[2].pk, tasks[3].pk]
     assert Task.objects.get(pk=tasks[4].pk).status == "ready"
+
+
+def test_a_rate_start_is_the_lease_time_history_records(settings):
+    """A start is stamped at the task's lease time (its `updated`, its History row's time),
+    however long after reading the clock the lease's UPDATE runs: the windows a rate bounds
+    are those of the recorded starts."""
+    settings.SCYLLA = {"RATES": {"stripe": "2/h"}}
+    worker = WorkerFactory()
+    task = Task.objects.submit("default", 1, rate_key="stripe")
+
+    def slow_update(execute, sql, params, many, context):
+        if sql.lstrip().upper().startswith("UPDATE") and Task._meta.db_table in sql:
+            time.sleep(0.05)  # a busy database: the UPDATE runs well after the clock's reading
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(slow_update):
+        [leased] = lease(worker)
+    leased_at = History.objects.get(task=task, typ=event(Operation.LEASE)).time
+    assert leased.updated == leased_at
+    [start] = Key.objects.get(name="R:stripe").starts
+    assert start == pytest.approx(leased_at.timestamp(), abs=0.001)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from django.db import connection
 
 from scylla_django import db, pytest_plugin
 from scylla_django.enums import EventType, Status
-from scylla_django.models import History, Task, Worker
+from scylla_django.models import History, Key, Task, Worker
 from scylla_django.monitor import Monitor
 from scylla_django.retries import Fixed, Retry
 from scylla_django.testing import drain, run_task, virtual_clock
@@ -110,3 +110,23 @@ def test_connections_of_other_threads_see_the_same_clock(scylla_clock):
     thread.start()
     thread.join()
     assert abs(seen[0] - scylla_clock.now()) < timedelta(seconds=5)
+
+
+def test_a_rate_opens_its_next_window_as_the_clock_moves(scylla_clock, settings):
+    settings.SCYLLA = {"RATES": {"sms": "1/h"}}
+    first, second = (Task.objects.submit("t-echo", {"n": n}, rate_key="sms") for n in range(2))
+    worker = Worker.objects.register(["t-echo"])
+
+    def lease() -> list[str]:
+        return [t.rn for t in Task.objects.lease(worker, ["t-echo"], lease_length=60)]
+
+    scylla_clock.advance(timedelta(days=1))
+    assert lease() == [first.rn]
+    leased_at = History.objects.get(task=first, typ=EventType.ASSIGNMENT).time
+    [start] = Key.objects.get(name="R:sms").starts
+    assert start == pytest.approx(leased_at.timestamp(), abs=0.001)  # on the shifted clock
+
+    scylla_clock.advance(timedelta(minutes=59))
+    assert lease() == []  # one start in the hour
+    scylla_clock.advance(timedelta(minutes=2))
+    assert lease() == [second.rn]
