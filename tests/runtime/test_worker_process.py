@@ -82,7 +82,9 @@ def test_a_second_signal_exits_at_once(tmp_path):
 def test_sigusr1_prints_every_threads_stack_and_the_worker_carries_on():
     task = Task.objects.submit("t-sleep", {"seconds": 60})
     process = worker("t-sleep")
-    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="leased")
+    # Its handler is running (its progress came with a heartbeat), not only leased: the stacks
+    # are those of the moment the signal comes.
+    wait_until(lambda: Task.objects.get(pk=task.pk).progress > 0, what="the handler's progress")
     process.send_signal(signal.SIGUSR1)
     wait_until(lambda: "worker_handlers.py" in output_so_far(process), what="the stacks")
     output = output_so_far(process)
