@@ -127,9 +127,10 @@ def test_bad_input_is_a_400_with_a_code(api, query, field, code):
 @pytest.mark.parametrize(
     "raw", [b"p=abc", b"p=-1", b"p=99999999999999999999999", b"r=x", b"\xff", b"p=1%00"]
 )
-def test_a_bad_cursor_is_a_404(api, raw):
+@pytest.mark.parametrize("route", ["/events/", "/workers/"])
+def test_a_bad_cursor_is_a_404(api, route, raw):
     cursor = base64.b64encode(raw).decode()
-    assert_error(api.get(f"{API}/events/", {"cursor": cursor}), 404, "invalid_cursor")
+    assert_error(api.get(f"{API}{route}", {"cursor": cursor}), 404, "invalid_cursor")
 
 
 def test_posting_takes_no_query_parameters(api):
