@@ -22,16 +22,18 @@ are `TaskQuerySet.purge()`. Built to stay fast on millions of tasks:
 | `schedules` | `ScheduleAdmin`, the "Retry selected" action, the chain of attempts |
 | `keys` | the "Locks and limits" page, `LimitAdmin`, `RateAdmin`, `HoldAdmin` |
 | `batches` | `BatchAdmin`: each batch's progress from its counters, "Cancel selected batches" |
+| `events` | `EventAdmin`: the stored events, read-only, with the schedules that consumed each |
 
-Importing this package registers `Task`, `Worker`, `Schedule`, `Limit`, `Rate`, `Hold` and
-`Batch` with `admin.site` and changes nothing else. The "Scylla console" module on the admin
-index is opt-in: set
-`admin.site.index_template = INDEX_TEMPLATE` (see the README, "Admin").
+Importing this package registers `Task`, `Worker`, `Schedule`, `Limit`, `Rate`, `Hold`,
+`Batch` and `Event` with `admin.site` and changes nothing else. The "Scylla console" module on
+the admin index is opt-in: set `admin.site.index_template = INDEX_TEMPLATE` (see the README,
+"Admin").
 """
 
 from __future__ import annotations
 
 from .batches import BatchAdmin
+from .events import EventAdmin
 from .keys import HoldAdmin, LimitAdmin, RateAdmin
 from .schedules import ScheduleAdmin
 from .task_columns import HISTORY_LIMIT
@@ -47,6 +49,7 @@ __all__ = [
     "ApproximateCount",
     "BatchAdmin",
     "EstimatingPaginator",
+    "EventAdmin",
     "HoldAdmin",
     "LimitAdmin",
     "RateAdmin",

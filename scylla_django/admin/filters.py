@@ -20,9 +20,10 @@ from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from .. import events
 from ..db import Now
 from ..enums import Liveness, Status
-from ..models import TaskQuerySet, Worker
+from ..models import Consumption, TaskQuerySet, Worker
 from ..models.keys import naming
 from ..validation import key_name, queue_validator, validate_unique_key
 from . import dashboard
@@ -156,6 +157,29 @@ OwnerFilter = input_filter(
     dashboard.known_workers,
     "`?owner=`: the tasks a worker runs or ran, by its name.",
 )
+
+
+KindFilter = input_filter(
+    "kind", events.validate_kind, list, "`?kind=`: the events of one kind, by exact name."
+)
+
+
+class ConsumedFilter(admin.SimpleListFilter):
+    """`?consumed=yes|no`: the events some schedule's firing consumed, or those none did."""
+
+    title = gettext_lazy("consumed")
+    parameter_name = "consumed"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("yes", gettext_lazy("by a schedule")), ("no", gettext_lazy("by none"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        consumed = models.Exists(Consumption.objects.filter(event=models.OuterRef("pk")))
+        if self.value() == "yes":
+            return queryset.filter(consumed)
+        if self.value() == "no":
+            return queryset.filter(~consumed)
+        return queryset
 
 
 class DateRangeFilter(admin.FieldListFilter):

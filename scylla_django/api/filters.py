@@ -1,4 +1,5 @@
-"""The filters of `GET /tasks/` (README, "REST API"), as a django-filter FilterSet.
+"""The filters of `GET /tasks/`, `GET /workers/` and `GET /events/` (README, "REST API"), as
+django-filter FilterSets.
 
 Every value is checked before it reaches the database: a queue or rn that breaks the naming
 rules, a NUL character or an integer out of range is a 400 with a code per parameter, never a
@@ -16,14 +17,17 @@ import django_filters  # type: ignore[import-untyped, unused-ignore]
 from django import forms
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
+from django.db.models import Exists, OuterRef
 from django.http import QueryDict
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework.exceptions import ErrorDetail
 from rest_framework.exceptions import ValidationError as APIValidationError
 
+from .. import events
 from ..enums import Liveness, Status
-from ..models import Task, Worker, WorkerQuerySet
+from ..models import Consumption, Event, Task, Worker, WorkerQuerySet
+from ..models.events import KIND_MAX_LENGTH
 from ..models.keys import naming
 from ..validation import (
     KEY_NAME_MAX_LENGTH,
@@ -31,6 +35,7 @@ from ..validation import (
     RN_MAX_LENGTH,
     queue_validator,
     rn_validator,
+    schedule_name_validator,
 )
 from .serializers import clamp_utc
 
@@ -243,6 +248,68 @@ class WorkerFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignor
         queue = self.form.cleaned_data.pop("queue", None)
         queryset = super().filter_queryset(queryset)
         return queryset.serving(queue) if queue else queryset
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "pattern": events.KIND_PATTERN,
+        "maxLength": KIND_MAX_LENGTH,
+        "description": "Exact event kind (`partition.added`, `task.completed`).",
+    }
+)
+class KindFilter(django_filters.CharFilter):  # type: ignore[misc, unused-ignore]
+    """An event kind, matched exactly; a malformed one is refused (`invalid_kind`)."""
+
+    def __init__(self) -> None:
+        super().__init__(max_length=KIND_MAX_LENGTH, validators=[events.validate_kind])
+
+
+@extend_schema_field(
+    string_schema(
+        schedule_name_validator, 100, "Events consumed by the firings of this schedule (name)."
+    )
+)
+class ConsumerFilter(django_filters.CharFilter):  # type: ignore[misc, unused-ignore]
+    """The events a schedule's firings consumed, by the schedule's name."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            method="filter_schedule", max_length=100, validators=[schedule_name_validator]
+        )
+
+
+class EventFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
+    """`kind` (exact), `since` (inclusive) and `until` (exclusive) on the event's time,
+    `consumed` (by any schedule's firing, or by none) and `schedule` (consumed by its firings)."""
+
+    kind = KindFilter()
+    since = TimestampFilter(
+        field_name="time", lookup_expr="gte", help_text="Events written at or after this time."
+    )
+    until = TimestampFilter(
+        field_name="time", lookup_expr="lt", help_text="Events written before this time."
+    )
+    consumed = django_filters.ChoiceFilter(
+        choices=[("true", "true"), ("false", "false")],
+        method="filter_consumed",
+        help_text="`true`: events some schedule's firing consumed; `false`: events none did.",
+    )
+    schedule = ConsumerFilter()
+
+    class Meta:
+        model = Event
+        form = NoEmptyValuesForm
+        fields = ["kind", "since", "until", "consumed", "schedule"]
+
+    def filter_consumed(self, queryset: Any, name: str, value: str) -> Any:
+        consumed = Exists(Consumption.objects.filter(event=OuterRef("pk")))
+        return queryset.filter(consumed if value == "true" else ~consumed)
+
+    def filter_schedule(self, queryset: Any, name: str, value: str) -> Any:
+        return queryset.filter(
+            Exists(Consumption.objects.filter(event=OuterRef("pk"), schedule__name=value))
+        )
 
 
 # -- the same filters in a request body (`POST /bulk/tasks/cancel/`) ---------------------------

@@ -222,21 +222,54 @@ class TaskCursorPagination(BasePagination):
         ]
 
 
-class WorkerCursorPagination(CursorPagination):
-    """Workers, newest first, `?page_size=` (default 100, at most 500)."""
+class NewestFirstPagination(CursorPagination):
+    """Rows newest first (by id, unique), `?page_size=` (default 100, at most 500), and
+    `?cursor=` from a previous page's `next` or `previous` link.
+
+    A cursor whose position is not an id is refused as DRF refuses any other bad cursor (404
+    `invalid_cursor`), before it reaches the database.
+    """
 
     ordering = "-id"
     page_size = 100
     max_page_size = 500
     page_size_query_param = "page_size"
+    #: What a page holds, for the schema ("Workers").
+    items = "Rows"
 
     def get_page_size(self, request: Request) -> int:
         return strict_page_size(
             request, self.page_size_query_param, self.page_size, self.max_page_size
         )
 
+    def decode_cursor(self, request: Request) -> Any:
+        invalid = NotFound(self.invalid_cursor_message, code="invalid_cursor")
+        try:
+            cursor = super().decode_cursor(request)
+        except NotFound:
+            raise invalid from None
+        # A string as decoded (the stubs say an int): DRF puts it in the query unchecked.
+        position = None if cursor is None or cursor.position is None else str(cursor.position)
+        if position is not None and not (
+            position.isascii() and position.isdigit() and 0 < int(position) <= MAX_ID
+        ):
+            raise invalid
+        return cursor
+
     def get_schema_operation_parameters(self, view: APIView) -> list[dict[str, Any]]:
-        return page_parameters(self, "Workers")
+        return page_parameters(self, self.items)
+
+
+class WorkerCursorPagination(NewestFirstPagination):
+    """Workers, newest first."""
+
+    items = "Workers"
+
+
+class EventCursorPagination(NewestFirstPagination):
+    """Events, newest first."""
+
+    items = "Events"
 
 
 def page_parameters(paging: Any, items: str) -> list[dict[str, Any]]:

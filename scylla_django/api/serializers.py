@@ -32,6 +32,7 @@ from ..firings import latest_firings, why_not
 from ..models import (
     MAX_PARENTS,
     CatchUp,
+    Event,
     FiringOutcome,
     History,
     Schedule,
@@ -1162,6 +1163,19 @@ class EventOutSerializer(serializers.Serializer[Any]):
     kind = serializers.CharField()
     payload = serializers.JSONField()
     time = serializers.DateTimeField()
+
+
+class EventSerializer(EventOutSerializer):
+    """An event of `GET /events/`, with the schedules whose firings consumed it."""
+
+    consumed_by = serializers.SerializerMethodField(
+        help_text="The names of the schedules whose firings consumed this event (empty: none "
+        "yet), in the order they consumed it."
+    )
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_consumed_by(self, event: Event) -> list[str]:
+        return [c.schedule.name for c in event.consumptions.all()]
 
 
 class FiringSerializer(serializers.Serializer[Any]):

@@ -57,6 +57,7 @@ OPERATION_IDS = {
     ("post", "/schedules/{name}/run/"): "run_schedule",
     ("get", "/schedules/{name}/why/"): "why_schedule",
     ("get", "/schedules/{name}/calendar/"): "schedule_calendar",
+    ("get", "/events/"): "list_events",
     ("post", "/events/"): "emit_event",
     ("get", "/health/"): "check_health",
     ("get", "/schema/"): "get_schema",

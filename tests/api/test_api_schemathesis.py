@@ -23,6 +23,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
+import scylla_django
 from scylla_django.api.schema import SCHEMA_SETTINGS
 from scylla_django.models import Task, Worker
 from tests.factories import running_task
@@ -61,7 +62,7 @@ schema.app = WSGIHandler()
 def auth() -> dict[str, str]:
     """The token of a staff user with every permission, and data for responses to carry.
 
-    The database holds a task in each state and a worker of the user's own.
+    The database holds a task in each state, a worker of the user's own and an event.
     """
     user = make_user("fuzzer", *ALL_PERMISSIONS, is_staff=True)
     worker = Worker.objects.register(queues=["default"])
@@ -69,6 +70,7 @@ def auth() -> dict[str, str]:
     running_task(worker, rn="fuzz-running")
     running_task(worker, rn="fuzz-done").complete(worker, result={"ok": True})
     Task.objects.submit("default", {"n": 1}, rn="fuzz-ready", priority=9)
+    scylla_django.emit("fuzz.happened", {"n": 1})
     return {"Authorization": token_header(user)}
 
 

@@ -1,24 +1,70 @@
-"""The events route: `POST /events/` emits an event (README, "Triggers")."""
+"""The events route: `POST /events/` emits an event, `GET /events/` lists the stored ones
+(README, "Triggers")."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
-from rest_framework import status
+from django.db.models import Prefetch
+from django_filters.rest_framework import DjangoFilterBackend  # type: ignore[import-untyped, unused-ignore]
+from rest_framework import generics, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ... import events
+from ...models import Consumption, Event
 from .. import permissions
+from ..filters import EventFilter
+from ..pagination import EventCursorPagination
 from ..schema import document, errors
-from ..serializers import EventInputSerializer, EventOutSerializer
+from ..serializers import EventInputSerializer, EventOutSerializer, EventSerializer
 from .base import ScyllaView
 
 
-class EventView(ScyllaView):
-    """Emit an event, for the schedules whose trigger listens to its kind."""
+class EventView(ScyllaView, generics.GenericAPIView[Event]):
+    """List the stored events; emit one, for the schedules whose trigger listens to its kind."""
 
     # An event may fire schedules, which submit tasks: the same right as submitting.
-    required_permissions = {"post": permissions.SUBMIT}
+    required_permissions = {
+        "get": permissions.VIEW,
+        "head": permissions.VIEW,
+        "post": permissions.SUBMIT,
+    }
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = EventFilter
+    pagination_class = EventCursorPagination
+
+    def allowed_query_params(self) -> frozenset[str]:
+        if self.request.method not in ("GET", "HEAD"):
+            return frozenset()
+        paging = EventCursorPagination
+        return frozenset(EventFilter.base_filters) | {
+            paging.cursor_query_param,
+            paging.page_size_query_param,
+        }
+
+    def get_queryset(self) -> Any:
+        # One more query per page for the consuming schedules, whatever the page's size.
+        consumers = Consumption.objects.select_related("schedule").only(
+            "event_id", "schedule__name"
+        )
+        return Event.objects.prefetch_related(Prefetch("consumptions", queryset=consumers))
+
+    @document(
+        operation_id="list_events",
+        summary="List events",
+        description=(
+            "The stored events, newest first, a cursor page at a time, each with the schedules "
+            "whose firings consumed it (`consumed_by`). Filter by `kind`, by time (`since` "
+            "inclusive, `until` exclusive), by `consumed` (by any schedule, or by none) and by "
+            "the consuming `schedule`."
+        ),
+        responses={200: EventSerializer(many=True), **errors(400, 401, 403, 404)},
+    )
+    def get(self, request: Request) -> Response:
+        found = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(EventSerializer(found, many=True).data)
 
     @document(
         operation_id="emit_event",
