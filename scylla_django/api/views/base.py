@@ -178,12 +178,17 @@ class ScyllaView(ScyllaAuthMixin, APIView):
         """On `list`: the filters of `filterset` and the parameters of `paging`; else none."""
         if self.action != "list":  # type: ignore[attr-defined]
             return frozenset()
-        names = (
-            paging.cursor_query_param,
-            paging.page_size_query_param,
-            getattr(paging, "ordering_query_param", None),
-        )
-        return frozenset(filterset.base_filters) | {name for name in names if name}
+        return listing_params(filterset, paging)
+
+
+def listing_params(filterset: Any, paging: Any) -> frozenset[str]:
+    """The query parameters of a list: the filters of `filterset` and those of `paging`."""
+    names = (
+        paging.cursor_query_param,
+        paging.page_size_query_param,
+        getattr(paging, "ordering_query_param", None),
+    )
+    return frozenset(filterset.base_filters) | {name for name in names if name}
 
 
 def get_task(rn: str, *, with_history: bool = False) -> Task:

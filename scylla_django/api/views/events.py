@@ -19,7 +19,7 @@ from ..filters import EventFilter
 from ..pagination import EventCursorPagination
 from ..schema import document, errors
 from ..serializers import EventInputSerializer, EventOutSerializer, EventSerializer
-from .base import ScyllaView
+from .base import ScyllaView, listing_params
 
 
 class EventView(ScyllaView, generics.GenericAPIView[Event]):
@@ -38,11 +38,7 @@ class EventView(ScyllaView, generics.GenericAPIView[Event]):
     def allowed_query_params(self) -> frozenset[str]:
         if self.request.method not in ("GET", "HEAD"):
             return frozenset()
-        paging = EventCursorPagination
-        return frozenset(EventFilter.base_filters) | {
-            paging.cursor_query_param,
-            paging.page_size_query_param,
-        }
+        return listing_params(EventFilter, EventCursorPagination)
 
     def get_queryset(self) -> Any:
         # One more query per page for the consuming schedules, whatever the page's size.
