@@ -12,7 +12,7 @@ import pytest
 
 from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import LeaseLost
-from scylla_django.models import History, Task, Worker
+from scylla_django.models import History, Monitor, Task, Worker
 from tests.helpers import typs
 from tests.processes import finish, output_so_far, start, wait_until
 
@@ -183,6 +183,18 @@ def test_two_workers_and_two_monitors_complete_every_task_exactly_once(tmp_path)
         start("scylla_monitor", "--interval", "0.2"),
     ]
     try:
+        # Every process is up (registered, its stop signals handled) before any is stopped: one
+        # still starting when the tasks are all done would die of the SIGTERM.
+        pids = {process.pid for process in processes}
+        wait_until(
+            lambda: (
+                {*Worker.objects.values_list("pid", flat=True)}
+                | {*Monitor.objects.values_list("pid", flat=True)}
+                >= pids
+            ),
+            timeout=60,
+            what="every process registered",
+        )
         wait_until(
             lambda: statuses()[Status.COMPLETED] == 500, timeout=120, what="500 completed tasks"
         )
