@@ -24,12 +24,15 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
 FAST = ["--poll-interval", "0.1", "-v", "2", "--handlers=tests.worker_handlers"]
 
 
-def worker(*queues: str, lease: str = "5s", env: dict[str, str] | None = None):
+def worker(
+    *queues: str, lease: str = "5s", env: dict[str, str] | None = None, extra: tuple[str, ...] = ()
+):
     return start(
         "scylla_worker",
         *(f"--queue={q}" for q in queues),
         f"--lease-length={lease}",
         *FAST,
+        *extra,
         env=env,
     )
 
@@ -63,8 +66,14 @@ def test_a_stopped_worker_cannot_hold_a_task_past_its_limit_the_monitor_aborts_i
     lease at the limit leaves the task to the monitor, which aborts it with `timeout` rather
     than letting it run again."""
     task = Task.objects.submit("t-spin", {}, timeout=1)
+    # No prefetch: with its one slot busy the worker writes nothing but its heartbeats, so the
+    # SIGSTOP below cannot freeze it inside a lease's write (on SQLite, a lock of the whole
+    # file that would keep the monitor out).
     process = worker(
-        "t-spin", lease="8s", env={"SCYLLA_TEST_SETTINGS": json.dumps({"TIMEOUT_GRACE": 6})}
+        "t-spin",
+        lease="8s",
+        env={"SCYLLA_TEST_SETTINGS": json.dumps({"TIMEOUT_GRACE": 6})},
+        extra=("--prefetch", "0"),
     )
     monitor = None
     try:
