@@ -61,6 +61,9 @@ def test_an_endless_handler_is_aborted_with_timeout_and_the_worker_keeps_serving
     assert "aborting the task (timeout)" in output
 
 
+# PostgreSQL only: on SQLite a process frozen by SIGSTOP while it holds the file's write lock
+# (any of its writes, a heartbeat's included) keeps the monitor out until it is thawed.
+@pytest.mark.postgres
 def test_a_stopped_worker_cannot_hold_a_task_past_its_limit_the_monitor_aborts_it():
     """The database backs the limit: a worker frozen (SIGSTOP) after its heartbeat capped the
     lease at the limit leaves the task to the monitor, which aborts it with `timeout` rather
