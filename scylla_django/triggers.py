@@ -312,8 +312,9 @@ def screen(triggers: Mapping[int, Mapping[str, Any]], now: datetime, using: str)
         kinds = sorted({key[0] for key in chunk})
         selected: dict[str, Any] = {}
         for number, key in enumerate(chunk):
-            selected[f"count{number}"] = Count("id", filter=_selects(key))
-            selected[f"latest{number}"] = Max("time", filter=_selects(key))
+            condition = _selects(key)
+            selected[f"count{number}"] = Count("id", filter=condition)
+            selected[f"latest{number}"] = Max("time", filter=condition)
         found = Event.objects.using(using).filter(kind__in=kinds).aggregate(**selected)
         for number, key in enumerate(chunk):
             totals[key] = (found[f"count{number}"], found[f"latest{number}"])
