@@ -35,6 +35,7 @@ Each figure is the median of --runs runs with the min-max in brackets.
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import re
@@ -86,6 +87,9 @@ def main() -> None:
     if args.private_cluster:
         os.environ["DATABASE_URL"] = private_cluster(parser)
     postgres.setup(parser, DEFAULT_URL)
+    # The client submits before the workers start: each submission's warning that nothing
+    # serves the queue yet would fill the page.
+    logging.getLogger("scylla_django").setLevel(logging.ERROR)
     bench = Bench(args)
     print(bench.header())
     for figure in args.only or FIGURES:
