@@ -14,6 +14,7 @@ purge), `portable` (lease and finish off PostgreSQL).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar, Unpack
@@ -655,13 +656,18 @@ class Task(models.Model):
         key, `created`, `updated`); every other field at its default.
 
         Built as a query builds its rows: the model's positional constructor, a quarter of the
-        cost of the keyword one that `Task(**values)` takes, per submitted task.
+        cost of the keyword one that `Task(**values)` takes, per submitted task; from a row of
+        the fields' defaults made once (`default_row`), with a new value only where a default
+        is made afresh for each instance.
         """
-        given = {**values, **filled}
-        row = [
-            given[f.attname] if f.attname in given else f.get_default()
-            for f in cls._meta.concrete_fields
-        ]
+        template, fresh, positions = default_row(cls)
+        row = list(template)
+        for index, field in fresh:
+            row[index] = field.get_default()
+        for name, value in values.items():
+            row[positions[name]] = value
+        for name, value in filled.items():
+            row[positions[name]] = value
         return cls.from_db(using, (), row)
 
     # -- transitions ------------------------------------------------------------------------
@@ -1056,3 +1062,28 @@ class Task(models.Model):
 
 TABLES = tables(Task)
 """The models the PostgreSQL lease and finish statements name (`db.Tables`)."""
+
+
+#: Default values that one row may share with the next: nothing in them can be changed in place.
+_SHARED_DEFAULTS = (type(None), str, int, float, bool, timedelta)
+
+
+@functools.cache
+def default_row(
+    model: type[models.Model],
+) -> tuple[tuple[Any, ...], tuple[tuple[int, models.Field[Any, Any]], ...], dict[str, int]]:
+    """The row of `model`'s concrete fields at their defaults, for `Task.inserted`: the
+    defaults every row may share, the fields (with their places) whose default is made afresh
+    for each row (a callable's, such as a new list, or the database's own), and each field's
+    place by attribute name."""
+    template: list[Any] = []
+    fresh: list[tuple[int, models.Field[Any, Any]]] = []
+    for index, field in enumerate(model._meta.concrete_fields):
+        value = field.get_default()
+        made = field.has_default() and callable(field.default)  # a new one per call
+        shared = not made and isinstance(value, _SHARED_DEFAULTS)
+        template.append(value if shared else None)
+        if not shared:
+            fresh.append((index, field))
+    positions = {f.attname: i for i, f in enumerate(model._meta.concrete_fields)}
+    return tuple(template), tuple(fresh), positions

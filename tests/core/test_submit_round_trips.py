@@ -78,6 +78,16 @@ def test_the_task_submit_returns_is_the_row_it_wrote_field_by_field(n):
     assert (stored.spec, stored.status, stored.errors, stored.leases) == (spec, "ready", [], 0)
 
 
+def test_submitted_tasks_share_no_default_that_can_change():
+    """The returned tasks start from one row of defaults: a default made afresh per task (a
+    new list of errors) is each task's own."""
+    first = Task.objects.submit("own", {}, rn="own-1")
+    first.errors.append({"code": "changed"})
+    second = Task.objects.submit("own", {}, rn="own-2")
+    assert second.errors == [] and second.errors is not first.errors
+    assert second.status == "ready" and second.attempt == 1 and second.unique_held is False
+
+
 def test_submit_with_a_retry_policy_is_still_one_statement():
     policy = Retry(max_attempts=3, backoff=Fixed(5))
     with round_trips() as (statements, switches):
