@@ -160,9 +160,10 @@ def native(query: str, params: Any) -> tuple[str, Any]:
     values in that order.
 
     psycopg turns its own placeholders (`%s`, `%(name)s`, `%%` for a percent sign) into
-    PostgreSQL's on every execute, and remembers the result only for statements under 4 KB (and 50 values):
-    the lease (7 KB with its outcomes) was split again on each call, about 0.2 ms of the
-    worker's CPU per statement. Here each statement is split once per process.
+    PostgreSQL's on every execute, and remembers the result only for statements under 4 KB
+    with at most 50 values: the lease (7 KB with its outcomes) was split again on each call,
+    about 0.2 ms of the worker's CPU per statement. Here each statement is split once per
+    process.
     """
     if not isinstance(query, str):
         return query, params
