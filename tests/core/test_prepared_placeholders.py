@@ -20,6 +20,8 @@ def test_named_placeholders_become_numbers_and_a_repeated_name_one_number():
 def test_positional_placeholders_keep_their_values():
     assert prepared.native("SELECT %s, %s", [1, None]) == ("SELECT $1, $2", [1, None])
     assert prepared.native("SELECT 1", None) == ("SELECT 1", None)
+    # Without values nothing is a placeholder, as psycopg has it.
+    assert prepared.native("SELECT '%%s'", None) == ("SELECT '%%s'", None)
 
 
 @pytest.mark.parametrize(
