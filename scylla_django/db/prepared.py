@@ -161,9 +161,9 @@ def native(query: str, params: Any) -> tuple[str, Any]:
 
     psycopg turns its own placeholders (`%s`, `%(name)s`, `%%` for a percent sign) into
     PostgreSQL's on every execute, and remembers the result only for statements under 4 KB
-    with at most 50 values: the lease (7 KB with its outcomes) was split again on each call,
-    about 0.2 ms of the worker's CPU per statement. Here each statement is split once per
-    process. Without values a statement is sent as written, as psycopg sends it (`%%` stays).
+    with at most 50 values: the lease (7 KB with its outcomes) was split again, in Python, on
+    each call. Here each statement is split once per process. Without values a statement is
+    sent as written, as psycopg sends it (`%%` stays).
     """
     if not isinstance(query, str) or params is None:
         return query, params
