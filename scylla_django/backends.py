@@ -174,6 +174,22 @@ def send_task_finished(sender: Any, task: ScyllaTask, **kwargs: Any) -> None:
         task_finished.send(type(backend), task_result=result)
 
 
+def enqueued_task(task: DjangoTask[Any, Any], scylla_task: ScyllaTask, alias: str) -> Any:
+    """`task` (a module's Django task) as it was enqueued as `scylla_task`: `.using()` may
+    have changed its priority, queue, run_after or backend. The module's own task when none
+    differs (a copy would validate the task again)."""
+    spec = scylla_task.spec
+    changed = {
+        "priority": spec.get("priority", task.priority),
+        "queue_name": scylla_task.queue,
+        "run_after": scylla_task.not_before,
+        "backend": spec.get("backend", alias),
+    }
+    if all(getattr(task, name) == value for name, value in changed.items()):
+        return task
+    return dataclasses.replace(task, **changed)
+
+
 def _backend_for(spec: dict[str, Any]) -> ScyllaBackend:
     """The backend a Django task was enqueued through (its task's default for older specs)."""
     alias = spec.get("backend")
@@ -256,15 +272,7 @@ if HAS_DJANGO_TASKS:
                 raise TaskResultDoesNotExist(scylla_task.rn)
             task = getattr(scylla_task, ENQUEUED, None)
             if task is None:
-                task = import_string(spec[SPEC_KEY])
-                # The task as it was enqueued: `.using()` may have changed any of these.
-                task = dataclasses.replace(
-                    task,
-                    priority=spec.get("priority", task.priority),
-                    queue_name=scylla_task.queue,
-                    run_after=scylla_task.not_before,
-                    backend=spec.get("backend", self.alias),
-                )
+                task = enqueued_task(import_string(spec[SPEC_KEY]), scylla_task, self.alias)
             return self._result(task, scylla_task, getattr(scylla_task, ASSIGNMENTS, None))
 
         def check(self, **kwargs: Any) -> list[Any]:

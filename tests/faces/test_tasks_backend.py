@@ -272,6 +272,16 @@ def test_get_result_keeps_the_using_overrides():
     assert fetched == enqueued
 
 
+def test_get_result_of_a_task_enqueued_as_defined_gives_the_module_s_own_task():
+    """Nothing to restore from the spec: no copy (a copy would validate the task again)."""
+    from tests.django_tasks import send
+
+    enqueued = send.enqueue("a@b.c")
+    fetched = send.get_result(enqueued.id)
+    assert fetched.task is send
+    assert fetched == enqueued
+
+
 def test_a_task_that_cannot_be_imported_records_its_import_error():
     from tests.django_tasks import add
 
