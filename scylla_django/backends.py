@@ -128,11 +128,12 @@ def run_django_task(ctx: ScyllaContext) -> Any:
         # The first lease, just taken: its TaskAssignment is this row's time and owner, so the
         # result is built without reading the History (kept for `task_finished`, too).
         setattr(scylla_task, ASSIGNMENTS, [(scylla_task.updated, scylla_task.owner)])
-    result = _backend_for(spec).result_of(scylla_task)
+    backend = _backend_for(spec)
+    result = backend.result_of(scylla_task)
     # Kept for `task_finished`, sent with this instance once the outcome is written: the
     # fields the Django task is built from do not change while it runs.
     setattr(scylla_task, ENQUEUED, result.task)
-    task_started.send(type(result.task.get_backend()), task_result=result)
+    task_started.send(type(backend), task_result=result)
     task = result.task
     try:
         if task.takes_context:
