@@ -1,0 +1,78 @@
+"""Benchmark scripts run for real, small: each sets up what it measures and prints every
+figure it names. The figures themselves are docs/performance.md's (no timing is asserted)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import django
+import psycopg
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tests.processes import ROOT, database_url
+
+ENGINE = settings.DATABASES["default"]["ENGINE"]
+
+
+def run(script: str, env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, f"benchmarks/{script}", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks is new in Django 6.0")
+@pytest.mark.skipif(
+    "sqlite" not in ENGINE, reason="the script runs on a SQLite file of its own: once, there"
+)
+def test_the_django_tasks_adapter_benchmark_prints_each_cost_per_task(tmp_path):
+    out = run(
+        "django_tasks_adapter.py",
+        {"DATABASE_URL": f"sqlite:///{tmp_path / 'bench.sqlite3'}"},
+        *("--tasks", "50", "--runs", "1"),
+    )
+    assert "sqlite, Django" in out and "50 leased tasks" in out
+    figures = dict(re.findall(r"^(.+?)\s+(\d+\.\d) µs$", out, re.MULTILINE))
+    assert list(figures) == [
+        "native: handler call + task_finished receiver",
+        "django.tasks: run_django_task + task_finished",
+        "  without Django log receivers",
+        "  of which Django log receivers",
+    ]
+    assert float(figures["django.tasks: run_django_task + task_finished"]) > 0
+
+
+@pytest.mark.skipif("postgresql" not in ENGINE, reason="a PostgreSQL benchmark")
+@pytest.mark.skipif(django.VERSION < (6, 0), reason="run once, in the Django 6.1 cell")
+def test_the_driver_benchmark_sends_the_statement_every_way_beside_pgbench():
+    name = f"{connection.settings_dict['NAME']}_driver"
+    server = database_url().rsplit("/", 1)[0]
+    try:
+        out = run(
+            "driver_paths.py",
+            {"DATABASE_URL": f"{server}/{name}"},
+            *("--statements", "40", "--rows", "3", "--samples", "1"),
+        )
+    finally:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    assert "40 statements per run, 3 tasks read by each" in out
+    ways = re.findall(r"^(.+?)\s+[\d,]+ \[[\d,]+-[\d,]+\] statements/s", out, re.MULTILINE)
+    assert ways == [
+        "the worker's cursor (Django's connection)",
+        "psycopg",
+        "psycopg async, one at a time",
+        "psycopg async, pipelined (8 in flight)",
+        "pgbench, prepared, 1 client",
+    ]
