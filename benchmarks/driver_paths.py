@@ -34,7 +34,7 @@ import logging
 import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import postgres  # benchmarks/postgres.py, beside this script
 
@@ -59,10 +59,10 @@ def main() -> None:
     from scylla_django.models import Task
 
     Task.objects.all().delete()
-    outcomes = Task.objects.submit_many(
+    Task.objects.submit_many(
         [{"queue": "bench-driver", "spec": {"n": n}} for n in range(args.rows)]
     )
-    pks = list(Task.objects.filter(rn__in=[o.rn for o in outcomes]).values_list("pk", flat=True))
+    pks = list(Task.objects.values_list("pk", flat=True))  # the table holds only these
     quote = connection.ops.quote_name
     columns = ", ".join(quote(f.column) for f in Task._meta.concrete_fields)
     statement = f"SELECT {columns} FROM {quote(Task._meta.db_table)} WHERE id = ANY(%s)"
@@ -137,10 +137,10 @@ def main() -> None:
         rates = [rate for rate, _ in figures[name]]
         cpu = statistics.median(cpu for _, cpu in figures[name])
         print(
-            f"{name:<46} {spread(rates)} statements/s, client CPU {cpu:5.1f} µs each"
+            f"{name:<46} {postgres.spread(rates):>24} statements/s, client CPU {cpu:5.1f} µs each"
             f"  | ratio to pgbench {statistics.median(rates) / limit:.2f}"
         )
-    print(f"{'pgbench, prepared, 1 client':<46} {spread(limits)} statements/s")
+    print(f"{'pgbench, prepared, 1 client':<46} {postgres.spread(limits):>24} statements/s")
 
 
 def timed(way: Callable[[], None], statements: int) -> tuple[float, float]:
@@ -149,10 +149,6 @@ def timed(way: Callable[[], None], statements: int) -> tuple[float, float]:
     way()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return statements / wall, cpu / statements * 1e6
-
-
-def spread(values: Sequence[float]) -> str:
-    return f"{statistics.median(values):9,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -38,6 +39,14 @@ def print_machine() -> None:
         cursor.execute("SHOW server_version")
         (version,) = cursor.fetchone() or ("?",)
     print(f"{os.cpu_count()} CPUs, PostgreSQL {version}, Django {django.get_version()}")
+
+
+def spread(values: Sequence[float], fmt: str = "{:,.0f}") -> str:
+    """A figure as the benchmarks print it: the median of `values`, then [min-max]."""
+    return (
+        f"{fmt.format(statistics.median(values))} "
+        f"[{fmt.format(min(values))}-{fmt.format(max(values))}]"
+    )
 
 
 def seed_timed(seed: Callable[[int], object], tasks: int) -> None:

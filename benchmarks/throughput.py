@@ -54,6 +54,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import postgres  # benchmarks/postgres.py, beside this script
+from postgres import spread
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -808,13 +809,6 @@ def percentile(values: Sequence[float], p: float) -> float:
     ordered = sorted(values)
     rank = max(1, -(-len(ordered) * p // 100))
     return ordered[int(rank) - 1]
-
-
-def spread(values: Sequence[float], fmt: str = "{:,.0f}") -> str:
-    return (
-        f"{fmt.format(statistics.median(values))} "
-        f"[{fmt.format(min(values))}-{fmt.format(max(values))}]"
-    )
 
 
 def line(
