@@ -78,6 +78,8 @@ class TaskContext:
         self.handler_running = False
         self.started = time.monotonic()
         """When the lease was taken, on this process's monotonic clock."""
+        self.handler_started: float | None = None
+        """When its handler started (monotonic; None: not yet, a prefetched task waits)."""
         self.timeout: timedelta | None = None
         """The task's run-time limit, as the worker resolved it (None: no limit)."""
         self.lease_kept_until: float | None = None

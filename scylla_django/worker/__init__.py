@@ -198,6 +198,7 @@ class TaskWorker:
             stopping=self.stopping,
             wakeup=self._wakeup,
             connection=self._connection,
+            give_back=heartbeat.give_back,
         )
         logger.info(
             "%s started: queues %s, concurrency %d, prefetch %d, lease %gs, heartbeat every %gs%s",

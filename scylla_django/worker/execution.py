@@ -170,6 +170,11 @@ class Execution:
                 self._jobs.put(ctx)
                 self._grow()
 
+    def waiting(self) -> int:
+        """Tasks dispatched to the handler threads that no thread has taken yet."""
+        with self._threads_lock:
+            return self._waiting
+
     def threads(self) -> int:
         """The handler threads started and not abandoned."""
         with self._threads_lock:
@@ -302,7 +307,7 @@ class Execution:
         run = _Run(handler)
         outcome: Outcome | None
         ctx.handler_running = True
-        started = time.monotonic()
+        started = ctx.handler_started = time.monotonic()
         stop: BaseException | None = None
         with captured() as run.log:
             try:

@@ -105,15 +105,17 @@ class Heartbeat:
         finally:
             connections.close_all()
 
-    def give_back(self, contexts: Sequence[TaskContext]) -> None:
+    def give_back(self, contexts: Sequence[TaskContext], why: str | None = None) -> None:
         """Yield the leases of `contexts` not yielded yet, between heartbeat passes: in one
-        statement on PostgreSQL, however many there are."""
+        statement on PostgreSQL, however many there are. `why` is what their handlers are
+        told (WorkerStopping; default: the worker is stopping)."""
+        why = why or f"{self.worker.name} is stopping"
         with self._lock:  # a yield waits for this heartbeat, and is then not undone
             given = [ctx for ctx in contexts if not ctx.yielded]
             # All stopped first: a prefetched task is not started while the others are yielded.
             for ctx in given:
                 ctx.yielded = True  # first: a handler returning now still gets its outcome
-                ctx.stop(WorkerStopping(f"{self.worker.name} is stopping", rn=ctx.task.rn))
+                ctx.stop(WorkerStopping(why, rn=ctx.task.rn))
             if given:
                 self._yield(given)
 

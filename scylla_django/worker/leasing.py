@@ -1,12 +1,15 @@
 """The lease loop: lease as many tasks as there are free slots, in one statement, whenever a
 slot is freed, tasks become ready (a LISTEN notification) or `poll_interval` passes, and hand
 them to the handlers (pull model: a worker never holds more than its concurrency and its
-prefetch)."""
+prefetch). Prefetched tasks that wait behind handlers all busy with slow tasks are given back
+(`Slots.stuck`)."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable, Sequence
 
 from django.db import Error as DatabaseError
 from django.db import connections
@@ -18,7 +21,7 @@ from .batching import plain_queues
 from .database import WorkerConnection
 from .execution import Execution
 from .options import WorkerOptions
-from .slots import Claim, Slots
+from .slots import GIVE_BACK, Claim, Slots
 
 logger = logging.getLogger("scylla_django")
 
@@ -37,6 +40,7 @@ class LeaseLoop:
         stopping: threading.Event,
         wakeup: threading.Event,
         connection: WorkerConnection,
+        give_back: Callable[[Sequence[TaskContext], str], None] | None = None,
     ) -> None:
         self.options = options
         self.worker = worker
@@ -45,6 +49,7 @@ class LeaseLoop:
         self.execution = execution
         self.stopping = stopping
         self._wakeup = wakeup
+        self._give_back = give_back
         # A batch handler's queue is leased by its batcher (batching.py), not here.
         self.queues = plain_queues(options)
 
@@ -81,7 +86,24 @@ class LeaseLoop:
                     break
                 if len(started) == claim.size:
                     continue  # there may be more ready tasks: fill the free slots at once
-            self._wakeup.wait(options.poll_interval)
+            self._wakeup.wait(self._give_back_stuck())
+
+    def _give_back_stuck(self) -> float:
+        """Give back the prefetched tasks waiting behind handlers that are all busy with slow
+        tasks; return how long to wait for a wake-up (shorter while tasks wait for a
+        handler: they are looked at again within `GIVE_BACK` seconds)."""
+        if self._give_back is None or not self.execution.waiting():
+            return self.options.poll_interval
+        stuck = self.slots.stuck(time.monotonic())
+        if stuck:
+            name = self.worker.name
+            logger.info(
+                "%s gives back %d prefetched task(s): its handlers are all busy with slow tasks",
+                name,
+                len(stuck),
+            )
+            self._give_back(stuck, f"given back by {name}, whose handlers are busy")
+        return min(self.options.poll_interval, GIVE_BACK)
 
     def _lease(self, claim: Claim) -> list[TaskContext]:
         """Lease up to `claim.size` tasks into the slots claimed for them (released whatever

@@ -31,11 +31,13 @@ class WorkerOptions:
     - `concurrency`: handlers running at a time: plain ones on handler threads (started as
       their tasks come, up to `concurrency`), `async def` ones as coroutines on one event loop
       thread, with no thread each (so `concurrency` may be in the tens of thousands for them).
-    - `prefetch`: tasks leased beyond `concurrency`, waiting for a free handler (their leases
-      are heartbeated as the running ones'); so that one statement leases, and finishes,
-      several tasks even at `concurrency` 1. Taken only while the handlers are quick (the
-      last `concurrency` runs each under `slots.QUICK`, 50 ms): a slow task holds at most the
-      tasks prefetched before it was seen. 0: never.
+    - `prefetch`: tasks leased beyond `concurrency`, at most, waiting for a free handler
+      (their leases are heartbeated as the running ones'); so that one statement leases, and
+      finishes, many tasks even at `concurrency` 1. Taken only while the handlers are quick
+      (the last `concurrency` runs each under `slots.QUICK`, 50 ms), and only as many as the
+      handlers get through in about 50 ms at their recent pace. A task found slow once it
+      runs holds the tasks prefetched behind it for `slots.GIVE_BACK` (1 s) at most: when
+      every handler is that busy, they are given back. 0: never.
     - `lease_length`: the lease length (default `SCYLLA['LEASE_LENGTH']` when made).
     - `heartbeat_interval`: seconds between heartbeats (default a quarter of the lease length,
       so three heartbeats fit in a lease with room to spare).
@@ -67,7 +69,7 @@ class WorkerOptions:
 
     queues: Sequence[str]
     concurrency: int = 1
-    prefetch: int = 8
+    prefetch: int = 64
     lease_length: timedelta = dataclasses.field(default_factory=_configured_lease_length)
     heartbeat_interval: float | None = None
     poll_interval: float = 1.0

@@ -22,6 +22,16 @@ QUICK = 0.05
 """Seconds under which a handler's run is quick: the worker prefetches while its handlers are
 (a task prefetched behind quick ones waits little for its turn)."""
 
+PACE_WEIGHT = 0.2
+"""How much each quick run moves the pace the prefetch is sized by (a moving average)."""
+
+MIN_PACE = 1e-4
+"""The shortest run the prefetch is sized by, in seconds."""
+
+GIVE_BACK = 1.0
+"""Seconds of a handler's run after which, when every handler is that busy, the tasks waiting
+for one are given back (`Slots.stuck`): another worker may run them at once."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
@@ -42,8 +52,10 @@ class Slots:
     `concurrency` of them at a time; the others wait for a handler, their leases heartbeated
     as the running ones'). The prefetch is taken only while the handlers are quick: once the
     last `concurrency` runs each took under `QUICK` seconds (none at first; a slow run stops
-    it until that holds again). `on_free` is called whenever a slot is freed (the lease loop
-    may fill it), `on_take(ctx)` for each task put in hand.
+    it until that holds again), and only as much of it as the handlers get through in about
+    `QUICK` seconds (`capacity()`): no-op tasks fill it, 10 ms tasks take five per handler.
+    `on_free` is called whenever a slot is freed (the lease loop may fill it), `on_take(ctx)`
+    for each task put in hand.
     """
 
     def __init__(
@@ -65,6 +77,7 @@ class Slots:
         self._leased = 0
         self._retired = False  # leases no more: past a limit of the worker's
         self._quick_runs = 0  # handler runs under QUICK seconds in a row
+        self._pace = QUICK  # their average length, in seconds (moving)
 
     # -- leasing ----------------------------------------------------------------------------
 
@@ -78,16 +91,44 @@ class Slots:
         return max(0, free)
 
     def capacity(self) -> int:
-        """The tasks a worker may hold now: `concurrency` running, and `prefetch` waiting
-        while the handlers are quick."""
-        quick = self._quick_runs >= self.concurrency
-        return self.concurrency + (self.prefetch if quick else 0)
+        """The tasks a worker may hold now: `concurrency` running, and, while the handlers
+        are quick, as many waiting as make about `QUICK` seconds of work per handler at the
+        recent runs' pace, `prefetch` at most."""
+        if self._quick_runs < self.concurrency:
+            return self.concurrency
+        work = self.concurrency * QUICK / max(self._pace, MIN_PACE)
+        return self.concurrency + min(self.prefetch, max(1, int(work)))
 
     def ran(self, seconds: float | None) -> None:
-        """Count a handler's run of `seconds`: quick ones turn the prefetch on, a slow one off."""
+        """Count a handler's run of `seconds`: quick ones turn the prefetch on (and set its
+        size by their pace), a slow one off."""
         with self._changed:
-            quick = seconds is not None and seconds < QUICK
-            self._quick_runs = self._quick_runs + 1 if quick else 0
+            if seconds is None or seconds >= QUICK:
+                self._quick_runs = 0
+                return
+            first = self._quick_runs == 0
+            self._quick_runs += 1
+            self._pace = seconds if first else self._pace + PACE_WEIGHT * (seconds - self._pace)
+
+    def stuck(self, now: float) -> list[TaskContext]:
+        """The tasks waiting for a handler (prefetched, not started) when each of the
+        `concurrency` handlers has run its task for `GIVE_BACK` seconds or more at `now`
+        (monotonic): none is about to free a slot for them, so they are better given back.
+        Then the prefetch stops, as after a slow run, until the handlers are quick again."""
+        with self._changed:
+            waiting: list[TaskContext] = []
+            busy = 0
+            for ctx in self._hand.values():
+                if ctx.stopped:
+                    continue
+                if ctx.handler_started is None:
+                    waiting.append(ctx)
+                elif ctx.handler_running and now - ctx.handler_started >= GIVE_BACK:
+                    busy += 1
+            if not waiting or busy < self.concurrency:
+                return []
+            self._quick_runs = 0
+            return waiting
 
     def stop_prefetching(self) -> None:
         """Hold no more than `concurrency` tasks from now on (`run(once=True)`)."""

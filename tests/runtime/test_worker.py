@@ -18,6 +18,7 @@ from scylla_django.exceptions import Abort, LeaseLost, TaskCancelled
 from scylla_django.handlers import HandlerAlreadyRegistered, HandlerRegistry, TaskContext, handler
 from scylla_django.models import History, Task, TaskQuerySet, Worker
 from scylla_django.worker import TaskWorker, WorkerOptions
+from scylla_django.worker.slots import Slots
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
 from tests.processes import wait_until
 
@@ -623,6 +624,59 @@ def test_stop_yields_the_prefetched_tasks_without_running_them():
     assert Task.objects.reset_expired() == 2
 
 
+def test_tasks_prefetched_behind_a_slow_task_are_given_back_to_other_workers():
+    """Concurrency 1, prefetch 3: a task found slow only once it runs holds no task behind it
+    for long. Past `GIVE_BACK` the three waiting are given back (yielded, never run here): the
+    monitor's next pass makes them ready, and a second worker runs them while the first still
+    runs the slow one."""
+    registry = HandlerRegistry()
+    seen = _recording(registry, "prefetched", 0)
+    Task.objects.submit("prefetched", {"n": -1})  # quick: the prefetch starts
+    slow = Task.objects.submit("prefetched", {"n": 0, "seconds": 4})
+    behind = [Task.objects.submit("prefetched", {"n": n}) for n in (1, 2, 3)]
+    options = WorkerOptions(
+        ["prefetched"], registry=registry, concurrency=1, prefetch=3, poll_interval=0.05
+    )
+    first = TaskWorker(options)
+    threads = [run_in_thread(first)]
+    second = None
+    try:
+        wait_until(lambda: seen["ran"] == [-1, 0], what="the slow task")
+        wait_until(
+            lambda: Task.objects.filter(status=Status.RUNNING).count() == 4, what="3 prefetched"
+        )
+        owners = set(Task.objects.filter(status=Status.RUNNING).values_list("owner", flat=True))
+        assert owners == {first.name}
+        yielded = History.objects.filter(task__in=behind, typ=EventType.YIELD)
+        wait_until(lambda: yielded.count() == 3, what="the three given back", timeout=2.5)
+        assert Task.objects.reset_expired() == 3  # the monitor's pass
+        second = TaskWorker(dataclasses.replace(options, prefetch=0))
+        threads.append(run_in_thread(second))
+        wait_until(
+            lambda: (
+                Task.objects.filter(pk__in=[t.pk for t in behind], status=Status.COMPLETED).count()
+                == 3
+            ),
+            what="the three run elsewhere",
+            timeout=2,
+        )
+        assert Task.objects.get(pk=slow.pk).status == Status.RUNNING  # still running
+        for task in behind:
+            events = list(History.objects.filter(task=task).values_list("typ", "worker"))
+            assert events[:2] == [(EventType.ASSIGNMENT, first.name), (EventType.YIELD, first.name)]
+            assert Task.objects.get(pk=task.pk).owner == second.name
+        wait_until(
+            lambda: Task.objects.get(pk=slow.pk).status == Status.COMPLETED, what="the slow task"
+        )
+    finally:
+        for worker in (first, second):
+            if worker is not None:
+                worker.stop()
+        for thread in threads:
+            thread.join(10)
+    assert sorted(seen["ran"]) == [-1, 0, 1, 2, 3]  # each once: the given back ran only there
+
+
 def test_slow_handlers_get_no_prefetch():
     """A slow task holds no task leased behind it: the prefetch waits for quick handlers."""
     registry = HandlerRegistry()
@@ -648,3 +702,18 @@ def test_prefetch_must_not_be_negative_nor_batch_wait_near_the_lease_length():
     with pytest.raises(ValueError, match="under a tenth of the lease length"):
         WorkerOptions(["t-echo"], lease_length=timedelta(seconds=1), batch_wait=0.2)
     WorkerOptions(["t-echo"], lease_length=timedelta(seconds=3), batch_wait=0.2)
+
+
+def test_the_prefetch_holds_about_fifty_milliseconds_of_work_per_handler():
+    """Quick runs size the prefetch by their pace, up to `prefetch`; a slow run turns it off."""
+    slots = Slots(concurrency=2, max_tasks=None, on_free=lambda: None, prefetch=64)
+    assert slots.capacity() == 2  # no run seen yet
+    slots.ran(0.0002)
+    assert slots.capacity() == 2  # one quick run of two handlers' worth
+    slots.ran(0.0002)
+    assert slots.capacity() == 2 + 64  # no-op runs: the whole prefetch
+    for _ in range(40):
+        slots.ran(0.01)
+    assert slots.capacity() == 2 + 10  # 10 ms runs: five per handler
+    slots.ran(0.3)
+    assert slots.capacity() == 2

@@ -70,10 +70,11 @@ class Command(BaseCommand):
             "--prefetch",
             type=non_negative_int,
             default=WorkerOptions.prefetch,
-            help="tasks leased beyond --concurrency, waiting for a free handler, so that one "
-            "statement leases and finishes several; taken while the handlers are quick (each "
-            f"of the last --concurrency runs under 50 ms) (default {WorkerOptions.prefetch}; "
-            "0: never)",
+            help="most tasks leased beyond --concurrency, waiting for a free handler, so that "
+            "one statement leases and finishes many; taken while the handlers are quick (each "
+            "of the last --concurrency runs under 50 ms), as many as they run in about 50 ms; "
+            "given back when every handler has run one task for a second "
+            f"(default {WorkerOptions.prefetch}; 0: never)",
         )
         parser.add_argument(
             "--lease-length",
