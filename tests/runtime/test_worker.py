@@ -717,3 +717,23 @@ def test_the_prefetch_holds_about_fifty_milliseconds_of_work_per_handler():
     assert slots.capacity() == 2 + 10  # 10 ms runs: five per handler
     slots.ran(0.3)
     assert slots.capacity() == 2
+
+
+def test_at_the_defaults_one_statement_leases_dozens_of_quick_tasks():
+    """A worker with the default options (concurrency 1) over 300 quick tasks: after its
+    first quick run each lease takes up to 65, so the 300 are leased in a handful of
+    statements (the tasks one statement leases share its lease time)."""
+    Task.objects.submit_many({"queue": "t-echo", "spec": {"n": n}} for n in range(300))
+    worker = TaskWorker(WorkerOptions(["t-echo"]))
+    thread = run_in_thread(worker)
+    try:
+        wait_until(
+            lambda: Task.objects.filter(status=Status.COMPLETED).count() == 300, what="all done"
+        )
+    finally:
+        worker.stop()
+        thread.join(10)
+    leases = History.objects.filter(typ=EventType.ASSIGNMENT)
+    assert leases.count() == 300
+    statements = leases.values("time").distinct().count()
+    assert statements <= 12, f"{statements} lease statements for 300 tasks"
