@@ -30,7 +30,8 @@ MIN_PACE = 1e-4
 
 GIVE_BACK = 1.0
 """Seconds of a handler's run after which, when every handler is that busy, the tasks waiting
-for one are given back (`Slots.stuck`): another worker may run them at once."""
+for one are given back (`Slots.stuck`; yielded, the monitor's next pass makes them ready for
+any worker)."""
 
 
 @dataclasses.dataclass(frozen=True)
