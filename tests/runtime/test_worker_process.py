@@ -12,7 +12,7 @@ import pytest
 
 from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import LeaseLost
-from scylla_django.models import History, Monitor, Task, Worker
+from scylla_django.models import History, Monitor, QueueSetting, Task, Worker
 from tests.helpers import typs
 from tests.processes import finish, output_so_far, start, wait_until
 
@@ -176,9 +176,13 @@ def test_two_workers_and_two_monitors_complete_every_task_exactly_once(tmp_path)
         [{"queue": "t-record", "spec": {"path": str(path)}, "rn": f"r{n}"} for n in range(500)]
     )
     assert all(o.outcome == "inserted" for o in outcomes)
+    # Paused until every process is up: the first worker started would otherwise run all 500
+    # quick tasks (a lease takes up to 68) before the second is there to take part.
+    QueueSetting.objects.pause("t-record")
+    options = ("--concurrency", "4")
     processes = [
-        worker("t-record", extra=("--concurrency", "4")),
-        worker("t-record", extra=("--concurrency", "4")),
+        worker("t-record", extra=options),
+        worker("t-record", extra=options),
         start("scylla_monitor", "--interval", "0.2"),
         start("scylla_monitor", "--interval", "0.2"),
     ]
@@ -195,6 +199,7 @@ def test_two_workers_and_two_monitors_complete_every_task_exactly_once(tmp_path)
             timeout=60,
             what="every process registered",
         )
+        QueueSetting.objects.resume("t-record")
         wait_until(
             lambda: statuses()[Status.COMPLETED] == 500, timeout=120, what="500 completed tasks"
         )
