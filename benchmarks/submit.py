@@ -9,19 +9,33 @@ Uses the database named by DATABASE_URL (default postgres://postgres@127.0.0.1:5
 scylla_bench_submit, created if missing), emptied first. One client, autocommit, so each
 `submit()` is one round trip; `submit_many()` is timed with validation and per-item outcomes
 included. Prints tasks per second for each, the median of `--samples` runs, beside the rate
-of a plain one-row INSERT per statement on the same connection (the server's limit for one
-client), and the client's CPU time per call and per task.
+of a plain one-row INSERT per statement on the same connection, and the client's CPU time per
+call and per task.
+
+The floor of one submission per call: the same one-row INSERT, one per transaction, through
+Django's cursor, through psycopg's own connection (a prepared statement), and through pgbench
+(`-M prepared`, 1 client), each in every sample; printed as ratios to pgbench's, beside
+`submit()`'s.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
 import postgres  # benchmarks/postgres.py, beside this script
+import psycopg
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/scylla_bench_submit"
+
+# The plain INSERT of `main()`, with the rn made on the server.
+PGBENCH_INSERT = """\
+INSERT INTO scylla_django_task (rn, queue, spec, priority, status, progress, errors, leases,
+  attempt, snoozes)
+VALUES (gen_random_uuid()::text, 'bench', '{}', 0, 'ready', 0, '[]', 0, 0, 0);
+"""
 
 
 def main() -> None:
@@ -42,6 +56,7 @@ def main() -> None:
             cursor.execute("TRUNCATE scylla_django_history, scylla_django_task RESTART IDENTITY")
 
     singles, single_cpu, plain, bulks, bulk_cpu = [], [], [], [], []
+    driver, server = [], []
     keyed, keyed_cpu, held = [], [], []
     insert = (
         "INSERT INTO scylla_django_task (rn, queue, spec, priority, status, progress, errors,"
@@ -75,6 +90,17 @@ def main() -> None:
         plain.append(args.tasks / (time.perf_counter() - started))
 
         empty()
+        with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as own:
+            own.prepare_threshold = 0
+            started = time.perf_counter()
+            for n in range(args.tasks):
+                own.execute(insert, [f"d{sample}-{n}"])
+            driver.append(args.tasks / (time.perf_counter() - started))
+
+        empty()
+        server.append(postgres.pgbench(PGBENCH_INSERT, transactions=args.tasks)[0])
+
+        empty()
         started, cpu = time.perf_counter(), time.process_time()
         for start in range(0, args.bulk, args.batch):
             items = [
@@ -90,6 +116,13 @@ def main() -> None:
         f"submit, one per call: {single:,.0f} tasks/s; plain INSERT per statement: "
         f"{baseline:,.0f}/s; ratio {single / baseline:.2f}; "
         f"client CPU {statistics.median(single_cpu):.1f} µs per call"
+    )
+    floor = statistics.median(server)
+    print(
+        f"one-row INSERT, one per call: pgbench {floor:,.0f}/s; psycopg "
+        f"{statistics.median(driver):,.0f}/s (ratio {statistics.median(driver) / floor:.2f}); "
+        f"Django's cursor {baseline:,.0f}/s (ratio {baseline / floor:.2f}); submit() "
+        f"{single:,.0f}/s (ratio {single / floor:.2f})"
     )
     with_key, returning = statistics.median(keyed), statistics.median(held)
     print(

@@ -76,3 +76,28 @@ def test_the_driver_benchmark_sends_the_statement_every_way_beside_pgbench():
         "psycopg async, pipelined (8 in flight)",
         "pgbench, prepared, 1 client",
     ]
+
+
+@pytest.mark.skipif("postgresql" not in ENGINE, reason="a PostgreSQL benchmark")
+@pytest.mark.skipif(django.VERSION < (6, 0), reason="run once, in the Django 6.1 cell")
+def test_the_submit_benchmark_prints_submit_beside_the_one_row_insert_every_way():
+    name = f"{connection.settings_dict['NAME']}_submit"
+    server = database_url().rsplit("/", 1)[0]
+    try:
+        out = run(
+            "submit.py",
+            {"DATABASE_URL": f"{server}/{name}"},
+            *("--tasks", "30", "--bulk", "200", "--batch", "100", "--samples", "1"),
+        )
+    finally:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    floor = re.search(
+        r"^one-row INSERT, one per call: pgbench [\d,]+/s; psycopg [\d,]+/s \(ratio [\d.]+\); "
+        r"Django's cursor [\d,]+/s \(ratio [\d.]+\); submit\(\) [\d,]+/s \(ratio [\d.]+\)$",
+        out,
+        re.MULTILINE,
+    )
+    assert floor is not None, out
+    assert re.search(r"^submit, one per call: [\d,]+ tasks/s", out, re.MULTILINE)
+    assert re.search(r"^submit_many, batches of 100: [\d,]+ tasks/s", out, re.MULTILINE)
