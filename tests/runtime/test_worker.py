@@ -632,7 +632,7 @@ def test_tasks_prefetched_behind_a_slow_task_are_given_back_to_other_workers():
     registry = HandlerRegistry()
     seen = _recording(registry, "prefetched", 0)
     Task.objects.submit("prefetched", {"n": -1})  # quick: the prefetch starts
-    slow = Task.objects.submit("prefetched", {"n": 0, "seconds": 4})
+    slow = Task.objects.submit("prefetched", {"n": 0, "seconds": 6})
     behind = [Task.objects.submit("prefetched", {"n": n}) for n in (1, 2, 3)]
     options = WorkerOptions(
         ["prefetched"], registry=registry, concurrency=1, prefetch=3, poll_interval=0.05
