@@ -32,6 +32,18 @@ def run(script: str, env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
+def run_on_scratch(script: str, suffix: str, *args: str) -> str:
+    """`run()` a PostgreSQL benchmark on a database of its own (the test database's name and
+    `suffix`), which the script creates and this drops afterwards."""
+    name = f"{connection.settings_dict['NAME']}_{suffix}"
+    server = database_url().rsplit("/", 1)[0]
+    try:
+        return run(script, {"DATABASE_URL": f"{server}/{name}"}, *args)
+    finally:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks is new in Django 6.0")
 @pytest.mark.skipif(
     "sqlite" not in ENGINE, reason="the script runs on a SQLite file of its own: once, there"
@@ -56,17 +68,9 @@ def test_the_django_tasks_adapter_benchmark_prints_each_cost_per_task(tmp_path):
 @pytest.mark.skipif("postgresql" not in ENGINE, reason="a PostgreSQL benchmark")
 @pytest.mark.skipif(django.VERSION < (6, 0), reason="run once, in the Django 6.1 cell")
 def test_the_driver_benchmark_sends_the_statement_every_way_beside_pgbench():
-    name = f"{connection.settings_dict['NAME']}_driver"
-    server = database_url().rsplit("/", 1)[0]
-    try:
-        out = run(
-            "driver_paths.py",
-            {"DATABASE_URL": f"{server}/{name}"},
-            *("--statements", "40", "--rows", "3", "--samples", "1"),
-        )
-    finally:
-        with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    out = run_on_scratch(
+        "driver_paths.py", "driver", "--statements", "40", "--rows", "3", "--samples", "1"
+    )
     assert "40 statements per run, 3 tasks read by each" in out
     ways = re.findall(r"^(.+?)\s+[\d,]+ \[[\d,]+-[\d,]+\] statements/s", out, re.MULTILINE)
     assert ways == [
@@ -81,17 +85,9 @@ def test_the_driver_benchmark_sends_the_statement_every_way_beside_pgbench():
 @pytest.mark.skipif("postgresql" not in ENGINE, reason="a PostgreSQL benchmark")
 @pytest.mark.skipif(django.VERSION < (6, 0), reason="run once, in the Django 6.1 cell")
 def test_the_submit_benchmark_prints_submit_beside_the_one_row_insert_every_way():
-    name = f"{connection.settings_dict['NAME']}_submit"
-    server = database_url().rsplit("/", 1)[0]
-    try:
-        out = run(
-            "submit.py",
-            {"DATABASE_URL": f"{server}/{name}"},
-            *("--tasks", "30", "--bulk", "200", "--batch", "100", "--samples", "1"),
-        )
-    finally:
-        with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    out = run_on_scratch(
+        "submit.py", "submit", "--tasks", "30", "--bulk", "200", "--batch", "100", "--samples", "1"
+    )
     floor = re.search(
         r"^one-row INSERT, one per call: pgbench [\d,]+/s; psycopg [\d,]+/s \(ratio [\d.]+\); "
         r"Django's cursor [\d,]+/s \(ratio [\d.]+\); submit\(\) [\d,]+/s \(ratio [\d.]+\)$",
