@@ -544,7 +544,8 @@ def postgresql_reset(
     capped heartbeat past its limit can), so History is looked at for those alone, one step
     back through its (task, id) index each. A task not yielded whose lease ended at its
     run-time limit (`deadline = timeout_at`) is `timed_out`; one that has had `max_leases`
-    leases, snoozes not counted, `exhausted`; the others `expired`. The expired and yielded
+    leases, snoozes and yields not counted (its TaskYield rows, counted through the same
+    index), `exhausted`; the others `expired`. The expired and yielded
     ones are made ready (owner, deadline and limit cleared, progress 0), fenced on still
     running with a deadline before the clock, read once after the caller's locks; each
     expired one gets its TaskTimeout{owner, progress} row, and the queues made leasable are
@@ -593,7 +594,10 @@ def _reset_sql(tables: Tables, using: str) -> str:
                         ORDER BY h.id DESC LIMIT 1
                     ) = %(yield)s THEN 'yielded'
                     WHEN t.deadline = t.timeout_at THEN 'timed_out'
-                    WHEN t.leases - t.snoozes >= %(max_leases)s::integer THEN 'exhausted'
+                    WHEN %(max_leases)s::integer IS NOT NULL AND t.leases - t.snoozes - (
+                        SELECT count(*) FROM {history} AS h
+                        WHERE h.task_id = t.id AND h.typ = %(yield)s
+                    ) >= %(max_leases)s::integer THEN 'exhausted'
                     ELSE 'expired'
                 END AS kind
             FROM {task} AS t, clock

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connections, models
-from django.db.models import F, Max
+from django.db.models import Count, F, Max
 
 from .. import db, signals
 from ..conf import scylla_settings
@@ -190,7 +190,21 @@ def reset_portable(
         if given_back
         else set()
     )
-    kinds = {pk: expiry_kind(row, pk in yielded, max_leases) for pk, row in rows.items()}
+    yields: dict[int, int] = (
+        dict(
+            History.objects.using(using)
+            .filter(task_id__in=list(rows), typ=EventType.YIELD)
+            .values("task_id")
+            .annotate(n=Count("id"))
+            .values_list("task_id", "n")
+        )
+        if max_leases is not None
+        else {}
+    )
+    kinds = {
+        pk: expiry_kind(row, pk in yielded, max_leases, yields.get(pk, 0))
+        for pk, row in rows.items()
+    }
     now = db.read_clock(using)
     ready = [pk for pk, kind in kinds.items() if kind in ("expired", "yielded")]
     fenced = manager.filter(pk__in=ready, status__in=sources(Operation.RESET), deadline__lt=now)
@@ -212,17 +226,18 @@ def reset_portable(
     return now, kinds
 
 
-def expiry_kind(row: dict[str, Any], yielded: bool, max_leases: int | None) -> str:
+def expiry_kind(row: dict[str, Any], yielded: bool, max_leases: int | None, yields: int = 0) -> str:
     """How an expired lease is dealt with, as `db.postgresql_reset` judges it: `yielded`
     (given back: made ready without a TaskTimeout), `timed_out` (it expired at its run-time
     limit, so its heartbeat capped it there: aborted with `timeout`, as its worker would have
     done), `exhausted` (the task has had `max_leases` leases; a lease its own handler ended
-    with a snooze is not counted), or `expired` (made ready with a TaskTimeout)."""
+    with a snooze is not counted, nor one of the task's `yields` earlier leases given back),
+    or `expired` (made ready with a TaskTimeout)."""
     if yielded:
         return "yielded"
     if row["timeout_at"] is not None and row["deadline"] == row["timeout_at"]:
         return "timed_out"
-    if max_leases is not None and row["leases"] - row["snoozes"] >= max_leases:
+    if max_leases is not None and row["leases"] - row["snoozes"] - yields >= max_leases:
         return "exhausted"
     return "expired"
 

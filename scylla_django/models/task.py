@@ -451,7 +451,7 @@ class Task(models.Model):
     attempt = models.PositiveIntegerField(default=1)
     retry_policy = models.JSONField(null=True, blank=True)
     # How many times the task's own handler put it back to ready (`Snooze`): a snooze spends
-    # no attempt, and `MAX_LEASES` counts the leases that did not end in one.
+    # no attempt, and `MAX_LEASES` counts the leases that ended neither in one nor in a yield.
     snoozes = models.PositiveIntegerField(default=0)
     # A child's link: the rn of the running task that spawned it (`ctx.spawn`).
     parent = models.CharField(max_length=RN_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001

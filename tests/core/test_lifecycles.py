@@ -116,6 +116,29 @@ def test_snoozes_do_not_count_toward_max_leases(worker, settings):
     assert stored.errors[0]["code"] == "max_leases_exceeded"
 
 
+def test_yields_do_not_count_toward_max_leases(worker, settings):
+    """A lease given back (a worker shutting down, or tasks prefetched behind a slow one) did
+    not time out: `MAX_LEASES` counts only the leases that did."""
+    settings.SCYLLA = {"MAX_LEASES": 2}
+    task = TaskFactory()
+    for _ in range(3):
+        [leased] = Task.objects.lease(worker, ["default"])
+        leased.yield_lease(worker)
+        assert Task.objects.reset_expired() == 1
+        assert Task.objects.get(pk=task.pk).status == Status.READY
+    [leased] = Task.objects.lease(worker, ["default"])  # the 4th lease, the 1st to time out
+    expire(leased)
+    Task.objects.reset_expired()
+    assert Task.objects.get(pk=task.pk).status == Status.READY
+    [leased] = Task.objects.lease(worker, ["default"])  # the 2nd to time out: the cap
+    expire(leased)
+    Task.objects.reset_expired()
+    stored = Task.objects.get(pk=task.pk)
+    assert (stored.status, stored.leases) == (Status.ABORTED, 5)
+    assert stored.errors[0]["code"] == "max_leases_exceeded"
+    assert typs(stored).count(EventType.YIELD) == 3
+
+
 def test_a_snooze_frees_the_locks_of_the_task(worker, vendor):
     if vendor == "mysql":
         pytest.skip("locks need the key triggers (PostgreSQL, SQLite)")
