@@ -97,6 +97,13 @@ def test_max_snoozes_aborts_the_task_with_too_many_snoozes(worker, settings):
     assert not Task.objects.filter(retry_of=task.rn).exists()  # aborted for good
 
 
+def time_out(worker) -> None:
+    """Lease the ready task and let the lease run out; the monitor's reset judges it."""
+    [leased] = Task.objects.lease(worker, ["default"])
+    expire(leased)
+    Task.objects.reset_expired()
+
+
 def test_snoozes_do_not_count_toward_max_leases(worker, settings):
     settings.SCYLLA = {"MAX_LEASES": 2}
     task = TaskFactory()
@@ -104,13 +111,9 @@ def test_snoozes_do_not_count_toward_max_leases(worker, settings):
         [leased] = Task.objects.lease(worker, ["default"])
         leased.snooze(worker, 1)
         Task.objects.filter(pk=task.pk).update(not_before=None)
-    [leased] = Task.objects.lease(worker, ["default"])  # the 4th lease, the 1st to time out
-    expire(leased)
-    Task.objects.reset_expired()
+    time_out(worker)  # the 4th lease, the 1st to time out
     assert Task.objects.get(pk=task.pk).status == Status.READY
-    [leased] = Task.objects.lease(worker, ["default"])  # the 2nd to time out: the cap
-    expire(leased)
-    Task.objects.reset_expired()
+    time_out(worker)  # the 2nd to time out: the cap
     stored = Task.objects.get(pk=task.pk)
     assert (stored.status, stored.leases, stored.snoozes) == (Status.ABORTED, 5, 3)
     assert stored.errors[0]["code"] == "max_leases_exceeded"
@@ -126,13 +129,9 @@ def test_yields_do_not_count_toward_max_leases(worker, settings):
         leased.yield_lease(worker)
         assert Task.objects.reset_expired() == 1
         assert Task.objects.get(pk=task.pk).status == Status.READY
-    [leased] = Task.objects.lease(worker, ["default"])  # the 4th lease, the 1st to time out
-    expire(leased)
-    Task.objects.reset_expired()
+    time_out(worker)  # the 4th lease, the 1st to time out
     assert Task.objects.get(pk=task.pk).status == Status.READY
-    [leased] = Task.objects.lease(worker, ["default"])  # the 2nd to time out: the cap
-    expire(leased)
-    Task.objects.reset_expired()
+    time_out(worker)  # the 2nd to time out: the cap
     stored = Task.objects.get(pk=task.pk)
     assert (stored.status, stored.leases) == (Status.ABORTED, 5)
     assert stored.errors[0]["code"] == "max_leases_exceeded"
