@@ -172,12 +172,16 @@ def test_max_attempts_aborts_a_task_that_keeps_killing_its_worker(settings):
 
 def test_two_workers_and_two_monitors_complete_every_task_exactly_once(tmp_path):
     path = tmp_path / "runs.log"
+    # Each task takes 20 ms: one worker alone needs 2.5 s for the 500, while no-op tasks were
+    # all done (up to 68 a lease) by the first worker to lease before the other's next try (on
+    # SQLite the other may be waiting out a write lock).
+    spec = {"path": str(path), "sleep": 0.02}
     outcomes = Task.objects.submit_many(
-        [{"queue": "t-record", "spec": {"path": str(path)}, "rn": f"r{n}"} for n in range(500)]
+        [{"queue": "t-record", "spec": spec, "rn": f"r{n}"} for n in range(500)]
     )
     assert all(o.outcome == "inserted" for o in outcomes)
-    # Paused until every process is up: the first worker started would otherwise run all 500
-    # quick tasks (a lease takes up to 68) before the second is there to take part.
+    # Paused until every process is up: the first worker started would otherwise run tasks
+    # before the second is there to take part.
     QueueSetting.objects.pause("t-record")
     options = ("--concurrency", "4")
     processes = [
