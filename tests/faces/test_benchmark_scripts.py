@@ -14,6 +14,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from tests import private_postgres
 from tests.processes import ROOT, database_url
 
 ENGINE = settings.DATABASES["default"]["ENGINE"]
@@ -97,3 +98,32 @@ def test_the_submit_benchmark_prints_submit_beside_the_one_row_insert_every_way(
     assert floor is not None, out
     assert re.search(r"^submit, one per call: [\d,]+ tasks/s", out, re.MULTILINE)
     assert re.search(r"^submit_many, batches of 100: [\d,]+ tasks/s", out, re.MULTILINE)
+
+
+@pytest.mark.skipif("postgresql" not in ENGINE, reason="a PostgreSQL benchmark")
+@pytest.mark.skipif(django.VERSION < (6, 0), reason="run once, in the Django 6.1 cell")
+@pytest.mark.skipif(private_postgres.available() is not None, reason="needs a private cluster")
+def test_the_pgqueuer_benchmark_runs_both_queues_beside_pgbench_and_prints_the_ratios():
+    """PgQueuer is installed into .venvs/pgqueuer on first use (requirements/pgqueuer.txt)."""
+    done = subprocess.run(
+        [sys.executable, "benchmarks/beside_pgqueuer.py", "--tasks", "200", "--runs", "1"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert re.search(r"; PgQueuer 1\.6\.0$", out, re.MULTILINE), out
+    for side in ("ours, 2 workers, default options", "PgQueuer, 2 consumers, defaults"):
+        assert re.search(
+            rf"^{side} +[\d,]+ \[[\d,]+-[\d,]+\] tasks/s  \| pgbench lease\+complete, 2 clients: "
+            r"[\d,]+ \[[\d,]+-[\d,]+\], ratio [\d.]+$",
+            out,
+            re.MULTILINE,
+        ), out
+    for figure in ("PostgreSQL CPU per task (whole server)", "commits per task"):
+        for side in ("ours", "PgQueuer"):
+            assert re.search(rf"^{side}: {re.escape(figure)}", out, re.MULTILINE), out
+        assert re.search(rf"^ours / PgQueuer, {re.escape(figure)}.*: [\d.]+$", out, re.MULTILINE)
