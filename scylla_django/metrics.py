@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 try:
@@ -108,20 +109,29 @@ PEAK_MEMORY = Histogram(
 )
 
 
+@cache
+def _child(metric: Any, *labels: str) -> Any:
+    """`metric.labels(*labels)`, looked up once per metric and label values: `labels()`
+    checks its arguments and takes a lock on every call, most of what counting a finished
+    task cost its worker. It returns the same child every time (the metrics here are never
+    cleared), so the child kept is the one it would return."""
+    return metric.labels(*labels)
+
+
 def _on_leased(sender: Any, task: Task, **kwargs: Any) -> None:
-    LEASED.labels(task.queue).inc()
+    _child(LEASED, task.queue).inc()
 
 
 def _on_finished(
     sender: Any, task: Task, status: str, duration: float | None = None, **kwargs: Any
 ) -> None:
-    FINISHED.labels(task.queue, status).inc()
+    _child(FINISHED, task.queue, status).inc()
     if task.cpu_time is not None:
-        CPU_TIME.labels(task.queue, status).observe(task.cpu_time)
+        _child(CPU_TIME, task.queue, status).observe(task.cpu_time)
     if task.peak_memory is not None:
-        PEAK_MEMORY.labels(task.queue, status).observe(task.peak_memory)
+        _child(PEAK_MEMORY, task.queue, status).observe(task.peak_memory)
     if duration is not None:  # measured by the worker that ran the handler: no query
-        RUN_TIME.labels(task.queue, status).observe(max(duration, 0.0))
+        _child(RUN_TIME, task.queue, status).observe(max(duration, 0.0))
     elif status in (Status.COMPLETED, Status.ABORTED) and isinstance(task.updated, datetime):
         # Finished through the API: the run time is the lease's, from its TaskAssignment row.
         assigned = (
@@ -133,11 +143,11 @@ def _on_finished(
         )
         if assigned is not None:
             seconds = (task.updated - assigned).total_seconds()
-            RUN_TIME.labels(task.queue, status).observe(max(seconds, 0.0))
+            _child(RUN_TIME, task.queue, status).observe(max(seconds, 0.0))
 
 
 def _on_reset(sender: Any, task: Task, **kwargs: Any) -> None:
-    RESET.labels(task.queue).inc()
+    _child(RESET, task.queue).inc()
 
 
 def connect_signals() -> None:
