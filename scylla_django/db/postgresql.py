@@ -545,11 +545,11 @@ def postgresql_reset(
     back through its (task, id) index each. A task not yielded whose lease ended at its
     run-time limit (`deadline = timeout_at`) is `timed_out`; one that has had `max_leases`
     leases, snoozes and yields not counted (its TaskYield rows, counted through the same
-    index), `exhausted`; the others `expired`. The expired and yielded
-    ones are made ready (owner, deadline and limit cleared, progress 0), fenced on still
-    running with a deadline before the clock, read once after the caller's locks; each
-    expired one gets its TaskTimeout{owner, progress} row, and the queues made leasable are
-    notified on the ready channel. The timed-out and exhausted ones are left to the caller
+    index), `exhausted`; the others `expired`. The expired and yielded ones are made ready
+    (owner, deadline and limit cleared, progress 0), fenced on still running with a deadline
+    before the clock, read once after the caller's locks; each expired one gets its
+    TaskTimeout{owner, progress} row, and the queues made leasable are notified on the ready
+    channel. The timed-out and exhausted ones are left to the caller
     (aborted, then perhaps retried). A task that is no longer a running expired lease is
     missing from the result; with none left the clock is None.
 
