@@ -30,7 +30,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -129,20 +128,14 @@ class PgQueuer:
 
     def process_once(self, tasks: int) -> Run:
         """Enqueue `tasks` jobs, then run the consumers until each has found the queue empty
-        and exited; measured from their start."""
+        and exited; measured from their start, over the window our runs are measured over."""
         from django.db import connection
 
         with connection.cursor() as cursor:
             cursor.execute("TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics")
         enqueue = [str(self.python), str(HERE / "pgqueuer_consumer.py"), "enqueue", str(tasks)]
         subprocess.run(enqueue, env=self.env, check=True)
-        postmaster = throughput.postmaster_pid()
-        connection.close()  # its statistics are flushed: none of its work is in the window
-        time.sleep(0.2)
-        probe = throughput.Probe(self.url)
-        sampler = throughput.BackendSampler(probe.pid, probe.database)
-        sampler.start()
-        before = throughput.cpu_of_postgres(postmaster), probe.counters()
+        window = throughput.Window(self.url, throughput.postmaster_pid())
         command = [str(self.python), str(HERE / "pgqueuer_consumer.py"), "drain"]
         worker_cpu = 0.0
         processes = []
@@ -158,32 +151,26 @@ class PgQueuer:
             if process.returncode != 0:
                 raise SystemExit(f"a PgQueuer consumer exited {process.returncode}: {log.name}")
             worker_cpu += usage.ru_utime + usage.ru_stime
-        after = throughput.cpu_of_postgres(postmaster)
-        backend = sampler.finish()
-        time.sleep(0.5)  # the consumers' backends have exited and reported their statistics
-        counted = probe.counters()
-        left, done, span = probe.query(
+        server, backend = window.close()
+        left, done, span = window.probe.query(
             "SELECT (SELECT count(*) FROM pgqueuer),"
             " count(*) FILTER (WHERE status = 'successful'),"
             " extract(epoch FROM max(created) - min(created) FILTER (WHERE status = 'picked'))"
             " FROM pgqueuer_log WHERE status <> 'queued'"
         )
-        probe.close()
+        statements, commits, sessions, active = window.counted()
         if left or done != tasks:
             raise SystemExit(f"PgQueuer left {left} jobs and logged {done} of {tasks} done")
-        statements, commits, sessions, active = (
-            b - a for a, b in zip(before[1], counted, strict=True)
-        )
         return Run(
             rate=tasks / float(span),
             worker_cpu=worker_cpu * 1000 / tasks,
-            postgres_cpu=(after - before[0]) * 1000 / tasks,
+            postgres_cpu=server * 1000 / tasks,
             backend_cpu=backend * 1000 / tasks,
             sessions=sessions / tasks,
             statement_ms=active / tasks,
             statements=statements / tasks,
             commits=commits / tasks,
-            connections=sampler.most / self.consumers,
+            connections=window.sampler.most / self.consumers,
         )
 
 

@@ -326,7 +326,6 @@ class Bench:
         counters are read: the window holds the workers' work and the few statements of this
         client's `Probe`, which are counted and taken off.
         """
-        from django.db import connection
         from django.db.models import Max, Min
 
         from scylla_django.enums import EventType
@@ -341,44 +340,33 @@ class Bench:
                 Task.objects.submit_many({"queue": queue, "spec": {}} for _ in range(size))
         postmaster = postmaster_pid()
         with self.running_workers(self.workers, options, queues=[queue]) as pids:
-            connection.close()  # its statistics are flushed: none of its work is in the window
-            time.sleep(0.2)  # its backend has exited
-            probe = Probe(self.url)
-            sampler = BackendSampler(probe.pid, probe.database)
-            sampler.start()
-            before = cpu_of(pids), cpu_of_postgres(postmaster), probe.counters()
-            probe.resume(queue)
+            window = Window(self.url, postmaster)
+            workers = cpu_of(pids)
+            window.probe.resume(queue)
             wait_for(
-                lambda: probe.completed() >= self.tasks,
+                lambda: window.probe.completed() >= self.tasks,
                 timeout=max(300, self.tasks / 2),
                 what=f"{self.tasks} completed tasks",
             )
-            after = cpu_of(pids), cpu_of_postgres(postmaster)
-            backend_ms = sampler.finish() * 1000 / self.tasks
+            workers = cpu_of(pids) - workers
+            server, backend = window.close()
         # The workers' backends have exited, and so reported their statistics: their stops and
         # last polls after the last completion are in the counts too (a few statements each).
-        time.sleep(0.5)
-        counted = probe.counters()
-        probe.close()
+        statements, commits, sessions, active = window.counted()
         QueueSetting.objects.filter(queue=queue).delete()
-        statements, commits, sessions, active = (
-            b - a for a, b in zip(before[2], counted, strict=True)
-        )
         first = History.objects.filter(typ=EventType.ASSIGNMENT).aggregate(t=Min("time"))["t"]
         last = Task.objects.aggregate(t=Max("updated"))["t"]
         span = (last - first).total_seconds()  # first lease to last completion, database clock
-        worker_ms = (after[0] - before[0]) * 1000 / self.tasks
-        pg_ms = (after[1] - before[1]) * 1000 / self.tasks
         return Run(
             rate=self.tasks / span,
-            worker_cpu=worker_ms,
-            postgres_cpu=pg_ms,
-            backend_cpu=backend_ms,
+            worker_cpu=workers * 1000 / self.tasks,
+            postgres_cpu=server * 1000 / self.tasks,
+            backend_cpu=backend * 1000 / self.tasks,
             sessions=sessions / self.tasks,
             statement_ms=active / self.tasks,
             statements=statements / self.tasks,
             commits=commits / self.tasks,
-            connections=sampler.most / self.workers,
+            connections=window.sampler.most / self.workers,
         )
 
     def start_latencies(self) -> list[float]:
@@ -694,6 +682,40 @@ def cpu_of_postgres(postmaster: int | None = None) -> float:
             continue  # exited meanwhile: its time moves to the postmaster's cutime
         total += sum(int(f) for f in stat[11:15])
     return total / TICKS
+
+
+class Window:
+    """What a processing run is measured over, alike for every queue measured: opened once the
+    processes are up, closed once their work is done. It holds the whole server's CPU, this
+    database's backends' CPU (`BackendSampler`) and `Probe`'s counters."""
+
+    def __init__(self, url: str, postmaster: int | None) -> None:
+        from django.db import connection
+
+        connection.close()  # its statistics are flushed: none of its work is in the window
+        time.sleep(0.2)  # its backend has exited
+        self.postmaster = postmaster
+        self.probe = Probe(url)
+        self.sampler = BackendSampler(self.probe.pid, self.probe.database)
+        self.sampler.start()
+        self.cpu = cpu_of_postgres(postmaster)
+        self.counters = self.probe.counters()
+
+    def close(self) -> tuple[float, float]:
+        """The CPU seconds the whole server and this database's backends used since the window
+        opened."""
+        return cpu_of_postgres(self.postmaster) - self.cpu, self.sampler.finish()
+
+    def counted(self) -> tuple[float, float, float, float]:
+        """`Probe.counters()` since the window opened, read once the processes' backends have
+        exited and reported their statistics; the probe is closed."""
+        time.sleep(0.5)
+        counted = self.probe.counters()
+        self.probe.close()
+        statements, commits, sessions, active = (
+            b - a for a, b in zip(self.counters, counted, strict=True)
+        )
+        return statements, commits, sessions, active
 
 
 class Probe:

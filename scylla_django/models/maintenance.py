@@ -226,7 +226,7 @@ def reset_portable(
     return now, kinds
 
 
-def expiry_kind(row: dict[str, Any], yielded: bool, max_leases: int | None, yields: int = 0) -> str:
+def expiry_kind(row: dict[str, Any], yielded: bool, max_leases: int | None, yields: int) -> str:
     """How an expired lease is dealt with, as `db.postgresql_reset` judges it: `yielded`
     (given back: made ready without a TaskTimeout), `timed_out` (it expired at its run-time
     limit, so its heartbeat capped it there: aborted with `timeout`, as its worker would have
