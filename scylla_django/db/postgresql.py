@@ -204,8 +204,9 @@ def _lease_sql(
     events (the caller adds the lessee, queues, limit, lease_length and `locked`).
 
     `finishing`: the statement first writes the outcomes of the `rows` parameter, with the
-    CTEs of `finish_statement`, and its rows carry the pks finished and their `updated`
-    (arrays, in the same order) after the first two columns (`postgresql_lease`'s `finish`).
+    CTEs of `finish_statement`, and its first row carries the pks finished and their `updated`
+    (arrays, in the same order) after the first two columns (`postgresql_lease`'s `finish`);
+    the other rows carry nulls there.
 
     Each queue's walk is limited by the `limit` parameter itself, which the planner sees: its
     estimate of the statement stays small (a walk limited by a column is costed as a tenth of
@@ -227,9 +228,12 @@ def _lease_sql(
     # a generic plan must still see `status = 'ready'` to walk the partial ready index.
     ready = _literal(source.value)
     finish, params = _finish_ctes(tables, using) if finishing else ("", {})
+    # The finished pks and times ride on the first row only: repeated on every leased row, they
+    # were sent and read (a timestamp parsed per finished task per leased task) once per row.
+    first = "row_number() OVER (ORDER BY t.priority DESC, t.created ASC, t.id ASC) = 1"
     finished = (
-        "(SELECT array_agg(id ORDER BY id) FROM changed), "
-        "(SELECT array_agg(updated ORDER BY id) FROM changed), "
+        f"CASE WHEN {first} THEN (SELECT array_agg(id ORDER BY id) FROM changed) END, "
+        f"CASE WHEN {first} THEN (SELECT array_agg(updated ORDER BY id) FROM changed) END, "
         if finishing
         else ""
     )
