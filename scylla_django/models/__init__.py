@@ -11,7 +11,7 @@ from .held import NOT_YIELDED
 from .history import History
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions, new_rn
 from .keys import Hold, Key, Limit, LockNotFree, Rate
-from .notices import send_on_commit
+from .notices import send_each_on_commit, send_on_commit
 from .outcomes import Outcome
 from .processes import (
     MONITOR_PREFIX,
@@ -102,6 +102,7 @@ __all__ = [
     "key_control",
     "new_rn",
     "required_worker_id",
+    "send_each_on_commit",
     "send_on_commit",
     "tally_history",
     "validate_max_running",

@@ -19,7 +19,7 @@ from ..conf import scylla_settings
 from ..exceptions import WorkerNotFound
 from ..validation import validate_limit, validate_queues, validate_timeout
 from . import children, portable, successors
-from .notices import send_on_commit
+from .notices import send_each_on_commit
 from .outcomes import Outcome, outcome_rows
 from .processes import Worker, worker_name
 from .tables import tables
@@ -109,8 +109,9 @@ def finish_and_lease(
     )
     leased_tasks = leased or []
     announce(tasks, outcomes, rows, done)
-    for task in leased_tasks:
-        send_on_commit(signals.task_leased, tasks.db, task=task)
+    send_each_on_commit(
+        signals.task_leased, tasks.db, tasks.model, [(task, {}) for task in leased_tasks]
+    )
     return snoozed | set(done), leased_tasks
 
 
@@ -138,6 +139,7 @@ def announce(
     written = {row["id"]: row for row in rows if row["id"] in done}
     missing = [o.pk for o in outcomes if o.pk in written and o.task is None]
     read = tasks.model.objects.using(tasks.db).in_bulk(missing) if missing else {}
+    sends: list[tuple[Any, dict[str, Any]]] = []
     for outcome in outcomes:
         row = written.pop(outcome.pk, None)
         if row is None:
@@ -155,10 +157,5 @@ def announce(
                 task.progress, task.result = 1.0, row["result"]
             else:
                 task.errors = row["errors"]
-        send_on_commit(
-            signals.task_finished,
-            tasks.db,
-            task=task,
-            status=task.status,
-            duration=outcome.duration,
-        )
+        sends.append((task, {"status": task.status, "duration": outcome.duration}))
+    send_each_on_commit(signals.task_finished, tasks.db, tasks.model, sends)

@@ -4,6 +4,7 @@ committed."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -28,6 +29,33 @@ def send_on_commit(signal: Signal, using: str, *, task: models.Model, **kwargs: 
     sender = task._meta.concrete_model
     if signal.has_listeners(sender):
         transaction.on_commit(partial(_send, signal, sender, task, kwargs), using=using)
+
+
+def send_each_on_commit(
+    signal: Signal,
+    using: str,
+    model: type[models.Model],
+    sends: Sequence[tuple[models.Model, dict[str, Any]]],
+) -> None:
+    """`send_on_commit` for each of `sends` (a task of `model` and the other keyword arguments
+    of its send), in their order, from one callback: a worker's lease and its batched finish
+    send one per task, and a callback each cost as much as the send itself.
+
+    A receiver that raises for one task stops neither the other receivers nor the other
+    tasks' sends, as with `send_on_commit`.
+    """
+    sender = model._meta.concrete_model
+    if sends and signal.has_listeners(sender):
+        transaction.on_commit(partial(_send_each, signal, sender, sends), using=using)
+
+
+def _send_each(
+    signal: Signal,
+    sender: type[models.Model] | None,
+    sends: Sequence[tuple[models.Model, dict[str, Any]]],
+) -> None:
+    for task, kwargs in sends:
+        _send(signal, sender, task, kwargs)
 
 
 def _send(

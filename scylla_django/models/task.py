@@ -65,7 +65,7 @@ from .dependencies import HELD
 from .held import NOT_YIELDED, HeldLeaseQuerySet
 from .history import History
 from .inputs import SubmitOutcome, TaskOptions, task_values, validate_terminal_statuses
-from .notices import send_on_commit
+from .notices import send_each_on_commit, send_on_commit
 from .processes import Worker, required_worker_id, worker_name
 from .queues import QueueSummary, due, queue_summaries, ready_summary, unexpired
 from .refusals import lease_reset_refusal
@@ -223,10 +223,8 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
             leased = portable.lease(self, pk, name, queues, limit, lease_length)
         if leased is None:
             raise WorkerNotFound(f"No registered, running worker is called {name!r}.")
-        tasks = leased
-        for task in tasks:
-            send_on_commit(signals.task_leased, self.db, task=task)
-        return tasks
+        send_each_on_commit(signals.task_leased, self.db, self.model, [(t, {}) for t in leased])
+        return leased
 
     def lease_rn(
         self, worker: Worker | str, rn: str, *, lease_length: timedelta | float | None = None

@@ -519,7 +519,7 @@ def test_signals_are_sent_after_commit(worker, django_capture_on_commit_callback
             a.complete(worker)
             expire(b)
             Task.objects.reset_expired()
-        assert len(callbacks) == 6
+        assert len(callbacks) == 5  # one for the lease of both tasks
         assert received == [
             ("task_submitted", "a", None),
             ("task_submitted", "b", None),
@@ -534,6 +534,33 @@ def test_signals_are_sent_after_commit(worker, django_capture_on_commit_callback
     with django_capture_on_commit_callbacks() as callbacks:
         Task.objects.submit("default", {}, rn="c")  # no receiver: nothing is scheduled
     assert callbacks == []
+
+
+def test_a_receiver_that_raises_for_one_leased_task_still_hears_of_the_others(
+    worker, caplog, django_capture_on_commit_callbacks
+):
+    """The tasks of one lease are announced from one callback: a receiver that raises for the
+    first is logged with its traceback and still receives the second."""
+    from scylla_django import signals
+
+    heard: list[str] = []
+
+    def receive(sender, task, **kwargs):
+        heard.append(task.rn)
+        if task.rn == "first":
+            raise RuntimeError("a receiver's bug")
+
+    Task.objects.submit("default", {}, rn="first", priority=9)
+    Task.objects.submit("default", {}, rn="second")
+    signals.task_leased.connect(receive, sender=Task)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            leased = Task.objects.lease(worker, ["default"], limit=2)
+    finally:
+        signals.task_leased.disconnect(receive, sender=Task)
+    assert [t.rn for t in leased] == heard == ["first", "second"]
+    [failure] = [r for r in caplog.records if r.exc_info]
+    assert "task_leased" in failure.getMessage() and "first" in failure.getMessage()
 
 
 @pytest.mark.django_db(transaction=True)
