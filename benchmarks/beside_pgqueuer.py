@@ -50,11 +50,12 @@ def main() -> None:
     parser.add_argument(
         "--pgqueuer-python", type=Path, help="the Python of a virtualenv with PgQueuer"
     )
+    throughput.add_commit_option(parser)
     args = parser.parse_args()
     if args.tasks < 1 or args.runs < 1 or args.workers < 1:
         parser.error("--tasks, --runs and --workers must be positive")
     python = args.pgqueuer_python or pgqueuer_virtualenv()
-    url = throughput.private_cluster(parser)
+    url = throughput.private_cluster(parser, args.synchronous_commit)
     os.environ["DATABASE_URL"] = url
     postgres.setup(parser, throughput.DEFAULT_URL)
     # Our tasks go in before our workers start: no warning that nothing serves their queue yet.

@@ -80,13 +80,16 @@ def main() -> None:
         action="store_true",
         help="run on a new PostgreSQL 15 cluster of its own, with pg_stat_statements loaded",
     )
+    add_commit_option(parser)
     args = parser.parse_args()
     if args.tasks < 1 or args.runs < 1 or args.workers < 1 or args.samples < 1:
         parser.error("--tasks, --runs, --workers and --samples must be positive")
     if shutil.which("pgbench") is None:
         parser.error("pgbench is not on PATH (Debian: apt-get install postgresql-client)")
     if args.private_cluster:
-        os.environ["DATABASE_URL"] = private_cluster(parser)
+        os.environ["DATABASE_URL"] = private_cluster(parser, args.synchronous_commit)
+    elif args.synchronous_commit != "on":
+        parser.error("--synchronous-commit needs --private-cluster")
     postgres.setup(parser, DEFAULT_URL)
     # The client submits before the workers start: each submission's warning that nothing
     # serves the queue yet would fill the page.
@@ -97,10 +100,23 @@ def main() -> None:
         getattr(bench, figure)()
 
 
-def private_cluster(parser: argparse.ArgumentParser) -> str:
+def add_commit_option(parser: argparse.ArgumentParser) -> None:
+    """The `--synchronous-commit` option of the scripts that make a private cluster."""
+    parser.add_argument(
+        "--synchronous-commit",
+        choices=("on", "off"),
+        default="on",
+        help="the private cluster's synchronous_commit (default on); off takes the disk's "
+        "flush time out of every commit, to compare the CPU-bound rates of a day whose disk "
+        "is slow",
+    )
+
+
+def private_cluster(parser: argparse.ArgumentParser, synchronous_commit: str = "on") -> str:
     """Make and start a PostgreSQL 15 cluster in a temporary directory, on a free port, with
-    `pg_stat_statements` loaded and the server's defaults otherwise (fsync and synchronous
-    commit on); it is removed at exit. Returns the URL of its benchmark database."""
+    `pg_stat_statements` loaded and the server's defaults otherwise (fsync on; synchronous
+    commit `synchronous_commit`, on by default); it is removed at exit. Returns the URL of its
+    benchmark database."""
     import atexit
 
     sys.path.insert(0, str(ROOT))
@@ -121,7 +137,8 @@ def private_cluster(parser: argparse.ArgumentParser) -> str:
         def start(self) -> None:
             options = (
                 f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 "
-                "-c shared_preload_libraries=pg_stat_statements"
+                "-c shared_preload_libraries=pg_stat_statements "
+                f"-c synchronous_commit={synchronous_commit}"
             )
             self._as_postgres(
                 str(private_postgres.BIN / "pg_ctl"), "-D", str(self.data), "-o", options,

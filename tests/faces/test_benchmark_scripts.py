@@ -104,9 +104,11 @@ def test_the_submit_benchmark_prints_submit_beside_the_one_row_insert_every_way(
 @pytest.mark.skipif(django.VERSION < (6, 0), reason="run once, in the Django 6.1 cell")
 @pytest.mark.skipif(private_postgres.available() is not None, reason="needs a private cluster")
 def test_the_pgqueuer_benchmark_runs_both_queues_beside_pgbench_and_prints_the_ratios():
-    """PgQueuer is installed into .venvs/pgqueuer on first use (requirements/pgqueuer.txt)."""
+    """PgQueuer is installed into .venvs/pgqueuer on first use (requirements/pgqueuer.txt);
+    the private cluster takes `--synchronous-commit`."""
+    script = [sys.executable, "benchmarks/beside_pgqueuer.py", "--tasks", "200", "--runs", "1"]
     done = subprocess.run(
-        [sys.executable, "benchmarks/beside_pgqueuer.py", "--tasks", "200", "--runs", "1"],
+        [*script, "--synchronous-commit", "off"],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
@@ -116,6 +118,7 @@ def test_the_pgqueuer_benchmark_runs_both_queues_beside_pgbench_and_prints_the_r
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert re.search(r"; PgQueuer 1\.6\.0$", out, re.MULTILINE), out
+    assert re.search(r"^PostgreSQL 15.* \(synchronous_commit off\), ", out, re.MULTILINE), out
     for side in ("ours, 2 workers, default options", "PgQueuer, 2 consumers, defaults"):
         assert re.search(
             rf"^{side} +[\d,]+ \[[\d,]+-[\d,]+\] tasks/s  \| pgbench lease\+complete, 2 clients: "
