@@ -13,6 +13,7 @@ def build_report(ctx):
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -64,7 +65,6 @@ class TaskContext:
     def __init__(self, task: Task, worker: Worker) -> None:
         self.task = task
         self.worker = worker
-        self.logger = TaskLogger(logging.getLogger(TASK_LOGGER), {"rn": task.rn})
         self._progress = task.progress
         self._stop: ScyllaError | None = None
         self._lock = threading.Lock()
@@ -92,6 +92,13 @@ class TaskContext:
         # handler decided it with `complete()` or `abort()`.
         self.batched = False
         self.decision: tuple[Any, list[dict[str, Any]] | None] | None = None
+
+    @functools.cached_property
+    def logger(self) -> TaskLogger:
+        """The `scylla_django.task` logger, each message prefixed with the task's rn; what a
+        handler logs there is kept in its task's log (made on first use: most handlers of a
+        busy worker never log)."""
+        return TaskLogger(logging.getLogger(TASK_LOGGER), {"rn": self.task.rn})
 
     @property
     def spec(self) -> Any:

@@ -272,8 +272,11 @@ def validate_json(
     value: Any, what: str = "spec", *, allow_null: bool = False, limit: int | None = None
 ) -> Any:
     """Any JSON document within the size limit: `limit` bytes, by default
-    `SCYLLA['SPEC_SIZE_LIMIT']`."""
-    if value is None and not allow_null:
+    `SCYLLA['SPEC_SIZE_LIMIT']`; or, with `allow_null`, None (no document, so never too
+    large)."""
+    if value is None:
+        if allow_null:
+            return None  # no document: nothing to encode or measure (most results are None)
         raise ValidationError(f"{what} must not be null.", code="required")
     _check_json(value, what)
     try:

@@ -13,6 +13,7 @@ says as much, and keeping them would store a log for every Django task.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import traceback
@@ -132,14 +133,26 @@ def install() -> None:
     On `ctx.logger`'s logger too, so that its records are captured even where the project
     stops them from propagating to the root.
     """
+    root, task_logger = logging.getLogger(), _task_logger()
+    if (
+        ROOT_HANDLER in root.handlers
+        and TASK_HANDLER in task_logger.handlers
+        and task_logger.level != logging.NOTSET
+    ):
+        return  # as on every run but the first: no lock taken
     with _install_lock:
-        root, task_logger = logging.getLogger(), logging.getLogger(TASK_LOGGER)
         if ROOT_HANDLER not in root.handlers:
             root.addHandler(ROOT_HANDLER)
         if TASK_HANDLER not in task_logger.handlers:
             task_logger.addHandler(TASK_HANDLER)
         if task_logger.level == logging.NOTSET:
             task_logger.setLevel(logging.INFO)
+
+
+@functools.cache
+def _task_logger() -> logging.Logger:
+    """`ctx.logger`'s logger (a logger, once made, is the same object for good)."""
+    return logging.getLogger(TASK_LOGGER)
 
 
 @contextmanager
