@@ -1,5 +1,6 @@
 """The worker's batched finish finds its rows by key: not by its owner, whose finished tasks
-keep its name, nor by a walk of a table the planner knows nothing of."""
+keep its name, nor by a walk of a table the planner knows nothing of. With the next lease, it
+returns what it finished once."""
 
 from __future__ import annotations
 
@@ -191,3 +192,29 @@ def test_a_worker_s_heartbeat_of_thousands_of_leases_joins_them_in_one_pass():
         return own + sum(rows(child) for child in node.get("Plans", []))
 
     assert rows(plan["Plan"]) <= 10 * 3000, plan
+
+
+def test_a_finish_and_lease_sends_the_finished_tasks_once_not_on_every_leased_row():
+    """The statement that writes a worker's outcomes and leases its next tasks returns the
+    finished pks and times on its first row only: repeated on every leased row, they were
+    sent and parsed once per row (about 65 timestamps per task at the default prefetch)."""
+    from datetime import timedelta
+
+    worker = Worker.objects.register(queues=["work"])
+    Task.objects.submit_many({"queue": "work", "spec": {"n": n}} for n in range(6))
+    leased = Task.objects.lease(worker, ["work"], limit=3)
+    statement, params = db.lease_statement(TABLES, "default", locked=False, finishing=True)
+    finish = [
+        {"id": t.pk, "lease": t.leases, "status": "completed", "result": None, "errors": None}
+        for t in leased
+    ]
+    params.update(worker_id=worker.pk, worker=worker.name, queues=["work"], limit=3)
+    params.update(lease_length=timedelta(minutes=1), locked=False, rows=json.dumps(finish))
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        rows = cursor.fetchall()
+
+    assert len(rows) == 3  # one per task leased
+    assert sorted(rows[0][2]) == sorted(t.pk for t in leased) and len(rows[0][3]) == 3
+    assert [(row[2], row[3]) for row in rows[1:]] == [(None, None)] * 2
+    assert Task.objects.filter(pk__in=[t.pk for t in leased], status="completed").count() == 3
