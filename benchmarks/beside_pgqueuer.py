@@ -87,7 +87,7 @@ def main() -> None:
     for what, value, unit in figures[1:]:
         line(f"ours: {what}", [value(r) for r in ours], unit)
         # PgQueuer's consumers are measured from their start: their start-up is in the figure.
-        also = " (with start-up)" if value is figures[1][1] else ""
+        also = " (with start-up)" if what == "client CPU per task" else ""
         line(f"PgQueuer: {what}{also}", [value(r) for r in pgqueuer], unit)
     for what, value, _ in figures:
         ratio = statistics.median(map(value, ours)) / statistics.median(map(value, pgqueuer))

@@ -20,15 +20,13 @@ def send_on_commit(signal: Signal, using: str, *, task: models.Model, **kwargs: 
     """Send `signal` for `task` once the current transaction commits (at once outside a
     transaction), with the Task model as the sender.
 
-    Nothing is scheduled when no receiver is connected: leases and bulk submissions call this
-    once per task. A receiver that raises is logged with its traceback and stops neither the
-    other signals nor the caller: the write it follows has committed, so its error is never
-    the transition's (a worker that finishes a task and leases the next in one statement
-    still gets the tasks it leased).
+    Nothing is scheduled when no receiver is connected: bulk submissions call this once per
+    task. A receiver that raises is logged with its traceback and stops neither the other
+    signals nor the caller: the write it follows has committed, so its error is never the
+    transition's (a worker that finishes a task and leases the next in one statement still
+    gets the tasks it leased).
     """
-    sender = task._meta.concrete_model
-    if signal.has_listeners(sender):
-        transaction.on_commit(partial(_send, signal, sender, task, kwargs), using=using)
+    send_each_on_commit(signal, using, type(task), [(task, kwargs)])
 
 
 def send_each_on_commit(
