@@ -1,18 +1,13 @@
-"""What the scylla_* commands share: argument types, logging from --verbosity, stop signals."""
+"""What the scylla_* commands share: argument types, logging from --verbosity."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import re
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import timedelta
-from types import FrameType
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, ValidationError
@@ -171,48 +166,3 @@ def configure_logging(verbosity: int) -> None:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         logger.addHandler(handler)
-
-
-class StopSignals:
-    """First SIGTERM/SIGINT: call `on_stop` (graceful). Second: exit at once with status 1.
-
-    Installed from the main thread; `requested` is an Event the loops wait on.
-    """
-
-    def __init__(self, on_stop: Callable[[], None] | None = None) -> None:
-        self.requested = threading.Event()
-        self._on_stop = on_stop
-
-    @contextmanager
-    def installed(self) -> Iterator[StopSignals]:
-        """Handle SIGTERM/SIGINT within the block, then restore the previous handlers.
-
-        Handlers can only be set from the main thread; elsewhere (a command called from a
-        thread) nothing is installed and only `on_stop`/`requested` stop the work.
-        """
-        if threading.current_thread() is not threading.main_thread():
-            yield self
-            return
-        signums = (signal.SIGTERM, signal.SIGINT)
-        previous = {signum: signal.getsignal(signum) for signum in signums}
-        for signum in signums:
-            signal.signal(signum, self._handle)
-        # A process may start with them blocked (a child of --processes): deliver a stop
-        # that came while it was starting, now that it is handled.
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, signums)
-        try:
-            yield self
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        if self.requested.is_set():
-            logger.warning("second %s: exiting now", name)
-            sys.stderr.flush()
-            os._exit(1)
-        logger.info("%s received: stopping gracefully (send it again to exit now)", name)
-        self.requested.set()
-        if self._on_stop is not None:
-            self._on_stop()

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from scylla_django.management.base import StopSignals
+from scylla_django.management.stops import StopSignals
 from scylla_django.supervisor import WorkerProcesses
 
 pytestmark = [

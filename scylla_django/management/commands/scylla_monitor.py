@@ -13,7 +13,6 @@ from ...conf import scylla_settings
 from ...handlers import autodiscover
 from ...monitor import Monitor
 from ..base import (
-    StopSignals,
     add_database_option,
     add_setting_option,
     configure_logging,
@@ -21,6 +20,7 @@ from ..base import (
     duration,
     seconds,
 )
+from ..stops import StopSignals, print_stacks_on_sigusr1
 
 
 class Command(BaseCommand):
@@ -60,6 +60,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"])
+        print_stacks_on_sigusr1()
         using = database_alias(options["database"])
         retention: timedelta | None = options["retention"]
         if retention is None:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import faulthandler
 import gc
 import importlib
 import logging
 import signal
-import sys
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -18,11 +15,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...backends import register_handlers
 from ...conf import scylla_settings
 from ...handlers import autodiscover, registry
-from ...supervisor import EXIT_RECYCLED, STOP_SIGNALS, WorkerProcesses
+from ...supervisor import EXIT_RECYCLED, WorkerProcesses
 from ...worker import TaskWorker, WorkerOptions
 from ...worker.options import ISOLATIONS
 from ..base import (
-    StopSignals,
     add_database_option,
     configure_logging,
     database_alias,
@@ -33,6 +29,7 @@ from ..base import (
     seconds,
 )
 from ..reloader import run_with_reloader
+from ..stops import StopSignals, print_stacks_on_sigusr1, relayed_signals
 
 # Exit status when handlers ignoring ctx.check() outlived the grace period of a shutdown.
 EXIT_ABANDONED = 3
@@ -166,10 +163,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"])
-        # `kill -USR1 <pid>` prints every thread's stack to stderr: where a stuck worker is.
-        # The children of --processes inherit it.
-        if hasattr(signal, "SIGUSR1") and sys.__stderr__ is not None:
-            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
+        print_stacks_on_sigusr1()
         autodiscover()
         register_handlers()
         for module in options["handler_modules"]:
@@ -244,7 +238,7 @@ class Command(BaseCommand):
         supervisor = WorkerProcesses(child, processes)
         signals_seen = 0
 
-        def handle(signum: int, frame: FrameType | None) -> None:
+        def handle(signum: int) -> None:
             nonlocal signals_seen
             signals_seen += 1
             name = signal.Signals(signum).name
@@ -255,11 +249,7 @@ class Command(BaseCommand):
                 logger.warning("second %s: stopping the worker processes now", name)
                 supervisor.stop_now()
 
-        previous = {signum: signal.signal(signum, handle) for signum in STOP_SIGNALS}
-        try:
+        with relayed_signals(handle):
             code = supervisor.run()
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         if code:
             raise CommandError(f"a worker process exited with status {code}", returncode=code)
