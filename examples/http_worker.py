@@ -332,8 +332,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         poll_interval=args.poll_interval,
         max_tasks=args.max_tasks,
     )
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: worker.stopping.set())
+    # No signal handler: one runs in the main thread wherever that thread is, maybe holding the
+    # lock of the very Event it would set. The stop signals are blocked here, before any other
+    # thread starts (they inherit it), and one thread waits for them.
+    stops = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+
+    def stop_on_signal() -> None:
+        signal.sigwait(stops)
+        worker.stopping.set()
+
+    threading.Thread(target=stop_on_signal, name="stop-signals", daemon=True).start()
     return worker.run()
 
 

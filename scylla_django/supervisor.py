@@ -140,8 +140,8 @@ class WorkerProcesses:
         return max((abs(code) if code < 0 else code) for code in codes.values())
 
     def stop(self) -> None:
-        """Stop gracefully: SIGTERM to every child (safe from a signal handler: `run()`
-        sends it)."""
+        """Stop gracefully: SIGTERM to every child (`run()` sends it). From any thread, not
+        from a signal handler (management/stops.py says why)."""
         self.stopping.set()
         self._wakeup.set()
 

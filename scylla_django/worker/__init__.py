@@ -112,7 +112,8 @@ class TaskWorker:
         return self._slots.taken()
 
     def stop(self) -> None:
-        """Ask `run()` to shut down gracefully (safe from a signal handler)."""
+        """Ask `run()` to shut down gracefully. From any thread, not from a signal handler
+        (management/stops.py says why)."""
         self.stopping.set()
         self._wakeup.set()
 
