@@ -24,7 +24,7 @@ from scylla_django.models import History, Task, TaskQuerySet
 from scylla_django.monitor import ExpiredLeases, Monitor, MonitorPass
 from tests.factories import TaskFactory, running_task
 from tests.helpers import expire
-from tests.processes import finish, start
+from tests.processes import finish, output_so_far, start
 
 
 def age(*rns: str, days: int = 30) -> None:
@@ -396,4 +396,22 @@ def test_monitor_process_resets_a_lease_and_exits_0_on_sigterm(worker):
         code, text = finish(process, timeout=5)
     assert code == 0, text
     assert "reset 1 expired lease" in text
+    assert "SIGTERM received" in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_monitor_process_prints_every_threads_stack_on_sigusr1_and_carries_on():
+    process = start("scylla_monitor", "--interval", "0.2")
+    try:
+        wait_for(lambda: "monitor started" in output_so_far(process), timeout=15, what="the start")
+        process.send_signal(signal.SIGUSR1)
+        wait_for(
+            lambda: "monitor/monitor.py" in output_so_far(process), timeout=5, what="the stacks"
+        )
+        assert process.poll() is None
+        assert "stops.py" in output_so_far(process)  # the stop signals' thread, waiting
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code, text = finish(process, timeout=5)
+    assert code == 0, text
     assert "SIGTERM received" in text
