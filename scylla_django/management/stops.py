@@ -1,11 +1,12 @@
 """Stop signals for the long-running commands: SIGTERM and SIGINT, handled off the main thread.
 
 A Python signal handler runs in the main thread, between two of its bytecodes, wherever that
-thread happens to be: maybe inside `Event.wait()` holding the event's lock, or inside a log
-call holding a stream's. A handler that sets that Event, or logs, takes the same lock again in
-the same thread and the process hangs for good (a monitor stopped at the moment it entered
-its wait did). So the handlers here do one thing that takes no lock, writing the signal's
-number to a pipe, and a thread of their own reads it and does the rest.
+thread happens to be: maybe inside `Event.wait()`, holding the event's lock, or in the middle
+of writing a log line. A handler that sets that Event takes its lock again in the same thread,
+and the process hangs for good (a monitor stopped at the moment it entered its wait did); one
+that logs may enter the stream's write inside that write. So the handlers here do one thing
+that takes no lock, writing the signal's number to a pipe, and a thread of their own reads it
+and does the rest.
 """
 
 from __future__ import annotations
