@@ -99,9 +99,9 @@ def wait_until(predicate: Callable[[], object], timeout: float = 20, what: str =
 def finish(process: subprocess.Popen, timeout: float = 20) -> tuple[int, str]:
     """Wait for a process of `start()`; return its exit code and output.
 
-    One that hangs is asked for its threads' stacks (SIGUSR1: a worker prints them), then
-    killed with every process it started (the children of --processes have process groups of
-    their own); the stacks are in the output the failure shows.
+    One that hangs is asked for its threads' stacks (SIGUSR1: a worker or a monitor prints
+    them), then killed with every process it started (the children of --processes have process
+    groups of their own); the stacks are in the output the failure shows.
     """
     try:
         process.wait(timeout=timeout)
