@@ -406,7 +406,12 @@ def test_monitor_process_prints_every_threads_stack_on_sigusr1_and_carries_on():
         wait_for(lambda: "monitor started" in output_so_far(process), timeout=15, what="the start")
         process.send_signal(signal.SIGUSR1)
         wait_for(
-            lambda: "monitor/monitor.py" in output_so_far(process), timeout=5, what="the stacks"
+            lambda: (
+                "monitor/monitor.py" in output_so_far(process)
+                and "stops.py" in output_so_far(process)
+            ),
+            timeout=5,
+            what="the stacks of both threads",
         )
         assert process.poll() is None
         assert "stops.py" in output_so_far(process)  # the stop signals' thread, waiting
