@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import pytest
 from django.db import connection
@@ -13,6 +15,21 @@ def pytest_collection_modifyitems(config, items):
     `@pytest.mark.failover` tests only when asked for (`-m failover` or
     SCYLLA_TEST_FAILOVER=1: they build a Patroni cluster, see docs/deployment.md)."""
     from django.conf import settings
+
+    # Under pytest-xdist (`--dist loadgroup`), the tests that start servers, workers and
+    # monitors as processes run one after another on one xdist worker, as they would alone,
+    # while the others share the rest: two such tests side by side on a small machine would
+    # starve each other's processes. (tests/ha also takes a block of ports and namespaces.)
+    for item in items:
+        if item.nodeid.startswith(PROCESS_TESTS):
+            item.add_marker(pytest.mark.xdist_group("processes"))
+
+    if os.environ.get("SCYLLA_TEST_SKIP_NEUTRAL"):
+        # scripts/test runs the tests that touch no database in one cell of the matrix only.
+        neutral = [item for item in items if not _touches_database(item)]
+        if neutral:
+            config.hook.pytest_deselected(items=neutral)
+            items[:] = [item for item in items if _touches_database(item)]
 
     if "failover" not in (config.getoption("-m") or "") and not os.environ.get(
         "SCYLLA_TEST_FAILOVER"
@@ -38,6 +55,43 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+#: The test modules that start processes of their own (workers, monitors, servers, browsers).
+PROCESS_TESTS = (
+    "tests/faults/",
+    "tests/ha/",
+    "tests/runtime/test_worker_process.py",
+    "tests/runtime/test_reload.py",
+    "tests/runtime/test_monitor.py",
+    "tests/runtime/test_stop_signals.py",
+    "tests/runtime/test_supervisor.py",
+    "tests/faces/test_demo_script.py",
+    "tests/faces/test_benchmark_scripts.py",
+    "tests/faces/test_readme_settings.py",
+    "tests/faces/test_scylla_run.py",
+    "tests/api/test_http_worker.py",
+)
+
+#: The fixtures that give a test the database (pytest-django's, and those that imply them).
+DATABASE_FIXTURES = {
+    "db",
+    "transactional_db",
+    "django_db_reset_sequences",
+    "django_db_serialized_rollback",
+    "live_server",
+    "client",
+    "admin_client",
+    "django_user_model",
+}
+
+
+def _touches_database(item: pytest.Item) -> bool:
+    """Whether a test uses the database: a `django_db` mark or a fixture that gives it one.
+    pytest-django refuses every query to the others, so they do the same on every database."""
+    if item.get_closest_marker("django_db") is not None:
+        return True
+    return bool(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
 @pytest.fixture(autouse=True)
 def no_leftover_processes():
     """After each test, stop what a failing process test left running (tests/processes.py)."""
@@ -45,6 +99,44 @@ def no_leftover_processes():
     from tests.processes import stop_leftovers
 
     stop_leftovers()
+
+
+#: How long a thread a test started may take to end after the test (a worker's last pass, a
+#: listener's reconnect backoff) before the test is said to have leaked it.
+THREAD_GRACE = 15.0
+
+
+def _ours(thread: threading.Thread) -> bool:
+    """Whether `thread` runs the project's code or a test's (a library's own pool threads, a
+    browser driver's, are not the test's to stop). A handler's thread (`scylla-task-N`) is
+    not counted: a worker abandons a handler that ignores its stop by design (`abandoned`),
+    and the tests of that leave one sleeping."""
+    if thread.name.startswith("scylla-task-"):
+        return False
+    target = getattr(thread, "_target", None)
+    module = getattr(target, "__module__", None) or type(thread).__module__ or ""
+    owner = getattr(target, "__self__", None)
+    if owner is not None:
+        module = type(owner).__module__ or module
+    return thread.name.startswith("scylla") or module.startswith(("scylla_django", "tests"))
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads(request):
+    """Fail a test that leaves a thread of its own running: a worker or a monitor an earlier
+    test forgot goes on leasing, heartbeating and raising into the tests after it."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + THREAD_GRACE
+    leaked = []
+    for thread in threading.enumerate():
+        if thread in before or not _ours(thread):
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            leaked.append(thread.name)
+    if leaked:
+        pytest.fail(f"the test left threads running: {', '.join(sorted(leaked))}", pytrace=False)
 
 
 @pytest.fixture

@@ -60,7 +60,7 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
-        "timeout": 20,
+        "timeout": 60,  # a loaded machine may keep a writer long
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     if os.environ.get("SCYLLA_TEST_SQLITE_NO_TRANSACTION_MODE"):  # as a user might leave it

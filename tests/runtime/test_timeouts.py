@@ -149,15 +149,19 @@ def test_a_task_whose_heartbeats_are_not_answered_is_given_up_before_its_lease_e
         WorkerOptions(["t-sleep"], lease_length=timedelta(seconds=2), poll_interval=0.05)
     )
     thread = run_in_thread(worker)
-    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="running")
-    [ctx] = worker._slots.in_hand()
-    # As if every heartbeat since the lease had gone unanswered.
-    ctx.lease_kept_until = time.monotonic()
-    wait_until(lambda: worker.in_flight_count() == 0, timeout=10, what="the task given up")
-    assert isinstance(ctx.stop_reason, LeaseLost)
-    task.refresh_from_db()
-    assert task.status == Status.RUNNING  # nothing written: the lease expires, the monitor resets
-    stop(worker, thread)
+    try:
+        # The slot, not the row: the task is running in the database a moment before the
+        # worker's slots list it.
+        wait_until(lambda: worker._slots.in_hand(), what="the task in hand")
+        [ctx] = worker._slots.in_hand()
+        # As if every heartbeat since the lease had gone unanswered.
+        ctx.lease_kept_until = time.monotonic()
+        wait_until(lambda: worker.in_flight_count() == 0, timeout=30, what="the task given up")
+        assert isinstance(ctx.stop_reason, LeaseLost)
+        task.refresh_from_db()
+        assert task.status == Status.RUNNING  # nothing written: the lease expires, then a reset
+    finally:
+        stop(worker, thread)
 
 
 def test_the_default_heartbeat_fits_three_times_in_a_lease_with_room_to_spare():
