@@ -22,7 +22,7 @@ def stop_or_timeout() -> int:
     time.sleep(0.5)
     stop = StopSignals()
     with stop.installed():
-        return 0 if stop.requested.wait(5) else 7
+        return 0 if stop.requested.wait(120) else 7
 
 
 def test_a_stop_that_comes_while_a_child_is_forked_reaches_it_once_it_handles_signals(
@@ -38,12 +38,10 @@ def test_a_stop_that_comes_while_a_child_is_forked_reaches_it_once_it_handles_si
         supervisor.stop()
 
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", start_then_stop)
-    began = time.monotonic()
     code = supervisor.run()
-    # Not 7 (the stop never reached the child) nor 15 (it killed the child before it could
-    # yield anything), and without waiting out the child's five seconds.
+    # Not 7 (the stop never reached the child: it waited out its two minutes) nor 15 (it
+    # killed the child before it could yield anything).
     assert code == 0
-    assert time.monotonic() - began < 4
 
 
 def test_a_stop_that_comes_before_a_replacement_is_forked_starts_none():

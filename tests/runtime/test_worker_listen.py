@@ -19,7 +19,7 @@ from tests.processes import database_url, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
-SLOW_POLL = 30.0  # far longer than any wait below: only a notification can explain speed
+SLOW_POLL = 3600.0  # far longer than any wait below: only a notification wakes the worker
 
 
 def notify(channel: str, payload: str) -> None:
@@ -53,7 +53,7 @@ def test_a_ready_notification_leases_at_once():
     try:
         task = Task.objects.submit("t-echo", {"n": 1})
         notify(db.READY_CHANNEL, "t-echo")
-        wait_until(lambda: completed(task), timeout=3, what="the task, without a poll")
+        wait_until(lambda: completed(task), timeout=60, what="the task, without a poll")
         # A notification for a queue the worker does not serve is ignored.
         other = Task.objects.submit("t-fail", {})
         notify(db.READY_CHANNEL, "t-fail")
@@ -64,17 +64,17 @@ def test_a_ready_notification_leases_at_once():
 
 
 def test_a_stop_notification_stops_the_cancelled_handler_at_once():
-    # Heartbeats every 20 s: without the notification the cancel would take that long.
-    worker, thread = started(lease_length=timedelta(seconds=60), heartbeat_interval=20)
+    # Heartbeats every 10 minutes: without the notification the cancel would take that long.
+    worker, thread = started(lease_length=timedelta(hours=1), heartbeat_interval=600)
     try:
-        task = Task.objects.submit("t-sleep", {"seconds": 60})
+        task = Task.objects.submit("t-sleep", {"seconds": 3600})
         notify(db.READY_CHANNEL, "t-sleep")
-        wait_until(lambda: worker.in_flight_count() == 1, timeout=3, what="the lease")
+        wait_until(lambda: worker.in_flight_count() == 1, timeout=60, what="the lease")
         other_name = "worker-0"
         notify(db.STOP_CHANNEL, other_name)  # another worker's cancellation: nothing to do
         Task.objects.get(pk=task.pk).cancel()
         notify(db.STOP_CHANNEL, worker.name)
-        wait_until(lambda: worker.in_flight_count() == 0, timeout=3, what="the handler to stop")
+        wait_until(lambda: worker.in_flight_count() == 0, timeout=60, what="the handler to stop")
         assert Task.objects.get(pk=task.pk).status == Status.CANCELLED
     finally:
         stopped(worker, thread)
@@ -91,12 +91,12 @@ def test_the_listener_survives_losing_its_connection():
                 [f"scylla_django {worker.name}"],
             )
             assert cursor.fetchone() == (True,)
-        wait_until(lambda: worker.listener.connections == 2, timeout=5, what="a new LISTEN")
+        wait_until(lambda: worker.listener.connections == 2, timeout=60, what="a new LISTEN")
         assert worker.listener.connected.wait(5)
         time.sleep(0.2)
         task = Task.objects.submit("t-echo", {"after": "reconnect"})
         notify(db.READY_CHANNEL, "t-echo")
-        wait_until(lambda: completed(task), timeout=3, what="the task, without a poll")
+        wait_until(lambda: completed(task), timeout=60, what="the task, without a poll")
     finally:
         stopped(worker, thread)
 
@@ -107,7 +107,7 @@ def test_listen_dsn_is_used_for_the_listener():
     try:
         task = Task.objects.submit("t-echo", {"n": 2})
         notify(db.READY_CHANNEL, "t-echo")
-        wait_until(lambda: completed(task), timeout=3, what="the task, without a poll")
+        wait_until(lambda: completed(task), timeout=60, what="the task, without a poll")
     finally:
         stopped(worker, thread)
 
@@ -128,9 +128,7 @@ def test_submit_starts_the_handler_well_within_the_poll_interval():
         pytest.skip("Task.objects.submit does not NOTIFY yet")
     worker, thread = started()
     try:
-        begun = time.monotonic()
         task = Task.objects.submit("t-echo", {"n": 3})
-        wait_until(lambda: completed(task), timeout=3, what="the task, without a poll")
-        assert time.monotonic() - begun < SLOW_POLL / 10
+        wait_until(lambda: completed(task), timeout=60, what="the task, without a poll")
     finally:
         stopped(worker, thread)
