@@ -7,6 +7,7 @@
 | `MAX_LEASES` | `None` (off) | abort a task that times out after this many assignments |
 | `MAX_SNOOZES` | 100 | a task that would snooze more often is aborted (`too_many_snoozes`) |
 | `SPEC_SIZE_LIMIT` | 1 MiB | largest `spec` (and `result`) accepted, in bytes of compact JSON |
+| `TASK_LOG_MAX_BYTES` | 1 MiB | most bytes of a task's log kept (0: no log is captured) |
 | `DEFAULT_PRIORITY` | 0 | priority of a submitted task that names none |
 | `PURGE_BATCH_SIZE` | 1000 | rows deleted per transaction by `purge()` |
 | `RESET_BATCH_SIZE` | 5000 | expired leases reset per transaction by `reset_expired()` |
@@ -29,7 +30,8 @@
 | `NOTIFY_BACKOFF` | 5 s | the wait after the first failed POST, doubling (at most an hour) |
 
 Durations may be given as a `timedelta`, a number of seconds or text such as `"30s"`, `"5m"`,
-`"12h"`, `"7d"`. A lease lasts at least `LEASE_MIN` (1 second).
+`"12h"`, `"7d"`. A lease lasts at least `LEASE_MIN` (1 second). Sizes (`SPEC_SIZE_LIMIT`,
+`TASK_LOG_MAX_BYTES`) as a number of bytes or text such as `"512KB"`, `"1MB"`, `"1 MiB"`.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
 from .durations import short
-from .text import DurationError, positive_duration
+from .text import DurationError, RateError, SizeError, byte_size, positive_duration, rate_parts
 
 # The shortest lease: under it a worker's heartbeat (a quarter of the lease) cannot keep up.
 LEASE_MIN = timedelta(seconds=1)
@@ -108,6 +110,23 @@ def as_int(value: object, name: str, *, minimum: int, maximum: int | None = None
     return value
 
 
+def as_size(value: object, name: str, *, minimum: int) -> int:
+    """A number of bytes from bytes or text with a unit ("512KB", "1MB", "1 MiB"; see
+    `text.byte_size`), at least `minimum`; else ImproperlyConfigured."""
+    try:
+        size = byte_size(value)
+    except SizeError:
+        raise ImproperlyConfigured(
+            f"SCYLLA[{name!r}] must be a size in bytes or with a unit, such as 1048576, "
+            f"'512KB', '1MB' or '1 MiB', got {value!r}"
+        ) from None
+    if size < minimum:
+        raise ImproperlyConfigured(
+            f"SCYLLA[{name!r}] must be at least {minimum} bytes, got {value!r}"
+        )
+    return size
+
+
 def heartbeat_interval_for(lease_length: timedelta) -> timedelta:
     """The default heartbeat interval of a lease of `lease_length`: a quarter of it, so that
     three heartbeats fit in a lease with room to spare (one that fails, and two more, before
@@ -157,7 +176,7 @@ class ScyllaSettings:
 
     @property
     def SPEC_SIZE_LIMIT(self) -> int:
-        return as_int(self._raw("SPEC_SIZE_LIMIT"), "SPEC_SIZE_LIMIT", minimum=2)
+        return as_size(self._raw("SPEC_SIZE_LIMIT"), "SPEC_SIZE_LIMIT", minimum=2)
 
     @property
     def DEFAULT_PRIORITY(self) -> int:
@@ -209,10 +228,15 @@ class ScyllaSettings:
 
     @property
     def RATES(self) -> dict[str, str]:
-        """The rates by name, each as written ("100/m"; checked where a task names it)."""
+        """The rates by name, each as written ("100/m", "5/10s"; `text.rate_parts`)."""
         value = self._raw("RATES")
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise ImproperlyConfigured(f"SCYLLA['RATES'] must be a dict by name, got {value!r}")
+        for name, rate in value.items():
+            try:
+                rate_parts(rate)
+            except RateError as exc:
+                raise ImproperlyConfigured(f"SCYLLA['RATES'][{name!r}]: {exc}") from None
         return dict(value)
 
     @property
@@ -239,7 +263,7 @@ class ScyllaSettings:
     @property
     def TASK_LOG_MAX_BYTES(self) -> int:
         """The most bytes of a task's log that are kept (0: no log is captured)."""
-        return as_int(self._raw("TASK_LOG_MAX_BYTES"), "TASK_LOG_MAX_BYTES", minimum=0)
+        return as_size(self._raw("TASK_LOG_MAX_BYTES"), "TASK_LOG_MAX_BYTES", minimum=0)
 
     @property
     def TASK_LOG_STORAGE(self) -> str:

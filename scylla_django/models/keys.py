@@ -20,6 +20,7 @@ from django.db.models import Q, QuerySet
 from .. import db
 from ..conf import scylla_settings
 from ..db import Now
+from ..text import RateError, rate_parts
 from ..validation import (
     KEY_NAME_MAX_LENGTH,
     LOCK_MODES,
@@ -149,27 +150,13 @@ def lock(
         release_lock(token, using)
 
 
-#: The units of a rate's period: "100/m", "5/10s".
-RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
 def parse_rate(value: object) -> tuple[int, float]:
     """`(count, seconds)` of a rate written "<count>/<period>", the period a unit (s, m, h, d)
     with an optional number before it ("100/m", "5/10s"). ValidationError otherwise."""
-    error = ValidationError(
-        f'A rate is "<count>/<period>" such as "100/m" or "5/10s", not {value!r}.',
-        code="invalid_rate",
-    )
-    if not isinstance(value, str) or "/" not in value:
-        raise error
-    count, period = value.split("/", 1)
-    unit = RATE_UNITS.get(period[-1:])
-    number = period[:-1] or "1"
-    if not count.isdigit() or unit is None or not number.isdigit():
-        raise error
-    if int(count) < 1 or int(number) < 1:
-        raise error
-    return int(count), int(number) * unit
+    try:
+        return rate_parts(value)
+    except RateError as exc:
+        raise ValidationError(str(exc), code="invalid_rate") from None
 
 
 def validate_limits(limits: object, using: str | None = None) -> list[str]:
