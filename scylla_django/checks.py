@@ -1,15 +1,18 @@
 """System checks: bad `SCYLLA` settings, SQLite configured in a way that would break leases,
-MySQL/MariaDB, where unique keys are refused, and handlers naming limits or rates that are not
-configured."""
+MySQL/MariaDB, where unique keys are refused, task logs kept where they are served or lost,
+and handlers naming limits or rates that are not configured."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
+from django.core.files.storage import FileSystemStorage
+from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
 from . import db, queue_keys
@@ -140,6 +143,69 @@ def check_listen_database() -> Iterator[CheckMessage]:
                 % {"alias": alias},
                 id="scylla_django.W004",
             )
+
+
+@system_check
+def check_task_log_storage() -> Iterator[CheckMessage]:
+    """scylla_django.W005: task logs go to the storage that serves media (logs hold
+    tracebacks, at names made of rns a client may choose); W006: to a folder whose path is
+    relative, so each process writes under its own working directory and the web server,
+    started elsewhere, finds no log.
+
+    The media storage is the default storage, one configured as it is, or a folder within
+    `MEDIA_ROOT`. No storage named (the default) keeps no log and warrants no warning.
+    """
+    try:
+        alias = scylla_settings.TASK_LOG_STORAGE
+    except ImproperlyConfigured:
+        return  # scylla_django.E001 says so
+    if alias is None:
+        return
+    config = settings.STORAGES[alias]
+    folder = _storage_folder(config)
+    media = str(settings.MEDIA_ROOT or "")
+    public = alias == "default" or config == settings.STORAGES.get("default")
+    if folder is not None and media and os.path.isabs(folder) and os.path.isabs(media):
+        inside = os.path.commonpath([os.path.realpath(folder), os.path.realpath(media)])
+        public = public or inside == os.path.realpath(media)
+    if public:
+        yield Warning(
+            _(
+                "Task logs go to storage %(alias)r, the one media files are served from: "
+                "anyone who guesses a task's rn could read its log and its tracebacks."
+            )
+            % {"alias": alias},
+            hint=_(
+                'Name a private storage for them: STORAGES["scylla_logs"] = {"BACKEND": '
+                '"django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": '
+                '"/var/lib/<project>/task-logs"}} and SCYLLA["TASK_LOG_STORAGE"] = '
+                '"scylla_logs".'
+            ),
+            id="scylla_django.W005",
+        )
+    elif folder is not None and not os.path.isabs(folder):
+        yield Warning(
+            _(
+                "Task logs go to storage %(alias)r, a folder at the relative path %(folder)r: "
+                "each process writes under its own working directory, and one started "
+                "elsewhere (the web server) finds no log."
+            )
+            % {"alias": alias, "folder": folder},
+            hint=_('Give the storage\'s OPTIONS an absolute "location".'),
+            id="scylla_django.W006",
+        )
+
+
+def _storage_folder(config: dict[str, Any]) -> str | None:
+    """The folder a `STORAGES` entry writes to, as configured (relative or not), if it is a
+    `FileSystemStorage`; None for other storages, or one whose backend does not import."""
+    try:
+        backend = import_string(config.get("BACKEND", ""))
+    except ImportError:
+        return None
+    if not (isinstance(backend, type) and issubclass(backend, FileSystemStorage)):
+        return None
+    return str(config.get("OPTIONS", {}).get("location") or settings.MEDIA_ROOT or "")
 
 
 @system_check

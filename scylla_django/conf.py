@@ -8,6 +8,7 @@
 | `MAX_SNOOZES` | 100 | a task that would snooze more often is aborted (`too_many_snoozes`) |
 | `SPEC_SIZE_LIMIT` | 1 MiB | largest `spec` (and `result`) accepted, in bytes of compact JSON |
 | `TASK_LOG_MAX_BYTES` | 1 MiB | most bytes of a task's log kept (0: no log is captured) |
+| `TASK_LOG_STORAGE` | `None` | the alias in `settings.STORAGES` of task logs (None: none kept) |
 | `DEFAULT_PRIORITY` | 0 | priority of a submitted task that names none |
 | `PURGE_BATCH_SIZE` | 1000 | rows deleted per transaction by `purge()` |
 | `RESET_BATCH_SIZE` | 5000 | expired leases reset per transaction by `reset_expired()` |
@@ -68,7 +69,7 @@ DEFAULTS: dict[str, Any] = {
     "TIMEOUT_GRACE": timedelta(seconds=10),
     "EAGER": False,
     "TASK_LOG_MAX_BYTES": 1024 * 1024,
-    "TASK_LOG_STORAGE": "default",
+    "TASK_LOG_STORAGE": None,
     "LISTEN_DATABASE": None,
     "READ_DATABASE": None,
     "QUEUE_DATABASES": {},
@@ -266,13 +267,16 @@ class ScyllaSettings:
         return as_size(self._raw("TASK_LOG_MAX_BYTES"), "TASK_LOG_MAX_BYTES", minimum=0)
 
     @property
-    def TASK_LOG_STORAGE(self) -> str:
-        """The alias in `settings.STORAGES` that task logs are saved to."""
+    def TASK_LOG_STORAGE(self) -> str | None:
+        """The alias in `settings.STORAGES` that task logs are saved to; None (the default):
+        no log is kept (see `scylla_django.logs`)."""
         value = self._raw("TASK_LOG_STORAGE")
+        if value is None:
+            return None
         if not isinstance(value, str) or value not in django_settings.STORAGES:
             raise ImproperlyConfigured(
                 "SCYLLA['TASK_LOG_STORAGE'] must be an alias of settings.STORAGES "
-                f"({', '.join(map(repr, django_settings.STORAGES))}), got {value!r}"
+                f"({', '.join(map(repr, django_settings.STORAGES))}) or None, got {value!r}"
             )
         return value
 
