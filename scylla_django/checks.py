@@ -37,24 +37,39 @@ def system_check(messages: Callable[[], Iterator[CheckMessage]]) -> Check:
 
 @system_check
 def check_settings() -> Iterator[CheckMessage]:
-    """scylla_django.E001: a SCYLLA value is invalid; W001: an unknown SCYLLA key (a typo?)."""
+    """scylla_django.E001: a SCYLLA value is invalid (each rate of RATES on its own line); W001:
+    an unknown SCYLLA key (a typo?)."""
+    for message, hint in _setting_errors():
+        yield Error(message, hint=hint, id="scylla_django.E001")
+    for name in scylla_settings.unknown_keys():
+        yield Warning(
+            _("SCYLLA[%(name)r] is not a scylla_django setting and is ignored.") % {"name": name},
+            hint=_("Known settings: %(names)s.") % {"names": ", ".join(DEFAULTS)},
+            id="scylla_django.W001",
+        )
+
+
+def _setting_errors() -> Iterator[tuple[str, str]]:
+    """(message, hint) of each invalid SCYLLA value."""
     for name in DEFAULTS:
         if name == "SCHEDULES":  # reported one schedule at a time by check_schedules
             continue
         try:
             getattr(scylla_settings, name)
         except ImproperlyConfigured as exc:
-            yield Error(
+            yield (
                 str(exc),
-                hint=_("The default is %(default)r; see scylla_django/conf.py.")
+                _("The default is %(default)r; see scylla_django/conf.py.")
                 % {"default": DEFAULTS[name]},
-                id="scylla_django.E001",
             )
-    for name in scylla_settings.unknown_keys():
-        yield Warning(
-            _("SCYLLA[%(name)r] is not a scylla_django setting and is ignored.") % {"name": name},
-            hint=_("Known settings: %(names)s.") % {"names": ", ".join(DEFAULTS)},
-            id="scylla_django.W001",
+    try:
+        bad_rates = scylla_settings.rate_problems()
+    except ImproperlyConfigured:
+        bad_rates = {}  # RATES itself is bad: said above
+    for name, problem in bad_rates.items():
+        yield (
+            f"SCYLLA['RATES'][{name!r}]: {problem}",
+            _("Periods: s, m, h, d, with an optional number: 100/m, 5/10s, 1000/d."),
         )
 
 

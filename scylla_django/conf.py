@@ -229,16 +229,23 @@ class ScyllaSettings:
 
     @property
     def RATES(self) -> dict[str, str]:
-        """The rates by name, each as written ("100/m", "5/10s"; `text.rate_parts`)."""
+        """The rates by name, each as written ("100/m", "5/10s"). Each is checked by
+        `manage.py check` (`rate_problems`) and where it is used: a bad one refuses the
+        submissions that name it (`invalid_rate`), not every keyed submission."""
         value = self._raw("RATES")
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise ImproperlyConfigured(f"SCYLLA['RATES'] must be a dict by name, got {value!r}")
-        for name, rate in value.items():
+        return dict(value)
+
+    def rate_problems(self) -> dict[str, str]:
+        """What is wrong with each bad rate of `RATES`, by name (`text.rate_parts`)."""
+        problems = {}
+        for name, rate in self.RATES.items():
             try:
                 rate_parts(rate)
             except RateError as exc:
-                raise ImproperlyConfigured(f"SCYLLA['RATES'][{name!r}]: {exc}") from None
-        return dict(value)
+                problems[name] = str(exc)
+        return problems
 
     @property
     def TIMEOUTS(self) -> dict[str, timedelta]:

@@ -13,6 +13,7 @@ from django.core.management.base import SystemCheckError
 
 from scylla_django.checks import check_settings
 from scylla_django.conf import scylla_settings
+from scylla_django.models import Task
 from scylla_django.text import SizeError, byte_size
 from scylla_django.validation import validate_json
 
@@ -91,14 +92,20 @@ def test_a_bad_size_limit_is_one_line_of_check_among_the_others(settings):
     assert "scylla_django.W001" in report
 
 
+@pytest.mark.django_db
+@pytest.mark.keys
 @pytest.mark.parametrize("rate", ["100/fortnight", "100", "0/m", "x/m", 100, "5/0s"])
 def test_an_invalid_rate_is_reported_by_check(settings, rate):
     settings.SCYLLA = {"RATES": {"mail": rate, "sms": "5/10s"}}
-    with pytest.raises(ImproperlyConfigured, match=r"SCYLLA\['RATES'\]\['mail'\]"):
-        scylla_settings.RATES  # noqa: B018
     [error] = check_settings()
     assert error.id == "scylla_django.E001"
+    assert error.msg.startswith("SCYLLA['RATES']['mail']: ")
     assert "100/m" in error.msg  # says what a rate looks like
+    # At runtime it refuses only the submissions that name it, as a bad input.
+    Task.objects.submit("default", 1, rate_key="sms")
+    with pytest.raises(ValidationError) as refused:
+        Task.objects.submit("default", 2, rate_key="mail")
+    assert [e.code for e in refused.value.error_dict["rate_key"]] == ["invalid_rate"]
 
 
 def test_valid_rates_pass_check(settings):
