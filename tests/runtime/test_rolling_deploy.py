@@ -16,7 +16,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.test import override_settings
 
+from scylla_django.db import Now
 from scylla_django.models import Limit, Rate, Schedule, Task, WaitingRun
+from scylla_django.models import Monitor as MonitorRecord
 from scylla_django.monitor import Monitor
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -57,7 +59,8 @@ def ticks(name: str) -> list[str]:
     return sorted(rn.rsplit(":", 1)[1] for rn in rns if "manual" not in rn)
 
 
-def test_a_monitor_keeps_the_schedules_another_running_monitor_defines(caplog):
+@pytest.mark.parametrize("end", ["stopped", "dead"])
+def test_a_monitor_keeps_the_schedules_another_running_monitor_defines(caplog, end):
     deploy = Deploy()
     old = deploy.monitor()
     deploy.run(old, OLD)
@@ -84,7 +87,10 @@ def test_a_monitor_keeps_the_schedules_another_running_monitor_defines(caplog):
     kept = [m for m in caplog.messages if "schedule 'report' is not in" in m]
     assert len(kept) == 1  # said once, not at every pass
 
-    old.stop_record()  # the old release is gone
+    if end == "stopped":  # the old release is gone ...
+        old.stop_record()
+    else:  # ... or was killed, and three of its intervals went by
+        MonitorRecord.objects.filter(pk=old.record.pk).update(dead_at=Now())
     deploy.now = T0 + timedelta(minutes=2, seconds=20)
     deploy.run(new, NEW)
     assert list(Schedule.objects.values_list("name", flat=True)) == ["heartbeat"]
@@ -118,6 +124,7 @@ def test_the_newest_monitor_s_definition_rules_without_flapping(caplog):
     ]
 
 
+@pytest.mark.keys
 def test_limits_and_rates_follow_the_newest_monitor_s_settings():
     deploy = Deploy()
     old = deploy.monitor()
