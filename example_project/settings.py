@@ -74,8 +74,21 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 LANGUAGE_CODE = "en-us"
 STATIC_URL = "static/"
-# Files, task logs among them (SCYLLA["TASK_LOG_STORAGE"] is the default storage), go here.
 MEDIA_ROOT = os.environ.get("MEDIA_ROOT", os.path.join(tempfile.gettempdir(), "scylla-example"))
+# Task logs hold tracebacks: they go to a folder of their own, away from the media files a site
+# serves, at an absolute path that the worker and the web server agree on.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "scylla_logs": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {
+            "location": os.environ.get(
+                "TASK_LOG_ROOT", os.path.join(tempfile.gettempdir(), "scylla-example-task-logs")
+            )
+        },
+    },
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # The API configures itself; these make the rest of the project's DRF views agree with it.
@@ -96,6 +109,7 @@ SPECTACULAR_SETTINGS = {
 SCYLLA = {
     "LEASE_LENGTH": 10,
     "RETENTION": 10 * 24 * 3600,
+    "TASK_LOG_STORAGE": "scylla_logs",
 }
 
 LOGGING = {

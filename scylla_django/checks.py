@@ -1,15 +1,18 @@
 """System checks: bad `SCYLLA` settings, SQLite configured in a way that would break leases,
-MySQL/MariaDB, where unique keys are refused, and handlers naming limits or rates that are not
-configured."""
+MySQL/MariaDB, where unique keys are refused, task logs kept where they are served or lost,
+and handlers naming limits or rates that are not configured."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
+from django.core.files.storage import FileSystemStorage
+from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
 from . import db, queue_keys
@@ -34,24 +37,39 @@ def system_check(messages: Callable[[], Iterator[CheckMessage]]) -> Check:
 
 @system_check
 def check_settings() -> Iterator[CheckMessage]:
-    """scylla_django.E001: a SCYLLA value is invalid; W001: an unknown SCYLLA key (a typo?)."""
+    """scylla_django.E001: a SCYLLA value is invalid (each rate of RATES on its own line); W001:
+    an unknown SCYLLA key (a typo?)."""
+    for message, hint in _setting_errors():
+        yield Error(message, hint=hint, id="scylla_django.E001")
+    for name in scylla_settings.unknown_keys():
+        yield Warning(
+            _("SCYLLA[%(name)r] is not a scylla_django setting and is ignored.") % {"name": name},
+            hint=_("Known settings: %(names)s.") % {"names": ", ".join(DEFAULTS)},
+            id="scylla_django.W001",
+        )
+
+
+def _setting_errors() -> Iterator[tuple[str, str]]:
+    """(message, hint) of each invalid SCYLLA value."""
     for name in DEFAULTS:
         if name == "SCHEDULES":  # reported one schedule at a time by check_schedules
             continue
         try:
             getattr(scylla_settings, name)
         except ImproperlyConfigured as exc:
-            yield Error(
+            yield (
                 str(exc),
-                hint=_("The default is %(default)r; see scylla_django/conf.py.")
+                _("The default is %(default)r; see scylla_django/conf.py.")
                 % {"default": DEFAULTS[name]},
-                id="scylla_django.E001",
             )
-    for name in scylla_settings.unknown_keys():
-        yield Warning(
-            _("SCYLLA[%(name)r] is not a scylla_django setting and is ignored.") % {"name": name},
-            hint=_("Known settings: %(names)s.") % {"names": ", ".join(DEFAULTS)},
-            id="scylla_django.W001",
+    try:
+        bad_rates = scylla_settings.rate_problems()
+    except ImproperlyConfigured:
+        bad_rates = {}  # RATES itself is bad: said above
+    for name, problem in bad_rates.items():
+        yield (
+            f"SCYLLA['RATES'][{name!r}]: {problem}",
+            _("Periods: s, m, h, d, with an optional number: 100/m, 5/10s, 1000/d."),
         )
 
 
@@ -143,6 +161,69 @@ def check_listen_database() -> Iterator[CheckMessage]:
 
 
 @system_check
+def check_task_log_storage() -> Iterator[CheckMessage]:
+    """scylla_django.W005: task logs go to the storage that serves media (logs hold
+    tracebacks, at names made of rns a client may choose); W006: to a folder whose path is
+    relative, so each process writes under its own working directory and the web server,
+    started elsewhere, finds no log.
+
+    The media storage is the default storage, one configured as it is, or a folder within
+    `MEDIA_ROOT`. No storage named (the default) keeps no log and warrants no warning.
+    """
+    try:
+        alias = scylla_settings.TASK_LOG_STORAGE
+    except ImproperlyConfigured:
+        return  # scylla_django.E001 says so
+    if alias is None:
+        return
+    config = settings.STORAGES[alias]
+    folder = _storage_folder(config)
+    media = str(settings.MEDIA_ROOT or "")
+    public = alias == "default" or config == settings.STORAGES.get("default")
+    if folder is not None and media and os.path.isabs(folder) and os.path.isabs(media):
+        inside = os.path.commonpath([os.path.realpath(folder), os.path.realpath(media)])
+        public = public or inside == os.path.realpath(media)
+    if public:
+        yield Warning(
+            _(
+                "Task logs go to storage %(alias)r, the one media files are served from: "
+                "anyone who guesses a task's rn could read its log and its tracebacks."
+            )
+            % {"alias": alias},
+            hint=_(
+                'Name a private storage for them: STORAGES["scylla_logs"] = {"BACKEND": '
+                '"django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": '
+                '"/var/lib/<project>/task-logs"}} and SCYLLA["TASK_LOG_STORAGE"] = '
+                '"scylla_logs".'
+            ),
+            id="scylla_django.W005",
+        )
+    elif folder is not None and not os.path.isabs(folder):
+        yield Warning(
+            _(
+                "Task logs go to storage %(alias)r, a folder at the relative path %(folder)r: "
+                "each process writes under its own working directory, and one started "
+                "elsewhere (the web server) finds no log."
+            )
+            % {"alias": alias, "folder": folder},
+            hint=_('Give the storage\'s OPTIONS an absolute "location".'),
+            id="scylla_django.W006",
+        )
+
+
+def _storage_folder(config: dict[str, Any]) -> str | None:
+    """The folder a `STORAGES` entry writes to, as configured (relative or not), if it is a
+    `FileSystemStorage`; None for other storages, or one whose backend does not import."""
+    try:
+        backend = import_string(config.get("BACKEND", ""))
+    except ImportError:
+        return None
+    if not (isinstance(backend, type) and issubclass(backend, FileSystemStorage)):
+        return None
+    return str(config.get("OPTIONS", {}).get("location") or settings.MEDIA_ROOT or "")
+
+
+@system_check
 def check_handler_keys() -> Iterator[CheckMessage]:
     """scylla_django.W020: a handler's default limit or rate (`@handler(limits=[...],
     rate_key=...)`, a value, not a function) is not in `SCYLLA["LIMITS"]`/`SCYLLA["RATES"]`.
@@ -186,7 +267,11 @@ def check_schedules() -> Iterator[CheckMessage]:
     user = getattr(settings, "SCYLLA", None) or {}
     if not isinstance(user, dict):
         return
-    for name, problem in schedule_errors(user.get("SCHEDULES", {})).items():
+    try:
+        errors = schedule_errors(user.get("SCHEDULES", {}))
+    except ImproperlyConfigured:
+        return  # a setting a schedule is measured by (SPEC_SIZE_LIMIT): E001 says so
+    for name, problem in errors.items():
         yield Warning(
             (
                 _("SCYLLA['SCHEDULES'][%(name)r] is invalid: %(problem)s")

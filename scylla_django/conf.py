@@ -7,6 +7,8 @@
 | `MAX_LEASES` | `None` (off) | abort a task that times out after this many assignments |
 | `MAX_SNOOZES` | 100 | a task that would snooze more often is aborted (`too_many_snoozes`) |
 | `SPEC_SIZE_LIMIT` | 1 MiB | largest `spec` (and `result`) accepted, in bytes of compact JSON |
+| `TASK_LOG_MAX_BYTES` | 1 MiB | most bytes of a task's log kept (0: no log is captured) |
+| `TASK_LOG_STORAGE` | `None` | the alias in `settings.STORAGES` of task logs (None: none kept) |
 | `DEFAULT_PRIORITY` | 0 | priority of a submitted task that names none |
 | `PURGE_BATCH_SIZE` | 1000 | rows deleted per transaction by `purge()` |
 | `RESET_BATCH_SIZE` | 5000 | expired leases reset per transaction by `reset_expired()` |
@@ -29,7 +31,8 @@
 | `NOTIFY_BACKOFF` | 5 s | the wait after the first failed POST, doubling (at most an hour) |
 
 Durations may be given as a `timedelta`, a number of seconds or text such as `"30s"`, `"5m"`,
-`"12h"`, `"7d"`. A lease lasts at least `LEASE_MIN` (1 second).
+`"12h"`, `"7d"`. A lease lasts at least `LEASE_MIN` (1 second). Sizes (`SPEC_SIZE_LIMIT`,
+`TASK_LOG_MAX_BYTES`) as a number of bytes or text such as `"512KB"`, `"1MB"`, `"1 MiB"`.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
 from .durations import short
-from .text import DurationError, positive_duration
+from .text import DurationError, RateError, SizeError, byte_size, positive_duration, rate_parts
 
 # The shortest lease: under it a worker's heartbeat (a quarter of the lease) cannot keep up.
 LEASE_MIN = timedelta(seconds=1)
@@ -66,7 +69,7 @@ DEFAULTS: dict[str, Any] = {
     "TIMEOUT_GRACE": timedelta(seconds=10),
     "EAGER": False,
     "TASK_LOG_MAX_BYTES": 1024 * 1024,
-    "TASK_LOG_STORAGE": "default",
+    "TASK_LOG_STORAGE": None,
     "LISTEN_DATABASE": None,
     "READ_DATABASE": None,
     "QUEUE_DATABASES": {},
@@ -106,6 +109,23 @@ def as_int(value: object, name: str, *, minimum: int, maximum: int | None = None
         bounds = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
         raise ImproperlyConfigured(f"SCYLLA[{name!r}] must be {bounds}, got {value}")
     return value
+
+
+def as_size(value: object, name: str, *, minimum: int) -> int:
+    """A number of bytes from bytes or text with a unit ("512KB", "1MB", "1 MiB"; see
+    `text.byte_size`), at least `minimum`; else ImproperlyConfigured."""
+    try:
+        size = byte_size(value)
+    except SizeError:
+        raise ImproperlyConfigured(
+            f"SCYLLA[{name!r}] must be a size in bytes or with a unit, such as 1048576, "
+            f"'512KB', '1MB' or '1 MiB', got {value!r}"
+        ) from None
+    if size < minimum:
+        raise ImproperlyConfigured(
+            f"SCYLLA[{name!r}] must be at least {minimum} bytes, got {value!r}"
+        )
+    return size
 
 
 def heartbeat_interval_for(lease_length: timedelta) -> timedelta:
@@ -157,7 +177,7 @@ class ScyllaSettings:
 
     @property
     def SPEC_SIZE_LIMIT(self) -> int:
-        return as_int(self._raw("SPEC_SIZE_LIMIT"), "SPEC_SIZE_LIMIT", minimum=2)
+        return as_size(self._raw("SPEC_SIZE_LIMIT"), "SPEC_SIZE_LIMIT", minimum=2)
 
     @property
     def DEFAULT_PRIORITY(self) -> int:
@@ -209,11 +229,23 @@ class ScyllaSettings:
 
     @property
     def RATES(self) -> dict[str, str]:
-        """The rates by name, each as written ("100/m"; checked where a task names it)."""
+        """The rates by name, each as written ("100/m", "5/10s"). Each is checked by
+        `manage.py check` (`rate_problems`) and where it is used: a bad one refuses the
+        submissions that name it (`invalid_rate`), not every keyed submission."""
         value = self._raw("RATES")
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise ImproperlyConfigured(f"SCYLLA['RATES'] must be a dict by name, got {value!r}")
         return dict(value)
+
+    def rate_problems(self) -> dict[str, str]:
+        """What is wrong with each bad rate of `RATES`, by name (`text.rate_parts`)."""
+        problems = {}
+        for name, rate in self.RATES.items():
+            try:
+                rate_parts(rate)
+            except RateError as exc:
+                problems[name] = str(exc)
+        return problems
 
     @property
     def TIMEOUTS(self) -> dict[str, timedelta]:
@@ -239,16 +271,19 @@ class ScyllaSettings:
     @property
     def TASK_LOG_MAX_BYTES(self) -> int:
         """The most bytes of a task's log that are kept (0: no log is captured)."""
-        return as_int(self._raw("TASK_LOG_MAX_BYTES"), "TASK_LOG_MAX_BYTES", minimum=0)
+        return as_size(self._raw("TASK_LOG_MAX_BYTES"), "TASK_LOG_MAX_BYTES", minimum=0)
 
     @property
-    def TASK_LOG_STORAGE(self) -> str:
-        """The alias in `settings.STORAGES` that task logs are saved to."""
+    def TASK_LOG_STORAGE(self) -> str | None:
+        """The alias in `settings.STORAGES` that task logs are saved to; None (the default):
+        no log is kept (see `scylla_django.logs`)."""
         value = self._raw("TASK_LOG_STORAGE")
+        if value is None:
+            return None
         if not isinstance(value, str) or value not in django_settings.STORAGES:
             raise ImproperlyConfigured(
                 "SCYLLA['TASK_LOG_STORAGE'] must be an alias of settings.STORAGES "
-                f"({', '.join(map(repr, django_settings.STORAGES))}), got {value!r}"
+                f"({', '.join(map(repr, django_settings.STORAGES))}) or None, got {value!r}"
             )
         return value
 

@@ -29,6 +29,7 @@ in the same transaction as the events it consumes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import uuid
@@ -47,6 +48,8 @@ from . import constraints, db
 from .conf import scylla_settings
 from .db import Now
 from .models import CatchUp, OnTimeout, Schedule, Task, WaitingRun
+from .models import Monitor as MonitorRecord
+from .models.processes import Peers
 from .text import DurationError, positive_duration
 from .triggers import clean_trigger
 from .validation import (
@@ -285,25 +288,58 @@ def tick_rn(schedule: Schedule, tick: datetime) -> str:
 # -- settings -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Synced:
+    """What `sync_from_settings` did: `written` rows (created, updated, deleted), the names
+    `deleted`, the names `kept` although this monitor's settings lack them (by the running
+    monitor whose settings define them), and the names `deferred` to a monitor started later
+    whose settings define them otherwise (by that monitor)."""
+
+    written: int = 0
+    deleted: list[str] = field(default_factory=list)
+    kept: dict[str, str] = field(default_factory=dict)
+    deferred: dict[str, str] = field(default_factory=dict)
+
+
 def sync_from_settings(
     definitions: Mapping[str, Definition],
     using: str = "default",
     now: datetime | None = None,
     keep: Collection[str] = (),
-) -> int:
-    """Make the settings' schedules rows of Schedule; return how many rows were written.
+    peers: Peers | None = None,
+) -> Synced:
+    """Make the settings' schedules rows of Schedule; say what was done.
 
     New names are created (enabled as the setting says), changed definitions updated and their
     next run recomputed; an operator's pause or resume in the admin is kept. Schedules that
-    came from settings and are no longer there are deleted, except those named in `keep` (still
-    in the settings, but invalid there). Safe to run from several monitors.
+    came from settings and are no longer there are deleted (and logged), except those named
+    in `keep` (still in the settings, but invalid there). Safe to run from several monitors.
+
+    Monitors may run with different settings (a rolling deploy): `peers` are the monitors
+    running beside the caller (read here when None, the caller counting as the newest). A
+    name that a monitor started later defines is left to it; a schedule that another running
+    monitor's settings define is not deleted while it runs, so its pause and its waiting
+    firing are kept, and it goes once no running monitor defines it.
     """
     manager = Schedule.objects.using(using)
     now = now or _database_now(using)
+    peers = peers if peers is not None else MonitorRecord.objects.using(using).peers()
+    done = Synced()
     written = 0
     existing = {s.name: s for s in manager.filter(Q(from_settings=True) | Q(name__in=definitions))}
     for name, definition in definitions.items():
         row = existing.get(name)
+        fields = definition.fields()
+        same = (
+            row is not None
+            and row.from_settings
+            and all(getattr(row, k) == v for k, v in fields.items())
+        )
+        newer = peers.newer_defining("SCHEDULES", name)
+        if newer is not None:
+            if row is not None and not same:
+                done.deferred[name] = newer.name
+            continue
         if row is None:
             try:
                 with transaction.atomic(using=using):
@@ -312,27 +348,36 @@ def sync_from_settings(
                         from_settings=True,
                         enabled=definition.enabled,
                         next_run=first_run(definition, now),
-                        **definition.fields(),
+                        **fields,
                     )
                 written += 1
             except IntegrityError:
                 pass  # another monitor created it a moment ago
             continue
-        fields = definition.fields()
-        if row.from_settings and all(getattr(row, k) == v for k, v in fields.items()):
+        if same:
             continue
         changed = manager.filter(pk=row.pk).update(
             from_settings=True, next_run=first_run(definition, now), updated=Now(), **fields
         )
         written += changed
-    gone = [
-        name
-        for name, row in existing.items()
-        if row.from_settings and name not in definitions and name not in keep
-    ]
+    gone = []
+    for name, row in existing.items():
+        if not row.from_settings or name in definitions or name in keep:
+            continue
+        other = peers.defining("SCHEDULES", name)
+        if other is not None:
+            done.kept[name] = other.name
+        else:
+            gone.append(name)
     if gone:
         written += manager.filter(name__in=gone, from_settings=True).delete()[0]
-    return written
+        for name in gone:
+            logger.info(
+                "schedule %r deleted: it came from SCYLLA['SCHEDULES'], and no running "
+                "monitor's settings define it any more",
+                name,
+            )
+    return dataclasses.replace(done, written=written, deleted=gone)
 
 
 def _database_now(using: str) -> datetime:

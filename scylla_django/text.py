@@ -1,5 +1,6 @@
-"""Shared wording and the duration grammar: counts as people read them, and durations as they
-are written in settings, calls, commands and schedules (`durations` words them back).
+"""Shared wording and the grammars of values as people write them: counts as people read them;
+durations as they are written in settings, calls, commands and schedules (`durations` words
+them back); sizes in bytes ("1MB", "512KiB"); rates ("100/m").
 
 One function per rule, used by the settings, the validators, the commands, the monitor, the
 admin and its dashboard alike. This module imports nothing else of the package.
@@ -70,6 +71,82 @@ def positive_duration(
         return timedelta(seconds=seconds)
     except OverflowError:
         raise DurationError("range", value) from None
+
+
+#: Bytes per unit of a size: SI (powers of 1000) and IEC (powers of 1024), case aside.
+SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+}
+_SIZE = re.compile(r"\A\s*([+-]?\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*\Z")
+
+
+class SizeError(ValueError):
+    """A value that is not a size: neither a whole number of bytes nor a number with a unit."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__(
+            f"{value!r} is not a size: bytes (2048), or a number and a unit "
+            '("512KB", "1MB", "1 MiB")'
+        )
+        self.value = value
+
+
+def byte_size(value: object) -> int:
+    """A number of bytes from an int or text, else SizeError.
+
+    The one size grammar of settings: a whole number of bytes, or a number with a unit, SI
+    (`kB`/`KB` 1000, `MB`, `GB`) or IEC (`KiB` 1024, `MiB`, `GiB`), in any case and with or
+    without a space: `2048`, `"512KB"`, `"1.5MB"`, `"1 MiB"`. The result must be whole
+    bytes; its sign is the caller's to judge. A bool is not a number here.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if not isinstance(value, str) or not (match := _SIZE.match(value)):
+        raise SizeError(value)
+    unit = SIZE_UNITS.get(match[2].lower())
+    if unit is None:
+        raise SizeError(value)
+    whole, _, fraction = match[1].partition(".")
+    # Exact arithmetic: "1.5MB" is 1500000 bytes, "1.5B" no whole number of bytes.
+    numerator: int = int(whole + fraction) * unit
+    denominator: int = 10 ** len(fraction)
+    if numerator % denominator:
+        raise SizeError(value)
+    return numerator // denominator
+
+
+#: The units of a rate's period: "100/m", "5/10s".
+RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+class RateError(ValueError):
+    """A value that is not a rate ("<count>/<period>")."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__(f'A rate is "<count>/<period>" such as "100/m" or "5/10s", not {value!r}.')
+        self.value = value
+
+
+def rate_parts(value: object) -> tuple[int, float]:
+    """`(count, seconds)` of a rate written "<count>/<period>", the period a unit (s, m, h, d)
+    with an optional whole number before it ("100/m", "5/10s"); else RateError."""
+    if not isinstance(value, str) or "/" not in value:
+        raise RateError(value)
+    count, period = value.split("/", 1)
+    unit = RATE_UNITS.get(period[-1:])
+    number = period[:-1] or "1"
+    if unit is None or not all(part.isascii() and part.isdigit() for part in (count, number)):
+        raise RateError(value)
+    if int(count) < 1 or int(number) < 1:
+        raise RateError(value)
+    return int(count), int(number) * unit
 
 
 def plural(count: int, noun: str) -> str:

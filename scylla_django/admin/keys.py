@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from ..models import Hold, Limit, Rate, Task, key_control
-from ..models.keys import parse_rate
+from ..models.keys import parse_rate, rate_text
 from ..validation import key_name
 from .databases import DatabasePages
 from .display import CSS, can_view_tasks, changelist_url, moment
@@ -110,9 +110,7 @@ class RateForm(forms.ModelForm):  # type: ignore[type-arg]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.instance.pk:
-            self.fields["rate"].initial = key_control.rate_text(
-                self.instance.count, self.instance.seconds
-            )
+            self.fields["rate"].initial = rate_text(self.instance.count, self.instance.seconds)
 
     def clean_name(self) -> str:
         return key_name(self.cleaned_data["name"], "rate_key")
@@ -143,7 +141,7 @@ class RateAdmin(KeyAdmin, RateAdminBase):
 
     @admin.display(description="rate")
     def rate_text(self, rate: Rate) -> str:
-        return key_control.rate_text(rate.count, rate.seconds)
+        return rate_text(rate.count, rate.seconds)
 
     @admin.display(description="starts in the period")
     def starts(self, rate: Rate) -> str:
@@ -157,7 +155,7 @@ class RateAdmin(KeyAdmin, RateAdminBase):
 
     def save_model(self, request: HttpRequest, obj: Rate, form: Any, change: bool) -> None:
         """`key_control.set_rate`: the next lease uses the new rate."""
-        text = key_control.rate_text(obj.count, obj.seconds)
+        text = rate_text(obj.count, obj.seconds)
         key_control.set_rate(obj.name, text)
         logger.info("%s set rate %s to %s", request.user, obj.name, text)
 

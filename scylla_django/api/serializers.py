@@ -1313,7 +1313,10 @@ class LimitSerializer(serializers.Serializer[Any]):
     name = serializers.CharField()
     max_running = serializers.IntegerField()
     running = serializers.IntegerField(help_text="Running tasks holding a slot now.")
-    configured = serializers.BooleanField(help_text="Named in SCYLLA['LIMITS'].")
+    configured = serializers.BooleanField(
+        help_text="Its size is the one SCYLLA['LIMITS'] gives (false: set at runtime, or not "
+        "in the settings)."
+    )
 
 
 class RateSerializer(serializers.Serializer[Any]):
@@ -1324,7 +1327,10 @@ class RateSerializer(serializers.Serializer[Any]):
     count = serializers.IntegerField()
     seconds = serializers.FloatField()
     starts = serializers.IntegerField(help_text="Starts within the last `seconds` now.")
-    configured = serializers.BooleanField(help_text="Named in SCYLLA['RATES'].")
+    configured = serializers.BooleanField(
+        help_text="It is the rate SCYLLA['RATES'] gives (false: set at runtime, or not in the "
+        "settings)."
+    )
 
 
 def key_name_field(**kwargs: Any) -> StrictCharField:

@@ -9,6 +9,7 @@ advisory, taken on the database when asked.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +24,7 @@ from ..enums import EventType, Status
 from ..exceptions import InvalidTransition, TaskNotFound
 from ..validation import LOCK_MODES, key_name
 from .history import History
-from .keys import Hold, Key, Limit, Rate, parse_rate
+from .keys import Hold, Key, Limit, Rate, parse_rate, rate_text
 
 #: The largest limit an operator may set (a limit above any real concurrency is no limit).
 MAX_LIMIT = 1_000_000
@@ -49,7 +50,7 @@ class LimitUse:
     name: str
     max_running: int
     running: int
-    configured: bool  # in SCYLLA["LIMITS"] (a row or not yet)
+    configured: bool  # its size is the one SCYLLA["LIMITS"] gives (a row, or none yet)
 
 
 @dataclass(frozen=True)
@@ -61,21 +62,12 @@ class RateUse:
     count: int
     seconds: float
     starts: int
-    configured: bool
+    configured: bool  # it is the rate SCYLLA["RATES"] gives (a row, or none yet)
 
     @property
     def text(self) -> str:
         """The rate as `SCYLLA["RATES"]` writes it: "100/m", "5/10s"."""
         return rate_text(self.count, self.seconds)
-
-
-def rate_text(count: int, seconds: float) -> str:
-    """`count` per `seconds`, written with the largest unit that divides it ("100/m")."""
-    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0)):
-        if seconds >= size and (seconds / size).is_integer():
-            number = int(seconds / size)
-            return f"{count}/{'' if number == 1 else number}{unit}"
-    return f"{count}/{seconds:g}s"
 
 
 def instant(seconds: float | None) -> datetime | None:
@@ -131,7 +123,7 @@ def limit_use(tasks: QuerySet[Any]) -> list[LimitUse]:
             if element.startswith("C:"):
                 running[element[2:]] = running.get(element[2:], 0) + 1
     return [
-        LimitUse(name, size, running.get(name, 0), name in configured)
+        LimitUse(name, size, running.get(name, 0), configured.get(name) == size)
         for name, size in sorted(sizes.items())
     ]
 
@@ -140,7 +132,9 @@ def rate_use(using: str | None = None) -> list[RateUse]:
     """Every rate (a row, or configured in `SCYLLA["RATES"]`), by name, with its starts within
     its period now. Three queries."""
     configured = scylla_settings.RATES
-    rates = {name: parse_rate(text) for name, text in configured.items()}
+    # A bad rate in the settings (`manage.py check` reports it) is shown by its row only.
+    parsed = {name: _rate_or_none(text) for name, text in configured.items()}
+    rates = {name: rate for name, rate in parsed.items() if rate is not None}
     rates.update((r.name, (r.count, r.seconds)) for r in Rate.objects.using(using))
     starts = dict(
         Key.objects.using(using)
@@ -154,7 +148,7 @@ def rate_use(using: str | None = None) -> list[RateUse]:
             count,
             seconds,
             sum(1 for s in starts.get("R:" + name) or [] if s > now - seconds),
-            name in configured,
+            parsed.get(name) == (count, seconds),
         )
         for name, (count, seconds) in sorted(rates.items())
     ]
@@ -172,8 +166,14 @@ def validate_limit_size(value: object) -> int:
 def set_limit(name: object, max_running: object, using: str | None = None) -> Limit:
     """Make limit `name` (new or not) allow `max_running` running tasks: one UPDATE of an
     existing limit (else an insert). The next lease uses it; running tasks keep their
-    slots."""
-    limit = Limit(name=key_name(name, "limits"), max_running=validate_limit_size(max_running))
+    slots. It holds until `SCYLLA["LIMITS"]` gives the limit a new size (`apply_settings`):
+    a new limit records the size the settings give it now as its `setting`."""
+    checked = key_name(name, "limits")
+    limit = Limit(
+        name=checked,
+        max_running=validate_limit_size(max_running),
+        setting=scylla_settings.LIMITS.get(checked),
+    )
     _upsert(Limit.objects.using(using), limit, max_running=limit.max_running)
     return limit
 
@@ -189,11 +189,96 @@ def _upsert(rows: QuerySet[Any], row: Any, **values: Any) -> None:
 
 def set_rate(name: object, rate: object, using: str | None = None) -> Rate:
     """Make rate `name` (new or not) allow `rate` ("100/m") starts: one UPDATE of an existing
-    rate (else an insert). Starts already made count against the new rate."""
+    rate (else an insert). Starts already made count against the new rate. It holds until
+    `SCYLLA["RATES"]` gives the rate a new value, as `set_limit`."""
     count, seconds = parse_rate(rate)
-    made = Rate(name=key_name(name, "rate_key"), count=count, seconds=seconds)
+    checked = key_name(name, "rate_key")
+    given = scylla_settings.RATES.get(checked)
+    setting = None if given is None else rate_text(*parse_rate(given))
+    made = Rate(name=checked, count=count, seconds=seconds, setting=setting)
     _upsert(Rate.objects.using(using), made, count=count, seconds=seconds)
     return made
+
+
+@dataclass(frozen=True)
+class SettingChange:
+    """A limit or rate whose row is not what the settings give: set to it (`applied`), or
+    left to another monitor (False: one started later names it too, see `apply_settings`).
+    `kind` is "limit" or "rate"; `old` and `new` are the values as the settings write them."""
+
+    kind: str
+    name: str
+    old: str
+    new: str
+    applied: bool
+
+
+def apply_settings(
+    limits: Mapping[str, int],
+    rates: Mapping[str, str],
+    using: str | None = None,
+    defer: Callable[[str, str], bool] = lambda setting, name: False,
+) -> list[SettingChange]:
+    """Set every Limit and Rate row of a name in `limits`/`rates` (`SCYLLA["LIMITS"]`,
+    `SCYLLA["RATES"]`) to the settings' value where the settings changed since they last set
+    it (the row's `setting` differs): a change made at runtime holds until then, and a row
+    of a name the settings lack is never touched. A name for which `defer("LIMITS" or
+    "RATES", name)` is true is left as it is (another monitor's settings rule it).
+
+    Two reads, and one conditional UPDATE per row set, fenced on the `setting` it read, so
+    that of several monitors with the same settings one sets it (and says so)."""
+    # filter(setting=None) is `setting IS NULL`: a row made at runtime before the name was
+    # in the settings is fenced as well.
+    return _apply_limits(limits, using, defer) + _apply_rates(rates, using, defer)
+
+
+def _apply_limits(
+    limits: Mapping[str, int], using: str | None, defer: Callable[[str, str], bool]
+) -> list[SettingChange]:
+    changes = []
+    rows = Limit.objects.using(using)
+    for name, size, setting in rows.filter(name__in=sorted(limits)).values_list(
+        "name", "max_running", "setting"
+    ):
+        wanted = limits[name]
+        if setting == wanted:
+            continue
+        if defer("LIMITS", name):
+            if size != wanted:
+                changes.append(SettingChange("limit", name, str(size), str(wanted), False))
+        elif rows.filter(name=name, setting=setting).update(max_running=wanted, setting=wanted):
+            changes.append(SettingChange("limit", name, str(size), str(wanted), True))
+    return changes
+
+
+def _apply_rates(
+    rates: Mapping[str, str], using: str | None, defer: Callable[[str, str], bool]
+) -> list[SettingChange]:
+    changes = []
+    rows = Rate.objects.using(using)
+    for name, count, seconds, setting in rows.filter(name__in=sorted(rates)).values_list(
+        "name", "count", "seconds", "setting"
+    ):
+        wanted = _rate_or_none(rates[name])
+        if wanted is None or (setting is not None and _rate_or_none(setting) == wanted):
+            continue  # a bad rate in the settings (`manage.py check` reports it), or no change
+        old, new = rate_text(count, seconds), rate_text(*wanted)
+        if defer("RATES", name):
+            if (count, seconds) != wanted:
+                changes.append(SettingChange("rate", name, old, new, False))
+        elif rows.filter(name=name, setting=setting).update(
+            count=wanted[0], seconds=wanted[1], setting=new
+        ):
+            changes.append(SettingChange("rate", name, old, new, True))
+    return changes
+
+
+def _rate_or_none(text: str) -> tuple[int, float] | None:
+    """The rate `text` stands for, or None if it is not one."""
+    try:
+        return parse_rate(text)
+    except ValidationError:
+        return None
 
 
 def force_release_hold(token: int, using: str | None = None) -> bool:

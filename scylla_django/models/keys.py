@@ -20,6 +20,7 @@ from django.db.models import Q, QuerySet
 from .. import db
 from ..conf import scylla_settings
 from ..db import Now
+from ..text import RateError, rate_parts
 from ..validation import (
     KEY_NAME_MAX_LENGTH,
     LOCK_MODES,
@@ -47,10 +48,15 @@ class Key(models.Model):
 
 class Limit(models.Model):
     """A limit: at most `max_running` running tasks (all workers) hold one of its slots.
-    Made from `SCYLLA["LIMITS"]` on first use, editable afterwards."""
+
+    Made from `SCYLLA["LIMITS"]` on first use, or at runtime (the admin, the API), editable
+    afterwards. `setting` is the size the settings gave it when they last set it: the monitor
+    sets the limit again when the settings give another (`key_control.apply_settings`), so a
+    change made at runtime holds until the settings change."""
 
     name = models.CharField(primary_key=True, max_length=KEY_NAME_MAX_LENGTH)
     max_running = models.PositiveIntegerField()
+    setting = models.PositiveIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
         db_table = db.keys.LIMIT_TABLE
@@ -60,12 +66,15 @@ class Limit(models.Model):
 
 
 class Rate(models.Model):
-    """A rate: at most `count` tasks naming it start in any `seconds` (all workers). Made from
-    `SCYLLA["RATES"]` ("100/m") on first use, editable afterwards."""
+    """A rate: at most `count` tasks naming it start in any `seconds` (all workers).
+
+    Made from `SCYLLA["RATES"]` ("100/m") on first use, or at runtime, editable afterwards;
+    `setting` is the rate the settings gave it when they last set it (as `Limit.setting`)."""
 
     name = models.CharField(primary_key=True, max_length=KEY_NAME_MAX_LENGTH)
     count = models.PositiveIntegerField()
     seconds = models.FloatField()
+    setting = models.CharField(max_length=40, null=True, blank=True, editable=False)  # noqa: DJ001
 
     class Meta:
         db_table = db.keys.RATE_TABLE
@@ -149,27 +158,13 @@ def lock(
         release_lock(token, using)
 
 
-#: The units of a rate's period: "100/m", "5/10s".
-RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
 def parse_rate(value: object) -> tuple[int, float]:
     """`(count, seconds)` of a rate written "<count>/<period>", the period a unit (s, m, h, d)
     with an optional number before it ("100/m", "5/10s"). ValidationError otherwise."""
-    error = ValidationError(
-        f'A rate is "<count>/<period>" such as "100/m" or "5/10s", not {value!r}.',
-        code="invalid_rate",
-    )
-    if not isinstance(value, str) or "/" not in value:
-        raise error
-    count, period = value.split("/", 1)
-    unit = RATE_UNITS.get(period[-1:])
-    number = period[:-1] or "1"
-    if not count.isdigit() or unit is None or not number.isdigit():
-        raise error
-    if int(count) < 1 or int(number) < 1:
-        raise error
-    return int(count), int(number) * unit
+    try:
+        return rate_parts(value)
+    except RateError as exc:
+        raise ValidationError(str(exc), code="invalid_rate") from None
 
 
 def validate_limits(limits: object, using: str | None = None) -> list[str]:
@@ -195,19 +190,39 @@ def ensure_keys(elements: Sequence[str], using: str | None = None) -> None:
     configured = scylla_settings.LIMITS
     Limit.objects.using(using).bulk_create(
         [
-            Limit(name=e[2:], max_running=configured[e[2:]])
+            settings_limit(e[2:], configured[e[2:]])
             for e in sorted(elements)
             if e.startswith("C:") and e[2:] in configured
         ],
         ignore_conflicts=True,
     )
     rates = scylla_settings.RATES
-    made = []
-    for element in sorted(elements):
-        if element.startswith("R:") and element[2:] in rates:
-            count, seconds = parse_rate(rates[element[2:]])
-            made.append(Rate(name=element[2:], count=count, seconds=seconds))
+    made = [
+        settings_rate(e[2:], rates[e[2:]])
+        for e in sorted(elements)
+        if e.startswith("R:") and e[2:] in rates
+    ]
     Rate.objects.using(using).bulk_create(made, ignore_conflicts=True)
+
+
+def settings_limit(name: str, size: int) -> Limit:
+    """A new limit as `SCYLLA["LIMITS"]` gives it (its `setting` the same size)."""
+    return Limit(name=name, max_running=size, setting=size)
+
+
+def settings_rate(name: str, rate: str) -> Rate:
+    """A new rate as `SCYLLA["RATES"]` gives it (its `setting` the rate as written there)."""
+    count, seconds = parse_rate(rate)
+    return Rate(name=name, count=count, seconds=seconds, setting=rate_text(count, seconds))
+
+
+def rate_text(count: int, seconds: float) -> str:
+    """`count` per `seconds`, written with the largest unit that divides it ("100/m")."""
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0)):
+        if seconds >= size and (seconds / size).is_integer():
+            number = int(seconds / size)
+            return f"{count}/{'' if number == 1 else number}{unit}"
+    return f"{count}/{seconds:g}s"
 
 
 def validate_rate(rate_key: object, using: str | None = None) -> str:

@@ -356,10 +356,70 @@ class MonitorQuerySet(LivenessQuerySet["Monitor"]):
             missing=not running,
         )
 
+    def peers(self, me: Monitor | None = None) -> Peers:
+        """The running monitors (alive or silent) other than `me`, with the names their
+        settings define: one query, on the database clock."""
+        rows = self.in_state(Liveness.ALIVE, Liveness.SILENT).values_list("pk", "configured")
+        if me is not None:
+            rows = rows.exclude(pk=me.pk)
+        return Peers(
+            me=None if me is None else me.pk,
+            monitors=tuple(
+                Peer(pk, configured if isinstance(configured, dict) else None)
+                for pk, configured in rows.order_by("pk")
+            ),
+        )
+
     def purge(self, older_than: timedelta | None = None) -> int:
         """Delete monitors not seen for `older_than` (default `SCYLLA['RETENTION']`)."""
         age = validate_timeout(scylla_settings.RETENTION if older_than is None else older_than)
         return self.filter(last_seen__lt=db.now_plus(-age)).delete()[0]
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Another running monitor: its key, and the names its settings define by setting (None
+    until it has said: then it is taken to define every name)."""
+
+    pk: int
+    configured: dict[str, Any] | None
+
+    @property
+    def name(self) -> str:
+        return f"{MONITOR_PREFIX}{self.pk}"
+
+    def defines(self, setting: str, name: str) -> bool:
+        """Whether its `setting` ("SCHEDULES", "LIMITS", "RATES") defines `name`."""
+        if self.configured is None or not isinstance(self.configured.get(setting), list):
+            return True
+        return name in self.configured[setting]
+
+
+@dataclass(frozen=True)
+class Peers:
+    """The monitors running beside one (`me`, its key; None for code that runs outside a
+    monitor), and the settings names each defines.
+
+    Monitors with different settings run side by side during a rolling deploy. Two rules keep
+    them from undoing each other's work: a name the settings of a monitor started later
+    (a greater key) define is synced by that monitor alone (`newer_defining`), and a schedule
+    that came from settings is not deleted while a running monitor's settings define it
+    (`defining`). Code outside a monitor counts as the newest.
+    """
+
+    me: int | None
+    monitors: tuple[Peer, ...]
+
+    def defining(self, setting: str, name: str) -> Peer | None:
+        """A running monitor whose `setting` defines `name`, if any."""
+        return next((p for p in self.monitors if p.defines(setting, name)), None)
+
+    def newer_defining(self, setting: str, name: str) -> Peer | None:
+        """The newest monitor started after `me` whose `setting` defines `name`, if any."""
+        if self.me is None:
+            return None
+        newer = [p for p in self.monitors if p.pk > self.me and p.defines(setting, name)]
+        return newer[-1] if newer else None
 
 
 @dataclass(frozen=True)
@@ -384,6 +444,9 @@ class Monitor(RegisteredProcess):
     last_pass = models.DateTimeField(null=True, blank=True)
     last_reset = models.PositiveIntegerField(default=0)
     last_purged = models.PositiveIntegerField(default=0)
+    # The names this monitor's settings define, by setting: {"SCHEDULES": [...], "LIMITS":
+    # [...], "RATES": [...]} (see `peers`); null, or a setting missing, until it has said.
+    configured = models.JSONField(null=True, blank=True, editable=False)
 
     objects: ClassVar[MonitorQuerySet] = MonitorQuerySet.as_manager()  # type: ignore[assignment]
 
@@ -397,3 +460,8 @@ class Monitor(RegisteredProcess):
         if reset is not None:
             values.update(last_pass=Now(), last_reset=reset, last_purged=purged or 0)
         Monitor.objects.using(self._state.db).filter(pk=self.pk).update(**values)
+
+    def publish(self, configured: dict[str, list[str]]) -> None:
+        """Say which names this monitor's settings define, by setting (`Peers` reads them)."""
+        Monitor.objects.using(self._state.db).filter(pk=self.pk).update(configured=configured)
+        self.configured = configured

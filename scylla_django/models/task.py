@@ -1002,11 +1002,14 @@ class Task(models.Model):
     # -- logs -------------------------------------------------------------------------------
 
     def keep_log(self, text: str) -> None:
-        """Store `text` as this task's log (see `scylla_django.logs`) and name it on the row.
+        """Store `text` as this task's log (see `scylla_django.logs`) and name it on the row;
+        nothing when no log storage is named.
 
         Not a transition: the row's status, lease and `updated` are left as they are.
         """
         name = logs.save_log(self.rn, text)
+        if name is None:
+            return
         using = self._state.db or "default"
         Task.objects.using(using).filter(pk=self.pk).update(log=name)
         self.log = name

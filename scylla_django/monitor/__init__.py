@@ -5,6 +5,9 @@
 - `BatchCallbacks` (`callbacks`): batch callbacks released, or cancelled when they cannot run.
 - `Deliveries` (`deliveries`): the delivery tasks of completion notifications submitted.
 - `ScheduleTicks` (`schedules`): the settings' schedules synced, due ticks submitted.
+- `LimitSettings` (`limits`): the limits and rates whose settings changed set to them.
+- `SettingsNames` (`peers`): what this monitor's settings define, said to the monitors
+  running beside it (a rolling deploy), and theirs read back.
 - `FinishedTasks` and `ProcessRecords` (`purge`): terminal tasks, and the records of workers
   and monitors long gone, purged after their retention.
 - `QueueRollups` (`rollups`): History's settled minutes rolled up per queue for the
@@ -18,6 +21,7 @@ from .callbacks import BatchCallbacks
 from .deliveries import Deliveries
 from .followups import FollowUps
 from .leases import ExpiredLeases
+from .limits import LimitSettings
 from .monitor import Monitor, MonitorPass
 from .purge import FinishedTasks, ProcessRecords
 from .rollups import QueueRollups
@@ -30,6 +34,7 @@ __all__ = [
     "ExpiredLeases",
     "FinishedTasks",
     "FollowUps",
+    "LimitSettings",
     "Monitor",
     "MonitorPass",
     "ProcessRecords",

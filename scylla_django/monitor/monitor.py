@@ -35,6 +35,8 @@ from .deliveries import Deliveries
 from .expiry import ExpiringTasks
 from .followups import FollowUps
 from .leases import ExpiredLeases
+from .limits import LimitSettings
+from .peers import SettingsNames
 from .purge import FinishedTasks, OldEvents, ProcessRecords
 from .rollups import QueueRollups
 from .schedules import ScheduleTicks
@@ -64,6 +66,8 @@ class MonitorPass:
     """Batch callbacks cancelled (their condition can no longer hold)."""
     ticks: int = 0
     """Schedule ticks submitted."""
+    settings_applied: int = 0
+    """Limits and rates set to a new value of the settings."""
     workers_purged: int = 0
     rolled_up: int = 0
     """Queue rollup rows written (minutes and hours rolled up from History)."""
@@ -86,7 +90,8 @@ class Monitor:
     (release follow-ups), `expiry` (cancel ready tasks past their `expires_at`), `callbacks`
     (release or cancel batch callbacks), `deliveries` (submit the deliveries of completion
     notifications), `schedules` (sync the settings' schedules, submit due ticks, release the
-    firings that waited for their run constraints), `triggers` (write task events, fire the
+    firings that waited for their run constraints), `limits` (set the limits and rates whose
+    settings changed), `triggers` (write task events, fire the
     schedules whose trigger is met), `tasks` (purge old terminal tasks), `processes` (purge
     the records of workers and monitors long gone), `rollups` (roll up History for the
     dashboard's charts, every minute) and `events` (purge consumed events). Each has its own
@@ -153,7 +158,10 @@ class Monitor:
         self.expiry = ExpiringTasks(batch_size=reset_batch_size)
         self.callbacks = BatchCallbacks()
         self.deliveries = Deliveries()
-        self.schedules = ScheduleTicks(clock=clock)
+        self.settings_names = SettingsNames()
+        """The names this monitor's settings define, published on its registry row."""
+        self.schedules = ScheduleTicks(clock=clock, names=self.settings_names)
+        self.limits = LimitSettings(names=self.settings_names)
         self.triggers = TriggerFirings(clock=clock)
         self.tasks = FinishedTasks(retention=retention, batch_size=purge_batch_size)
         self.processes = ProcessRecords(retention=retention)
@@ -166,6 +174,7 @@ class Monitor:
             self.callbacks,
             self.deliveries,
             self.schedules,
+            self.limits,
             self.triggers,
             self.tasks,
             self.processes,
@@ -176,7 +185,7 @@ class Monitor:
         self.last_pass: MonitorPass | None = None
         """The result of the latest successful pass (None before the first)."""
         self.record: MonitorRecord | None = None
-        """This monitor's row in the registry, made at the first pass."""
+        """This monitor's row in the registry, made as the first pass begins."""
 
     def interval_of(self, service: Service) -> float:
         """Seconds between two runs of `service`: its own interval, else the monitor's."""
@@ -189,13 +198,16 @@ class Monitor:
 
         Database errors propagate; `run()` is the one that retries.
         """
-        counts: dict[str, int] = {}
-        for service in self.services if services is None else services:
-            counts.update(service.run(self.using))
         if self.record is None:
+            # Before the services: the other monitors see this one, and what its settings
+            # define, from its first sync of settings on.
             self.record = MonitorRecord.objects.db_manager(self.using).register(
                 timedelta(seconds=self.interval), hostname=socket.gethostname(), pid=os.getpid()
             )
+            self.settings_names.attach(self.record)
+        counts: dict[str, int] = {}
+        for service in self.services if services is None else services:
+            counts.update(service.run(self.using))
         reset, purged = counts.pop("reset", 0), counts.pop("purged", 0)
         self.record.touch(reset=reset, purged=purged)
         self.last_pass = MonitorPass(reset=reset, purged=purged, **counts)

@@ -24,6 +24,7 @@ from contextvars import ContextVar
 from ..conf import scylla_settings
 from ..exceptions import LeaseLost, TaskCancelled, WorkerStopping
 from ..handlers import TASK_LOGGER
+from ..logs import keeps_logs
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Loggers whose records describe the task's run rather than what its handler did.
@@ -157,11 +158,12 @@ def _task_logger() -> logging.Logger:
 
 @contextmanager
 def captured() -> Iterator[TaskLog | None]:
-    """Capture the log of the handler run in the block (None when `TASK_LOG_MAX_BYTES` is 0)."""
-    cap = scylla_settings.TASK_LOG_MAX_BYTES
-    if cap == 0:
+    """Capture the log of the handler run in the block (None when no log is kept: no
+    `TASK_LOG_STORAGE` is named, or `TASK_LOG_MAX_BYTES` is 0)."""
+    if not keeps_logs():
         yield None
         return
+    cap = scylla_settings.TASK_LOG_MAX_BYTES
     install()
     log = TaskLog(cap)
     token = _current.set(log)

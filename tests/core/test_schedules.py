@@ -124,11 +124,11 @@ def test_settings_are_synced_into_schedules_keeping_a_pause(settings):
             "sync": {"every": "5m", "queue": "sync"},
         }
     }
-    assert sync_from_settings(schedules_configured(), now=T0) == 2
+    assert sync_from_settings(schedules_configured(), now=T0).written == 2
     nightly = Schedule.objects.get(name="nightly")
     assert (nightly.queue, nightly.priority, nightly.spec) == ("reports", 50, {"kind": "daily"})
     assert nightly.next_run == datetime(2026, 6, 1, 3, tzinfo=MALTA)
-    assert sync_from_settings(schedules_configured(), now=T0) == 0  # nothing changed
+    assert sync_from_settings(schedules_configured(), now=T0).written == 0  # nothing changed
     Schedule.objects.filter(name="sync").update(enabled=False)  # paused by an operator
     settings.SCYLLA = {"SCHEDULES": {"sync": {"every": "10m", "queue": "sync"}}}
     sync_from_settings(schedules_configured(), now=T0)

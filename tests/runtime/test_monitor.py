@@ -172,6 +172,7 @@ def test_each_service_runs_at_its_own_interval_and_tests_can_wait_for_a_run(work
         "callbacks",
         "notification deliveries",
         "schedule ticks",
+        "limits and rates",
         "trigger firings",
         "finished tasks",
         "process records",

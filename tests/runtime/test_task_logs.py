@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import re
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -15,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.db.models.functions import Now
 
+from scylla_django.checks import check_task_log_storage
 from scylla_django.conf import scylla_settings
 from scylla_django.enums import Status
 from scylla_django.handlers import handler
@@ -24,6 +26,7 @@ from scylla_django.worker import TaskWorker, WorkerOptions
 from tests.helpers import client_for, make_user, staff
 
 pytestmark = pytest.mark.django_db(transaction=True)
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 app_logger = logging.getLogger("tests.app")
 STARTED = threading.Barrier(2)
@@ -190,6 +193,96 @@ def test_a_storage_that_fails_costs_the_log_not_the_outcome(settings):
     run("t-log")
     task.refresh_from_db()
     assert (task.status, task.log) == (Status.COMPLETED, None)
+
+
+def test_a_fresh_project_keeps_no_log_until_it_names_a_storage(settings, tmp_path, monkeypatch):
+    """Without `TASK_LOG_STORAGE`, no log is written: not under the working directory of each
+    process (MEDIA_ROOT unset), nor in the default storage, which projects serve publicly."""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    }
+    settings.MEDIA_ROOT = ""
+    settings.SCYLLA = {k: v for k, v in settings.SCYLLA.items() if k != "TASK_LOG_STORAGE"}
+    monkeypatch.chdir(tmp_path)
+    assert scylla_settings.TASK_LOG_STORAGE is None
+    task = Task.objects.submit("t-log", {"name": "fresh", "fail": True})
+    run("t-log")
+    task.refresh_from_db()
+    assert (task.status, task.log, task.read_log()) == (Status.ABORTED, None, None)
+    task.keep_log("kept by hand\n")
+    assert (task.log, task.read_log()) == (None, None)
+    assert list(tmp_path.iterdir()) == []
+    # Those who look for the log are told why there is none.
+    answer = client_for(make_user("reader", "view_task")).get(f"/api/scylla/tasks/{task.rn}/log/")
+    assert answer.status_code == 404
+    assert answer.json()["code"] == "no_log"
+    assert answer.json()["detail"] == (
+        f"Task {task.rn} has no log: SCYLLA['TASK_LOG_STORAGE'] names no storage, so no task "
+        "log is kept."
+    )
+    out = io.StringIO()
+    call_command("scylla_tasks", "show", task.rn, "--log", stdout=out)
+    assert "log: none (SCYLLA['TASK_LOG_STORAGE'] names no storage" in out.getvalue()
+
+
+FILES = "django.core.files.storage.FileSystemStorage"
+
+
+@pytest.mark.parametrize(
+    ("alias", "config", "media_root"),
+    [
+        ("default", None, "/srv/media"),  # the default storage itself
+        ("copy", {"BACKEND": FILES}, ""),  # configured as the default one is
+        ("under", {"BACKEND": FILES, "OPTIONS": {"location": "/srv/media/logs"}}, "/srv/media"),
+    ],
+)
+def test_check_warns_when_task_logs_go_to_the_public_media_storage(
+    settings, alias, config, media_root
+):
+    settings.MEDIA_ROOT = media_root
+    settings.STORAGES = {**settings.STORAGES, "default": {"BACKEND": FILES}}
+    if config is not None:
+        settings.STORAGES = {**settings.STORAGES, alias: config}
+    settings.SCYLLA = {"TASK_LOG_STORAGE": alias}
+    [warning] = check_task_log_storage()
+    assert warning.id == "scylla_django.W005"
+    assert "served" in warning.msg
+    assert "TASK_LOG_STORAGE" in warning.hint
+
+
+def test_check_warns_when_task_logs_go_under_each_process_s_working_directory(settings):
+    settings.MEDIA_ROOT = ""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "relative": {"BACKEND": FILES, "OPTIONS": {"location": "task-logs"}},
+    }
+    settings.SCYLLA = {"TASK_LOG_STORAGE": "relative"}
+    [warning] = check_task_log_storage()
+    assert warning.id == "scylla_django.W006"
+    assert "working directory" in warning.msg
+
+
+def test_check_is_quiet_about_a_private_log_storage_or_none(settings, storage):
+    assert check_task_log_storage() == []  # the fixture's own folder, an absolute path
+    settings.SCYLLA = {}
+    assert check_task_log_storage() == []  # no log is kept: nothing to warn about
+
+
+def test_the_readme_s_log_storage_passes_check_and_keeps_logs(settings, tmp_path):
+    section = README.read_text().split("## Task logs\n", 1)[1].split("\n## ", 1)[0]
+    [_, block] = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    names: dict[str, object] = {}
+    exec(compile(block, "README.md", "exec"), names)
+    settings.STORAGES, settings.SCYLLA = names["STORAGES"], names["SCYLLA"]
+    settings.MEDIA_ROOT = "/var/www/media"
+    assert check_task_log_storage() == []
+    own = {"BACKEND": FILES, "OPTIONS": {"location": str(tmp_path)}}  # a folder we may write
+    settings.STORAGES = {**settings.STORAGES, "scylla_logs": own}
+    task = Task.objects.submit("t-log", {"name": "readme"}, rn="readme")
+    run("t-log")
+    assert "working on readme" in Task.objects.get(pk=task.pk).read_log()
+    assert (tmp_path / "scylla_django/logs/readme.log").exists()
 
 
 def test_a_task_keeps_the_log_of_its_last_run(storage):

@@ -18,7 +18,7 @@ from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ... import db
+from ... import db, logs
 from ...models import Task
 from .. import permissions
 from ..exceptions import field_errors
@@ -106,7 +106,8 @@ class TaskViewSet(LeaseRoutes, RepairRoutes, ScyllaView, viewsets.GenericViewSet
         description=(
             "What the task's handler logged in its last run (`ctx.logger` and the `logging` "
             "records of its thread), as plain text, capped at `TASK_LOG_MAX_BYTES`. 404 "
-            "`no_log` when no run of it logged anything (or the log was deleted)."
+            "`no_log` when no run of it logged anything (or the log was deleted), or no log "
+            "is kept (no `TASK_LOG_STORAGE` is named; the detail says so)."
         ),
         responses={
             (200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="The log."),
@@ -117,7 +118,13 @@ class TaskViewSet(LeaseRoutes, RepairRoutes, ScyllaView, viewsets.GenericViewSet
     def log(self, request: Request, rn: str) -> HttpResponse:
         text = get_task(rn).read_log()
         if text is None:
-            raise NotFound(_("Task %(rn)s has no log.") % {"rn": rn}, code="no_log")
+            why = logs.not_kept()
+            detail = (
+                _("Task %(rn)s has no log: %(why)s.") % {"rn": rn, "why": why}
+                if why
+                else _("Task %(rn)s has no log.") % {"rn": rn}
+            )
+            raise NotFound(detail, code="no_log")
         return HttpResponse(text, content_type="text/plain; charset=utf-8")
 
     @document(

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ... import logs
 from ...db import read_clock
 from ...durations import ago, short
 from ...enums import Status
@@ -262,7 +263,8 @@ class Command(BaseCommand):
         if options["log"]:
             text = task.read_log()
             if text is None:
-                self.stdout.write("log: none (no run of this task logged anything)")
+                why = logs.not_kept() or "no run of this task logged anything"
+                self.stdout.write(f"log: none ({why})")
             else:
                 self.stdout.write("log:")
                 self.stdout.write(text, ending="" if text.endswith("\n") else "\n")
