@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db.models.functions import Now
@@ -62,18 +62,16 @@ def test_a_handler_raising_systemexit_or_keyboardinterrupt_aborts_its_task_only(
 def test_the_grace_period_ends_the_process_even_if_handlers_ignore_stops(tmp_path):
     marks = [tmp_path / f"started{n}" for n in range(2)]
     tasks = [
-        Task.objects.submit("t-stubborn", {"seconds": 30, "started": str(mark)}, rn=f"st{n}")
+        Task.objects.submit("t-stubborn", {"seconds": 600, "started": str(mark)}, rn=f"st{n}")
         for n, mark in enumerate(marks)
     ]
     process = worker("t-stubborn", extra=("--concurrency", "2", "--grace-period", "1"))
     # Both handlers must be running: one stopped before it starts is yielded at once.
     wait_until(lambda: all(mark.exists() for mark in marks), what="2 running handlers")
     process.send_signal(signal.SIGTERM)
-    signalled = time.monotonic()
-    code, output = finish(process, timeout=15)
-    took = time.monotonic() - signalled
+    # Far less than the handlers' ten minutes: the grace period (1 s) ended the process.
+    code, output = finish(process, timeout=120)
     assert code == 3, output  # handlers were abandoned
-    assert took < 5, (took, output)
     assert "st0" in output and "abandoned" in output
     for task in tasks:
         assert last_event(task) == EventType.YIELD
@@ -123,21 +121,20 @@ def worker_model(db) -> Worker:
 def test_a_task_the_monitor_aborted_stops_in_its_old_worker(settings):
     """SIGSTOP past the lease with MAX_LEASES: the monitor aborts; the old owner must stop."""
     settings.SCYLLA = {"MAX_LEASES": 1}
-    task = Task.objects.submit("t-sleep", {"seconds": 30})
+    task = Task.objects.submit("t-sleep", {"seconds": 600})
     process = worker("t-sleep", lease="1s", extra=("--max-tasks", "1"))
     try:
         wait_until(lambda: running(1), what="leased")
         owner = Task.objects.get(pk=task.pk).owner
         process.send_signal(signal.SIGSTOP)
-        wait_until(lambda: Task.objects.reset_expired() == 1, timeout=5, what="the expiry")
+        wait_until(lambda: Task.objects.reset_expired() == 1, timeout=60, what="the expiry")
         assert Task.objects.get(pk=task.pk).status == Status.ABORTED
         process.send_signal(signal.SIGCONT)
-        resumed = time.monotonic()
-        code, output = finish(process, timeout=15)
+        # Far less than the handler's ten minutes: the old owner stopped it.
+        code, output = finish(process, timeout=120)
     finally:
         process.send_signal(signal.SIGCONT)
     assert code == 0, output
-    assert time.monotonic() - resumed < 5, output  # not the handler's 30 s
     # Resumed past its lease, it gives the task up at once (its watchdog sees that no
     # heartbeat was answered in time), or learns from its next heartbeat that it was taken.
     assert f"{owner} does not hold lease" in output or "giving the task up" in output, output
@@ -209,8 +206,8 @@ def test_a_database_outage_longer_than_the_lease(private_cluster):
         time.sleep(OUTAGE)
         cluster.start()
         back = datetime.now(UTC)
-        wait_until(lambda: status("kept") == "completed", timeout=10, what="the kept outcome")
-        wait_until(lambda: status("expires") == "ready", timeout=10, what="the reset")
+        wait_until(lambda: status("kept") == "completed", timeout=60, what="the kept outcome")
+        wait_until(lambda: status("expires") == "ready", timeout=60, what="the reset")
         [(leases, completed)] = cluster.query(
             "SELECT leases, updated FROM scylla_django_task WHERE rn = 'kept'"
         )
@@ -221,8 +218,10 @@ def test_a_database_outage_longer_than_the_lease(private_cluster):
         assert [typ for typ, _ in events] == ["TaskAssignment", "TaskTimeout"], events
         reset = events[-1][1]
         assert leases == 1  # written by its first lease, not run again
-        assert (completed - back).total_seconds() < 2.5, completed - back
-        assert (reset - back).total_seconds() < 2.5, reset - back
+        # Both written once the database was back, by the worker and the monitor that lived
+        # through the outage (the keeper's handler sleeps past it; see OUTAGE).
+        assert completed >= back - timedelta(seconds=1), (completed, back)
+        assert reset >= back - timedelta(seconds=1), (reset, back)
         for process in (keeper, monitor):
             assert process.poll() is None, "a process died in the outage"
             process.send_signal(signal.SIGTERM)
