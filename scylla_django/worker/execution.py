@@ -110,6 +110,8 @@ class Execution:
     (a dry run's transaction, a test's): its handlers cannot be left to themselves, so the
     watchdog waits for a handler that runs on past its stop. `post_mortem(exc)` is called with
     what a handler raised (not a stop) before its outcome is made (a debugger's post-mortem).
+    Without `keep_logs` the tasks' logs are captured but not stored (a dry run: the storage is
+    not rolled back with the database).
     """
 
     def __init__(
@@ -124,10 +126,12 @@ class Execution:
         after_task: Callable[[], None] | None = None,
         foreground: bool = False,
         post_mortem: Callable[[BaseException], None] | None = None,
+        keep_logs: bool = True,
     ) -> None:
         self.registry = registry
         self.isolation = isolation
         self.foreground = foreground
+        self.keep_logs = keep_logs
         self._after_task = after_task
         self._post_mortem = post_mortem
         self.queues = list(queues)
@@ -441,6 +445,8 @@ class Execution:
         """Store what the handler logged, if anything, before its outcome is written: named on
         the row by the outcome's own write when it completes or aborts the task (no statement
         of its own), else by `Task.keep_log`'s."""
+        if not self.keep_logs:
+            return outcome
         if log is None or not log.size or outcome is None or outcome.snooze is not None:
             self._keep_log(ctx, log)
             return outcome

@@ -11,7 +11,7 @@ waited for, since nothing can take the caller's thread's place. `ctx.fenced()` b
 optional heartbeat are fenced on the run's lease. The outcomes are written with `finish_many`
 on the caller's connection, as a worker writes them (retry policies, follow-ups and unique keys
 included). With `dry_run` all of it happens in one transaction that is rolled back: the
-database is left as it was.
+database is left as it was, and the tasks' logs are not stored.
 """
 
 from __future__ import annotations
@@ -140,11 +140,11 @@ def run_tasks(
             )
         if task.queue != queue:
             raise ValueError(f"The tasks of one foreground run share a queue: {rn} is not {queue}")
-    run = _Run(rns, queue, using, registry, lease_length, post_mortem)
+    run = _Run(rns, queue, using, registry, lease_length, post_mortem, dry_run, heartbeat)
     if not dry_run:
-        return run.run(heartbeat=heartbeat)
+        return run.run()
     with transaction.atomic(using=using):
-        runs = run.run(heartbeat=False)
+        runs = run.run()
         transaction.set_rollback(True, using=using)
     return runs
 
@@ -161,8 +161,12 @@ class _Run:
         registry: HandlerRegistry,
         lease_length: timedelta | None,
         post_mortem: Callable[[BaseException], None] | None,
+        dry_run: bool,
+        heartbeat: bool,
     ) -> None:
         self.rns = list(rns)
+        self.dry_run = dry_run
+        self.heartbeat = heartbeat and not dry_run  # no other connection sees a dry run's lease
         self.using = using
         self.registry = registry
         self.post_mortem = post_mortem
@@ -171,7 +175,7 @@ class _Run:
             options = dataclasses.replace(options, lease_length=lease_length)
         self.options = options
 
-    def run(self, *, heartbeat: bool) -> list[ForegroundRun]:
+    def run(self) -> list[ForegroundRun]:
         options = self.options
         worker = Worker.objects.db_manager(self.using).register(
             list(options.queues),
@@ -183,7 +187,7 @@ class _Run:
         try:
             contexts = [self._lease(worker, rn) for rn in self.rns]
             writer = ForegroundWriter()
-            self._execute(worker, contexts, writer, heartbeat)
+            self._execute(worker, contexts, writer)
             outcomes = [writer.outcomes.get(ctx.task.pk) for ctx in contexts]
             written: set[int] = set()
             done = [outcome for outcome in outcomes if outcome is not None]
@@ -215,7 +219,6 @@ class _Run:
         worker: Worker,
         contexts: list[TaskContext],
         writer: ForegroundWriter,
-        heartbeat: bool,
     ) -> None:
         """Run the handler(s) of `contexts` here, watched meanwhile; their outcomes go to
         `writer`."""
@@ -228,11 +231,12 @@ class _Run:
             lambda: worker.name,
             foreground=True,
             post_mortem=self.post_mortem,
+            keep_logs=not self.dry_run,  # the storage is not rolled back
         )
         execution.start(writer)
         watchdog = Watchdog(options, lambda: worker.name)
         for ctx in contexts:
-            watchdog.track(ctx, limit=self.post_mortem is None, lease=heartbeat)
+            watchdog.track(ctx, limit=self.post_mortem is None, lease=self.heartbeat)
 
         def in_hand() -> list[TaskContext]:
             return [ctx for ctx in contexts if writer.holds(ctx)]
@@ -247,7 +251,7 @@ class _Run:
         ]
         beat: Heartbeat | None = None
         connection = WorkerConnection(self.using)
-        if heartbeat:
+        if self.heartbeat:
             beat = Heartbeat(options, worker, in_hand, lambda: None, connection, watchdog=watchdog)
             threads.append(start_daemon(beat.run, "scylla-heartbeat"))
         try:

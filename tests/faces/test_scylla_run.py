@@ -64,12 +64,26 @@ def test_a_snooze_is_written_and_is_the_command_s_error():
     assert (task.status, task.snoozes) == (Status.READY, 1)
 
 
-def test_a_dry_run_of_a_failing_task_fails_and_leaves_the_database_as_it_was():
+def test_a_dry_run_of_a_failing_task_fails_and_leaves_the_database_and_logs_as_they_were(
+    settings, tmp_path
+):
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "tasklogs": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(tmp_path)},
+        },
+    }
+    settings.SCYLLA = {**settings.SCYLLA, "TASK_LOG_STORAGE": "tasklogs"}
     task = Task.objects.submit("t-fail", {"n": 1})
     before = snapshot()
     with pytest.raises(CommandError, match=f"{task.rn} aborted: .*ValueError"):
         run(task.rn, "--dry-run")
     assert snapshot() == before
+    assert not list(tmp_path.rglob("*.log"))  # the traceback it logged is not stored
+    with pytest.raises(CommandError, match=f"{task.rn} aborted"):
+        run(task.rn)
+    assert [p.name for p in tmp_path.rglob("*.log")] == [f"{task.rn}.log"]
 
 
 def test_the_exit_status_says_whether_the_task_completed():
