@@ -1,6 +1,8 @@
 """The child process of `scylla_worker --isolation process` (see `worker/isolation.py`, its
 parent's side): it sets Django up as the parent has it, then runs the handlers of the tasks the
-parent sends, one at a time, and reports how each ended and what it used.
+parent sends, one at a time, and reports how each ended (what it returned and the children it
+spawned, its snooze, what it raised), what it logged and what it used: the worker makes the
+task's outcome of that, as it does for a handler run in its own threads.
 
 This module is what a new child imports before Django is set up: it imports no model at import
 time.
@@ -24,6 +26,7 @@ from typing import Any
 from .exceptions import (
     Abort,
     LeaseLost,
+    Snooze,
     TaskCancelled,
     WorkerStopping,
     error_record,
@@ -122,7 +125,7 @@ def child_main(conn: Connection, setup: Setup) -> None:
     job = jobs.get()
     while job is not None:
         if job[0] == "unreadable":
-            send(("done", "raised", exception_error(job[1]), None))
+            send(("done", "raised", exception_error(job[1]), None, None))
             job = jobs.get()
             continue
         _, handler, queue_name, task, worker = job
@@ -148,30 +151,43 @@ def _set_up(setup: Setup) -> None:
 
 
 def _run_here(ctx: TaskContext, handler: Handler | None, queue_name: str) -> tuple[Any, ...]:
-    """Run the handler in this child; the message that reports how it ended."""
+    """Run the handler in this child, capturing its log; the message that reports how it
+    ended: ("done", kind, payload, what it used, its log), the kind one of "returned" (the
+    payload: the result and the children spawned), "snoozed" (the delay), "stopped" (why) or
+    "raised" (the error record)."""
     from django.db import close_old_connections
 
     from .handlers import registry
     from .resources import ProcessMeter, current_memory
+    from .worker.capture import captured
 
     meter = ProcessMeter()
-    kind, payload = "raised", None
-    try:
-        found = handler if handler is not None else registry.get(queue_name)
-        if found is None:
-            raise LookupError(f"no handler for queue {queue_name!r} in the child process")
-        kind, payload = "returned", found(ctx)
-    except _STOPS as exc:
-        kind, payload = "stopped", str(exc)
-    except Abort as exc:
-        payload = exc.as_error()
-    except BaseException as exc:
-        payload = exception_error(exc)
+    kind: str = "raised"
+    payload: Any = None
+    with captured() as log:
+        try:
+            found = handler if handler is not None else registry.get(queue_name)
+            if found is None:
+                raise LookupError(f"no handler for queue {queue_name!r} in the child process")
+            kind, payload = "returned", (found(ctx), ctx.children)
+        except _STOPS as exc:  # the worker's stop: the worker's log line says so
+            kind, payload = "stopped", str(exc)
+        except BaseException as exc:
+            if log is not None:
+                log.exception(exc)
+            if isinstance(exc, Snooze):
+                kind, payload = "snoozed", exc.delay
+            elif isinstance(exc, Abort):
+                payload = exc.as_error()
+            else:
+                payload = exception_error(exc)
     close_old_connections()  # the handler's own queries: as at the end of a request
     ran = Ran(meter.usage(), current_memory())
-    message = ("done", kind, payload, ran)
+    exported = log.export() if log is not None else None
+    message: tuple[Any, ...] = ("done", kind, payload, ran, exported)
     try:
         pickle.dumps(message)
     except Exception as exc:
-        message = ("done", "raised", error_record("invalid_result", str(exc)[:500]), ran)
+        error = error_record("invalid_result", str(exc)[:500])
+        message = ("done", "raised", error, ran, exported)
     return message

@@ -1,6 +1,7 @@
 """The eager mode (`SCYLLA["EAGER"] = True`, for tests): each submitted task whose queue has a
 handler in this process is run at once, when its submission commits, on the submitting thread
-(`scylla_django.testing.run_task`), so the submitter finds it finished.
+(`worker.foreground.run_task`, as `scylla_django.testing.run_task` runs it: through the
+worker's own code), so the submitter finds it finished.
 
 The receiver of `task_submitted` is connected only while the setting is on (at startup, and
 when a test overrides `SCYLLA`): with it off, submissions pay nothing. A handler's error is its

@@ -46,7 +46,7 @@ TEMPLATES = [
 ]
 STATIC_URL = "static/"
 # Task logs (and any file) go to memory: a test that reads them names a folder of its own.
-STORAGES = {
+STORAGES: dict[str, dict[str, object]] = {
     "default": {"BACKEND": "django.core.files.storage.InMemoryStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
@@ -92,6 +92,13 @@ if os.environ.get("SCYLLA_TEST_LISTEN_URL"):
     DATABASES["listen"] = dj_database_url.parse(os.environ["SCYLLA_TEST_LISTEN_URL"])
     DATABASES["listen"]["TEST"] = {"MIRROR": "default"}
     SCYLLA["LISTEN_DATABASE"] = "listen"
+# Task logs in a folder every process of a test sees (a test of processes' task logs names it).
+if os.environ.get("SCYLLA_TEST_LOG_DIR"):
+    STORAGES["tasklogs"] = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": os.environ["SCYLLA_TEST_LOG_DIR"]},
+    }
+    SCYLLA["TASK_LOG_STORAGE"] = "tasklogs"
 # A child process's own settings (a worker with a short timeout grace, say), as JSON.
 if os.environ.get("SCYLLA_TEST_SETTINGS"):
     SCYLLA.update(json.loads(os.environ["SCYLLA_TEST_SETTINGS"]))

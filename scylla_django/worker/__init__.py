@@ -7,10 +7,13 @@ arguments and calls it. It wires the parts, one concept each:
 - `options`: `WorkerOptions`, what the worker is told;
 - `slots`: what is in hand, and the free slots a lease may claim;
 - `leasing`: the lease loop, on the caller's thread (it runs `run()`);
-- `batching`: a thread per batch handler's queue, leasing and running its batches;
-- `execution`: handler threads for plain handlers (started as their tasks come, up to
-  `concurrency`), coroutines on one event loop thread for `async def` ones: a slot of an
-  `async def` handler costs no thread, so such a worker holds any number of tasks;
+- `batching`: a thread per batch handler's queue, leasing its batches and writing their
+  outcomes;
+- `execution`: from a handler's call to its task's outcome: handler threads for plain
+  handlers (started as their tasks come, up to `concurrency`), coroutines on one event loop
+  thread for `async def` ones (a slot of an `async def` handler costs no thread, so such a
+  worker holds any number of tasks), the batchers' batches; the same code runs a task in the
+  foreground (`foreground`: `scylla_run`, the testing helpers, the eager mode);
 - `isolation`: under `isolation="process"`, a child process per handler thread;
 - `resources`: what each handler's run uses (CPU time, peak memory), and `max_memory`;
 - `writer`: the outcome writer, on a thread of its own or on the handler's thread, writing
@@ -162,6 +165,7 @@ class TaskWorker:
                 options,
                 worker,
                 queue,
+                execution=execution,
                 connection=self._connection,
                 watchdog=self._watchdog,
                 stopping=self._batches_done,

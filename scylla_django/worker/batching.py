@@ -8,45 +8,28 @@ worker's `concurrency` slots. It waits for a batch to fill: once a task is ready
 every `FILL_POLL` seconds until `batch_size` are ready or `batch_wait` has passed, then leases.
 Each member keeps a lease of its own: the worker's heartbeat extends it (its progress, its
 cancellation: a cancelled member's `ctx.check()` raises, the others run on), its run-time limit
-caps it, and `ctx.fenced()` fences on it. Each gets its own outcome, written for the whole
-batch in one statement, every row fenced on its own lease: what the handler decided for it
-(`ctx.complete(result)`, `ctx.abort(exc)`), else, when the handler returned, its result (a
-mapping of rn to result; None for a member it does not name), or, when the handler raised, the
-abort of that exception. A member that was stopped (cancelled, lease lost) gets nothing
-written, as any stopped task; one past its run-time limit is aborted with `timeout`.
+caps it, and `ctx.fenced()` fences on it. The batch is run by the worker's `Execution`
+(`run_batch()`, which says what each member's outcome is); the outcomes are written for the
+whole batch in one statement, every row fenced on its own lease.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
-from django.core.exceptions import ValidationError
 from django.db import Error as DatabaseError
 from django.db import connections
 from django.db.models import Q
 
 from .. import db
 from ..enums import Status
-from ..exceptions import (
-    Abort,
-    LeaseLost,
-    TaskCancelled,
-    TaskTimedOut,
-    WorkerStopping,
-    error_record,
-    exception_error,
-)
 from ..handlers import Batching, TaskContext
 from ..models import Outcome, Task, Worker
-from ..resources import ThreadMeter
-from ..validation import validate_json
 from .database import WorkerConnection, close_handler_connections, retry
+from .execution import Execution
 from .options import WorkerOptions
 from .watchdog import Watchdog
 
@@ -67,8 +50,8 @@ def plain_queues(options: WorkerOptions) -> list[str]:
 
 
 class Batcher:
-    """Leases and runs the batches of one batch queue, on the thread that calls `run()`, until
-    `stopping` is set (after one batch, or none ready, with `once`)."""
+    """Leases the batches of one batch queue and runs them with `execution`, on the thread that
+    calls `run()`, until `stopping` is set (after one batch, or none ready, with `once`)."""
 
     def __init__(
         self,
@@ -76,6 +59,7 @@ class Batcher:
         worker: Worker,
         queue: str,
         *,
+        execution: Execution,
         connection: WorkerConnection,
         watchdog: Watchdog,
         stopping: threading.Event,
@@ -87,6 +71,7 @@ class Batcher:
         self.options = options
         self.worker = worker
         self.queue = queue
+        self.execution = execution
         self.connection = connection
         self.watchdog = watchdog
         self.stopping = stopping
@@ -196,81 +181,11 @@ class Batcher:
 
     def _run_batch(self, contexts: list[TaskContext]) -> None:
         """Call the handler once with the members still live, then write every outcome."""
-        handler: Any = self.options.registry.get(self.queue)  # takes the list of contexts
-        assert handler is not None
-        live = [ctx for ctx in contexts if not ctx.stopped]
-        returned: Any = None
-        raised: BaseException | None = None
-        meter = ThreadMeter()
-        started = time.monotonic()
-        for ctx in live:
-            ctx.handler_running = True
-        try:
-            if live:
-                if inspect.iscoroutinefunction(handler):
-                    returned = asyncio.run(handler(live))
-                else:
-                    returned = handler(live)
-        except BaseException as exc:  # the handler's outcome, never ours
-            raised = exc
-            logger.warning("%s: batch handler of %s raised %r", self.worker.name, self.queue, exc)
-        finally:
-            for ctx in live:
-                ctx.handler_running = False
-        close_handler_connections()
-        duration = time.monotonic() - started
-        usage = meter.usage()
-        share = None if usage.cpu_time is None or not live else usage.cpu_time / len(live)
-        outcomes = []
-        for ctx in live:
-            outcome = self._outcome(ctx, returned, raised)
-            if outcome is not None and ctx.end():
-                outcomes.append(
-                    Outcome(
-                        ctx.task.pk,
-                        ctx.task.leases,
-                        outcome[0],
-                        errors=outcome[1],
-                        children=tuple(ctx.children) if outcome[1] is None else (),
-                        duration=duration,
-                        cpu_time=share,
-                        task=ctx.task,
-                    )
-                )
-        self._write(outcomes)
+        outcomes = self.execution.run_batch(contexts)
+        self._write([outcome for _, outcome in outcomes])
         self.batches += 1
         with self._lock:
             self._hand = []
-
-    def _outcome(
-        self, ctx: TaskContext, returned: Any, raised: BaseException | None
-    ) -> tuple[Any, list[dict[str, Any]] | None] | None:
-        """What to write for one member: (result, None) or (None, errors); None for none."""
-        reason = ctx.stop_reason
-        if isinstance(reason, TaskTimedOut) and not ctx.yielded:
-            return None, [reason.as_error()]
-        if ctx.stopped and not ctx.yielded:
-            return None  # cancelled or lost: its lease is not ours to end
-        if ctx.decision is not None:
-            result, errors = ctx.decision
-        elif raised is not None:
-            if isinstance(raised, TaskCancelled | LeaseLost | WorkerStopping) and (
-                ctx.stopped or raised.rn == ctx.task.rn
-            ):
-                return None  # a stop let through (a shutdown's yield): not the member's failure
-            result, errors = None, [_error(raised)]
-        elif returned is None or isinstance(returned, Mapping):
-            result, errors = None if returned is None else returned.get(ctx.task.rn), None
-        else:
-            kind = type(returned).__name__
-            detail = f"a batch handler returns None or a mapping of rn to result, not {kind}"
-            return None, [error_record("invalid_result", detail)]
-        if errors is None:
-            try:
-                result = validate_json(result, "result", allow_null=True)
-            except ValidationError as exc:
-                return None, [error_record("invalid_result", str(exc)[:500])]
-        return result, errors
 
     def _write(self, outcomes: Sequence[Outcome]) -> None:
         """Write the batch's outcomes in one statement (each row fenced on its own lease),
@@ -308,13 +223,6 @@ class Batcher:
             len(written),
             refused,
         )
-
-
-def _error(exc: BaseException) -> dict[str, Any]:
-    """The error of a batch member aborted because the handler raised `exc`."""
-    if isinstance(exc, Abort):
-        return exc.as_error()
-    return exception_error(exc)
 
 
 def with_batches(

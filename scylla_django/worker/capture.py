@@ -5,6 +5,9 @@ handler's thread (or, for an `async def` handler, in its asyncio task) and what 
 
 A record is matched to its task by a context variable the worker sets around the handler's
 call: threads and asyncio tasks each see their own, so concurrent handlers never mix logs.
+Under process isolation the child process captures its handler's log the same way and sends
+it with the run's outcome (`TaskLog.export`), and the worker adds it to the log of the run
+(`relay`).
 Records still pass through the loggers' levels as the project configured them; `ctx.logger`
 (`scylla_django.task`) logs from INFO unless the project sets its level. Django's own lines on
 a Django task's start and finish (the `django.tasks` logger) are left out: the task's History
@@ -68,6 +71,18 @@ class TaskLog:
                 self.write(f"stopped: {exc}\n")
         else:
             self.write("".join(traceback.format_exception(exc)))
+
+    def export(self) -> tuple[str, int]:
+        """What was kept and how many bytes were left out, for another process (`relay`)."""
+        with self._lock:
+            return "".join(self._parts), self.dropped
+
+    def merge(self, exported: tuple[str, int]) -> None:
+        """Append what another log kept (`export()`), counting what it left out."""
+        text, dropped = exported
+        self.write(text)
+        with self._lock:
+            self.dropped += dropped
 
     def text(self) -> str:
         """The log as kept, ending with the truncation marker if anything was cut."""
@@ -154,6 +169,15 @@ def install() -> None:
 def _task_logger() -> logging.Logger:
     """`ctx.logger`'s logger (a logger, once made, is the same object for good)."""
     return logging.getLogger(TASK_LOGGER)
+
+
+def relay(exported: tuple[str, int]) -> None:
+    """Add a log another process captured for the run in progress (`TaskLog.export`) to the
+    log captured in this context, if any: a child process's, under process isolation."""
+    log = _current.get()
+    if log is None:
+        return
+    log.merge(exported)
 
 
 @contextmanager

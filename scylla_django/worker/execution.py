@@ -1,6 +1,11 @@
-"""Running handlers: plain handlers on handler threads, `async def` ones as coroutines on one
-event loop thread, and what a handler's return or raise becomes (an `Outcome`, or none for a
-task that was stopped).
+"""Running handlers, from the handler's call to its task's outcome: plain handlers on handler
+threads, `async def` ones as coroutines on one event loop thread, batch handlers on the thread
+of their queue's batcher, and what a handler's return or raise becomes (an `Outcome`, or none
+for a task that was stopped), with its log and what the run used.
+
+The same code runs a task in the foreground (`foreground.py`: `scylla_run`, the testing
+helpers, the eager mode), on the caller's thread and connection: `Execution.run()` and
+`Execution.run_batch()`, with the outcomes handed to a writer of the run's own.
 
 A slot costs a thread only while a plain handler needs one: handler threads are started as
 plain handlers' tasks arrive and no thread is idle, up to `concurrency` of them, and then
@@ -22,9 +27,9 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
 from django.core.exceptions import ValidationError
@@ -47,7 +52,7 @@ from ..resources import ThreadMeter, Usage
 from ..validation import validate_delay, validate_json
 from .capture import TaskLog, captured
 from .database import OwnConnections, close_handler_connections
-from .isolation import Isolation
+from .isolation import Isolation, Relayed
 
 logger = logging.getLogger("scylla_django")
 
@@ -94,10 +99,19 @@ class Execution:
     up to `concurrency` threads, one task at a time each (a thread is started when a task
     comes and none is idle), `async def` ones on the event loop (started only when a queue of
     `queues` has an `async def` handler), up to `concurrency` at once, without a thread each.
+    `run_batch()` runs a batch handler on the calling thread (a batcher's).
 
     With `isolation`, each thread runs its plain handlers in a child process of its own (see
     `isolation.py`). `after_task` is called on the handler's thread once each handler has
     run, before its outcome is written.
+
+    A `foreground` execution runs its tasks on the calling thread instead (`run()`, an
+    `async def` handler in an event loop of its own), on that thread's connection, left open
+    (a dry run's transaction, a test's): its handlers cannot be left to themselves, so the
+    watchdog waits for a handler that runs on past its stop. `post_mortem(exc)` is called with
+    what a handler raised (not a stop) before its outcome is made (a debugger's post-mortem).
+    Without `keep_logs` the tasks' logs are captured but not stored (a dry run: the storage is
+    not rolled back with the database).
     """
 
     def __init__(
@@ -110,10 +124,16 @@ class Execution:
         *,
         isolation: Isolation | None = None,
         after_task: Callable[[], None] | None = None,
+        foreground: bool = False,
+        post_mortem: Callable[[BaseException], None] | None = None,
+        keep_logs: bool = True,
     ) -> None:
         self.registry = registry
         self.isolation = isolation
+        self.foreground = foreground
+        self.keep_logs = keep_logs
         self._after_task = after_task
+        self._post_mortem = post_mortem
         self.queues = list(queues)
         self.concurrency = concurrency
         self._name = name
@@ -133,6 +153,8 @@ class Execution:
         """Get ready to run handlers (start the event loop, if any handler is `async def`),
         sending outcomes to `sink`. Handler threads start as plain handlers' tasks come."""
         self._sink = sink
+        if self.foreground:
+            return  # its `async def` handlers run in an event loop of their own, on its thread
         if any(inspect.iscoroutinefunction(self.registry.get(q)) for q in self.queues):
             self._loop = asyncio.new_event_loop()
             start_daemon(self._loop.run_forever, "scylla-async")
@@ -223,7 +245,7 @@ class Execution:
             ctx = self._next_job()
             while ctx is not None:
                 try:
-                    following = self._execute(ctx)
+                    following = self.run(ctx)
                 except _Abandoned:
                     return  # another thread took this one's place
                 except Exception:  # a bug of ours: log it, give the task up, keep the thread
@@ -236,9 +258,10 @@ class Execution:
             if self.isolation is not None:
                 self.isolation.close()
 
-    def _execute(self, ctx: TaskContext) -> TaskContext | None:
-        """Run `ctx`'s handler on this thread (or in its child process); return the next task
-        this thread should run, if its outcome's write leased one."""
+    def run(self, ctx: TaskContext) -> TaskContext | None:
+        """Run `ctx`'s handler on this thread (or in its child process) and hand its outcome to
+        the sink; return the next task this thread should run, if its outcome's write leased
+        one."""
         if ctx.stopped:  # prefetched, and cancelled, lost or yielded before its turn
             self._log_stop(ctx, ctx.stop_reason)
             self.sink.hand_over(ctx, None)
@@ -247,26 +270,41 @@ class Execution:
             self.isolation.ready()  # a child that cannot start is the worker's failure
         with self._running(ctx) as run:
             run.result = self._call(ctx, run)
-        close_handler_connections()  # the handler's own queries: as at the end of a request
+        self._close_handler_connections()
         if self._after_task is not None:
             self._after_task()  # before the outcome's write, which may lease the next task
         if not ctx.end():
             raise _Abandoned
-        with self._own.used():
+        with self._writes():
             return self.sink.finish_here(
                 ctx, self._logged(ctx, run.log, self._kept(ctx, run.outcome))
             )
 
     def _call(self, ctx: TaskContext, run: _Run) -> Any:
         """Call the handler, in this thread's child process under isolation, recording what
-        it used in `run.usage`."""
+        it used in `run.usage` (an `async def` handler of a foreground run in an event loop of
+        its own)."""
         if self.isolation is not None:
             return self.isolation.call(ctx, run.handler, run.record)
         meter = ThreadMeter()
         try:
-            return run.handler(ctx)
+            result = run.handler(ctx)
+            if inspect.iscoroutine(result):
+                result = asyncio.run(result)
+            return result
         finally:
             run.record(meter.usage())
+
+    def _close_handler_connections(self) -> None:
+        """Close the connections the handler's own queries opened, as at the end of a request
+        (not in the foreground: the caller's connection is the handler's)."""
+        if not self.foreground:
+            close_handler_connections()
+
+    def _writes(self) -> AbstractContextManager[None]:
+        """Where this thread's writes of outcomes and logs go: a connection of its own, or the
+        caller's in the foreground."""
+        return nullcontext() if self.foreground else self._own.used()
 
     async def _execute_async(self, ctx: TaskContext) -> None:
         """An `async def` handler, on the event loop thread: up to `concurrency` at once there
@@ -292,6 +330,71 @@ class Execution:
             logger.exception("%s: running %s failed", self._name(), ctx.task.rn)
             self.sink.give_up(ctx)
 
+    # -- batches ----------------------------------------------------------------------------
+
+    def run_batch(self, contexts: Sequence[TaskContext]) -> list[tuple[TaskContext, Outcome]]:
+        """Call the batch handler of the members' queue once, on this thread, with the members
+        still live (README, "Batched execution"); return the outcome of each member that gets
+        one, with the log of the call (each member keeps it) and an even share of what the
+        call used: what the handler decided for it (`ctx.complete()`, `ctx.abort()`), else,
+        when the handler returned, its result (a mapping of rn to result; None for a member it
+        does not name), or, when the handler raised, the abort of that exception. A member
+        that was stopped (cancelled, lease lost) gets none; one past its run-time limit is
+        aborted with `timeout`.
+        """
+        live = [ctx for ctx in contexts if not ctx.stopped]
+        if not live:
+            return []
+        queue = live[0].task.queue
+        handler: Any = self.registry.get(queue)  # takes the list of contexts
+        assert handler is not None, "leased a batch of a queue without a handler"
+        returned: Any = None
+        raised: BaseException | None = None
+        meter = ThreadMeter()
+        started = time.monotonic()
+        for ctx in live:
+            ctx.handler_running = True
+            ctx.handler_started = started
+        with captured() as log:
+            try:
+                returned = handler(live)
+                if inspect.iscoroutine(returned):
+                    returned = asyncio.run(returned)
+            except BaseException as exc:  # the handler's outcome, never ours
+                raised = exc
+                if log is not None:
+                    log.exception(exc)
+                if self._post_mortem is not None and not isinstance(exc, STOPS):
+                    self._post_mortem(exc)
+                logger.warning("%s: batch handler of %s raised %r", self._name(), queue, exc)
+            finally:
+                for ctx in live:
+                    ctx.handler_running = False
+        self._close_handler_connections()
+        duration = time.monotonic() - started
+        usage = meter.usage()
+        share = None if usage.cpu_time is None else usage.cpu_time / len(live)
+        outcomes = []
+        for ctx in live:
+            decided = _member_outcome(ctx, returned, raised)
+            outcome = None
+            if decided is not None:
+                result, errors = decided
+                outcome = Outcome(
+                    ctx.task.pk,
+                    ctx.task.leases,
+                    result,
+                    errors=errors,
+                    children=tuple(ctx.children) if errors is None else (),
+                    duration=duration,
+                    cpu_time=share,
+                    task=ctx.task,
+                )
+            outcome = self._logged(ctx, log, outcome)
+            if outcome is not None and ctx.end():
+                outcomes.append((ctx, outcome))
+        return outcomes
+
     # -- outcomes ---------------------------------------------------------------------------
 
     @contextmanager
@@ -314,11 +417,13 @@ class Execution:
                 yield run
                 outcome = self._returned(ctx, run.result)
             except BaseException as exc:
-                if run.log is not None:
-                    run.log.exception(exc)
+                if run.log is not None and not isinstance(exc, Relayed):
+                    run.log.exception(exc)  # (a child process's log has its own traceback)
                 if isinstance(exc, STOPS):
                     stop, outcome = exc, None
                 else:
+                    if self._post_mortem is not None:
+                        self._post_mortem(exc)
                     outcome = self._raised(ctx, exc)
             finally:
                 ctx.handler_running = False
@@ -340,6 +445,8 @@ class Execution:
         """Store what the handler logged, if anything, before its outcome is written: named on
         the row by the outcome's own write when it completes or aborts the task (no statement
         of its own), else by `Task.keep_log`'s."""
+        if not self.keep_logs:
+            return outcome
         if log is None or not log.size or outcome is None or outcome.snooze is not None:
             self._keep_log(ctx, log)
             return outcome
@@ -404,6 +511,37 @@ class Execution:
             logger.info("%s: %s was stopped; its outcome is not written", self._name(), ctx.task.rn)
             return None
         return outcome
+
+
+def _member_outcome(
+    ctx: TaskContext, returned: Any, raised: BaseException | None
+) -> tuple[Any, list[dict[str, Any]] | None] | None:
+    """What to write for one member of a batch: (result, None) or (None, errors); None for
+    none."""
+    reason = ctx.stop_reason
+    if isinstance(reason, TaskTimedOut) and not ctx.yielded:
+        return None, [reason.as_error()]
+    if ctx.stopped and not ctx.yielded:
+        return None  # cancelled or lost: its lease is not ours to end
+    if ctx.decision is not None:
+        result, errors = ctx.decision
+    elif raised is not None:
+        if isinstance(raised, STOPS) and (ctx.stopped or raised.rn == ctx.task.rn):
+            return None  # a stop let through (a shutdown's yield): not the member's failure
+        error = raised.as_error() if isinstance(raised, Abort) else exception_error(raised)
+        result, errors = None, [error]
+    elif returned is None or isinstance(returned, Mapping):
+        result, errors = None if returned is None else returned.get(ctx.task.rn), None
+    else:
+        kind = type(returned).__name__
+        detail = f"a batch handler returns None or a mapping of rn to result, not {kind}"
+        return None, [error_record("invalid_result", detail)]
+    if errors is None:
+        try:
+            result = validate_json(result, "result", allow_null=True)
+        except ValidationError as exc:
+            return None, [error_record("invalid_result", str(exc)[:500])]
+    return result, errors
 
 
 def start_daemon(target: Callable[[], None], name: str) -> threading.Thread:

@@ -10,8 +10,14 @@ a pipe:
 
 - the thread sends the task and its worker (pickled model instances), and later a stop
   (cancelled, lease lost, the worker stopping), which makes the child's `ctx.check()` raise;
-- the child sends the progress the handler sets, then what the handler returned or raised, and
-  what the run used (CPU time and peak memory of the child, `resources.ProcessMeter`).
+- the child sends the progress the handler sets, then how the handler ended (what it returned
+  and the children it spawned, its snooze, or what it raised), what it logged (the child
+  captures the task's log as a worker thread does) and what the run used (CPU time and peak
+  memory of the child, `resources.ProcessMeter`).
+
+The thread then raises what the handler raised (as an `Abort` with the child's error record,
+a `Snooze`, a stop) or returns what it returned, with its children on the task's context: the
+worker's `Execution` makes the outcome of it as for a handler run in the thread itself.
 
 Progress and stops go through the parent rather than the database: the parent's heartbeat
 already sends progress for every task in hand in one statement and decides when a task must
@@ -43,10 +49,11 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..child import Ran, Setup, child_main
-from ..exceptions import Abort, ScyllaError, TaskCancelled
+from ..exceptions import Abort, ScyllaError, Snooze, TaskCancelled
 from ..handlers import Handler, TaskContext
 from ..resources import MB, Usage
 from ..retries import CRASHED_CODE
+from .capture import relay
 
 logger = logging.getLogger("scylla_django")
 
@@ -246,9 +253,9 @@ class Isolation:
             result, ran = child.run(
                 ctx, self._portable[handler], stop_grace=self.stop_grace, deadline=deadline
             )
-        except _Reported as reported:
-            if reported.ran is not None:
-                record(reported.ran.usage)
+        except Relayed as relayed:
+            if relayed.ran is not None:
+                record(relayed.ran.usage)
             raise
         finally:
             with self._lock:
@@ -302,10 +309,17 @@ def _portable(handler: Handler) -> Handler | None:
 
 
 def _ended(ctx: TaskContext, message: tuple[Any, ...]) -> tuple[Any, Ran | None]:
-    """The outcome a child reported for `ctx`: the handler's result, or what it raised."""
-    _, kind, payload, ran = message
+    """How a child reported `ctx`'s handler ended: its result (its children put on `ctx`), or
+    what it raised, raised here; what it logged goes to the run's log."""
+    _, kind, payload, ran, exported = message
+    if exported is not None:
+        relay(exported)
     if kind == "returned":
-        return payload, ran
+        result, children = payload
+        ctx.children[:] = children
+        return result, ran
+    if kind == "snoozed":
+        raise _Snoozed(payload, ran)
     if kind == "stopped":
         ctx.check()  # the parent's stop, if it made one
         raise TaskCancelled(payload, rn=ctx.task.rn)
@@ -315,7 +329,14 @@ def _ended(ctx: TaskContext, message: tuple[Any, ...]) -> tuple[Any, Ran | None]
     raise _Reported(error, ran)
 
 
-class _Reported(Abort):
+class Relayed(Exception):
+    """What a handler raised in its child process, raised again by its worker thread: the log
+    the child sent has its traceback. `ran` is what the run used, if known."""
+
+    ran: Ran | None = None
+
+
+class _Reported(Abort, Relayed):
     """What a handler raised in its child, as the error record the child made of it."""
 
     def __init__(self, error: dict[str, Any], ran: Ran | None) -> None:
@@ -325,6 +346,14 @@ class _Reported(Abort):
             args=error.get("args"),
             retry=error.get("retry") is True,
         )
+        self.ran = ran
+
+
+class _Snoozed(Snooze, Relayed):
+    """A handler's snooze in its child."""
+
+    def __init__(self, delay: Any, ran: Ran | None) -> None:
+        super().__init__(delay)
         self.ran = ran
 
 

@@ -4,7 +4,9 @@
   stopped (`ctx.check()` raises TaskTimedOut, and whatever the handler returns, its outcome is
   the abort `timeout`); a handler still running `timeout_grace` later is given up: the abort
   `timeout` is written for it, its slot freed and its thread replaced (the thread itself
-  cannot be killed: it runs on, a daemon, and whatever it returns is dropped).
+  cannot be killed: it runs on, a daemon, and whatever it returns is dropped). A foreground
+  run's handler runs on its caller's thread, which nothing can replace: it is waited for, and
+  its task is aborted with `timeout` once it returns.
 - **Lease keeping**: every heartbeat the database answers tells until when the lease is surely
   held (`ctx.lease_kept_until`, a margin before the lease can expire). When heartbeats fail
   (the database is unreachable, or a heartbeat hangs) and that time comes, the task is given
@@ -57,11 +59,13 @@ class Watchdog:
         # The heartbeat's interval: the margin kept before a lease can expire.
         self.margin = options.heartbeat_seconds / 2
 
-    def track(self, ctx: TaskContext) -> None:
-        """Set the limits of a task just leased (called as it is put in hand), and watch it."""
-        ctx.timeout = self.options.registry.timeout_of(ctx.task)
+    def track(self, ctx: TaskContext, *, limit: bool = True, lease: bool = True) -> None:
+        """Set the limits of a task just leased (called as it is put in hand), and watch it:
+        its run-time limit (not with `limit` False: a debugger's run) and the keeping of its
+        lease (not with `lease` False: a lease no heartbeat extends)."""
+        ctx.timeout = self.options.registry.timeout_of(ctx.task) if limit else None
         length = self.options.lease_length.total_seconds()
-        ctx.lease_kept_until = ctx.started + length - self.margin
+        ctx.lease_kept_until = ctx.started + length - self.margin if lease else None
         self._push(self._next_look(ctx), ctx, None)
 
     def kept(self, ctx: TaskContext, sent: float) -> None:
@@ -180,6 +184,16 @@ class Watchdog:
 
     def _give_up(self, ctx: TaskContext, execution: Execution, grace: float) -> None:
         """Take `ctx` from a handler that still runs `grace` seconds after it was stopped."""
+        if execution.foreground:
+            logger.error(
+                "%s: the handler of %s still runs %gs after it was stopped (%s); it runs on the "
+                "caller's thread, which waits for it",
+                self._name(),
+                ctx.task.rn,
+                grace,
+                ctx.stop_reason,
+            )
+            return
         if not ctx.end():
             return  # it returned meanwhile: its own outcome goes
         reason = ctx.stop_reason

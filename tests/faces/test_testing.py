@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.test import override_settings
 
@@ -65,3 +67,59 @@ def test_eager_mode_runs_handlers_when_the_submission_commits():
         assert Task.objects.get(pk=orphan.pk).status == Status.READY
     off = Task.objects.submit("t-echo", {"now": False})
     assert Task.objects.get(pk=off.pk).status == Status.READY
+
+
+def test_drain_returns_the_children_its_handlers_spawn_and_batch():
+    parent = Task.objects.submit("t-spawn", {"children": 2})
+    fan_out = Task.objects.submit("t-fan-out", {"tasks": 2})
+    ran = drain(["t-spawn", "t-fan-out", "t-echo"])
+    assert all(t.status == Status.COMPLETED for t in ran)
+    by_rn = {t.rn: t for t in ran}
+    assert set(by_rn[parent.rn].result["children"]) < set(by_rn)
+    spawned = Task.objects.filter(parent=parent.rn)
+    batched = Task.objects.filter(parent=fan_out.rn)
+    assert {t.spec["n"] for t in spawned} == {0, 1}
+    # The batch's two tasks, then its on_success callback once both completed.
+    assert sorted(json.dumps(t.spec) for t in batched) == [
+        '{"callback": true}',
+        '{"n": 0}',
+        '{"n": 1}',
+    ]
+    assert {t.rn for t in (parent, fan_out, *spawned, *batched)} == set(by_rn)
+    assert len(ran) == 7
+
+
+def test_run_task_runs_a_batch_handler_with_a_batch_of_one_and_drain_by_batches():
+    lone = Task.objects.submit("t-batch", {"n": 1})
+    done = run_task(lone.rn)
+    assert done.status == Status.COMPLETED and done.result["size"] == 1
+    tasks = [Task.objects.submit("t-batch", {"n": n}) for n in range(7)]
+    ran = drain(["t-batch"])
+    assert [t.pk for t in ran] == [t.pk for t in tasks]
+    assert all(t.status == Status.COMPLETED for t in ran)
+    assert [t.result["size"] for t in ran] == [5] * 5 + [2] * 2
+
+
+def test_eager_mode_submits_what_handlers_spawn_and_runs_it():
+    with override_settings(SCYLLA={"EAGER": True}):
+        parent = Task.objects.submit("t-spawn", {"children": 2})
+        snoozer = Task.objects.submit("t-snooze", {"times": 1, "delay": 300})
+    assert Task.objects.get(pk=parent.pk).status == Status.COMPLETED
+    children = Task.objects.filter(parent=parent.rn)
+    assert [t.status for t in children] == [Status.COMPLETED] * 2
+    snoozer.refresh_from_db()
+    assert (snoozer.status, snoozer.snoozes) == (Status.READY, 1)
+
+
+def test_run_task_stops_a_task_at_its_run_time_limit_and_waits_for_a_handler_that_runs_on(
+    settings, caplog
+):
+    settings.SCYLLA = {**settings.SCYLLA, "TIMEOUT_GRACE": 0.2}
+    checks = Task.objects.submit("t-sleep", {"seconds": 5}, timeout=0.3)
+    stopped = run_task(checks.rn)
+    assert stopped.status == Status.ABORTED and stopped.errors[0]["code"] == "timeout"
+    ignores = Task.objects.submit("t-stubborn", {"seconds": 1}, timeout=0.2)
+    waited = run_task(ignores.rn)
+    assert waited.status == Status.ABORTED and waited.errors[0]["code"] == "timeout"
+    assert f"the handler of {ignores.rn} still runs" in caplog.text
+    assert "which waits for it" in caplog.text

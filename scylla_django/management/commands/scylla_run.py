@@ -1,4 +1,6 @@
-"""`manage.py scylla_run RN`: run one task's handler in the foreground (a debug run)."""
+"""`manage.py scylla_run RN`: run one task's handler in the foreground (a debug run). It exits 0
+when the task completed, 1 (with why on stderr) when it did not: aborted, snoozed, stopped or
+refused."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...backends import register_handlers
 from ...exceptions import ScyllaError
 from ...handlers import autodiscover
+from ...models import Task
 from ...worker.foreground import run_task
 from ..base import configure_logging, lease_length
 
@@ -25,8 +28,9 @@ def post_mortem(exc: BaseException) -> None:
 class Command(BaseCommand):
     help = (
         "Lease the ready task RN (as a worker registered for this run), run its handler here "
-        "with its logs on the console and write its outcome. --dry-run rolls all of it back; "
-        "--pdb opens the debugger where the handler raised."
+        "with its logs on the console and write its outcome; exit 0 if the task completed, 1 "
+        "otherwise. --dry-run rolls all of it back; --pdb opens the debugger where the "
+        "handler raised."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -73,13 +77,23 @@ class Command(BaseCommand):
         except (ScyllaError, ValueError, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from exc
         task = run.task
-        if run.outcome is None:
-            self.stdout.write(f"{task.rn} was stopped: {run.exception}; nothing was written")
-        elif run.outcome.errors is None:
-            self.stdout.write(f"{task.rn} completed: {json.dumps(run.outcome.result)}")
+        outcome = run.outcome
+        if outcome is None:
+            failure = f"{task.rn} was stopped: {run.stop}; nothing was written"
+        elif outcome.snooze is not None:
+            failure = f"{task.rn} snoozed: it is ready again in {outcome.snooze}"
+        elif outcome.errors is not None:
+            failure = f"{task.rn} aborted: {json.dumps(outcome.errors)[:2000]}"
+            retries = Task.objects.filter(retry_of=task.rn).values_list("rn", flat=True)
+            retry = None if options["dry_run"] else retries.first()
+            if retry is not None:
+                failure += f"\nits retry {retry} was submitted"
         else:
-            self.stdout.write(f"{task.rn} aborted: {json.dumps(run.outcome.errors)[:2000]}")
+            failure = None
+            self.stdout.write(f"{task.rn} completed: {json.dumps(outcome.result)}")
         if options["dry_run"]:
             self.stdout.write("dry run: rolled back, the database is as it was")
-        elif run.outcome is not None and not run.written:
+        elif outcome is not None and not run.written:
             raise CommandError(f"The outcome of {task.rn} was not written: it is {task.status}.")
+        if failure is not None:
+            raise CommandError(failure)
