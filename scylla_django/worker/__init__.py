@@ -25,6 +25,8 @@ arguments and calls it. It wires the parts, one concept each:
   is cancelled); it looks only at the tasks due;
 - `summary`: the counts of the INFO summary lines;
 - `database`: retries through an outage and the handler threads' own connections;
+- `hooks`: `WorkerHooks`, what the worker did, counted (leased, started, written, beat,
+  yielded, given up), which tests wait on instead of sleeping;
 - on PostgreSQL, a listener thread wakes the lease loop when tasks become ready and the
   heartbeat when a task of this worker is cancelled (see `listener.py`).
 """
@@ -50,6 +52,7 @@ from .batching import Batcher, batch_queues, with_batches
 from .database import WorkerConnection, retry
 from .execution import Execution, start_daemon
 from .heartbeat import Heartbeat
+from .hooks import WorkerHooks
 from .isolation import Isolation
 from .leasing import LeaseLoop
 from .options import WorkerOptions
@@ -82,13 +85,16 @@ class TaskWorker:
         self.stopping = threading.Event()
         self._wakeup = threading.Event()  # lease now: a slot was freed, or tasks became ready
         self._grace_over = threading.Event()  # stop retrying writes: the grace period is over
-        self._watchdog = Watchdog(options, lambda: self.name)
+        self.hooks = WorkerHooks()
+        """What the worker did, counted: tests wait on `hooks.wait_for("beat", n)`."""
+        self._watchdog = Watchdog(options, lambda: self.name, hooks=self.hooks)
         self._slots = Slots(
             options.concurrency,
             options.max_tasks,
             on_free=self.wake,
             on_take=self._watchdog.track,
             prefetch=options.prefetch,
+            hooks=self.hooks,
         )
         self._heartbeat: Heartbeat | None = None
         self._connection = WorkerConnection(options.using)
@@ -159,6 +165,7 @@ class TaskWorker:
             lambda: self.name,
             isolation=isolation,
             after_task=self._check_memory if options.max_memory is not None else None,
+            hooks=self.hooks,
         )
         self._batchers = [
             Batcher(
@@ -181,6 +188,7 @@ class TaskWorker:
             lambda: summary.log_when_due(self.name, self._slots.held()),
             self._connection,
             watchdog=self._watchdog,
+            hooks=self.hooks,
         )
         writer = OutcomeWriter(
             options,

@@ -171,6 +171,7 @@ class Batcher:
             self.watchdog.track(ctx)  # its run-time limit caps its lease; lease keeping
         with self._lock:
             self._hand = contexts
+        self.execution.hooks.note("leased", len(contexts))
         if contexts:
             logger.debug(
                 "%s leased a batch of %d on %s", self.worker.name, len(contexts), self.queue
@@ -186,6 +187,7 @@ class Batcher:
         self.batches += 1
         with self._lock:
             self._hand = []
+        self.execution.hooks.note("written", len(outcomes))
 
     def _write(self, outcomes: Sequence[Outcome]) -> None:
         """Write the batch's outcomes in one statement (each row fenced on its own lease),

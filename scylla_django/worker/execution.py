@@ -52,6 +52,7 @@ from ..resources import ThreadMeter, Usage
 from ..validation import validate_delay, validate_json
 from .capture import TaskLog, captured
 from .database import OwnConnections, close_handler_connections
+from .hooks import WorkerHooks
 from .isolation import Isolation, Relayed
 
 logger = logging.getLogger("scylla_django")
@@ -127,8 +128,10 @@ class Execution:
         foreground: bool = False,
         post_mortem: Callable[[BaseException], None] | None = None,
         keep_logs: bool = True,
+        hooks: WorkerHooks | None = None,
     ) -> None:
         self.registry = registry
+        self.hooks = hooks if hooks is not None else WorkerHooks()
         self.isolation = isolation
         self.foreground = foreground
         self.keep_logs = keep_logs
@@ -355,6 +358,7 @@ class Execution:
         for ctx in live:
             ctx.handler_running = True
             ctx.handler_started = started
+        self.hooks.note("started", len(live))
         with captured() as log:
             try:
                 returned = handler(live)
@@ -411,6 +415,7 @@ class Execution:
         outcome: Outcome | None
         ctx.handler_running = True
         started = ctx.handler_started = time.monotonic()
+        self.hooks.note("started")
         stop: BaseException | None = None
         with captured() as run.log:
             try:

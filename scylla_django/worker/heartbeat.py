@@ -26,6 +26,7 @@ from ..exceptions import (
 from ..handlers import TaskContext
 from ..models import Task, Worker
 from .database import WorkerConnection
+from .hooks import WorkerHooks
 from .options import WorkerOptions
 from .watchdog import Watchdog
 
@@ -45,9 +46,11 @@ class Heartbeat:
         tick: Callable[[], None],
         connection: WorkerConnection,
         watchdog: Watchdog | None = None,
+        hooks: WorkerHooks | None = None,
     ) -> None:
         self.options = options
         self.watchdog = watchdog
+        self.hooks = hooks if hooks is not None else WorkerHooks()
         self.worker = worker
         self.connection = connection
         self._in_hand = in_hand
@@ -141,6 +144,7 @@ class Heartbeat:
                 logger.warning("%s could not yield %s: %s", name, task.rn, errors.get(task.pk))
         if yielded:
             logger.info("%s yielded %d task(s)", name, len(yielded))
+        self.hooks.note("yielded", len(yielded))
 
     def _look_up(self) -> None:
         """Stop the tasks in hand whose leases this worker no longer holds (`look_now`)."""
@@ -240,3 +244,4 @@ class Heartbeat:
                 if self.watchdog is not None:
                     self.watchdog.kept(ctx, sent)
         self._stop_refused([ctx for ctx in live if ctx.task.pk not in extended], errors)
+        self.hooks.note("beat")

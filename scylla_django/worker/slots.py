@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 from ..handlers import TaskContext
 from ..models import Task, Worker
+from .hooks import WorkerHooks
 
 logger = logging.getLogger("scylla_django")
 
@@ -66,8 +67,10 @@ class Slots:
         on_free: Callable[[], None],
         on_take: Callable[[TaskContext], None] | None = None,
         prefetch: int = 0,
+        hooks: WorkerHooks | None = None,
     ) -> None:
         self.concurrency = concurrency
+        self.hooks = hooks if hooks is not None else WorkerHooks()
         self.prefetch = prefetch
         self.max_tasks = max_tasks
         self._on_free = on_free
@@ -169,6 +172,7 @@ class Slots:
         if self._on_take is not None:  # in hand first: the watchdog watches what is in hand
             for ctx in started:
                 self._on_take(ctx)
+        self.hooks.note("leased", len(started))
         for ctx in started:
             task = ctx.task
             logger.debug(

@@ -35,6 +35,7 @@ from ..exceptions import LeaseLost, TaskTimedOut
 from ..handlers import TaskContext
 from ..models import Outcome
 from .execution import Execution
+from .hooks import WorkerHooks
 from .options import WorkerOptions
 
 logger = logging.getLogger("scylla_django")
@@ -47,9 +48,12 @@ class Watchdog:
     """Watches the tasks put in hand (`track()`): stops them at their run-time limit or when
     their lease may have lapsed, and gives up their handlers `timeout_grace` later."""
 
-    def __init__(self, options: WorkerOptions, name: Callable[[], str]) -> None:
+    def __init__(
+        self, options: WorkerOptions, name: Callable[[], str], hooks: WorkerHooks | None = None
+    ) -> None:
         self.options = options
         self._name = name
+        self.hooks = hooks if hooks is not None else WorkerHooks()
         self._done = threading.Event()
         self._lock = threading.Lock()
         # (when to look, order of arrival, task, when it was stopped or None): a task is
@@ -199,6 +203,7 @@ class Watchdog:
         reason = ctx.stop_reason
         task = ctx.task
         execution.abandon(ctx)
+        self.hooks.note("given_up")
         if isinstance(reason, TaskTimedOut):
             logger.error(
                 "%s: the handler of %s still runs %gs after its timeout: aborting the task "

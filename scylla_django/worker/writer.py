@@ -280,6 +280,8 @@ class OutcomeWriter:
             self.slots.drop(claim)
             return []
         self._report(batch, errors)
+        # The finished task's slot passed to the lease (`take()` counts the leased ones).
+        self.slots.hooks.note("written", len(batch))
         started = self.slots.take(claim, tasks, self.worker)
         if len(started) < claim.size or self.stopping.is_set():
             self.wake()  # a task that became ready meanwhile is the lease loop's
@@ -334,6 +336,7 @@ class OutcomeWriter:
         """Report a written batch and free its slots."""
         self._report(batch, errors)
         self.slots.release([ctx for ctx, _ in batch])
+        self.slots.hooks.note("written", len(batch))
 
     def _report(self, batch: Batch, errors: dict[int, ScyllaError]) -> None:
         """Count and log the outcomes of `batch` once written (`errors`: those refused); a
