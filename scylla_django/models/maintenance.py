@@ -113,8 +113,8 @@ def purge(
 def reset_batch(tasks: models.QuerySet[Any], size: int) -> int:
     """Reset or abort up to `size` expired leases in one transaction; return how many.
 
-    A lease that expired at its run-time limit (`deadline == timeout_at`: the worker's
-    heartbeat capped it there) is aborted with `timeout`; one of a task that has had
+    A lease that expired at its run-time limit (`deadline == timeout_at`: the lease, or a
+    heartbeat, was capped there) is aborted with `timeout`; one of a task that has had
     `MAX_LEASES` leases with `max_leases_exceeded`; the others are made ready. An abort is
     followed by a retry where the task's policy covers it, as a worker's abort is.
 
@@ -229,7 +229,7 @@ def reset_portable(
 def expiry_kind(row: dict[str, Any], yielded: bool, max_leases: int | None, yields: int) -> str:
     """How an expired lease is dealt with, as `db.postgresql_reset` judges it: `yielded`
     (given back: made ready without a TaskTimeout), `timed_out` (it expired at its run-time
-    limit, so its heartbeat capped it there: aborted with `timeout`, as its worker would have
+    limit, the cap its lease was given: aborted with `timeout`, as its worker would have
     done), `exhausted` (the task has had `max_leases` leases; a lease its own handler ended
     with a snooze is not counted, nor one of the task's `yields` earlier leases given back),
     or `expired` (made ready with a TaskTimeout)."""
