@@ -17,6 +17,7 @@ from .. import db, signals
 from ..conf import scylla_settings
 from ..enums import TRANSITIONS, EventType, Operation, event, sources
 from ..exceptions import TaskTimedOut, error_record
+from ..retries import MAX_LEASES_CODE
 from .history import History
 from .notices import send_on_commit
 from .successors import follow_with_retries
@@ -277,7 +278,7 @@ def abort_expired(
             deadline=None,
             errors=[
                 {
-                    "code": "max_leases_exceeded",
+                    "code": MAX_LEASES_CODE,
                     "args": {"max_leases": max_leases},
                     "description": f"The lease expired after {max_leases} leases.",
                 }

@@ -293,15 +293,22 @@ def test_a_lease_expired_before_its_limit_is_reset_as_any_other(settings):
     assert task.status == Status.READY and task.timeout_at is None
 
 
-def test_a_monitor_timeout_is_retried_by_a_policy_that_names_its_code(settings):
+def test_a_monitor_timeout_is_retried_by_a_policy_that_retries_timeouts(settings):
+    """`Retry(timeouts=True)`, the default, retries the monitor's `timeout` abort; a policy
+    with `timeouts=False` does not."""
     settings.SCYLLA = {"TIMEOUT_GRACE": 0.1}
-    task, _ = capped_lease(0.1, retry=Retry(max_attempts=2, codes=("timeout",)))
-    wait_until(lambda: Task.objects.expired().filter(pk=task.pk).exists(), what="expiry")
-    assert Task.objects.reset_expired() == 1
+    task, _ = capped_lease(0.1, retry=Retry(max_attempts=2, crashes=False))
+    kept, _ = capped_lease(0.1, retry=Retry(max_attempts=2, timeouts=False))
+    for expiring in (task, kept):
+        wait_until(lambda t=expiring: Task.objects.expired().filter(pk=t.pk).exists())
+    assert Task.objects.reset_expired() == 2
     assert Task.objects.get(pk=task.pk).status == Status.ABORTED
     retry = Task.objects.get(retry_of=task.rn)
     assert retry.status == Status.READY and retry.attempt == 2
     assert retry.timeout_at is None and retry.timeout == timedelta(seconds=0.1)
+    kept.refresh_from_db()
+    assert kept.errors[0]["code"] == "timeout" and kept.dead is not None
+    assert not Task.objects.filter(retry_of=kept.rn).exists()
 
 
 def test_a_hung_async_handler_is_cancelled_and_aborted_with_timeout(settings):
@@ -316,10 +323,8 @@ def test_a_hung_async_handler_is_cancelled_and_aborted_with_timeout(settings):
     stop(worker, thread)
 
 
-def test_a_timeout_is_retried_by_a_policy_that_names_its_code():
-    task = Task.objects.submit(
-        "t-sleep", {"seconds": 30}, timeout=0.3, retry=Retry(max_attempts=2, codes=("timeout",))
-    )
+def test_a_timeout_is_retried_by_a_policy_that_retries_timeouts():
+    task = Task.objects.submit("t-sleep", {"seconds": 30}, timeout=0.3, retry=Retry(max_attempts=2))
     worker = TaskWorker(options("t-sleep"))
     thread = run_in_thread(worker)
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.ABORTED, timeout=5)
