@@ -218,7 +218,8 @@ def test_a_task_whose_heartbeats_are_not_answered_is_given_up_before_its_lease_e
         WorkerOptions(["t-sleep"], lease_length=timedelta(seconds=2), poll_interval=0.05)
     )
     thread = run_in_thread(worker)
-    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="running")
+    # In hand, not only leased: the row commits before the worker takes the task in hand.
+    wait_until(lambda: worker._slots.in_hand(), what="the task in hand")
     [ctx] = worker._slots.in_hand()
     # As if every heartbeat since the lease had gone unanswered.
     ctx.lease_kept_until = time.monotonic()
