@@ -485,8 +485,8 @@ def postgresql_yield(
 
     `leases` are `(pk, lease number)`. Each row is fenced as `Task.yield_lease` fences it
     (running, owned by `worker`, the same lease number) and gets, as there, a deadline a second
-    in the past and a TaskYield History row; the queues of the tasks yielded are notified on
-    the ready channel once each.
+    in the past (or its `timeout_at`, if that is earlier) and a TaskYield History row; the
+    queues of the tasks yielded are notified on the ready channel once each.
     """
     if not leases:
         return set()
@@ -540,7 +540,9 @@ def _yield_sql(tables: Tables, using: str) -> str:
     return compact(f"""
         WITH changed AS (
             UPDATE {task} AS t
-            SET deadline = statement_timestamp() - interval '1 second',
+            -- Never past the run-time limit (LEAST passes over a null): a lease given back
+            -- after it ran into its limit stays one that timed out.
+            SET deadline = LEAST(statement_timestamp() - interval '1 second', t.timeout_at),
                 updated = statement_timestamp()
             FROM unnest(%(pks)s::bigint[], %(leases)s::integer[]) AS y(id, lease)
             WHERE t.id = y.id AND t.leases = y.lease AND t.status = %(running)s
@@ -565,11 +567,12 @@ def postgresql_reset(
     expired and the yielded ones ready, in one statement (PostgreSQL); return the clock it
     wrote with and each task's kind: `expired`, `yielded`, `timed_out` or `exhausted`.
 
-    A task is `yielded` if its last History row is a TaskYield; only a task whose deadline is
-    before its own `updated` can be (`models.NOT_YIELDED`: no other write sets it so, while a
-    capped heartbeat past its limit can), so History is looked at for those alone, one step
-    back through its (task, id) index each. A task not yielded whose lease ended at its
-    run-time limit (`deadline = timeout_at`) is `timed_out`; one that has had `max_leases`
+    A task whose lease ended at its run-time limit (`deadline = timeout_at`: a lease, a
+    heartbeat or a yield capped there) is `timed_out`, given back or not. Another is `yielded`
+    if its last History row is a TaskYield; only a task whose deadline is before its own
+    `updated` can be (`models.NOT_YIELDED`: no other write sets it so, while a capped
+    heartbeat past its limit can), so History is looked at for those alone, one step back
+    through its (task, id) index each. One that has had `max_leases`
     leases, snoozes and yields not counted (its TaskYield rows, counted through the same
     index), `exhausted`; the others `expired`. The expired and yielded ones are made ready
     (owner, deadline and limit cleared, progress 0), fenced on still running with a deadline
@@ -615,11 +618,11 @@ def _reset_sql(tables: Tables, using: str) -> str:
         ), judged AS MATERIALIZED (
             SELECT t.id, t.owner, t.progress, t.queue,
                 CASE
+                    WHEN t.deadline = t.timeout_at THEN 'timed_out'
                     WHEN t.deadline < t.updated AND (
                         SELECT h.typ FROM {history} AS h WHERE h.task_id = t.id
                         ORDER BY h.id DESC LIMIT 1
                     ) = %(yield)s THEN 'yielded'
-                    WHEN t.deadline = t.timeout_at THEN 'timed_out'
                     WHEN %(max_leases)s::integer IS NOT NULL AND t.leases - t.snoozes - (
                         SELECT count(*) FROM {history} AS h
                         WHERE h.task_id = t.id AND h.typ = %(yield)s

@@ -228,16 +228,16 @@ def reset_portable(
 
 
 def expiry_kind(row: dict[str, Any], yielded: bool, max_leases: int | None, yields: int) -> str:
-    """How an expired lease is dealt with, as `db.postgresql_reset` judges it: `yielded`
-    (given back: made ready without a TaskTimeout), `timed_out` (it expired at its run-time
-    limit, the cap its lease was given: aborted with `timeout`, as its worker would have
-    done), `exhausted` (the task has had `max_leases` leases; a lease its own handler ended
+    """How an expired lease is dealt with, as `db.postgresql_reset` judges it: `timed_out`
+    (it expired at its run-time limit, the cap its lease was given, given back or not: aborted
+    with `timeout`, as its worker would have done), `yielded` (given back: made ready without
+    a TaskTimeout), `exhausted` (the task has had `max_leases` leases; a lease its own handler ended
     with a snooze is not counted, nor one of the task's `yields` earlier leases given back),
     or `expired` (made ready with a TaskTimeout)."""
-    if yielded:
-        return "yielded"
     if row["timeout_at"] is not None and row["deadline"] == row["timeout_at"]:
         return "timed_out"
+    if yielded:
+        return "yielded"
     if max_leases is not None and row["leases"] - row["snoozes"] - yields >= max_leases:
         return "exhausted"
     return "expired"

@@ -829,12 +829,14 @@ class Task(models.Model):
         """Give the task back: `deadline = now - 1 s` and a TaskYield{worker, progress} row.
 
         The task stays running until the monitor's next pass makes it ready, without writing a
-        TaskTimeout. Used by a worker shutting down gracefully.
+        TaskTimeout. Used by a worker shutting down gracefully. A lease that already ran into
+        its run-time limit keeps its deadline there (`timeout_at`): the monitor aborts the
+        task with `timeout` instead.
         """
         self._apply(
             Operation.YIELD,
             worker,
-            {"deadline": db.now_plus(timedelta(seconds=-1), Clock)},
+            {"deadline": capped_deadline(db.now_plus(timedelta(seconds=-1), Clock))},
             notify=(db.READY_CHANNEL, "queue"),
             lease=lease,
         )

@@ -12,6 +12,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 
+from scylla_django import db
 from scylla_django.conf import scylla_settings
 from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import LeaseLost
@@ -280,6 +281,28 @@ def test_a_heartbeat_past_the_limit_is_not_taken_for_a_yield_by_the_monitor(sett
     assert task.status == Status.ABORTED and task.errors[0]["code"] == "timeout"
     events = list(History.objects.filter(task=task).values_list("typ", flat=True))
     assert events == [EventType.ASSIGNMENT, EventType.TIMEOUT, EventType.ABORT]
+
+
+def test_a_lease_given_back_after_its_limit_is_aborted_with_timeout_not_made_ready(settings):
+    """A yield is capped at the limit too: a worker that gives back (as when it stops) a lease
+    that already ran into its limit leaves the task to be aborted with `timeout`, not to run
+    again; one given back before the limit is made ready as any yield."""
+    settings.SCYLLA = {"TIMEOUT_GRACE": 0.1}
+    task, worker = capped_lease(0.1)
+    limit = Task.objects.get(pk=task.pk).timeout_at
+    # Past the limit by more than the second a yield sets the deadline back.
+    wait_until(lambda: db.read_clock("default") > limit + timedelta(seconds=1.1), what="limit")
+    assert Task.objects.yield_many(worker, {task.pk: 1}) == {task.pk}
+    task.refresh_from_db()
+    assert task.deadline == limit < task.updated
+    in_time, its_worker = capped_lease(60)
+    assert Task.objects.yield_many(its_worker, {in_time.pk: 1}) == {in_time.pk}
+    assert Task.objects.reset_expired() == 2
+    task.refresh_from_db()
+    assert task.status == Status.ABORTED and task.errors[0]["code"] == "timeout"
+    events = list(History.objects.filter(task=task).order_by("id").values_list("typ", flat=True))
+    assert events == [EventType.ASSIGNMENT, EventType.YIELD, EventType.TIMEOUT, EventType.ABORT]
+    assert Task.objects.get(pk=in_time.pk).status == Status.READY
 
 
 def test_a_lease_expired_before_its_limit_is_reset_as_any_other(settings):
