@@ -58,6 +58,7 @@ def delivery_policy() -> Retry:
         on=(),
         codes=(FAILED,),
         timeouts=True,
+        crashes=True,
     )
 
 

@@ -17,7 +17,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
@@ -387,7 +387,17 @@ class HandlerRegistry:
         queue's (`SCYLLA['TIMEOUTS']`), else None (no limit)."""
         if task.timeout is not None:
             return task.timeout
-        return self._timeouts.get(task.queue) or scylla_settings.TIMEOUTS.get(task.queue)
+        return self.queue_timeout(task.queue)
+
+    def queue_timeout(self, queue: str) -> timedelta | None:
+        """The run-time limit of `queue`'s tasks that set none: its handler's, else the
+        queue's (`SCYLLA['TIMEOUTS']`), else None (no limit)."""
+        return self._timeouts.get(queue) or scylla_settings.TIMEOUTS.get(queue)
+
+    def queue_timeouts(self, queues: Sequence[str]) -> dict[str, timedelta | None]:
+        """`queue_timeout` of each of `queues`: what a lease of them is given (`timeouts`)."""
+        configured = scylla_settings.TIMEOUTS  # read once: it is parsed on every access
+        return {queue: self._timeouts.get(queue) or configured.get(queue) for queue in queues}
 
     def set_batching(self, queue: str, batching: Batching | None) -> None:
         """Make `queue`'s handler a batch handler (None: a plain one)."""

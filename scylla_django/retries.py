@@ -28,15 +28,24 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.utils.module_loading import import_string
 
+from .exceptions import TaskTimedOut
 from .validation import RN_MAX_LENGTH, validate_queue
 
+#: The error code of a task aborted at its run-time limit, by its worker or by the monitor
+#: (its lease expired at the limit).
+TIMEOUT_CODE = TaskTimedOut.code
 #: The error code written when a lease expired `MAX_LEASES` times (see `reset_expired`).
-TIMEOUT_CODE = "max_leases_exceeded"
+MAX_LEASES_CODE = "max_leases_exceeded"
 #: The error code a worker writes when a handler raises (the exception's type is in `args`).
 EXCEPTION_CODE = "exception"
 #: The error code a worker under process isolation writes when the child process running a
 #: handler died (a signal, an exit): what would have ended a worker's lease, retried alike.
 CRASHED_CODE = "crashed"
+#: The codes `Retry(timeouts=True)` retries: the run-time limit's.
+TIMEOUT_CODES = (TIMEOUT_CODE,)
+#: The codes `Retry(crashes=True)` retries: a run that ended with no outcome from its handler
+#: (the worker or the child process running it died, hung or lost its lease, again and again).
+CRASH_CODES = (MAX_LEASES_CODE, CRASHED_CODE)
 MAX_DELAY = 365 * 86400.0
 
 
@@ -139,8 +148,11 @@ class Retry:
       subclasses match. Default: any exception.
     - `codes`: `Abort` codes that are retried too (a handler may also `raise Abort(...,
       retry=True)`).
-    - `timeouts`: retry a task aborted because its lease expired `MAX_LEASES` times, or
-      because the child process running its handler died (`--isolation process`).
+    - `timeouts`: retry a task aborted at its run-time limit (the code `timeout`, written by
+      its worker or, for a lease that expired at the limit, by the monitor).
+    - `crashes`: retry a task whose run ended with no outcome from its handler: its lease
+      expired `MAX_LEASES` times (the code `max_leases_exceeded`), or the child process
+      running its handler died (`crashed`, under `--isolation process`).
     """
 
     max_attempts: int = 3
@@ -149,6 +161,7 @@ class Retry:
     on: tuple[type[BaseException] | str, ...] = (Exception,)
     codes: tuple[str, ...] = ()
     timeouts: bool = True
+    crashes: bool = True
 
     def __post_init__(self) -> None:
         if (
@@ -164,8 +177,9 @@ class Retry:
             raise ValidationError(
                 "backoff must be Fixed(...) or Exponential(...).", code="invalid_retry"
             )
-        if not isinstance(self.jitter, bool) or not isinstance(self.timeouts, bool):
-            raise ValidationError("jitter and timeouts must be booleans.", code="invalid_retry")
+        for name in ("jitter", "timeouts", "crashes"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValidationError(f"{name} must be a boolean.", code="invalid_retry")
         object.__setattr__(self, "on", tuple(self.on))
         object.__setattr__(self, "codes", tuple(self.codes))
         for item in self.on:
@@ -208,8 +222,9 @@ class Retry:
         An error asks for a retry itself with `"retry": true` (what `Abort(..., retry=True)`
         writes). A handler exception (code `exception`, its type in `args.type`) matches `on`
         when its class is one of them or a subclass; a class that cannot be imported again by
-        its dotted name matches by name only. Other codes match `codes`, and an expired lease
-        or a crashed child process matches when `timeouts` is set.
+        its dotted name matches by name only. Other codes match `codes`; the run-time
+        limit's (`TIMEOUT_CODES`) match when `timeouts` is set, and those of a run that ended
+        with no outcome (`CRASH_CODES`) when `crashes` is.
         """
         return any(self._covers(error) for error in errors)
 
@@ -217,8 +232,10 @@ class Retry:
         code = error.get("code")
         if error.get("retry") is True or code in self.codes:
             return True
-        if code in (TIMEOUT_CODE, CRASHED_CODE):
+        if code in TIMEOUT_CODES:
             return self.timeouts
+        if code in CRASH_CODES:
+            return self.crashes
         if code != EXCEPTION_CODE:
             return False
         args = error.get("args")
@@ -262,6 +279,7 @@ class Retry:
             "on": sorted(self._names()),
             "codes": list(self.codes),
             "timeouts": self.timeouts,
+            "crashes": self.crashes,
         }
 
     @classmethod
@@ -269,18 +287,19 @@ class Retry:
         """The policy `as_json()` wrote (or a client sent); ValidationError if it is malformed.
 
         `{"max_attempts", "backoff": "exponential" | "fixed", "delay", "base", "cap", "jitter",
-        "on", "codes", "timeouts"}`, every key optional. `delay` is the first wait (exponential)
-        or every wait (fixed); `base` and `cap` apply to exponential backoff only.
+        "on", "codes", "timeouts", "crashes"}`, every key optional. `delay` is the first wait
+        (exponential) or every wait (fixed); `base` and `cap` apply to exponential backoff
+        only.
         """
         if not isinstance(data, Mapping):
             raise ValidationError("A retry policy is an object.", code="invalid_retry")
-        unknown = set(data) - {"max_attempts", *BACKOFF_KEYS, "jitter", "on", "codes", "timeouts"}
+        unknown = set(data) - {"max_attempts", *BACKOFF_KEYS, "jitter", *FLAGS, "on", "codes"}
         if unknown:
             raise ValidationError(
                 f"Unknown retry policy keys: {', '.join(sorted(unknown))}.", code="invalid_retry"
             )
         kwargs: dict[str, Any] = {}
-        for key in ("max_attempts", "jitter", "timeouts"):
+        for key in ("max_attempts", "jitter", *FLAGS):
             if key in data:
                 kwargs[key] = data[key]
         for key in ("on", "codes"):
@@ -297,6 +316,8 @@ class Retry:
 
 
 BACKOFF_KEYS = ("backoff", "delay", "base", "cap")
+#: The policy's switches for the aborts no handler raised, by the name they go by in JSON.
+FLAGS = ("timeouts", "crashes")
 
 
 def _backoff_from_json(data: Mapping[str, Any]) -> Backoff:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -127,6 +127,18 @@ def validate_timeout(value: object) -> timedelta:
         raise ValidationError(
             "A timeout must be a positive duration.", code="invalid_timeout"
         ) from None
+
+
+def validate_timeouts(value: Mapping[str, object] | None) -> dict[str, timedelta]:
+    """Run-time limits by queue, each as `validate_timeout` reads it (a None: no limit, left
+    out); None for `SCYLLA['TIMEOUTS']`."""
+    if value is None:
+        return scylla_settings.TIMEOUTS
+    if not isinstance(value, Mapping):
+        raise ValidationError(
+            "Timeouts are a mapping of queues to durations.", code="invalid_timeout"
+        )
+    return {queue: validate_timeout(t) for queue, t in value.items() if t is not None}
 
 
 def validate_delay(value: object) -> timedelta:

@@ -491,9 +491,21 @@ class RetryPolicySerializer(StrictSerializer):
         help_text="Dotted names of the exception classes retried (all when omitted).",
     )
     codes = serializers.ListField(
-        child=StrictCharField(max_length=200), required=False, max_length=50
+        child=StrictCharField(max_length=200),
+        required=False,
+        max_length=50,
+        help_text="Abort codes retried too.",
     )
-    timeouts = serializers.BooleanField(required=False)
+    timeouts = serializers.BooleanField(
+        required=False,
+        help_text="Retry a task aborted at its run-time limit (the code `timeout`); true when "
+        "omitted.",
+    )
+    crashes = serializers.BooleanField(
+        required=False,
+        help_text="Retry a task whose run ended with no outcome from its handler (the codes "
+        "`max_leases_exceeded` and `crashed`); true when omitted.",
+    )
 
 
 @extend_schema_field({"type": "string", "minLength": 1, "maxLength": UNIQUE_KEY_MAX_LENGTH})

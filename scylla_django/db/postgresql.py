@@ -112,12 +112,19 @@ def postgresql_lease(
     queues: Sequence[str],
     limit: int,
     lease_length: timedelta,
+    timeouts: Sequence[timedelta | None],
+    timeout_grace: timedelta,
     finish: Sequence[dict[str, Any]] = (),
 ) -> tuple[dict[int, datetime], list[Any] | None]:
     """Lease up to `limit` tasks of `tables.task` on database `using` (PostgreSQL) for
     `worker` (its name; `worker_id` its key); None if the worker may not lease. With `finish`,
     first complete or abort those rows (as `postgresql_finish`) in the same statement. Returns
     the pks finished (each with its `updated`) and the tasks leased.
+
+    `timeouts` are the run-time limits of the tasks of `queues` (in the same order) that set
+    none of their own (None: no limit). A leased task with a limit gets `timeout_at = now +
+    limit + timeout_grace` and a deadline no later than that: no lease nor heartbeat takes it
+    past its limit (see `_lease_sql`).
 
     For each requested queue that is not paused, a LATERAL subquery walks the ready index
     (queue, priority desc, created, id) in order, skipping rows other lessees hold (`SKIP
@@ -143,7 +150,8 @@ def postgresql_lease(
     finishing = bool(finish)
     statement, params = lease_statement(tables, using, locked=False, finishing=finishing)
     params.update(worker_id=worker_id, worker=worker, queues=list(queues), limit=limit)
-    params.update(lease_length=lease_length, locked=False)
+    params.update(lease_length=lease_length, locked=False, timeout_grace=timeout_grace)
+    params["timeouts"] = list(timeouts)
     if finishing:
         params["rows"] = json.dumps(list(finish))
     with prepared_cursor(connections[using]) as cursor:
@@ -201,7 +209,14 @@ def _lease_sql(
     tables: Tables, using: str, locked: bool, finishing: bool
 ) -> tuple[str, dict[str, Any]]:
     """The lease statement of `postgresql_lease` and the parameters that name statuses and
-    events (the caller adds the lessee, queues, limit, lease_length and `locked`).
+    events (the caller adds the lessee, queues, limit, lease_length, `locked`, `timeouts`
+    and `timeout_grace`).
+
+    A task leased with a run-time limit (its own `timeout`, else its queue's in `timeouts`)
+    gets `timeout_at`, the lease's start plus the limit and `timeout_grace` on the clock the
+    lease writes with, and a deadline no later than that; one without gets neither (a null
+    `timeout_at`). Heartbeats never extend a deadline past `timeout_at`, so the lease of a
+    worker frozen before its first heartbeat ends at the limit too.
 
     `finishing`: the statement first writes the outcomes of the `rows` parameter, with the
     CTEs of `finish_statement`, and its first row carries the pks finished and their `updated`
@@ -238,7 +253,13 @@ def _lease_sql(
         else ""
     )
     # `gate`: the requested queues that are not paused, each with the room it has (`budget`):
-    # `limit`, or for a limited queue what is left under its limit (counted only when locked).
+    # `limit`, or for a limited queue what is left under its limit (counted only when locked),
+    # and the run-time limit of its tasks that set none (`timeout`).
+    # `cap`: the time past which the task's lease is never extended (null: no run-time limit).
+    cap = (
+        "clock.now + COALESCE(t.timeout, (SELECT g.timeout FROM gate AS g "
+        "WHERE g.name = t.queue)) + %(timeout_grace)s::interval"
+    )
     statement = f"""
         WITH {finish + ", " if finish else ""}lessee AS MATERIALIZED (
             SELECT 1 FROM {quote(tables.worker._meta.db_table)}
@@ -250,8 +271,9 @@ def _lease_sql(
                      ELSE GREATEST(0, LEAST(%(limit)s, s.max_running - (
                         SELECT count(*) FROM {task_table} AS r
                         WHERE r.status = %(target)s AND r.queue = q.name)))
-                END AS budget
-            FROM unnest(%(queues)s::text[]) AS q(name)
+                END AS budget,
+                q.timeout
+            FROM unnest(%(queues)s::text[], %(timeouts)s::interval[]) AS q(name, timeout)
             LEFT JOIN {quote(tables.queue_setting._meta.db_table)} AS s ON s.queue = q.name
             WHERE s.paused IS NOT TRUE
         ), picked AS MATERIALIZED (
@@ -288,8 +310,10 @@ def _lease_sql(
         ), leased AS (
             UPDATE {task_table} AS t
             SET status = %(target)s, owner = %(worker)s,
-                deadline = clock.now + %(lease_length)s, lease_length = %(lease_length)s,
-                leases = t.leases + 1, updated = clock.now
+                -- LEAST passes over a null: a task without a run-time limit has no cap.
+                deadline = LEAST(clock.now + %(lease_length)s, {cap}),
+                timeout_at = {cap},
+                lease_length = %(lease_length)s, leases = t.leases + 1, updated = clock.now
             FROM clock
             -- The rows `picked` locked, by their tuple ids: a TID scan, whatever the planner
             -- knows of the table (joined by key and re-filtered by status, a table without
@@ -420,24 +444,24 @@ def postgresql_heartbeat(
     tables: Tables,
     using: str,
     worker: str,
-    leases: Sequence[tuple[int, int, float | None, datetime | None]],
+    leases: Sequence[tuple[int, int, float | None]],
     lease_length: timedelta,
 ) -> set[int]:
     """Extend leases of `worker` in one statement (PostgreSQL); return the pks extended.
 
-    `leases` are `(pk, lease number, progress or None, limit or None)`. They travel as four
-    arrays, so the statement is the same, and its parameters four, however many leases a
-    worker holds (a statement with a pair of parameters per lease outgrew PostgreSQL's 65,535
-    parameters at 32,767 leases, and its text grew with them). Each row is fenced as a single
-    heartbeat is (running, owned by `worker`, the same lease number, not yielded); its deadline
-    becomes now plus `lease_length`, or its limit if that is earlier (the limit is written to
-    `timeout_at` too), and a progress that is not None is written.
+    `leases` are `(pk, lease number, progress or None)`. They travel as three arrays, so the
+    statement is the same, and its parameters six, however many leases a worker holds (a
+    statement with a pair of parameters per lease outgrew PostgreSQL's 65,535 parameters at
+    32,767 leases, and its text grew with them). Each row is fenced as a single heartbeat is
+    (running, owned by `worker`, the same lease number, not yielded); its deadline becomes now
+    plus `lease_length`, or its `timeout_at` (the run-time limit its lease was given) if that
+    is earlier, and a progress that is not None is written.
     """
     if not leases:
         return set()
-    pks, numbers, progress, limits = (list(column) for column in zip(*leases, strict=True))
+    pks, numbers, progress = (list(column) for column in zip(*leases, strict=True))
     statement, params = heartbeat_statement(tables, using)
-    params.update(pks=pks, leases=numbers, progress=progress, limits=limits, length=lease_length)
+    params.update(pks=pks, leases=numbers, progress=progress, length=lease_length)
     params["worker"] = worker
     # Not prepared: planned for its arrays on every call (a millisecond, once a heartbeat
     # interval). A generic plan cannot see how many leases the arrays hold; the one a worker's
@@ -461,8 +485,8 @@ def postgresql_yield(
 
     `leases` are `(pk, lease number)`. Each row is fenced as `Task.yield_lease` fences it
     (running, owned by `worker`, the same lease number) and gets, as there, a deadline a second
-    in the past and a TaskYield History row; the queues of the tasks yielded are notified on
-    the ready channel once each.
+    in the past (or its `timeout_at`, if that is earlier) and a TaskYield History row; the
+    queues of the tasks yielded are notified on the ready channel once each.
     """
     if not leases:
         return set()
@@ -495,15 +519,13 @@ def _heartbeat_sql(tables: Tables, using: str) -> str:
     task = quote(tables.task._meta.db_table)
     return compact(f"""
         UPDATE {task} AS t
-        SET deadline = LEAST(statement_timestamp() + %(length)s::interval,
-                             COALESCE(h.cap, 'infinity'::timestamptz)),
+        -- Never past the run-time limit the lease was given (LEAST passes over a null): a
+        -- lease that expires at it timed out, and the monitor aborts its task.
+        SET deadline = LEAST(statement_timestamp() + %(length)s::interval, t.timeout_at),
             progress = COALESCE(h.progress, t.progress),
-            -- The limit itself: a lease that expires at it timed out (the monitor aborts it).
-            timeout_at = COALESCE(h.cap, t.timeout_at),
             updated = statement_timestamp()
-        FROM unnest(%(pks)s::bigint[], %(leases)s::integer[],
-                    %(progress)s::double precision[], %(limits)s::timestamptz[])
-             AS h(id, lease, progress, cap)
+        FROM unnest(%(pks)s::bigint[], %(leases)s::integer[], %(progress)s::double precision[])
+             AS h(id, lease, progress)
         -- Fenced as a single heartbeat: running, owned by the worker, this lease, not yielded.
         WHERE t.id = h.id AND t.leases = h.lease AND t.status = %(running)s
           AND t.owner = %(worker)s AND t.deadline >= t.updated
@@ -518,7 +540,9 @@ def _yield_sql(tables: Tables, using: str) -> str:
     return compact(f"""
         WITH changed AS (
             UPDATE {task} AS t
-            SET deadline = statement_timestamp() - interval '1 second',
+            -- Never past the run-time limit (LEAST passes over a null): a lease given back
+            -- after it ran into its limit stays one that timed out.
+            SET deadline = LEAST(statement_timestamp() - interval '1 second', t.timeout_at),
                 updated = statement_timestamp()
             FROM unnest(%(pks)s::bigint[], %(leases)s::integer[]) AS y(id, lease)
             WHERE t.id = y.id AND t.leases = y.lease AND t.status = %(running)s
@@ -543,11 +567,12 @@ def postgresql_reset(
     expired and the yielded ones ready, in one statement (PostgreSQL); return the clock it
     wrote with and each task's kind: `expired`, `yielded`, `timed_out` or `exhausted`.
 
-    A task is `yielded` if its last History row is a TaskYield; only a task whose deadline is
-    before its own `updated` can be (`models.NOT_YIELDED`: no other write sets it so, while a
-    capped heartbeat past its limit can), so History is looked at for those alone, one step
-    back through its (task, id) index each. A task not yielded whose lease ended at its
-    run-time limit (`deadline = timeout_at`) is `timed_out`; one that has had `max_leases`
+    A task whose lease ended at its run-time limit (`deadline = timeout_at`: a lease, a
+    heartbeat or a yield capped there) is `timed_out`, given back or not. Another is `yielded`
+    if its last History row is a TaskYield; only a task whose deadline is before its own
+    `updated` can be (`models.NOT_YIELDED`: no other write sets it so, while a capped
+    heartbeat past its limit can), so History is looked at for those alone, one step back
+    through its (task, id) index each. One that has had `max_leases`
     leases, snoozes and yields not counted (its TaskYield rows, counted through the same
     index), `exhausted`; the others `expired`. The expired and yielded ones are made ready
     (owner, deadline and limit cleared, progress 0), fenced on still running with a deadline
@@ -593,11 +618,11 @@ def _reset_sql(tables: Tables, using: str) -> str:
         ), judged AS MATERIALIZED (
             SELECT t.id, t.owner, t.progress, t.queue,
                 CASE
+                    WHEN t.deadline = t.timeout_at THEN 'timed_out'
                     WHEN t.deadline < t.updated AND (
                         SELECT h.typ FROM {history} AS h WHERE h.task_id = t.id
                         ORDER BY h.id DESC LIMIT 1
                     ) = %(yield)s THEN 'yielded'
-                    WHEN t.deadline = t.timeout_at THEN 'timed_out'
                     WHEN %(max_leases)s::integer IS NOT NULL AND t.leases - t.snoozes - (
                         SELECT count(*) FROM {history} AS h
                         WHERE h.task_id = t.id AND h.typ = %(yield)s

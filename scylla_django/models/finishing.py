@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 from .. import db, retries, signals, validation
 from ..conf import scylla_settings
 from ..exceptions import WorkerNotFound
-from ..validation import validate_limit, validate_queues, validate_timeout
+from ..validation import validate_limit, validate_queues, validate_timeout, validate_timeouts
 from . import children, portable, successors
 from .notices import send_each_on_commit
 from .outcomes import Outcome, outcome_rows
@@ -73,6 +73,8 @@ def finish_and_lease(
     queues: Sequence[str],
     limit: int,
     lease_length: timedelta | float | None,
+    timeouts: Mapping[str, timedelta | float | str | None] | None,
+    timeout_grace: timedelta | float | None,
 ) -> tuple[set[int], list[Any]]:
     """Finish `outcomes`, then lease for `worker`: see `TaskQuerySet.finish_and_lease`."""
     name = worker_name(worker)
@@ -83,6 +85,10 @@ def finish_and_lease(
     lease_length = validate_timeout(
         scylla_settings.LEASE_LENGTH if lease_length is None else lease_length
     )
+    limits = validate_timeouts(timeouts)
+    grace = validate_timeout(
+        scylla_settings.TIMEOUT_GRACE if timeout_grace is None else timeout_grace
+    )
     rows = outcome_rows(outcomes)
     pk = validation.worker_id(name)
     single = db.uses_single_statement_transitions(connections[tasks.db])
@@ -92,7 +98,12 @@ def finish_and_lease(
         finished = snoozed | finish_rows(tasks, name, outcomes, rows)
         try:
             leased = tasks.lease(  # type: ignore[attr-defined]  # a TaskQuerySet
-                worker, queues, limit=limit, lease_length=lease_length
+                worker,
+                queues,
+                limit=limit,
+                lease_length=lease_length,
+                timeouts=limits,
+                timeout_grace=grace,
             )
             return finished, leased
         except WorkerNotFound:
@@ -105,6 +116,8 @@ def finish_and_lease(
         queues=queues,
         limit=limit,
         lease_length=lease_length,
+        timeouts=[limits.get(queue) for queue in queues],
+        timeout_grace=grace,
         finish=rows,
     )
     leased_tasks = leased or []

@@ -7,12 +7,12 @@ missing from a result was not written, and `refusals()` says why.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from django.db import connections, models
 from django.db.models import Case, DateTimeField, F, FloatField, Q, Value, When
-from django.db.models.functions import Least
+from django.db.models.functions import Coalesce, Least
 
 from .. import db
 from ..conf import scylla_settings
@@ -33,6 +33,15 @@ from .tables import tables
 # concurrent yield committed, so even a heartbeat already waiting for the row cannot undo a yield.
 NOT_YIELDED = Q(deadline__gte=F("updated"))
 
+
+def capped_deadline(extended: Any) -> Any:
+    """The deadline a heartbeat writes: `extended` (a datetime expression), or the row's
+    `timeout_at` if that is earlier: the run-time limit its lease was given (null: none), past
+    which no heartbeat takes the lease. A lease that expires there ran into its limit: the
+    monitor aborts its task with `timeout` (`reset_expired`), never makes it ready again."""
+    return Least(extended, Coalesce(F("timeout_at"), extended), output_field=DateTimeField())
+
+
 #: Leases per heartbeat statement where it names each lease (not PostgreSQL, whose one
 #: statement takes arrays): a pair of parameters each, well under every vendor's limit.
 HEARTBEAT_CHUNK = 500
@@ -52,7 +61,6 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
         leases: Mapping[int, tuple[int, float | None]],
         *,
         lease_length: timedelta | float | None = None,
-        limits: Mapping[int, datetime] | None = None,
     ) -> set[int]:
         """Extend several leases of `worker` in one statement; return the pks it extended.
 
@@ -62,11 +70,9 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
         fences it (running, owned by `worker`, not yielded). A pk missing from the result was
         cancelled, lost or finished: `refusals()` says which.
 
-        `limits` maps a task pk to the time (on the database clock) past which its lease is
-        never extended: its deadline becomes the earlier of the two, so a task past its
-        run-time limit loses its lease however long its worker heartbeats it. The limit is
-        written to `timeout_at` too: a lease that expires at it is aborted with `timeout` by
-        the monitor (`reset_expired`), never made ready again.
+        No deadline goes past the task's `timeout_at`, the run-time limit its lease was given
+        (`capped_deadline`): a task past its limit loses its lease however long its worker
+        heartbeats it.
         """
         name = worker_name(worker)
         lease_length = validate_timeout(
@@ -74,15 +80,9 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
         )
         if not leases:
             return set()
-        limits = limits or {}
         if db.uses_single_statement_transitions(connections[self.db]):
             rows = [
-                (
-                    pk,
-                    lease,
-                    None if value is None else validate_progress(value),
-                    limits.get(pk),
-                )
+                (pk, lease, None if value is None else validate_progress(value))
                 for pk, (lease, value) in leases.items()
             ]
             return db.postgresql_heartbeat(tables(self.model), self.db, name, rows, lease_length)
@@ -90,7 +90,7 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
         chunk = list(leases.items())
         for start in range(0, len(chunk), HEARTBEAT_CHUNK):
             part = dict(chunk[start : start + HEARTBEAT_CHUNK])
-            extended |= self._heartbeat_chunk(name, part, lease_length, limits)
+            extended |= self._heartbeat_chunk(name, part, lease_length)
         return extended
 
     def _heartbeat_chunk(
@@ -98,7 +98,6 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
         name: str,
         leases: Mapping[int, tuple[int, float | None]],
         lease_length: timedelta,
-        limits: Mapping[int, datetime],
     ) -> set[int]:
         """`heartbeat_many` for up to `HEARTBEAT_CHUNK` leases, through the ORM (not
         PostgreSQL): a statement with a pair of parameters per lease."""
@@ -110,27 +109,10 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
             .filter(held, status__in=sources(Operation.HEARTBEAT), owner=name)
             .filter(NOT_YIELDED)
         )
-        extended = db.now_plus(lease_length)
-        capped = [
-            When(pk=pk, then=Least(extended, Value(limit, output_field=DateTimeField())))
-            for pk, limit in limits.items()
-            if pk in leases
-        ]
-        deadline = (
-            Case(*capped, default=extended, output_field=DateTimeField()) if capped else extended
-        )
-        values: dict[str, Any] = {"deadline": deadline, "updated": Now()}
-        if capped:
-            # The limit itself, so that the monitor knows a lease that expired at it timed out.
-            values["timeout_at"] = Case(
-                *[
-                    When(pk=pk, then=Value(limit, output_field=DateTimeField()))
-                    for pk, limit in (limits or {}).items()
-                    if pk in leases
-                ],
-                default=F("timeout_at"),
-                output_field=DateTimeField(),
-            )
+        values: dict[str, Any] = {
+            "deadline": capped_deadline(db.now_plus(lease_length)),
+            "updated": Now(),
+        }
         progress = [
             When(pk=pk, then=Value(validate_progress(value)))
             for pk, (_, value) in leases.items()
@@ -201,16 +183,20 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
         *,
         limit: int = 1,
         lease_length: timedelta | float | None = None,
+        timeouts: Mapping[str, timedelta | float | str | None] | None = None,
+        timeout_grace: timedelta | float | None = None,
     ) -> tuple[set[int], list[_T]]:
-        """`finish_many(worker, outcomes)`, then `lease(worker, queues, limit=…, lease_length=…)`;
-        return the pks finished and the tasks leased.
+        """`finish_many(worker, outcomes)`, then `lease(worker, queues, limit=…, lease_length=…,
+        timeouts=…, timeout_grace=…)`; return the pks finished and the tasks leased.
 
         For a worker that ends its tasks and takes the next ones. On PostgreSQL, when no outcome
         aborts its task, both are one statement: one round trip and one commit, in which the
         finished tasks and the leased ones change status together. A worker that may not lease
         (unregistered, stopped) leases nothing here; `lease()` raises WorkerNotFound for it.
         """
-        return finishing.finish_and_lease(self, worker, outcomes, queues, limit, lease_length)
+        return finishing.finish_and_lease(
+            self, worker, outcomes, queues, limit, lease_length, timeouts, timeout_grace
+        )
 
     def refusals(self, worker: Worker | str, leases: Mapping[int, int]) -> dict[int, ScyllaError]:
         """Why `worker` no longer holds these leases (task pk → lease number), one error per pk:

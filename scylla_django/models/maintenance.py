@@ -17,6 +17,7 @@ from .. import db, signals
 from ..conf import scylla_settings
 from ..enums import TRANSITIONS, EventType, Operation, event, sources
 from ..exceptions import TaskTimedOut, error_record
+from ..retries import MAX_LEASES_CODE
 from .history import History
 from .notices import send_on_commit
 from .successors import follow_with_retries
@@ -113,8 +114,8 @@ def purge(
 def reset_batch(tasks: models.QuerySet[Any], size: int) -> int:
     """Reset or abort up to `size` expired leases in one transaction; return how many.
 
-    A lease that expired at its run-time limit (`deadline == timeout_at`: the worker's
-    heartbeat capped it there) is aborted with `timeout`; one of a task that has had
+    A lease that expired at its run-time limit (`deadline == timeout_at`: the lease, or a
+    heartbeat, was capped there) is aborted with `timeout`; one of a task that has had
     `MAX_LEASES` leases with `max_leases_exceeded`; the others are made ready. An abort is
     followed by a retry where the task's policy covers it, as a worker's abort is.
 
@@ -227,16 +228,16 @@ def reset_portable(
 
 
 def expiry_kind(row: dict[str, Any], yielded: bool, max_leases: int | None, yields: int) -> str:
-    """How an expired lease is dealt with, as `db.postgresql_reset` judges it: `yielded`
-    (given back: made ready without a TaskTimeout), `timed_out` (it expired at its run-time
-    limit, so its heartbeat capped it there: aborted with `timeout`, as its worker would have
-    done), `exhausted` (the task has had `max_leases` leases; a lease its own handler ended
+    """How an expired lease is dealt with, as `db.postgresql_reset` judges it: `timed_out`
+    (it expired at its run-time limit, the cap its lease was given, given back or not: aborted
+    with `timeout`, as its worker would have done), `yielded` (given back: made ready without
+    a TaskTimeout), `exhausted` (the task has had `max_leases` leases; a lease its own handler ended
     with a snooze is not counted, nor one of the task's `yields` earlier leases given back),
     or `expired` (made ready with a TaskTimeout)."""
-    if yielded:
-        return "yielded"
     if row["timeout_at"] is not None and row["deadline"] == row["timeout_at"]:
         return "timed_out"
+    if yielded:
+        return "yielded"
     if max_leases is not None and row["leases"] - row["snoozes"] - yields >= max_leases:
         return "exhausted"
     return "expired"
@@ -277,7 +278,7 @@ def abort_expired(
             deadline=None,
             errors=[
                 {
-                    "code": "max_leases_exceeded",
+                    "code": MAX_LEASES_CODE,
                     "args": {"max_leases": max_leases},
                     "description": f"The lease expired after {max_leases} leases.",
                 }

@@ -4,6 +4,7 @@ History rows. `TaskQuerySet.lease` and `finish_many` choose between the two."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,9 +26,13 @@ def lease(
     queues: list[str],
     limit: int,
     lease_length: timedelta,
+    timeouts: Mapping[str, timedelta],
+    timeout_grace: timedelta,
 ) -> list[Any] | None:
     """Lease up to `limit` tasks of `queues` for the worker `name` (pk `pk`); None if it may
-    not lease. As `db.postgresql_lease`, with the limited queues' settings locked first."""
+    not lease. As `db.postgresql_lease`, with the limited queues' settings locked first: a
+    task with a run-time limit (its own `timeout`, else its queue's in `timeouts`) gets
+    `timeout_at = now + limit + timeout_grace`, and a deadline no later."""
     transition = TRANSITIONS[Operation.LEASE]
     order = ("-priority", "created", "id")
     tasks = tasks.model.objects.using(tasks.db)
@@ -60,7 +65,7 @@ def lease(
         walks = [(free, limit)] if free else []
         walks += [([q], budgets[q]) for q in limits if budgets[q]]
         keyed = ExpressionWrapper(Q(keys__isnull=False), output_field=models.BooleanField())
-        found: list[tuple[int, int, datetime, int, bool]] = []
+        found: list[tuple[int, int, datetime, int, bool, str, timedelta | None]] = []
         for walk, size in walks:
             found += (
                 tasks.filter(status=Status.READY, queue__in=walk)
@@ -70,7 +75,7 @@ def lease(
                 .select_for_update(skip_locked=True)
                 .order_by(*order)
                 .annotate(keyed=keyed)
-                .values_list("priority", "pk", "created", "pk", "keyed")[:size]
+                .values_list("priority", "pk", "created", "pk", "keyed", "queue", "timeout")[:size]
             )
         found.sort(key=lambda row: (-row[0], row[2], row[3]))
         plain = [row[1] for row in found[:limit] if not row[4]]
@@ -83,17 +88,32 @@ def lease(
         values = {
             "status": transition.target,
             "owner": name,
-            "deadline": now + lease_length,
             "lease_length": lease_length,
             "leases": F("leases") + 1,
             "updated": now,
         }
-        leased = base.filter(pk__in=plain).update(**values) if plain else 0
+        # The time past which each lease is never extended (None: no run-time limit).
+        caps: dict[int, datetime | None] = {}
+        for row in found[:limit]:
+            timeout = row[6] if row[6] is not None else timeouts.get(row[5])
+            caps[row[1]] = None if timeout is None else now + timeout + timeout_grace
+
+        def capped(cap: datetime | None) -> dict[str, Any]:
+            deadline = now + lease_length
+            return {"deadline": deadline if cap is None else min(deadline, cap), "timeout_at": cap}
+
+        # The plain tasks in one UPDATE per cap (as many as run-time limits among them).
+        by_cap: dict[datetime | None, list[int]] = {}
+        for pk in plain:
+            by_cap.setdefault(caps[pk], []).append(pk)
+        leased = 0
+        for cap, pks in by_cap.items():
+            leased += base.filter(pk__in=pks).update(**values, **capped(cap))
         # The tasks with keys one at a time, in lease order, so that the take trigger judges
         # each after the ones ahead of it: one UPDATE of them all meets its rows in pk order
         # (SQLite walks `pk IN (...)` sorted), and a later task took an earlier one's room.
         for pk in with_keys:
-            leased += base.filter(pk=pk).update(**values)
+            leased += base.filter(pk=pk).update(**values, **capped(caps[pk]))
         if leased != len(ids):  # the key trigger passed over tasks whose keys are not free
             ids = list(
                 tasks.filter(pk__in=ids, status=transition.target, owner=name, updated=now)
@@ -124,6 +144,9 @@ def lease_rn(
             status=transition.target,
             owner=name,
             deadline=now + lease_length,
+            # A debug run does not enforce the run-time limit: no cap (README, "Run-time
+            # limits"), nor one left by an earlier lease.
+            timeout_at=None,
             lease_length=lease_length,
             leases=F("leases") + 1,
             updated=now,

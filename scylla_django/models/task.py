@@ -57,12 +57,13 @@ from ..validation import (
     validate_queue,
     validate_queues,
     validate_timeout,
+    validate_timeouts,
 )
 from . import keys, maintenance, portable, submission, successors
 from .batches import count_finished
 from .children import spawn, validate_children
 from .dependencies import HELD
-from .held import NOT_YIELDED, HeldLeaseQuerySet
+from .held import NOT_YIELDED, HeldLeaseQuerySet, capped_deadline
 from .history import History
 from .inputs import SubmitOutcome, TaskOptions, task_values, validate_terminal_statuses
 from .notices import send_each_on_commit, send_on_commit
@@ -190,6 +191,8 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
         *,
         limit: int = 1,
         lease_length: timedelta | float | None = None,
+        timeouts: Mapping[str, timedelta | float | str | None] | None = None,
+        timeout_grace: timedelta | float | None = None,
     ) -> list[Task]:
         """Lease up to `limit` ready tasks from `queues` for `worker`: ready → running.
 
@@ -198,6 +201,12 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
         TaskAssignment History row; the lease length is kept on the task (`lease_length`) for
         heartbeats given none. No task is ever leased twice: concurrent callers skip each
         other's rows (PostgreSQL) or are serialised (SQLite).
+
+        A task with a run-time limit (its own `timeout`, else its queue's in `timeouts`:
+        queue → limit, default `SCYLLA['TIMEOUTS']`; a worker passes its handlers' too) gets
+        `timeout_at = now + limit + timeout_grace` (default `SCYLLA['TIMEOUT_GRACE']`), and
+        its deadline is never later: no heartbeat extends the lease past it, and the monitor
+        aborts a task whose lease expired there with `timeout` (README, "Run-time limits").
 
         Only a registered worker that has not stopped may lease (checked in the same statement
         on PostgreSQL, the same transaction elsewhere); otherwise WorkerNotFound is raised.
@@ -209,6 +218,10 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
         lease_length = validate_timeout(
             scylla_settings.LEASE_LENGTH if lease_length is None else lease_length
         )
+        limits = validate_timeouts(timeouts)
+        grace = validate_timeout(
+            scylla_settings.TIMEOUT_GRACE if timeout_grace is None else timeout_grace
+        )
         if db.uses_single_statement_transitions(connections[self.db]):
             _, leased = db.postgresql_lease(
                 TABLES,
@@ -218,9 +231,11 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
                 queues=queues,
                 limit=limit,
                 lease_length=lease_length,
+                timeouts=[limits.get(queue) for queue in queues],
+                timeout_grace=grace,
             )
         else:
-            leased = portable.lease(self, pk, name, queues, limit, lease_length)
+            leased = portable.lease(self, pk, name, queues, limit, lease_length, limits, grace)
         if leased is None:
             raise WorkerNotFound(f"No registered, running worker is called {name!r}.")
         send_each_on_commit(signals.task_leased, self.db, self.model, [(t, {}) for t in leased])
@@ -437,9 +452,10 @@ class Task(models.Model):
     # queue's (`SCYLLA['TIMEOUTS']`), else none.
     timeout = models.DurationField(null=True, blank=True)
     # The database time past which the current lease is never extended: its start plus its
-    # run-time limit and TIMEOUT_GRACE, written by the worker's heartbeat (null: none known).
-    # A lease that expires at exactly this time ran into its limit: the monitor aborts the task
-    # with `timeout` instead of making it ready again.
+    # run-time limit and TIMEOUT_GRACE, written by the lease (null: no limit). The lease's
+    # deadline and every heartbeat's are capped here, so a lease that expires at exactly this
+    # time ran into its limit: the monitor aborts the task with `timeout` instead of making it
+    # ready again.
     timeout_at = models.DateTimeField(null=True, blank=True, editable=False)
     # Retry chains (scylla_django.retries): a retry is a new task, linked by rn to the task it
     # follows and to the first task of its chain (the first task too, once it has a retry;
@@ -681,7 +697,9 @@ class Task(models.Model):
         """Extend the lease: `deadline = now + lease_length`, and record `progress` if given.
 
         Without `lease_length`, the lease is extended by its own length (the one it was leased
-        with). Only the holder of the lease (owner and lease number) may heartbeat. Raises
+        with); never past `timeout_at`, the run-time limit the lease was given (a heartbeat
+        sent after it leaves the deadline there, in the past). Only the holder of the lease
+        (owner and lease number) may heartbeat. Raises
         TaskCancelled if the task was cancelled (stop working on it), LeaseLost if the lease
         was reset or taken over. `lease` is the lease number the write is fenced on (this
         object's `leases`, as leased, if not given); so for `complete`, `abort` and
@@ -690,7 +708,7 @@ class Task(models.Model):
         if lease_length is None:
             lease_length = self.lease_length or scylla_settings.LEASE_LENGTH
         length = validate_timeout(lease_length)
-        values: dict[str, Any] = {"deadline": db.now_plus(length, Clock)}
+        values: dict[str, Any] = {"deadline": capped_deadline(db.now_plus(length, Clock))}
         if progress is not None:
             values["progress"] = validate_progress(progress)
         self._apply(
@@ -811,12 +829,14 @@ class Task(models.Model):
         """Give the task back: `deadline = now - 1 s` and a TaskYield{worker, progress} row.
 
         The task stays running until the monitor's next pass makes it ready, without writing a
-        TaskTimeout. Used by a worker shutting down gracefully.
+        TaskTimeout. Used by a worker shutting down gracefully. A lease that already ran into
+        its run-time limit keeps its deadline there (`timeout_at`): the monitor aborts the
+        task with `timeout` instead.
         """
         self._apply(
             Operation.YIELD,
             worker,
-            {"deadline": db.now_plus(timedelta(seconds=-1), Clock)},
+            {"deadline": capped_deadline(db.now_plus(timedelta(seconds=-1), Clock))},
             notify=(db.READY_CHANNEL, "queue"),
             lease=lease,
         )

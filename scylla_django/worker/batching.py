@@ -161,6 +161,8 @@ class Batcher:
                     [self.queue],
                     limit=self.batching.size,
                     lease_length=self.options.lease_length,
+                    timeouts=self.options.registry.queue_timeouts([self.queue]),
+                    timeout_grace=self.options.timeout_grace,
                 )
         except DatabaseError:
             self.connection.discard()
@@ -168,7 +170,7 @@ class Batcher:
         contexts = [TaskContext(task, self.worker) for task in tasks]
         for ctx in contexts:
             ctx.batched = True
-            self.watchdog.track(ctx)  # its run-time limit caps its lease; lease keeping
+            self.watchdog.track(ctx)  # its run-time limit; lease keeping
         with self._lock:
             self._hand = contexts
         self.execution.hooks.note("leased", len(contexts))

@@ -191,12 +191,6 @@ class Heartbeat:
             ]
             if not live:
                 return
-            limits = {
-                ctx.task.pk: limit
-                for ctx in live
-                if self.watchdog is not None
-                and (limit := self.watchdog.lease_limit(ctx)) is not None
-            }
             sent = time.monotonic()
             leases = {
                 ctx.task.pk: (
@@ -209,7 +203,7 @@ class Heartbeat:
                 with self.connection.used():
                     db.use_worker_plans(connections[using])  # the worker's own connection
                     extended = Task.objects.using(using).heartbeat_many(
-                        self.worker, leases, lease_length=self.options.lease_length, limits=limits
+                        self.worker, leases, lease_length=self.options.lease_length
                     )
                     refused = {pk: leases[pk][0] for pk in leases if pk not in extended}
                     errors = (

@@ -25,7 +25,7 @@ stop; a child then needs no connection of the worker's own (only the handler's o
 open one, closed after each task).
 
 When the child dies while it runs a task (a signal, any exit), the task is aborted with code
-`crashed` (retried as an expired lease is, under its policy's `timeouts`), and the thread
+`crashed` (retried as an expired lease is, under its policy's `crashes`), and the thread
 starts another child for its next task. A stopped task whose handler does not return within
 the grace period after the stop has its child killed. A child whose resident memory is past
 `--max-memory` after a task is replaced.

@@ -118,6 +118,8 @@ class LeaseLoop:
                     self.queues,
                     limit=claim.size,
                     lease_length=self.options.lease_length,
+                    timeouts=self.options.registry.queue_timeouts(self.queues),
+                    timeout_grace=self.options.timeout_grace,
                 )
         finally:
             started = self.slots.take(claim, tasks, self.worker)

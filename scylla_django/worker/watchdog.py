@@ -29,7 +29,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
 
 from ..exceptions import LeaseLost, TaskTimedOut
 from ..handlers import TaskContext
@@ -76,14 +75,6 @@ class Watchdog:
         """A heartbeat sent at `sent` (monotonic) extended `ctx`'s lease."""
         length = self.options.lease_length.total_seconds()
         ctx.lease_kept_until = sent + length - self.margin
-
-    def lease_limit(self, ctx: TaskContext) -> datetime | None:
-        """The database time past which `ctx`'s lease is never extended: its lease's start
-        plus its timeout and the grace period (None: no limit)."""
-        if ctx.timeout is None:
-            return None
-        started: datetime = ctx.task.updated  # the lease's own time, on the database clock
-        return started + ctx.timeout + self.options.timeout_grace
 
     def watched(self) -> int:
         """How many tasks the watchdog is waiting to look at (the tasks given back to the

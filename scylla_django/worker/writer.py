@@ -310,12 +310,15 @@ class OutcomeWriter:
         using = self.options.using
         with self.connection.used():
             db.use_worker_plans(connections[using])  # a connection of the worker's own
+            queues = plain_queues(self.options)  # a batch handler's queue is its batcher's
             written, tasks = Task.objects.using(using).finish_and_lease(
                 self.worker,
                 [outcome for _, outcome in batch],
-                plain_queues(self.options),  # a batch handler's queue is its batcher's
+                queues,
                 limit=limit,
                 lease_length=self.options.lease_length,
+                timeouts=self.options.registry.queue_timeouts(queues),
+                timeout_grace=self.options.timeout_grace,
             )
             try:
                 return self._refusals(batch, written), tasks

@@ -81,6 +81,24 @@ def test_an_error_may_ask_for_a_retry(api, as_worker, mine):
     assert response.json()["errors"][0]["retry"] is True
 
 
+def test_a_timeout_abort_over_http_follows_the_policy_s_timeouts_and_crashes(api, as_worker, mine):
+    """The HTTP policy takes `timeouts` (the run-time limit's `timeout`) and `crashes` (a
+    run ended with no outcome: `max_leases_exceeded`, `crashed`) as `Retry` does."""
+    for rn, switches in (("t-yes", {"crashes": False}), ("t-no", {"timeouts": False})):
+        policy = {**POLICY, **switches}
+        response = post(api, "/tasks/", {"queue": "default", "spec": {}, "rn": rn, "retry": policy})
+        assert response.status_code == 201, response.content
+        stored = Task.objects.get(rn=rn).retry_policy
+        assert {key: stored[key] for key in switches} == switches
+        lease(mine)
+        body = {"worker": mine.name, "lease": 1, "errors": [{"code": "timeout"}]}
+        response = post(as_worker, f"/tasks/{rn}/abort/", body)
+        assert response.status_code == 200, response.content
+        assert response.json()["successor"] == (f"{rn}:retry-2" if rn == "t-yes" else None)
+    body = {"queue": "default", "spec": {}, "retry": {"crashes": "sometimes"}}
+    assert_field_error(post(api, "/tasks/", body), "retry.crashes", "invalid")
+
+
 def test_a_bad_policy_is_a_400(api):
     body = {"queue": "default", "spec": {}, "retry": {"max_attempts": 0}}
     assert_field_error(post(api, "/tasks/", body), "retry.max_attempts", "min_value")

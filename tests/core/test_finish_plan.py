@@ -78,7 +78,6 @@ def test_a_heartbeat_reads_only_its_own_rows_however_many_tasks_its_worker_finis
         pks=[task.pk],
         leases=[task.leases],
         progress=[0.5],
-        limits=[None],
         length=timedelta(seconds=30),
         worker=worker.name,
     )
@@ -94,24 +93,26 @@ def test_a_heartbeat_reads_only_its_own_rows_however_many_tasks_its_worker_finis
 def test_a_heartbeat_is_one_statement_of_a_few_parameters_however_many_leases():
     """40,000 leases in one heartbeat: a statement naming each lease needed 80,000 parameters,
     past PostgreSQL's 65,535; the arrays keep it one statement of six. Each row is still
-    fenced on its lease, and a limit caps its deadline."""
+    fenced on its lease, and its run-time limit (`timeout_at`) caps its deadline."""
     from datetime import timedelta
 
     from django.test.utils import CaptureQueriesContext
 
     worker = Worker.objects.register(queues=["work"])
-    Task.objects.submit_many({"queue": "work", "spec": {"n": n}} for n in range(40_000))
+    Task.objects.submit_many(
+        {"queue": "work", "spec": {"n": n}, **({"timeout": 5} if n == 1 else {})}
+        for n in range(40_000)
+    )
     leased = [t for _ in range(4) for t in Task.objects.lease(worker, ["work"], limit=10_000)]
     assert len(leased) == 40_000
     stale, capped = leased[0], leased[1]
+    limit = capped.timeout_at
+    assert limit is not None and capped.spec == {"n": 1}
     leases = {t.pk: (t.leases, None) for t in leased}
     leases[stale.pk] = (stale.leases + 1, None)  # not this lease: refused
     leases[capped.pk] = (capped.leases, 0.25)
-    limit = db.read_clock("default") + timedelta(seconds=5)
     with CaptureQueriesContext(connection) as queries:
-        extended = Task.objects.heartbeat_many(
-            worker, leases, lease_length=timedelta(minutes=10), limits={capped.pk: limit}
-        )
+        extended = Task.objects.heartbeat_many(worker, leases, lease_length=timedelta(minutes=10))
     assert len(queries.captured_queries) == 1
     assert extended == set(leases) - {stale.pk}
     row = Task.objects.get(pk=capped.pk)
@@ -179,7 +180,6 @@ def test_a_worker_s_heartbeat_of_thousands_of_leases_joins_them_in_one_pass():
         pks=[t.pk for t in leased],
         leases=[t.leases for t in leased],
         progress=[None] * len(leased),
-        limits=[None] * len(leased),
         length=timedelta(seconds=30),
         worker=worker.name,
     )
@@ -210,6 +210,7 @@ def test_a_finish_and_lease_sends_the_finished_tasks_once_not_on_every_leased_ro
     ]
     params.update(worker_id=worker.pk, worker=worker.name, queues=["work"], limit=3)
     params.update(lease_length=timedelta(minutes=1), locked=False, rows=json.dumps(finish))
+    params.update(timeouts=[None], timeout_grace=timedelta(seconds=10))
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         rows = cursor.fetchall()

@@ -72,6 +72,8 @@ def lease_plan(
         queues=queues,
         limit=limit,
         lease_length=timedelta(seconds=30),
+        timeouts=[None] * len(queues),
+        timeout_grace=timedelta(seconds=10),
         locked=locked,
     )
     return prepared_plan(statement, params, mode, analyze)

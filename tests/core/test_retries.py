@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import random
+import re
 import smtplib
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -12,10 +14,22 @@ from django.db import IntegrityError, connection, transaction
 
 from scylla_django import Abort, Exponential, Fixed, Retry, handler
 from scylla_django.enums import Status
-from scylla_django.exceptions import DuplicateTask, InvalidTransition, LeaseLost, exception_error
+from scylla_django.exceptions import (
+    DuplicateTask,
+    InvalidTransition,
+    LeaseLost,
+    TaskTimedOut,
+    exception_error,
+)
 from scylla_django.handlers import HandlerRegistry
 from scylla_django.models import Outcome, Task, Worker
-from scylla_django.retries import queue_policy, register_policy, successor_rn
+from scylla_django.retries import (
+    CRASH_CODES,
+    TIMEOUT_CODES,
+    queue_policy,
+    register_policy,
+    successor_rn,
+)
 from scylla_django.worker import TaskWorker, WorkerOptions
 from tests.helpers import expire, run_in_threads
 
@@ -342,7 +356,7 @@ def test_a_task_s_own_policy_overrides_its_handler_s(registry, worker):
 def test_lease_lengths_past_max_attempts_are_retried(settings, worker):
     settings.SCYLLA = {"MAX_LEASES": 1}
     Task.objects.submit("default", {}, rn="slow", retry=Retry(backoff=Fixed(5)))
-    Task.objects.submit("default", {}, rn="slow-no-timeouts", retry=Retry(timeouts=False))
+    Task.objects.submit("default", {}, rn="slow-no-timeouts", retry=Retry(crashes=False))
     for task in Task.objects.lease(worker, ["default"], limit=2, lease_length=60):
         expire(task)
     assert Task.objects.reset_expired() == 2
@@ -352,6 +366,59 @@ def test_lease_lengths_past_max_attempts_are_retried(settings, worker):
     assert aborted.errors[0]["code"] == "max_leases_exceeded"
     assert successor.not_before == aborted.updated + timedelta(seconds=5)
     assert not Task.objects.filter(retry_of="slow-no-timeouts").exists()
+
+
+def test_a_task_aborted_at_its_run_time_limit_is_retried_by_a_policy_that_retries_timeouts(
+    worker,
+):
+    """`Retry(timeouts=True)` (the default) retries the run-time limit's abort, `timeout`, as
+    the worker writes it; `timeouts=False` does not, whatever `crashes` says."""
+    timeout = TaskTimedOut("ran past its 1s timeout", timeout=1.0).as_error()
+    for rn, policy in (
+        ("timed", Retry(timeouts=True, crashes=False)),
+        ("timed-default", Retry()),
+        ("timed-no", Retry(timeouts=False, crashes=True)),
+    ):
+        Task.objects.submit("default", {}, rn=rn, retry=policy, timeout=1)
+        task = leased(worker)
+        successor = task.abort(worker, [timeout])
+        assert (successor is not None) == (rn != "timed-no"), rn
+        if successor is not None:
+            assert successor.retry_of == rn and successor.timeout == timedelta(seconds=1)
+
+
+def test_crashes_and_timeouts_are_separate_switches():
+    timeout = {"code": "timeout"}
+    exhausted = {"code": "max_leases_exceeded", "args": {"max_leases": 1}}
+    crashed = {"code": "crashed", "args": {"signal": "SIGKILL"}}
+    assert Retry().covers([timeout]) and Retry().covers([exhausted]) and Retry().covers([crashed])
+    only_timeouts = Retry(crashes=False)
+    assert only_timeouts.covers([timeout])
+    assert not only_timeouts.covers([exhausted]) and not only_timeouts.covers([crashed])
+    only_crashes = Retry(timeouts=False)
+    assert not only_crashes.covers([timeout])
+    assert only_crashes.covers([exhausted]) and only_crashes.covers([crashed])
+    assert Retry.from_json({"crashes": False}).as_json() == only_timeouts.as_json()
+    assert Retry.from_json(only_crashes.as_json()).as_json() == only_crashes.as_json()
+    with pytest.raises(ValidationError):
+        Retry(crashes="yes")
+
+
+def test_the_readme_and_the_docstring_name_the_codes_each_switch_retries():
+    """The README's policy table and `Retry`'s docstring name exactly the codes each of
+    `timeouts` and `crashes` matches."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for switch, codes in (("timeouts", TIMEOUT_CODES), ("crashes", CRASH_CODES)):
+        [row] = re.findall(rf"^\| `{switch}=True` \(default\) \|(.*)\|$", readme, re.MULTILINE)
+        named = set(re.findall(r"`([a-z_]+)`", row))  # the codes, in backquotes
+        assert named == set(codes), (switch, named)
+        for code in codes:
+            assert Retry(**{switch: True}).covers([{"code": code}])
+            assert not Retry(**{switch: False}).covers([{"code": code}])
+        [item] = re.findall(rf"- `{switch}`: (.*?)(?=\n\s*- |$)", Retry.__doc__ or "", re.DOTALL)
+        assert set(re.findall(r"`([a-z_]+)`", item)) & set(TIMEOUT_CODES + CRASH_CODES) == set(
+            codes
+        ), (switch, item)
 
 
 # -- exactly once under concurrency -------------------------------------------------------------

@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from contextlib import suppress
+from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -65,8 +66,8 @@ def test_an_endless_handler_is_aborted_with_timeout_and_the_worker_keeps_serving
 # (any of its writes, a heartbeat's included) keeps the monitor out until it is thawed.
 @pytest.mark.postgres
 def test_a_stopped_worker_cannot_hold_a_task_past_its_limit_the_monitor_aborts_it():
-    """The database backs the limit: a worker frozen (SIGSTOP) after its heartbeat capped the
-    lease at the limit leaves the task to the monitor, which aborts it with `timeout` rather
+    """The database backs the limit: a worker frozen (SIGSTOP) after a heartbeat, its lease
+    capped at the limit, leaves the task to the monitor, which aborts it with `timeout` rather
     than letting it run again."""
     task = Task.objects.submit("t-spin", {}, timeout=1)
     # No prefetch: with its one slot busy the worker writes nothing but its heartbeats, so the
@@ -80,12 +81,17 @@ def test_a_stopped_worker_cannot_hold_a_task_past_its_limit_the_monitor_aborts_i
     )
     monitor = None
     try:
-        # The first heartbeat (a quarter of the lease in) caps the lease at lease + 1 s + 6 s;
-        # the watchdog would abort the task itself at that limit: freeze the worker before.
+        # The lease ends at its start + 1 s + 6 s, and so does the first heartbeat (a quarter
+        # of the lease in); the watchdog would abort the task itself at that limit: freeze the
+        # worker before.
         wait_until(
-            lambda: Task.objects.filter(pk=task.pk, timeout_at__isnull=False).exists(),
+            lambda: (
+                History.objects.filter(task=task, typ=EventType.ASSIGNMENT).exists()
+                and Task.objects.get(pk=task.pk).updated
+                > History.objects.get(task=task, typ=EventType.ASSIGNMENT).time
+            ),
             timeout=30,  # the worker's start, its lease and a heartbeat, on a loaded machine
-            what="the capped heartbeat",
+            what="the first heartbeat",
         )
         process.send_signal(signal.SIGSTOP)
         task.refresh_from_db()
@@ -111,6 +117,62 @@ def test_a_stopped_worker_cannot_hold_a_task_past_its_limit_the_monitor_aborts_i
         EventType.TIMEOUT,
         EventType.ABORT,
     ]
+
+
+@pytest.mark.slow
+def test_a_worker_frozen_before_its_first_heartbeat_cannot_hold_a_task_past_its_limit(tmp_path):
+    """The lease itself ends at its start plus the run-time limit and TIMEOUT_GRACE, however
+    long the lease asked for: a worker frozen (SIGSTOP) as its handler starts, before its
+    first heartbeat, holds the task no longer than that; the monitor aborts it with `timeout`,
+    and the worker that would take a lease made ready again never runs it a second time."""
+    starts = tmp_path / "starts.log"  # t-record writes a line as its handler starts
+    timeout, grace, lease = 1, 3, 20  # the first heartbeat would come a quarter of the lease in
+    task = Task.objects.submit("t-record", {"path": str(starts), "sleep": 60}, timeout=timeout)
+    env = {"SCYLLA_TEST_SETTINGS": json.dumps({"TIMEOUT_GRACE": grace})}
+    # One slot, no prefetch: with the handler running the worker writes nothing but its
+    # heartbeats, so the SIGSTOP cannot freeze it inside a write (on SQLite, a lock of the
+    # whole file that would keep the monitor out).
+    frozen = worker("t-record", lease=f"{lease}s", env=env, extra=("--prefetch", "0"))
+    others = []
+    try:
+        wait_until(starts.exists, timeout=30, what="the handler's start")
+        frozen.send_signal(signal.SIGSTOP)
+        held = Task.objects.get(pk=task.pk)
+        # A worker that would run the task again if its lease were reset, and the monitor.
+        others.append(worker("t-record", lease=f"{lease}s", env=env))
+        others.append(start("scylla_monitor", "--interval=0.2", "-v", "2"))
+        wait_until(
+            lambda: Task.objects.get(pk=task.pk).status == Status.ABORTED,
+            timeout=60,
+            what="the task's abort",
+        )
+    finally:
+        frozen.kill()
+        frozen.send_signal(signal.SIGCONT)
+        finish(frozen)
+        for process in others:
+            process.send_signal(signal.SIGTERM)
+            finish(process)
+    assert len(starts.read_text().splitlines()) == 1  # the handler started once
+    # The lease it was given ended at the limit, before any heartbeat could cap it.
+    assert held.status == Status.RUNNING and held.leases == 1
+    limit = held.updated + timedelta(seconds=timeout + grace)
+    assert held.timeout_at == limit and held.deadline == limit
+    task.refresh_from_db()
+    assert task.errors[0]["code"] == "timeout"
+    assert task.leases == 1
+    history = list(History.objects.filter(task=task).order_by("id").values_list("typ", "time"))
+    assert [typ for typ, _ in history] == [
+        EventType.ASSIGNMENT,
+        EventType.TIMEOUT,
+        EventType.ABORT,
+    ]
+    [leased_at, reset_at, aborted_at] = [time_ for _, time_ in history]
+    assert leased_at == held.updated
+    # Aborted by the monitor once the lease ran into the limit: never before it, and long
+    # before the lease asked for would have ended (when a reset let the other worker run it).
+    assert limit <= reset_at == aborted_at == task.updated
+    assert aborted_at < leased_at + timedelta(seconds=lease)
 
 
 class StallingProxy:

@@ -1,6 +1,6 @@
 """Run-time limits: `timeout=` per task, per handler and per queue, enforced by the worker's
-watchdog and capped in the heartbeat statement; and the lease kept only while heartbeats
-are answered."""
+watchdog and by the database (the lease, and every heartbeat, capped at the limit); and the
+lease kept only while heartbeats are answered."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 
+from scylla_django import db
+from scylla_django.conf import scylla_settings
 from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import LeaseLost
-from scylla_django.handlers import HandlerRegistry, TaskContext, handler
-from scylla_django.models import History, Task, Worker
+from scylla_django.handlers import HandlerRegistry, handler
+from scylla_django.models import History, Outcome, Task, Worker
 from scylla_django.retries import Retry
 from scylla_django.worker import TaskWorker, WorkerOptions
-from scylla_django.worker.watchdog import Watchdog
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
 from tests.processes import wait_until
 
@@ -124,23 +125,92 @@ def test_a_hung_handler_is_aborted_after_the_grace_and_the_worker_keeps_serving(
     stop(worker, thread)
 
 
-def test_the_heartbeat_never_extends_a_lease_past_its_limit(settings):
+def test_the_lease_ends_at_its_limit_however_long_it_asked_for(settings):
+    """A lease longer than the run-time limit plus TIMEOUT_GRACE ends there: its worker
+    needs no heartbeat to lose it at the limit."""
+    settings.SCYLLA = {"TIMEOUT_GRACE": 1, "TIMEOUTS": {"t-sleep": "4s"}}
+    worker = Worker.objects.register(["t-sleep"])
+    own = Task.objects.submit("t-sleep", {}, timeout=2, priority=2)
+    queues = Task.objects.submit("t-sleep", {}, priority=1)  # its queue's limit
+    given = Task.objects.submit("t-echo", {})  # the limit the caller gives its queue
+    free = Task.objects.submit("t-other", {})  # no limit at all
+    leased = Task.objects.lease(worker, ["t-sleep", "t-other"], limit=3, lease_length=60)
+    # `timeouts` in place of SCYLLA["TIMEOUTS"] (a worker's: its handlers', else those).
+    leased += Task.objects.lease(worker, ["t-echo"], lease_length=60, timeouts={"t-echo": 5})
+    rows = {task.pk: task for task in leased}
+    assert set(rows) == {own.pk, queues.pk, given.pk, free.pk}
+    for task, seconds in ((own, 2 + 1), (queues, 4 + 1), (given, 5 + 1)):
+        row = rows[task.pk]
+        limit = row.updated + timedelta(seconds=seconds)
+        assert row.timeout_at == limit and row.deadline == limit
+        assert Task.objects.get(pk=task.pk).deadline == limit  # as written
+    assert rows[free.pk].timeout_at is None
+    assert rows[free.pk].deadline == rows[free.pk].updated + timedelta(seconds=60)
+
+
+def test_a_lease_shorter_than_its_limit_is_extended_up_to_it_and_no_further(settings):
+    settings.SCYLLA = {"TIMEOUT_GRACE": 1}
+    worker = Worker.objects.register(["t-sleep"])
+    task = Task.objects.submit("t-sleep", {}, timeout=30)
+    free = Task.objects.submit("t-sleep", {})
+    [leased, _] = Task.objects.lease(worker, ["t-sleep"], limit=2, lease_length=5)
+    assert leased.pk == task.pk
+    limit = leased.updated + timedelta(seconds=31)
+    assert leased.timeout_at == limit and leased.deadline == leased.updated + timedelta(seconds=5)
+    extended = Task.objects.heartbeat_many(
+        worker, {task.pk: (1, None), free.pk: (1, None)}, lease_length=60
+    )
+    assert extended == {task.pk, free.pk}
+    assert Task.objects.get(pk=task.pk).deadline == limit
+    # Without a limit the same heartbeat extends it by the whole lease.
+    assert Task.objects.get(pk=free.pk).deadline > limit + timedelta(seconds=25)
+    # A single heartbeat (as over HTTP) is capped alike.
+    leased.heartbeat(worker, lease_length=120)
+    assert leased.deadline == limit == Task.objects.get(pk=task.pk).deadline
+
+
+def test_a_debug_run_s_lease_has_no_limit(settings):
     settings.SCYLLA = {"TIMEOUT_GRACE": 1}
     worker = Worker.objects.register(["t-sleep"])
     task = Task.objects.submit("t-sleep", {}, timeout=2)
-    [leased] = Task.objects.lease(worker, ["t-sleep"], lease_length=60)
-    ctx = TaskContext(leased, worker)
-    ctx.timeout = leased.timeout
-    limit = Watchdog(WorkerOptions(["t-sleep"]), str).lease_limit(ctx)
-    assert limit == leased.updated + timedelta(seconds=3)
-    extended = Task.objects.heartbeat_many(
-        worker, {task.pk: (1, None)}, lease_length=60, limits={task.pk: limit}
+    leased = Task.objects.lease_rn(worker, task.rn, lease_length=60)
+    assert leased.timeout_at is None
+    assert leased.deadline == leased.updated + timedelta(seconds=60)
+
+
+def test_an_outcome_written_with_the_next_lease_caps_that_lease(settings):
+    """`finish_and_lease` (PostgreSQL: one statement) caps the lease it makes as `lease`."""
+    settings.SCYLLA = {"TIMEOUT_GRACE": 30}
+    worker = Worker.objects.register(["t-sleep"])
+    done = Task.objects.submit("t-sleep", {}, priority=1)
+    [held] = Task.objects.lease(worker, ["t-sleep"])
+    assert held.pk == done.pk and held.timeout_at is None
+    Task.objects.submit("t-sleep", {})
+    finished, [leased] = Task.objects.finish_and_lease(
+        worker,
+        [Outcome(held.pk, held.leases, result=1)],
+        ["t-sleep"],
+        lease_length=600,
+        timeouts={"t-sleep": 3},
+        timeout_grace=2,
     )
-    assert extended == {task.pk}
-    assert Task.objects.get(pk=task.pk).deadline == limit
-    # Without a limit the same heartbeat extends it by the whole lease.
-    Task.objects.heartbeat_many(worker, {task.pk: (1, None)}, lease_length=60)
-    assert Task.objects.get(pk=task.pk).deadline > limit + timedelta(seconds=50)
+    assert finished == {held.pk}
+    limit = leased.updated + timedelta(seconds=5)
+    assert leased.timeout_at == limit and leased.deadline == limit
+    assert Task.objects.get(pk=leased.pk).deadline == limit
+
+
+def test_a_worker_gives_its_leases_its_handlers_limit_and_its_own_grace(settings):
+    settings.SCYLLA = {"TIMEOUT_GRACE": 30}
+    task = Task.objects.submit("t-timed", {})  # the handler's timeout: 0.5 s
+    worker = TaskWorker(options("t-timed", timeout_grace=timedelta(seconds=7)))
+    thread = run_in_thread(worker)
+    try:
+        wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.ABORTED, timeout=10)
+    finally:
+        stop(worker, thread)
+    assigned = History.objects.get(task=task, typ=EventType.ASSIGNMENT).time
+    assert Task.objects.get(pk=task.pk).timeout_at == assigned + timedelta(seconds=7.5)
 
 
 def test_a_task_whose_heartbeats_are_not_answered_is_given_up_before_its_lease_ends():
@@ -176,18 +246,12 @@ def test_the_worker_command_refuses_a_bad_timeout_grace(settings):
 
 
 def capped_lease(timeout: float, **submit) -> tuple[Task, Worker]:
-    """A task leased and heartbeaten as a worker does, its lease capped at its limit."""
+    """A task leased as a worker leases it, its lease capped at its limit."""
     worker = Worker.objects.register(["t-sleep"])
     task = Task.objects.submit("t-sleep", {}, timeout=timeout, **submit)
     [leased] = Task.objects.lease(worker, ["t-sleep"], lease_length=60)
-    ctx = TaskContext(leased, worker)
-    ctx.timeout = leased.timeout
-    limit = Watchdog(WorkerOptions(["t-sleep"]), str).lease_limit(ctx)
-    assert limit is not None
-    Task.objects.heartbeat_many(
-        worker, {task.pk: (1, None)}, lease_length=60, limits={task.pk: limit}
-    )
-    assert Task.objects.get(pk=task.pk).timeout_at == limit
+    limit = leased.updated + timedelta(seconds=timeout) + scylla_settings.TIMEOUT_GRACE
+    assert leased.timeout_at == limit and leased.deadline == min(limit, leased.deadline)
     return task, worker
 
 
@@ -212,9 +276,7 @@ def test_a_heartbeat_past_the_limit_is_not_taken_for_a_yield_by_the_monitor(sett
     task, worker = capped_lease(0.1)
     wait_until(lambda: Task.objects.expired().filter(pk=task.pk).exists(), what="expiry")
     limit = Task.objects.get(pk=task.pk).timeout_at
-    assert Task.objects.heartbeat_many(
-        worker, {task.pk: (1, None)}, lease_length=60, limits={task.pk: limit}
-    ) == {task.pk}
+    assert Task.objects.heartbeat_many(worker, {task.pk: (1, None)}, lease_length=60) == {task.pk}
     task.refresh_from_db()
     assert task.deadline == limit and task.deadline < task.updated
     assert Task.objects.reset_expired() == 1
@@ -224,29 +286,56 @@ def test_a_heartbeat_past_the_limit_is_not_taken_for_a_yield_by_the_monitor(sett
     assert events == [EventType.ASSIGNMENT, EventType.TIMEOUT, EventType.ABORT]
 
 
+def test_a_lease_given_back_after_its_limit_is_aborted_with_timeout_not_made_ready(settings):
+    """A yield is capped at the limit too: a worker that gives back (as when it stops) a lease
+    that already ran into its limit leaves the task to be aborted with `timeout`, not to run
+    again; one given back before the limit is made ready as any yield."""
+    settings.SCYLLA = {"TIMEOUT_GRACE": 0.1}
+    task, worker = capped_lease(0.1)
+    limit = Task.objects.get(pk=task.pk).timeout_at
+    # Past the limit by more than the second a yield sets the deadline back.
+    wait_until(lambda: db.read_clock("default") > limit + timedelta(seconds=1.1), what="limit")
+    assert Task.objects.yield_many(worker, {task.pk: 1}) == {task.pk}
+    task.refresh_from_db()
+    assert task.deadline == limit < task.updated
+    in_time, its_worker = capped_lease(60)
+    assert Task.objects.yield_many(its_worker, {in_time.pk: 1}) == {in_time.pk}
+    assert Task.objects.reset_expired() == 2
+    task.refresh_from_db()
+    assert task.status == Status.ABORTED and task.errors[0]["code"] == "timeout"
+    events = list(History.objects.filter(task=task).order_by("id").values_list("typ", flat=True))
+    assert events == [EventType.ASSIGNMENT, EventType.YIELD, EventType.TIMEOUT, EventType.ABORT]
+    assert Task.objects.get(pk=in_time.pk).status == Status.READY
+
+
 def test_a_lease_expired_before_its_limit_is_reset_as_any_other(settings):
     settings.SCYLLA = {"TIMEOUT_GRACE": 60}
     task, worker = capped_lease(60)
     task.refresh_from_db()
-    # A later heartbeat, not capped, with a short lease: it expires before the limit.
-    Task.objects.heartbeat_many(
-        worker, {task.pk: (1, None)}, lease_length=0.1, limits={task.pk: task.timeout_at}
-    )
+    # A later heartbeat with a short lease: it expires before the limit.
+    Task.objects.heartbeat_many(worker, {task.pk: (1, None)}, lease_length=0.1)
     wait_until(lambda: Task.objects.expired().filter(pk=task.pk).exists(), what="expiry")
     assert Task.objects.reset_expired() == 1
     task.refresh_from_db()
     assert task.status == Status.READY and task.timeout_at is None
 
 
-def test_a_monitor_timeout_is_retried_by_a_policy_that_names_its_code(settings):
+def test_a_monitor_timeout_is_retried_by_a_policy_that_retries_timeouts(settings):
+    """`Retry(timeouts=True)`, the default, retries the monitor's `timeout` abort; a policy
+    with `timeouts=False` does not."""
     settings.SCYLLA = {"TIMEOUT_GRACE": 0.1}
-    task, _ = capped_lease(0.1, retry=Retry(max_attempts=2, codes=("timeout",)))
-    wait_until(lambda: Task.objects.expired().filter(pk=task.pk).exists(), what="expiry")
-    assert Task.objects.reset_expired() == 1
+    task, _ = capped_lease(0.1, retry=Retry(max_attempts=2, crashes=False))
+    kept, _ = capped_lease(0.1, retry=Retry(max_attempts=2, timeouts=False))
+    for expiring in (task, kept):
+        wait_until(lambda t=expiring: Task.objects.expired().filter(pk=t.pk).exists())
+    assert Task.objects.reset_expired() == 2
     assert Task.objects.get(pk=task.pk).status == Status.ABORTED
     retry = Task.objects.get(retry_of=task.rn)
     assert retry.status == Status.READY and retry.attempt == 2
     assert retry.timeout_at is None and retry.timeout == timedelta(seconds=0.1)
+    kept.refresh_from_db()
+    assert kept.errors[0]["code"] == "timeout" and kept.dead is not None
+    assert not Task.objects.filter(retry_of=kept.rn).exists()
 
 
 def test_a_hung_async_handler_is_cancelled_and_aborted_with_timeout(settings):
@@ -261,10 +350,8 @@ def test_a_hung_async_handler_is_cancelled_and_aborted_with_timeout(settings):
     stop(worker, thread)
 
 
-def test_a_timeout_is_retried_by_a_policy_that_names_its_code():
-    task = Task.objects.submit(
-        "t-sleep", {"seconds": 30}, timeout=0.3, retry=Retry(max_attempts=2, codes=("timeout",))
-    )
+def test_a_timeout_is_retried_by_a_policy_that_retries_timeouts():
+    task = Task.objects.submit("t-sleep", {"seconds": 30}, timeout=0.3, retry=Retry(max_attempts=2))
     worker = TaskWorker(options("t-sleep"))
     thread = run_in_thread(worker)
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.ABORTED, timeout=5)
