@@ -26,7 +26,8 @@ deleted schedule's delayed firings go with it (`schedules.delete`).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import json
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -64,13 +65,15 @@ def fire(
     now: datetime | None = None,
     skip: Collection[str] = (),
     kinds: Collection[str] | None = None,
+    sweep: Sweep | None = None,
 ) -> list[Fired]:
     """Fire every enabled schedule whose trigger is met; return the firings.
 
     `now` is the triggers' clock (the database's by default; a test passes a fake one for
     `quiet` and `window`). The schedules named in `skip` are left alone (invalid settings).
-    With `kinds`, only the triggers that listen to one of these event kinds are evaluated, and
-    those that time alone may meet (`quiet`): see `Sweep`.
+    With `kinds`, only the triggers that listen to one of these event kinds are evaluated,
+    those that time alone may meet (`quiet`), and with `sweep`, those it has not seen as they
+    are (enabled, made or changed since its last pass): see `Sweep`.
     """
     candidates = Schedule.objects.using(using).filter(enabled=True, trigger__isnull=False)
     if skip:
@@ -78,11 +81,18 @@ def fire(
     done: list[Fired] = []
     clock = now or db.read_clock(using)
     rows = candidates.order_by("pk").values_list("pk", "trigger", "counts_after", "counts_from")
-    triggers, marks = {}, {}
+    every: dict[int, dict[str, Any]] = {}
+    marks: dict[int, Mark | None] = {}
     for pk, trigger, counts_after, counts_from in rows:
-        if isinstance(trigger, dict) and (kinds is None or _concerned(trigger, kinds)):
-            triggers[pk] = trigger
+        if isinstance(trigger, dict):
+            every[pk] = trigger
             marks[pk] = mark_of(trigger, counts_after, counts_from)
+    fresh = sweep.fresh(every) if sweep is not None else set()
+    triggers = {
+        pk: trigger
+        for pk, trigger in every.items()
+        if kinds is None or pk in fresh or _concerned(trigger, kinds)
+    }
     # A read first, without a transaction, of every trigger at once: most triggers are unmet
     # at most passes, and those cost no lock. A met one is evaluated again under its lock
     # before it fires.
@@ -120,14 +130,24 @@ def _concerned(trigger: Any, kinds: Collection[str]) -> bool:
 
 class Sweep:
     """Which triggers a monitor evaluates at each pass: after a full pass, only those whose
-    event kinds got a new event (by the newest event id of each kind, one query) and those
-    with a `quiet` part; every `full_every` seconds all of them again, which also catches an
-    event that committed after a newer one of its kind was seen."""
+    event kinds got a new event (by the newest event id of each kind, one query), those with a
+    `quiet` part and those of schedules enabled, made or changed since the last pass (their
+    unconsumed events may meet them at once); every `full_every` seconds all of them again,
+    which also catches an event that committed after a newer one of its kind was seen."""
 
     def __init__(self, full_every: float = 60.0) -> None:
         self.full_every = full_every
         self.newest: dict[str, int] = {}
         self.full_at = 0.0
+        self.seen: dict[int, str] = {}
+
+    def fresh(self, triggers: Mapping[int, Any]) -> set[int]:
+        """The schedules among `triggers` (every enabled one's, by schedule id) not seen as
+        they are at the last pass; remembers them for the next."""
+        texts = {pk: json.dumps(trigger, sort_keys=True) for pk, trigger in triggers.items()}
+        fresh = {pk for pk, text in texts.items() if self.seen.get(pk) != text}
+        self.seen = texts
+        return fresh
 
     def kinds(self, using: str, monotonic: float) -> set[str] | None:
         """The kinds with new events since the last pass (None: evaluate every trigger)."""

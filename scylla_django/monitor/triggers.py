@@ -20,7 +20,8 @@ class TriggerFirings(Service):
     trigger's `delay`), then fires every schedule whose trigger is met. Counts `task_events`,
     `delayed_released` and `fired`. Schedules invalid in the settings are skipped (their own
     check reports them). Between full passes (every minute), only the triggers with new events
-    of their kinds, or waiting on time, are evaluated (`firings.Sweep`)."""
+    of their kinds, waiting on time, or enabled or changed since are evaluated
+    (`firings.Sweep`)."""
 
     name = "trigger firings"
 
@@ -40,7 +41,7 @@ class TriggerFirings(Service):
         if released:
             logger.info("released %s after its delay", plural(len(released), "trigger firing"))
         kinds = self.sweep.kinds(using, time.monotonic())
-        fired = firings.fire(using, now, skip=invalid, kinds=kinds)
+        fired = firings.fire(using, now, skip=invalid, kinds=kinds, sweep=self.sweep)
         if fired:
             logger.info("fired %s", plural(len(fired), "trigger"))
         return {"task_events": written, "delayed_released": len(released), "fired": len(fired)}

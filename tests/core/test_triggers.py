@@ -296,6 +296,28 @@ def test_a_sweep_evaluates_only_the_triggers_with_new_events_between_full_passes
     assert [f.schedule for f in fire(kinds=None)] == ["b"]
 
 
+def test_a_sweep_evaluates_the_schedules_enabled_or_changed_since_its_last_pass():
+    """Their unconsumed events may meet them at once: they are not left for the next full
+    pass."""
+    paused = make("paused", {"on_event": "a.came"})
+    Schedule.objects.filter(pk=paused.pk).update(enabled=False)
+    scylla_django.emit("a.came", {})
+    scylla_django.emit("b.came", {})
+    scylla_django.emit("b.came", {})
+    pairs = make("pairs", {"on_event": "b.came", "count": 2})
+    sweep = Sweep(full_every=60)
+    assert fire(kinds=sweep.kinds("default", 100.0), sweep=sweep) == []  # a full pass
+    assert why_not(pairs) == ["count 0 of 2 b.came"]  # the two came before it
+    assert sweep.kinds("default", 101.0) == set()
+    assert fire(kinds=set(), sweep=sweep) == []
+    Schedule.objects.filter(pk=paused.pk).update(enabled=True)
+    pairs.trigger = {"on_event": "b.came", "count": 2, "since": "all"}
+    pairs.save()
+    fired = fire(kinds=sweep.kinds("default", 102.0), sweep=sweep)
+    assert sorted(f.schedule for f in fired) == ["pairs", "paused"]
+    assert fire(kinds=sweep.kinds("default", 103.0), sweep=sweep) == []
+
+
 # -- run constraints ----------------------------------------------------------------------------
 
 
