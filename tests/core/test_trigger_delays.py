@@ -11,9 +11,9 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 
 import scylla_django
-from scylla_django import pytest_plugin
+from scylla_django import pytest_plugin, schedules
 from scylla_django.firings import delayed, fire, release, why_not
-from scylla_django.models import Consumption, Firing, Schedule, Task, WaitingRun
+from scylla_django.models import Consumption, Event, Firing, Schedule, Task, WaitingRun
 from scylla_django.monitor import Monitor
 from scylla_django.schedules import clean_definition
 from scylla_django.schedules import release as release_waiting
@@ -154,3 +154,56 @@ def test_a_schedule_made_after_the_clock_moved_counts_the_events_emitted_then(sc
     make("arrival", {"on_event": "partition.added"})
     [event] = partitions(1)
     assert [f.events for f in fire()] == [(event,)]
+
+
+def test_a_change_of_the_trigger_keeps_the_delayed_firings_and_their_due_times():
+    schedule = make("publish", {"on_event": "partition.added", "count": 2, "delay": "10m"})
+    partitions(2)
+    [fired] = fire()
+    due = Firing.objects.get().due
+    schedule.trigger = {"on_event": "partition.added", "count": 3, "delay": "1m"}
+    schedule.save()
+    assert [(f.rn, f.due) for f in delayed(schedule)] == [(fired.rn, due)]
+    assert release(now=due - timedelta(minutes=5)) == []
+    assert [f.rn for f in release(now=due)] == [fired.rn]
+
+
+def test_a_disabled_schedule_keeps_its_waiting_firings_and_a_deleted_one_drops_them():
+    """Delayed or waiting for the run constraints, nothing is released while the schedule is
+    disabled; on delete, both go."""
+    schedule = make("gated", {"on_event": "partition.added", "delay": "5m"}, max_concurrent=1)
+    partitions(1)
+    [first] = fire()
+    clock = Firing.objects.get(rn=first.rn).due
+    release(now=clock)  # submitted: the next one waits for it to end
+    partitions(1)
+    [second] = fire(now=clock)
+    second_due = Firing.objects.get(rn=second.rn).due
+    assert [f.outcome for f in release(now=second_due)] == ["waiting"]
+    partitions(1)
+    [third] = fire(now=second_due)
+    Schedule.objects.filter(pk=schedule.pk).update(enabled=False)
+    Task.objects.filter(rn=first.rn).update(status="completed")
+    later = second_due + timedelta(hours=1)
+    assert release(now=later) == [] and release_waiting(now=later) == []
+    assert WaitingRun.objects.get().rn == second.rn
+    assert Firing.objects.get(rn=third.rn).outcome == "delayed"
+    schedules.delete(Schedule.objects.filter(pk=schedule.pk))
+    assert not WaitingRun.objects.exists() and not Firing.objects.exists()
+    assert [t.rn for t in tasks_of("gated")] == [first.rn]
+
+
+def test_the_purge_keeps_a_delayed_firing_whatever_its_age():
+    schedule = make("publish", {"on_event": "partition.added", "delay": "10m"}, spec={})
+    partitions(1)
+    [fired] = fire()
+    Schedule.objects.filter(pk=schedule.pk).update(enabled=False)
+    old = Firing.objects.get().time - timedelta(days=30)
+    Firing.objects.update(time=old)
+    Event.objects.update(time=old)
+    monitor = Monitor(interval=60, retention=timedelta(days=10))
+    assert monitor.run_once([monitor.events]).events_purged == 1  # consumed: its event goes
+    assert Firing.objects.get().rn == fired.rn  # the firing waits on
+    Schedule.objects.filter(pk=schedule.pk).update(enabled=True)
+    [released] = release(now=Firing.objects.get().due)
+    assert released.rn == fired.rn and [t.rn for t in tasks_of("publish")] == [fired.rn]
