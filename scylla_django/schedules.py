@@ -40,7 +40,7 @@ from typing import Any
 
 from cronsim import CronSim, CronSimError
 from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, router, transaction
 from django.db.models import Q, QuerySet
 
 from . import constraints, db
@@ -339,12 +339,14 @@ def sync_from_settings(
     return written
 
 
-def delete(schedules: QuerySet[Schedule], using: str = "default") -> int:
-    """Delete `schedules` with what is theirs: their firings that wait (for their trigger's
-    delay or their run constraints) are dropped with them, and the events they consumed are
-    free for the purge. Their rows are locked first, as a pass that fires or releases them
-    locks them: such a pass finishes before (its task submitted) or skips them. Returns how
-    many rows were deleted (schedules and theirs)."""
+def delete(schedules: QuerySet[Schedule], using: str | None = None) -> int:
+    """Delete `schedules` (on `using`, the database schedules are written to by default) with
+    what is theirs: their firings that wait (for their trigger's delay or their run
+    constraints) are dropped with them, and the events they consumed are free for the purge.
+    Their rows are locked first, as a pass that fires or releases them locks them: such a pass
+    finishes before (its task submitted) or skips them. Returns how many rows were deleted
+    (schedules and theirs)."""
+    using = using or router.db_for_write(Schedule)
     with db.write_atomic(using):
         pks = list(schedules.using(using).select_for_update().values_list("pk", flat=True))
         if not pks:

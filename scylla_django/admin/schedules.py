@@ -170,10 +170,10 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
 
     def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
         """Delete under the schedule's lock, its waiting firings with it (`schedules.delete`)."""
-        schedules.delete(Schedule.objects.filter(pk=obj.pk), obj._state.db or "default")
+        schedules.delete(Schedule.objects.filter(pk=obj.pk))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        schedules.delete(queryset, queryset.db)
+        schedules.delete(queryset)
 
     @admin.display(description=gettext_lazy("schedule"))
     def timing(self, obj: Schedule) -> str:

@@ -126,10 +126,11 @@ class Schedule(models.Model):
         """Save; a new trigger (a new schedule's, or a changed one) also moves the watermark to
         now, in the same INSERT or UPDATE."""
         fields = kwargs.get("update_fields")
-        stored = getattr(self, "_stored_trigger", _UNREAD)
+        written = fields is None or "trigger" in fields
+        stored = self._stored_trigger
         moved = (
-            self.trigger is not None
-            and (fields is None or "trigger" in fields)
+            written
+            and self.trigger is not None
             and (self._state.adding or stored is _UNREAD or stored != _trigger_text(self.trigger))
         )
         if moved:
@@ -139,7 +140,8 @@ class Schedule(models.Model):
         super().save(**kwargs)
         if moved:
             self.refresh_from_db(fields=["counts_after", "counts_from"])
-        self._stored_trigger = _trigger_text(self.trigger)
+        if written:
+            self._stored_trigger = _trigger_text(self.trigger)
 
     @classmethod
     def from_db(cls, db: str | None, field_names: Any, values: Any, **kwargs: Any) -> Schedule:

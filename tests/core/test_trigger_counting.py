@@ -14,7 +14,7 @@ from scylla_django.events import purge_events
 from scylla_django.firings import fire, listened, watermarks, why_not
 from scylla_django.models import Event, Firing, Schedule
 from scylla_django.schedules import clean_definition, sync_from_settings
-from scylla_django.triggers import clean_trigger
+from scylla_django.triggers import clean_trigger, evaluate, mark_of, screen
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -146,3 +146,58 @@ def test_old_events_before_every_listeners_watermark_are_purged():
     assert purge_events(timedelta(days=10), kinds, "default", watermarks("default")) == 2
     assert set(Event.objects.values_list("pk", flat=True)) == {kept[0].pk, after[0].pk}
     assert before
+
+
+def test_the_watermark_moves_when_the_changed_trigger_is_written():
+    schedule = make("s", {"on_event": "partition.added", "count": 3})
+    mark = schedule.counts_after
+    [event] = emit(1)
+    schedule.trigger = {"on_event": "partition.added", "count": 2}
+    schedule.save(update_fields=["queue"])  # the trigger is not written yet
+    stored = Schedule.objects.get(pk=schedule.pk)
+    assert (stored.trigger["count"], stored.counts_after) == (3, mark)
+    schedule.save(update_fields=["trigger"])
+    assert schedule.counts_after == event.pk
+    assert Schedule.objects.get(pk=schedule.pk).counts_after == event.pk
+
+
+def test_the_screen_of_a_pass_counts_from_the_watermarks_as_evaluate_does():
+    """Schedules of every shape made at different points of a stream of events: the screen
+    of a pass (watermarks read for the triggers met without them) agrees with `evaluate`."""
+    shapes = [
+        lambda k: {"on_event": k},
+        lambda k: {"on_event": k, "count": 2},
+        lambda k: {"on_event": k, "quiet": "10m"},
+        lambda k: {"all": [{"on_event": k}, {"on_event": "other"}], "window": "1h"},
+        lambda k: {"any": [{"on_event": k, "count": 3}, {"on_event": "other"}]},
+        lambda k: {"on_event": k, "count": 2, "since": "all"},
+    ]
+    made = []
+    for step in range(3):
+        for n, shape in enumerate(shapes):
+            made.append(make(f"s{step}-{n}", shape(f"k{n % 2}")))
+        emit(step + 1, "k0")
+        emit(step, "k1")
+        emit(step % 2, "other")
+    schedules = list(Schedule.objects.all())
+    assert len({s.counts_after for s in schedules}) == 3
+
+    def agree(at):
+        triggers = {s.pk: s.trigger for s in schedules}
+        marks = {s.pk: mark_of(s.trigger, s.counts_after, s.counts_from) for s in schedules}
+        expected = {
+            s.pk
+            for s in schedules
+            if evaluate(s.trigger, s.pk, at, "default", mark=marks[s.pk]).met
+        }
+        assert screen(triggers, at, "default", marks) == expected
+        return expected
+
+    clock = db.read_clock("default")
+    met = agree(clock)
+    assert met and met != {s.pk for s in schedules}
+    unmarked = screen({s.pk: s.trigger for s in schedules}, clock, "default")
+    assert unmarked > met, "without the watermarks, more would fire"
+    assert agree(clock + timedelta(minutes=11)) != met  # the quiet ones too
+    fire(now=clock)
+    assert agree(clock) == set()
