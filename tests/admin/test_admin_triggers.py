@@ -95,3 +95,16 @@ def test_the_page_shows_a_delayed_firing_and_deleting_drops_it(admin_client):
     )
     assert response.status_code == 302
     assert not Schedule.objects.exists() and not Firing.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("trigger", "message"),
+    [
+        ('{"on_event": "x", "delay": "-5m"}', "delay must be a positive duration"),
+        ('{"on_event": "x", "since": "then"}', "since must be"),
+    ],
+)
+def test_a_bad_delay_or_since_is_a_form_error(admin_client, trigger, message):
+    response = admin_client.post(ADD, {**FORM, "name": "t", "trigger": trigger})
+    assert response.status_code == 200 and message in response.content.decode()
+    assert not Schedule.objects.exists()
