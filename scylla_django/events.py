@@ -33,7 +33,7 @@ from django.db.models.fields.json import KeyTransform
 
 from . import db
 from .enums import EventType, Status
-from .models import Consumption, Event, Firing, History, Watermark
+from .models import Consumption, Event, Firing, FiringOutcome, History, Watermark
 from .models.events import KIND_MAX_LENGTH
 from .validation import validate_json
 
@@ -107,7 +107,9 @@ def emit(kind: str, payload: Mapping[str, Any] | None = None, using: str | None 
     A trigger on `kind` may not exist yet (it is allowed to come later). ValidationError for a
     malformed kind or a payload that is not a JSON object.
     """
-    event = Event(kind=validate_kind(kind), payload=validate_payload(payload or {}))
+    # The time written by the statement, not left to the column's default: a default is bound
+    # to the clock functions when the table was made, past the virtual clock of tests.
+    event = Event(kind=validate_kind(kind), payload=validate_payload(payload or {}), time=db.Now())
     event.save(using=using or "default", force_insert=True)
     return event
 
@@ -244,14 +246,24 @@ def _read_task_events(
 # -- purge --------------------------------------------------------------------------------------
 
 
-def purge_events(older_than: timedelta, listened_kinds: Collection[str], using: str) -> int:
-    """Delete events older than `older_than` that a firing consumed or whose kind no trigger
-    listens to, with their consumptions, then the firings left without events; return how many
-    events were deleted."""
+def purge_events(
+    older_than: timedelta,
+    listened_kinds: Collection[str],
+    using: str,
+    watermarks: Mapping[str, int] | None = None,
+) -> int:
+    """Delete events older than `older_than` that a firing consumed, whose kind no trigger
+    listens to, or that no trigger will count (up to `watermarks[kind]`, the lowest event id
+    the triggers listening to the kind count after), with their consumptions, then the firings
+    left without events (but a delayed one, which waits on); return how many events were
+    deleted."""
     cutoff = db.read_clock(using) - older_than
     events = Event.objects.using(using).filter(time__lt=cutoff)
     consumed = Consumption.objects.filter(event_id=OuterRef("pk"))
-    old = events.filter(Q(Exists(consumed)) | ~Q(kind__in=list(listened_kinds)))
+    gone = Q(Exists(consumed)) | ~Q(kind__in=list(listened_kinds))
+    for kind, after in sorted((watermarks or {}).items()):
+        gone |= Q(kind=kind, id__lte=after)
+    old = events.filter(gone)
     deleted = 0
     while True:
         with db.write_atomic(using):
@@ -261,5 +273,6 @@ def purge_events(older_than: timedelta, listened_kinds: Collection[str], using: 
             Consumption.objects.using(using).filter(event_id__in=pks).delete()
             deleted += Event.objects.using(using).filter(id__in=pks).delete()[0]
     left = Consumption.objects.filter(firing_id=OuterRef("pk"))
-    Firing.objects.using(using).filter(time__lt=cutoff).filter(~Exists(left)).delete()
+    firings = Firing.objects.using(using).filter(time__lt=cutoff).filter(~Exists(left))
+    firings.exclude(outcome=FiringOutcome.DELAYED).delete()
     return deleted

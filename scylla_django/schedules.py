@@ -41,8 +41,8 @@ from typing import Any
 
 from cronsim import CronSim, CronSimError
 from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db import IntegrityError, router, transaction
+from django.db.models import Q, QuerySet
 
 from . import constraints, db
 from .conf import scylla_settings
@@ -50,6 +50,7 @@ from .db import Now
 from .models import CatchUp, OnTimeout, Schedule, Task, WaitingRun
 from .models import Monitor as MonitorRecord
 from .models.processes import Peers
+from .models.schedules import watermark
 from .text import DurationError, positive_duration
 from .triggers import clean_trigger
 from .validation import (
@@ -356,6 +357,9 @@ def sync_from_settings(
             continue
         if same:
             continue
+        if definition.trigger is not None and row.trigger != definition.trigger:
+            # A new trigger counts the events from now on (`Schedule.save`).
+            fields["counts_after"], fields["counts_from"] = watermark()
         changed = manager.filter(pk=row.pk).update(
             from_settings=True, next_run=first_run(definition, now), updated=Now(), **fields
         )
@@ -370,7 +374,7 @@ def sync_from_settings(
         else:
             gone.append(name)
     if gone:
-        written += manager.filter(name__in=gone, from_settings=True).delete()[0]
+        written += delete(manager.filter(name__in=gone, from_settings=True), using)
         for name in gone:
             logger.info(
                 "schedule %r deleted: it came from SCYLLA['SCHEDULES'], and no running "
@@ -378,6 +382,21 @@ def sync_from_settings(
                 name,
             )
     return dataclasses.replace(done, written=written, deleted=gone)
+
+
+def delete(schedules: QuerySet[Schedule], using: str | None = None) -> int:
+    """Delete `schedules` (on `using`, the database schedules are written to by default) with
+    what is theirs: their firings that wait (for their trigger's delay or their run
+    constraints) are dropped with them, and the events they consumed are free for the purge.
+    Their rows are locked first, as a pass that fires or releases them locks them: such a pass
+    finishes before (its task submitted) or skips them. Returns how many rows were deleted
+    (schedules and theirs)."""
+    using = using or router.db_for_write(Schedule)
+    with db.write_atomic(using):
+        pks = list(schedules.using(using).select_for_update().values_list("pk", flat=True))
+        if not pks:
+            return 0
+        return Schedule.objects.using(using).filter(pk__in=pks).delete()[0]
 
 
 def _database_now(using: str) -> datetime:

@@ -142,6 +142,7 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
         "unmet_now",
         "next_runs",
         "unmet",
+        "counts_events",
         "latest_firings",
     ]
     actions = ["enable_selected", "disable_selected", "run_now"]
@@ -166,6 +167,13 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
         super().save_model(request, obj, form, change)
         if not obj.from_settings and (set(form.changed_data) - {"enabled"} or not change):
             schedules.reschedule(obj)
+
+    def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
+        """Delete under the schedule's lock, its waiting firings with it (`schedules.delete`)."""
+        schedules.delete(Schedule.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        schedules.delete(queryset)
 
     @admin.display(description=gettext_lazy("schedule"))
     def timing(self, obj: Schedule) -> str:
@@ -255,9 +263,23 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
             return "—"
         return "; ".join(firings.why_not(obj)) or _("Met: it fires at the monitor's next pass.")
 
+    @admin.display(description=gettext_lazy("counts events"))
+    def counts_events(self, obj: Schedule) -> str:
+        """Where the trigger counts events from: its watermark, or every event."""
+        if obj.pk is None or obj.trigger is None:
+            return "—"
+        mark = firings.mark_of_schedule(obj)
+        if mark is None:
+            return _("every event no firing of it consumed (since: all)")
+        return _("after event #%(after)d, from %(time)s (its trigger set then)") % {
+            "after": mark.after,
+            "time": f"{mark.time:%Y-%m-%d %H:%M:%S} UTC",
+        }
+
     @admin.display(description=gettext_lazy("latest firings"))
     def latest_firings(self, obj: Schedule) -> SafeString | str:
-        """The latest firings of the trigger: each task with the events it consumed."""
+        """The latest firings of the trigger: each task with the events it consumed, and for
+        a delay, when it is (or was) due."""
         if obj.pk is None or obj.trigger is None:
             return "—"
         rows = [
@@ -265,6 +287,7 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
                 task_link(firing.rn),
                 firing.get_outcome_display(),
                 firing.time,
+                "—" if firing.due is None else f"{firing.due:%Y-%m-%d %H:%M:%S} UTC",
                 ", ".join(
                     f"{c.event.kind} #{c.event.pk} {c.event.payload}"
                     for c in firing.consumptions.all()
@@ -275,12 +298,15 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
         if not rows:
             return _("No firing yet.")
         return format_html(
-            "<table><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>{}</table>",
+            "<table><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>{}</table>",
             _("task"),
             _("outcome"),
             _("time"),
+            _("due"),
             _("events consumed"),
-            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+            format_html_join(
+                "", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows
+            ),
         )
 
     @admin.action(permissions=["change"], description=gettext_lazy("Enable selected schedules"))

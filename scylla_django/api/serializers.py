@@ -47,6 +47,7 @@ from ..notify import URL_MAX_LENGTH
 from ..retries import MAX_DELAY as MAX_RETRY_DELAY
 from ..schedules import DEFINITION_KEYS as SCHEDULE_KEYS
 from ..text import positive_duration
+from ..triggers import SINCE_ALL, SINCE_CHANGE
 from ..validation import (
     KEY_NAME_MAX_LENGTH,
     ON_CONFLICT,
@@ -1141,9 +1142,41 @@ class UnmetSerializer(serializers.Serializer[Any]):
     until = serializers.DateTimeField(allow_null=True)
 
 
+class DelayedSerializer(serializers.Serializer[Any]):
+    """A firing of a trigger waiting for the trigger's `delay`: its task's rn, when the
+    trigger fired and when it goes through the run constraints (`due`)."""
+
+    rn = serializers.CharField()
+    time = serializers.DateTimeField()
+    due = serializers.DateTimeField()
+
+
+class TriggerWhySerializer(serializers.Serializer[Any]):
+    """Where a schedule's trigger counts events from, what is unmet in it now, and its firings
+    waiting for the trigger's delay."""
+
+    since = serializers.ChoiceField(
+        choices=[SINCE_CHANGE, SINCE_ALL],
+        help_text='"change": the events after the watermark (the schedule\'s creation or the '
+        'last change of its trigger); "all": every event no firing of it consumed.',
+    )
+    counts_after = serializers.IntegerField(
+        allow_null=True,
+        help_text="The watermark: events after this event id count (null: every event).",
+    )
+    counts_from = serializers.DateTimeField(
+        allow_null=True,
+        help_text="The watermark's time: events from this time on count (null: every event).",
+    )
+    unmet = serializers.ListField(child=serializers.CharField())
+    delayed = DelayedSerializer(many=True)
+
+
 class WhySerializer(serializers.Serializer[Any]):
     """Why a schedule does not fire now: its run constraints unmet now, and the firing that
-    waits for them (null if none). `runs` is true when a firing now would run at once."""
+    waits for them (null if none). `runs` is true when a firing now would run at once. For a
+    schedule with a trigger, `trigger` says where it counts events from (its watermark), what
+    is unmet and which firings wait for its delay (null without a trigger)."""
 
     name = serializers.CharField()
     enabled = serializers.BooleanField()
@@ -1152,6 +1185,7 @@ class WhySerializer(serializers.Serializer[Any]):
     next_run = serializers.DateTimeField(allow_null=True)
     unmet = UnmetSerializer(many=True)
     waiting = WaitingSerializer(allow_null=True)
+    trigger = TriggerWhySerializer(allow_null=True)
 
 
 class CalendarEntrySerializer(serializers.Serializer[Any]):
@@ -1200,10 +1234,16 @@ class FiringSerializer(serializers.Serializer[Any]):
     )
     outcome = serializers.ChoiceField(
         choices=FiringOutcome.choices,
-        help_text="submitted; waiting (for the schedule's run constraints); merged (into the "
-        "firing that waits); skipped (a constraint was unmet, when_unmet is skip).",
+        help_text="submitted; delayed (waiting for the trigger's delay, until due); waiting "
+        "(for the schedule's run constraints); merged (into the firing that waits); skipped "
+        "(a constraint was unmet, when_unmet is skip).",
     )
     time = serializers.DateTimeField()
+    due = serializers.DateTimeField(
+        allow_null=True,
+        help_text="With a trigger's delay: when the firing goes (or went) through the run "
+        "constraints; null without a delay.",
+    )
     events = EventOutSerializer(many=True)
 
 
@@ -1225,6 +1265,7 @@ class ScheduleDetailSerializer(ScheduleSerializer):
                     "rn": f.rn,
                     "outcome": f.outcome,
                     "time": f.time,
+                    "due": f.due,
                     "events": [c.event for c in f.consumptions.all()],
                 }
             ).data
@@ -1277,7 +1318,9 @@ class ScheduleInputSerializer(StrictSerializer):
         required=False,
         allow_null=True,
         help_text='Fire on events: {"on_event": "partition.added", "match": {...}}, '
-        '{"on_task": "queue"}, with "count" or "quiet", or {"all"|"any": [...]}.',
+        '{"on_task": "queue"}, with "count" or "quiet", or {"all"|"any": [...]}; at the top, '
+        '"delay" (run that long after it fires), "since" ("change", the default: the events '
+        'after the schedule was created or its trigger changed; "all") and "with_events".',
     )
     timezone = StrictCharField(required=False, max_length=64)
     queue = queue_field(required=False)

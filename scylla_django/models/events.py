@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import models
+from django.db.models import Q
 
 from ..db import Now
 from ..validation import RN_MAX_LENGTH
@@ -54,6 +55,7 @@ class FiringOutcome(models.TextChoices):
     """What the run constraints of its schedule made of a trigger's firing."""
 
     SUBMITTED = "submitted", "Submitted"
+    DELAYED = "delayed", "Waiting for its trigger's delay"
     WAITING = "waiting", "Waiting for its run constraints"
     MERGED = "merged", "Merged into the firing that waits"
     SKIPPED = "skipped", "Skipped (a run constraint was unmet)"
@@ -62,7 +64,12 @@ class FiringOutcome(models.TextChoices):
 class Firing(models.Model):
     """One firing of a schedule's trigger: its task's rn, what the schedule's run constraints
     made of it (`outcome`: submitted, held as the schedule's waiting firing, merged into the one
-    that waits, or skipped) and, through its `Consumption` rows, the events it consumed."""
+    that waits, or skipped) and, through its `Consumption` rows, the events it consumed.
+
+    A trigger with a `delay` fires `delayed`: the firing waits until `due`, then goes through
+    the run constraints, its outcome written then (`due` stays, as a record). `spec` is the
+    task's spec when the firing made it (the events of `with_events`); null, the schedule's.
+    """
 
     id = models.BigAutoField(primary_key=True)
     schedule = models.ForeignKey("Schedule", on_delete=models.CASCADE, related_name="firings")
@@ -71,10 +78,17 @@ class Firing(models.Model):
         max_length=9, choices=FiringOutcome.choices, default=FiringOutcome.SUBMITTED
     )
     time = models.DateTimeField(db_default=Now())
+    due = models.DateTimeField(null=True, blank=True)
+    spec = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]
-        indexes = [models.Index(fields=["schedule", "id"], name="scylla_firing_schedule_idx")]
+        indexes = [
+            models.Index(fields=["schedule", "id"], name="scylla_firing_schedule_idx"),
+            models.Index(
+                fields=["due"], name="scylla_firing_delayed_idx", condition=Q(outcome="delayed")
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.rn

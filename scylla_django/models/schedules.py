@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from django.db import models
-from django.db.models import Q
+from django.db.models import Q, Subquery, Value
+from django.db.models.functions import Coalesce
 
 from ..db import Now
 from ..validation import (
@@ -12,6 +16,10 @@ from ..validation import (
     queue_validator,
     schedule_name_validator,
 )
+from .events import Event
+
+#: What `Schedule._stored_trigger` holds when the trigger was not read from the database.
+_UNREAD = object()
 
 
 class CatchUp(models.TextChoices):
@@ -38,11 +46,17 @@ class OnTimeout(models.TextChoices):
 
 class Schedule(models.Model):
     """A recurring submission: a task every `cron` tick (in `timezone`), every `every`, or at
-    every firing of its `trigger` (on events; its rn `schedule:<name>:trigger-<digest>`).
+    every firing of its `trigger` (on events; its rn `schedule:<name>:e<first event id>`).
 
     Each tick's task has the rn `schedule:<name>:<tick in UTC>`, so any number of monitors
     submit it exactly once. Schedules come from `SCYLLA["SCHEDULES"]` (`from_settings`) or are
     created in the admin or over the API. See `scylla_django.schedules`.
+
+    A trigger counts the events after its watermark (`counts_after`, the newest event's id,
+    and `counts_from`, the database time), which `save()` sets in the same statement when it
+    writes a new trigger: at the schedule's creation and at each change of its trigger, not at
+    other changes (`queue`, `enabled`, ...). Null: every unconsumed event counts (a schedule
+    from before watermarks, or one written around `save()`, such as by `bulk_create`).
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -76,6 +90,9 @@ class Schedule(models.Model):
     last_task = models.CharField(  # noqa: DJ001
         max_length=RN_MAX_LENGTH, null=True, blank=True, editable=False
     )
+    # A trigger's watermark (see the class).
+    counts_after = models.BigIntegerField(null=True, blank=True, editable=False)
+    counts_from = models.DateTimeField(null=True, blank=True, editable=False)
     created = models.DateTimeField(db_default=Now(), editable=False)
     updated = models.DateTimeField(db_default=Now(), editable=False)
 
@@ -99,5 +116,47 @@ class Schedule(models.Model):
             ),
         ]
 
+    #: The trigger as read from the database (canonical JSON), to tell a changed one.
+    _stored_trigger: Any = _UNREAD
+
     def __str__(self) -> str:
         return self.name
+
+    def save(self, **kwargs: Any) -> None:
+        """Save; a new trigger (a new schedule's, or a changed one) also moves the watermark to
+        now, in the same INSERT or UPDATE."""
+        fields = kwargs.get("update_fields")
+        written = fields is None or "trigger" in fields
+        stored = self._stored_trigger
+        moved = (
+            written
+            and self.trigger is not None
+            and (self._state.adding or stored is _UNREAD or stored != _trigger_text(self.trigger))
+        )
+        if moved:
+            self.counts_after, self.counts_from = watermark()
+            if fields is not None:
+                kwargs["update_fields"] = [*fields, "counts_after", "counts_from"]
+        super().save(**kwargs)
+        if moved:
+            self.refresh_from_db(fields=["counts_after", "counts_from"])
+        if written:
+            self._stored_trigger = _trigger_text(self.trigger)
+
+    @classmethod
+    def from_db(cls, db: str | None, field_names: Any, values: Any, **kwargs: Any) -> Schedule:
+        instance = super().from_db(db, field_names, values, **kwargs)
+        instance._stored_trigger = _trigger_text(instance.__dict__.get("trigger", _UNREAD))
+        return instance
+
+
+def watermark() -> tuple[Any, Any]:
+    """The expressions of a watermark set now: the newest event's id (0 without events) and
+    the database clock."""
+    newest = Subquery(Event.objects.order_by("-id").values("id")[:1])
+    return Coalesce(newest, Value(0)), Now()
+
+
+def _trigger_text(trigger: Any) -> Any:
+    """A trigger as canonical JSON text, to tell a changed trigger (`_UNREAD` as it is)."""
+    return trigger if trigger is _UNREAD else json.dumps(trigger, sort_keys=True)

@@ -80,6 +80,8 @@ class MonitorPass:
     """Task events written from History for the triggers that listen to them."""
     fired: int = 0
     """Schedules fired by their trigger."""
+    delayed_released: int = 0
+    """Delayed trigger firings released to their run constraints (their delay over)."""
     events_purged: int = 0
 
 

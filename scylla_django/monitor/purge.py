@@ -76,15 +76,16 @@ class ProcessRecords(Retained):
 
 
 class OldEvents(Retained):
-    """Purges events older than the retention that a firing consumed or that no trigger
-    listens to, and the firings left without events. Counts `events_purged`."""
+    """Purges events older than the retention that a firing consumed, that no trigger
+    listens to or that no trigger will count (before the watermarks of those that listen),
+    and the firings left without events. Counts `events_purged`."""
 
     name = "old events"
 
     def work(self, using: str) -> dict[str, int]:
         retention = self.kept_for()
         _tasks, kinds = firings.listened(using)
-        purged = events.purge_events(retention, kinds, using)
+        purged = events.purge_events(retention, kinds, using, firings.watermarks(using))
         if purged:
             logger.info("purged %s older than %s", plural(purged, "event"), short(retention))
         return {"events_purged": purged}

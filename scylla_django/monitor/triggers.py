@@ -16,10 +16,12 @@ logger = logging.getLogger("scylla_django")
 
 
 class TriggerFirings(Service):
-    """Writes task events from History, then fires every schedule whose trigger is met.
-    Counts `task_events` and `fired`. Schedules invalid in the settings are skipped (their
-    own check reports them). Between full passes (every minute), only the triggers with new
-    events of their kinds, or waiting on time, are evaluated (`firings.Sweep`)."""
+    """Writes task events from History, releases the delayed firings that are due (a
+    trigger's `delay`), then fires every schedule whose trigger is met. Counts `task_events`,
+    `delayed_released` and `fired`. Schedules invalid in the settings are skipped (their own
+    check reports them). Between full passes (every minute), only the triggers with new events
+    of their kinds, waiting on time, or enabled or changed since are evaluated
+    (`firings.Sweep`)."""
 
     name = "trigger firings"
 
@@ -35,8 +37,11 @@ class TriggerFirings(Service):
         listened, _kinds = firings.listened(using)
         written = events.record_task_events(using, listened)
         invalid = schedules.read_settings().invalid
+        released = firings.release(using, now, skip=invalid)
+        if released:
+            logger.info("released %s after its delay", plural(len(released), "trigger firing"))
         kinds = self.sweep.kinds(using, time.monotonic())
-        fired = firings.fire(using, now, skip=invalid, kinds=kinds)
+        fired = firings.fire(using, now, skip=invalid, kinds=kinds, sweep=self.sweep)
         if fired:
             logger.info("fired %s", plural(len(fired), "trigger"))
-        return {"task_events": written, "fired": len(fired)}
+        return {"task_events": written, "delayed_released": len(released), "fired": len(fired)}

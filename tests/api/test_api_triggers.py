@@ -3,10 +3,13 @@ what is unmet, and bad triggers as 400s with codes."""
 
 from __future__ import annotations
 
-import pytest
+from datetime import timedelta
 
-from scylla_django.firings import fire
-from scylla_django.models import Event, Schedule
+import pytest
+from django.utils.dateparse import parse_datetime
+
+from scylla_django.firings import fire, release
+from scylla_django.models import Consumption, Event, Firing, Schedule, Task
 from tests.helpers import API, assert_error, client_for, make_user, post
 
 pytestmark = pytest.mark.django_db
@@ -94,3 +97,83 @@ def test_bad_triggers_are_400_with_a_code(operator, trigger, code):
     assert response.status_code == 400, response.content
     assert code in [e["code"] for e in response.json()["errors"]["trigger"]], response.json()
     assert not Schedule.objects.exists()
+
+
+def test_why_shows_where_a_trigger_counts_from_and_a_change_moves_it(operator):
+    post(operator, "/events/", {"kind": "partition.added", "payload": {}})
+    old = Event.objects.get()
+    trigger = {"on_event": "partition.added", "count": 2}
+    assert post(operator, "/schedules/", {"name": "two", "queue": "q", "trigger": trigger})
+    why = operator.get(f"{API}/schedules/two/why/").json()
+    assert why["trigger"]["since"] == "change"
+    assert why["trigger"]["counts_after"] == old.pk and why["trigger"]["counts_from"]
+    assert why["trigger"]["unmet"] == ["count 0 of 2 partition.added"]  # the old one is not counted
+    assert why["trigger"]["delayed"] == []
+    post(operator, "/events/", {"kind": "partition.added", "payload": {}})
+    response = operator.patch(f"{API}/schedules/two/", {"queue": "other"}, format="json")
+    assert response.status_code == 200, response.content
+    assert operator.get(f"{API}/schedules/two/why/").json()["trigger"] == {
+        **why["trigger"],
+        "unmet": ["count 1 of 2 partition.added"],
+    }
+    changed = {"on_event": "partition.added", "count": 1}
+    response = operator.patch(f"{API}/schedules/two/", {"trigger": changed}, format="json")
+    assert response.status_code == 200, response.content
+    after = operator.get(f"{API}/schedules/two/why/").json()["trigger"]
+    assert after["counts_after"] == Event.objects.order_by("-id").first().pk
+    assert after["unmet"] == ["count 0 of 1 partition.added"]
+    assert fire() == []
+    every = {**changed, "since": "all"}
+    operator.patch(f"{API}/schedules/two/", {"trigger": every}, format="json")
+    why = operator.get(f"{API}/schedules/two/why/").json()
+    assert why["trigger"]["since"] == "all" and why["trigger"]["counts_after"] is None
+    assert why["trigger"]["unmet"] == []
+    assert operator.get(f"{API}/schedules/nope/why/").status_code == 404
+
+
+def test_why_of_a_schedule_without_a_trigger_has_none(operator):
+    post(operator, "/schedules/", {"name": "s", "queue": "q", "every": "5m"})
+    assert operator.get(f"{API}/schedules/s/why/").json()["trigger"] is None
+
+
+def test_a_delayed_firing_shows_its_due_time_and_goes_with_its_schedule(operator):
+    trigger = {"on_event": "partition.added", "count": 2, "delay": "10m"}
+    post(operator, "/schedules/", {"name": "later", "queue": "q", "trigger": trigger})
+    for _ in range(2):
+        post(operator, "/events/", {"kind": "partition.added", "payload": {}})
+    [fired] = fire()
+    due = Firing.objects.get().due
+    [firing] = operator.get(f"{API}/schedules/later/").json()["firings"]
+    assert (firing["rn"], firing["outcome"]) == (fired.rn, "delayed")
+    assert parse_datetime(firing["due"]) == due
+    [waiting] = operator.get(f"{API}/schedules/later/why/").json()["trigger"]["delayed"]
+    assert waiting["rn"] == fired.rn and parse_datetime(waiting["due"]) == due
+    deleter = client_for(make_user("deleter", "delete_schedule"))
+    assert deleter.delete(f"{API}/schedules/later/").status_code == 204
+    assert not Firing.objects.exists() and not Consumption.objects.exists()
+    assert release(now=due + timedelta(hours=1)) == []
+    assert not Task.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("trigger", "code"),
+    [
+        ({"on_event": "x", "delay": "-1m"}, "invalid_duration"),
+        ({"on_event": "x", "delay": "later"}, "invalid_duration"),
+        ({"on_event": "x", "since": "yesterday"}, "invalid_since"),
+        ({"any": [{"on_event": "x", "since": "all"}]}, "invalid_trigger"),
+        ({"any": [{"on_event": "x", "delay": "5m"}]}, "invalid_trigger"),
+    ],
+)
+def test_a_bad_delay_or_since_is_a_400_with_a_code(operator, trigger, code):
+    response = post(operator, "/schedules/", {"name": "s", "queue": "q", "trigger": trigger})
+    assert_error_code(response, code)
+    post(operator, "/schedules/", {"name": "s", "queue": "q", "trigger": {"on_event": "x"}})
+    response = operator.patch(f"{API}/schedules/s/", {"trigger": trigger}, format="json")
+    assert_error_code(response, code)
+    assert Schedule.objects.get(name="s").trigger == {"on_event": "x"}
+
+
+def assert_error_code(response, code: str) -> None:
+    assert response.status_code == 400, response.content
+    assert code in [e["code"] for e in response.json()["errors"]["trigger"]], response.json()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from scylla_django import db
-from scylla_django.models import Task, Worker
+from scylla_django.models import Firing, Task, Worker
 from scylla_django.monitor import Monitor
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,6 +49,9 @@ def test_the_readme_trigger_cases_do_what_they_say(settings) -> None:
     [compact] = tasks("compact")  # N partitions: one compaction for the 4
     assert tasks("merge") == []  # quiet: the chunk is seconds old
     assert tasks("report") == []  # A then B: the load has not completed
+    assert tasks("publish") == []  # delay: 10 minutes after the 4th partition
+    [delayed] = Firing.objects.filter(schedule__name="publish", outcome="delayed")
+    assert len(delayed.consumptions.all()) == 4
 
     worker = Worker.objects.register(queues=["load"], capacity=1, hostname="t", pid=1)
     [leased] = Task.objects.lease(worker, ["load"], limit=1)
@@ -60,6 +63,8 @@ def test_the_readme_trigger_cases_do_what_they_say(settings) -> None:
     clock["now"] = db.read_clock("default") + timedelta(minutes=11)
     monitor.run_once(passes)
     assert len(tasks("merge")) == 1
+    [publish] = tasks("publish")
+    assert publish.rn == delayed.rn
     monitor.run_once(passes)  # nothing new: each case fired exactly once
-    assert len(Task.objects.filter(rn__startswith="schedule:")) == 4
+    assert len(Task.objects.filter(rn__startswith="schedule:")) == 5
     assert compact.rn.startswith("schedule:compact:e")

@@ -3,6 +3,7 @@ does not fire now, and its calendar of next runs."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -14,7 +15,7 @@ from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ... import calendars, constraints, db, schedules
+from ... import calendars, constraints, db, firings, schedules, triggers
 from ...models import Schedule, WaitingRun
 from .. import permissions
 from ..pagination import strict_page_size
@@ -157,7 +158,7 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
         schedule = get_schedule(name)
         if schedule.from_settings:
             return from_settings_conflict(schedule)
-        schedule.delete()
+        schedules.delete(Schedule.objects.filter(pk=schedule.pk))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @detail_post(
@@ -177,7 +178,8 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
         summary="Why a schedule does not fire now",
         description=(
             "The run constraints unmet now (window, min_gap, max_runs, max_concurrent), and "
-            "the firing that waits for them, if any."
+            "the firing that waits for them, if any; for a trigger, where it counts events "
+            "from (its watermark), what is unmet and the firings waiting for its delay."
         ),
         responses={200: WhySerializer, **errors(401, 403, 404)},
     )
@@ -198,6 +200,7 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
             "next_run": schedule.next_run,
             "unmet": [vars(u) for u in unmet],
             "waiting": waiting,
+            "trigger": _trigger_why(schedule, now),
         }
         return Response(WhySerializer(body).data)
 
@@ -219,6 +222,20 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
         entries = calendars.calendar(schedule, db.read_clock("default"), count)
         rows = [{**vars(e), "local": e.local.isoformat()} for e in entries]
         return Response(CalendarEntrySerializer(rows, many=True).data)
+
+
+def _trigger_why(schedule: Schedule, now: datetime) -> dict[str, Any] | None:
+    """The `trigger` part of a schedule's why/ (None without a trigger)."""
+    if schedule.trigger is None:
+        return None
+    mark = firings.mark_of_schedule(schedule)
+    return {
+        "since": schedule.trigger.get("since", triggers.SINCE_CHANGE),
+        "counts_after": None if mark is None else mark.after,
+        "counts_from": None if mark is None else mark.time,
+        "unmet": firings.why_not(schedule, now=now),
+        "delayed": firings.delayed(schedule),
+    }
 
 
 def from_settings_conflict(schedule: Schedule) -> Response:
