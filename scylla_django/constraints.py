@@ -492,7 +492,8 @@ class Gate:
     def merge(self) -> None:
         """A later firing merges into the one that waits (counted)."""
         waiting = self.held()
-        assert waiting is not None
+        if waiting is None:
+            raise RuntimeError(f"schedule {self.schedule.name!r} has no waiting firing")
         waiting.merged += 1
         self.waiting_changes.setdefault("merged", 0)
         self.waiting_changes["merged"] += 1
@@ -500,7 +501,8 @@ class Gate:
     def still_waits(self, problems: list[Unmet]) -> None:
         """The waiting firing's constraints are still unmet: when to look again, and why."""
         waiting = self.held()
-        assert waiting is not None
+        if waiting is None:
+            raise RuntimeError(f"schedule {self.schedule.name!r} has no waiting firing")
         fields = self.recheck_fields(problems, waiting.deadline)
         for key, value in fields.items():
             setattr(waiting, key, value)

@@ -456,7 +456,8 @@ def tick(
 
 def _tick_one(gate: constraints.Gate, now: datetime) -> list[Tick]:
     schedule = gate.schedule
-    assert schedule.next_run is not None
+    if schedule.next_run is None:
+        raise RuntimeError(f"schedule {schedule.name!r} is due but has no next run")
     more = False
     if schedule.catch_up == CatchUp.ALL:
         chosen = ticks_between(schedule, schedule.next_run, now, MAX_CATCH_UP)
@@ -541,7 +542,8 @@ def release(
 def _release_one(gate: constraints.Gate, now: datetime) -> Tick:
     schedule = gate.schedule
     waiting = gate.held()
-    assert waiting is not None
+    if waiting is None:
+        raise RuntimeError(f"schedule {schedule.name!r} has no waiting firing to release")
     problems = gate.unmet()
     timed_out = waiting.deadline is not None and now >= waiting.deadline
     outcome = "submitted"

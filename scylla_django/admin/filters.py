@@ -51,7 +51,8 @@ class StatusFilter(admin.SimpleListFilter):
         if value is None:
             return queryset
         if value == "expired":
-            assert isinstance(queryset, TaskQuerySet), "StatusFilter filters tasks"
+            if not isinstance(queryset, TaskQuerySet):
+                raise TypeError("StatusFilter filters tasks")
             return queryset.expired()
         if value not in Status.values:
             raise IncorrectLookupParameters(f"Unknown status {value!r}.")
@@ -333,7 +334,8 @@ class ErrorCodeFilter(InputFilter):
             error_code_validator(value)
         except ValidationError as exc:
             raise IncorrectLookupParameters(exc) from exc
-        assert isinstance(queryset, TaskQuerySet), "ErrorCodeFilter filters tasks"
+        if not isinstance(queryset, TaskQuerySet):
+            raise TypeError("ErrorCodeFilter filters tasks")
         return queryset.with_error_code(value)
 
 
@@ -356,7 +358,8 @@ class DeadFilter(admin.SimpleListFilter):
         value = self.value()
         if not value:
             return queryset
-        assert isinstance(queryset, TaskQuerySet), "DeadFilter filters tasks"
+        if not isinstance(queryset, TaskQuerySet):
+            raise TypeError("DeadFilter filters tasks")
         if value == "yes":
             return queryset.dead()
         if value in self.ages:

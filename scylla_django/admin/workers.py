@@ -103,7 +103,8 @@ class WorkerAdmin(DatabasePages, ReadOnly, WorkerAdminBase):
         """Every worker, with its `liveness` (alive, silent, dead, stopped) on the database
         clock."""
         queryset = super().get_queryset(request)
-        assert isinstance(queryset, WorkerQuerySet)
+        if not isinstance(queryset, WorkerQuerySet):
+            raise TypeError(f"expected a WorkerQuerySet, not {type(queryset).__name__}")
         return queryset.with_state()
 
     def get_search_results(

@@ -88,7 +88,8 @@ class TaskCursorPagination(BasePagination):
         request: Request,
         view: APIView | None = None,
     ) -> list[Any]:
-        assert isinstance(queryset, models.QuerySet), "Keyset pagination pages a QuerySet."
+        if not isinstance(queryset, models.QuerySet):
+            raise TypeError("Keyset pagination pages a QuerySet.")
         self.base_url = request.build_absolute_uri()
         self.ordering = self.get_ordering(request)
         size = self.get_page_size(request)

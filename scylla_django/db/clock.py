@@ -72,5 +72,6 @@ def read_clock(using: str) -> datetime:
         [value] = cursor.fetchone() or [None]
     for converter in connection.ops.get_db_converters(expression):
         value = converter(value, expression, connection)
-    assert isinstance(value, datetime)
+    if not isinstance(value, datetime):
+        raise TypeError(f"expected a datetime, not {type(value).__name__}")
     return value

@@ -16,7 +16,8 @@ from .clock import Now
 
 def _column(model: type[models.Model], name: str) -> models.Field[Any, Any]:
     found = model._meta.get_field(name)
-    assert isinstance(found, models.Field)
+    if not isinstance(found, models.Field):
+        raise TypeError(f"expected a models.Field, not {type(found).__name__}")
     return found
 
 

@@ -14,7 +14,8 @@ def sqlite_json_each(
     `value`; the element is `json_each.value`)."""
     quote = connections["default"].ops.quote_name
     field = model._meta.get_field(field_name)
-    assert isinstance(field, models.Field) and field.column, field_name
+    if not isinstance(field, models.Field) or not field.column:
+        raise TypeError(field_name)
     column = f"{quote(model._meta.db_table)}.{quote(field.column)}"
     return RawSQL(
         f"EXISTS (SELECT 1 FROM json_each({column}) WHERE {condition})",

@@ -66,7 +66,8 @@ class Batcher:
         once: bool = False,
     ) -> None:
         batching = options.registry.batching_of(queue)
-        assert batching is not None, f"{queue} has no batch handler"
+        if batching is None:
+            raise RuntimeError(f"{queue} has no batch handler")
         self.batching: Batching = batching
         self.options = options
         self.worker = worker

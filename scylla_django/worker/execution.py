@@ -238,7 +238,8 @@ class Execution:
 
     @property
     def sink(self) -> OutcomeSink:
-        assert self._sink is not None, "the handlers are not started yet"
+        if self._sink is None:
+            raise RuntimeError("the handlers are not started yet")
         return self._sink
 
     # -- threads ----------------------------------------------------------------------------
@@ -350,7 +351,8 @@ class Execution:
             return []
         queue = live[0].task.queue
         handler: Any = self.registry.get(queue)  # takes the list of contexts
-        assert handler is not None, "leased a batch of a queue without a handler"
+        if handler is None:
+            raise RuntimeError("leased a batch of a queue without a handler")
         returned: Any = None
         raised: BaseException | None = None
         meter = ThreadMeter()
@@ -410,7 +412,8 @@ class Execution:
         and asyncio.CancelledError too.
         """
         handler = self.registry.get(ctx.task.queue)
-        assert handler is not None, "leased a task of a queue without a handler"
+        if handler is None:
+            raise RuntimeError("leased a task of a queue without a handler")
         run = _Run(handler)
         outcome: Outcome | None
         ctx.handler_running = True

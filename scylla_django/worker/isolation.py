@@ -125,7 +125,8 @@ class Child:
         so is one still running at `deadline` (a `time.monotonic()` moment; `Abort` with
         code `timeout`): either way a new child runs the next task.
         """
-        assert self._conn is not None and self._process is not None, "start() the child first"
+        if self._conn is None or self._process is None:
+            raise RuntimeError("start() the child first")
         conn = self._conn
         conn.send(("run", handler, ctx.task.queue, ctx.task, ctx.worker))
         stopped_at: float | None = None
@@ -164,7 +165,8 @@ class Child:
     def _receive(self, ctx: TaskContext) -> tuple[Any, ...] | None:
         """The child's next message, None if none came within `POLL`; `Abort` (`crashed`)
         if the child died."""
-        assert self._conn is not None
+        if self._conn is None:
+            raise RuntimeError("start() the child first")
         try:
             if self._conn.poll(POLL):
                 message: tuple[Any, ...] = self._conn.recv()

@@ -94,7 +94,8 @@ class BatchViewSet(ScyllaView, viewsets.GenericViewSet[BatchRow]):
             }
             if invalid:  # leaving the block by an exception writes nothing
                 raise ValidationError(invalid)
-        assert batch.row is not None
+        if batch.row is None:
+            raise RuntimeError("a batch that submitted its tasks has its row")
         row = get_batch(str(batch.row.pk))
         outcome_rows = [
             {
