@@ -329,3 +329,21 @@ def test_sql_vendor_tests_and_cursors_live_in_the_database_room():
     )
     stale = set(ALLOWED_OUTSIDE_THE_ROOM) - allowed_seen
     assert not stale, f"Gone: delete these entries from ALLOWED_OUTSIDE_THE_ROOM: {stale}"
+
+
+def test_every_module_the_architecture_page_names_exists():
+    """docs/architecture.md names modules by path (`worker/slots.py`) or by name within the
+    package it describes (`slots.py`): each must be a file of the checkout."""
+    checkout = ROOT.parent
+    page = (checkout / "docs" / "architecture.md").read_text()
+    files = {
+        path.relative_to(checkout).as_posix()
+        for path in checkout.rglob("*.py")
+        if not {".venvs", ".venv", "build", ".git"} & set(path.parts)
+    }
+    named = set(re.findall(r"`([A-Za-z0-9_./]+\.py)`", page))
+    assert named, "the page names no module"
+    missing = sorted(
+        name for name in named if not any(f == name or f.endswith("/" + name) for f in files)
+    )
+    assert missing == [], f"docs/architecture.md names modules that do not exist: {missing}"
