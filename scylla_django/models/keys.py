@@ -8,6 +8,7 @@ of running frees them in its own commit.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -151,25 +152,24 @@ def lock(
 
 #: The units of a rate's period: "100/m", "5/10s".
 RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: A rate as text: a count, "/", and a period (a unit with an optional number before it), each
+#: number 1 to 999999999 without leading zeros (so that the count fits its column).
+RATE_PATTERN = r"^([1-9][0-9]{0,8})/([1-9][0-9]{0,8})?([smhd])$"
 
 
 def parse_rate(value: object) -> tuple[int, float]:
     """`(count, seconds)` of a rate written "<count>/<period>", the period a unit (s, m, h, d)
-    with an optional number before it ("100/m", "5/10s"). ValidationError otherwise."""
-    error = ValidationError(
-        f'A rate is "<count>/<period>" such as "100/m" or "5/10s", not {value!r}.',
-        code="invalid_rate",
-    )
-    if not isinstance(value, str) or "/" not in value:
-        raise error
-    count, period = value.split("/", 1)
-    unit = RATE_UNITS.get(period[-1:])
-    number = period[:-1] or "1"
-    if not count.isdigit() or unit is None or not number.isdigit():
-        raise error
-    if int(count) < 1 or int(number) < 1:
-        raise error
-    return int(count), int(number) * unit
+    with an optional number before it ("100/m", "5/10s"), each number 1 to 999999999.
+    ValidationError (`invalid_rate`) otherwise."""
+    match = re.fullmatch(RATE_PATTERN, value) if isinstance(value, str) else None
+    if match is None:
+        raise ValidationError(
+            f'A rate is "<count>/<period>" such as "100/m" or "5/10s" (each number 1 to '
+            f"999999999), not {value!r}.",
+            code="invalid_rate",
+        )
+    count, number, unit = match.groups()
+    return int(count), int(number or "1") * RATE_UNITS[unit]
 
 
 def validate_limits(limits: object, using: str | None = None) -> list[str]:
