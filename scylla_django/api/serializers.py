@@ -439,7 +439,8 @@ class TaskDetailSerializer(TaskSerializer):
     )
     waiting = serializers.SerializerMethodField(
         help_text="Why a ready task is not running now, each reason `{code, detail, ...}` "
-        "(`not_before`, `parents`, `queue_paused`, `lock_held`, `limit_full`, `order_waits`, "
+        "(`not_before`, `parents` with the `parents` it still waits for, `queue_paused`, "
+        "`queue_full`, `unserved`, `lock_held`, `limit_full`, `order_waits`, "
         "`rate_exhausted`); empty for any other task."
     )
     children = serializers.SerializerMethodField(
