@@ -31,8 +31,9 @@ process that enqueued, read a result or ran the system checks.
 
 `manage.py check` reports (through `django.tasks`' own check of every backend):
 `scylla_django.E013` scylla_django is not in INSTALLED_APPS, `E014` QUEUES is a string (not a
-list: the backend then serves no queue), `E011` a queue in QUEUES is not a valid queue name, `E012` a queue in QUEUES already has a `@handler` of its own, `E020` a bad
-`OPTIONS["KEYS"]` entry.
+list: the backend then serves no queue), `E011` a queue in QUEUES is not a valid queue name,
+`E012` a queue in QUEUES already has a `@handler` of its own, `E020` a bad `OPTIONS["KEYS"]`
+entry.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -302,3 +303,25 @@ def test_a_terminal_without_rich_gets_plain_text(some, monkeypatch):
     out = tasks_command("watch", "--once", stdout=Terminal())
     assert "[########------------]  40%" in out
     assert tasks_command("list", stdout=Terminal()).splitlines()[0].startswith("rn ")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("command", [["scylla_tasks", "show", "a-2"], ["scylla_queue", "list"]])
+def test_a_reader_that_stops_reading_ends_the_command_quietly(some, command):
+    """`scylla_tasks show RN | head`: the pipe's reader is gone before the command writes."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), *command],
+            cwd=ROOT,
+            env=child_env(),
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(writer)
+    assert done.returncode == 1
+    assert done.stderr == ""  # no BrokenPipeError, no traceback

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...models import QueueSetting, Task
-from ..base import non_negative_int, queue_name
+from ..base import non_negative_int, queue_name, reader_may_leave
 
 
 class Command(BaseCommand):
@@ -47,7 +47,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         operation = options["operation"]
         if operation == "list":
-            self.list_queues()
+            with reader_may_leave():
+                self.list_queues()
             return
         queue = options["queue"]
         try:

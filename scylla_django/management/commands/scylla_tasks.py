@@ -18,7 +18,7 @@ from ...exceptions import ScyllaError
 from ...models import Task, TaskQuerySet
 from ...text import plural
 from ...validation import RN_MAX_LENGTH, rn_validator
-from ..base import duration, positive_int, queue_name
+from ..base import duration, positive_int, queue_name, reader_may_leave
 from ..terminal import percent, plain_table, rich_console, rich_table, text_bar
 
 LIST_COLUMNS = ("rn", "queue", "status", "progress", "attempt", "owner", "updated", "error")
@@ -152,7 +152,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         operation = options["operation"]
         try:
-            getattr(self, f"do_{operation}")(options)
+            with reader_may_leave():
+                getattr(self, f"do_{operation}")(options)
         except (ScyllaError, ValidationError) as exc:
             raise CommandError(message(exc)) from exc
 
