@@ -13,6 +13,8 @@ from datetime import timedelta
 from typing import Literal
 
 UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+#: The longest delay, timeout or window a task takes: about 31 years (longer is a mistake).
+TIMEOUT_MAX = timedelta(seconds=10**9)
 # A sign is read so that "-5" is refused for what it is (not positive), not as unreadable.
 _DURATION = re.compile(r"\A\s*([+-]?\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*\Z")
 

@@ -21,9 +21,8 @@ from ..enums import (
 )
 from ..notify import NOTIFY_QUEUE, default_notify, validate_notify
 from ..queue_keys import default_keys
-from ..text import DurationError, positive_duration
+from ..text import TIMEOUT_MAX, DurationError, positive_duration
 from ..validation import (
-    TIMEOUT_MAX,
     FieldErrors,
     validate_json,
     validate_on_conflict,

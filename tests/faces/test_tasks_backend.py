@@ -409,9 +409,7 @@ def test_check_reports_a_queue_with_a_handler_of_its_own_and_a_bad_queue_name(
         call_command("scylla_worker", "--queue", "fine", "--once", skip_checks=False)
 
 
-def test_queues_written_as_a_string_is_an_error_not_one_queue_a_letter(
-    settings, scratch_registry
-):
+def test_queues_written_as_a_string_is_an_error_not_one_queue_a_letter(settings, scratch_registry):
     tasks = {"default": {"BACKEND": "scylla_django.backends.ScyllaBackend", "QUEUES": "default"}}
     assert check_ids(settings, tasks) == ["scylla_django.E014"]
     from django.tasks.checks import check_tasks
