@@ -258,6 +258,12 @@ def _check_any(value: Any, what: str, depth: int) -> None:
         )
 
 
+def invalid_result(exc: ValidationError) -> dict[str, Any]:
+    """The error `invalid_result` of a task whose handler returned what `validate_json` refused
+    (not JSON, too deep, too large): its messages as words, not a list's repr."""
+    return error_record("invalid_result", "; ".join(exc.messages)[:500])
+
+
 def validate_json(
     value: Any, what: str = "spec", *, allow_null: bool = False, limit: int | None = None
 ) -> Any:

@@ -45,7 +45,7 @@ from ..exceptions import (
 from ..handlers import Batching, TaskContext
 from ..models import Outcome, Task, Worker
 from ..resources import ThreadMeter
-from ..validation import validate_json
+from ..validation import invalid_result, validate_json
 from .database import WorkerConnection, close_handler_connections, retry
 from .options import WorkerOptions
 from .watchdog import Watchdog
@@ -269,7 +269,7 @@ class Batcher:
             try:
                 result = validate_json(result, "result", allow_null=True)
             except ValidationError as exc:
-                return None, [error_record("invalid_result", str(exc)[:500])]
+                return None, [invalid_result(exc)]
         return result, errors
 
     def _write(self, outcomes: Sequence[Outcome]) -> None:

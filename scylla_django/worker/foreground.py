@@ -31,13 +31,12 @@ from ..exceptions import (
     TaskCancelled,
     TaskTimedOut,
     WorkerStopping,
-    error_record,
     exception_error,
 )
 from ..handlers import HandlerRegistry, TaskContext
 from ..handlers import registry as default_registry
 from ..models import Outcome, Task, Worker
-from ..validation import validate_json
+from ..validation import invalid_result, validate_json
 from .database import WorkerConnection
 from .heartbeat import Heartbeat
 from .options import WorkerOptions
@@ -167,8 +166,8 @@ def _execute(
     try:
         value = validate_json(result, "result", allow_null=True)
     except ValidationError as exc:
-        error = error_record("invalid_result", str(exc)[:500])
-        return ForegroundRun(task, Outcome(task.pk, task.leases, errors=[error], task=task))
+        outcome = Outcome(task.pk, task.leases, errors=[invalid_result(exc)], task=task)
+        return ForegroundRun(task, outcome)
     return ForegroundRun(task, Outcome(task.pk, task.leases, value, task=task))
 
 
