@@ -252,6 +252,34 @@ def test_requeue_a_task_whose_worker_is_gone(some):
     assert task.history.last().typ == "TaskTimeout"
 
 
+def test_discard_lets_a_dead_letter_go_once(some):
+    assert Task.objects.get(rn="a-2").dead is not None
+    out = tasks_command("discard", "a-2")
+    assert out.strip() == "discarded a-2: aborted, no longer a dead letter"
+    task = Task.objects.get(rn="a-2")
+    assert (task.status, task.dead) == (Status.ABORTED, None)
+    with pytest.raises(CommandError, match=r"Task a-2 is not a dead letter \(aborted\)"):
+        tasks_command("discard", "a-2")
+    with pytest.raises(CommandError, match=r"Task a-1 is not a dead letter \(completed\)"):
+        tasks_command("discard", "a-1")
+
+
+@pytest.mark.keys
+def test_release_order_lets_the_key_s_later_tasks_run(worker):
+    first = Task.objects.submit("default", {"n": 1}, rn="o-1", order_key="customer:9")
+    Task.objects.submit("default", {"n": 2}, rn="o-2", order_key="customer:9")
+    [leased] = Task.objects.lease(worker, ["default"], limit=5)
+    assert leased.rn == first.rn
+    leased.abort(worker, {"code": "boom"}, retry=False)
+    assert Task.objects.lease(worker, ["default"], limit=5) == []  # the key is held
+    out = tasks_command("release-order", "o-1")
+    assert out.strip() == "released the order key customer:9 held by o-1: its later tasks may run"
+    assert Task.objects.get(rn="o-1").history.last().typ == "TaskOrderRelease"
+    assert [t.rn for t in Task.objects.lease(worker, ["default"], limit=5)] == ["o-2"]
+    with pytest.raises(CommandError, match="o-1"):
+        tasks_command("release-order", "o-1")
+
+
 def test_requeue_refuses_a_task_that_is_not_running(some):
     with pytest.raises(CommandError, match="b-1 is ready: only a running task"):
         tasks_command("requeue", "b-1")
