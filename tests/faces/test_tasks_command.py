@@ -365,4 +365,5 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly(some, command):
     finally:
         os.close(writer)
     assert done.returncode == 1
-    assert done.stderr == ""  # no BrokenPipeError, no traceback
+    # Nothing but what checks may warn of (MariaDB's missing partial indexes, say).
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
