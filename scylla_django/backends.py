@@ -30,9 +30,10 @@ process that enqueued, read a result or ran the system checks.
 "limits": ["smtp"]}}`, each a value or a function of the spec (as `@handler(...)` takes them).
 
 `manage.py check` reports (through `django.tasks`' own check of every backend):
-`scylla_django.E013` scylla_django is not in INSTALLED_APPS, `E011` a queue in QUEUES is not a
-valid queue name, `E012` a queue in QUEUES already has a `@handler` of its own, `E020` a bad
-`OPTIONS["KEYS"]` entry.
+`scylla_django.E013` scylla_django is not in INSTALLED_APPS, `E014` QUEUES is a string (not a
+list: the backend then serves no queue), `E011` a queue in QUEUES is not a valid queue name,
+`E012` a queue in QUEUES already has a `@handler` of its own, `E020` a bad `OPTIONS["KEYS"]`
+entry.
 """
 
 from __future__ import annotations
@@ -212,6 +213,15 @@ if HAS_DJANGO_TASKS:
         supports_get_result = True
         supports_priority = True
 
+        def __init__(self, alias: str, params: dict[str, Any]) -> None:
+            queues = params.get("QUEUES")
+            # Django's base takes set(QUEUES): a string would give its letters as queues
+            # ("default": d, e, f, a, u, l, t). Such a backend serves no queue; E014 says why.
+            self.queues_text = queues if isinstance(queues, str | bytes) else None
+            if self.queues_text is not None:
+                params = {**params, "QUEUES": []}
+            super().__init__(alias, params)
+
         def enqueue(
             self,
             task: DjangoTask[Any, Any],
@@ -277,9 +287,9 @@ if HAS_DJANGO_TASKS:
             return self._result(task, scylla_task, getattr(scylla_task, ASSIGNMENTS, None))
 
         def check(self, **kwargs: Any) -> list[Any]:
-            """E013: scylla_django not installed; E011: a bad queue name in QUEUES; E012: a
-            queue in QUEUES that already has a `@handler` (the worker could not serve both).
-            """
+            """E013: scylla_django not installed; E014: QUEUES is a string, not a list; E011:
+            a bad queue name in QUEUES; E012: a queue in QUEUES that already has a `@handler`
+            (the worker could not serve both)."""
             return [*super().check(**kwargs), *self._problems()]
 
         def _problems(self) -> Iterator[checks.CheckMessage]:
@@ -310,6 +320,13 @@ if HAS_DJANGO_TASKS:
                         "a function of the spec.",
                         id="scylla_django.E020",
                     )
+            if self.queues_text is not None:
+                yield checks.Error(
+                    f"TASKS[{self.alias!r}]['QUEUES'] is the string {self.queues_text!r}, not "
+                    "a list of queue names: this backend serves no queue.",
+                    hint=f"Write a list: 'QUEUES': [{self.queues_text!r}].",
+                    id="scylla_django.E014",
+                )
             for queue in sorted(self.queues):
                 try:
                     validate_queue(queue)

@@ -9,6 +9,10 @@ import traceback
 from datetime import timedelta
 from typing import Any
 
+from django.core.exceptions import ValidationError
+
+from .text import TIMEOUT_MAX, DurationError, positive_duration
+
 
 class ScyllaError(Exception):
     """Base class of every scylla_django error.
@@ -155,6 +159,18 @@ class Snooze(Exception):
     error `too_many_snoozes` instead.
     """
 
-    def __init__(self, delay: timedelta | float) -> None:
+    def __init__(self, delay: timedelta | float | str) -> None:
+        checked = validate_delay(delay)  # a bad delay fails where it is written
         super().__init__(f"snooze for {delay}")
-        self.delay = delay
+        self.delay = checked
+
+
+def validate_delay(value: object) -> timedelta:
+    """A snooze's delay: a positive duration (a timedelta, seconds or text such as "30s"), at
+    most `TIMEOUT_MAX`; else ValidationError `invalid_delay`."""
+    try:
+        return positive_duration(value, maximum=TIMEOUT_MAX)
+    except DurationError:
+        raise ValidationError(
+            f"A delay must be a positive duration, not {value!r}.", code="invalid_delay"
+        ) from None

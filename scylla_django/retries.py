@@ -55,7 +55,7 @@ def _number(value: object, name: str, *, minimum: float, strict: bool = False) -
     if value < minimum or (strict and value == minimum) or value > MAX_DELAY:
         bound = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
         raise ValidationError(
-            f"{name} must be {bound} and at most {MAX_DELAY:g}, not {value!r}.",
+            f"{name} must be {bound} and at most {MAX_DELAY:.0f} (365 days), not {value!r}.",
             code="invalid_retry",
         )
     return float(value)

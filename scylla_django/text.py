@@ -14,6 +14,8 @@ from datetime import timedelta
 from typing import Literal
 
 UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+#: The longest delay, timeout or window a task takes: about 31 years (longer is a mistake).
+TIMEOUT_MAX = timedelta(seconds=10**9)
 # A sign is read so that "-5" is refused for what it is (not positive), not as unreadable.
 _DURATION = re.compile(r"\A\s*([+-]?\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*\Z")
 
@@ -126,27 +128,31 @@ def byte_size(value: object) -> int:
 RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
+#: A rate as text: a count, "/", and a period (a unit with an optional number before it), each
+#: number 1 to 999999999 without leading zeros (so that the count fits its column).
+RATE_PATTERN = r"^([1-9][0-9]{0,8})/([1-9][0-9]{0,8})?([smhd])$"
+
+
 class RateError(ValueError):
     """A value that is not a rate ("<count>/<period>")."""
 
     def __init__(self, value: object) -> None:
-        super().__init__(f'A rate is "<count>/<period>" such as "100/m" or "5/10s", not {value!r}.')
+        super().__init__(
+            f'A rate is "<count>/<period>" such as "100/m" or "5/10s" (each number 1 to '
+            f"999999999), not {value!r}."
+        )
         self.value = value
 
 
 def rate_parts(value: object) -> tuple[int, float]:
     """`(count, seconds)` of a rate written "<count>/<period>", the period a unit (s, m, h, d)
-    with an optional whole number before it ("100/m", "5/10s"); else RateError."""
-    if not isinstance(value, str) or "/" not in value:
+    with an optional whole number before it ("100/m", "5/10s"), each number 1 to 999999999;
+    else RateError."""
+    match = re.fullmatch(RATE_PATTERN, value) if isinstance(value, str) else None
+    if match is None:
         raise RateError(value)
-    count, period = value.split("/", 1)
-    unit = RATE_UNITS.get(period[-1:])
-    number = period[:-1] or "1"
-    if unit is None or not all(part.isascii() and part.isdigit() for part in (count, number)):
-        raise RateError(value)
-    if int(count) < 1 or int(number) < 1:
-        raise RateError(value)
-    return int(count), int(number) * unit
+    count, number, unit = match.groups()
+    return int(count), int(number or "1") * RATE_UNITS[unit]
 
 
 def plural(count: int, noun: str) -> str:

@@ -18,12 +18,12 @@ from django.core.validators import RegexValidator
 
 from .conf import LEASE_MIN, scylla_settings
 from .exceptions import error_record
-from .text import DurationError, positive_duration
+from .exceptions import validate_delay as validate_delay  # the rule lives beside Snooze
+from .text import TIMEOUT_MAX, DurationError, positive_duration
 
 RN_MAX_LENGTH = 128
 QUEUE_MAX_LENGTH = 100
 JSON_MAX_DEPTH = 64
-TIMEOUT_MAX = timedelta(seconds=10**9)  # about 31 years: anything longer is a mistake
 
 # Not "." or "..": clients normalise them away in a URL (/tasks/../ is /), so such a task could
 # never be read or cancelled by its rn.
@@ -139,16 +139,6 @@ def validate_timeouts(value: Mapping[str, object] | None) -> dict[str, timedelta
             "Timeouts are a mapping of queues to durations.", code="invalid_timeout"
         )
     return {queue: validate_timeout(t) for queue, t in value.items() if t is not None}
-
-
-def validate_delay(value: object) -> timedelta:
-    """A snooze's delay: a positive duration (a timedelta, seconds or text such as "30s")."""
-    try:
-        return positive_duration(value, maximum=TIMEOUT_MAX)
-    except DurationError:
-        raise ValidationError(
-            f"A delay must be a positive duration, not {value!r}.", code="invalid_delay"
-        ) from None
 
 
 def validate_lease_length(value: object) -> timedelta:
@@ -278,6 +268,12 @@ def _check_any(value: Any, what: str, depth: int) -> None:
         raise ValidationError(
             f"{what} holds a {type(value).__name__}, which is not JSON.", code="invalid_json"
         )
+
+
+def invalid_result(exc: ValidationError) -> dict[str, Any]:
+    """The error `invalid_result` of a task whose handler returned what `validate_json` refused
+    (not JSON, too deep, too large): its messages as words, not a list's repr."""
+    return error_record("invalid_result", "; ".join(exc.messages)[:500])
 
 
 def validate_json(

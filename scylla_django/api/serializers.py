@@ -42,7 +42,7 @@ from ..models import (
 )
 from ..models.children import MAX_SPAWNED
 from ..models.key_control import MAX_LIMIT
-from ..models.keys import described
+from ..models.keys import RATE_PATTERN, described, parse_rate
 from ..notify import URL_MAX_LENGTH
 from ..retries import MAX_DELAY as MAX_RETRY_DELAY
 from ..schedules import DEFINITION_KEYS as SCHEDULE_KEYS
@@ -440,7 +440,8 @@ class TaskDetailSerializer(TaskSerializer):
     )
     waiting = serializers.SerializerMethodField(
         help_text="Why a ready task is not running now, each reason `{code, detail, ...}` "
-        "(`not_before`, `parents`, `queue_paused`, `lock_held`, `limit_full`, `order_waits`, "
+        "(`not_before`, `parents` with the `parents` it still waits for, `queue_paused`, "
+        "`queue_full`, `unserved`, `lock_held`, `limit_full`, `order_waits`, "
         "`rate_exhausted`); empty for any other task."
     )
     children = serializers.SerializerMethodField(
@@ -543,6 +544,18 @@ class LimitsField(LocksField):
 class KeyNameField(LocksField):
     """An order key or a rate's name, passed on as sent: the submission checks it (400
     `invalid_key`, `unknown_rate`)."""
+
+
+@extend_schema_field({"type": "string", "enum": list(ON_CONFLICT)})
+class OnConflictField(LocksField):
+    """A submission's `on_conflict`, passed on as sent: the submission checks it (400
+    `invalid_on_conflict`, as from Python)."""
+
+
+@extend_schema_field({"type": "string", "enum": list(ORDER_ON_FAILURE)})
+class OrderOnFailureField(LocksField):
+    """A submission's `order_on_failure`, passed on as sent: the submission checks it (400
+    `invalid_key`, as any bad key field, and as from Python)."""
 
 
 # A duration as text over HTTP: a whole number from 1 to 999 and a unit. The schema states
@@ -656,8 +669,7 @@ class SubmitSerializer(StrictSerializer):
         required=False,
         help_text="And none within this long after the last one finished (seconds or '1h').",
     )
-    on_conflict = serializers.ChoiceField(
-        choices=list(ON_CONFLICT),
+    on_conflict = OnConflictField(
         required=False,
         help_text=(
             "When the key is held: `return` the holder (200, the default), `raise` (409 "
@@ -679,8 +691,7 @@ class SubmitSerializer(StrictSerializer):
     order_key = KeyNameField(
         required=False, help_text="The key's tasks run one at a time, in submit order."
     )
-    order_on_failure = serializers.ChoiceField(
-        choices=list(ORDER_ON_FAILURE),
+    order_on_failure = OrderOnFailureField(
         required=False,
         help_text="With `order_key`: whether an abort for good holds the key (`block`, the "
         "default) or the next task runs (`continue`).",
@@ -1406,14 +1417,25 @@ class LimitChangeSerializer(StrictSerializer):
     max_running = StrictIntegerField(min_value=1, max_value=MAX_LIMIT)
 
 
-RATE_TEXT = r"^[1-9][0-9]{0,8}/([1-9][0-9]{0,8})?[smhd]$"
+@extend_schema_field({"type": "string", "pattern": RATE_PATTERN, "minLength": 1, "maxLength": 20})
+class RateField(serializers.Field):  # type: ignore[type-arg]
+    """A rate as settings write it: "100/m", "5/10s". Anything else is a 400 `invalid_rate`
+    with the message `key_control.set_rate` gives from Python (`keys.parse_rate`)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        try:
+            parse_rate(data)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.messages, code="invalid_rate") from None
+        return str(data)
+
+    def to_representation(self, value: Any) -> Any:
+        return value
 
 
-def rate_field() -> StrictCharField:
+def rate_field() -> RateField:
     """A rate as settings write it: "100/m", "5/10s"."""
-    return StrictCharField(
-        max_length=20,
-        validators=[RegexValidator(RATE_TEXT, 'A rate is "<count>/<period>": "100/m", "5/10s".')],
+    return RateField(
         help_text='"<count>/<period>", the period s, m, h or d with an optional number: '
         '"100/m", "5/10s".',
     )

@@ -20,7 +20,7 @@ queryset, the model or the `Tables` it works on.
 | `clock` | `Now`, `Clock`, `now_plus()`, `read_clock()`: the database clock |
 | `transactions` | `write_atomic()`: the transaction of a state change |
 | `connections` | `discard_connection()`, `ping()` |
-| `retry` | `DatabaseRetry`: a loop's retries of a failed database call |
+| `retry` | `DatabaseRetry`: a loop's retries of a failed database call; `migrate_hint()` |
 | `prepared` | prepared statements and a worker's plan settings (PostgreSQL) |
 | `tables` | `Tables`: the models the lease and finish statements name |
 | `rows` | raw rows converted as the ORM would |
@@ -57,7 +57,7 @@ from .postgresql import (
 )
 from .prepared import prepared_cursor, prepares, use_worker_plans
 from .replicas import ReplicaLag, replica_lag
-from .retry import DatabaseRetry
+from .retry import DatabaseRetry, migrate_hint
 from .sqlite import sqlite_json_each
 from .tables import Tables
 from .transactions import write_atomic
@@ -107,6 +107,7 @@ __all__ = [
     "lease_statement",
     "listen",
     "lock_rows",
+    "migrate_hint",
     "now_plus",
     "ping",
     "planned_rows",

@@ -27,6 +27,21 @@ from collections.abc import Callable
 from ..retries import database_retry_delay
 from .connections import discard_connection
 
+#: What the databases say of a table or column that is not there (SQLite, PostgreSQL, MariaDB).
+_MISSING = ("no such table", "no such column", "does not exist", "doesn't exist", "unknown column")
+
+
+def migrate_hint(exc: BaseException) -> str:
+    """What to do when `exc` says a table or column of scylla_django is missing (`migrate` was
+    forgotten, or not run after an upgrade): a hint naming `manage.py migrate`, to append to
+    the loop's warning; "" for any other error."""
+    text = str(exc).lower()
+    if "scylla_django_" in text and any(words in text for words in _MISSING):
+        return (
+            " (the scylla_django tables are missing or out of date: run `python manage.py migrate`)"
+        )
+    return ""
+
 
 class DatabaseRetry:
     """The consecutive failures of one loop's database call, and the wait before the next try.

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 from django.conf import settings
@@ -166,3 +168,19 @@ def configure_logging(verbosity: int) -> None:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         logger.addHandler(handler)
+
+
+@contextmanager
+def reader_may_leave() -> Iterator[None]:
+    """Around a command's output: when its reader stops reading (`scylla_tasks show RN | head`
+    closes the pipe), end quietly with status 1, as a Unix tool does, not with a traceback.
+
+    What is left to print goes to /dev/null, so the flush at exit cannot fail again.
+    """
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(1) from None

@@ -21,9 +21,8 @@ from ..enums import (
 )
 from ..notify import NOTIFY_QUEUE, default_notify, validate_notify
 from ..queue_keys import default_keys
-from ..text import DurationError, positive_duration
+from ..text import TIMEOUT_MAX, DurationError, positive_duration
 from ..validation import (
-    TIMEOUT_MAX,
     FieldErrors,
     validate_json,
     validate_on_conflict,
@@ -81,6 +80,9 @@ class SubmitOutcome:
     rn: str | None
     outcome: Literal["inserted", "duplicate", "replaced", "invalid"]
     errors: dict[str, list[str]] = field(default_factory=dict)
+    #: The code of each message of `errors`, field by field in the same order: the codes
+    #: `submit()` raises for the same input (`unknown_limit`, `invalid_key`, ...).
+    codes: dict[str, list[str]] = field(default_factory=dict)
 
 
 class BulkSubmission:
@@ -107,7 +109,11 @@ class BulkSubmission:
             except ValidationError as exc:
                 rn = item.get("rn") if isinstance(item, Mapping) else None
                 self.outcomes[index] = SubmitOutcome(
-                    index, rn if isinstance(rn, str) else None, "invalid", _error_dict(exc)
+                    index,
+                    rn if isinstance(rn, str) else None,
+                    "invalid",
+                    _error_dict(exc),
+                    _error_codes(exc),
                 )
                 continue
             rn = task["rn"]
@@ -218,6 +224,17 @@ def _error_dict(exc: ValidationError) -> dict[str, list[str]]:
     if hasattr(exc, "error_dict"):
         return {k: [str(m) for e in v for m in e.messages] for k, v in exc.error_dict.items()}
     return {"__all__": list(exc.messages)}
+
+
+def _error_codes(exc: ValidationError) -> dict[str, list[str]]:
+    """The codes of `exc`'s messages by field, as `_error_dict` lists the messages
+    ("invalid" for a message raised without a code)."""
+    if hasattr(exc, "error_dict"):
+        return {
+            k: [one.code or "invalid" for e in v for one in e.error_list]
+            for k, v in exc.error_dict.items()
+        }
+    return {"__all__": [one.code or "invalid" for one in exc.error_list]}
 
 
 def validate_terminal_statuses(statuses: Iterable[str] | None) -> list[str]:

@@ -15,11 +15,12 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import NotSupportedError, connections, models
-from django.db.models import Q, QuerySet
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from .. import db
 from ..conf import scylla_settings
 from ..db import Now
+from ..text import RATE_PATTERN as RATE_PATTERN  # the API's schema shows it
 from ..text import RateError, rate_parts
 from ..validation import (
     KEY_NAME_MAX_LENGTH,
@@ -336,14 +337,47 @@ def holders(tasks: QuerySet[Any], element: str) -> QuerySet[Any]:
     return tasks.filter(match, status="running", keys__isnull=False)
 
 
+#: The most parents a `parents` reason names.
+PARENTS_NAMED = 10
+
+
+def _parents_reason(task: Any, tasks: QuerySet[Any]) -> dict[str, Any]:
+    """The `parents` reason of the held follow-up `task`: the parents it still waits for
+    (those not completed; a purged one shows as `purged`), the first `PARENTS_NAMED` named."""
+    from .dependencies import Dependency
+
+    pending = (
+        Dependency.objects.using(tasks.db)
+        .filter(child_id=task.pk)
+        .annotate(status=Subquery(tasks.filter(pk=OuterRef("parent_id")).values("status")[:1]))
+        .filter(Q(status__isnull=True) | ~Q(status="completed"))
+    )
+    count = pending.count()
+    named = [
+        {"rn": rn, "status": status or "purged"}
+        for rn, status in pending.order_by("pk").values_list("parent_rn", "status")[:PARENTS_NAMED]
+    ]
+    if not count:
+        detail = "its parents completed: the monitor's next pass releases it"
+    else:
+        listed = ", ".join(f"{p['rn']} ({p['status']})" for p in named)
+        more = f" and {count - len(named)} more" if count > len(named) else ""
+        detail = f"waits for its parents to complete: {listed}{more}"
+    return {"code": "parents", "parents": named, "pending": count, "detail": detail}
+
+
 def waiting_reasons(task: Any) -> list[dict[str, Any]]:
     """Why the ready `task` is not running now, read on the database (advisory: it may change
     the next moment), each reason `{"code", "key", "detail", ...}`: `not_before`, `parents` (a
-    follow-up), `queue_paused`, `lock_held` (`holders`: rns, and `holds`), `limit_full`
-    (`running`/`max_running`), `order_waits` (`for`: the rn of the earlier task),
-    `rate_exhausted` (`until`). Empty for a task that is not ready, or may run now."""
+    follow-up: `parents`, the first `PARENTS_NAMED` it still waits for as `{rn, status}`, and
+    `pending`, how many it waits for), `queue_paused`, `queue_full` (`running`/`max_running`
+    of the queue's limit), `unserved` (no alive or silent worker leases from its queue),
+    `lock_held` (`holders`: rns, and `holds`), `limit_full` (`running`/`max_running`),
+    `order_waits` (`for`: the rn of the earlier task), `rate_exhausted` (`until`). Empty for a
+    task that is not ready, or may run now."""
     from .dependencies import HELD
     from .queues import QueueSetting
+    from .serving import live_worker_queues
 
     if task.status != "ready":
         return []
@@ -352,11 +386,25 @@ def waiting_reasons(task: Any) -> list[dict[str, Any]]:
     now = db.read_clock(using)
     reasons: list[dict[str, Any]] = []
     if task.not_before == HELD:
-        reasons.append({"code": "parents", "detail": "waits for its parents to complete"})
+        reasons.append(_parents_reason(task, tasks))
     elif task.not_before is not None and task.not_before > now:
         reasons.append({"code": "not_before", "detail": f"not before {task.not_before}"})
-    if QueueSetting.objects.using(using).filter(queue=task.queue, paused=True).exists():
+    setting = QueueSetting.objects.using(using).filter(queue=task.queue).first()
+    if setting is not None and setting.paused:
         reasons.append({"code": "queue_paused", "detail": f"queue {task.queue} is paused"})
+    if setting is not None and setting.max_running is not None:
+        n = tasks.filter(queue=task.queue, status="running").count()
+        if n >= setting.max_running:
+            reasons.append(
+                {
+                    "code": "queue_full",
+                    "running": n,
+                    "max_running": setting.max_running,
+                    "detail": f"queue {task.queue} full {n}/{setting.max_running} (its limit)",
+                }
+            )
+    if task.queue not in live_worker_queues(using, max_age=0):
+        reasons.append({"code": "unserved", "detail": f"no live worker serves queue {task.queue}"})
     epoch = now.timestamp()
     for element in task.keys or []:
         kind, name = element[:2], element[2:]

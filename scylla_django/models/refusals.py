@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db import models
 
+from .. import db, validation
 from ..enums import Operation, Status, sources
 from ..exceptions import (
     InvalidTransition,
@@ -17,6 +18,7 @@ from ..exceptions import (
     TaskNotFound,
 )
 from .history import finished_by
+from .processes import Worker
 
 
 def refusal_errors(
@@ -85,6 +87,29 @@ def lease_reset_refusal(task: Any, owner: str, lease: int, using: str) -> Scylla
             rn=task.rn,
             status=status,
         )
-    return OwnerAlive(
-        f"{owner} is alive: it still heartbeats task {task.rn}.", rn=task.rn, status=status
+    return OwnerAlive(owner_alive_detail(task.rn, owner, using), rn=task.rn, status=status)
+
+
+def owner_alive_detail(rn: str, owner: str, using: str) -> str:
+    """Why the lease of task `rn` may not be reset yet: how old `owner`'s last heartbeat is,
+    and when it turns silent (two heartbeat intervals unseen), on the database clock. A
+    worker killed a moment ago (SIGKILL) is judged alive until then: it cannot be told apart
+    from one that is working."""
+    seen = (
+        Worker.objects.using(using)
+        .filter(pk=validation.worker_id(owner) or 0)
+        .values("last_seen", "silent_at")
+        .first()
     )
+    if seen is None:
+        return f"{owner} still heartbeats task {rn}."
+    now = db.read_clock(using)
+    age = max((now - seen["last_seen"]).total_seconds(), 0.0)
+    detail = f"{owner}'s last heartbeat was {age:.0f} s ago: it may still be working on task {rn}"
+    if seen["silent_at"] is not None:
+        left = max((seen["silent_at"] - now).total_seconds(), 0.0)
+        detail += (
+            f"; if its process is gone, the lease can be reset once the worker is silent, "
+            f"in {left:.0f} s"
+        )
+    return detail + "."

@@ -268,10 +268,11 @@ class Monitor:
                 except DatabaseError as exc:
                     backoff = retry.failed()  # the connection is dropped too
                     logger.warning(
-                        "monitor pass failed (%s: %s); retrying in %s",
+                        "monitor pass failed (%s: %s); retrying in %s%s",
                         type(exc).__name__,
                         " ".join(str(exc).split()) or "no message",
                         short(timedelta(seconds=backoff)),
+                        db.migrate_hint(exc),
                     )
                     if self._wait(stop, backoff):
                         break

@@ -35,7 +35,9 @@ def retry(action: Callable[[], T], what: str, *, using: str, stop: threading.Eve
             return action()
         except DatabaseError as exc:
             wait = failures.failed()
-            logger.warning("cannot %s (%s); retrying in %gs", what, exc, wait)
+            logger.warning(
+                "cannot %s (%s); retrying in %gs%s", what, exc, wait, db.migrate_hint(exc)
+            )
             stop.wait(wait)
     return None
 

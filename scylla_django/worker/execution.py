@@ -49,7 +49,7 @@ from ..exceptions import (
 from ..handlers import HandlerRegistry, TaskContext
 from ..models import Outcome, Task
 from ..resources import ThreadMeter, Usage
-from ..validation import validate_delay, validate_json
+from ..validation import invalid_result, validate_delay, validate_json
 from .capture import TaskLog, captured
 from .database import OwnConnections, close_handler_connections
 from .hooks import WorkerHooks
@@ -487,8 +487,7 @@ class Execution:
             return Outcome(task.pk, task.leases, value, children=tuple(ctx.children))
         except ValidationError as exc:  # a result that is not JSON, or too large
             logger.warning("%s: the result of %s was rejected: %s", self._name(), task.rn, exc)
-            error = error_record("invalid_result", str(exc)[:500])
-            return Outcome(task.pk, task.leases, errors=[error])
+            return Outcome(task.pk, task.leases, errors=[invalid_result(exc)])
 
     def _raised(self, ctx: TaskContext, exc: BaseException) -> Outcome | None:
         task = ctx.task
@@ -548,7 +547,7 @@ def _member_outcome(
         try:
             result = validate_json(result, "result", allow_null=True)
         except ValidationError as exc:
-            return None, [error_record("invalid_result", str(exc)[:500])]
+            return None, [invalid_result(exc)]
     return result, errors
 
 

@@ -76,7 +76,11 @@ class LeaseLoop:
                     self.connection.discard()
                     wait = failures.failed()
                     logger.warning(
-                        "%s cannot lease (%s); retrying in %gs", self.worker.name, exc, wait
+                        "%s cannot lease (%s); retrying in %gs%s",
+                        self.worker.name,
+                        exc,
+                        wait,
+                        db.migrate_hint(exc),
                     )
                     self.stopping.wait(wait)
                     continue

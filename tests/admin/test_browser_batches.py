@@ -49,6 +49,26 @@ def batches(transactional_db, django_user_model, monkeypatch):
     return batch.row
 
 
+CONTRAST = """([text, behind]) => {
+    const rgb = (css) => css.match(/[\\d.]+/g).slice(0, 3).map(Number);
+    const luminance = (css) => {
+        const [r, g, b] = rgb(css).map((c) => {
+            c /= 255;
+            return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+        });
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+    };
+    const fg = luminance(getComputedStyle(document.querySelector(text)).color);
+    const bg = luminance(getComputedStyle(document.querySelector(behind)).backgroundColor);
+    return (Math.max(fg, bg) + 0.05) / (Math.min(fg, bg) + 0.05);
+}"""
+
+
+def contrast(page, text: str, behind: str) -> float:
+    """The WCAG contrast ratio of `text`'s colour on `behind`'s background (4.5: AA)."""
+    return float(page.evaluate(CONTRAST, [text, behind]))
+
+
 def test_batch_page_and_dead_letters(batches, page, live_server):
     expect = sync_api.expect
     page.goto(f"{live_server.url}/admin/scylla_django/batch/")
@@ -65,6 +85,8 @@ def test_batch_page_and_dead_letters(batches, page, live_server):
     expect(page.locator("#result_list tbody tr")).to_have_count(2)
     page.goto(f"{live_server.url}/admin/scylla_django/task/dashboard/")
     expect(page.locator("#scylla-dead-count")).to_have_text("3")
+    # The count is a link on the module's coloured header: it must stand out from it.
+    assert contrast(page, "#scylla-dead-count", "#scylla-dead h2") >= 4.5
     page.click("#scylla-dead-count")
     expect(page.locator("#result_list tbody tr")).to_have_count(3)
     page.click("#toggle-nav-sidebar")

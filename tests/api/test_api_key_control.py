@@ -93,9 +93,9 @@ def test_a_limit_is_made_with_post_and_tasks_may_name_it(operator):
         ("/limits/", {"name": "a", "max_running": 0}, "max_running", "min_value"),
         ("/limits/", {"name": "a", "max_running": "2"}, "max_running", "invalid"),
         ("/limits/", {"name": "a"}, "max_running", "required"),
-        ("/rates/", {"name": "a", "rate": "100/fortnight"}, "rate", "invalid"),
-        ("/rates/", {"name": "a", "rate": 100}, "rate", "invalid"),
-        ("/rates/", {"name": "a", "rate": "0/m"}, "rate", "invalid"),
+        ("/rates/", {"name": "a", "rate": "100/fortnight"}, "rate", "invalid_rate"),
+        ("/rates/", {"name": "a", "rate": 100}, "rate", "invalid_rate"),
+        ("/rates/", {"name": "a", "rate": "0/m"}, "rate", "invalid_rate"),
     ],
 )
 def test_bad_limits_and_rates_are_400_and_write_nothing(operator, path, body, field, code):

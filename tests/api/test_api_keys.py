@@ -63,7 +63,7 @@ def test_an_order_key_blocks_on_failure_by_default(api):
         ({"order_key": ""}, "order_key", "invalid_key"),
         ({"order_key": 9}, "order_key", "invalid_key"),
         ({"order_key": "x" * 201}, "order_key", "invalid_key"),
-        ({"order_key": "c", "order_on_failure": "skip"}, "order_on_failure", "invalid_choice"),
+        ({"order_key": "c", "order_on_failure": "skip"}, "order_on_failure", "invalid_key"),
         ({"order_on_failure": "continue"}, "order_on_failure", "invalid_key"),
         ({"rate_key": "nope"}, "rate_key", "unknown_rate"),
         ({"rate_key": ["stripe"]}, "rate_key", "invalid_key"),

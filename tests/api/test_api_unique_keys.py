@@ -69,7 +69,7 @@ def test_the_window_is_seconds_or_a_duration_string(api, window, seconds):
         ({"unique_key": ["k"]}, "unique_key", "invalid_unique_key"),
         ({"unique_key": "k", "unique_window": -5}, "unique_window", "invalid_unique_window"),
         ({"unique_key": "k", "unique_window": "later"}, "unique_window", "invalid_unique_window"),
-        ({"unique_key": "k", "on_conflict": "merge"}, "on_conflict", "invalid_choice"),
+        ({"unique_key": "k", "on_conflict": "merge"}, "on_conflict", "invalid_on_conflict"),
     ],
 )
 def test_bad_input_is_400_with_a_code_and_writes_nothing(api, body, field, code):

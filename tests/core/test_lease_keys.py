@@ -536,6 +536,7 @@ def test_waiting_reasons_name_each_key_that_is_not_free(settings):
 
 
 def test_a_task_free_to_run_has_no_reason_and_a_delayed_one_says_so():
+    WorkerFactory()  # a live worker serves the queue "default"
     task = Task.objects.submit("default", 1, locks=["a"])
     assert codes(task) == []
     later = Task.objects.submit(

@@ -11,7 +11,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from scylla_django.enums import EventType, Status
-from scylla_django.exceptions import LeaseLost
+from scylla_django.exceptions import LeaseLost, Snooze
 from scylla_django.followups import release_followups
 from scylla_django.models import History, Outcome, Task
 from scylla_django.monitor import Monitor
@@ -68,6 +68,18 @@ def test_a_snooze_is_fenced_on_the_lease(worker, other_worker):
     with pytest.raises(LeaseLost):
         second.snooze(other_worker, 10)  # no longer held: it is ready
     assert Task.objects.get(pk=task.pk).snoozes == 1
+
+
+@pytest.mark.parametrize("delay", [0, -5, "soon", None, float("nan"), True, 10**10])
+def test_a_snooze_is_refused_when_built_with_a_bad_delay(delay):
+    with pytest.raises(ValidationError) as raised:
+        Snooze(delay)
+    assert raised.value.code == "invalid_delay"
+    assert raised.value.messages == [f"A delay must be a positive duration, not {delay!r}."]
+
+
+def test_a_snooze_keeps_its_delay_as_a_timedelta():
+    assert Snooze("30s").delay == Snooze(30).delay == timedelta(seconds=30)
 
 
 @pytest.mark.parametrize("delay", [0, -5, "soon", None, float("nan"), True])

@@ -4,6 +4,7 @@ lease itself (on the database, from the API and from `manage.py scylla_queue`)."
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -11,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from scylla_django.enums import Status
 from scylla_django.models import QueueSetting, Task, Worker
@@ -183,3 +185,24 @@ def test_command_pauses_resumes_limits_and_lists(worker):
         run("pause", "-bad")
     with pytest.raises(CommandError):
         run("limit", "mail", "0")
+
+
+def test_command_list_does_not_count_a_held_follow_up_or_a_later_task_as_ready(worker):
+    Task.objects.submit("etl", {}, rn="extract")
+    Task.objects.submit("etl", {}, rn="load", after=["extract"])
+    Task.objects.submit("etl", {}, rn="tomorrow", not_before=timezone.now() + timedelta(days=1))
+    [line] = run("list").splitlines()
+    assert line.split() == [
+        "etl",
+        "active",
+        "1",
+        "ready",
+        "1",
+        "waiting",
+        "for",
+        "parents",
+        "1",
+        "scheduled",
+    ]
+    QueueSetting.objects.limit("etl", 2)
+    assert run("list").split()[-1] == "max_running=2"

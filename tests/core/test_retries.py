@@ -66,6 +66,22 @@ def test_backoff_without_jitter_is_exact_and_capped():
 
 
 @pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Fixed(-5), "Fixed.seconds must be at least 0 and at most 31536000 (365 days)"),
+        (lambda: Fixed(4e7), "Fixed.seconds must be at least 0 and at most 31536000 (365 days)"),
+        (lambda: Exponential(cap=-1), "Exponential.cap must be at least 0 and at most 31536000"),
+    ],
+)
+def test_a_delay_out_of_range_names_its_bound_readably(build, message):
+    with pytest.raises(ValidationError) as raised:
+        build()
+    assert raised.value.code == "invalid_retry"
+    [said] = raised.value.messages
+    assert said.startswith(message) and "e+" not in said, said
+
+
+@pytest.mark.parametrize(
     "kwargs",
     [{"max_attempts": 0}, {"max_attempts": True}, {"backoff": 5}, {"on": (int,)}, {"codes": ("",)}],
 )

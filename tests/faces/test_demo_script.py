@@ -68,7 +68,9 @@ def processes_marked(marker: str) -> list[int]:
     return found
 
 
-def start_demo(tmp_path: Path, port: int, *args: str) -> tuple[subprocess.Popen[bytes], str]:
+def demo_env(tmp_path: Path, port: int) -> tuple[dict[str, str], str]:
+    """The demo's environment (this virtualenv, a SQLite file in `tmp_path`, `port`) and the
+    marker that finds its processes."""
     marker = f"SCYLLA_DEMO_TEST={uuid.uuid4()}"
     env = {
         key: value
@@ -81,6 +83,11 @@ def start_demo(tmp_path: Path, port: int, *args: str) -> tuple[subprocess.Popen[
         DATABASE_URL=f"sqlite:///{tmp_path / 'demo.sqlite3'}",
         SCYLLA_DEMO_TEST=marker.split("=", 1)[1],
     )
+    return env, marker
+
+
+def start_demo(tmp_path: Path, port: int, *args: str) -> tuple[subprocess.Popen[bytes], str]:
+    env, marker = demo_env(tmp_path, port)
     process = subprocess.Popen(
         [str(ROOT / "scripts" / "demo"), *args],
         env=env,
@@ -95,6 +102,21 @@ def wait_until_gone(marker: str, timeout: float = 15) -> list[int]:
     while (left := processes_marked(marker)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
+
+
+def wait_for_server(port: int, process: subprocess.Popen[bytes], log: Path | None = None) -> None:
+    """Wait until the demo's web server answers; fail with its output if `process` ends."""
+    deadline = time.monotonic() + 120
+    while True:
+        if process.poll() is not None:
+            output = log.read_text() if log else process.stdout.read().decode()  # type: ignore[union-attr]
+            pytest.fail(f"the demo ended: {output}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/login/", timeout=2)
+            return
+        except (urllib.error.URLError, ConnectionError):
+            assert time.monotonic() < deadline, "the web server never answered"
+            time.sleep(0.3)
 
 
 def demo_tasks(tmp_path: Path) -> int:
@@ -120,15 +142,7 @@ def test_sigterm_stops_every_child_and_a_second_setup_submits_nothing(tmp_path):
     port = free_port()
     process, marker = start_demo(tmp_path, port)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, process.stdout.read().decode()  # type: ignore[union-attr]
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/login/", timeout=2)
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert time.monotonic() < deadline, "the web server never answered"
-                time.sleep(0.3)
+        wait_for_server(port, process)
         assert len(processes_marked(marker)) >= 4  # the script, the server, worker, monitor
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=60)
@@ -182,3 +196,32 @@ def test_the_demo_prefers_python_3_13_then_3_12_then_python3(tmp_path):
     assert find_python(str(bin_dir)) == str(twelve)
     thirteen = fake_python(bin_dir, "python3.13")
     assert find_python(str(bin_dir)) == str(thirteen)
+
+
+def test_ctrl_c_through_a_pipe_that_ends_stops_every_child(tmp_path):
+    """`scripts/demo 2>&1 | tee demo.log`, then Ctrl-C: the terminal's SIGINT reaches the
+    script and `tee` together, so the pipe is gone by the time the script stops its children;
+    writing to it must not kill the script before they are stopped."""
+    port = free_port()
+    env, marker = demo_env(tmp_path, port)
+    log = tmp_path / "demo.log"
+    # The shell's own process group stands for the terminal's foreground job.
+    shell = subprocess.Popen(
+        ["bash", "-c", f'"{ROOT / "scripts" / "demo"}" 2>&1 | tee "{log}" >/dev/null'],
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        wait_for_server(port, shell, log)
+        children = processes_marked(marker)
+        assert len(children) >= 4, children  # the script, the server, worker, monitor
+        os.killpg(shell.pid, signal.SIGINT)
+        shell.wait(timeout=60)
+        left = wait_until_gone(marker, timeout=30)
+        assert left == [], (left, log.read_text())
+    finally:
+        for pid in processes_marked(marker):
+            os.kill(pid, signal.SIGKILL)
+        if shell.poll() is None:
+            os.killpg(shell.pid, signal.SIGKILL)
+            shell.wait()

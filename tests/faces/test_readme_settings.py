@@ -1,17 +1,23 @@
-"""The README's settings block builds a working project: `check`, `migrate`, a task run.
+"""The README's settings block builds a working project (`check`, `migrate`), and its quick
+start, "A first task", runs on it as written: the handler, the submission, the worker, the
+result, then a worker and a monitor for good.
 
 The blocks are read from README.md itself (the ```python blocks that start with `# settings.py`
-and `# urls.py`), so the README cannot drift from what works. Each step is a real
-`manage.py` process on a database of its own, made for the test and dropped after it.
+and `# urls.py`, and the blocks of the section "A first task"), so the README cannot drift from
+what works. Each step is a real `manage.py` process on a database of its own, made for the test
+and dropped after it.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -35,7 +41,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "readme_app",
+    "myapp",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -67,15 +73,6 @@ from django.urls import path
 urlpatterns = [path("admin/", admin.site.urls)]
 """
 
-HANDLERS = """\
-from scylla_django import handler
-
-
-@handler("reports")
-def report(ctx):
-    return {"kind": ctx.spec["kind"]}
-"""
-
 TASKS = """\
 from django.tasks import task
 
@@ -101,6 +98,26 @@ def readme_blocks() -> dict[str, str]:
     found = {name: code for code, name in BLOCK.findall((ROOT / "README.md").read_text())}
     assert set(found) == {"settings", "urls"}, "README.md lost its settings or urls block"
     return found
+
+
+def quick_start() -> tuple[str, list[list[str]], list[list[str]]]:
+    """The section "A first task": its handler file, the commands that run a first task, and
+    the commands that run a worker and a monitor for good (each command split as a shell
+    would, `python` standing for this interpreter)."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("\n## A first task\n")
+    section = text[start : text.index("\n## ", start + 1)]
+    [handlers] = re.findall(r"```python\n(# myapp/handlers\.py .*?)```", section, re.DOTALL)
+    blocks = [
+        [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
+        for block in re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+    ]
+    assert len(blocks) == 2, "the quick start lost its commands"
+    for block in blocks:
+        for command in block:
+            assert command[:2] == ["python", "manage.py"], command
+            command[0] = sys.executable
+    return handlers, blocks[0], blocks[1]
 
 
 def test_the_readme_has_one_settings_block_with_each_feature():
@@ -133,8 +150,9 @@ def database():
 
 
 @pytest.mark.postgres
-def test_a_project_from_the_readme_block_checks_migrates_and_runs_a_task(tmp_path, database):
+def test_a_project_from_the_readme_runs_the_quick_start_as_written(tmp_path, database):
     blocks = readme_blocks()
+    handlers, first_task, for_good = quick_start()
     own_database = textwrap.dedent(
         f"""
         # The test's own database on the test server; everything above is the README's.
@@ -151,10 +169,10 @@ def test_a_project_from_the_readme_block_checks_migrates_and_runs_a_task(tmp_pat
         BASE_SETTINGS + "\n" + blocks["settings"] + own_database
     )
     (tmp_path / "site_urls.py").write_text(BASE_URLS + "\n" + blocks["urls"])
-    app = tmp_path / "readme_app"
+    app = tmp_path / "myapp"
     app.mkdir()
     (app / "__init__.py").write_text("")
-    (app / "handlers.py").write_text(HANDLERS)
+    (app / "handlers.py").write_text(handlers)
     (app / "tasks.py").write_text(TASKS)
     (tmp_path / "manage.py").write_text(MANAGE)
     env = {
@@ -164,34 +182,26 @@ def test_a_project_from_the_readme_block_checks_migrates_and_runs_a_task(tmp_pat
     }
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
 
-    def manage(*args: str) -> str:
+    def run(command: list[str]) -> str:
         done = subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
+            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
         )
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout + done.stderr
 
+    def manage(*args: str) -> str:
+        return run([sys.executable, "manage.py", *args])
+
     checked = manage("check", "--fail-level", "WARNING")
     assert "System check identified no issues" in checked, checked
     manage("migrate", "-v", "0")
-    manage(
-        "shell",
-        "-c",
-        "from scylla_django.models import Task; Task.objects.submit('reports', {'kind': 'daily'}, "
-        "rn='r1')",
-    )
-    manage("scylla_worker", "--queue", "reports", "--once", "-v", "0")
-    assert "completed {'kind': 'daily'}" in manage(
-        "shell",
-        "-c",
-        "from scylla_django.models import Task; t = Task.objects.get(rn='r1'); "
-        "print(t.status, t.result)",
-    )
+
+    # A first task: submit, one worker pass, show.
+    outputs = [run(command) for command in first_task]
+    shown = outputs[-1]
+    assert re.search(r"^status +completed$", shown, re.MULTILINE), shown
+    assert '"kind": "daily"' in shown and '"rn": "first-report"' in shown, shown
+
     scraped = manage(
         "shell",
         "-c",
@@ -199,17 +209,73 @@ def test_a_project_from_the_readme_block_checks_migrates_and_runs_a_task(tmp_pat
         "print(r.status_code, b'scylla_tasks' in r.content)",
     )
     assert "200 True" in scraped
+
+    # For good: a worker of both queues and a monitor, until SIGTERM.
+    worker, monitor = for_good
+    assert worker[2:] == ["scylla_worker", "--queue", "default", "--queue", "reports"]
+    result_id = None
     if django.VERSION < (6, 0):
-        return  # django.tasks came with Django 6.0: the TASKS setting is ignored before it
-    # The id on a line of its own: the log may warn that no live worker serves the queue yet.
-    enqueued = manage(
-        "shell", "-c", "from readme_app.tasks import add; print('id', add.enqueue(2, 3).id)"
-    )
-    [result_id] = [line.split()[1] for line in enqueued.splitlines() if line.startswith("id ")]
-    manage("scylla_worker", "--queue", "default", "--once", "-v", "0")
-    assert "SUCCESSFUL 5" in manage(
+        # django.tasks came with Django 6.0: the README says to leave `default` out.
+        worker = worker[:3] + worker[5:]
+    else:
+        # The id on a line of its own: the log may warn that no live worker serves the queue.
+        enqueued = manage(
+            "shell", "-c", "from myapp.tasks import add; print('id', add.enqueue(2, 3).id)"
+        )
+        [result_id] = [line.split()[1] for line in enqueued.splitlines() if line.startswith("id ")]
+    manage(
         "shell",
         "-c",
-        f"from readme_app.tasks import add; r = add.get_result({result_id!r}); "
-        "print(r.status, r.return_value)",
+        "from scylla_django.models import Task; Task.objects.submit('reports', {'kind': 'weekly'}, "
+        "rn='second-report')",
     )
+    running = [
+        subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        for command in (worker, monitor)
+    ]
+    try:
+        wait_for_rows(
+            database,
+            "SELECT count(*) FROM scylla_django_task WHERE status = 'completed'",
+            3 if result_id else 2,
+            running,
+        )
+        wait_for_rows(
+            database,
+            "SELECT count(*) FROM scylla_django_monitor WHERE last_pass IS NOT NULL",
+            1,
+            running,
+        )
+    finally:
+        for process in running:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        outputs = [process.communicate(timeout=120)[0].decode() for process in running]
+    assert [process.returncode for process in running] == [0, 0], outputs
+    if result_id:
+        assert "SUCCESSFUL 5" in manage(
+            "shell",
+            "-c",
+            f"from myapp.tasks import add; r = add.get_result({result_id!r}); "
+            "print(r.status, r.return_value)",
+        )
+
+
+def wait_for_rows(
+    database: dict[str, object], query: str, count: int, running: list[subprocess.Popen[bytes]]
+) -> None:
+    """Wait until `query` counts `count`, while every process of `running` still runs."""
+    import psycopg
+
+    deadline = time.monotonic() + 120
+    with psycopg.connect(**database) as connection:
+        while True:
+            [(found,)] = connection.execute(query).fetchall()
+            if found >= count:
+                return
+            ended = [p.args for p in running if p.poll() is not None]
+            assert not ended, f"ended early: {ended}"
+            assert time.monotonic() < deadline, f"{query}: {found}, not {count}"
+            time.sleep(0.2)

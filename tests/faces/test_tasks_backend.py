@@ -409,6 +409,20 @@ def test_check_reports_a_queue_with_a_handler_of_its_own_and_a_bad_queue_name(
         call_command("scylla_worker", "--queue", "fine", "--once", skip_checks=False)
 
 
+def test_queues_written_as_a_string_is_an_error_not_one_queue_a_letter(settings, scratch_registry):
+    tasks = {"default": {"BACKEND": "scylla_django.backends.ScyllaBackend", "QUEUES": "default"}}
+    assert check_ids(settings, tasks) == ["scylla_django.E014"]
+    from django.tasks.checks import check_tasks
+
+    [error] = check_tasks()
+    assert "is the string 'default', not a list" in error.msg
+    assert error.hint == "Write a list: 'QUEUES': ['default']."
+    register_handlers()
+    assert [q for q in "default" if scratch_registry.serves(q)] == []  # no queue a letter
+    with pytest.raises(SystemCheckError, match="E014"):
+        call_command("scylla_worker", "--queue", "d", "--once", skip_checks=False)
+
+
 def test_a_backend_option_gives_a_task_functions_tasks_keys(settings):
     from tests.django_tasks import add
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +19,7 @@ from django.core.management.base import CommandError
 from django.db.models.functions import Now
 
 from scylla_django.enums import Status
-from scylla_django.models import Task
+from scylla_django.models import Task, Worker
 from tests.factories import TaskFactory, running_task
 from tests.processes import child_env
 
@@ -228,14 +230,54 @@ def test_retry_twice_is_refused(some):
 
 
 def test_requeue_a_task_whose_worker_is_gone(some):
-    with pytest.raises(CommandError, match="is alive"):
+    # A worker killed a moment ago looks as alive as one at work: the refusal says how old its
+    # heartbeat is and when it may be requeued, not that it is alive.
+    Worker.objects.filter(pk=some.pk).update(
+        last_seen=Now() - timedelta(seconds=4), silent_at=Now() + timedelta(seconds=16)
+    )
+    with pytest.raises(CommandError) as refused:
         tasks_command("requeue", "a-3")
+    said = str(refused.value)
+    assert re.fullmatch(
+        rf"{some.name}'s last heartbeat was [45] s ago: it may still be working on task a-3; "
+        r"if its process is gone, the lease can be reset once the worker is silent, in 1[56] s\.",
+        said,
+    ), said
+    assert "alive" not in said
     some.stop()
     out = tasks_command("requeue", "a-3")
     assert out.strip() == f"requeued a-3: ready again ({some.name} lost its lease)"
     task = Task.objects.get(rn="a-3")
     assert (task.status, task.owner, task.progress) == (Status.READY, None, 0.0)
     assert task.history.last().typ == "TaskTimeout"
+
+
+def test_discard_lets_a_dead_letter_go_once(some):
+    assert Task.objects.get(rn="a-2").dead is not None
+    out = tasks_command("discard", "a-2")
+    assert out.strip() == "discarded a-2: aborted, no longer a dead letter"
+    task = Task.objects.get(rn="a-2")
+    assert (task.status, task.dead) == (Status.ABORTED, None)
+    with pytest.raises(CommandError, match=r"Task a-2 is not a dead letter \(aborted\)"):
+        tasks_command("discard", "a-2")
+    with pytest.raises(CommandError, match=r"Task a-1 is not a dead letter \(completed\)"):
+        tasks_command("discard", "a-1")
+
+
+@pytest.mark.keys
+def test_release_order_lets_the_key_s_later_tasks_run(worker):
+    first = Task.objects.submit("default", {"n": 1}, rn="o-1", order_key="customer:9")
+    Task.objects.submit("default", {"n": 2}, rn="o-2", order_key="customer:9")
+    [leased] = Task.objects.lease(worker, ["default"], limit=5)
+    assert leased.rn == first.rn
+    leased.abort(worker, {"code": "boom"}, retry=False)
+    assert Task.objects.lease(worker, ["default"], limit=5) == []  # the key is held
+    out = tasks_command("release-order", "o-1")
+    assert out.strip() == "released the order key customer:9 held by o-1: its later tasks may run"
+    assert Task.objects.get(rn="o-1").history.last().typ == "TaskOrderRelease"
+    assert [t.rn for t in Task.objects.lease(worker, ["default"], limit=5)] == ["o-2"]
+    with pytest.raises(CommandError, match="o-1"):
+        tasks_command("release-order", "o-1")
 
 
 def test_requeue_refuses_a_task_that_is_not_running(some):
@@ -310,3 +352,26 @@ def test_a_terminal_without_rich_gets_plain_text(some, monkeypatch):
     out = tasks_command("watch", "--once", stdout=Terminal())
     assert "[########------------]  40%" in out
     assert tasks_command("list", stdout=Terminal()).splitlines()[0].startswith("rn ")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("command", [["scylla_tasks", "show", "a-2"], ["scylla_queue", "list"]])
+def test_a_reader_that_stops_reading_ends_the_command_quietly(some, command):
+    """`scylla_tasks show RN | head`: the pipe's reader is gone before the command writes."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), *command],
+            cwd=ROOT,
+            env=child_env(),
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(writer)
+    assert done.returncode == 1
+    # Nothing but what checks may warn of (MariaDB's missing partial indexes, say).
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

@@ -57,16 +57,20 @@ def test_a_handler_that_snoozes_too_often_is_aborted(settings):
     assert stored.errors[0]["code"] == "too_many_snoozes"
 
 
-def test_a_bad_snooze_delay_aborts_the_task():
-    task = Task.objects.submit("t-snooze", {"times": 1, "delay": -1, "raise": True})
+@pytest.mark.parametrize("raised", [True, False], ids=["raise Snooze", "ctx.snooze"])
+def test_a_bad_snooze_delay_aborts_the_task(raised):
+    """`Snooze(-1)` fails where it is built, as `ctx.snooze("later")` does where it is
+    called: the handler raises the ValidationError, and the task is aborted with it."""
+    task = Task.objects.submit(
+        "t-snooze", {"times": 1, "delay": -1 if raised else "later", "raise": raised}
+    )
     run_once("t-snooze")
     stored = Task.objects.get(pk=task.pk)
-    assert stored.status == Status.ABORTED and stored.errors[0]["code"] == "invalid_delay"
-    other = Task.objects.submit("t-snooze", {"times": 1, "delay": "later"})
-    run_once("t-snooze")
-    stored = Task.objects.get(pk=other.pk)
     assert stored.status == Status.ABORTED
-    assert stored.errors[0]["args"]["type"] == "django.core.exceptions.ValidationError"
+    [error] = stored.errors
+    assert error["code"] == "exception"
+    assert error["args"]["type"] == "django.core.exceptions.ValidationError"
+    assert "A delay must be a positive duration, not" in error["args"]["message"]
 
 
 def test_children_are_submitted_when_their_parent_completes():

@@ -17,6 +17,7 @@ from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import Abort, LeaseLost, TaskCancelled
 from scylla_django.handlers import HandlerAlreadyRegistered, HandlerRegistry, TaskContext, handler
 from scylla_django.models import History, Task, TaskQuerySet, Worker
+from scylla_django.testing import run_task
 from scylla_django.worker import TaskWorker, WorkerOptions
 from scylla_django.worker.slots import Slots
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
@@ -68,7 +69,17 @@ def test_a_result_that_is_not_json_aborts_instead_of_crashing():
     TaskWorker(WorkerOptions(["t-bad-result"])).run(once=True)
     task.refresh_from_db()
     assert task.status == Status.ABORTED
-    assert task.errors[0]["code"] == "invalid_result"
+    # The description in words, not the repr of a list of messages.
+    assert task.errors == [
+        {
+            "code": "invalid_result",
+            "args": {},
+            "description": "result holds a set, which is not JSON.",
+        }
+    ]
+    # The same from a run in the foreground (scylla_run, scylla_django.testing).
+    again = Task.objects.submit("t-bad-result", {})
+    assert run_task(again.rn).errors == task.errors
 
 
 def test_it_leases_only_up_to_its_concurrency_and_sends_progress():

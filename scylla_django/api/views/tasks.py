@@ -207,7 +207,10 @@ class TaskViewSet(LeaseRoutes, RepairRoutes, ScyllaView, viewsets.GenericViewSet
                 "rn": outcome.rn,
                 "outcome": outcome.outcome,
                 "errors": {
-                    name: [{"code": "invalid", "detail": message} for message in messages]
+                    name: [
+                        {"code": code, "detail": message}
+                        for code, message in zip(outcome.codes[name], messages, strict=True)
+                    ]
                     for name, messages in outcome.errors.items()
                 },
             }

@@ -6,9 +6,13 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import Count, Q
 
-from ...models import QueueSetting, Task
-from ..base import non_negative_int, queue_name
+from ...db import Now
+from ...enums import Status
+from ...models import HELD, QueueSetting, Task
+from ...models.queues import due
+from ..base import non_negative_int, queue_name, reader_may_leave
 
 
 class Command(BaseCommand):
@@ -47,7 +51,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         operation = options["operation"]
         if operation == "list":
-            self.list_queues()
+            with reader_may_leave():
+                self.list_queues()
             return
         queue = options["queue"]
         try:
@@ -69,9 +74,22 @@ class Command(BaseCommand):
         self.stdout.write(str(setting))
 
     def list_queues(self) -> None:
+        """Each queue with ready tasks or settings: paused or active, its ready tasks split
+        into those leasable now, the follow-ups waiting for their parents and those whose
+        `not_before` is ahead, and its limit. One query over the ready tasks."""
         settings = {s.queue: s for s in QueueSetting.objects.all()}
-        ready = Task.objects.ready_summary()
-        names = sorted({*settings, *ready})
+        counts: dict[str, dict[str, Any]] = {
+            row["queue"]: dict(row)
+            for row in Task.objects.filter(status=Status.READY)
+            .order_by()
+            .values("queue")
+            .annotate(
+                ready=Count("id", filter=due()),
+                held=Count("id", filter=Q(not_before=HELD)),
+                scheduled=Count("id", filter=Q(not_before__gt=Now()) & ~Q(not_before=HELD)),
+            )
+        }
+        names = sorted({*settings, *counts})
         if not names:
             self.stdout.write("No queue has ready tasks or settings.")
             return
@@ -79,7 +97,12 @@ class Command(BaseCommand):
         for name in names:
             setting = settings.get(name) or QueueSetting(queue=name)
             state = "paused" if setting.paused else "active"
-            limit = f"max_running={setting.max_running}" if setting.max_running else ""
-            waiting = ready.get(name, (0, None))[0]
-            line = f"{name:<{width}}  {state:<6}  {waiting:>8} ready  {limit}"
-            self.stdout.write(line.rstrip())
+            row = counts.get(name, {})
+            line = f"{name:<{width}}  {state:<6}  {row.get('ready', 0):>8} ready"
+            if row.get("held"):
+                line += f"  {row['held']} waiting for parents"
+            if row.get("scheduled"):
+                line += f"  {row['scheduled']} scheduled"
+            if setting.max_running:
+                line += f"  max_running={setting.max_running}"
+            self.stdout.write(line)

@@ -15,11 +15,11 @@ from ... import logs
 from ...db import read_clock
 from ...durations import ago, short
 from ...enums import Status
-from ...exceptions import ScyllaError
-from ...models import Task, TaskQuerySet
+from ...exceptions import InvalidTransition, ScyllaError
+from ...models import Task, TaskQuerySet, key_control
 from ...text import plural
 from ...validation import RN_MAX_LENGTH, rn_validator
-from ..base import duration, positive_int, queue_name
+from ..base import duration, positive_int, queue_name, reader_may_leave
 from ..terminal import percent, plain_table, rich_console, rich_table, text_bar
 
 LIST_COLUMNS = ("rn", "queue", "status", "progress", "attempt", "owner", "updated", "error")
@@ -49,7 +49,8 @@ class Command(BaseCommand):
     help = (
         "Tasks from the command line: list them with the API's filters, show one with its "
         "history and errors, watch the running ones' progress live, cancel, retry (a new linked "
-        "attempt) or requeue (reset the lease of a task whose worker is gone)."
+        "attempt), requeue (reset the lease of a task whose worker is gone), discard a dead "
+        "letter or release the order key an aborted task holds."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -120,6 +121,25 @@ class Command(BaseCommand):
         )
         requeue.add_argument("rn", type=rn_argument, metavar="RN")
 
+        discard = commands.add_parser(
+            "discard",
+            help="Let a dead letter go: it stays aborted and is purged after RETENTION.",
+            description="Let a dead letter go (the admin's and the API's discard): it stays "
+            "aborted, is no longer dead, and is purged after RETENTION. To run it again "
+            "instead, retry it.",
+        )
+        discard.add_argument("rn", type=rn_argument, metavar="RN")
+
+        release = commands.add_parser(
+            "release-order",
+            help="Release the order key an aborted task holds: its key's later tasks run.",
+            description="A task of an order key that aborted for good with order_on_failure "
+            "'block' keeps the key's later tasks waiting until it is retried or released here "
+            "(the admin's and the API's release): one write, with a History TaskOrderRelease; "
+            "the task stays aborted.",
+        )
+        release.add_argument("rn", type=rn_argument, metavar="RN")
+
     def add_filters(self, parser: CommandParser, *, statuses: bool) -> None:
         """The filters `list` and `watch` share with GET /tasks/."""
         if statuses:
@@ -153,7 +173,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         operation = options["operation"]
         try:
-            getattr(self, f"do_{operation}")(options)
+            with reader_may_leave():
+                getattr(self, f"do_{operation.replace('-', '_')}")(options)
         except (ScyllaError, ValidationError) as exc:
             raise CommandError(message(exc)) from exc
 
@@ -376,6 +397,23 @@ class Command(BaseCommand):
         owner = task.owner
         task.reset_lease(owner, task.leases)
         self.stdout.write(f"requeued {task.rn}: ready again ({owner} lost its lease)")
+
+    def do_discard(self, options: dict[str, Any]) -> None:
+        task = Task.objects.get_by_rn(options["rn"])
+        if not Task.objects.filter(pk=task.pk).discard():
+            raise InvalidTransition(
+                f"Task {task.rn} is not a dead letter ({task.status}).",
+                rn=task.rn,
+                status=str(task.status),
+            )
+        self.stdout.write(f"discarded {task.rn}: aborted, no longer a dead letter")
+
+    def do_release_order(self, options: dict[str, Any]) -> None:
+        task = Task.objects.get_by_rn(options["rn"])
+        key_control.release_order(task)
+        self.stdout.write(
+            f"released the order key {task.order_key} held by {task.rn}: its later tasks may run"
+        )
 
 
 def message(exc: Exception) -> str:
