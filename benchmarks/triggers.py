@@ -44,8 +44,8 @@ def main() -> None:
     postgres.print_machine()
 
     from scylla_django import events
-    from scylla_django.firings import Sweep, fire
     from scylla_django.models import Consumption, Event, Firing, Schedule, Task
+    from scylla_django.schedules.firings import Sweep, fire
 
     Consumption.objects.all().delete()
     Firing.objects.all().delete()

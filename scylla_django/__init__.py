@@ -18,7 +18,7 @@ __all__ = ["Abort", "Exponential", "Fixed", "Retry", "Snooze", "emit", "handler"
 def emit(kind: str, payload: Mapping[str, Any] | None = None, using: str | None = None) -> Any:
     """Store an event (`scylla_django.emit("partition.added", {"dataset": "sales"})`) in the
     current transaction, for the schedules whose trigger listens to it. See `events.emit`."""
-    from . import events  # the models load once the apps are ready
+    from .schedules import events  # the models load once the apps are ready
 
     return events.emit(kind, payload, using)
 

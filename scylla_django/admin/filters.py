@@ -20,11 +20,11 @@ from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from .. import events
 from ..db import Now
 from ..enums import Liveness, Status
 from ..models import Consumption, TaskQuerySet, Worker
 from ..models.keys import naming
+from ..schedules import events
 from ..validation import key_name, queue_validator, validate_unique_key
 from . import dashboard
 

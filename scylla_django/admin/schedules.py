@@ -28,11 +28,12 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from .. import calendars, constraints, db, firings, schedules, triggers
+from .. import db, schedules
 from ..durations import short
 from ..enums import Status
 from ..exceptions import DuplicateTask, InvalidTransition
 from ..models import Schedule, Task, WaitingRun
+from ..schedules import calendars, constraints, firings, triggers
 from .databases import DatabasePages
 
 if TYPE_CHECKING:  # django-stubs makes these generic; Django's classes cannot be subscripted

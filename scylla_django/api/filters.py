@@ -24,11 +24,11 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework.exceptions import ErrorDetail
 from rest_framework.exceptions import ValidationError as APIValidationError
 
-from .. import events
 from ..enums import Liveness, Status
 from ..models import Consumption, Event, Task, Worker, WorkerQuerySet
 from ..models.events import KIND_MAX_LENGTH
 from ..models.keys import naming
+from ..schedules import events
 from ..validation import (
     KEY_NAME_MAX_LENGTH,
     QUEUE_MAX_LENGTH,

@@ -25,10 +25,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 
-from .. import events, followups
+from .. import followups
 from ..conf import LEASE_MIN
 from ..enums import EventType, Liveness, Status
-from ..firings import latest_firings, why_not
 from ..models import (
     MAX_PARENTS,
     CatchUp,
@@ -46,8 +45,10 @@ from ..models.keys import RATE_PATTERN, described, parse_rate
 from ..notify import URL_MAX_LENGTH
 from ..retries import MAX_DELAY as MAX_RETRY_DELAY
 from ..schedules import DEFINITION_KEYS as SCHEDULE_KEYS
+from ..schedules import events
+from ..schedules.firings import latest_firings, why_not
+from ..schedules.triggers import SINCE_ALL, SINCE_CHANGE
 from ..text import positive_duration
-from ..triggers import SINCE_ALL, SINCE_CHANGE
 from ..validation import (
     KEY_NAME_MAX_LENGTH,
     ON_CONFLICT,

@@ -5,7 +5,7 @@ queue that completed, aborted or was cancelled). A schedule with a trigger fires
 `Firing` submits its task (through the schedule's run constraints) and records, as
 `Consumption` rows, the events it consumed, so that no event fires the same schedule twice.
 `Watermark` is how far the monitor has read History for task events. See
-`scylla_django.events` and `scylla_django.triggers`.
+`scylla_django.schedules.events` and `scylla_django.schedules.triggers`.
 """
 
 from __future__ import annotations

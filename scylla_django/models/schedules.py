@@ -63,7 +63,7 @@ class Schedule(models.Model):
     name = models.CharField(max_length=100, unique=True, validators=[schedule_name_validator])
     cron = models.CharField(max_length=200, blank=True)
     every = models.DurationField(null=True, blank=True)
-    # A trigger instead of cron/every: fires on events (see `scylla_django.triggers`).
+    # A trigger instead of cron/every: fires on events (see `scylla_django.schedules.triggers`).
     trigger = models.JSONField(null=True, blank=True)
     timezone = models.CharField(max_length=64, default="UTC")
     queue = models.CharField(max_length=QUEUE_MAX_LENGTH, validators=[queue_validator])
@@ -72,7 +72,7 @@ class Schedule(models.Model):
     enabled = models.BooleanField(default=True)
     catch_up = models.CharField(max_length=8, choices=CatchUp.choices, default=CatchUp.ONE)
     skip_if_running = models.BooleanField(default=False)
-    # Run constraints (see scylla_django.constraints).
+    # Run constraints (see scylla_django.schedules.constraints).
     window = models.JSONField(default=list, blank=True)
     min_gap = models.DurationField(null=True, blank=True)
     max_runs = models.CharField(max_length=20, blank=True)

@@ -18,7 +18,7 @@ class WaitingRun(models.Model):
     restarts, and the schedule row's lock plus the unique rn make a release happen once however
     many monitors run. The monitor looks at a row again at `recheck` (the soonest a constraint
     can change, e.g. the window's opening) and gives up at `deadline` (`wait_timeout`), then
-    cancels or forces the run as `on_timeout` says. See `scylla_django.constraints`.
+    cancels or forces the run as `on_timeout` says. See `scylla_django.schedules.constraints`.
     """
 
     id = models.BigAutoField(primary_key=True)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from .. import events, firings
 from ..conf import scylla_settings
 from ..durations import short
 from ..models import Monitor as MonitorRecord
 from ..models import Task, Worker
+from ..schedules import events, firings
 from ..text import plural
 from .service import Service
 

@@ -1,5 +1,5 @@
 """The service that fires the schedules with a trigger, after writing the task events their
-triggers listen to (see `scylla_django.events` and `scylla_django.firings`)."""
+triggers listen to (see `scylla_django.schedules.events` and `scylla_django.schedules.firings`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from .. import events, firings, schedules
+from .. import schedules
+from ..schedules import events, firings
 from ..text import plural
 from .service import Service
 

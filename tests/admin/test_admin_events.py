@@ -10,8 +10,8 @@ import pytest
 from django.urls import reverse
 
 import scylla_django
-from scylla_django.firings import fire
 from scylla_django.models import Event, Schedule
+from scylla_django.schedules.firings import fire
 from tests.helpers import staff
 
 pytestmark = pytest.mark.django_db

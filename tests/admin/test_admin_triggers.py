@@ -7,8 +7,8 @@ import pytest
 from django.urls import reverse
 
 import scylla_django
-from scylla_django.firings import fire
 from scylla_django.models import Firing, Schedule
+from scylla_django.schedules.firings import fire
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 
 import scylla_django
-from scylla_django.firings import fire
 from scylla_django.models import Event, Schedule
+from scylla_django.schedules.firings import fire
 from tests.helpers import API, assert_error, assert_field_error, client_for, make_user
 
 pytestmark = pytest.mark.django_db

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils.dateparse import parse_datetime
 
-from scylla_django.firings import fire, release
 from scylla_django.models import Consumption, Event, Firing, Schedule, Task
+from scylla_django.schedules.firings import fire, release
 from tests.helpers import API, assert_error, client_for, make_user, post
 
 pytestmark = pytest.mark.django_db

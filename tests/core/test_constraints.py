@@ -18,13 +18,13 @@ from django.core.checks import run_checks
 from django.core.exceptions import ValidationError
 
 from scylla_django import db
-from scylla_django.calendars import calendar
-from scylla_django.constraints import Constraints, parse_window, why
 from scylla_django.db import Now
 from scylla_django.enums import Status
 from scylla_django.models import Schedule, Task, WaitingRun
 from scylla_django.monitor import Monitor
 from scylla_django.schedules import clean_definition, next_tick, release, tick
+from scylla_django.schedules.calendars import calendar
+from scylla_django.schedules.constraints import Constraints, parse_window, why
 from tests.helpers import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)

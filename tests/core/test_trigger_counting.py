@@ -10,11 +10,11 @@ from django.core.exceptions import ValidationError
 
 import scylla_django
 from scylla_django import db
-from scylla_django.events import purge_events
-from scylla_django.firings import fire, listened, watermarks, why_not
 from scylla_django.models import Event, Firing, Schedule
 from scylla_django.schedules import clean_definition, sync_from_settings
-from scylla_django.triggers import clean_trigger, evaluate, mark_of, screen
+from scylla_django.schedules.events import purge_events
+from scylla_django.schedules.firings import fire, listened, watermarks, why_not
+from scylla_django.schedules.triggers import clean_trigger, evaluate, mark_of, screen
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,12 +12,12 @@ from django.db import connection
 
 import scylla_django
 from scylla_django import pytest_plugin, schedules
-from scylla_django.firings import delayed, fire, release, why_not
 from scylla_django.models import Consumption, Event, Firing, Schedule, Task, WaitingRun
 from scylla_django.monitor import Monitor
 from scylla_django.schedules import clean_definition
 from scylla_django.schedules import release as release_waiting
-from scylla_django.triggers import clean_trigger
+from scylla_django.schedules.firings import delayed, fire, release, why_not
+from scylla_django.schedules.triggers import clean_trigger
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -15,12 +15,12 @@ from django.db import connection, transaction
 
 import scylla_django
 from scylla_django import db
-from scylla_django.events import record_task_events
-from scylla_django.firings import Sweep, fire, listened, why_not
 from scylla_django.models import Consumption, Event, Firing, Schedule, Task, WaitingRun
 from scylla_django.monitor import Monitor
 from scylla_django.schedules import clean_definition, release, sync_from_settings
-from scylla_django.triggers import clean_trigger, evaluate, screen
+from scylla_django.schedules.events import record_task_events
+from scylla_django.schedules.firings import Sweep, fire, listened, why_not
+from scylla_django.schedules.triggers import clean_trigger, evaluate, screen
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

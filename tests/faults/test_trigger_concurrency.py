@@ -14,10 +14,10 @@ import pytest
 from django.db import connection, transaction
 
 import scylla_django
-from scylla_django.firings import fire
 from scylla_django.models import Consumption, Event, Firing, Schedule, Task, WaitingRun, Worker
 from scylla_django.monitor import Monitor
 from scylla_django.schedules import clean_definition
+from scylla_django.schedules.firings import fire
 from tests.helpers import run_in_threads
 from tests.processes import output_so_far, signal_each, start
 

@@ -12,8 +12,8 @@ from rest_framework import generics, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ... import events
 from ...models import Consumption, Event
+from ...schedules import events
 from .. import permissions
 from ..filters import EventFilter
 from ..pagination import EventCursorPagination

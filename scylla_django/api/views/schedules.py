@@ -15,8 +15,9 @@ from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ... import calendars, constraints, db, firings, schedules, triggers
+from ... import db, schedules
 from ...models import Schedule, WaitingRun
+from ...schedules import calendars, constraints, firings, triggers
 from .. import permissions
 from ..pagination import strict_page_size
 from ..schema import detail_post, document, errors

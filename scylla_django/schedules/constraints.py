@@ -38,13 +38,13 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from . import db
-from .enums import Status
-from .models import OnTimeout, Schedule, Task, WaitingRun, WhenUnmet, send_on_commit
-from .models.keys import parse_rate
-from .signals import task_submitted
-from .text import DurationError, positive_duration
-from .validation import FieldErrors
+from .. import db
+from ..enums import Status
+from ..models import OnTimeout, Schedule, Task, WaitingRun, WhenUnmet, send_on_commit
+from ..models.keys import parse_rate
+from ..signals import task_submitted
+from ..text import DurationError, positive_duration
+from ..validation import FieldErrors
 
 #: The constraint keys of a schedule definition, in the order forms and the API show them.
 CONSTRAINT_KEYS = (

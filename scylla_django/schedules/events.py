@@ -5,7 +5,7 @@ scylla_django.emit("partition.added", {"dataset": "sales", "day": "2026-11-25"})
 ```
 
 `emit` writes an `Event` row in the caller's transaction: an event emitted in a transaction
-that rolls back never existed, and a schedule's trigger (`scylla_django.triggers`) fires only on
+that rolls back never existed, and a schedule's trigger (`schedules.triggers`) fires only on
 committed events.
 
 Task events (`task.completed`, `task.aborted`, `task.cancelled`, with the payload `{"rn",
@@ -31,11 +31,11 @@ from django.db import IntegrityError
 from django.db.models import Exists, ExpressionWrapper, F, JSONField, OuterRef, Q, QuerySet
 from django.db.models.fields.json import KeyTransform
 
-from . import db
-from .enums import EventType, Status
-from .models import Consumption, Event, Firing, FiringOutcome, History, Watermark
-from .models.events import KIND_MAX_LENGTH
-from .validation import validate_json
+from .. import db
+from ..enums import EventType, Status
+from ..models import Consumption, Event, Firing, FiringOutcome, History, Watermark
+from ..models.events import KIND_MAX_LENGTH
+from ..validation import validate_json
 
 #: The status of a task event by the History event of its transition.
 TASK_STATUSES = {

@@ -31,7 +31,7 @@ At the top of a trigger (a leaf or a group):
   fire at once on events from before it; `"all"`: every event no firing of the schedule
   consumed, older ones included;
 - `delay: D`: a met trigger fires at once (its events consumed) but its firing waits D before
-  it goes through the run constraints (`scylla_django.firings`: a `delayed` firing, `due`).
+  it goes through the run constraints (`schedules.firings`: a `delayed` firing, `due`).
 
 A kind no event has yet is allowed (the events may come later); a malformed match, an empty
 `all`/`any`, a count below one, a duration that is not positive, a `since` other than
@@ -49,7 +49,10 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, Max, Q, QuerySet
 from django.utils.translation import gettext as _
 
-from .durations import short
+from ..durations import short
+from ..models import Consumption, Event
+from ..text import DurationError, positive_duration
+from ..validation import validate_queue
 from .events import (
     TASK_KIND_PREFIX,
     match_condition,
@@ -58,9 +61,6 @@ from .events import (
     validate_kind,
     validate_match,
 )
-from .models import Consumption, Event
-from .text import DurationError, positive_duration
-from .validation import validate_queue
 
 #: Most events one firing consumes (the rest fire the next one).
 MAX_EVENTS = 1000

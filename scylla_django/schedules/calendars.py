@@ -21,9 +21,9 @@ from datetime import UTC, datetime, timedelta
 
 from cronsim import CronSim
 
+from ..models import Schedule, WhenUnmet
+from . import next_tick
 from .constraints import Constraints
-from .models import Schedule, WhenUnmet
-from .schedules import next_tick
 
 #: The most ticks a calendar lists.
 MAX_CALENDAR = 500

@@ -34,9 +34,10 @@ from typing import Any
 
 from django.db.models import Max
 
-from . import constraints, db, schedules
-from .db import Now
-from .models import Consumption, Event, Firing, FiringOutcome, Schedule
+from .. import db, schedules
+from ..db import Now
+from ..models import Consumption, Event, Firing, FiringOutcome, Schedule
+from . import constraints
 from .triggers import Mark, State, delay_of, evaluate, leaf_kind, leaves, mark_of, screen
 
 #: Most firings of one schedule in a pass (a backlog of `count` events fires again and again).

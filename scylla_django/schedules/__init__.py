@@ -19,11 +19,11 @@ hour runs once (on the first pass), a job on every hour (`*` in the hour field) 
 passes. Intervals (`every`) are counted in UTC from the Unix epoch, so DST never moves them.
 
 Every tick goes through `fire()`, which asks the schedule's run constraints
-(`scylla_django.constraints`: window, min_gap, max_runs, max_concurrent) whether it runs now,
+(`schedules.constraints`: window, min_gap, max_runs, max_concurrent) whether it runs now,
 waits (held in a `WaitingRun` row, released by a later pass: `release()`) or is skipped.
 
-A schedule with a `trigger` instead of `cron`/`every` fires on events (`scylla_django.triggers`,
-`scylla_django.firings`); a trigger's firing goes through `fire()` too, under the same lock and
+A schedule with a `trigger` instead of `cron`/`every` fires on events (`schedules.triggers`,
+`schedules.firings`); a trigger's firing goes through `fire()` too, under the same lock and
 in the same transaction as the events it consumes.
 """
 
@@ -44,22 +44,23 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, router, transaction
 from django.db.models import Q, QuerySet
 
-from . import constraints, db
-from .conf import scylla_settings
-from .db import Now
-from .models import CatchUp, OnTimeout, Schedule, Task, WaitingRun
-from .models import Monitor as MonitorRecord
-from .models.processes import Peers
-from .models.schedules import watermark
-from .text import DurationError, positive_duration
-from .triggers import clean_trigger
-from .validation import (
+from .. import db
+from ..conf import scylla_settings
+from ..db import Now
+from ..models import CatchUp, OnTimeout, Schedule, Task, WaitingRun
+from ..models import Monitor as MonitorRecord
+from ..models.processes import Peers
+from ..models.schedules import watermark
+from ..text import DurationError, positive_duration
+from ..validation import (
     FieldErrors,
     validate_json,
     validate_priority,
     validate_queue,
     validate_schedule_name,
 )
+from . import constraints
+from .triggers import clean_trigger
 
 #: Most missed ticks submitted in one transaction with `catch_up="all"` (the next one goes on).
 MAX_CATCH_UP = 1000
