@@ -199,7 +199,7 @@ def test_a_database_outage_longer_than_the_lease(private_cluster):
             return rows[0][0] if rows else None
 
         wait_until(
-            lambda: status("kept") == status("expires") == "running", timeout=30, what="leases"
+            lambda: status("kept") == status("expires") == "running", timeout=120, what="leases"
         )
         cluster.stop()
         victim.kill()  # its lease expires during the outage
