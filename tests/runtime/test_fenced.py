@@ -82,7 +82,7 @@ def test_a_handler_whose_lease_was_reset_commits_nothing_in_a_fenced_block():
     Task.objects.filter(pk=task.pk).update(not_before=Now() + timedelta(hours=1))  # no re-lease
     assert expire_and_reset(task) == 1
     was_reset.set()
-    wait_until(lambda: worker.in_flight_count() == 0, timeout=10, what="the handler to stop")
+    wait_until(lambda: not worker._slots.in_hand(), timeout=60, what="the handler to stop")
     stop(worker, thread)
     assert [type(exc) for exc in raised] == [LeaseLost]
     assert not User.objects.filter(username="bob").exists()
@@ -121,7 +121,7 @@ def test_a_reset_waits_for_a_fenced_block_to_commit():
     proceed.set()
     resetter.join(25)
     assert resets in ([1], [0])  # reset, unless the task completed first
-    wait_until(lambda: worker.in_flight_count() == 0, timeout=10, what="the handler to finish")
+    wait_until(lambda: not worker._slots.in_hand(), timeout=60, what="the handler to finish")
     stop(worker, thread)
     assert User.objects.filter(username="carol").exists()
 

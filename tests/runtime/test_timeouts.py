@@ -121,7 +121,7 @@ def test_a_hung_handler_is_aborted_after_the_grace_and_the_worker_keeps_serving(
         # Its thread still sleeps; another took its place, and the slot is free again.
         after = Task.objects.submit("t-echo", {"n": 1})
         wait_until(lambda: Task.objects.get(pk=after.pk).status == Status.COMPLETED, timeout=60)
-        wait_until(lambda: worker.in_flight_count() == 0, timeout=60, what="every slot free")
+        wait_until(lambda: not worker._slots.in_hand(), timeout=60, what="every slot free")
     finally:
         stop(worker, thread)
 

@@ -74,7 +74,7 @@ def test_a_stop_notification_stops_the_cancelled_handler_at_once():
         notify(db.STOP_CHANNEL, other_name)  # another worker's cancellation: nothing to do
         Task.objects.get(pk=task.pk).cancel()
         notify(db.STOP_CHANNEL, worker.name)
-        wait_until(lambda: worker.in_flight_count() == 0, timeout=60, what="the handler to stop")
+        wait_until(lambda: not worker._slots.in_hand(), timeout=60, what="the handler to stop")
         assert Task.objects.get(pk=task.pk).status == Status.CANCELLED
     finally:
         stopped(worker, thread)
