@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
 
 from scylla_django import Fixed, Retry
 from scylla_django.enums import EventType, Status
@@ -147,7 +148,10 @@ def test_the_monitor_releases_follow_ups(parents, worker):
 
 @pytest.mark.concurrency
 def test_a_fan_in_of_10000_parents_releases_once(worker):
-    count = 10_000
+    # 2,000 on SQLite and MariaDB, whose writers take turns: the same statements, a fifth of
+    # the rows.
+    count = 10_000 if connection.vendor == "postgresql" else 2_000
+    last = f"p-{count - 1}"
     outcomes = Task.objects.submit_many(
         {"queue": "p", "spec": {}, "rn": f"p-{n}"} for n in range(count)
     )
@@ -155,9 +159,9 @@ def test_a_fan_in_of_10000_parents_releases_once(worker):
     Task.objects.submit("c", {}, rn="fan-in", after=[f"p-{n}" for n in range(count)])
     assert Dependency.objects.count() == count
     # Complete all but one parent (through the real transitions would take minutes here).
-    Task.objects.filter(queue="p").exclude(rn="p-9999").update(status=Status.COMPLETED)
+    Task.objects.filter(queue="p").exclude(rn=last).update(status=Status.COMPLETED)
     assert release_followups() == FollowUpPass(0, 0)
-    Task.objects.filter(rn="p-9999").update(status=Status.COMPLETED)
+    Task.objects.filter(rn=last).update(status=Status.COMPLETED)
 
     passes = run_in_threads([lambda _: release_followups()] * 3)
 
