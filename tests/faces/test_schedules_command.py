@@ -267,3 +267,23 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly(three, operation):
         os.close(writer)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+
+
+def test_the_readme_commands_run_as_written(three):
+    """Every command of the README's section "The schedule CLI" runs on its schedules."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## The schedule CLI") :]
+    block = section[section.index("```sh\n") + 6 : section.index("```\n", 10)]
+    commands = [line.split("#")[0].split()[3:] for line in block.splitlines()]
+    assert [args[0] for args in commands] == [
+        "list",
+        "show",
+        "pause",
+        "resume",
+        "run-now",
+        "why",
+        "calendar",
+    ]
+    for args in commands:
+        assert schedules_command(*args)
+    assert len(schedules_command(*commands[-1]).splitlines()) == 31
