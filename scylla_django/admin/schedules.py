@@ -103,15 +103,6 @@ class ScheduleForm(ScheduleFormBase):
         return data
 
 
-def dst_text(entry: calendars.Entry) -> str:
-    """A calendar entry's daylight-saving mark, in words."""
-    if entry.dst == "gap":
-        return _("moved to the end of the DST gap")
-    if entry.dst == "repeated":
-        return _("repeated hour, second pass") if entry.fold else _("repeated hour, first pass")
-    return ""
-
-
 def seconds_text(value: Any) -> str:
     """A duration as "<seconds>s", exact to the microsecond (the form saves what it shows)."""
     return f"{value.total_seconds():.6f}".rstrip("0").rstrip(".") + "s"
@@ -232,7 +223,7 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
             (
                 f"{e.tick:%Y-%m-%d %H:%M} UTC",
                 f"{e.local:%Y-%m-%d %H:%M %Z}",
-                dst_text(e),
+                calendars.dst_text(e),
                 "—" if e.runs is None else f"{e.runs:%Y-%m-%d %H:%M} UTC",
                 e.note,
             )
@@ -312,16 +303,12 @@ class ScheduleAdmin(DatabasePages, ScheduleAdminBase):
 
     @admin.action(permissions=["change"], description=gettext_lazy("Enable selected schedules"))
     def enable_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        count = 0
-        for schedule in queryset.filter(enabled=False):
-            Schedule.objects.filter(pk=schedule.pk).update(enabled=True)
-            schedules.reschedule(schedule)  # ticks missed while paused are not caught up
-            count += 1
+        count = len(schedules.resume(queryset))  # ticks missed while paused are not caught up
         self.message_user(request, _("%(count)d enabled.") % {"count": count}, messages.SUCCESS)
 
     @admin.action(permissions=["change"], description=gettext_lazy("Disable selected schedules"))
     def disable_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        count = queryset.filter(enabled=True).update(enabled=False)
+        count = len(schedules.pause(queryset))
         self.message_user(request, _("%(count)d disabled.") % {"count": count}, messages.SUCCESS)
 
     @admin.action(permissions=["run"], description=gettext_lazy("Run now"))

@@ -580,6 +580,34 @@ def run_now(schedule: Schedule, using: str | None = None) -> Task:
     return task
 
 
+def pause(schedules: QuerySet[Schedule]) -> list[str]:
+    """Disable the enabled ones of `schedules` (the admin's "Disable", `scylla_schedules
+    pause`): no tick or trigger fires them until they are resumed; a firing that waits for its
+    run constraints stays. Returns the names it paused."""
+    using = schedules.db
+    enabled = Schedule.objects.using(using).filter(pk__in=schedules.values("pk"), enabled=True)
+    with db.write_atomic(using):
+        names = list(enabled.select_for_update().values_list("name", flat=True))
+        Schedule.objects.using(using).filter(name__in=names).update(enabled=False, updated=Now())
+    return sorted(names)
+
+
+def resume(schedules: QuerySet[Schedule]) -> list[str]:
+    """Enable the disabled ones of `schedules` (the admin's "Enable", `scylla_schedules
+    resume`), each with its next run set from now on the database's clock in the same write:
+    the ticks missed while paused are not caught up. A firing that waits is looked at again at
+    the next pass. Returns the names it resumed."""
+    using = schedules.db
+    now = _database_now(using)
+    resumed = []
+    for schedule in schedules.filter(enabled=False):
+        enabled = Schedule.objects.using(using).filter(pk=schedule.pk, enabled=False)
+        if enabled.update(enabled=True, next_run=first_run(schedule, now), updated=Now()):
+            WaitingRun.objects.using(using).filter(schedule=schedule).update(recheck=now)
+            resumed.append(schedule.name)
+    return sorted(resumed)
+
+
 def reschedule(schedule: Schedule, using: str | None = None) -> None:
     """Set `next_run` from now (after creating or editing a schedule by hand)."""
     using = using or schedule._state.db or "default"

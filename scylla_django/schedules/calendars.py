@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from cronsim import CronSim
+from django.utils.translation import gettext as _
 
 from ..models import Schedule, WhenUnmet
 from . import next_tick
@@ -51,7 +52,7 @@ def calendar(schedule: Schedule, now: datetime, count: int = 10) -> list[Entry]:
     entries: list[Entry] = []
     waits_until: datetime | None = None
     moment = now
-    for _ in range(min(count, MAX_CALENDAR)):
+    for _step in range(min(count, MAX_CALENDAR)):
         moment = next_tick(schedule, moment)
         local = moment.astimezone(zone)
         dst, fold = _dst(schedule, moment, zone)
@@ -67,6 +68,15 @@ def calendar(schedule: Schedule, now: datetime, count: int = 10) -> list[Entry]:
                 note = f"waits for window {constraints.window_text}"
         entries.append(Entry(moment, local, dst, fold, runs, note))
     return entries
+
+
+def dst_text(entry: Entry) -> str:
+    """A calendar entry's daylight-saving mark, in words ("" for none)."""
+    if entry.dst == "gap":
+        return _("moved to the end of the DST gap")
+    if entry.dst == "repeated":
+        return _("repeated hour, second pass") if entry.fold else _("repeated hour, first pass")
+    return ""
 
 
 def _dst(schedule: Schedule, moment: datetime, zone: zoneinfo.ZoneInfo) -> tuple[str, int]:

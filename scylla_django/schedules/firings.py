@@ -36,9 +36,19 @@ from django.db.models import Max
 
 from .. import db, schedules
 from ..db import Now
-from ..models import Consumption, Event, Firing, FiringOutcome, Schedule
+from ..models import Consumption, Event, Firing, FiringOutcome, Schedule, WaitingRun
 from . import constraints
-from .triggers import Mark, State, delay_of, evaluate, leaf_kind, leaves, mark_of, screen
+from .triggers import (
+    SINCE_CHANGE,
+    Mark,
+    State,
+    delay_of,
+    evaluate,
+    leaf_kind,
+    leaves,
+    mark_of,
+    screen,
+)
 
 #: Most firings of one schedule in a pass (a backlog of `count` events fires again and again).
 MAX_FIRINGS = 100
@@ -275,6 +285,39 @@ def latest_firings(schedule: Schedule, limit: int = 10) -> list[Firing]:
     using = schedule._state.db or "default"
     firings = Firing.objects.using(using).filter(schedule=schedule).order_by("-id")
     return list(firings.prefetch_related("consumptions__event")[:limit])
+
+
+def why(schedule: Schedule, now: datetime) -> dict[str, Any]:
+    """The whole answer to "why does `schedule` not fire now?" at `now` (`GET
+    /schedules/{name}/why/`, `scylla_schedules why`): `runs` (a firing now would run at once),
+    the run constraints `unmet` (as dicts of `constraints.Unmet`), the firing `waiting` for
+    them (a `WaitingRun`, or None), and for a trigger (`trigger`, else None) where it counts
+    events from, what is unmet in it and the firings waiting for its delay."""
+    unmet = constraints.why(schedule, now)
+    try:
+        waiting: WaitingRun | None = schedule.waiting
+    except WaitingRun.DoesNotExist:
+        waiting = None
+    trigger: dict[str, Any] | None = None
+    if schedule.trigger is not None:
+        mark = mark_of_schedule(schedule)
+        trigger = {
+            "since": schedule.trigger.get("since", SINCE_CHANGE),
+            "counts_after": None if mark is None else mark.after,
+            "counts_from": None if mark is None else mark.time,
+            "unmet": why_not(schedule, now=now),
+            "delayed": delayed(schedule),
+        }
+    return {
+        "name": schedule.name,
+        "enabled": schedule.enabled,
+        "runs": schedule.enabled and not unmet and waiting is None,
+        "now": now,
+        "next_run": schedule.next_run,
+        "unmet": [vars(u) for u in unmet],
+        "waiting": waiting,
+        "trigger": trigger,
+    }
 
 
 def watermarks(using: str) -> dict[str, int]:

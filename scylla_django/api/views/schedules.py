@@ -3,7 +3,6 @@ does not fire now, and its calendar of next runs."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -16,8 +15,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ... import db, schedules
-from ...models import Schedule, WaitingRun
-from ...schedules import calendars, constraints, firings, triggers
+from ...models import Schedule
+from ...schedules import calendars, constraints, firings
 from .. import permissions
 from ..pagination import strict_page_size
 from ..schema import detail_post, document, errors
@@ -186,24 +185,8 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
     )
     @action(detail=True, methods=["get"])
     def why(self, request: Request, name: str) -> Response:
-        schedule = get_schedule(name)
-        now = db.read_clock("default")
-        unmet = constraints.why(schedule, now)
-        try:
-            waiting: WaitingRun | None = schedule.waiting
-        except WaitingRun.DoesNotExist:
-            waiting = None
-        body = {
-            "name": schedule.name,
-            "enabled": schedule.enabled,
-            "runs": schedule.enabled and not unmet and waiting is None,
-            "now": now,
-            "next_run": schedule.next_run,
-            "unmet": [vars(u) for u in unmet],
-            "waiting": waiting,
-            "trigger": _trigger_why(schedule, now),
-        }
-        return Response(WhySerializer(body).data)
+        answer = firings.why(get_schedule(name), db.read_clock("default"))
+        return Response(WhySerializer(answer).data)
 
     @document(
         operation_id="schedule_calendar",
@@ -223,20 +206,6 @@ class ScheduleViewSet(ScyllaView, viewsets.GenericViewSet[Schedule]):
         entries = calendars.calendar(schedule, db.read_clock("default"), count)
         rows = [{**vars(e), "local": e.local.isoformat()} for e in entries]
         return Response(CalendarEntrySerializer(rows, many=True).data)
-
-
-def _trigger_why(schedule: Schedule, now: datetime) -> dict[str, Any] | None:
-    """The `trigger` part of a schedule's why/ (None without a trigger)."""
-    if schedule.trigger is None:
-        return None
-    mark = firings.mark_of_schedule(schedule)
-    return {
-        "since": schedule.trigger.get("since", triggers.SINCE_CHANGE),
-        "counts_after": None if mark is None else mark.after,
-        "counts_from": None if mark is None else mark.time,
-        "unmet": firings.why_not(schedule, now=now),
-        "delayed": firings.delayed(schedule),
-    }
 
 
 def from_settings_conflict(schedule: Schedule) -> Response:
