@@ -15,7 +15,7 @@ from django.core.files.storage import FileSystemStorage
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
-from . import db, queue_keys
+from . import db, queue_keys, retries
 from .conf import DEFAULTS, scylla_settings
 from .schedules import schedule_errors
 
@@ -52,7 +52,7 @@ def check_settings() -> Iterator[CheckMessage]:
 def _setting_errors() -> Iterator[tuple[str, str]]:
     """(message, hint) of each invalid SCYLLA value."""
     for name in DEFAULTS:
-        if name == "SCHEDULES":  # reported one schedule at a time by check_schedules
+        if name in ("SCHEDULES", "RETRY"):  # reported one entry at a time by their checks
             continue
         try:
             getattr(scylla_settings, name)
@@ -254,6 +254,28 @@ def check_handler_keys() -> Iterator[CheckMessage]:
                 hint=f'Add it: SCYLLA["RATES"] = {{"{rate}": "100/m"}}.',
                 id="scylla_django.W021",
             )
+
+
+@system_check
+def check_retry_policies() -> Iterator[CheckMessage]:
+    """scylla_django.E030: an entry of SCYLLA["RETRY"] is not a retry policy (one error each,
+    naming its queue and what is wrong, the bad key included), or the setting is not a dict.
+
+    An error: a bad entry is ignored where policies are looked up, so the queue's tasks would
+    fall back on the next policy in line, or on none, without it.
+    """
+    for key, problem in sorted(retries.configured_problems().items()):
+        where = "SCYLLA['RETRY']" + (f"[{key!r}]" if key else "")
+        yield Error(
+            f"{where}: {problem}",
+            hint=(
+                'A policy is the JSON a task\'s "retry" takes over HTTP: {"max_attempts": 5, '
+                '"backoff": "exponential" | "fixed", "delay": 1, "base": 2, "cap": 600, '
+                '"jitter", "on": ["smtplib.SMTPException"], "codes", "timeouts", "crashes"}, '
+                f'by queue name, and "{retries.DEFAULT_KEY}" for the default.'
+            ),
+            id="scylla_django.E030",
+        )
 
 
 @system_check

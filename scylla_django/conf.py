@@ -19,6 +19,7 @@
 | `LIMITS` | `{}` | limits by name: most running tasks holding a slot (`submit(limits=...)`) |
 | `RATES` | `{}` | rates by name: most starts per period, "100/m" (`submit(rate_key=...)`) |
 | `TIMEOUTS` | `{}` | run-time limits by queue, for tasks and handlers that set none |
+| `RETRY` | `{}` | retry policies (JSON, as over HTTP) by queue, and `"*"`: the default |
 | `TIMEOUT_GRACE` | 10 s | how long a task past its timeout may still return before it is aborted |
 | `EAGER` | `False` | run handlers at submit time, on commit, in the submitting process (tests) |
 | `LISTEN_DATABASE` | `None` | the alias a worker's LISTEN connection is made from (a pooler) |
@@ -66,6 +67,7 @@ DEFAULTS: dict[str, Any] = {
     "LIMITS": {},
     "RATES": {},
     "TIMEOUTS": {},
+    "RETRY": {},
     "TIMEOUT_GRACE": timedelta(seconds=10),
     "EAGER": False,
     "TASK_LOG_MAX_BYTES": 1024 * 1024,
@@ -256,6 +258,12 @@ class ScyllaSettings:
                 f"SCYLLA['TIMEOUTS'] must be a dict of durations by queue, got {value!r}"
             )
         return {queue: as_duration(t, f"TIMEOUTS[{queue!r}]") for queue, t in value.items()}
+
+    @property
+    def RETRY(self) -> Any:
+        """The `RETRY` setting as given: retry policies by queue (`"*"`: the default), each
+        the JSON of a policy; `retries.configured_policies()` reads and checks it."""
+        return self._raw("RETRY")
 
     @property
     def TIMEOUT_GRACE(self) -> timedelta:

@@ -157,11 +157,17 @@ class Snooze(Exception):
     on the database clock, its attempt and lease count unspent; a History `TaskSnooze` row says
     so. A task that would snooze more than `SCYLLA["MAX_SNOOZES"]` times is aborted with the
     error `too_many_snoozes` instead.
+
+    `raise Snooze()` (no delay) waits what the handler's snooze policy says for the task's
+    next snooze (`@handler(queue, snooze=Exponential(...))`: its first waits `initial`, the
+    nth `initial * base ** (n - 1)`, at most `cap`); under a handler without one the task is
+    aborted with the error `invalid_delay`, as for a bad delay.
     """
 
-    def __init__(self, delay: timedelta | float | str) -> None:
-        checked = validate_delay(delay)  # a bad delay fails where it is written
-        super().__init__(f"snooze for {delay}")
+    def __init__(self, delay: timedelta | float | str | None = None) -> None:
+        # A bad delay fails where it is written; None is the handler's policy's to choose.
+        checked = None if delay is None else validate_delay(delay)
+        super().__init__("snooze" if delay is None else f"snooze for {delay}")
         self.delay = checked
 
 

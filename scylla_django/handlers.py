@@ -112,10 +112,11 @@ class TaskContext:
         """Record progress (0..1); it is sent with the next heartbeat."""
         self._progress = validate_progress(progress)
 
-    def snooze(self, delay: timedelta | float | str) -> NoReturn:
+    def snooze(self, delay: timedelta | float | str | None = None) -> NoReturn:
         """End this run and put the task back to ready `delay` from now (seconds, a timedelta
-        or text such as "5m"): raises `Snooze`. No attempt is spent (see `Task.snooze`)."""
-        raise Snooze(validate_delay(delay))
+        or text such as "5m"; None: what the handler's snooze policy says for the task's next
+        snooze): raises `Snooze`. No attempt is spent (see `Task.snooze`)."""
+        raise Snooze(None if delay is None else validate_delay(delay))
 
     def spawn(
         self, queue: str, spec: Any, *, now: bool = False, **options: Unpack[TaskOptions]
@@ -360,6 +361,7 @@ class HandlerRegistry:
         self._handlers: dict[str, Handler] = {}
         self._timeouts: dict[str, timedelta] = {}
         self._batches: dict[str, Batching] = {}
+        self._snoozes: dict[str, retries.Backoff] = {}
 
     def register(self, queue: str, func: Handler) -> None:
         queue = validate_queue(queue)
@@ -410,6 +412,28 @@ class HandlerRegistry:
     def batching_of(self, queue: str) -> Batching | None:
         """How `queue`'s tasks are batched, if its handler takes batches."""
         return self._batches.get(queue)
+
+    def set_snooze(self, queue: str, backoff: retries.Backoff | None) -> None:
+        """Make `backoff` the snooze policy of `queue`'s handler (None: unset)."""
+        queue = validate_queue(queue)
+        if backoff is None:
+            self._snoozes.pop(queue, None)
+        else:
+            self._snoozes[queue] = backoff
+
+    def snooze_delay(self, task: Task) -> timedelta:
+        """How long `task` waits for a snooze without a delay (`raise Snooze()`): what its
+        handler's snooze policy says for its next snooze, number `task.snoozes + 1`.
+        ValidationError `invalid_delay` if its handler has no snooze policy."""
+        backoff = self._snoozes.get(task.queue)
+        if backoff is None:
+            raise ValidationError(
+                f"A snooze without a delay needs a snooze policy on the handler of queue "
+                f"{task.queue!r}: @handler({task.queue!r}, snooze=Exponential(...)) or "
+                "snooze=Fixed(seconds).",
+                code="invalid_delay",
+            )
+        return validate_delay(backoff.delay(task.snoozes + 1))
 
     def serves(self, queue: str) -> bool:
         """Whether a handler is registered for `queue`."""
@@ -472,6 +496,7 @@ def handler(
     batch_size: int | None = None,
     batch_wait: timedelta | float | str | None = None,
     notify: str | None = None,
+    snooze: retries.Backoff | None = None,
 ) -> Callable[[H], H]:
     """Register the decorated function as the handler of `queues`.
 
@@ -493,11 +518,16 @@ def handler(
     `batch_wait` (default 0) has passed or the batch is full.
     `notify` is the URL that the outcome of the queues' tasks submitted without one is POSTed
     to once final (README, "Completion notifications"); it is checked at submission.
+    `snooze` (`Exponential(...)` or `Fixed(seconds)`) is how long a snooze without a delay
+    (`raise Snooze()`, `ctx.snooze()`) waits, by the task's snooze count: its first snooze
+    waits `backoff.delay(1)`, its nth `backoff.delay(n)`. TypeError if it is not a backoff,
+    ValidationError (`invalid_delay`) if a wait it gives is not a positive delay.
     """
     if retry is not None and not isinstance(retry, retries.Retry):
         raise TypeError(f"retry must be a Retry(...), not {retry!r}")
     if not queues:
         raise TypeError("@handler needs at least one queue name: @handler('reports')")
+    check_snooze_policy(snooze)
     defaults = queue_keys.check_defaults(
         {
             "unique_key": unique_key,
@@ -521,9 +551,32 @@ def handler(
             retries.register_policy(queue, retry)
             queue_keys.register_keys(queue, **defaults)
             register_notify(queue, notify)
+            registry.set_snooze(queue, snooze)
         return func
 
     return decorate
+
+
+def check_snooze_policy(backoff: object) -> None:
+    """A snooze policy is `Exponential(...)` or `Fixed(...)` (TypeError otherwise) whose waits
+    are all positive delays (ValidationError `invalid_delay` otherwise): `Fixed.seconds`,
+    and `Exponential`'s `initial` and `cap`, the shortest and longest of its waits."""
+    if backoff is None:
+        return
+    if not isinstance(backoff, retries.Fixed | retries.Exponential):
+        raise TypeError(f"snooze must be Exponential(...) or Fixed(seconds), not {backoff!r}")
+    bounds = (
+        [backoff.seconds] if isinstance(backoff, retries.Fixed) else [backoff.initial, backoff.cap]
+    )
+    for seconds in bounds:
+        try:
+            validate_delay(seconds)
+        except ValidationError:
+            raise ValidationError(
+                f"snooze={backoff!r} would wait {seconds!r} s: every wait of a snooze policy "
+                "must be a positive delay.",
+                code="invalid_delay",
+            ) from None
 
 
 def deliver_notification(ctx: TaskContext) -> Any:

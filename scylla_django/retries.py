@@ -12,7 +12,14 @@ a second successor for the same attempt is refused by the unique rn.
 def send(ctx): ...
 
 Task.objects.submit("emails", spec, retry=Retry(max_attempts=3))   # overrides the handler's
+
+# settings.py: without a deploy, per queue, and a default ("*") for queues with no policy
+SCYLLA = {"RETRY": {"emails": {"max_attempts": 8, "backoff": "fixed", "delay": 60},
+                    "*": {"max_attempts": 2}}}
 ```
+
+A task's policy is its own (given at submit), else its queue's entry in `SCYLLA["RETRY"]`, else
+its handler's, else the `"*"` entry of `SCYLLA["RETRY"]`, else none.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.utils.module_loading import import_string
 
+from .conf import scylla_settings
 from .exceptions import TaskTimedOut
 from .validation import RN_MAX_LENGTH, validate_queue
 
@@ -335,9 +343,13 @@ def _backoff_from_json(data: Mapping[str, Any]) -> Backoff:
     )
 
 
-# -- handler-level policies ---------------------------------------------------------------------
+# -- handler-level and configured policies ------------------------------------------------------
 
 _queue_policies: dict[str, Retry] = {}
+
+#: The key of `SCYLLA["RETRY"]` whose policy is the project's default: it applies to the tasks
+#: of every queue with no policy of their own, of their queue's entry or of their handler's.
+DEFAULT_KEY = "*"
 
 
 def register_policy(queue: str, policy: Retry | None) -> None:
@@ -351,13 +363,49 @@ def register_policy(queue: str, policy: Retry | None) -> None:
         _queue_policies[queue] = policy
 
 
+def configured_problems() -> dict[str, str]:
+    """What is wrong with `SCYLLA["RETRY"]`, by the key of each bad entry (a queue name or
+    `DEFAULT_KEY`; `""` for the setting itself). Each entry is read by `Retry.from_json`, the
+    parser of a policy sent over HTTP; the system check `scylla_django.E030` reports these."""
+    return _read_configured()[1]
+
+
+def configured_policies() -> dict[str, Retry]:
+    """The valid policies of `SCYLLA["RETRY"]` by queue name (and `DEFAULT_KEY`), read from
+    the settings on every call; a bad entry is left out (and reported by `manage.py check`)."""
+    return _read_configured()[0]
+
+
+def _read_configured() -> tuple[dict[str, Retry], dict[str, str]]:
+    value = scylla_settings.RETRY
+    if not isinstance(value, Mapping):
+        return {}, {"": f"must be a dict of retry policies by queue name, got {value!r}"}
+    policies: dict[str, Retry] = {}
+    problems: dict[str, str] = {}
+    for key, data in value.items():
+        try:
+            if key != DEFAULT_KEY:
+                validate_queue(key)
+            policies[key] = Retry.from_json(data)
+        except ValidationError as exc:
+            problems[str(key)] = "; ".join(exc.messages)
+    return policies, problems
+
+
 def queue_policy(queue: str) -> Retry | None:
-    """The policy registered for `queue` by its handler, if any (in this process)."""
-    return _queue_policies.get(queue)
+    """The policy of `queue`'s tasks that have none of their own: its entry in
+    `SCYLLA["RETRY"]`, else its handler's (registered in this process), else the
+    `SCYLLA["RETRY"]` default (`"*"`), else None."""
+    configured = configured_policies()
+    for policy in (configured.get(queue), _queue_policies.get(queue)):
+        if policy is not None:
+            return policy
+    return configured.get(DEFAULT_KEY)
 
 
 def policy_for(queue: str, stored: object) -> Retry | None:
-    """A task's policy: its own (`Task.retry_policy`) if it has one, else its handler's."""
+    """A task's policy: its own (`Task.retry_policy`) if it has one, else its queue's
+    (`queue_policy`)."""
     if stored is not None:
         try:
             return Retry.from_json(stored)
@@ -387,6 +435,11 @@ def retry_requested(errors: Iterable[Mapping[str, Any]]) -> bool:
     return any(error.get("retry") is True for error in errors)
 
 
-def policy_queues() -> list[str]:
-    """The queues whose handlers registered a policy in this process."""
-    return sorted(_queue_policies)
+def policy_queues() -> list[str] | None:
+    """The queues with a policy for the tasks that have none of their own: those whose
+    handlers registered one in this process and those of `SCYLLA["RETRY"]`; None when the
+    setting has a default (`"*"`), which covers every queue."""
+    configured = configured_policies()
+    if DEFAULT_KEY in configured:
+        return None
+    return sorted(set(_queue_policies) | set(configured))

@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from scylla_django import handler
+from scylla_django import Exponential, Snooze, handler
 
 LEAKED: list[bytearray] = []
 
@@ -73,3 +73,10 @@ def hang(ctx):
 # A handler a child cannot find by name (a lambda): it takes it from its own registry, once it
 # has imported this module again.
 handler("i-lambda")(lambda ctx: {"pid": os.getpid()})
+
+
+@handler("i-snooze", snooze=Exponential(initial=5, base=3, cap=100))
+def snooze_by_policy(ctx):
+    """Snooze without a delay (in the child, under isolation): the worker's policy says how
+    long, by the task's snooze count."""
+    raise Snooze()

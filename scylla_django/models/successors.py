@@ -34,16 +34,17 @@ def follow_with_retries(
     """Follow the tasks `ids` just aborted (by a worker, or for `max_leases_exceeded`) by
     their next attempt where a retry policy covers the abort, or where the abort asks for a
     retry itself (`requested`: an error with `"retry": true`). Call it in the aborting
-    transaction; only tasks with a policy of their own or of their queue's handler, and the
-    `requested` ones, are read.
+    transaction; only tasks with a policy of their own or of their queue (`SCYLLA["RETRY"]`,
+    their handler's), and the `requested` ones, are read.
     """
     if not ids:
         return
-    candidates = manager.filter(pk__in=ids, status=Status.ABORTED).filter(
-        Q(retry_policy__isnull=False)
-        | Q(queue__in=retries.policy_queues())
-        | Q(pk__in=sorted(requested or ()))
-    )
+    candidates = manager.filter(pk__in=ids, status=Status.ABORTED)
+    queues = retries.policy_queues()
+    if queues is not None:  # None: a default policy covers every queue
+        candidates = candidates.filter(
+            Q(retry_policy__isnull=False) | Q(queue__in=queues) | Q(pk__in=sorted(requested or ()))
+        )
     followed: set[int] = set()
     for task in candidates:
         policy = retry_decision(task, task.errors, None)
@@ -72,9 +73,9 @@ def retry_decision(
 
     A retry is asked for by `retry=True` (`Task.abort`, the HTTP abort's `"retry": true`) or by
     an error that says `"retry": true` (`Abort(..., retry=True)` in a handler), and is made
-    under the task's policy, else its handler's, else the default `Retry()`. Without such a
-    request a policy must cover the errors; `retry=False` never retries. A chain that has used
-    up its policy's attempts is logged as given up.
+    under the task's policy, else its queue's (`retries.queue_policy`), else `Retry()`.
+    Without such a request a policy must cover the errors; `retry=False` never retries. A chain
+    that has used up its policy's attempts is logged as given up.
     """
     if retry is False:
         return None

@@ -497,7 +497,8 @@ class Execution:
             return Outcome(task.pk, task.leases, errors=[exc.as_error()])
         if isinstance(exc, Snooze):
             try:
-                return Outcome(task.pk, task.leases, snooze=validate_delay(exc.delay))
+                delay = self.registry.snooze_delay(task) if exc.delay is None else exc.delay
+                return Outcome(task.pk, task.leases, snooze=validate_delay(delay))
             except ValidationError as invalid:
                 error = error_record("invalid_delay", "; ".join(invalid.messages))
                 return Outcome(task.pk, task.leases, errors=[error])

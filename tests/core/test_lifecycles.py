@@ -70,7 +70,7 @@ def test_a_snooze_is_fenced_on_the_lease(worker, other_worker):
     assert Task.objects.get(pk=task.pk).snoozes == 1
 
 
-@pytest.mark.parametrize("delay", [0, -5, "soon", None, float("nan"), True, 10**10])
+@pytest.mark.parametrize("delay", [0, -5, "soon", float("nan"), True, 10**10])
 def test_a_snooze_is_refused_when_built_with_a_bad_delay(delay):
     with pytest.raises(ValidationError) as raised:
         Snooze(delay)

@@ -70,6 +70,18 @@ def test_crashing_handlers_cost_only_their_task_and_the_worker_keeps_serving():
     assert "killed by SIGSEGV" in output
 
 
+def test_a_snooze_without_a_delay_in_a_child_waits_its_handler_s_policy():
+    """The child reports a snooze with no delay; the worker computes it from the handler's
+    snooze policy and the task's snooze count (the second snooze: 5 * 3 seconds)."""
+    task = Task.objects.submit("i-snooze", {})
+    Task.objects.filter(pk=task.pk).update(snoozes=1)
+    code, output = finish(isolated("i-snooze", extra=("--max-tasks", "1")), timeout=120)
+    assert code == 0, output
+    task.refresh_from_db()
+    assert (task.status, task.snoozes) == (Status.READY, 2), task.errors
+    assert (task.not_before - task.updated).total_seconds() == 15
+
+
 def test_a_shutdown_kills_the_children_still_busy_after_the_grace_period():
     hung = Task.objects.submit("i-hang", {})
     process = isolated("i-hang", extra=("--grace-period", "1"))
