@@ -157,9 +157,9 @@ def _run_here(ctx: TaskContext, handler: Handler | None, queue_name: str) -> tup
     "raised" (the error record)."""
     from django.db import close_old_connections
 
+    from .capture import captured
     from .handlers import registry
     from .resources import ProcessMeter, current_memory
-    from .worker.capture import captured
 
     meter = ProcessMeter()
     kind: str = "raised"

@@ -1,4 +1,4 @@
-"""Task logs in storage: what a handler logged while it ran (captured by `worker.capture`),
+"""Task logs in storage: what a handler logged while it ran (captured by `capture`),
 kept per task through Django's storage API and deleted with the task.
 
 The storage is `settings.STORAGES[SCYLLA["TASK_LOG_STORAGE"]]`, an alias the project names

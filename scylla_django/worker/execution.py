@@ -36,6 +36,7 @@ from django.core.exceptions import ValidationError
 from django.db import connections
 
 from .. import logs
+from ..capture import TaskLog, captured
 from ..exceptions import (
     Abort,
     LeaseLost,
@@ -50,7 +51,6 @@ from ..handlers import HandlerRegistry, TaskContext
 from ..models import Outcome, Task
 from ..resources import ThreadMeter, Usage
 from ..validation import invalid_result, validate_delay, validate_json
-from .capture import TaskLog, captured
 from .database import OwnConnections, close_handler_connections
 from .hooks import WorkerHooks
 from .isolation import Isolation, Relayed

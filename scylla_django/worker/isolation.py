@@ -48,12 +48,12 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ..capture import relay
 from ..child import Ran, Setup, child_main
 from ..exceptions import Abort, ScyllaError, Snooze, TaskCancelled
 from ..handlers import Handler, TaskContext
 from ..resources import MB, Usage
 from ..retries import CRASHED_CODE
-from .capture import relay
 
 logger = logging.getLogger("scylla_django")
 

@@ -54,6 +54,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "health",
         "resources",
         "child",
+        "capture",
         "eager",
     ),
     "faces": (

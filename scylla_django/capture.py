@@ -24,10 +24,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from ..conf import scylla_settings
-from ..exceptions import LeaseLost, TaskCancelled, WorkerStopping
-from ..handlers import TASK_LOGGER
-from ..logs import keeps_logs
+from .conf import scylla_settings
+from .exceptions import LeaseLost, TaskCancelled, WorkerStopping
+from .handlers import TASK_LOGGER
+from .logs import keeps_logs
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Loggers whose records describe the task's run rather than what its handler did.
