@@ -86,8 +86,10 @@ def stop_leftovers() -> list[int]:
     return killed
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 20, what: str = "") -> None:
-    """Poll `predicate` until it is true; fail the test after `timeout` seconds."""
+def wait_until(predicate: Callable[[], object], timeout: float = 60, what: str = "") -> None:
+    """Poll `predicate` until it is true; fail the test after `timeout` seconds (a minute by
+    default: a process starting on a machine whose cores are busy may take tens of seconds,
+    and a wait that succeeds costs no more for it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -96,7 +98,7 @@ def wait_until(predicate: Callable[[], object], timeout: float = 20, what: str =
     raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
 
 
-def finish(process: subprocess.Popen, timeout: float = 20) -> tuple[int, str]:
+def finish(process: subprocess.Popen, timeout: float = 60) -> tuple[int, str]:
     """Wait for a process of `start()`; return its exit code and output.
 
     One that hangs is asked for its threads' stacks (SIGUSR1: a worker or a monitor prints

@@ -88,7 +88,7 @@ def test_a_heartbeat_in_flight_never_undoes_a_yield():
         wait_until(lambda: running(n), what=f"{n} running tasks")
         time.sleep(0.2)  # heartbeats under way
         process.send_signal(signal.SIGTERM)
-        code, output = finish(process, timeout=20)
+        code, output = finish(process, timeout=60)
         assert code == 0, output
         time.sleep(0.1)  # a heartbeat that undid a yield would have committed by now
         for task in tasks:
