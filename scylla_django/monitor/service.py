@@ -48,7 +48,7 @@ class Service:
             self._ran.notify_all()
         return counts
 
-    def wait_for_run(self, runs: int = 1, timeout: float = 10.0) -> bool:
+    def wait_for_run(self, runs: int = 1, timeout: float = 60.0) -> bool:
         """Wait until `runs` runs have finished in all (at most `timeout` seconds); whether
         they have. For tests: `n = service.runs`, act, then `service.wait_for_run(n + 1)`."""
         with self._ran:

@@ -32,7 +32,7 @@ def age(*rns: str, days: int = 30) -> None:
     Task.objects.filter(rn__in=rns).update(updated=Now() - timedelta(days=days))
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
+def wait_for(predicate: Callable[[], object], timeout: float = 60.0, what: str = "") -> None:
     """Poll `predicate` until it is true, or fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while not predicate():
