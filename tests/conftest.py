@@ -16,14 +16,6 @@ def pytest_collection_modifyitems(config, items):
     SCYLLA_TEST_FAILOVER=1: they build a Patroni cluster, see docs/deployment.md)."""
     from django.conf import settings
 
-    # Under pytest-xdist (`--dist loadgroup`), the tests that start servers, workers and
-    # monitors as processes run one after another on one xdist worker, as they would alone,
-    # while the others share the rest: two such tests side by side on a small machine would
-    # starve each other's processes. (tests/ha also takes a block of ports and namespaces.)
-    for item in items:
-        if item.nodeid.startswith(PROCESS_TESTS):
-            item.add_marker(pytest.mark.xdist_group("processes"))
-
     if os.environ.get("SCYLLA_TEST_SKIP_NEUTRAL"):
         # scripts/test runs the tests that touch no database in one cell of the matrix only.
         neutral = [item for item in items if not _touches_database(item)]
@@ -54,22 +46,6 @@ def pytest_collection_modifyitems(config, items):
         if "postgres" in item.keywords:
             item.add_marker(skip)
 
-
-#: The test modules that start processes of their own (workers, monitors, servers, browsers).
-PROCESS_TESTS = (
-    "tests/faults/",
-    "tests/ha/",
-    "tests/runtime/test_worker_process.py",
-    "tests/runtime/test_reload.py",
-    "tests/runtime/test_monitor.py",
-    "tests/runtime/test_stop_signals.py",
-    "tests/runtime/test_supervisor.py",
-    "tests/faces/test_demo_script.py",
-    "tests/faces/test_benchmark_scripts.py",
-    "tests/faces/test_readme_settings.py",
-    "tests/faces/test_scylla_run.py",
-    "tests/api/test_http_worker.py",
-)
 
 #: The fixtures that give a test the database (pytest-django's, and those that imply them).
 DATABASE_FIXTURES = {
