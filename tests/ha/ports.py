@@ -1,6 +1,7 @@
 """The ports the tests/ha servers (PgBouncer, private PostgreSQL clusters, etcd, Patroni) take:
-a block of their own, SCYLLA_TEST_HA_PORTS ("first-last", default 55420-55439), so that they
-never take a port another server on the machine expects to find free."""
+a block of their own, SCYLLA_TEST_HA_PORTS ("first-last"; by default 20 ports from 55420 per
+pytest-xdist worker), so that they never take a port another server on the machine expects to
+find free."""
 
 from __future__ import annotations
 
@@ -9,8 +10,16 @@ import socket
 
 
 def block() -> range:
-    first, last = os.environ.get("SCYLLA_TEST_HA_PORTS", "55420-55439").split("-")
-    return range(int(first), int(last) + 1)
+    """SCYLLA_TEST_HA_PORTS, or 20 ports from 55420 on: the next 20 for each pytest-xdist
+    worker after the first (`gw1` takes 55440-55459, ...), so that two workers never race
+    for one port."""
+    given = os.environ.get("SCYLLA_TEST_HA_PORTS")
+    if given:
+        first, last = given.split("-")
+        return range(int(first), int(last) + 1)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    first = 55420 + 20 * (int(worker) if worker.isdigit() else 0)
+    return range(first, first + 20)
 
 
 def free_ports(count: int, *, skip: int = 0) -> list[int]:
