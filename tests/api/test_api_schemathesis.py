@@ -98,6 +98,7 @@ def refused_dependency(body: dict) -> bool:
 
 @schema.parametrize()
 @settings(suppress_health_check=list(HealthCheck), deadline=None)
+@pytest.mark.timeout(900)  # a bulk operation's examples take minutes on a busy MariaDB
 def test_every_operation_conforms(case, auth):
     # A bulk submission reports an invalid item in its outcome (200) instead of refusing the
     # whole request: the items' schema says what is valid, not what is refused.
