@@ -1,7 +1,7 @@
 """Time the monitor's lease reset after a fleet-wide stop: `Task.objects.reset_expired()` over
 N expired leases, half of them given back (a TaskYield as their last History row).
 
-    PYTHONPATH=. python benchmarks/lease_reset.py [--tasks 100000] [--runs 1] [--batch-size N]
+    PYTHONPATH=. python benchmarks/lease_reset.py [--tasks 100000] [--runs 1] [--chunk-size N]
 
 Seeds `--tasks` running tasks (10 queues, held by 10 workers, each with its TaskAssignment
 History row) whose leases all expired a minute ago; every second one was yielded (its deadline
@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=100_000, help="expired leases to seed")
     parser.add_argument("--runs", type=int, default=1, help="seed and reset this many times")
     parser.add_argument(
-        "--batch-size", type=int, default=None, help="leases per transaction (RESET_BATCH_SIZE)"
+        "--chunk-size", type=int, default=None, help="leases per transaction (RESET_CHUNK_SIZE)"
     )
     args = parser.parse_args()
 
@@ -45,7 +45,7 @@ def main() -> None:
     for _ in range(args.runs):
         for receivers in (True, False):
             postgres.seed_timed(seed, args.tasks)
-            times.append(time_reset(args.tasks, args.batch_size, receivers))
+            times.append(time_reset(args.tasks, args.chunk_size, receivers))
     if args.runs > 1:
         print(f"median of {args.runs}, with receivers: {statistics.median(times[::2]):.2f} s")
         print(f"median of {args.runs}, without: {statistics.median(times[1::2]):.2f} s")
@@ -94,7 +94,7 @@ def seed(n: int) -> None:
         cursor.execute("VACUUM ANALYZE scylla_django_task, scylla_django_history")
 
 
-def time_reset(n: int, batch_size: int | None, receivers: bool) -> float:
+def time_reset(n: int, chunk_size: int | None, receivers: bool) -> float:
     """Time one `reset_expired()` over the seeded leases (without `receivers`, with no
     receiver of the signals it sends connected), check what it wrote, print it."""
     from scylla_django import signals
@@ -108,7 +108,7 @@ def time_reset(n: int, batch_size: int | None, receivers: bool) -> float:
             signal.sender_receivers_cache.clear()
     try:
         started = time.perf_counter()
-        done = Task.objects.reset_expired(batch_size=batch_size)
+        done = Task.objects.reset_expired(chunk_size=chunk_size)
         elapsed = time.perf_counter() - started
     finally:
         for signal, kept in zip(sent, saved, strict=True):

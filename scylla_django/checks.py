@@ -16,7 +16,7 @@ from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
 from . import db, queue_keys, retries
-from .conf import DEFAULTS, scylla_settings
+from .conf import DEFAULTS, RENAMED, scylla_settings
 from .schedules import schedule_errors
 
 Check = Callable[..., list[CheckMessage]]
@@ -42,9 +42,13 @@ def check_settings() -> Iterator[CheckMessage]:
     for message, hint in _setting_errors():
         yield Error(message, hint=hint, id="scylla_django.E001")
     for name in scylla_settings.unknown_keys():
+        if name in RENAMED:
+            hint = _("It is called %(new)s now.") % {"new": RENAMED[name]}
+        else:
+            hint = _("Known settings: %(names)s.") % {"names": ", ".join(DEFAULTS)}
         yield Warning(
             _("SCYLLA[%(name)r] is not a scylla_django setting and is ignored.") % {"name": name},
-            hint=_("Known settings: %(names)s.") % {"names": ", ".join(DEFAULTS)},
+            hint=hint,
             id="scylla_django.W001",
         )
 

@@ -10,8 +10,8 @@
 | `TASK_LOG_MAX_BYTES` | 1 MiB | most bytes of a task's log kept (0: no log is captured) |
 | `TASK_LOG_STORAGE` | `None` | the alias in `settings.STORAGES` of task logs (None: none kept) |
 | `DEFAULT_PRIORITY` | 0 | priority of a submitted task that names none |
-| `PURGE_BATCH_SIZE` | 1000 | rows deleted per transaction by `purge()` |
-| `RESET_BATCH_SIZE` | 5000 | expired leases reset per transaction by `reset_expired()` |
+| `PURGE_CHUNK_SIZE` | 1000 | rows deleted per transaction by `purge()` |
+| `RESET_CHUNK_SIZE` | 5000 | expired leases reset per transaction by `reset_expired()` |
 | `HEARTBEAT_FAILURES` | 3 | consecutive failed heartbeats after which a worker gives a task up |
 | `SCHEDULES` | `{}` | recurring schedules by name, synced into `Schedule` (see `schedules.py`) |
 | `PREPARED_STATEMENTS` | `True` | PostgreSQL: hot statements are prepared (`db.prepared_cursor`) |
@@ -58,8 +58,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_SNOOZES": 100,
     "SPEC_SIZE_LIMIT": 1024 * 1024,
     "DEFAULT_PRIORITY": 0,
-    "PURGE_BATCH_SIZE": 1000,
-    "RESET_BATCH_SIZE": 5000,
+    "PURGE_CHUNK_SIZE": 1000,
+    "RESET_CHUNK_SIZE": 5000,
     "HEARTBEAT_FAILURES": 3,
     "SCHEDULES": {},
     "PREPARED_STATEMENTS": True,
@@ -147,6 +147,11 @@ def database_alias(value: object, name: str) -> str:
     return value
 
 
+#: Settings whose names changed before the first release, old name -> new name (a warning
+#: of `check` names the new one).
+RENAMED = {"PURGE_BATCH_SIZE": "PURGE_CHUNK_SIZE", "RESET_BATCH_SIZE": "RESET_CHUNK_SIZE"}
+
+
 class ScyllaSettings:
     """Typed access to the `SCYLLA` setting; every attribute is read from settings on access."""
 
@@ -186,12 +191,12 @@ class ScyllaSettings:
         return as_int(self._raw("DEFAULT_PRIORITY"), "DEFAULT_PRIORITY", minimum=0, maximum=255)
 
     @property
-    def PURGE_BATCH_SIZE(self) -> int:
-        return as_int(self._raw("PURGE_BATCH_SIZE"), "PURGE_BATCH_SIZE", minimum=1)
+    def PURGE_CHUNK_SIZE(self) -> int:
+        return as_int(self._raw("PURGE_CHUNK_SIZE"), "PURGE_CHUNK_SIZE", minimum=1)
 
     @property
-    def RESET_BATCH_SIZE(self) -> int:
-        return as_int(self._raw("RESET_BATCH_SIZE"), "RESET_BATCH_SIZE", minimum=1)
+    def RESET_CHUNK_SIZE(self) -> int:
+        return as_int(self._raw("RESET_CHUNK_SIZE"), "RESET_CHUNK_SIZE", minimum=1)
 
     @property
     def HEARTBEAT_FAILURES(self) -> int:

@@ -88,9 +88,9 @@ class TaskContext:
         # The children spawned so far, submitted with the task's completion (`spawn`).
         self.children: list[dict[str, Any]] = []
         self._parent_results: dict[str, Any] | None = None
-        # In a batch (README, "Batched execution"): the member's own outcome, once the batch
+        # In a bundle (README, "Bundled execution"): the member's own outcome, once the bundle
         # handler decided it with `complete()` or `abort()`.
-        self.batched = False
+        self.bundled = False
         self.decision: tuple[Any, list[dict[str, Any]] | None] | None = None
 
     @functools.cached_property
@@ -259,13 +259,13 @@ class TaskContext:
             raise
 
     def complete(self, result: Any = None) -> None:
-        """In a batch handler: complete this member with `result` (JSON), whatever happens to
-        the rest of the batch. A member is decided once: a later `complete()` or `abort()` is
+        """In a bundle handler: complete this member with `result` (JSON), whatever happens to
+        the rest of the bundle. A member is decided once: a later `complete()` or `abort()` is
         a RuntimeError."""
         self._decide((result, None))
 
     def abort(self, reason: BaseException) -> None:
-        """In a batch handler: abort this member with `reason`, an `Abort` (its code) or any
+        """In a bundle handler: abort this member with `reason`, an `Abort` (its code) or any
         exception (the error `exception`, retried as a handler's raise is)."""
         if isinstance(reason, Abort):
             errors = [reason.as_error()]
@@ -276,9 +276,9 @@ class TaskContext:
         self._decide((None, errors))
 
     def _decide(self, decision: tuple[Any, list[dict[str, Any]] | None]) -> None:
-        if not self.batched:
+        if not self.bundled:
             raise RuntimeError(
-                "complete() and abort() decide a member of a batch; a plain handler returns "
+                "complete() and abort() decide a member of a bundle; a plain handler returns "
                 "its result or raises"
             )
         with self._lock:
@@ -360,7 +360,7 @@ class HandlerRegistry:
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
         self._timeouts: dict[str, timedelta] = {}
-        self._batches: dict[str, Batching] = {}
+        self._bundling: dict[str, Bundling] = {}
         self._snoozes: dict[str, retries.Backoff] = {}
 
     def register(self, queue: str, func: Handler) -> None:
@@ -401,17 +401,17 @@ class HandlerRegistry:
         configured = scylla_settings.TIMEOUTS  # read once: it is parsed on every access
         return {queue: self._timeouts.get(queue) or configured.get(queue) for queue in queues}
 
-    def set_batching(self, queue: str, batching: Batching | None) -> None:
-        """Make `queue`'s handler a batch handler (None: a plain one)."""
+    def set_bundling(self, queue: str, bundling: Bundling | None) -> None:
+        """Make `queue`'s handler a bundle handler (None: a plain one)."""
         queue = validate_queue(queue)
-        if batching is None:
-            self._batches.pop(queue, None)
+        if bundling is None:
+            self._bundling.pop(queue, None)
         else:
-            self._batches[queue] = batching
+            self._bundling[queue] = bundling
 
-    def batching_of(self, queue: str) -> Batching | None:
-        """How `queue`'s tasks are batched, if its handler takes batches."""
-        return self._batches.get(queue)
+    def bundling_of(self, queue: str) -> Bundling | None:
+        """How `queue`'s tasks are bundled, if its handler takes bundles."""
+        return self._bundling.get(queue)
 
     def set_snooze(self, queue: str, backoff: retries.Backoff | None) -> None:
         """Make `backoff` the snooze policy of `queue`'s handler (None: unset)."""
@@ -444,28 +444,30 @@ class HandlerRegistry:
 
 
 @dataclass(frozen=True)
-class Batching:
-    """A batch handler's batches: up to `size` tasks, leased once one is ready and `wait`
+class Bundling:
+    """A bundle handler's bundles: up to `size` tasks, leased once one is ready and `wait`
     has passed or `size` are ready, whichever comes first."""
 
     size: int
     wait: timedelta
 
-    #: The largest batch: one lease statement, one heartbeat, one outcome write for all.
+    #: The largest bundle: one lease statement, one heartbeat, one outcome write for all.
     MAX_SIZE = 1000
 
     @classmethod
-    def of(cls, size: object, wait: object) -> Batching | None:
-        """The batching `@handler(batch_size=…, batch_wait=…)` asks for (None: no batches);
+    def of(cls, size: object, wait: object) -> Bundling | None:
+        """The bundling `@handler(bundle_size=…, bundle_wait=…)` asks for (None: no bundles);
         ValidationError when either is out of range."""
         if size is None:
             if wait is not None:
-                raise ValidationError("batch_wait needs a batch_size.", code="invalid_batch_size")
+                raise ValidationError(
+                    "bundle_wait needs a bundle_size.", code="invalid_bundle_size"
+                )
             return None
         if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= cls.MAX_SIZE:
             raise ValidationError(
-                f"batch_size must be an integer 1..{cls.MAX_SIZE}, not {size!r}.",
-                code="invalid_batch_size",
+                f"bundle_size must be an integer 1..{cls.MAX_SIZE}, not {size!r}.",
+                code="invalid_bundle_size",
             )
         if wait is None or wait == 0 or wait == timedelta(0):
             return cls(size, timedelta(0))
@@ -473,8 +475,8 @@ class Batching:
             waited = validate_timeout(wait)
         except ValidationError:
             raise ValidationError(
-                f"batch_wait must be a duration of 0 or more, not {wait!r}.",
-                code="invalid_batch_wait",
+                f"bundle_wait must be a duration of 0 or more, not {wait!r}.",
+                code="invalid_bundle_wait",
             ) from None
         return cls(size, waited)
 
@@ -493,8 +495,8 @@ def handler(
     order_on_failure: Any = None,
     rate_key: Any = None,
     timeout: timedelta | float | str | None = None,
-    batch_size: int | None = None,
-    batch_wait: timedelta | float | str | None = None,
+    bundle_size: int | None = None,
+    bundle_wait: timedelta | float | str | None = None,
     notify: str | None = None,
     snooze: retries.Backoff | None = None,
 ) -> Callable[[H], H]:
@@ -513,9 +515,9 @@ def handler(
     `timeout` is the run-time limit of the queues' tasks that set none (README, "Run-time
     limits"); ValidationError if it is not positive.
 
-    `batch_size` makes it a batch handler (README, "Batched execution"): it is called with a
-    list of up to `batch_size` contexts, leased in one statement once one task is ready and
-    `batch_wait` (default 0) has passed or the batch is full.
+    `bundle_size` makes it a bundle handler (README, "Bundled execution"): it is called with a
+    list of up to `bundle_size` contexts, leased in one statement once one task is ready and
+    `bundle_wait` (default 0) has passed or the bundle is full.
     `notify` is the URL that the outcome of the queues' tasks submitted without one is POSTed
     to once final (README, "Completion notifications"); it is checked at submission.
     `snooze` (`Exponential(...)` or `Fixed(seconds)`) is how long a snooze without a delay
@@ -539,7 +541,7 @@ def handler(
         }
     )
     limit = None if timeout is None else validate_timeout(timeout)
-    batching = Batching.of(batch_size, batch_wait)
+    bundling = Bundling.of(bundle_size, bundle_wait)
     if notify is not None and not isinstance(notify, str):
         raise TypeError(f"notify must be a URL string, not {notify!r}")
 
@@ -547,7 +549,7 @@ def handler(
         for queue in queues:
             registry.register(queue, func)
             registry.set_timeout(queue, limit)
-            registry.set_batching(queue, batching)
+            registry.set_bundling(queue, bundling)
             retries.register_policy(queue, retry)
             queue_keys.register_keys(queue, **defaults)
             register_notify(queue, notify)

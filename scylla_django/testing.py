@@ -14,7 +14,7 @@ def test_everything_submitted_runs(transactional_db):
 
 `run_task()` and `drain()` run the real lease, heartbeat-free, on the test's thread, through the
 worker's own code from the handler's call to the outcome (`worker.foreground`): snoozes,
-`ctx.spawn()` and `ctx.batch()` children, batch handlers, run-time limits and task logs as under
+`ctx.spawn()` and `ctx.batch()` children, bundle handlers, run-time limits and task logs as under
 `scylla_worker`; outcomes are written as a worker writes them (retry policies, follow-ups and
 unique keys included).
 `SCYLLA["EAGER"] = True` runs each task's handler as soon as its submission commits, in the
@@ -42,8 +42,8 @@ def run_task(
     rn: str, *, using: str = "default", registry: HandlerRegistry = default_registry
 ) -> Task:
     """Lease the ready task `rn`, run its handler here, write its outcome; return the task as
-    it was left (completed, aborted, or ready again if it snoozed). A batch handler gets a
-    batch of one.
+    it was left (completed, aborted, or ready again if it snoozed). A bundle handler gets a
+    bundle of one.
 
     Raises TaskNotFound, InvalidTransition (not ready, or waiting for its parents) or NoHandler.
     What the handler raises is its task's outcome, as under a worker: it is not re-raised.
@@ -63,9 +63,9 @@ def drain(
     priority and oldest first, until none is left: the tasks their handlers submit included
     (`Task.objects.submit()`, `ctx.spawn()`, `ctx.batch()`), follow-ups once their parents
     completed and a batch's callbacks once it finished (released as the monitor releases
-    them); return them as they were left, in run order. A batch handler's queue
-    is run a batch at a time: the next task and the ready tasks of its queue after it, up to
-    its `batch_size`, in one call.
+    them); return them as they were left, in run order. A bundle handler's queue
+    is run a bundle at a time: the next task and the ready tasks of its queue after it, up to
+    its `bundle_size`, in one call.
 
     A task whose `not_before` is ahead (a retry's backoff, a snooze) is not waited for. Raises
     RuntimeError after `max_tasks` tasks (a handler that submits for ever).
@@ -83,9 +83,9 @@ def drain(
             raise RuntimeError(f"drain() ran {max_tasks} tasks and more are ready")
         rn, queue = first
         rns = [rn]
-        batching = registry.batching_of(queue)
-        if batching is not None:
-            size = min(batching.size, max_tasks - len(done))
+        bundling = registry.bundling_of(queue)
+        if bundling is not None:
+            size = min(bundling.size, max_tasks - len(done))
             rns = list(ready.filter(queue=queue).values_list("rn", flat=True)[:size])
         runs = run_tasks(rns, using=using, registry=registry, heartbeat=False)
         done.extend(run.task for run in runs)

@@ -73,9 +73,9 @@ def callback(ctx):
     return "called back"
 
 
-@handler("r-batched", batch_size=5)
+@handler("r-bundled", bundle_size=5)
 def batched(batch):
-    """A batch handler: each member completes with its own result."""
+    """A bundle handler: each member completes with its own result."""
     for ctx in batch:
         ctx.logger.info("batched ran")
     return {ctx.task.rn: {"member": ctx.spec["n"]} for ctx in batch}

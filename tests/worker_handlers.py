@@ -214,10 +214,10 @@ def sum_parents(ctx):
     return {"sum": sum(ctx.parent_results.values()), "parents": sorted(ctx.parent_results)}
 
 
-# -- batch handlers (README, "Batched execution") ---------------------------------------------
+# -- bundle handlers (README, "Bundled execution") ---------------------------------------------
 
 
-@handler("t-batch", batch_size=5, batch_wait=timedelta(seconds=1))
+@handler("t-bundle", bundle_size=5, bundle_wait=timedelta(seconds=1))
 def batch(batch):
     """Decide each member by its spec: abort "fail", complete "done" with its own result; the
     rest complete with the returned mapping (or None when it names them not)."""
@@ -230,14 +230,14 @@ def batch(batch):
     return {ctx.task.rn: {"size": len(batch), "call": call, "pid": os.getpid()} for ctx in batch}
 
 
-@handler("t-batch-raise", batch_size=10)
+@handler("t-bundle-raise", bundle_size=10)
 def batch_raise(batch):
     """Complete the first member, then raise: the others are aborted."""
     batch[0].complete("first")
     raise RuntimeError("the batch broke")
 
 
-@handler("t-batch-slow", batch_size=10, batch_wait=0.3)
+@handler("t-bundle-slow", bundle_size=10, bundle_wait=0.3)
 def batch_slow(batch):
     """Work on each member for spec["seconds"] in steps, checking each member; a stopped member
     (cancelled, lease lost) is left alone, the others go on."""
@@ -255,9 +255,9 @@ def batch_slow(batch):
     return {ctx.task.rn: "worked" for ctx in live}
 
 
-@handler("t-batch-async", batch_size=4)
+@handler("t-bundle-async", bundle_size=4)
 async def batch_async(batch):
-    """An `async def` batch handler: each member's result is its spec."""
+    """An `async def` bundle handler: each member's result is its spec."""
     await asyncio.sleep(0.01)
     return {ctx.task.rn: {"spec": ctx.spec, "size": len(batch)} for ctx in batch}
 

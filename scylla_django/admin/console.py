@@ -77,22 +77,22 @@ class ConsolePages(TaskOperations):
             **self.page_context(request, _("Bulk purge")),
             "form": form,
             "count": count,
-            "batch_size": scylla_settings.PURGE_BATCH_SIZE,
+            "chunk_size": scylla_settings.PURGE_CHUNK_SIZE,
         }
         return TemplateResponse(
             request, "scylla_django/admin/purge.html", context, status=400 if form.errors else 200
         )
 
     def purge(self, request: HttpRequest, form: PurgeForm) -> HttpResponse:
-        """Run the confirmed purge in batches, within `purge_time_budget`, and report."""
+        """Run the confirmed purge in chunks, within `purge_time_budget`, and report."""
         selection = form.selection()
         run = TimedPurge(self.purge_time_budget)
         finished = run.run(lambda **kw: Task.objects.purge(**selection, **kw))
         logger.info(
-            "%s purged %d tasks in %d batches (%s)",
+            "%s purged %d tasks in %d chunks (%s)",
             request.user,
             run.deleted,
-            run.batches,
+            run.chunks,
             form.description(),
         )
         remaining = 0 if finished else Task.objects.purgeable(**selection).count()

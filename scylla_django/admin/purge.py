@@ -67,29 +67,29 @@ class PurgeForm(forms.Form):
 
 
 class _OutOfTime(Exception):
-    """Raised from a purge's `on_batch` to stop it between two committed batches."""
+    """Raised from a purge's `on_chunk` to stop it between two committed chunks."""
 
 
 class TimedPurge:
-    """Runs a batched purge until it is done or `budget` has passed, counting what it deleted."""
+    """Runs a chunked purge until it is done or `budget` has passed, counting what it deleted."""
 
     def __init__(self, budget: timedelta) -> None:
         self.budget = budget
         self.deleted = 0
-        self.batches = 0
+        self.chunks = 0
         self.started = time.monotonic()
 
-    def on_batch(self, count: int) -> None:
-        """`purge()`'s callback, after each committed batch: count it, stop when out of time."""
+    def on_chunk(self, count: int) -> None:
+        """`purge()`'s callback, after each committed chunk: count it, stop when out of time."""
         self.deleted += count
-        self.batches += 1
+        self.chunks += 1
         if time.monotonic() - self.started >= self.budget.total_seconds():
             raise _OutOfTime
 
     def run(self, purge: Callable[..., int]) -> bool:
-        """Call `purge(on_batch=…)`; True if it finished, False if it was stopped."""
+        """Call `purge(on_chunk=…)`; True if it finished, False if it was stopped."""
         try:
-            purge(on_batch=self.on_batch)
+            purge(on_chunk=self.on_chunk)
         except _OutOfTime:
             return False
         return True

@@ -147,7 +147,7 @@ class TaskOperations(TaskAdminBase):
             **self.page_context(request, _("Purge selected tasks")),
             "count": count,
             "skipped": total - count,
-            "batch_size": scylla_settings.PURGE_BATCH_SIZE,
+            "chunk_size": scylla_settings.PURGE_CHUNK_SIZE,
             "selected": request.POST.getlist(ACTION_CHECKBOX_NAME),
             "select_across": request.POST.get("select_across") == "1",
             "action_checkbox_name": ACTION_CHECKBOX_NAME,

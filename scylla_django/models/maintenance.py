@@ -1,6 +1,6 @@
 """The monitor's set operations: expired leases reset (or their tasks aborted once they ran out
 of leases), ready tasks past their `expires_at` cancelled, and terminal tasks past their
-retention purged, in batches.
+retention purged, in chunks.
 
 `TaskQuerySet.reset_expired`, `expire` and `purge` are these functions."""
 
@@ -24,31 +24,31 @@ from .successors import follow_with_retries
 from .tables import tables
 
 
-def reset_expired(tasks: models.QuerySet[Any], batch_size: int | None = None) -> int:
-    """Reset or abort every expired lease among `tasks`, a batch per transaction; return how
+def reset_expired(tasks: models.QuerySet[Any], chunk_size: int | None = None) -> int:
+    """Reset or abort every expired lease among `tasks`, a chunk per transaction; return how
     many (see `TaskQuerySet.reset_expired`)."""
-    size = batch_size or scylla_settings.RESET_BATCH_SIZE
+    size = chunk_size or scylla_settings.RESET_CHUNK_SIZE
     total = 0
     while True:
-        done = reset_batch(tasks, size)
+        done = reset_chunk(tasks, size)
         total += done
         if done < size:
             return total
 
 
-def expire(tasks: models.QuerySet[Any], batch_size: int | None = None) -> int:
-    """Cancel every ready task of `tasks` past its `expires_at`, a batch per transaction;
+def expire(tasks: models.QuerySet[Any], chunk_size: int | None = None) -> int:
+    """Cancel every ready task of `tasks` past its `expires_at`, a chunk per transaction;
     return how many (see `TaskQuerySet.expire`)."""
-    size = batch_size or scylla_settings.RESET_BATCH_SIZE
+    size = chunk_size or scylla_settings.RESET_CHUNK_SIZE
     total = 0
     while True:
-        done = expire_batch(tasks, size)
+        done = expire_chunk(tasks, size)
         total += done
         if done < size:
             return total
 
 
-def expire_batch(tasks: models.QuerySet[Any], size: int) -> int:
+def expire_chunk(tasks: models.QuerySet[Any], size: int) -> int:
     """Cancel up to `size` ready tasks past their `expires_at` in one transaction, each with
     the error `expired` and a TaskCancellation row; return how many.
 
@@ -90,12 +90,12 @@ def expire_batch(tasks: models.QuerySet[Any], size: int) -> int:
 def purge(
     candidates: models.QuerySet[Any],
     *,
-    batch_size: int | None = None,
-    on_batch: Callable[[int], object] | None = None,
+    chunk_size: int | None = None,
+    on_chunk: Callable[[int], object] | None = None,
 ) -> int:
-    """Delete the `candidates` that are still terminal (and their History), a batch per
+    """Delete the `candidates` that are still terminal (and their History), a chunk per
     transaction, loading no row; return how many (see `TaskQuerySet.purge`)."""
-    size = batch_size or scylla_settings.PURGE_BATCH_SIZE
+    size = chunk_size or scylla_settings.PURGE_CHUNK_SIZE
     terminal = candidates.model.objects.using(candidates.db).terminal()
     total = 0
     while True:
@@ -105,13 +105,13 @@ def purge(
                 return total
             deleted: int = terminal.filter(pk__in=ids).delete()[0]
         total += deleted
-        if on_batch is not None:
-            on_batch(deleted)
+        if on_chunk is not None:
+            on_chunk(deleted)
         if len(ids) < size:
             return total
 
 
-def reset_batch(tasks: models.QuerySet[Any], size: int) -> int:
+def reset_chunk(tasks: models.QuerySet[Any], size: int) -> int:
     """Reset or abort up to `size` expired leases in one transaction; return how many.
 
     A lease that expired at its run-time limit (`deadline == timeout_at`: the lease, or a
@@ -122,7 +122,7 @@ def reset_batch(tasks: models.QuerySet[Any], size: int) -> int:
     The expired rows are locked first (SKIP LOCKED: a row another monitor or a writer holds
     is passed over), then judged and written. On PostgreSQL the resets, their History rows
     and the ready notifications are one statement (`db.postgresql_reset`); elsewhere a few
-    statements per batch. The aborts, rare, are written the same way everywhere.
+    statements per chunk. The aborts, rare, are written the same way everywhere.
     """
     manager = tasks.model.objects.using(tasks.db)
     with db.write_atomic(tasks.db):

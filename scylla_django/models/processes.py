@@ -147,7 +147,7 @@ class WorkerQuerySet(LivenessQuerySet["Worker"]):
             db.json_list_contains(self.model, "queues", validate_queue(queue), self.db)
         )
 
-    def purge(self, older_than: timedelta | None = None, *, batch_size: int = 1000) -> int:
+    def purge(self, older_than: timedelta | None = None, *, chunk_size: int = 1000) -> int:
         """Delete workers not seen for `older_than` (default `SCYLLA['RETENTION']`).
 
         A worker that still owns a running task is kept (its name is the task's `owner` until
@@ -159,7 +159,7 @@ class WorkerQuerySet(LivenessQuerySet["Worker"]):
         tasks = self.model._meta.apps.get_model(self.model._meta.app_label, "Task")
         total, after = 0, 0
         while True:
-            ids = list(gone.filter(pk__gt=after).values_list("pk", flat=True)[:batch_size])
+            ids = list(gone.filter(pk__gt=after).values_list("pk", flat=True)[:chunk_size])
             if not ids:
                 return total
             after = ids[-1]

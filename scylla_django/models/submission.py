@@ -194,23 +194,23 @@ def submit_after(tasks: QuerySet[Any], task: Any, after: Sequence[str]) -> Any:
 
 def submit_many(tasks: QuerySet[Any], items: Iterable[Mapping[str, Any]]) -> list[SubmitOutcome]:
     """Submit several tasks at once, one outcome per item: see `TaskQuerySet.submit_many`."""
-    batch = BulkSubmission(items)
+    bulk = BulkSubmission(items)
     inserted: set[str] = set()
     connection = connections[tasks.db]
     keyed: list[dict[str, Any]] = []
     if db.uses_single_statement_transitions(connection):
         # Validated a chunk at a time as the statements go out (see there).
         inserted = inserts.postgresql_submit_many(
-            tasks, _keyless(batch.chunks(inserts.SUBMIT_CHUNK), keyed)
+            tasks, _keyless(bulk.chunks(inserts.SUBMIT_CHUNK), keyed)
         )
     elif inserts.can_insert_returning_on_conflict(connection):
         with db.write_atomic(tasks.db):
-            for chunk in _keyless(batch.chunks(CHUNK), keyed):
+            for chunk in _keyless(bulk.chunks(CHUNK), keyed):
                 new = [tasks.model(**values) for values in chunk]
                 inserted |= inserts.insert_ignoring_duplicates(tasks, new)
     else:
         with db.write_atomic(tasks.db):
-            for chunk in _keyless(batch.chunks(CHUNK), keyed):
+            for chunk in _keyless(bulk.chunks(CHUNK), keyed):
                 for values in chunk:
                     try:
                         with transaction.atomic(using=tasks.db):
@@ -230,7 +230,7 @@ def submit_many(tasks: QuerySet[Any], items: Iterable[Mapping[str, Any]]) -> lis
             found[values["rn"]] = (values["rn"], "duplicate")
             continue
         found[values["rn"]] = (task.rn, task.submit_outcome or "duplicate")
-    outcomes, pending = batch.outcomes, batch.pending
+    outcomes, pending = bulk.outcomes, bulk.pending
     notify = signals.task_submitted.has_listeners(tasks.model)
     for index, values in pending:
         rn, status = found.get(

@@ -322,7 +322,7 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
 
     # -- monitor ----------------------------------------------------------------------------
 
-    def reset_expired(self, *, batch_size: int | None = None) -> int:
+    def reset_expired(self, *, chunk_size: int | None = None) -> int:
         """Deal with every expired lease; return how many tasks were reset or aborted.
 
         An expired running task becomes ready (owner and deadline cleared, progress 0) with a
@@ -331,14 +331,14 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
         assignments is aborted with the error `max_leases_exceeded` instead. Any number of
         monitors may run this at once: each expiry is handled exactly once.
         """
-        return maintenance.reset_expired(self, batch_size)
+        return maintenance.reset_expired(self, chunk_size)
 
-    def expire(self, *, batch_size: int | None = None) -> int:
+    def expire(self, *, chunk_size: int | None = None) -> int:
         """Cancel every ready task past its `expires_at` (database clock), with the error
         `expired` and a TaskCancellation row; return how many. Any number of monitors may run
         this at once: each task is cancelled once. A ready task past its expiry is never
         leased meanwhile (the lease statement checks it)."""
-        return maintenance.expire(self, batch_size)
+        return maintenance.expire(self, chunk_size)
 
     def purgeable(
         self,
@@ -365,21 +365,21 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
         queue: str | None = None,
         *,
         dead: bool = False,
-        batch_size: int | None = None,
-        on_batch: Callable[[int], object] | None = None,
+        chunk_size: int | None = None,
+        on_chunk: Callable[[int], object] | None = None,
     ) -> int:
         """Delete purgeable tasks (and their History) in batches; return how many were deleted.
 
-        Each batch is its own transaction of at most `batch_size` (default
-        `SCYLLA['PURGE_BATCH_SIZE']`) tasks, and no row is loaded into Python. Only terminal
+        Each chunk is its own transaction of at most `chunk_size` (default
+        `SCYLLA['PURGE_CHUNK_SIZE']`) tasks, and no row is loaded into Python. Only terminal
         tasks are ever deleted: `statuses` must be a subset of completed/aborted/cancelled.
-        `on_batch(n)` is called after each committed batch with the number it deleted. Dead
+        `on_chunk(n)` is called after each committed chunk with the number it deleted. Dead
         letters are kept, unless `dead` (see `purgeable`).
         """
         return maintenance.purge(
             self.purgeable(older_than, statuses, queue, dead=dead),
-            batch_size=batch_size,
-            on_batch=on_batch,
+            chunk_size=chunk_size,
+            on_chunk=on_chunk,
         )
 
     def delete(self) -> tuple[int, dict[str, int]]:

@@ -13,17 +13,17 @@ logger = logging.getLogger("scylla_django")
 
 
 class ExpiredLeases(Service):
-    """Resets every expired lease, `batch_size` rows per transaction (`None`: the
-    `RESET_BATCH_SIZE` setting). Counts `reset`."""
+    """Resets every expired lease, `chunk_size` rows per transaction (`None`: the
+    `RESET_CHUNK_SIZE` setting). Counts `reset`."""
 
     name = "expired leases"
 
-    def __init__(self, interval: float | None = None, batch_size: int | None = None) -> None:
+    def __init__(self, interval: float | None = None, chunk_size: int | None = None) -> None:
         super().__init__(interval)
-        self.batch_size = batch_size
+        self.chunk_size = chunk_size
 
     def work(self, using: str) -> dict[str, int]:
-        reset = Task.objects.using(using).reset_expired(batch_size=self.batch_size)
+        reset = Task.objects.using(using).reset_expired(chunk_size=self.chunk_size)
         if reset:
             logger.info("reset %s", plural(reset, "expired lease"))
         else:

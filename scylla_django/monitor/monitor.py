@@ -106,8 +106,8 @@ class Monitor:
       older than this. `None` means the `SCYLLA["RETENTION"]` setting, read again at every
       pass.
     - `using`: the database alias.
-    - `reset_batch_size`, `purge_batch_size`: rows per transaction; `None` means the
-      `RESET_BATCH_SIZE` and `PURGE_BATCH_SIZE` settings.
+    - `reset_chunk_size`, `purge_chunk_size`: rows per transaction; `None` means the
+      `RESET_CHUNK_SIZE` and `PURGE_CHUNK_SIZE` settings.
     - `clock`: the schedules' clock (the database's when None; tests pass a fake one).
 
     Any number of monitors may run at once, against the same database: the model methods they
@@ -130,8 +130,8 @@ class Monitor:
         interval: float = 5.0,
         retention: timedelta | None = None,
         using: str = "default",
-        reset_batch_size: int | None = None,
-        purge_batch_size: int | None = None,
+        reset_chunk_size: int | None = None,
+        purge_chunk_size: int | None = None,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         try:
@@ -145,8 +145,8 @@ class Monitor:
         except DurationError:
             raise ValueError(f"retention must be a positive timedelta, not {retention!r}") from None
         for name, size in (
-            ("reset_batch_size", reset_batch_size),
-            ("purge_batch_size", purge_batch_size),
+            ("reset_chunk_size", reset_chunk_size),
+            ("purge_chunk_size", purge_chunk_size),
         ):
             if size is not None and (
                 isinstance(size, bool) or not isinstance(size, int) or size < 1
@@ -155,9 +155,9 @@ class Monitor:
         self.interval = seconds
         self.retention = retention
         self.using = using
-        self.leases = ExpiredLeases(batch_size=reset_batch_size)
+        self.leases = ExpiredLeases(chunk_size=reset_chunk_size)
         self.followups = FollowUps()
-        self.expiry = ExpiringTasks(batch_size=reset_batch_size)
+        self.expiry = ExpiringTasks(chunk_size=reset_chunk_size)
         self.callbacks = BatchCallbacks()
         self.deliveries = Deliveries()
         self.settings_names = SettingsNames()
@@ -165,7 +165,7 @@ class Monitor:
         self.schedules = ScheduleTicks(clock=clock, names=self.settings_names)
         self.limits = LimitSettings(names=self.settings_names)
         self.triggers = TriggerFirings(clock=clock)
-        self.tasks = FinishedTasks(retention=retention, batch_size=purge_batch_size)
+        self.tasks = FinishedTasks(retention=retention, chunk_size=purge_chunk_size)
         self.processes = ProcessRecords(retention=retention)
         self.rollups = QueueRollups(retention=retention)
         self.events = OldEvents(retention=retention)

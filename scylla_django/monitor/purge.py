@@ -31,8 +31,8 @@ class Retained(Service):
 
 
 class FinishedTasks(Retained):
-    """Purges terminal tasks not updated for the retention, `batch_size` per transaction
-    (`None`: the `PURGE_BATCH_SIZE` setting). Counts `purged`."""
+    """Purges terminal tasks not updated for the retention, `chunk_size` per transaction
+    (`None`: the `PURGE_CHUNK_SIZE` setting). Counts `purged`."""
 
     name = "finished tasks"
 
@@ -40,14 +40,14 @@ class FinishedTasks(Retained):
         self,
         interval: float | None = None,
         retention: timedelta | None = None,
-        batch_size: int | None = None,
+        chunk_size: int | None = None,
     ) -> None:
         super().__init__(interval, retention)
-        self.batch_size = batch_size
+        self.chunk_size = chunk_size
 
     def work(self, using: str) -> dict[str, int]:
         retention = self.kept_for()
-        purged = Task.objects.using(using).purge(older_than=retention, batch_size=self.batch_size)
+        purged = Task.objects.using(using).purge(older_than=retention, chunk_size=self.chunk_size)
         age = short(retention)
         if purged:
             logger.info("purged %s older than %s", plural(purged, "task"), age)

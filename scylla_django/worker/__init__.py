@@ -1,5 +1,5 @@
 """The worker runtime: lease tasks when there is free capacity, run their handlers, heartbeat
-them, write their outcomes in batches, and shut down gracefully.
+them, write their outcomes, many per statement, and shut down gracefully.
 
 `TaskWorker(WorkerOptions(...))` is a plain class; `manage.py scylla_worker` only parses
 arguments and calls it. It wires the parts, one concept each:
@@ -7,12 +7,12 @@ arguments and calls it. It wires the parts, one concept each:
 - `options`: `WorkerOptions`, what the worker is told;
 - `slots`: what is in hand, and the free slots a lease may claim;
 - `leasing`: the lease loop, on the caller's thread (it runs `run()`);
-- `batching`: a thread per batch handler's queue, leasing its batches and writing their
+- `bundling`: a thread per bundle handler's queue, leasing its bundles and writing their
   outcomes;
 - `execution`: from a handler's call to its task's outcome: handler threads for plain
   handlers (started as their tasks come, up to `concurrency`), coroutines on one event loop
   thread for `async def` ones (a slot of an `async def` handler costs no thread, so such a
-  worker holds any number of tasks), the batchers' batches; the same code runs a task in the
+  worker holds any number of tasks), the bundlers' bundles; the same code runs a task in the
   foreground (`foreground`: `scylla_run`, the testing helpers, the eager mode);
 - `isolation`: under `isolation="process"`, a child process per handler thread;
 - `resources`: what each handler's run uses (CPU time, peak memory), and `max_memory`;
@@ -48,7 +48,7 @@ from ..handlers import TaskContext
 from ..listener import Listener
 from ..models import Worker
 from ..resources import MB, current_memory
-from .batching import Batcher, batch_queues, with_batches
+from .bundles import Bundler, bundle_queues, with_bundles
 from .database import WorkerConnection, retry
 from .execution import Execution, start_daemon
 from .heartbeat import Heartbeat
@@ -98,8 +98,8 @@ class TaskWorker:
         )
         self._heartbeat: Heartbeat | None = None
         self._connection = WorkerConnection(options.using)
-        self._batchers: list[Batcher] = []
-        self._batches_done = threading.Event()  # the batchers stop: the worker is stopping
+        self._bundlers: list[Bundler] = []
+        self._bundles_done = threading.Event()  # the bundlers stop: the worker is stopping
 
     @property
     def name(self) -> str:
@@ -131,9 +131,9 @@ class TaskWorker:
         self._wakeup.set()
 
     def run(self, *, once: bool = False) -> None:
-        """Register, work until stopped (or after one batch with `once`), shut down gracefully.
+        """Register, work until stopped (or after one lease with `once`), shut down gracefully.
 
-        With `once`, lease at most one batch (up to `concurrency` tasks), finish it and return.
+        With `once`, lease at most once (up to `concurrency` tasks), finish it and return.
         """
         options = self.options
         if once:
@@ -167,20 +167,20 @@ class TaskWorker:
             after_task=self._check_memory if options.max_memory is not None else None,
             hooks=self.hooks,
         )
-        self._batchers = [
-            Batcher(
+        self._bundlers = [
+            Bundler(
                 options,
                 worker,
                 queue,
                 execution=execution,
                 connection=self._connection,
                 watchdog=self._watchdog,
-                stopping=self._batches_done,
+                stopping=self._bundles_done,
                 once=once,
             )
-            for queue in batch_queues(options)
+            for queue in bundle_queues(options)
         ]
-        in_hand = with_batches(self._slots.in_hand, self._batchers)
+        in_hand = with_bundles(self._slots.in_hand, self._bundlers)
         heartbeat = self._heartbeat = Heartbeat(
             options,
             worker,
@@ -232,8 +232,9 @@ class TaskWorker:
             ),
         ]
         execution.start(writer)
-        batch_threads = [
-            start_daemon(batcher.run, f"scylla-batch-{batcher.queue}") for batcher in self._batchers
+        bundle_threads = [
+            start_daemon(bundler.run, f"scylla-bundle-{bundler.queue}")
+            for bundler in self._bundlers
         ]
         if options.listen and db.can_listen(options.using):
             self.listener = Listener(
@@ -249,12 +250,12 @@ class TaskWorker:
             leasing.run(once=once)
             self._slots.wait_until_empty(self.stopping.is_set)  # finish the tasks in hand
             if once:
-                for thread in batch_threads:
+                for thread in bundle_threads:
                     thread.join()
         finally:
             if self.listener is not None:
                 self.listener.close()
-            self._shutdown(worker, heartbeat, writer, execution, summary, batch_threads)
+            self._shutdown(worker, heartbeat, writer, execution, summary, bundle_threads)
             heartbeat.close()
             self._watchdog.close()
             writer.close()
@@ -270,20 +271,20 @@ class TaskWorker:
         writer: OutcomeWriter,
         execution: Execution,
         summary: Summary,
-        batch_threads: list[threading.Thread],
+        bundle_threads: list[threading.Thread],
     ) -> None:
         """Write the outcomes waiting, yield what is still in hand (running or prefetched,
-        batches too), give handlers the grace period, record the stop."""
+        bundles too), give handlers the grace period, record the stop."""
         writer.flush(timeout=min(5.0, self.options.grace_period))
-        self._batches_done.set()
-        heartbeat.give_back(with_batches(self._slots.in_hand, self._batchers)())
+        self._bundles_done.set()
+        heartbeat.give_back(with_bundles(self._slots.in_hand, self._bundlers)())
         deadline = time.monotonic() + self.options.grace_period
         self._slots.wait_until_empty(lambda: time.monotonic() >= deadline)
-        for thread in batch_threads:
+        for thread in bundle_threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         self._grace_over.set()
         running = self._slots.running() + [
-            ctx.task.rn for b in self._batchers for ctx in b.in_hand() if ctx.handler_running
+            ctx.task.rn for b in self._bundlers for ctx in b.in_hand() if ctx.handler_running
         ]
         self.abandoned = running
         if running:
@@ -339,9 +340,9 @@ class TaskWorker:
     def _on_ready(self, queue: str) -> None:
         if queue in self.options.queues:
             self.wake()
-        for batcher in self._batchers:
-            if batcher.queue == queue:
-                batcher.wake()
+        for bundler in self._bundlers:
+            if bundler.queue == queue:
+                bundler.wake()
 
     def _on_stop(self, worker: str) -> None:
         if worker == self.name and self._heartbeat is not None:

@@ -1,11 +1,11 @@
 """Running handlers, from the handler's call to its task's outcome: plain handlers on handler
-threads, `async def` ones as coroutines on one event loop thread, batch handlers on the thread
-of their queue's batcher, and what a handler's return or raise becomes (an `Outcome`, or none
+threads, `async def` ones as coroutines on one event loop thread, bundle handlers on the thread
+of their queue's bundler, and what a handler's return or raise becomes (an `Outcome`, or none
 for a task that was stopped), with its log and what the run used.
 
 The same code runs a task in the foreground (`foreground.py`: `scylla_run`, the testing
 helpers, the eager mode), on the caller's thread and connection: `Execution.run()` and
-`Execution.run_batch()`, with the outcomes handed to a writer of the run's own.
+`Execution.run_bundle()`, with the outcomes handed to a writer of the run's own.
 
 A slot costs a thread only while a plain handler needs one: handler threads are started as
 plain handlers' tasks arrive and no thread is idle, up to `concurrency` of them, and then
@@ -100,7 +100,7 @@ class Execution:
     up to `concurrency` threads, one task at a time each (a thread is started when a task
     comes and none is idle), `async def` ones on the event loop (started only when a queue of
     `queues` has an `async def` handler), up to `concurrency` at once, without a thread each.
-    `run_batch()` runs a batch handler on the calling thread (a batcher's).
+    `run_bundle()` runs a bundle handler on the calling thread (a bundler's).
 
     With `isolation`, each thread runs its plain handlers in a child process of its own (see
     `isolation.py`). `after_task` is called on the handler's thread once each handler has
@@ -334,11 +334,11 @@ class Execution:
             logger.exception("%s: running %s failed", self._name(), ctx.task.rn)
             self.sink.give_up(ctx)
 
-    # -- batches ----------------------------------------------------------------------------
+    # -- bundles ----------------------------------------------------------------------------
 
-    def run_batch(self, contexts: Sequence[TaskContext]) -> list[tuple[TaskContext, Outcome]]:
-        """Call the batch handler of the members' queue once, on this thread, with the members
-        still live (README, "Batched execution"); return the outcome of each member that gets
+    def run_bundle(self, contexts: Sequence[TaskContext]) -> list[tuple[TaskContext, Outcome]]:
+        """Call the bundle handler of the members' queue once, on this thread, with the members
+        still live (README, "Bundled execution"); return the outcome of each member that gets
         one, with the log of the call (each member keeps it) and an even share of what the
         call used: what the handler decided for it (`ctx.complete()`, `ctx.abort()`), else,
         when the handler returned, its result (a mapping of rn to result; None for a member it
@@ -352,7 +352,7 @@ class Execution:
         queue = live[0].task.queue
         handler: Any = self.registry.get(queue)  # takes the list of contexts
         if handler is None:
-            raise RuntimeError("leased a batch of a queue without a handler")
+            raise RuntimeError("leased a bundle of a queue without a handler")
         returned: Any = None
         raised: BaseException | None = None
         meter = ThreadMeter()
@@ -372,7 +372,7 @@ class Execution:
                     log.exception(exc)
                 if self._post_mortem is not None and not isinstance(exc, STOPS):
                     self._post_mortem(exc)
-                logger.warning("%s: batch handler of %s raised %r", self._name(), queue, exc)
+                logger.warning("%s: bundle handler of %s raised %r", self._name(), queue, exc)
             finally:
                 for ctx in live:
                     ctx.handler_running = False
@@ -524,7 +524,7 @@ class Execution:
 def _member_outcome(
     ctx: TaskContext, returned: Any, raised: BaseException | None
 ) -> tuple[Any, list[dict[str, Any]] | None] | None:
-    """What to write for one member of a batch: (result, None) or (None, errors); None for
+    """What to write for one member of a bundle: (result, None) or (None, errors); None for
     none."""
     reason = ctx.stop_reason
     if isinstance(reason, TaskTimedOut) and not ctx.yielded:
@@ -542,7 +542,7 @@ def _member_outcome(
         result, errors = None if returned is None else returned.get(ctx.task.rn), None
     else:
         kind = type(returned).__name__
-        detail = f"a batch handler returns None or a mapping of rn to result, not {kind}"
+        detail = f"a bundle handler returns None or a mapping of rn to result, not {kind}"
         return None, [error_record("invalid_result", detail)]
     if errors is None:
         try:

@@ -3,8 +3,8 @@ run), `scylla_django.testing.run_task()` and `drain()`, and the eager mode.
 
 The tasks are leased by hand (`TaskQuerySet.lease_rn`) by a worker registered for the run (its
 host reads "(scylla_run)") and run by the worker's own `Execution`, on this thread: the same
-code from the handler's call to the task's outcome as in a worker's slots and batchers
-(snoozes, `ctx.spawn()` and `ctx.batch()` children, batch handlers, task logs, what the run
+code from the handler's call to the task's outcome as in a worker's slots and bundlers
+(snoozes, `ctx.spawn()` and `ctx.batch()` children, bundle handlers, task logs, what the run
 used). A watchdog stops a task at its run-time limit as a worker's does (`ctx.check()` raises
 `TaskTimedOut`, and the task is aborted with `timeout`); a handler that runs on regardless is
 waited for, since nothing can take the caller's thread's place. `ctx.fenced()` blocks and the
@@ -93,8 +93,8 @@ def run_task(
     lease_length: timedelta | None = None,
     post_mortem: Callable[[BaseException], None] | None = None,
 ) -> ForegroundRun:
-    """Lease the ready task `rn`, run its handler here and write its outcome (a batch handler
-    gets a batch of one).
+    """Lease the ready task `rn`, run its handler here and write its outcome (a bundle handler
+    gets a bundle of one).
 
     `post_mortem(exc)` is called with what the handler raised, before its outcome is made (a
     debugger's post-mortem; the run-time limit is then not enforced, since the debugger may
@@ -127,7 +127,7 @@ def run_tasks(
     post_mortem: Callable[[BaseException], None] | None = None,
 ) -> list[ForegroundRun]:
     """Lease the ready tasks `rns`, all of one queue, and run them here as `run_task()` runs
-    one: a batch handler's in one call (one batch), a plain handler's one after the other."""
+    one: a bundle handler's in one call (one bundle), a plain handler's one after the other."""
     if not rns:
         return []
     tasks = Task.objects.using(using)
@@ -211,7 +211,7 @@ class _Run:
         )
         logger.info("%s leased %s (queue %s)", worker.name, rn, task.queue)
         ctx = TaskContext(task, worker)
-        ctx.batched = self.registry.batching_of(task.queue) is not None
+        ctx.bundled = self.registry.bundling_of(task.queue) is not None
         return ctx
 
     def _execute(
@@ -241,8 +241,8 @@ class _Run:
         def in_hand() -> list[TaskContext]:
             return [ctx for ctx in contexts if writer.holds(ctx)]
 
-        def holds(ctx: TaskContext) -> bool:  # a batch's members: as a batcher's, not given up
-            return not ctx.batched and writer.holds(ctx)
+        def holds(ctx: TaskContext) -> bool:  # a bundle's members: as a bundler's, not given up
+            return not ctx.bundled and writer.holds(ctx)
 
         threads = [
             start_daemon(
@@ -255,8 +255,8 @@ class _Run:
             beat = Heartbeat(options, worker, in_hand, lambda: None, connection, watchdog=watchdog)
             threads.append(start_daemon(beat.run, "scylla-heartbeat"))
         try:
-            if contexts[0].batched:
-                for ctx, outcome in execution.run_batch(contexts):
+            if contexts[0].bundled:
+                for ctx, outcome in execution.run_bundle(contexts):
                     writer.hand_over(ctx, outcome)
                 for ctx in contexts:
                     if writer.holds(ctx):

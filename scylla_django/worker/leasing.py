@@ -17,7 +17,7 @@ from django.db import connections
 from .. import db
 from ..handlers import TaskContext
 from ..models import Task, Worker
-from .batching import plain_queues
+from .bundles import plain_queues
 from .database import WorkerConnection
 from .execution import Execution
 from .options import WorkerOptions
@@ -50,11 +50,11 @@ class LeaseLoop:
         self.stopping = stopping
         self._wakeup = wakeup
         self._give_back = give_back
-        # A batch handler's queue is leased by its batcher (batching.py), not here.
+        # A bundle handler's queue is leased by its bundler (bundles.py), not here.
         self.queues = plain_queues(options)
 
     def run(self, *, once: bool = False) -> None:
-        """Lease until stopped; with `once`, lease one batch (up to `concurrency` tasks) and
+        """Lease until stopped; with `once`, lease once (up to `concurrency` tasks) and
         return."""
         options = self.options
         failures = db.DatabaseRetry(options.using)
@@ -63,10 +63,10 @@ class LeaseLoop:
                 break
             self._wakeup.clear()  # before leasing: a wake-up during the lease is not lost
             free = self.slots.free()
-            if free > 0 and self.slots.taken() > 0 and options.batch_wait > 0:
+            if free > 0 and self.slots.taken() > 0 and options.write_wait > 0:
                 # Other handlers are busy and may be about to finish: a moment's wait lets one
                 # lease fill several slots instead of one statement per slot.
-                self.stopping.wait(options.batch_wait)
+                self.stopping.wait(options.write_wait)
             claim = self.slots.claim(lease=bool(self.queues))
             if claim.size > 0:
                 try:

@@ -53,10 +53,11 @@ class WorkerOptions:
     - `timeout_grace`: how long a task past its run-time limit may still return before it is
       aborted (default `SCYLLA['TIMEOUT_GRACE']` when made).
     - `registry`: the handlers; `using`: the database alias.
-    - `batch_size`, `batch_wait`: outcomes are written when `batch_size` are ready or
-      `batch_wait` seconds after the first of a batch, whichever comes first (at once when
-      no handler is running, and on shutdown); `batch_wait` is under a tenth of the lease
-      length, so an outcome is written long before its lease could expire.
+    - `write_size`, `write_wait`: outcomes are written together, in one statement, when
+      `write_size` are waiting or `write_wait` seconds after the first of them, whichever
+      comes first (at once when no handler is running, and on shutdown); `write_wait` is
+      under a tenth of the lease length, so an outcome is written long before its lease
+      could expire.
     - `summary_interval`: seconds between INFO summaries (per-task lines are DEBUG).
     - `listen`: on PostgreSQL, LISTEN for ready tasks and cancellations (see `listener.py`)
       over the settings of the database `SCYLLA["LISTEN_DATABASE"]` names for `using` (by
@@ -80,8 +81,8 @@ class WorkerOptions:
     timeout_grace: timedelta = dataclasses.field(default_factory=_configured_timeout_grace)
     registry: HandlerRegistry = default_registry
     using: str = "default"
-    batch_size: int = 100
-    batch_wait: float = 0.002
+    write_size: int = 100
+    write_wait: float = 0.002
     summary_interval: float = 60.0
     listen: bool = True
     listen_dsn: str | None = None
@@ -109,16 +110,16 @@ class WorkerOptions:
             raise ValueError("timeout_grace must be positive")
         if self.prefetch < 0:
             raise ValueError("prefetch must be 0 or more")
-        if self.batch_size < 1:
-            raise ValueError("batch_size must be at least 1")
+        if self.write_size < 1:
+            raise ValueError("write_size must be at least 1")
         if self.heartbeat_seconds >= self.lease_length.total_seconds():
             raise ValueError(
                 f"The heartbeat interval ({self.heartbeat_seconds:g} s) must be shorter than "
                 f"the lease length ({self.lease_length.total_seconds():g} s)."
             )
-        if not 0 <= self.batch_wait < self.lease_length.total_seconds() / 10:
+        if not 0 <= self.write_wait < self.lease_length.total_seconds() / 10:
             raise ValueError(
-                f"batch_wait ({self.batch_wait:g} s) must be 0 or more and under a tenth of the "
+                f"write_wait ({self.write_wait:g} s) must be 0 or more and under a tenth of the "
                 f"lease length ({self.lease_length.total_seconds():g} s)."
             )
 

@@ -1,6 +1,6 @@
 """The outcome writer: ends the leases of the tasks whose handlers have run.
 
-Outcomes wait in a batch for the writer thread, which writes them together, each row fenced on
+Outcomes wait in a queue for the writer thread, which writes them together, each row fenced on
 its lease, and leases into the slots they free in the same statement (`finish_and_lease`);
 through a database outage it keeps retrying them until the database answers or the grace
 period of a shutdown ends. A handler thread whose task is the only one in hand writes its
@@ -25,7 +25,7 @@ from .. import db
 from ..exceptions import InvalidTransition, ScyllaError
 from ..handlers import TaskContext
 from ..models import Outcome, Task, Worker
-from .batching import plain_queues
+from .bundles import plain_queues
 from .database import WorkerConnection
 from .execution import Execution
 from .heartbeat import Heartbeat
@@ -35,7 +35,7 @@ from .summary import Summary
 
 logger = logging.getLogger("scylla_django")
 
-Batch = list[tuple[TaskContext, Outcome]]
+Outcomes = list[tuple[TaskContext, Outcome]]
 
 
 class OutcomeWriter:
@@ -72,7 +72,7 @@ class OutcomeWriter:
         self.grace_over = grace_over
         self.wake = wake
         self.refill = refill
-        self._outcomes: Batch = []
+        self._outcomes: Outcomes = []
         self._ready = threading.Condition(threading.Lock())
         self._done = False
         self._hurry = False  # write what comes at once: the worker is stopping
@@ -90,13 +90,13 @@ class OutcomeWriter:
         # The slot stays taken until the outcome is written: a task is the worker's until then.
         with self._ready:
             self._outcomes.append((ctx, outcome))
-            # The first wakes the writer; a full batch, or the last task in hand, flushes.
-            if len(self._outcomes) in (1, self.options.batch_size) or self._all_handled():
+            # The first wakes the writer; `write_size` waiting, or the last task in hand, flushes.
+            if len(self._outcomes) in (1, self.options.write_size) or self._all_handled():
                 self._ready.notify()
 
     def finish_here(self, ctx: TaskContext, outcome: Outcome | None) -> TaskContext | None:
         """On the thread that ran `ctx`: if it is the only task in hand and no outcome waits
-        (nothing could join a batch of its outcome), write the outcome and lease into the slot
+        (no other outcome could join it), write the outcome and lease into the slot
         it frees; return the leased task this thread runs next, the others handed out.
         Otherwise queue the outcome for the writer thread.
 
@@ -109,22 +109,22 @@ class OutcomeWriter:
             self.hand_over(ctx, outcome)
             return None
         self.slots.ran(outcome.duration)
-        batch = [(ctx, outcome)]
+        outcomes = [(ctx, outcome)]
         # The finished task's slot passes straight to the lease: no other lease can take it.
         claim = self.slots.claim([ctx], lease=not self.stopping.is_set())
         if not claim.size:
             try:
-                errors = self._finish(batch)
+                errors = self._finish(outcomes)
             except (DatabaseError, ScyllaError) as exc:
-                self._not_written(exc, batch)
+                self._not_written(exc, outcomes)
                 self.hand_over(ctx, outcome)  # still in hand: the writer retries it
             except Exception:
-                self._failed_after_sending(batch)
+                self._failed_after_sending(outcomes)
                 self.slots.release([ctx])
             else:
-                self._settle(batch, errors)
+                self._settle(outcomes, errors)
             return None
-        started = self._finish_and_refill(batch, claim)
+        started = self._finish_and_refill(outcomes, claim)
         if started is None:  # still in hand: the writer retries it
             self.hand_over(ctx, outcome)
             return None
@@ -152,7 +152,7 @@ class OutcomeWriter:
     # -- the writer thread ------------------------------------------------------------------
 
     def flush(self, timeout: float) -> None:
-        """Write the outcomes waiting, and any handed over from now on, at once (no batch
+        """Write the outcomes waiting, and any handed over from now on, at once (no
         waits to fill up); return once none is waiting or being written, or after `timeout`
         seconds (the database is out: they are written when it is back, or their leases
         expire). Called on shutdown, before the tasks still in hand are yielded."""
@@ -173,8 +173,8 @@ class OutcomeWriter:
             self._ready.notify_all()
 
     def run(self) -> None:
-        """The writer thread: write the outcomes in batches until `close()`."""
-        batch_size, batch_wait = self.options.batch_size, self.options.batch_wait
+        """The writer thread: write the outcomes, many per statement, until `close()`."""
+        write_size, write_wait = self.options.write_size, self.options.write_wait
         try:
             while True:
                 with self._ready:
@@ -182,11 +182,11 @@ class OutcomeWriter:
                         self._ready.wait()
                     if not self._outcomes:
                         return
-                    # Let the batch fill up for `batch_wait`, unless it is full or no handler
-                    # is still running (nothing more can come until this batch is written).
-                    deadline = time.monotonic() + batch_wait
+                    # Let more outcomes join for `write_wait`, unless `write_size` wait or no
+                    # handler is still running (nothing more can come until these are written).
+                    deadline = time.monotonic() + write_wait
                     while (
-                        len(self._outcomes) < batch_size
+                        len(self._outcomes) < write_size
                         and not self._all_handled()
                         and not self._done
                         and not self._hurry
@@ -195,16 +195,16 @@ class OutcomeWriter:
                         if left <= 0:
                             break
                         self._ready.wait(left)
-                    batch = self._outcomes[:batch_size]
-                    del self._outcomes[:batch_size]
-                    self._writing = len(batch)
+                    outcomes = self._outcomes[:write_size]
+                    del self._outcomes[:write_size]
+                    self._writing = len(outcomes)
                 try:
-                    self._write(batch)
+                    self._write(outcomes)
                 except Exception:  # a bug of ours: never let it keep the slots or this thread
                     logger.exception(
-                        "%s: writing %d outcome(s) failed", self.worker.name, len(batch)
+                        "%s: writing %d outcome(s) failed", self.worker.name, len(outcomes)
                     )
-                    self.slots.release([ctx for ctx, _ in batch])
+                    self.slots.release([ctx for ctx, _ in outcomes])
                 finally:
                     with self._ready:
                         self._writing = 0
@@ -212,21 +212,21 @@ class OutcomeWriter:
         finally:
             connections.close_all()
 
-    def _write(self, batch: Batch) -> None:
-        """Write a batch of outcomes, leasing into the slots they free (`_write_and_lease`), or
+    def _write(self, outcomes: Outcomes) -> None:
+        """Write outcomes together, leasing into the slots they free (`_write_and_lease`), or
         alone, retrying through database errors until the grace period ends."""
-        if self.refill and self._write_and_lease(batch):
+        if self.refill and self._write_and_lease(outcomes):
             return
         failures = db.DatabaseRetry(self.options.using)
         while True:
             try:
-                errors = self._finish(batch)
+                errors = self._finish(outcomes)
                 break
             except DatabaseError as exc:
                 self.connection.discard()
                 wait = failures.failed()
                 if self.grace_over.is_set():
-                    for ctx, _ in batch:
+                    for ctx, _ in outcomes:
                         logger.error(
                             "%s gave up the outcome of %s after %d failed writes (%s); the "
                             "task will run again once its lease expires",
@@ -235,28 +235,29 @@ class OutcomeWriter:
                             failures.failures,
                             exc,
                         )
-                    self.summary.count("not written", len(batch))
-                    self.slots.release([ctx for ctx, _ in batch])
+                    self.summary.count("not written", len(outcomes))
+                    self.slots.release([ctx for ctx, _ in outcomes])
                     return
                 logger.warning(
                     "%s could not write %d outcome(s) (%s); retrying in %gs",
                     self.worker.name,
-                    len(batch),
+                    len(outcomes),
                     exc,
                     wait,
                 )
                 self.grace_over.wait(wait)
             except Exception:
-                self._failed_after_sending(batch)
-                self.slots.release([ctx for ctx, _ in batch])
+                self._failed_after_sending(outcomes)
+                self.slots.release([ctx for ctx, _ in outcomes])
                 return
-        self._settle(batch, errors)
+        self._settle(outcomes, errors)
 
-    def _write_and_lease(self, batch: Batch) -> bool:
-        """Write `batch` and lease into the slots it frees, handing the leased tasks out; False
-        if nothing was (no free slot, a database error): the batch is in hand, to write alone."""
-        claim = self.slots.claim([ctx for ctx, _ in batch], lease=not self.stopping.is_set())
-        started = self._finish_and_refill(batch, claim) if claim.size else None
+    def _write_and_lease(self, outcomes: Outcomes) -> bool:
+        """Write `outcomes` and lease into the slots they free, handing the leased tasks out;
+        False if nothing was (no free slot, a database error): the outcomes are in hand, to
+        write alone."""
+        claim = self.slots.claim([ctx for ctx, _ in outcomes], lease=not self.stopping.is_set())
+        started = self._finish_and_refill(outcomes, claim) if claim.size else None
         if started is None:
             return False
         for ctx in started:
@@ -265,23 +266,23 @@ class OutcomeWriter:
 
     # -- writing ----------------------------------------------------------------------------
 
-    def _finish_and_refill(self, batch: Batch, claim: Claim) -> list[TaskContext] | None:
-        """Write `batch`'s outcomes and lease into `claim`'s slots, in one statement on
+    def _finish_and_refill(self, outcomes: Outcomes, claim: Claim) -> list[TaskContext] | None:
+        """Write the outcomes and lease into `claim`'s slots, in one statement on
         PostgreSQL; return the leased tasks' contexts, in hand, for the caller to run or hand
-        out. None if nothing was written: the claim is undone, the batch in hand."""
+        out. None if nothing was written: the claim is undone, the outcomes in hand."""
         try:
-            errors, tasks = self._finish_and_lease(batch, claim.size)
+            errors, tasks = self._finish_and_lease(outcomes, claim.size)
         except (DatabaseError, ScyllaError) as exc:
-            self._not_written(exc, batch)
+            self._not_written(exc, outcomes)
             self.slots.unclaim(claim)
             return None
         except Exception:
-            self._failed_after_sending(batch)
+            self._failed_after_sending(outcomes)
             self.slots.drop(claim)
             return []
-        self._report(batch, errors)
+        self._report(outcomes, errors)
         # The finished task's slot passed to the lease (`take()` counts the leased ones).
-        self.slots.hooks.note("written", len(batch))
+        self.slots.hooks.note("written", len(outcomes))
         started = self.slots.take(claim, tasks, self.worker)
         if len(started) < claim.size or self.stopping.is_set():
             self.wake()  # a task that became ready meanwhile is the lease loop's
@@ -292,28 +293,28 @@ class OutcomeWriter:
             return []
         return started
 
-    def _finish(self, batch: Batch) -> dict[int, ScyllaError]:
-        """Write `batch`'s outcomes; return why each one not written was refused, by pk."""
+    def _finish(self, outcomes: Outcomes) -> dict[int, ScyllaError]:
+        """Write the outcomes; return why each one not written was refused, by pk."""
         using = self.options.using
         with self.connection.used():
             db.use_worker_plans(connections[using])  # a connection of the worker's own
             written = Task.objects.using(using).finish_many(
-                self.worker, [outcome for _, outcome in batch]
+                self.worker, [outcome for _, outcome in outcomes]
             )
-            return self._refusals(batch, written)
+            return self._refusals(outcomes, written)
 
     def _finish_and_lease(
-        self, batch: Batch, limit: int
+        self, outcomes: Outcomes, limit: int
     ) -> tuple[dict[int, ScyllaError], list[Task]]:
-        """Write `batch`'s outcomes and lease up to `limit` tasks: why each outcome not
+        """Write the outcomes and lease up to `limit` tasks: why each outcome not
         written was refused, by pk, and the tasks leased."""
         using = self.options.using
         with self.connection.used():
             db.use_worker_plans(connections[using])  # a connection of the worker's own
-            queues = plain_queues(self.options)  # a batch handler's queue is its batcher's
+            queues = plain_queues(self.options)  # a bundle handler's queue is its bundler's
             written, tasks = Task.objects.using(using).finish_and_lease(
                 self.worker,
-                [outcome for _, outcome in batch],
+                [outcome for _, outcome in outcomes],
                 queues,
                 limit=limit,
                 lease_length=self.options.lease_length,
@@ -321,37 +322,37 @@ class OutcomeWriter:
                 timeout_grace=self.options.timeout_grace,
             )
             try:
-                return self._refusals(batch, written), tasks
+                return self._refusals(outcomes, written), tasks
             except DatabaseError as exc:  # the tasks are leased: keep them, whatever the reason
                 db.discard_connection(using)
                 unknown = ScyllaError(f"it was refused, and reading why failed: {exc}")
-                return {o.pk: unknown for _, o in batch if o.pk not in written}, tasks
+                return {o.pk: unknown for _, o in outcomes if o.pk not in written}, tasks
 
-    def _refusals(self, batch: Batch, written: set[int]) -> dict[int, ScyllaError]:
-        refused = {outcome.pk: outcome.lease for _, outcome in batch if outcome.pk not in written}
+    def _refusals(self, outcomes: Outcomes, written: set[int]) -> dict[int, ScyllaError]:
+        refused = {o.pk: o.lease for _, o in outcomes if o.pk not in written}
         if not refused:
             return {}
         return Task.objects.using(self.options.using).refusals(self.worker, refused)
 
     # -- reporting --------------------------------------------------------------------------
 
-    def _settle(self, batch: Batch, errors: dict[int, ScyllaError]) -> None:
-        """Report a written batch and free its slots."""
-        self._report(batch, errors)
-        self.slots.release([ctx for ctx, _ in batch])
-        self.slots.hooks.note("written", len(batch))
+    def _settle(self, outcomes: Outcomes, errors: dict[int, ScyllaError]) -> None:
+        """Report outcomes once written and free their slots."""
+        self._report(outcomes, errors)
+        self.slots.release([ctx for ctx, _ in outcomes])
+        self.slots.hooks.note("written", len(outcomes))
 
-    def _report(self, batch: Batch, errors: dict[int, ScyllaError]) -> None:
-        """Count and log the outcomes of `batch` once written (`errors`: those refused); a
+    def _report(self, outcomes: Outcomes, errors: dict[int, ScyllaError]) -> None:
+        """Count and log `outcomes` once written (`errors`: those refused); a
         failure to log is logged, never raised (the outcomes are written)."""
         try:
-            self._count_and_log(batch, errors)
+            self._count_and_log(outcomes, errors)
         except Exception:
-            logger.exception("%s: reporting %d outcome(s) failed", self.worker.name, len(batch))
+            logger.exception("%s: reporting %d outcome(s) failed", self.worker.name, len(outcomes))
 
-    def _count_and_log(self, batch: Batch, errors: dict[int, ScyllaError]) -> None:
+    def _count_and_log(self, outcomes: Outcomes, errors: dict[int, ScyllaError]) -> None:
         name = self.worker.name
-        for ctx, outcome in batch:
+        for ctx, outcome in outcomes:
             task = ctx.task
             error = errors.get(outcome.pk)
             if error is None:
@@ -365,16 +366,16 @@ class OutcomeWriter:
                 self.summary.count("not written")
                 logger.info("%s could not finish %s: %s", name, task.rn, error)
 
-    def _not_written(self, exc: Exception, batch: Batch) -> None:
-        """Log a write of `batch` that failed (retried later), dropping a lost connection."""
+    def _not_written(self, exc: Exception, outcomes: Outcomes) -> None:
+        """Log a write of `outcomes` that failed (retried later), dropping a lost connection."""
         logger.warning(
-            "%s could not write %d outcome(s) (%s); retrying", self.worker.name, len(batch), exc
+            "%s could not write %d outcome(s) (%s); retrying", self.worker.name, len(outcomes), exc
         )
         if isinstance(exc, DatabaseError):
             self.connection.discard()
 
-    def _failed_after_sending(self, batch: Batch) -> None:
-        """Log an error other than the database's raised by a write of `batch`: most often a
+    def _failed_after_sending(self, outcomes: Outcomes) -> None:
+        """Log an error other than the database's raised by a write of `outcomes`: most often a
         receiver of `task_finished`, run once the outcomes are committed. Never the tasks'
         errors: their slots are freed (an outcome that was not written leaves its task to its
         lease's expiry)."""
@@ -382,7 +383,7 @@ class OutcomeWriter:
             "%s: writing the outcome(s) of %s raised an error that is not the database's "
             "(a task_finished receiver?); their slots are freed",
             self.worker.name,
-            ", ".join(ctx.task.rn for ctx, _ in batch),
+            ", ".join(ctx.task.rn for ctx, _ in outcomes),
         )
 
 

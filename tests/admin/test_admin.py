@@ -524,18 +524,18 @@ def test_purge_selected_deletes_terminal_tasks_only(admin_client, tasks):
     assert History.objects.filter(task__rn="run").exists()
 
 
-def test_purge_selected_runs_in_batches_through_purge(admin_client, tasks, settings, monkeypatch):
-    settings.SCYLLA = {"PURGE_BATCH_SIZE": 1}
+def test_purge_selected_runs_in_chunks_through_purge(admin_client, tasks, settings, monkeypatch):
+    settings.SCYLLA = {"PURGE_CHUNK_SIZE": 1}
     calls = spy_on_purge(monkeypatch)
     chosen = [tasks[k] for k in ("done", "fail", "gone", "wait")]
     assert messages_of(act(admin_client, "purge_selected", *chosen, post="yes")) == [
         "3 purged, 1 skipped (not terminal)."
     ]
-    assert calls == [3]  # one purge() call, three one-task batches
+    assert calls == [3]  # one purge() call, three one-task chunks
 
 
 def test_purge_selected_stops_at_its_time_budget(admin_client, tasks, settings, monkeypatch):
-    settings.SCYLLA = {"PURGE_BATCH_SIZE": 1}
+    settings.SCYLLA = {"PURGE_CHUNK_SIZE": 1}
     monkeypatch.setattr(scylla_admin.TaskAdmin, "purge_time_budget", timedelta(0))
     chosen = (tasks["done"], tasks["fail"])
     [message] = messages_of(act(admin_client, "purge_selected", *chosen, post="yes"))
@@ -559,19 +559,19 @@ def test_delete_selected_is_not_offered(admin_client, tasks):
 
 
 def spy_on_purge(monkeypatch) -> list[int]:
-    """Record, for each TaskQuerySet.purge() call, how many batches it reported."""
+    """Record, for each TaskQuerySet.purge() call, how many chunks it reported."""
     calls: list[int] = []
     original = TaskQuerySet.purge
 
-    def purge(self, *args, on_batch=None, **kwargs):
+    def purge(self, *args, on_chunk=None, **kwargs):
         calls.append(0)
 
         def counted(n):
             calls[-1] += 1
-            if on_batch is not None:
-                on_batch(n)
+            if on_chunk is not None:
+                on_chunk(n)
 
-        return original(self, *args, on_batch=counted, **kwargs)
+        return original(self, *args, on_chunk=counted, **kwargs)
 
     monkeypatch.setattr(TaskQuerySet, "purge", purge)
     return calls
@@ -601,7 +601,7 @@ def test_purge_page_shows_the_form(admin_client, aged):
 
 
 def test_purge_page_confirms_the_count_then_purges(admin_client, aged, settings, monkeypatch):
-    settings.SCYLLA = {"PURGE_BATCH_SIZE": 1}
+    settings.SCYLLA = {"PURGE_CHUNK_SIZE": 1}
     query = {"older_than_days": "10", "statuses": ["completed", "cancelled"], "queue": ""}
     response = admin_client.get(PURGE, query)
     html = response.content.decode()
@@ -615,7 +615,7 @@ def test_purge_page_confirms_the_count_then_purges(admin_client, aged, settings,
     response = admin_client.post(PURGE, confirm, follow=True)
     assert response.redirect_chain == [(LIST, 302)]
     assert messages_of(response) == ["Purged 2 tasks."]
-    assert calls == [2]  # one purge() call, two batches
+    assert calls == [2]  # one purge() call, two chunks
     remaining = set(Task.objects.values_list("rn", flat=True))
     assert remaining == {"run", "run2", "fail", "wait", "wait2", "fresh"}
 
@@ -635,7 +635,7 @@ def test_purge_page_says_when_nothing_matches(admin_client, aged):
 
 
 def test_purge_page_stops_at_its_time_budget(admin_client, aged, settings, monkeypatch):
-    settings.SCYLLA = {"PURGE_BATCH_SIZE": 1}
+    settings.SCYLLA = {"PURGE_CHUNK_SIZE": 1}
     monkeypatch.setattr(scylla_admin.TaskAdmin, "purge_time_budget", timedelta(0))
     query = {"older_than_days": "10", "statuses": ["completed", "aborted", "cancelled"]}
     [message] = messages_of(admin_client.post(PURGE, query, follow=True))

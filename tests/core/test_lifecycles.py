@@ -331,7 +331,7 @@ def test_expired_tasks_are_cancelled_once_by_three_monitors():
     Task.objects.update(expires_at=Now())
 
     def monitor(barrier):
-        service = Monitor(reset_batch_size=7).expiry  # each thread a monitor of its own
+        service = Monitor(reset_chunk_size=7).expiry  # each thread a monitor of its own
         barrier.wait()
         return service.run("default")["expired"]
 

@@ -1,4 +1,4 @@
-"""Purge: only terminal tasks past their retention go, with their History, in batches."""
+"""Purge: only terminal tasks past their retention go, with their History, in chunks."""
 
 from __future__ import annotations
 
@@ -75,12 +75,12 @@ def test_purge_refuses_non_terminal_statuses(mixed, statuses):
     assert len(remaining()) == 10
 
 
-def test_purge_in_small_batches_deletes_everything_eligible(worker):
+def test_purge_in_small_chunks_deletes_everything_eligible(worker):
     for n in range(23):
         TaskFactory(rn=f"t{n}").cancel()
     TaskFactory(rn="alive")
     Task.objects.update(updated=Now() - timedelta(days=30))
-    assert Task.objects.purge(timedelta(days=1), batch_size=5) == 23
+    assert Task.objects.purge(timedelta(days=1), chunk_size=5) == 23
     assert remaining() == {"alive"}
     assert History.objects.count() == 0
 

@@ -452,7 +452,7 @@ def test_three_monitors_give_each_exhausted_task_exactly_one_successor(settings,
         deadline=tasks[0].deadline - timedelta(hours=1)
     )
 
-    handled = run_in_threads([lambda _: Task.objects.reset_expired(batch_size=7)] * 3)
+    handled = run_in_threads([lambda _: Task.objects.reset_expired(chunk_size=7)] * 3)
 
     assert sum(handled) == count
     successors = Task.objects.filter(retry_of__isnull=False)

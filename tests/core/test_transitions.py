@@ -339,10 +339,10 @@ def test_reset_expired_makes_ready_with_a_timeout_entry(worker):
     assert Task.objects.reset_expired() == 0
 
 
-def test_reset_expired_handles_several_batches(worker):
+def test_reset_expired_handles_several_chunks(worker):
     tasks = [running_task(worker) for _ in range(7)]
     Task.objects.update(deadline=Now() - timedelta(seconds=5))
-    assert Task.objects.reset_expired(batch_size=3) == 7
+    assert Task.objects.reset_expired(chunk_size=3) == 7
     assert all(reload(t).status == Status.READY for t in tasks)
     assert History.objects.filter(typ=EventType.TIMEOUT).count() == 7
 

@@ -112,3 +112,10 @@ def test_sqlite_without_immediate_transactions_is_warned_about(settings):
     [warning] = [m for msg, m in warnings.items() if "'extra'" in msg]
     assert warning.id == "scylla_django.W002" and "IMMEDIATE" in warning.hint
     assert not [msg for msg in warnings if "'default'" in msg]  # the test settings are right
+
+
+def test_a_renamed_key_is_warned_about_with_its_new_name(settings):
+    settings.SCYLLA = {"PURGE_BATCH_SIZE": 10}
+    [message] = check_settings()
+    assert message.id == "scylla_django.W001"
+    assert "PURGE_CHUNK_SIZE" in message.hint

@@ -1,4 +1,4 @@
-"""`manage.py scylla_cleanup`: the one-shot purge, its filters, dry run, batches and progress."""
+"""`manage.py scylla_cleanup`: the one-shot purge, its filters, dry run, chunks and progress."""
 
 from __future__ import annotations
 
@@ -113,15 +113,15 @@ def cancelled_seven(db):
     Task.objects.update(updated=Now() - timedelta(days=30))
 
 
-def test_small_batches_delete_everything_and_print_no_progress_off_a_terminal(cancelled_seven):
-    assert cleanup("--batch-size", "2") == "deleted 7 tasks\n"
+def test_small_chunks_delete_everything_and_print_no_progress_off_a_terminal(cancelled_seven):
+    assert cleanup("--chunk-size", "2") == "deleted 7 tasks\n"
     assert remaining() == {"alive"}
     assert History.objects.count() == 0
 
 
-def test_progress_on_a_terminal_rewrites_one_line_per_batch(cancelled_seven):
+def test_progress_on_a_terminal_rewrites_one_line_per_chunk(cancelled_seven):
     out = Terminal()
-    cleanup("--batch-size", "2", stdout=out)
+    cleanup("--chunk-size", "2", stdout=out)
     frames = out.getvalue().split("\r")
     shown = [frame.strip() for frame in frames if frame.strip()]
     assert shown == [
@@ -137,8 +137,8 @@ def test_progress_on_a_terminal_rewrites_one_line_per_batch(cancelled_seven):
     assert remaining() == {"alive"}
 
 
-def test_batch_size_defaults_to_the_setting(cancelled_seven, settings):
-    settings.SCYLLA = {"PURGE_BATCH_SIZE": 3}
+def test_chunk_size_defaults_to_the_setting(cancelled_seven, settings):
+    settings.SCYLLA = {"PURGE_CHUNK_SIZE": 3}
     out = Terminal()
     cleanup(stdout=out)
     assert "deleted 3/7 (42%)" in out.getvalue()
@@ -174,8 +174,8 @@ def test_progress_with_nothing_to_delete(db):
         (["--status", "running"], "invalid choice: 'running'"),
         (["--queue", "a b"], "--queue"),
         (["--queue", ""], "--queue"),
-        (["--batch-size", "0"], "'0' must be at least 1"),
-        (["--batch-size", "many"], "'many' is not an integer"),
+        (["--chunk-size", "0"], "'0' must be at least 1"),
+        (["--chunk-size", "many"], "'many' is not an integer"),
     ],
 )
 def test_bad_arguments_are_command_errors(tasks, args, message):
@@ -193,11 +193,11 @@ def test_a_bad_setting_is_a_command_error(tasks, settings):
 
 
 def test_help_shows_the_current_settings(settings):
-    settings.SCYLLA = {"RETENTION": timedelta(days=3), "PURGE_BATCH_SIZE": 250}
+    settings.SCYLLA = {"RETENTION": timedelta(days=3), "PURGE_CHUNK_SIZE": 250}
     parser = CleanupCommand().create_parser("manage.py", "scylla_cleanup")
     text = " ".join(parser.format_help().split())
     assert "Default: the RETENTION setting (now 3 d)" in text
-    assert "Default: the PURGE_BATCH_SIZE setting (now 250)" in text
+    assert "Default: the PURGE_CHUNK_SIZE setting (now 250)" in text
     assert "{aborted,cancelled,completed}" in text
 
 

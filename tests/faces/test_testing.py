@@ -90,11 +90,11 @@ def test_drain_returns_the_children_its_handlers_spawn_and_batch():
 
 
 def test_run_task_runs_a_batch_handler_with_a_batch_of_one_and_drain_by_batches():
-    lone = Task.objects.submit("t-batch", {"n": 1})
+    lone = Task.objects.submit("t-bundle", {"n": 1})
     done = run_task(lone.rn)
     assert done.status == Status.COMPLETED and done.result["size"] == 1
-    tasks = [Task.objects.submit("t-batch", {"n": n}) for n in range(7)]
-    ran = drain(["t-batch"])
+    tasks = [Task.objects.submit("t-bundle", {"n": n}) for n in range(7)]
+    ran = drain(["t-bundle"])
     assert [t.pk for t in ran] == [t.pk for t in tasks]
     assert all(t.status == Status.COMPLETED for t in ran)
     assert [t.result["size"] for t in ran] == [5] * 5 + [2] * 2

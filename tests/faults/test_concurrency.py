@@ -268,8 +268,8 @@ def test_heartbeat_racing_reset_never_resurrects_a_lease() -> None:
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("batch_size", [None, 25])
-def test_concurrent_resets_handle_each_expiry_exactly_once(batch_size: int | None) -> None:
+@pytest.mark.parametrize("chunk_size", [None, 25])
+def test_concurrent_resets_handle_each_expiry_exactly_once(chunk_size: int | None) -> None:
     """3 monitors running `reset_expired()` at once reset each of 300 expired leases exactly once.
 
     Their return values add up to 300, each task has one TaskTimeout and is ready again.
@@ -280,9 +280,9 @@ def test_concurrent_resets_handle_each_expiry_exactly_once(batch_size: int | Non
     Task.objects.filter(pk__in=pks).update(deadline=Now() - timedelta(seconds=5))
 
     counts = run_in_threads(
-        [lambda _: Task.objects.reset_expired(batch_size=batch_size) for _ in range(3)]
+        [lambda _: Task.objects.reset_expired(chunk_size=chunk_size) for _ in range(3)]
     )
-    print(f"reset_expired(batch_size={batch_size}) returned {counts}")
+    print(f"reset_expired(chunk_size={chunk_size}) returned {counts}")
 
     assert sum(counts) == total
     assert events(pks, EventType.TIMEOUT) == Counter(pks)
@@ -292,8 +292,8 @@ def test_concurrent_resets_handle_each_expiry_exactly_once(batch_size: int | Non
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("batch_size", [None, 100])
-def test_two_monitors_write_one_history_row_per_reset(batch_size: int | None) -> None:
+@pytest.mark.parametrize("chunk_size", [None, 100])
+def test_two_monitors_write_one_history_row_per_reset(chunk_size: int | None) -> None:
     """2 monitors resetting the same 1,000 expired leases at once, half of them yielded,
     write one History row per task between them: a TaskTimeout for each lease that ran out,
     nothing for a yielded one (its TaskYield stays its last row), and every task is ready."""
@@ -308,9 +308,9 @@ def test_two_monitors_write_one_history_row_per_reset(batch_size: int | None) ->
     )
 
     counts = run_in_threads(
-        [lambda _: Task.objects.reset_expired(batch_size=batch_size) for _ in range(2)]
+        [lambda _: Task.objects.reset_expired(chunk_size=chunk_size) for _ in range(2)]
     )
-    print(f"reset_expired(batch_size={batch_size}) returned {counts}")
+    print(f"reset_expired(chunk_size={chunk_size}) returned {counts}")
 
     for pk in ran_out:
         rows = list(History.objects.filter(task_id=pk).values_list("typ", "worker"))
@@ -355,7 +355,7 @@ def test_concurrent_purge_only_deletes_old_terminal_tasks() -> None:
     history_before = History.objects.count()
 
     def purger(_: threading.Barrier) -> int:
-        return Task.objects.purge(older_than=timedelta(days=1), batch_size=50)
+        return Task.objects.purge(older_than=timedelta(days=1), chunk_size=50)
 
     def finisher(_: threading.Barrier) -> set[int]:
         mine = Task.objects.in_bulk(list(active))

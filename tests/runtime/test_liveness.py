@@ -108,7 +108,7 @@ def test_purge_deletes_old_workers_that_hold_no_running_task(worker, other_worke
     task = running_task(other_worker)
     recent = Worker.objects.register(["q"])
     Worker.objects.exclude(pk=recent.pk).update(last_seen=Now() - timedelta(days=11))
-    assert Worker.objects.purge(timedelta(days=10), batch_size=1) == 1
+    assert Worker.objects.purge(timedelta(days=10), chunk_size=1) == 1
     assert set(Worker.objects.all()) == {other_worker, recent}
     Task.objects.filter(pk=task.pk).update(deadline=Now() - timedelta(seconds=1))
     Task.objects.reset_expired()

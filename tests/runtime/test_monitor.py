@@ -110,12 +110,12 @@ def test_run_once_reads_the_retention_setting_at_every_pass(settings):
 
 
 @pytest.mark.django_db
-def test_run_once_handles_more_than_a_batch(worker):
+def test_run_once_handles_more_than_a_chunk(worker):
     for n in range(5):
         expire(running_task(worker, rn=f"expired-{n}"))
         TaskFactory(rn=f"old-{n}", queue="other").cancel()
     age(*(f"old-{n}" for n in range(5)))
-    monitor = Monitor(retention=timedelta(days=1), reset_batch_size=2, purge_batch_size=2)
+    monitor = Monitor(retention=timedelta(days=1), reset_chunk_size=2, purge_chunk_size=2)
     assert monitor.run_once() == MonitorPass(reset=5, purged=5)
     assert Task.objects.filter(status=Status.READY).count() == 5
     assert not Task.objects.filter(queue="other").exists()
@@ -128,8 +128,8 @@ def test_run_once_handles_more_than_a_batch(worker):
         {"interval": -1},
         {"interval": math.nan},
         {"retention": timedelta(0)},
-        {"reset_batch_size": 0},
-        {"purge_batch_size": True},
+        {"reset_chunk_size": 0},
+        {"purge_chunk_size": True},
     ],
 )
 def test_monitor_rejects_bad_arguments(kwargs):

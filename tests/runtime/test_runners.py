@@ -143,12 +143,12 @@ TABLE: dict[str, Row] = {
         ),
     ),
     "batched": Row(
-        "r-batched",
+        "r-bundled",
         {"n": 7},
         finished(Status.COMPLETED, [A, C], result={"member": 7}, log=["batched ran"]),
     ),
     "batched too": Row(
-        "r-batched",
+        "r-bundled",
         {"n": 8},
         finished(Status.COMPLETED, [A, C], result={"member": 8}, log=["batched ran"]),
     ),

@@ -115,22 +115,22 @@ def test_max_tasks_stops_after_that_many():
 
 
 def test_an_outcome_is_written_at_once_when_no_other_handler_is_running():
-    """`batch_wait` gathers outcomes of handlers still running; with none, nothing can join."""
+    """`write_wait` gathers outcomes of handlers still running; with none, nothing can join."""
     for n in range(3):
         Task.objects.submit("t-echo", {"n": n})
     worker = TaskWorker(
         WorkerOptions(
             ["t-echo"],
             concurrency=1,
-            batch_wait=600.0,
-            lease_length=timedelta(hours=2),  # a batch_wait under a tenth of the lease
+            write_wait=600.0,
+            lease_length=timedelta(hours=2),  # a write_wait under a tenth of the lease
             poll_interval=0.05,
             max_tasks=3,
         )
     )
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
-    thread.join(timeout=120)  # one batch_wait per task would take half an hour
+    thread.join(timeout=120)  # one write_wait per task would take half an hour
     assert not thread.is_alive()
     assert Task.objects.filter(status=Status.COMPLETED).count() == 3
 
@@ -708,12 +708,12 @@ def test_slow_handlers_get_no_prefetch():
     assert sorted(seen["ran"]) == [0, 1, 2]
 
 
-def test_prefetch_must_not_be_negative_nor_batch_wait_near_the_lease_length():
+def test_prefetch_must_not_be_negative_nor_write_wait_near_the_lease_length():
     with pytest.raises(ValueError, match="prefetch must be 0 or more"):
         WorkerOptions(["t-echo"], prefetch=-1)
     with pytest.raises(ValueError, match="under a tenth of the lease length"):
-        WorkerOptions(["t-echo"], lease_length=timedelta(seconds=1), batch_wait=0.2)
-    WorkerOptions(["t-echo"], lease_length=timedelta(seconds=3), batch_wait=0.2)
+        WorkerOptions(["t-echo"], lease_length=timedelta(seconds=1), write_wait=0.2)
+    WorkerOptions(["t-echo"], lease_length=timedelta(seconds=3), write_wait=0.2)
 
 
 def test_the_prefetch_holds_about_fifty_milliseconds_of_work_per_handler():

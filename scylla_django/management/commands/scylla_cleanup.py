@@ -1,4 +1,4 @@
-"""`manage.py scylla_cleanup`: delete old terminal tasks once, in batches, with progress."""
+"""`manage.py scylla_cleanup`: delete old terminal tasks once, in chunks, with progress."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ STATUS_CHOICES = sorted(status.value for status in TERMINAL_STATUSES)
 class Command(BaseCommand):
     help = (
         "Delete terminal tasks (completed, aborted, cancelled) not updated for --older-than, "
-        "with their history, in batches of --batch-size tasks (one transaction each). Ready "
+        "with their history, in chunks of --chunk-size tasks (one transaction each). Ready "
         "and running tasks are never deleted. --dry-run only counts what would be deleted. "
         "The same purge the monitor makes at every pass, run once with filters."
     )
@@ -57,8 +57,8 @@ class Command(BaseCommand):
         )
         add_setting_option(
             parser,
-            "--batch-size",
-            setting="PURGE_BATCH_SIZE",
+            "--chunk-size",
+            setting="PURGE_CHUNK_SIZE",
             type=positive_int,
             metavar="N",
             help="Tasks deleted per transaction.",
@@ -69,7 +69,7 @@ class Command(BaseCommand):
         try:
             given: timedelta | None = options["older_than"]
             older_than = scylla_settings.RETENTION if given is None else given or ANY_AGE
-            batch_size: int = options["batch_size"] or scylla_settings.PURGE_BATCH_SIZE
+            chunk_size: int = options["chunk_size"] or scylla_settings.PURGE_CHUNK_SIZE
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
         statuses: list[str] = options["status"] or STATUS_CHOICES
@@ -81,9 +81,9 @@ class Command(BaseCommand):
                 self.stdout.write(f"would delete {plural(count, 'task')}")
                 return
             if self.stdout.isatty():
-                deleted = self._purge_showing_progress(older_than, statuses, queue, batch_size)
+                deleted = self._purge_showing_progress(older_than, statuses, queue, chunk_size)
             else:
-                deleted = tasks.purge(older_than, statuses, queue, batch_size=batch_size)
+                deleted = tasks.purge(older_than, statuses, queue, chunk_size=chunk_size)
         except ValidationError as exc:
             raise CommandError(" ".join(exc.messages)) from exc
         self.stdout.write(f"deleted {plural(deleted, 'task')}")
@@ -94,7 +94,7 @@ class Command(BaseCommand):
             )
 
     def _purge_showing_progress(
-        self, older_than: timedelta, statuses: list[str], queue: str | None, batch_size: int
+        self, older_than: timedelta, statuses: list[str], queue: str | None, chunk_size: int
     ) -> int:
         """Purge, rewriting one line "deleted 3000/12000 (25%)" after each batch (a terminal)."""
         total = Task.objects.purgeable(older_than, statuses, queue).count()
@@ -114,7 +114,7 @@ class Command(BaseCommand):
         show(0)
         try:
             deleted = Task.objects.purge(
-                older_than, statuses, queue, batch_size=batch_size, on_batch=show
+                older_than, statuses, queue, chunk_size=chunk_size, on_chunk=show
             )
         finally:
             self.stdout.write("\r" + " " * width + "\r", ending="")

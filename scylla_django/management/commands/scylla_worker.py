@@ -130,7 +130,9 @@ class Command(BaseCommand):
             "child process, so that a crash or a hang costs only its task",
         )
         parser.add_argument(
-            "--once", action="store_true", help="lease one batch, finish it and exit"
+            "--once",
+            action="store_true",
+            help="lease once (up to --concurrency tasks), finish them and exit",
         )
         parser.add_argument(
             "--listen-dsn",

@@ -1,16 +1,16 @@
-"""Batched execution (README, "Batched execution"): the tasks of a batch handler's queue
-(`@handler("clean", batch_size=100, batch_wait=timedelta(seconds=1))`) are leased up to
-`batch_size` at a time in one statement and handed to one call of the handler, as a list of
+"""Bundled execution (README, "Bundled execution"): the tasks of a bundle handler's queue
+(`@handler("clean", bundle_size=100, bundle_wait=timedelta(seconds=1))`) are leased up to
+`bundle_size` at a time in one statement and handed to one call of the handler, as a list of
 their contexts.
 
-A `Batcher` serves one batch queue on a thread of its own, one batch at a time, apart from the
-worker's `concurrency` slots. It waits for a batch to fill: once a task is ready it looks again
-every `FILL_POLL` seconds until `batch_size` are ready or `batch_wait` has passed, then leases.
+A `Bundler` serves one bundle queue on a thread of its own, one bundle at a time, apart from the
+worker's `concurrency` slots. It waits for a bundle to fill: once a task is ready it looks again
+every `FILL_POLL` seconds until `bundle_size` are ready or `bundle_wait` has passed, then leases.
 Each member keeps a lease of its own: the worker's heartbeat extends it (its progress, its
 cancellation: a cancelled member's `ctx.check()` raises, the others run on), its run-time limit
-caps it, and `ctx.fenced()` fences on it. The batch is run by the worker's `Execution`
-(`run_batch()`, which says what each member's outcome is); the outcomes are written for the
-whole batch in one statement, every row fenced on its own lease.
+caps it, and `ctx.fenced()` fences on it. The bundle is run by the worker's `Execution`
+(`run_bundle()`, which says what each member's outcome is); the outcomes are written for the
+whole bundle in one statement, every row fenced on its own lease.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from django.db.models import Q
 
 from .. import db
 from ..enums import Status
-from ..handlers import Batching, TaskContext
+from ..handlers import Bundling, TaskContext
 from ..models import Outcome, Task, Worker
 from .database import WorkerConnection, close_handler_connections, retry
 from .execution import Execution
@@ -35,23 +35,23 @@ from .watchdog import Watchdog
 
 logger = logging.getLogger("scylla_django")
 
-#: Seconds between looks at a batch that is filling up (once one of its tasks is ready).
+#: Seconds between looks at a bundle that is filling up (once one of its tasks is ready).
 FILL_POLL = 0.05
 
 
-def batch_queues(options: WorkerOptions) -> list[str]:
-    """The queues of `options` whose handlers take batches (their batchers lease them)."""
-    return [q for q in options.queues if options.registry.batching_of(q) is not None]
+def bundle_queues(options: WorkerOptions) -> list[str]:
+    """The queues of `options` whose handlers take bundles (their bundlers lease them)."""
+    return [q for q in options.queues if options.registry.bundling_of(q) is not None]
 
 
 def plain_queues(options: WorkerOptions) -> list[str]:
     """The queues of `options` whose handlers take one task (the slots' leases take them)."""
-    return [q for q in options.queues if options.registry.batching_of(q) is None]
+    return [q for q in options.queues if options.registry.bundling_of(q) is None]
 
 
-class Batcher:
-    """Leases the batches of one batch queue and runs them with `execution`, on the thread that
-    calls `run()`, until `stopping` is set (after one batch, or none ready, with `once`)."""
+class Bundler:
+    """Leases the bundles of one bundle queue and runs them with `execution`, on the thread that
+    calls `run()`, until `stopping` is set (after one bundle, or none ready, with `once`)."""
 
     def __init__(
         self,
@@ -65,10 +65,10 @@ class Batcher:
         stopping: threading.Event,
         once: bool = False,
     ) -> None:
-        batching = options.registry.batching_of(queue)
-        if batching is None:
-            raise RuntimeError(f"{queue} has no batch handler")
-        self.batching: Batching = batching
+        bundling = options.registry.bundling_of(queue)
+        if bundling is None:
+            raise RuntimeError(f"{queue} has no bundle handler")
+        self.bundling: Bundling = bundling
         self.options = options
         self.worker = worker
         self.queue = queue
@@ -80,11 +80,11 @@ class Batcher:
         self._lock = threading.Lock()
         self._hand: list[TaskContext] = []
         self._wakeup = threading.Event()
-        self.batches = 0
-        """Batches run so far."""
+        self.bundles = 0
+        """Bundles run so far."""
 
     def in_hand(self) -> list[TaskContext]:
-        """The members of the batch leased and not finished yet."""
+        """The members of the bundle leased and not finished yet."""
         with self._lock:
             return list(self._hand)
 
@@ -100,30 +100,30 @@ class Batcher:
                         return
                     continue
                 contexts = retry(
-                    self._lease, "lease a batch", using=self.options.using, stop=self.stopping
+                    self._lease, "lease a bundle", using=self.options.using, stop=self.stopping
                 )
                 if contexts:
-                    self._run_batch(contexts)
+                    self._run_bundle(contexts)
                 if self.once:
                     return
         except Exception:  # a bug of ours: log it; the leases in hand expire and are reset
-            logger.exception("%s: the batches of %s failed", self.worker.name, self.queue)
+            logger.exception("%s: the bundles of %s failed", self.worker.name, self.queue)
         finally:
             close_handler_connections()
 
     # -- leasing ------------------------------------------------------------------------------
 
     def _filled(self) -> bool:
-        """Wait until a task is ready, then until the batch is full or `batch_wait` has passed
+        """Wait until a task is ready, then until the bundle is full or `bundle_wait` has passed
         since; True then (False when nothing became ready within a poll interval)."""
         first: float | None = None
-        size, wait = self.batching.size, self.batching.wait.total_seconds()
+        size, wait = self.bundling.size, self.bundling.wait.total_seconds()
         while not self.stopping.is_set():
             try:
                 ready = self._ready(size)
             except DatabaseError as exc:
                 self.connection.discard()
-                logger.warning("%s cannot look for a batch (%s)", self.worker.name, exc)
+                logger.warning("%s cannot look for a bundle (%s)", self.worker.name, exc)
                 ready = 0
             if ready == 0:
                 if first is not None or self.once:
@@ -152,7 +152,7 @@ class Batcher:
             )
 
     def _lease(self) -> list[TaskContext]:
-        """Lease up to `batch_size` tasks of the queue in one statement; return them in hand."""
+        """Lease up to `bundle_size` tasks of the queue in one statement; return them in hand."""
         using = self.options.using
         try:
             with self.connection.used():
@@ -160,7 +160,7 @@ class Batcher:
                 tasks = Task.objects.using(using).lease(
                     self.worker,
                     [self.queue],
-                    limit=self.batching.size,
+                    limit=self.bundling.size,
                     lease_length=self.options.lease_length,
                     timeouts=self.options.registry.queue_timeouts([self.queue]),
                     timeout_grace=self.options.timeout_grace,
@@ -170,30 +170,30 @@ class Batcher:
             raise
         contexts = [TaskContext(task, self.worker) for task in tasks]
         for ctx in contexts:
-            ctx.batched = True
+            ctx.bundled = True
             self.watchdog.track(ctx)  # its run-time limit; lease keeping
         with self._lock:
             self._hand = contexts
         self.execution.hooks.note("leased", len(contexts))
         if contexts:
             logger.debug(
-                "%s leased a batch of %d on %s", self.worker.name, len(contexts), self.queue
+                "%s leased a bundle of %d on %s", self.worker.name, len(contexts), self.queue
             )
         return contexts
 
     # -- running ------------------------------------------------------------------------------
 
-    def _run_batch(self, contexts: list[TaskContext]) -> None:
+    def _run_bundle(self, contexts: list[TaskContext]) -> None:
         """Call the handler once with the members still live, then write every outcome."""
-        outcomes = self.execution.run_batch(contexts)
+        outcomes = self.execution.run_bundle(contexts)
         self._write([outcome for _, outcome in outcomes])
-        self.batches += 1
+        self.bundles += 1
         with self._lock:
             self._hand = []
         self.execution.hooks.note("written", len(outcomes))
 
     def _write(self, outcomes: Sequence[Outcome]) -> None:
-        """Write the batch's outcomes in one statement (each row fenced on its own lease),
+        """Write the bundle's outcomes in one statement (each row fenced on its own lease),
         once, then again through a database outage until the worker stops."""
         if not outcomes:
             return
@@ -207,14 +207,14 @@ class Batcher:
                 self.connection.discard()
                 raise
 
-        try:  # once even when stopping: a batch that ended within the grace period counts
+        try:  # once even when stopping: a bundle that ended within the grace period counts
             written: set[int] | None = write()
         except DatabaseError as exc:
-            logger.warning("%s cannot write a batch's outcomes (%s)", self.worker.name, exc)
-            written = retry(write, "write a batch's outcomes", using=using, stop=self.stopping)
+            logger.warning("%s cannot write a bundle's outcomes (%s)", self.worker.name, exc)
+            written = retry(write, "write a bundle's outcomes", using=using, stop=self.stopping)
         if written is None:
             logger.warning(
-                "%s: the outcomes of a batch of %d on %s were not written (stopping)",
+                "%s: the outcomes of a bundle of %d on %s were not written (stopping)",
                 self.worker.name,
                 len(outcomes),
                 self.queue,
@@ -222,7 +222,7 @@ class Batcher:
             return
         refused = len(outcomes) - len(written)
         logger.debug(
-            "%s finished a batch on %s: %d written, %d refused (cancelled or lost meanwhile)",
+            "%s finished a bundle on %s: %d written, %d refused (cancelled or lost meanwhile)",
             self.worker.name,
             self.queue,
             len(written),
@@ -230,10 +230,10 @@ class Batcher:
         )
 
 
-def with_batches(
-    in_hand: Callable[[], list[TaskContext]], batchers: Sequence[Batcher]
+def with_bundles(
+    in_hand: Callable[[], list[TaskContext]], bundlers: Sequence[Bundler]
 ) -> Callable[[], list[TaskContext]]:
-    """`in_hand()` with the members of the batches in hand (what the heartbeat keeps)."""
-    if not batchers:
+    """`in_hand()` with the members of the bundles in hand (what the heartbeat keeps)."""
+    if not bundlers:
         return in_hand
-    return lambda: in_hand() + [ctx for b in batchers for ctx in b.in_hand()]
+    return lambda: in_hand() + [ctx for b in bundlers for ctx in b.in_hand()]

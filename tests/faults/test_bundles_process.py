@@ -1,5 +1,5 @@
-"""Batched execution with real worker processes: a batch handler's tasks are leased up to
-`batch_size` at a time and run by one call; each member gets its own outcome, heartbeat and
+"""Bundled execution with real worker processes: a bundle handler's tasks are leased up to
+`bundle_size` at a time and run by one call; each member gets its own outcome, heartbeat and
 cancellation."""
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ def stop(process) -> str:
     return output
 
 
-def test_tasks_are_leased_in_batches_and_each_gets_its_own_outcome():
-    tasks = [Task.objects.submit("t-batch", {"n": n}, rn=f"b{n}") for n in range(9)]
-    tasks.append(Task.objects.submit("t-batch", {"fail": True}, rn="b-fail"))
-    tasks.append(Task.objects.submit("t-batch", {"done": True}, rn="b-done"))
+def test_tasks_are_leased_in_bundles_and_each_gets_its_own_outcome():
+    tasks = [Task.objects.submit("t-bundle", {"n": n}, rn=f"b{n}") for n in range(9)]
+    tasks.append(Task.objects.submit("t-bundle", {"fail": True}, rn="b-fail"))
+    tasks.append(Task.objects.submit("t-bundle", {"done": True}, rn="b-done"))
     tasks.append(Task.objects.submit("t-echo", {"plain": 1}, rn="plain"))
-    process = worker("t-batch", "t-echo")
+    process = worker("t-bundle", "t-echo")
     try:
         wait_until(
             lambda: not Task.objects.filter(status__in=[Status.READY, Status.RUNNING]).exists(),
@@ -57,7 +57,7 @@ def test_tasks_are_leased_in_batches_and_each_gets_its_own_outcome():
         for rn, t in done.items()
         if rn.startswith("b") and rn != "b-fail"
     )
-    # Eleven tasks in batches of at most five: three calls, each member told its batch's size.
+    # Eleven tasks in bundles of at most five: three calls, each member told its bundle's size.
     calls: dict[str, int] = {}
     for result in results:
         calls[result["call"]] = result["size"]
@@ -65,36 +65,36 @@ def test_tasks_are_leased_in_batches_and_each_gets_its_own_outcome():
     assert "Traceback" not in output
 
 
-def test_a_batch_waits_up_to_batch_wait_to_fill():
-    first = Task.objects.submit("t-batch", {"n": 0})
-    process = worker("t-batch")
+def test_a_bundle_waits_up_to_bundle_wait_to_fill():
+    first = Task.objects.submit("t-bundle", {"n": 0})
+    process = worker("t-bundle")
     try:
         wait_until(lambda: Worker.objects.exists(), timeout=30, what="the worker's start")
         time.sleep(0.3)  # the worker saw one ready task: it waits up to a second for more
-        more = [Task.objects.submit("t-batch", {"n": n}) for n in (1, 2)]
+        more = [Task.objects.submit("t-bundle", {"n": n}) for n in (1, 2)]
         wait_until(
             lambda: Task.objects.filter(status=Status.COMPLETED).count() == 3,
             timeout=30,
-            what="the batch",
+            what="the bundle",
         )
     finally:
         stop(process)
     results = [Task.objects.get(pk=t.pk).result for t in (first, *more)]
-    assert {r["call"] for r in results} == {results[0]["call"]}  # one call, one batch of 3
+    assert {r["call"] for r in results} == {results[0]["call"]}  # one call, one bundle of 3
     assert results[0]["size"] == 3
     # One lease statement: the three assignments carry the same database time.
     times = set(History.objects.filter(typ=EventType.ASSIGNMENT).values_list("time", flat=True))
     assert len(times) == 1
 
 
-def test_a_raising_batch_aborts_the_members_not_decided():
-    tasks = [Task.objects.submit("t-batch-raise", {"n": n}, rn=f"r{n}") for n in range(3)]
-    process = worker("t-batch-raise")
+def test_a_raising_bundle_aborts_the_members_not_decided():
+    tasks = [Task.objects.submit("t-bundle-raise", {"n": n}, rn=f"r{n}") for n in range(3)]
+    process = worker("t-bundle-raise")
     try:
         wait_until(
             lambda: not Task.objects.filter(status__in=[Status.READY, Status.RUNNING]).exists(),
             timeout=30,
-            what="the batch",
+            what="the bundle",
         )
     finally:
         stop(process)
@@ -107,22 +107,22 @@ def test_a_raising_batch_aborts_the_members_not_decided():
 
 
 def test_each_member_has_its_own_heartbeat_and_cancellation():
-    tasks = [Task.objects.submit("t-batch-slow", {"seconds": 4}, rn=f"s{n}") for n in range(3)]
-    process = worker("t-batch-slow", lease="2s")
+    tasks = [Task.objects.submit("t-bundle-slow", {"seconds": 4}, rn=f"s{n}") for n in range(3)]
+    process = worker("t-bundle-slow", lease="2s")
     try:
         wait_until(
             lambda: Task.objects.filter(status=Status.RUNNING).count() == 3,
             timeout=30,
-            what="the batch running",
+            what="the bundle running",
         )
         time.sleep(0.5)
         Task.objects.get(rn="s1").cancel()
         wait_until(
             lambda: not Task.objects.filter(status=Status.RUNNING).exists(),
             timeout=30,
-            what="the batch finished",
+            what="the bundle finished",
         )
-        # The lease (2 s) was extended for each member while the batch ran 4 s: no reset.
+        # The lease (2 s) was extended for each member while the bundle ran 4 s: no reset.
         assert Task.objects.reset_expired() == 0
     finally:
         stop(process)
@@ -134,14 +134,14 @@ def test_each_member_has_its_own_heartbeat_and_cancellation():
     assert not History.objects.filter(typ=EventType.TIMEOUT).exists()
 
 
-def test_an_async_batch_handler():
-    tasks = [Task.objects.submit("t-batch-async", {"n": n}) for n in range(6)]
-    process = worker("t-batch-async")
+def test_an_async_bundle_handler():
+    tasks = [Task.objects.submit("t-bundle-async", {"n": n}) for n in range(6)]
+    process = worker("t-bundle-async")
     try:
         wait_until(
             lambda: Task.objects.filter(status=Status.COMPLETED).count() == 6,
             timeout=30,
-            what="the batches",
+            what="the bundles",
         )
     finally:
         stop(process)
@@ -150,14 +150,14 @@ def test_an_async_batch_handler():
     assert max(r["size"] for r in results) <= 4
 
 
-def test_a_shutdown_yields_a_running_batch_and_aborts_none_of_it():
-    tasks = [Task.objects.submit("t-batch-slow", {"seconds": 30}, rn=f"y{n}") for n in range(3)]
-    process = worker("t-batch-slow")
+def test_a_shutdown_yields_a_running_bundle_and_aborts_none_of_it():
+    tasks = [Task.objects.submit("t-bundle-slow", {"seconds": 30}, rn=f"y{n}") for n in range(3)]
+    process = worker("t-bundle-slow")
     try:
         wait_until(
             lambda: Task.objects.filter(status=Status.RUNNING).count() == 3,
             timeout=30,
-            what="the batch running",
+            what="the bundle running",
         )
     finally:
         output = stop(process)  # the stop reaches each member's check(): it is let through
