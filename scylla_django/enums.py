@@ -81,6 +81,14 @@ class Transition:
     event: EventType | None
     owner_only: bool
 
+    @property
+    def recorded(self) -> EventType:
+        """The History event this transition records; TypeError for one that records none
+        (a heartbeat), which a statement writing History must not be built for."""
+        if self.event is None:
+            raise TypeError(f"{self.operation} records no History event")
+        return self.event
+
 
 TRANSITIONS: dict[Operation, Transition] = {
     t.operation: t

@@ -20,6 +20,7 @@ from rest_framework.test import APIClient
 from scylla_django.enums import EventType, Status
 from scylla_django.models import History, Task, Worker
 from scylla_django.models.rollups import hour_of
+from scylla_django.worker import TaskWorker
 from tests.factories import TaskFactory
 
 API = "/api/scylla"
@@ -243,3 +244,18 @@ def finished(queue: str, at: datetime, wait: float, aborted: bool = False) -> Ta
 def hour_ago(hours: int) -> datetime:
     """A moment in the middle of the hour `hours` before the current one."""
     return hour_of(timezone.now()) - timedelta(hours=hours) + timedelta(minutes=30, seconds=10)
+
+
+def start_worker(worker: TaskWorker, **run: Any) -> threading.Thread:
+    """Run `worker` (with `run()`'s keywords) on a daemon thread; stop it with `stop_worker`."""
+    thread = threading.Thread(target=worker.run, kwargs=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def stop_worker(worker: TaskWorker, thread: threading.Thread, timeout: float = 60) -> None:
+    """Stop a worker `start_worker` started and wait for its thread; fail if it outlives
+    `timeout` seconds (the test would leak it into the next one)."""
+    worker.stop()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"the worker {worker!r} did not stop within {timeout:g} s"

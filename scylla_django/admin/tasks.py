@@ -93,7 +93,8 @@ class EstimatingPaginator(PaginatorBase):
     @cached_property
     def count(self) -> int:
         queryset = self.object_list
-        assert isinstance(queryset, QuerySet), "EstimatingPaginator pages through querysets"
+        if not isinstance(queryset, QuerySet):
+            raise TypeError("EstimatingPaginator pages through querysets")
         capped = queryset.order_by()[: COUNT_CAP + 1].count()
         return capped if capped <= COUNT_CAP else estimate_count(queryset)
 

@@ -93,13 +93,15 @@ def _submission(model: type[models.Model], using: str) -> _Submission:
     fields, _ = _insert_parts(model._default_manager.using(using))
     given = [f for f in fields if f.attname in SUBMITTED]
     others = [f for f in fields if f.attname not in SUBMITTED]
-    assert len(given) == len(SUBMITTED), "a SUBMITTED field is not a column of the model"
+    if len(given) != len(SUBMITTED):
+        raise TypeError("a SUBMITTED field is not a column of the model")
     columns = ", ".join(quote(str(f.column)) for f in [*given, *others])
     # The other columns' defaults are constants, written into the statements as literals
     # (prepared as the ORM would, quoted by the driver): nothing to adapt and send per task.
-    assert all(
-        not f.has_default() or not callable(f.default) or f.default in (list, dict) for f in others
-    ), "a default that varies cannot be a literal"
+    if any(
+        f.has_default() and callable(f.default) and f.default not in (list, dict) for f in others
+    ):
+        raise TypeError("a default that varies cannot be a literal")
     operations: Any = connection.ops  # PostgreSQL's, which can compose SQL with literals
     defaults = operations.compose_sql(
         ", ".join(["%s"] * len(others)),

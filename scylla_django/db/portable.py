@@ -30,7 +30,8 @@ def json_list_contains(
     if isinstance(element, str):
         return Q(sqlite_json_each(model, field_name, "json_each.value = %s", element))
     [(key, value)] = element.items()
-    assert key.isidentifier(), key
+    if not key.isidentifier():
+        raise ValueError(f"{key!r} is not a plain JSON key")
     condition = f"json_extract(json_each.value, '$.{key}') = %s"
     return Q(sqlite_json_each(model, field_name, condition, value))
 
@@ -85,10 +86,14 @@ def lock_rows(fenced: QuerySet[Any]) -> bool:
     Elsewhere: `SELECT … FOR UPDATE`. Call it inside a transaction.
     """
     connection = connections[fenced.db]
-    assert connection.in_atomic_block, "lock_rows() holds its lock until the caller commits"
+    if not connection.in_atomic_block:
+        raise RuntimeError(
+            "lock_rows() holds its lock until the caller commits: call it in a transaction"
+        )
     if is_sqlite(connection):
         pk = fenced.model._meta.pk
-        assert pk is not None
+        if pk is None:
+            raise TypeError(f"{fenced.model.__name__} has no primary key to lock rows by")
         return bool(fenced.update(**{pk.attname: models.F(pk.attname)}))
     if not is_postgresql(connection):
         return bool(list(fenced.select_for_update().values_list("pk", flat=True)))

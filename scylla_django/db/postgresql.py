@@ -232,7 +232,6 @@ def _lease_sql(
     """
     transition = TRANSITIONS[Operation.LEASE]
     [source] = transition.sources
-    assert transition.event is not None
     connection = connections[using]
     quote = connection.ops.quote_name
     task_table = quote(tables.task._meta.db_table)
@@ -334,7 +333,7 @@ def _lease_sql(
         LEFT JOIN leased AS t ON true
         ORDER BY t.priority DESC, t.created ASC, t.id ASC
     """
-    params.update(target=transition.target.value, event=transition.event.value)
+    params.update(target=transition.target.value, event=transition.recorded.value)
     return compact(statement), params
 
 
@@ -351,7 +350,8 @@ def compact(statement: str) -> str:
 
 def _literal(word: str) -> str:
     """A status or event name as an SQL string literal (they are plain lowercase words)."""
-    assert word.isidentifier() and word.isascii(), word
+    if not (word.isidentifier() and word.isascii()):
+        raise ValueError(f"{word!r} is not a plain word and cannot be an SQL literal")
     return f"'{word}'"
 
 
@@ -387,7 +387,6 @@ def _finish_ctes(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
     their fixed parameters (not to be changed: the caller copies them)."""
     complete, abort = TRANSITIONS[Operation.COMPLETE], TRANSITIONS[Operation.ABORT]
     [source] = complete.sources | abort.sources
-    assert complete.event is not None and abort.event is not None
     quote = connections[using].ops.quote_name
     task, history = quote(tables.task._meta.db_table), quote(tables.history._meta.db_table)
     batch = quote(tables.batch._meta.db_table)
@@ -434,8 +433,8 @@ def _finish_ctes(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
     params: dict[str, Any] = {
         "completed": complete.target.value,
         "running": source.value,
-        "completion": complete.event.value,
-        "abort": abort.event.value,
+        "completion": complete.recorded.value,
+        "abort": abort.recorded.value,
     }
     return ctes, params
 
@@ -491,8 +490,7 @@ def postgresql_yield(
     if not leases:
         return set()
     pks, numbers = (list(column) for column in zip(*leases, strict=True))
-    event = TRANSITIONS[Operation.YIELD].event
-    assert event is not None
+    event = TRANSITIONS[Operation.YIELD].recorded
     with connections[using].cursor() as cursor:  # planned for its arrays (see the heartbeat)
         cursor.execute(
             _yield_sql(tables, using),
@@ -589,8 +587,7 @@ def postgresql_reset(
     if not ids:
         return None, {}
     reset = TRANSITIONS[Operation.RESET]
-    yielded = TRANSITIONS[Operation.YIELD].event
-    assert reset.event is not None and yielded is not None
+    yielded = TRANSITIONS[Operation.YIELD].recorded
     with connections[using].cursor() as cursor:  # planned for its array, as the heartbeat
         cursor.execute(
             _reset_sql(tables, using),
@@ -599,7 +596,7 @@ def postgresql_reset(
                 "max_leases": max_leases,
                 "running": _running(Operation.RESET),
                 "ready": reset.target.value,
-                "timeout": reset.event.value,
+                "timeout": reset.recorded.value,
                 "yield": yielded.value,
                 "channel": READY_CHANNEL,
             },

@@ -985,7 +985,8 @@ class Task(models.Model):
             return TaskNotFound(f"No task has rn {self.rn!r}.", rn=self.rn)
         status = current["status"]
         if TRANSITIONS[operation].owner_only:
-            assert worker is not None, "a worker operation names its worker"
+            if worker is None:
+                raise TypeError(f"{operation} is a worker's operation: name the worker")
             return Task.objects.using(using).refusals(worker, {self.pk: lease})[self.pk]
         return InvalidTransition(
             f"Cannot {operation} task {self.rn}: it is {status}.", rn=self.rn, status=status
@@ -1053,8 +1054,7 @@ class Task(models.Model):
         running) or TaskNotFound; nothing is written then.
         """
         transition = TRANSITIONS[Operation.RESET_LEASE]
-        event = transition.event
-        assert event is not None, "a lease reset is recorded"
+        event = transition.recorded
         using = self._state.db or "default"
         alive = Worker.objects.using(using).filter(
             Worker.objects.state_q(Liveness.ALIVE), pk=validation.worker_id(owner) or 0

@@ -245,7 +245,8 @@ def release(
             ready = due.filter(schedule_id__in=list(gates)).order_by("due", "id")
             for firing in ready.prefetch_related("consumptions"):
                 gate = gates[firing.schedule_id]
-                assert firing.due is not None
+                if firing.due is None:  # `due` filtered on it: never here
+                    raise RuntimeError(f"firing {firing.pk} has no due time")
                 outcome = schedules.fire(gate, firing.due, firing.rn, firing.spec).outcome
                 by_outcome.setdefault(outcome, []).append(firing.pk)
                 events = tuple(c.event_id for c in firing.consumptions.all())

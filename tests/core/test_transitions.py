@@ -575,3 +575,11 @@ def test_a_batch_whose_items_fail_midway_inserts_none_of_them():
     assert not Task.objects.filter(queue="bulk").exists()
     Task.objects.submit("bulk", {})  # the connection is usable
     assert Task.objects.filter(queue="bulk").count() == 1
+
+
+def test_a_transition_without_a_history_event_has_none_to_record():
+    from scylla_django.enums import TRANSITIONS, EventType, Operation
+
+    assert TRANSITIONS[Operation.LEASE].recorded == EventType.ASSIGNMENT
+    with pytest.raises(TypeError, match="records no History event"):
+        _ = TRANSITIONS[Operation.HEARTBEAT].recorded

@@ -4,7 +4,6 @@ lease kept only while heartbeats are answered."""
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import timedelta
 
@@ -21,21 +20,10 @@ from scylla_django.models import History, Outcome, Task, Worker
 from scylla_django.retries import Retry
 from scylla_django.worker import TaskWorker, WorkerOptions
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
+from tests.helpers import start_worker, stop_worker
 from tests.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def run_in_thread(worker: TaskWorker) -> threading.Thread:
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    return thread
-
-
-def stop(worker: TaskWorker, thread: threading.Thread) -> None:
-    worker.stop()
-    thread.join(15)
-    assert not thread.is_alive()
 
 
 def options(*queues: str, **kwargs) -> WorkerOptions:
@@ -79,9 +67,9 @@ def test_a_handler_that_checks_is_aborted_with_timeout_at_its_limit():
     # Ten minutes of work: aborted long before, at its limit.
     task = Task.objects.submit("t-sleep", {"seconds": 600}, timeout=0.5)
     worker = TaskWorker(options("t-sleep"))
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.ABORTED, timeout=60)
-    stop(worker, thread)
+    stop_worker(worker, thread)
     task.refresh_from_db()
     [error] = task.errors
     assert error["code"] == "timeout"
@@ -91,9 +79,9 @@ def test_a_handler_that_checks_is_aborted_with_timeout_at_its_limit():
 def test_the_handlers_timeout_applies_to_its_tasks():
     task = Task.objects.submit("t-timed", {})
     worker = TaskWorker(options("t-timed"))
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.ABORTED, timeout=5)
-    stop(worker, thread)
+    stop_worker(worker, thread)
     assert Task.objects.get(pk=task.pk).errors[0]["code"] == "timeout"
 
 
@@ -101,9 +89,9 @@ def test_a_handler_that_returns_after_its_limit_is_still_aborted_with_timeout(se
     settings.SCYLLA = {"TIMEOUT_GRACE": 5}
     task = Task.objects.submit("t-late", {"extra": 0.3}, timeout=0.3)
     worker = TaskWorker(options("t-late"))
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.ABORTED, timeout=5)
-    stop(worker, thread)
+    stop_worker(worker, thread)
     task.refresh_from_db()
     assert task.result is None and task.errors[0]["code"] == "timeout"
 
@@ -113,7 +101,7 @@ def test_a_hung_handler_is_aborted_after_the_grace_and_the_worker_keeps_serving(
     # A handler that sleeps ten minutes and never checks: given up at its limit and grace.
     hung = Task.objects.submit("t-stubborn", {"seconds": 600}, timeout=0.5)
     worker = TaskWorker(options("t-stubborn", "t-echo", concurrency=1))
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     try:
         assert worker.hooks.wait_for("given_up", 1), worker.hooks
         wait_until(lambda: Task.objects.get(pk=hung.pk).status == Status.ABORTED, timeout=60)
@@ -123,7 +111,7 @@ def test_a_hung_handler_is_aborted_after_the_grace_and_the_worker_keeps_serving(
         wait_until(lambda: Task.objects.get(pk=after.pk).status == Status.COMPLETED, timeout=60)
         wait_until(lambda: not worker._slots.in_hand(), timeout=60, what="every slot free")
     finally:
-        stop(worker, thread)
+        stop_worker(worker, thread)
 
 
 def test_the_lease_ends_at_its_limit_however_long_it_asked_for(settings):
@@ -205,11 +193,11 @@ def test_a_worker_gives_its_leases_its_handlers_limit_and_its_own_grace(settings
     settings.SCYLLA = {"TIMEOUT_GRACE": 30}
     task = Task.objects.submit("t-timed", {})  # the handler's timeout: 0.5 s
     worker = TaskWorker(options("t-timed", timeout_grace=timedelta(seconds=7)))
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     try:
         wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.ABORTED, timeout=10)
     finally:
-        stop(worker, thread)
+        stop_worker(worker, thread)
     assigned = History.objects.get(task=task, typ=EventType.ASSIGNMENT).time
     assert Task.objects.get(pk=task.pk).timeout_at == assigned + timedelta(seconds=7.5)
 
@@ -219,7 +207,7 @@ def test_a_task_whose_heartbeats_are_not_answered_is_given_up_before_its_lease_e
     worker = TaskWorker(
         WorkerOptions(["t-sleep"], lease_length=timedelta(seconds=2), poll_interval=0.05)
     )
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     try:
         # The slot, not the row: the task is running in the database a moment before the
         # worker's slots list it.
@@ -233,7 +221,7 @@ def test_a_task_whose_heartbeats_are_not_answered_is_given_up_before_its_lease_e
         task.refresh_from_db()
         assert task.status == Status.RUNNING  # nothing written: the lease expires, then a reset
     finally:
-        stop(worker, thread)
+        stop_worker(worker, thread)
 
 
 def test_the_default_heartbeat_fits_three_times_in_a_lease_with_room_to_spare():
@@ -344,19 +332,19 @@ def test_a_hung_async_handler_is_cancelled_and_aborted_with_timeout(settings):
     settings.SCYLLA = {"TIMEOUT_GRACE": 0.3}
     hung = Task.objects.submit("t-async-hang", {}, timeout=0.3)
     worker = TaskWorker(options("t-async-hang", "t-echo", concurrency=1))
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     wait_until(lambda: Task.objects.get(pk=hung.pk).status == Status.ABORTED, timeout=5)
     assert Task.objects.get(pk=hung.pk).errors[0]["code"] == "timeout"
     after = Task.objects.submit("t-echo", {})
     wait_until(lambda: Task.objects.get(pk=after.pk).status == Status.COMPLETED, timeout=5)
-    stop(worker, thread)
+    stop_worker(worker, thread)
 
 
 def test_a_timeout_is_retried_by_a_policy_that_retries_timeouts():
     task = Task.objects.submit("t-sleep", {"seconds": 30}, timeout=0.3, retry=Retry(max_attempts=2))
     worker = TaskWorker(options("t-sleep"))
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.ABORTED, timeout=5)
-    stop(worker, thread)
+    stop_worker(worker, thread)
     retry = Task.objects.get(retry_of=task.rn)
     assert retry.attempt == 2 and retry.timeout == timedelta(seconds=0.3)

@@ -21,15 +21,10 @@ from scylla_django.testing import run_task
 from scylla_django.worker import TaskWorker, WorkerOptions
 from scylla_django.worker.slots import Slots
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
+from tests.helpers import start_worker
 from tests.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def run_in_thread(worker: TaskWorker, **kwargs) -> threading.Thread:
-    thread = threading.Thread(target=worker.run, kwargs=kwargs, daemon=True)
-    thread.start()
-    return thread
 
 
 def test_a_returned_value_completes_the_task():
@@ -90,7 +85,7 @@ def test_it_leases_only_up_to_its_concurrency_and_sends_progress():
             ["t-sleep"], concurrency=2, prefetch=0, heartbeat_interval=0.1, poll_interval=0.05
         )
     )
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     wait_until(lambda: Task.objects.filter(status=Status.RUNNING).count() == 2, what="2 running")
     wait_until(
         lambda: Task.objects.filter(status=Status.RUNNING, progress__gt=0).exists(),
@@ -138,7 +133,7 @@ def test_an_outcome_is_written_at_once_when_no_other_handler_is_running():
 def test_cancel_reaches_the_handler_on_the_next_heartbeat():
     task = Task.objects.submit("t-sleep", {"seconds": 30})
     worker = TaskWorker(WorkerOptions(["t-sleep"], heartbeat_interval=0.2, poll_interval=0.05))
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="running")
     Task.objects.get(pk=task.pk).cancel()
     wait_until(lambda: not worker._slots.in_hand(), timeout=60, what="the handler to stop")
@@ -154,7 +149,7 @@ def test_stop_yields_running_tasks_and_marks_the_worker_stopped():
     worker = TaskWorker(
         WorkerOptions(["t-sleep"], heartbeat_interval=0.2, poll_interval=0.05, grace_period=5)
     )
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="running")
     worker.stop()
     thread.join(10)
@@ -177,7 +172,7 @@ def test_failed_heartbeats_make_the_worker_give_the_task_up(monkeypatch, setting
         raise OperationalError("connection refused")
 
     worker = TaskWorker(WorkerOptions(["t-sleep"], heartbeat_interval=0.1, poll_interval=0.05))
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     wait_until(lambda: worker.in_flight_count() == 1, what="leased")
     monkeypatch.setattr(TaskQuerySet, "heartbeat_many", broken)
     wait_until(lambda: not worker._slots.in_hand(), timeout=60, what="the task to be given up")
@@ -199,7 +194,7 @@ def test_a_task_finished_receiver_that_raises_never_keeps_a_slot(caplog):
             raise RuntimeError("a receiver's bug")
 
     def returns(worker: TaskWorker, **kwargs) -> None:
-        thread = run_in_thread(worker, **kwargs)
+        thread = start_worker(worker, **kwargs)
         thread.join(20)
         assert not thread.is_alive(), "the worker never returned"
         assert worker.in_flight_count() == 0
@@ -297,7 +292,7 @@ def test_lease_length_from_the_worker():
     worker = TaskWorker(
         WorkerOptions(["t-sleep"], lease_length=timedelta(seconds=42), poll_interval=0.05)
     )
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="leased")
     running = Task.objects.get(pk=task.pk)
     assert running.deadline - running.updated == timedelta(seconds=42)
@@ -309,7 +304,7 @@ def test_lease_length_from_the_worker():
 def test_async_handlers_run_many_at_once_on_one_event_loop_thread():
     tasks = [Task.objects.submit("t-async", {"seconds": 0.5}) for _ in range(6)]
     worker = TaskWorker(WorkerOptions(["t-async"], concurrency=6, poll_interval=0.05))
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     wait_until(lambda: Task.objects.filter(status=Status.RUNNING).count() == 6, what="6 at once")
     wait_until(
         lambda: Task.objects.filter(status=Status.COMPLETED).count() == 6, what="all completed"
@@ -323,7 +318,7 @@ def test_async_handlers_run_many_at_once_on_one_event_loop_thread():
 def test_an_async_handler_sees_a_cancel_through_ctx_check():
     task = Task.objects.submit("t-async", {"seconds": 30})
     worker = TaskWorker(WorkerOptions(["t-async"], heartbeat_interval=0.1, poll_interval=0.05))
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="running")
     Task.objects.get(pk=task.pk).cancel()
     wait_until(lambda: not worker._slots.in_hand(), timeout=60, what="the handler to stop")
@@ -364,7 +359,7 @@ def test_an_async_handler_s_progress_and_outcomes_are_a_plain_handler_s():
             poll_interval=0.05,
         )
     )
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     try:
         wait_until(
             lambda: Task.objects.filter(status=Status.RUNNING, progress=0.5).count() == 3,
@@ -569,7 +564,7 @@ def test_prefetched_tasks_wait_for_a_handler_and_their_leases_are_kept_alive():
             poll_interval=0.05,
         )
     )
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     try:
         wait_until(lambda: Task.objects.filter(status=Status.RUNNING).count() == 4, what="4 leased")
         wait_until(
@@ -599,7 +594,7 @@ def test_a_prefetched_task_cancelled_before_its_turn_never_runs():
             poll_interval=0.05,
         )
     )
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     try:
         wait_until(lambda: seen["ran"] == [-1, 0], what="the first handler")
         assert Task.objects.get(pk=second.pk).status == Status.RUNNING  # prefetched
@@ -621,7 +616,7 @@ def test_stop_yields_the_prefetched_tasks_without_running_them():
     Task.objects.submit("prefetched", {"n": -1, "seconds": 0})  # quick: the prefetch starts
     tasks = [Task.objects.submit("prefetched", {"n": n}) for n in range(3)]
     worker = TaskWorker(WorkerOptions(["prefetched"], registry=registry, concurrency=1, prefetch=2))
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     try:
         wait_until(lambda: seen["ran"] == [-1, 0], what="the first handler")
         assert Task.objects.filter(status=Status.RUNNING).count() == 3
@@ -650,7 +645,7 @@ def test_tasks_prefetched_behind_a_slow_task_are_given_back_to_other_workers():
         ["prefetched"], registry=registry, concurrency=1, prefetch=3, poll_interval=0.05
     )
     first = TaskWorker(options)
-    threads = [run_in_thread(first)]
+    threads = [start_worker(first)]
     second = None
     try:
         wait_until(lambda: seen["ran"] == [-1, 0], what="the slow task")
@@ -663,7 +658,7 @@ def test_tasks_prefetched_behind_a_slow_task_are_given_back_to_other_workers():
         wait_until(lambda: yielded.count() == 3, what="the three given back", timeout=2.5)
         assert Task.objects.reset_expired() == 3  # the monitor's pass
         second = TaskWorker(dataclasses.replace(options, prefetch=0))
-        threads.append(run_in_thread(second))
+        threads.append(start_worker(second))
         wait_until(
             lambda: (
                 Task.objects.filter(pk__in=[t.pk for t in behind], status=Status.COMPLETED).count()
@@ -697,7 +692,7 @@ def test_slow_handlers_get_no_prefetch():
     worker = TaskWorker(
         WorkerOptions(["prefetched"], registry=registry, prefetch=8, poll_interval=0.05)
     )
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     try:
         while Task.objects.exclude(status=Status.COMPLETED).exists():
             assert Task.objects.filter(status=Status.RUNNING).count() <= 1
@@ -737,7 +732,7 @@ def test_at_the_defaults_one_statement_leases_dozens_of_quick_tasks():
     statements (the tasks one statement leases share its lease time)."""
     Task.objects.submit_many({"queue": "t-echo", "spec": {"n": n}} for n in range(300))
     worker = TaskWorker(WorkerOptions(["t-echo"]))
-    thread = run_in_thread(worker)
+    thread = start_worker(worker)
     try:
         wait_until(
             lambda: Task.objects.filter(status=Status.COMPLETED).count() == 300, what="all done"

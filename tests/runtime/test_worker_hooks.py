@@ -3,7 +3,6 @@ waits on the step instead of sleeping or polling the database."""
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -13,26 +12,15 @@ from scylla_django.models import History, Task
 from scylla_django.worker import TaskWorker, WorkerOptions
 from scylla_django.worker.hooks import WorkerHooks
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
+from tests.helpers import start_worker, stop_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def started(worker: TaskWorker) -> threading.Thread:
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    return thread
-
-
-def stopped(worker: TaskWorker, thread: threading.Thread) -> None:
-    worker.stop()
-    thread.join(60)
-    assert not thread.is_alive()
 
 
 def test_a_task_is_leased_started_written_in_that_order_and_counted_once():
     worker = TaskWorker(WorkerOptions(["t-echo"], poll_interval=0.05))
     hooks = worker.hooks
-    thread = started(worker)
+    thread = start_worker(worker)
     try:
         task = Task.objects.submit("t-echo", {"n": 1})
         assert hooks.wait_for("written", 1), hooks
@@ -41,7 +29,7 @@ def test_a_task_is_leased_started_written_in_that_order_and_counted_once():
         assert not worker._slots.in_hand()
         assert (hooks.count("leased"), hooks.count("started"), hooks.count("written")) == (1, 1, 1)
     finally:
-        stopped(worker, thread)
+        stop_worker(worker, thread)
 
 
 def test_heartbeats_are_counted_and_a_stop_yields_what_is_in_hand():
@@ -55,7 +43,7 @@ def test_heartbeats_are_counted_and_a_stop_yields_what_is_in_hand():
         )
     )
     hooks = worker.hooks
-    thread = started(worker)
+    thread = start_worker(worker)
     try:
         task = Task.objects.submit("t-sleep", {"seconds": 600})
         assert hooks.wait_for("started", 1), hooks
@@ -63,7 +51,7 @@ def test_heartbeats_are_counted_and_a_stop_yields_what_is_in_hand():
         assert hooks.wait_for("beat", beats + 2), hooks  # two more heartbeats, not seconds
         assert Task.objects.get(pk=task.pk).status == Status.RUNNING
     finally:
-        stopped(worker, thread)
+        stop_worker(worker, thread)
     assert hooks.count("yielded") == 1
     last = History.objects.filter(task=task).order_by("pk").last()
     assert last is not None and last.typ == EventType.YIELD
@@ -72,7 +60,7 @@ def test_heartbeats_are_counted_and_a_stop_yields_what_is_in_hand():
 def test_a_handler_past_its_limit_that_ignores_the_stop_is_given_up(settings):
     settings.SCYLLA = {"TIMEOUT_GRACE": 0.2}
     worker = TaskWorker(WorkerOptions(["t-stubborn"], poll_interval=0.05, heartbeat_interval=0.1))
-    thread = started(worker)
+    thread = start_worker(worker)
     try:
         task = Task.objects.submit("t-stubborn", {"seconds": 600}, timeout=0.2)
         assert worker.hooks.wait_for("given_up", 1), worker.hooks
@@ -80,7 +68,7 @@ def test_a_handler_past_its_limit_that_ignores_the_stop_is_given_up(settings):
         task.refresh_from_db()
         assert (task.status, task.errors[0]["code"]) == (Status.ABORTED, "timeout")
     finally:
-        stopped(worker, thread)
+        stop_worker(worker, thread)
 
 
 def test_a_wait_that_times_out_says_so_and_a_bad_name_is_refused():
