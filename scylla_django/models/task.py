@@ -540,7 +540,8 @@ class Task(models.Model):
     objects: ClassVar[TaskQuerySet] = TaskQuerySet.as_manager()  # type: ignore[assignment]
 
     class Meta:
-        ordering = ["-created", "-id"]
+        # No default ordering: a query over the hottest table orders only when it asks to
+        # (the admin and the API list newest first, explicitly).
         permissions = [
             ("submit_task", "Can submit tasks"),
             ("cancel_task", "Can cancel tasks"),

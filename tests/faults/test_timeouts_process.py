@@ -169,10 +169,10 @@ def test_a_worker_frozen_before_its_first_heartbeat_cannot_hold_a_task_past_its_
         EventType.ABORT,
     ]
     [_, reset_at, aborted_at] = [time_ for _, time_ in history]
-    # Aborted by the monitor once the lease ran into the limit: never before it, and long
-    # before the lease asked for would have ended (when a reset let the other worker run it).
+    # Aborted by the monitor once the lease ran into the limit, never before it (the lease's
+    # deadline was the limit, not the length it asked for: asserted above), in the same write
+    # as the reset: the other worker never had it.
     assert limit <= reset_at == aborted_at == task.updated
-    assert aborted_at < leased_at + timedelta(seconds=lease)
 
 
 class StallingProxy:

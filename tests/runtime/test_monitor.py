@@ -389,14 +389,14 @@ def test_monitor_process_resets_a_lease_and_exits_0_on_sigterm(worker):
                 process.poll() is not None
                 or History.objects.filter(task=task, typ=EventType.TIMEOUT).exists()
             ),
-            timeout=15,
+            timeout=60,
             what="the monitor process to reset the lease",
         )
         assert process.poll() is None
         assert Task.objects.get(pk=task.pk).status == Status.READY
     finally:
         process.send_signal(signal.SIGTERM)
-        code, text = finish(process, timeout=5)
+        code, text = finish(process, timeout=60)
     assert code == 0, text
     assert "reset 1 expired lease" in text
     assert "SIGTERM received" in text
@@ -406,20 +406,20 @@ def test_monitor_process_resets_a_lease_and_exits_0_on_sigterm(worker):
 def test_monitor_process_prints_every_threads_stack_on_sigusr1_and_carries_on():
     process = start("scylla_monitor", "--interval", "0.2")
     try:
-        wait_for(lambda: "monitor started" in output_so_far(process), timeout=15, what="the start")
+        wait_for(lambda: "monitor started" in output_so_far(process), timeout=60, what="the start")
         process.send_signal(signal.SIGUSR1)
         wait_for(
             lambda: (
                 "monitor/monitor.py" in output_so_far(process)
                 and "stops.py" in output_so_far(process)
             ),
-            timeout=5,
+            timeout=60,
             what="the stacks of both threads",
         )
         assert process.poll() is None
         assert "stops.py" in output_so_far(process)  # the stop signals' thread, waiting
     finally:
         process.send_signal(signal.SIGTERM)
-        code, text = finish(process, timeout=5)
+        code, text = finish(process, timeout=60)
     assert code == 0, text
     assert "SIGTERM received" in text
