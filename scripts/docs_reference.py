@@ -52,9 +52,9 @@ def shown(value: object) -> str:
         from scylla_django.durations import short
 
         return short(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1024 * 1024:
-        if value % (1024 * 1024) == 0:
-            return f"{value // (1024 * 1024)} MiB"
+    mib = 1024 * 1024
+    if isinstance(value, int) and not isinstance(value, bool) and value >= mib and value % mib == 0:
+        return f"{value // mib} MiB"
     return f"`{value!r}`"
 
 
@@ -122,9 +122,7 @@ def exceptions() -> str:
     return "\n".join(rows)
 
 
-ERROR_CODE = re.compile(
-    r"""(?:\bcode=|["']code["']:\s*|\bAbort\(\s*)["']([a-z][a-z0-9_]+)["']"""
-)
+ERROR_CODE = re.compile(r"""(?:\bcode=|["']code["']:\s*|\bAbort\(\s*)["']([a-z][a-z0-9_]+)["']""")
 
 
 def error_codes() -> str:
@@ -206,8 +204,10 @@ def api() -> str:
     schema = api_schema()
     from scylla_django import __version__
 
-    out = [f"The schema of scylla_django {__version__}; paths are relative to "
-           "where your `urls.py` includes `scylla_django.api.urls`.\n"]
+    out = [
+        f"The schema of scylla_django {__version__}; paths are relative to "
+        "where your `urls.py` includes `scylla_django.api.urls`.\n"
+    ]
     for path, item in schema["paths"].items():
         for method in METHODS:
             operation = item.get(method)
@@ -232,8 +232,10 @@ def api() -> str:
             answers = []
             for status, response in operation.get("responses", {}).items():
                 content = response.get("content", {}).get("application/json")
-                what = schema_type(content["schema"]) if content else cell(
-                    response.get("description", "")
+                what = (
+                    schema_type(content["schema"])
+                    if content
+                    else cell(response.get("description", ""))
                 )
                 answers.append(f"`{status}` {what}")
             if answers:
@@ -260,9 +262,8 @@ def api() -> str:
                 )
                 if on
             )
-            out.append(
-                f"| `{field}` | {schema_type(spec)} | {marks} | {cell(spec.get('description', ''))} |"
-            )
+            meaning = cell(spec.get("description", ""))
+            out.append(f"| `{field}` | {schema_type(spec)} | {marks} | {meaning} |")
         out.append("")
     return "\n".join(out)
 

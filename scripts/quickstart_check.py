@@ -4,17 +4,17 @@ task completed, and the admin's task list shows it to the user the quickstart ma
     python scripts/quickstart_check.py WORKDIR                   # with this interpreter's packages
     python scripts/quickstart_check.py WORKDIR --wheel dist/X.whl --python python3.13
 
-The page's ```sh blocks run in order as one bash script, from WORKDIR/checkout (so the page's
-`../quickstart` is WORKDIR/quickstart). A block is taken as it is, except where the line before
-it marks it:
+The page's ```sh blocks (`--page README.md`: those of its section "Quick start") run in order
+as one bash script, from WORKDIR/checkout (so the page's `../quickstart` is
+WORKDIR/quickstart), line for line, except:
 
-- `<!-- quickstart: install -->` (the virtualenv and `pip install .`): with `--wheel`, run with
-  `python3` standing for `--python` and `pip install .` for `pip install WHEEL`, so the built
-  wheel is installed into a fresh virtualenv, without the checkout; without `--wheel`, left out,
-  and the project runs on this interpreter's packages (the test suite's virtualenv);
-- `<!-- quickstart: serve -->`: `runserver` is left out (it serves until Ctrl-C); the admin's
-  task list is fetched through Django's test client instead, logged in as the page's user;
-- `<!-- quickstart: forever -->` (a worker and a monitor until Ctrl-C): left out.
+- the virtualenv and `pip install .`: with `--wheel`, `python3 -m venv` runs with `--python`
+  and `pip install .` installs WHEEL instead, so the built wheel is installed into a fresh
+  virtualenv, without the checkout; without `--wheel` they are left out, and the project runs
+  on this interpreter's packages (the test suite's virtualenv);
+- `runserver` is left out (it serves until Ctrl-C): the admin's task list and the task's page
+  are fetched through Django's test client instead, logged in as the page's user;
+- a block marked `<!-- quickstart: forever -->` (a worker and a monitor until Ctrl-C).
 
 Exits 0 when every step ran and the checks passed; otherwise prints the script's output.
 """
@@ -58,29 +58,42 @@ def blocks(text: str) -> list[tuple[str, str]]:
     return [(mark or "", body) for mark, body in BLOCK.findall(text)]
 
 
+def quick_start(page: Path) -> str:
+    """The part of `page` to follow: all of docs/quickstart.md, the README's "Quick start"."""
+    text = page.read_text()
+    if page.name == "README.md":
+        start = text.index("\n## Quick start\n")
+        return text[start : text.index("\n## ", start + 1)]
+    return text
+
+
 def script(text: str, wheel: Path | None, python: str) -> str:
     """The bash script the page's blocks make (see the module's docstring)."""
     lines = ["set -euo pipefail"]
-    found = {mark for mark, _ in blocks(text)}
-    missing = {"install", "serve", "forever"} - found
-    if missing:
-        raise SystemExit(f"{PAGE} lost its blocks marked {sorted(missing)}")
+    seen = {"venv": False, "install": False, "serve": False}
     for mark, body in blocks(text):
-        if mark == "install":
-            if wheel is None:
-                continue
-            body = body.replace("python3 ", f"{shlex.quote(python)} ", 1)
-            if "pip install .\n" not in body:
-                raise SystemExit(f"{PAGE}: the install block no longer says `pip install .`")
-            body = body.replace("pip install .\n", f"pip install {shlex.quote(str(wheel))}\n")
-        elif mark == "serve":
-            kept = [line for line in body.splitlines() if "manage.py runserver" not in line]
-            if len(kept) == len(body.splitlines()):
-                raise SystemExit(f"{PAGE}: the serve block no longer runs `runserver`")
-            body = "\n".join(kept) + "\n"
-        elif mark == "forever":
+        if mark == "forever":
             continue
-        lines.append(body)
+        for line in body.splitlines():
+            if line.startswith("python3 -m venv "):
+                seen["venv"] = True
+                if wheel is None:
+                    continue
+                line = line.replace("python3", shlex.quote(python), 1)
+            elif line == ". .venv/bin/activate" and wheel is None:
+                continue
+            elif line == "pip install .":
+                seen["install"] = True
+                if wheel is None:
+                    continue
+                line = f"pip install {shlex.quote(str(wheel))}"
+            elif "manage.py runserver" in line:
+                seen["serve"] = True
+                continue
+            lines.append(line)
+    missing = [step for step, found in seen.items() if not found]
+    if missing:
+        raise SystemExit(f"the quick start lost its steps: {missing}")
     lines.append(f"python manage.py shell -c {shlex.quote(CHECK)}")
     return "\n".join(lines) + "\n"
 
@@ -90,6 +103,9 @@ def main() -> int:
     parser.add_argument("workdir", type=Path, help="An empty folder to follow the page in.")
     parser.add_argument("--wheel", type=Path, help="Install this wheel into a fresh virtualenv.")
     parser.add_argument("--python", default="python3", help="The interpreter of that virtualenv.")
+    parser.add_argument(
+        "--page", type=Path, default=PAGE, help="docs/quickstart.md (default) or README.md."
+    )
     options = parser.parse_args()
     checkout = options.workdir.resolve() / "checkout"
     checkout.mkdir(parents=True)
@@ -99,7 +115,7 @@ def main() -> int:
     if wheel is None:  # this interpreter's virtualenv: its python, pip and django-admin first
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     done = subprocess.run(
-        ["bash", "-c", script(PAGE.read_text(), wheel, options.python)],
+        ["bash", "-c", script(quick_start(options.page.resolve()), wheel, options.python)],
         cwd=checkout,
         env=env,
         stdout=subprocess.PIPE,

@@ -214,7 +214,7 @@ def sum_parents(ctx):
     return {"sum": sum(ctx.parent_results.values()), "parents": sorted(ctx.parent_results)}
 
 
-# -- batch handlers (README, "Batched execution") ---------------------------------------------
+# -- batch handlers (docs/howto/batch-handlers.md) -------------------------------------------
 
 
 @handler("t-batch", batch_size=5, batch_wait=timedelta(seconds=1))
