@@ -106,7 +106,7 @@ def check_sqlite() -> Iterator[CheckMessage]:
 def check_unique_keys() -> Iterator[CheckMessage]:
     """scylla_django.W003: a MySQL/MariaDB database, which cannot enforce unique keys.
 
-    A unique key is a partial unique index (README, "Unique tasks"); MySQL and MariaDB have no
+    A unique key is a partial unique index (docs/howto/keys.md); MySQL and MariaDB have no
     partial indexes, so Django does not create it there, and a submission with `unique_key` is
     refused (NotSupportedError) rather than run without its guarantee.
     """
@@ -338,6 +338,6 @@ def check_routers() -> Iterator[CheckMessage]:
             yield Error(
                 _("SCYLLA[%(setting)r] is set but settings.DATABASE_ROUTERS lacks %(router)r.")
                 % {"setting": setting, "router": f"scylla_django.routers.{name}"},
-                hint=_("Add it to DATABASE_ROUTERS; see docs/databases.md."),
+                hint=_("Add it to DATABASE_ROUTERS; see docs/howto/databases.md."),
                 id=check_id,
             )

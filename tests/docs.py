@@ -17,9 +17,17 @@ def page(name: str) -> Path:
 
 def section(text: str, heading: str) -> str:
     """The text under `heading` (a whole line, `## A first task`), up to the next heading of
-    the same or a higher level, or the end of the page."""
-    level = heading.split(" ", 1)[0]
-    start = text.index(f"\n{heading}\n") + len(heading) + 2
-    ends = [text.find(f"\n{'#' * n} ", start) for n in range(1, len(level) + 1)]
-    found = [end for end in ends if end != -1]
-    return text[start : min(found)] if found else text[start:]
+    the same or a higher level outside code blocks, or the end of the page."""
+    level = len(heading.split(" ", 1)[0])
+    lines = text.split("\n")
+    start = lines.index(heading) + 1
+    fenced = False
+    for end in range(start, len(lines)):
+        line = lines[end]
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            marks = len(line) - len(line.lstrip("#"))
+            if marks <= level and line[marks : marks + 1] == " ":
+                return "\n".join(lines[start:end])
+    return "\n".join(lines[start:])
