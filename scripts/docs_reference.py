@@ -95,12 +95,38 @@ def checks() -> str:
         if not ids:
             raise ReferenceError(f"the check {check.__module__}.{check.__name__} names no id")
         found.append((ids[0], ids, doc, check in deploy))
+    found.extend(backend_checks())
     out = []
     for _, ids, doc, is_deploy in sorted(found):
         names = ", ".join(f"`scylla_django.{i}`" for i in ids)
         when = " (run by `check --deploy`)" if is_deploy else ""
         out.append(f"### {names}{when}\n\n{doc}\n")
-    return "\n".join(out)
+    page = "\n".join(out)
+    written = set(re.findall(r"""\bid=["']scylla_django\.([EW]\d{3})["']""", package_source()))
+    missing = sorted(written - {i for _, ids, _, _ in found for i in ids})
+    if missing:
+        raise ReferenceError(f"no check's docstring names {missing}: say what each reports")
+    return page
+
+
+def backend_checks() -> list[tuple[str, list[str], str, bool]]:
+    """The checks of the `django.tasks` backend (run by Django's check of every backend), as
+    the paragraph of `scylla_django.backends`' docstring that names them."""
+    from scylla_django import backends
+
+    for paragraph in (inspect.getdoc(backends) or "").split("\n\n"):
+        if "manage.py check" in paragraph:
+            ids = sorted(dict.fromkeys(CHECK_ID.findall(paragraph)))
+            return [(ids[0], ids, "The `django.tasks` backend (`TASKS`). " + paragraph, False)]
+    raise ReferenceError("scylla_django/backends.py's docstring no longer names its checks")
+
+
+def package_source() -> str:
+    """The text of every module of the package (not its migrations)."""
+    package = ROOT / "scylla_django"
+    return "\n".join(
+        path.read_text() for path in sorted(package.rglob("*.py")) if "migrations" not in path.parts
+    )
 
 
 # -- exceptions and error codes ---------------------------------------------------------------

@@ -225,8 +225,9 @@ def _storage_folder(config: dict[str, Any]) -> str | None:
 
 @system_check
 def check_handler_keys() -> Iterator[CheckMessage]:
-    """scylla_django.W020: a handler's default limit or rate (`@handler(limits=[...],
-    rate_key=...)`, a value, not a function) is not in `SCYLLA["LIMITS"]`/`SCYLLA["RATES"]`.
+    """scylla_django.W020: a handler's default limit (`@handler(limits=[...])`, a value, not a
+    function) is not in `SCYLLA["LIMITS"]`; W021: its default rate (`rate_key=...`) is not in
+    `SCYLLA["RATES"]`.
 
     A warning: an operator may have made the limit or rate at runtime (a `Limit` or `Rate`
     row, in the admin or through the API), which a check does not read; without one, every
