@@ -110,7 +110,7 @@ def check_sqlite() -> Iterator[CheckMessage]:
 def check_unique_keys() -> Iterator[CheckMessage]:
     """scylla_django.W003: a MySQL/MariaDB database, which cannot enforce unique keys.
 
-    A unique key is a partial unique index (README, "Unique tasks"); MySQL and MariaDB have no
+    A unique key is a partial unique index (docs/howto/keys.md); MySQL and MariaDB have no
     partial indexes, so Django does not create it there, and a submission with `unique_key` is
     refused (NotSupportedError) rather than run without its guarantee.
     """
@@ -229,8 +229,9 @@ def _storage_folder(config: dict[str, Any]) -> str | None:
 
 @system_check
 def check_handler_keys() -> Iterator[CheckMessage]:
-    """scylla_django.W020: a handler's default limit or rate (`@handler(limits=[...],
-    rate_key=...)`, a value, not a function) is not in `SCYLLA["LIMITS"]`/`SCYLLA["RATES"]`.
+    """scylla_django.W020: a handler's default limit (`@handler(limits=[...])`, a value, not a
+    function) is not in `SCYLLA["LIMITS"]`; W021: its default rate (`rate_key=...`) is not in
+    `SCYLLA["RATES"]`.
 
     A warning: an operator may have made the limit or rate at runtime (a `Limit` or `Rate`
     row, in the admin or through the API), which a check does not read; without one, every
@@ -342,6 +343,6 @@ def check_routers() -> Iterator[CheckMessage]:
             yield Error(
                 _("SCYLLA[%(setting)r] is set but settings.DATABASE_ROUTERS lacks %(router)r.")
                 % {"setting": setting, "router": f"scylla_django.routers.{name}"},
-                hint=_("Add it to DATABASE_ROUTERS; see docs/databases.md."),
+                hint=_("Add it to DATABASE_ROUTERS; see docs/howto/databases.md."),
                 id=check_id,
             )

@@ -8,7 +8,7 @@
 
     DATABASE_ROUTERS = ["scylla_django.routers.ReadRouter", "scylla_django.routers.QueueRouter"]
 
-See docs/databases.md.
+See docs/howto/databases.md.
 """
 
 from __future__ import annotations

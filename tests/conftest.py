@@ -13,7 +13,7 @@ from scylla_django.models import Worker
 def pytest_collection_modifyitems(config, items):
     """`@pytest.mark.postgres` tests run only when DATABASE_URL points at PostgreSQL;
     `@pytest.mark.failover` tests only when asked for (`-m failover` or
-    SCYLLA_TEST_FAILOVER=1: they build a Patroni cluster, see docs/deployment.md)."""
+    SCYLLA_TEST_FAILOVER=1: they build a Patroni cluster, see docs/howto/deployment.md)."""
     from django.conf import settings
 
     if os.environ.get("SCYLLA_TEST_SKIP_NEUTRAL"):

@@ -214,7 +214,7 @@ def sum_parents(ctx):
     return {"sum": sum(ctx.parent_results.values()), "parents": sorted(ctx.parent_results)}
 
 
-# -- bundle handlers (README, "Bundled execution") ---------------------------------------------
+# -- bundle handlers (docs/howto/bundle-handlers.md) ------------------------------------------
 
 
 @handler("t-bundle", bundle_size=5, bundle_wait=timedelta(seconds=1))

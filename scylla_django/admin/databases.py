@@ -1,6 +1,6 @@
 """Which database the admin's pages read and act on: `?database=<alias>` among the databases
 holding tasks (`routers.databases()`), `default` when not named; the pages of `default` read
-`SCYLLA["READ_DATABASE"]` when one is set. See docs/databases.md."""
+`SCYLLA["READ_DATABASE"]` when one is set. See docs/howto/databases.md."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ class TaskOperations(TaskAdminBase):
     """What an operator does to tasks: the list's actions and the page's buttons (cancel, retry,
     purge, reset a lease), and pausing a queue. A part of `TaskAdmin`."""
 
-    # About 500,000 tasks a request at the 25,000/s measured (docs/admin.md); for more, there
+    # About 500,000 tasks a request at the 25,000/s measured (docs/howto/admin.md); for more, there
     # is scylla_cleanup.
     purge_time_budget = timedelta(seconds=20)
 

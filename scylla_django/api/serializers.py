@@ -263,7 +263,7 @@ def key_part(part: str, schema: dict[str, Any], help_text: str) -> KeyPartField:
 
 
 class TaskSerializer(serializers.ModelSerializer[Task]):
-    """A task, with the field names of the README's "The task". Every field is read-only."""
+    """A task, with the field names of docs/reference/task.md. Every field is read-only."""
 
     spec = JSONValueField(read_only=True)
     result = JSONValueField(read_only=True, allow_null=True)
@@ -396,7 +396,7 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
 
 
 class HistorySerializer(serializers.Serializer[History]):
-    """A History entry, as `History.as_json()` renders it (README, "REST API").
+    """A History entry, as `History.as_json()` renders it (docs/reference/api.md).
 
     `progress` is always present: null for an event that recorded none.
     """
@@ -663,7 +663,7 @@ class SubmitSerializer(StrictSerializer):
     )
     unique_key = UniqueKeyField(
         required=False,
-        help_text="At most one ready or running task holds this key (README, Unique tasks).",
+        help_text="At most one ready or running task holds this key (docs/howto/keys.md).",
     )
     unique_window = DurationInputField(
         error_code="invalid_unique_window",
@@ -706,7 +706,7 @@ class SubmitSerializer(StrictSerializer):
         error_code="invalid_timeout",
         required=False,
         help_text="Run-time limit (seconds or '5m'): past it the task is stopped, then "
-        "aborted with `timeout` (README, Run-time limits).",
+        "aborted with `timeout` (docs/howto/timeouts.md).",
     )
     expires_in = DurationInputField(
         error_code="invalid_expires_in",
@@ -725,7 +725,7 @@ class SubmitSerializer(StrictSerializer):
         min_length=1,
         max_length=URL_MAX_LENGTH,
         help_text="An https:// URL that the task's outcome is POSTed to, signed, once it is "
-        "final (README, Completion notifications); anything else is a 400 `invalid_notify`.",
+        "final (docs/howto/notifications.md); anything else is a 400 `invalid_notify`.",
     )
 
 

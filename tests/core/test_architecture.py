@@ -2,8 +2,8 @@
 
 The package's own imports are read with `ast`, not by importing it: module-level imports and
 imports inside functions count alike (both run). An import under `if TYPE_CHECKING:` never runs,
-so it cannot make a cycle, but it still may not point to a higher layer. docs/architecture.md
-explains the layers.
+so it cannot make a cycle, but it still may not point to a higher layer.
+docs/discussions/architecture.md explains the layers.
 """
 
 from __future__ import annotations
@@ -333,10 +333,10 @@ def test_sql_vendor_tests_and_cursors_live_in_the_database_room():
 
 
 def test_every_module_the_architecture_page_names_exists():
-    """docs/architecture.md names modules by path (`worker/slots.py`) or by name within the
-    package it describes (`slots.py`): each must be a file of the checkout."""
+    """docs/discussions/architecture.md names modules by path (`worker/slots.py`) or by name
+    within the package it describes (`slots.py`): each must be a file of the checkout."""
     checkout = ROOT.parent
-    page = (checkout / "docs" / "architecture.md").read_text()
+    page = (checkout / "docs" / "discussions" / "architecture.md").read_text()
     files = {
         path.relative_to(checkout).as_posix()
         for path in checkout.rglob("*.py")
@@ -347,4 +347,4 @@ def test_every_module_the_architecture_page_names_exists():
     missing = sorted(
         name for name in named if not any(f == name or f.endswith("/" + name) for f in files)
     )
-    assert missing == [], f"docs/architecture.md names modules that do not exist: {missing}"
+    assert missing == [], f"docs/discussions/architecture.md names modules not found: {missing}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import threading
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -25,6 +24,7 @@ from scylla_django.monitor import Monitor
 from scylla_django.schedules import clean_definition, next_tick, release, tick
 from scylla_django.schedules.calendars import calendar
 from scylla_django.schedules.constraints import Constraints, parse_window, why
+from tests.docs import page
 from tests.helpers import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -326,19 +326,19 @@ def test_the_calendar_applies_windows_wait_and_skip():
     assert [e.runs is not None for e in calendar(skips, day, 5)] == [False] * 3 + [True, False]
 
 
-# -- the README ---------------------------------------------------------------------------------
+# -- the docs (howto/schedules.md) -------------------------------------------------------------
 
 
-def readme_schedules() -> dict:
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def documented_schedules() -> dict:
+    text = page("howto/schedules.md").read_text()
     [block] = re.findall(r"```python\n# run constraints\n(.*?)```", text, re.S)
     scope: dict = {}
-    exec(block, scope)  # the README's own example
+    exec(block, scope)  # the page's own example
     return scope["SCYLLA"]["SCHEDULES"]
 
 
-def test_the_readme_nightly_window_runs_once_at_one_in_the_morning():
-    [(name, raw)] = readme_schedules().items()
+def test_the_documented_nightly_window_runs_once_at_one_in_the_morning():
+    [(name, raw)] = documented_schedules().items()
     evening = datetime(2026, 6, 1, 15, tzinfo=UTC)  # 17:00 in Malta
     make(name, now=evening - timedelta(minutes=1), **raw)
     for hour in range(0, 8):  # 17:00 ... 00:00 Malta

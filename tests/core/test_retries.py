@@ -6,7 +6,6 @@ import random
 import re
 import smtplib
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -31,6 +30,7 @@ from scylla_django.retries import (
     successor_rn,
 )
 from scylla_django.worker import TaskWorker, WorkerOptions
+from tests.docs import page
 from tests.helpers import expire, run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -420,10 +420,10 @@ def test_crashes_and_timeouts_are_separate_switches():
         Retry(crashes="yes")
 
 
-def test_the_readme_and_the_docstring_name_the_codes_each_switch_retries():
-    """The README's policy table and `Retry`'s docstring name exactly the codes each of
-    `timeouts` and `crashes` matches."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_the_docs_and_the_docstring_name_the_codes_each_switch_retries():
+    """The policy table of docs/howto/retries.md and `Retry`'s docstring name exactly the codes
+    each of `timeouts` and `crashes` matches."""
+    readme = page("howto/retries.md").read_text()
     for switch, codes in (("timeouts", TIMEOUT_CODES), ("crashes", CRASH_CODES)):
         [row] = re.findall(rf"^\| `{switch}=True` \(default\) \|(.*)\|$", readme, re.MULTILINE)
         named = set(re.findall(r"`([a-z_]+)`", row))  # the codes, in backquotes

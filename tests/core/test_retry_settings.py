@@ -8,7 +8,6 @@ handler's, else the setting's default, else none; a bad entry is the error
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.core.checks import run_checks
@@ -21,6 +20,7 @@ from scylla_django.handlers import HandlerRegistry
 from scylla_django.models import Task, Worker
 from scylla_django.retries import queue_policy, register_policy
 from scylla_django.testing import run_task
+from tests.docs import page
 from tests.helpers import expire
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -167,12 +167,12 @@ def test_a_good_setting_passes_the_check(settings):
     call_command("check")
 
 
-def test_the_readme_s_setting_and_error_are_as_shown(settings):
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_the_documented_setting_and_error_are_as_shown(settings):
+    readme = page("howto/retries.md").read_text()
     section = readme[readme.index("**From the settings, without a deploy.**") :]
     block = section[section.index("```python\n") + 10 : section.index("```\n", 10)]
     namespace: dict[str, object] = {}
-    exec(block, namespace)  # the README's own example
+    exec(block, namespace)  # the page's own example
     settings.SCYLLA = namespace["SCYLLA"]
     assert check_retry_policies() == []
     assert queue_policy("emails") == Retry(

@@ -1,5 +1,6 @@
 """Benchmark scripts run for real, small: each sets up what it measures and prints every
-figure it names. The figures themselves are docs/performance.md's (no timing is asserted)."""
+figure it names. The figures themselves are docs/discussions/performance.md's (no timing is
+asserted)."""
 
 from __future__ import annotations
 

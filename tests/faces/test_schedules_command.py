@@ -18,6 +18,7 @@ import scylla_django
 from scylla_django import schedules
 from scylla_django.models import Schedule, Task, WaitingRun
 from scylla_django.schedules import firings, tick
+from tests.docs import page
 from tests.helpers import API, client_for, make_user
 from tests.processes import child_env
 
@@ -269,10 +270,11 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly(three, operation):
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
 
 
-def test_the_readme_commands_run_as_written(three):
-    """Every command of the README's section "The schedule CLI" runs on its schedules."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## The schedule CLI") :]
+def test_the_documented_commands_run_as_written(three):
+    """Every command of the section "The schedule CLI" of docs/howto/schedules.md runs on its
+    schedules."""
+    text = page("howto/schedules.md").read_text()
+    section = text[text.index("## The schedule CLI") :]
     block = section[section.index("```sh\n") + 6 : section.index("```\n", 10)]
     commands = [line.split("#")[0].split()[3:] for line in block.splitlines()]
     assert [args[0] for args in commands] == [

@@ -9,7 +9,7 @@ expires); every process reconnected by itself and went on. Printed: the time fro
 the first lease and to the first acknowledged submission.
 
 Opt-in (`-m failover`, or SCYLLA_TEST_FAILOVER=1): it needs Debian's patroni and etcd-server
-and takes about a minute and a half. See docs/deployment.md.
+and takes about a minute and a half. See docs/howto/deployment.md.
 """
 
 from __future__ import annotations

@@ -23,10 +23,11 @@ from scylla_django.handlers import handler
 from scylla_django.logs import log_name
 from scylla_django.models import Task
 from scylla_django.worker import TaskWorker, WorkerOptions
+from tests.docs import page
 from tests.helpers import client_for, make_user, staff
 
 pytestmark = pytest.mark.django_db(transaction=True)
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = page("howto/task-logs.md")
 
 app_logger = logging.getLogger("tests.app")
 STARTED = threading.Barrier(2)
@@ -269,11 +270,10 @@ def test_check_is_quiet_about_a_private_log_storage_or_none(settings, storage):
     assert check_task_log_storage() == []  # no log is kept: nothing to warn about
 
 
-def test_the_readme_s_log_storage_passes_check_and_keeps_logs(settings, tmp_path):
-    section = README.read_text().split("## Task logs\n", 1)[1].split("\n## ", 1)[0]
-    [_, block] = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+def test_the_documented_log_storage_passes_check_and_keeps_logs(settings, tmp_path):
+    [_, block] = re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.DOTALL)
     names: dict[str, object] = {}
-    exec(compile(block, "README.md", "exec"), names)
+    exec(compile(block, str(PAGE), "exec"), names)
     settings.STORAGES, settings.SCYLLA = names["STORAGES"], names["SCYLLA"]
     settings.MEDIA_ROOT = "/var/www/media"
     assert check_task_log_storage() == []

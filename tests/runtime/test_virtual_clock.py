@@ -1,5 +1,6 @@
 """The virtual clock of `scylla_django.testing`: the database clock moved ahead by a test, with
-the real lease, monitor, retry and schedule code running under it (the README's example)."""
+the real lease, monitor, retry and schedule code running under it (docs/howto/testing.md's
+example)."""
 
 from __future__ import annotations
 

@@ -136,7 +136,7 @@ class TaskViewSet(LeaseRoutes, RepairRoutes, ScyllaView, viewsets.GenericViewSet
             "(`on_conflict` `return`, the default, or `replace`, after replacing a still-ready "
             "one's spec, priority and not_before), or 409 `duplicate` naming its `rn` and "
             "the `key` (`raise`). `locks`, `limits`, `order_key` and `rate_key` are taken by "
-            "the lease (README, Locks, limits and order keys); a bad or unknown one is a 400 "
+            "the lease (docs/howto/keys.md); a bad or unknown one is a 400 "
             "(`invalid_key`, `unknown_limit`, `unknown_rate`) and nothing is written. 409 "
             "`not_supported`: the database cannot keep keys (MySQL/MariaDB)."
         ),

@@ -1,9 +1,9 @@
-"""The README's settings block builds a working project (`check`, `migrate`), and its quick
-start, "A first task", runs on it as written: the handler, the submission, the worker, the
-result, then a worker and a monitor for good.
+"""The settings block of docs/howto/install.md builds a working project (`check`, `migrate`),
+and its section "A first task" runs on it as written: the handler, the submission, the worker,
+the result, then a worker and a monitor for good.
 
-The blocks are read from README.md itself (the ```python blocks that start with `# settings.py`
-and `# urls.py`, and the blocks of the section "A first task"), so the README cannot drift from
+The blocks are read from the page itself (the ```python blocks that start with `# settings.py`
+and `# urls.py`, and the blocks of the section "A first task"), so the page cannot drift from
 what works. Each step is a real `manage.py` process on a database of its own, made for the test
 and dropped after it.
 """
@@ -19,17 +19,18 @@ import sys
 import textwrap
 import time
 import uuid
-from pathlib import Path
 
 import django
 import pytest
 from django.conf import settings as django_settings
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.docs import ROOT, page, section
+
+PAGE = page("howto/install.md")
 BLOCK = re.compile(r"```python\n(# (settings|urls)\.py\n.*?)```", re.DOTALL)
 
 BASE_SETTINGS = """\
-SECRET_KEY = "readme-test"
+SECRET_KEY = "docs-test"
 DEBUG = False
 ALLOWED_HOSTS = ["testserver"]
 USE_TZ = True
@@ -93,10 +94,10 @@ execute_from_command_line(sys.argv)
 """
 
 
-def readme_blocks() -> dict[str, str]:
-    """The README's `# settings.py` and `# urls.py` blocks, by name."""
-    found = {name: code for code, name in BLOCK.findall((ROOT / "README.md").read_text())}
-    assert set(found) == {"settings", "urls"}, "README.md lost its settings or urls block"
+def documented_blocks() -> dict[str, str]:
+    """The page's `# settings.py` and `# urls.py` blocks, by name."""
+    found = {name: code for code, name in BLOCK.findall(PAGE.read_text())}
+    assert set(found) == {"settings", "urls"}, f"{PAGE} lost its settings or urls block"
     return found
 
 
@@ -104,13 +105,11 @@ def quick_start() -> tuple[str, list[list[str]], list[list[str]]]:
     """The section "A first task": its handler file, the commands that run a first task, and
     the commands that run a worker and a monitor for good (each command split as a shell
     would, `python` standing for this interpreter)."""
-    text = (ROOT / "README.md").read_text()
-    start = text.index("\n## A first task\n")
-    section = text[start : text.index("\n## ", start + 1)]
-    [handlers] = re.findall(r"```python\n(# myapp/handlers\.py .*?)```", section, re.DOTALL)
+    first_task = section(PAGE.read_text(), "## A first task")
+    [handlers] = re.findall(r"```python\n(# myapp/handlers\.py .*?)```", first_task, re.DOTALL)
     blocks = [
         [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
-        for block in re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+        for block in re.findall(r"```sh\n(.*?)```", first_task, re.DOTALL)
     ]
     assert len(blocks) == 2, "the quick start lost its commands"
     for block in blocks:
@@ -120,11 +119,11 @@ def quick_start() -> tuple[str, list[list[str]], list[list[str]]]:
     return handlers, blocks[0], blocks[1]
 
 
-def test_the_readme_has_one_settings_block_with_each_feature():
-    block = readme_blocks()["settings"]
+def test_the_page_has_one_settings_block_with_each_feature():
+    block = documented_blocks()["settings"]
     for needle in ("postgresql", "rest_framework", "ScyllaBackend", "SCHEDULES"):
         assert needle in block
-    assert "metrics_view" in readme_blocks()["urls"]
+    assert "metrics_view" in documented_blocks()["urls"]
 
 
 @pytest.fixture
@@ -133,7 +132,7 @@ def database():
     import psycopg
 
     server = django_settings.DATABASES["default"]
-    name = f"scylla_readme_{uuid.uuid4().hex[:8]}"
+    name = f"scylla_docs_{uuid.uuid4().hex[:8]}"
     params = {
         "host": server.get("HOST") or "127.0.0.1",
         "port": server.get("PORT") or 5432,
@@ -150,12 +149,12 @@ def database():
 
 
 @pytest.mark.postgres
-def test_a_project_from_the_readme_runs_the_quick_start_as_written(tmp_path, database):
-    blocks = readme_blocks()
+def test_a_project_from_the_page_runs_the_quick_start_as_written(tmp_path, database):
+    blocks = documented_blocks()
     handlers, first_task, for_good = quick_start()
     own_database = textwrap.dedent(
         f"""
-        # The test's own database on the test server; everything above is the README's.
+        # The test's own database on the test server; everything above is the page's.
         DATABASES["default"].update(
             NAME={database["dbname"]!r},
             USER={database["user"]!r},
@@ -215,7 +214,7 @@ def test_a_project_from_the_readme_runs_the_quick_start_as_written(tmp_path, dat
     assert worker[2:] == ["scylla_worker", "--queue", "default", "--queue", "reports"]
     result_id = None
     if django.VERSION < (6, 0):
-        # django.tasks came with Django 6.0: the README says to leave `default` out.
+        # django.tasks came with Django 6.0: the page says to leave `default` out.
         worker = worker[:3] + worker[5:]
     else:
         # The id on a line of its own: the log may warn that no live worker serves the queue.

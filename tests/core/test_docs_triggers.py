@@ -1,30 +1,27 @@
-"""The README's trigger examples run as written and do what their comments say (the settings
-block and the emitting block are read from README.md itself)."""
+"""The trigger examples of docs/howto/triggers.md run as written and do what their comments
+say (the settings block and the emitting block are read from the page itself)."""
 
 from __future__ import annotations
 
 import ast
 import re
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 from scylla_django import db
 from scylla_django.models import Firing, Task, Worker
 from scylla_django.monitor import Monitor
+from tests.docs import page
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-SECTION = re.compile(r"## Triggers: schedules that fire on events\n(.*?)\n## ", re.DOTALL)
+PAGE = page("howto/triggers.md")
 BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 
-def readme_blocks() -> tuple[dict, str]:
-    section = SECTION.search(README.read_text())
-    assert section is not None, "README.md has no Triggers section"
-    settings_block, code = BLOCK.findall(section.group(1))
+def documented_blocks() -> tuple[dict, str]:
+    settings_block, code = BLOCK.findall(PAGE.read_text())[:2]
     scylla = ast.literal_eval(settings_block.strip().removeprefix("SCYLLA = "))
     return scylla, code
 
@@ -33,14 +30,14 @@ def tasks(queue: str) -> list[Task]:
     return list(Task.objects.filter(queue=queue).order_by("id"))
 
 
-def test_the_readme_trigger_cases_do_what_they_say(settings) -> None:
-    scylla, code = readme_blocks()
+def test_the_documented_trigger_cases_do_what_they_say(settings) -> None:
+    scylla, code = documented_blocks()
     settings.SCYLLA = scylla
     clock = {"now": None}
     monitor = Monitor(interval=60, clock=lambda: clock["now"] or db.read_clock("default"))
     passes = [monitor.schedules, monitor.triggers]
     monitor.run_once(passes)  # sync the settings; the task events start here
-    exec(compile(code, "README.md", "exec"), {})
+    exec(compile(code, str(PAGE), "exec"), {})
     monitor.run_once(passes)
 
     [load] = tasks("load")  # data arrival: one load, its event in the spec
