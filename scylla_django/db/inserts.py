@@ -70,6 +70,7 @@ SUBMITTED = {
     "expires_at": "timestamptz",
     "batch_id": "bigint",
     "notify": "text",
+    "version": "smallint",
 }
 
 

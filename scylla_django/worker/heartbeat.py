@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from django.db import Error as DatabaseError
 from django.db import connections
 
-from .. import db
+from .. import db, tracing
 from ..conf import scylla_settings
 from ..exceptions import (
     InvalidTransition,
@@ -237,5 +237,6 @@ class Heartbeat:
                     ctx.sent_progress = progress
                 if self.watchdog is not None:
                     self.watchdog.kept(ctx, sent)
+                tracing.heartbeat(ctx.span, ctx.progress)
         self._stop_refused([ctx for ctx in live if ctx.task.pk not in extended], errors)
         self.hooks.note("beat")
