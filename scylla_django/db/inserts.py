@@ -328,6 +328,7 @@ def _submission_document(rows: Sequence[dict[str, Any]]) -> str:
                 "batch_id": row.get("batch_id"),
                 "parent": row.get("parent"),
                 "notify": row.get("notify"),
+                "version": row.get("version"),
             }
             for row in rows
         ],

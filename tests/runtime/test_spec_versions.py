@@ -184,7 +184,6 @@ def test_a_failing_or_missing_migration_aborts_the_task():
 
 
 def test_the_upgraded_spec_is_written_only_under_the_lease():
-    registry = HandlerRegistry()
     old_code()
     task = Task.objects.submit("deploy.invoices", {"customer": "acme", "amount": 1.0})
     worker = Worker.objects.register(queues=["deploy.invoices"])
