@@ -19,7 +19,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
+
+from django.core.exceptions import ValidationError
 
 from .validation import validate_traceparent
 
@@ -34,6 +37,9 @@ except ImportError:  # the otel extra is not installed
 TRACER_NAME = "scylla_django"
 #: `messaging.system` of the spans.
 MESSAGING_SYSTEM = "scylla"
+
+#: The traceparent a request came with (`incoming`), for the submissions it makes.
+_incoming: ContextVar[str | None] = ContextVar("scylla_django_traceparent", default=None)
 
 
 def available() -> bool:
@@ -50,16 +56,34 @@ def enabled() -> bool:
 
 
 def current_traceparent() -> str | None:
-    """The `traceparent` of the current span, or None (no valid span, or no OpenTelemetry)."""
+    """The `traceparent` of the current span; else the one a request came with (`incoming`);
+    else None."""
     if trace is None:
-        return None
+        return _incoming.get()
     span_context = trace.get_current_span().get_span_context()
     if not span_context.is_valid:
-        return None
+        return _incoming.get()
     return (
         f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-"
         f"{int(span_context.trace_flags):02x}"
     )
+
+
+@contextmanager
+def incoming(traceparent: str | None) -> Iterator[None]:
+    """In the block, submissions made without a current span store `traceparent` (a request's
+    `traceparent` header; one that is not a valid W3C traceparent is ignored, as the W3C
+    recommendation asks of a receiver). With OpenTelemetry installed, a span current in the
+    block (the request's own, when the web server is instrumented) comes first."""
+    try:
+        valid = None if traceparent is None else validate_traceparent(traceparent.strip())
+    except ValidationError:
+        valid = None
+    token = _incoming.set(valid)
+    try:
+        yield
+    finally:
+        _incoming.reset(token)
 
 
 def span_context(traceparent: str | None) -> Any:
@@ -68,7 +92,7 @@ def span_context(traceparent: str | None) -> Any:
         return None
     try:
         validate_traceparent(traceparent)
-    except Exception:
+    except ValidationError:
         return None
     _, trace_id, span_id, flags = traceparent.split("-")
     return trace.SpanContext(
