@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -17,11 +18,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
 
-from scylla_django import retries, tracing
+from scylla_django import retries, spec_versions, tracing
 from scylla_django.enums import Status
 from scylla_django.handlers import HandlerRegistry, TaskContext, handler
-from scylla_django.models import Task, TaskTrace
+from scylla_django.models import Schedule, Task, TaskTrace
 from scylla_django.retries import Fixed, Retry
+from scylla_django.schedules import clean_definition, next_tick, tick
 from scylla_django.testing import run_task
 from scylla_django.worker import TaskWorker, WorkerOptions
 from tests.helpers import CLIENT_PERMISSIONS, client_for, make_user
@@ -230,3 +232,27 @@ def test_a_bad_traceparent_given_to_submit_is_refused():
         Task.objects.submit("trace.mail", {}, traceparent="00-" + "0" * 32 + "-" + SPAN_ID + "-01")
     assert refused.value.error_dict["traceparent"][0].code == "invalid_traceparent"
     assert not Task.objects.exists()
+
+
+def test_a_schedules_tick_is_sent_in_a_span_its_run_is_a_child_of(spans, orders):
+    start = datetime(2026, 6, 1, tzinfo=UTC)
+    definition = clean_definition("digest", {"every": "1h", "queue": "trace.mail", "spec": {}})
+    Schedule.objects.create(
+        name="digest", next_run=next_tick(definition, start), **definition.fields()
+    )
+    spec_versions.register_spec("trace.mail", 4, None)
+    try:
+        [fired] = tick(now=start + timedelta(hours=1))
+    finally:
+        spec_versions.unregister("trace.mail")
+    task = Task.objects.get(rn=fired.rn)
+    assert task.version == 4
+
+    [send] = [s for s in spans.get_finished_spans() if s.name == "send trace.mail"]
+    assert send.kind == trace.SpanKind.PRODUCER
+    assert send.attributes["scylla.schedule"] == "digest"
+    Task.objects.filter(pk=task.pk).update(version=None)
+    run_task(task.rn, registry=orders)
+    run = process_spans(spans)[task.rn]
+    assert run.parent is not None and run.parent.span_id == send.context.span_id
+    assert run.context.trace_id == send.context.trace_id
