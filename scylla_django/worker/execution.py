@@ -290,7 +290,11 @@ class Execution:
         it used in `run.usage` (an `async def` handler of a foreground run in an event loop of
         its own)."""
         if self.isolation is not None:
-            return self.isolation.call(ctx, run.handler, run.record)
+            result = self.isolation.call(ctx, run.handler, run.record)
+            for child in ctx.children:  # spawned in the child process, outside the run's span
+                if "batch" not in child:
+                    ctx.trace(child)  # type: ignore[arg-type]
+            return result
         meter = ThreadMeter()
         try:
             result = run.handler(ctx)

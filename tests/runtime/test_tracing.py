@@ -5,9 +5,11 @@ run; the trace id in the API and the admin; and nothing recorded without a trace
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -256,3 +258,21 @@ def test_a_schedules_tick_is_sent_in_a_span_its_run_is_a_child_of(spans, orders)
     run = process_spans(spans)[task.rn]
     assert run.parent is not None and run.parent.span_id == send.context.span_id
     assert run.context.trace_id == send.context.trace_id
+
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "howto" / "tracing.md"
+BLOCK = re.compile(r"```python\n(# tracing example:.*?)```", re.DOTALL)
+
+
+def test_the_tracing_page_example_runs_as_written():
+    match = BLOCK.search(PAGE.read_text())
+    assert match is not None, "docs/howto/tracing.md has no tracing example block"
+    forget_tracer_provider()
+    try:
+        exec(compile(match.group(1), str(PAGE), "exec"), {})
+    finally:
+        trace.get_tracer_provider().shutdown()  # type: ignore[attr-defined]
+        forget_tracer_provider()
+    [task] = Task.objects.filter(queue="thumbnails")
+    assert (task.status, task.result) == (Status.COMPLETED, {"size": 128})
+    assert TaskTrace.objects.filter(rn=task.rn).exists()
