@@ -60,6 +60,7 @@ TASK_FIELDS = {
     "dead",
     "notify",
     "notified",
+    "version",
 }
 
 
