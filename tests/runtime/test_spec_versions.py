@@ -290,3 +290,36 @@ def test_drain_upgrades_every_task_it_runs():
     done = drain(["deploy.invoices"], registry=registry)
 
     assert sorted(t.result["billed_cents"] for t in done) == [100, 200]
+
+
+def test_a_batch_handler_gets_its_members_upgraded_and_a_failed_one_aborted():
+    registry = HandlerRegistry()
+    spec_versions.register_spec("deploy.broken", None, None)
+    good = Task.objects.submit("deploy.broken", {"n": 4})
+    bad = Task.objects.submit("deploy.broken", {"n": 0})
+    seen = []
+
+    @handler("deploy.broken", registry=registry, version=2, batch_size=10)
+    def inverses(contexts: list[TaskContext]) -> dict:
+        seen.extend(ctx.spec for ctx in contexts)
+        return {ctx.task.rn: ctx.spec["inverse"] for ctx in contexts}
+
+    @handler.migrates("deploy.broken", from_version=1)
+    def invert(spec: dict) -> dict:
+        return {"inverse": 1 / spec["n"]}
+
+    drain(["deploy.broken"], registry=registry)
+
+    assert seen == [{"inverse": 0.25}]
+    done, failed = Task.objects.get(rn=good.rn), Task.objects.get(rn=bad.rn)
+    assert (done.status, done.result, done.version) == (Status.COMPLETED, 0.25, 2)
+    assert (failed.status, failed.errors[0]["code"]) == (Status.ABORTED, "spec_migration_failed")
+    assert failed.version is None  # nothing upgraded was written
+
+
+def test_check_deploy_reads_every_database_the_tasks_are_migrated_to():
+    stranded = Task.objects.submit("deploy.removed", {"n": 1})
+    out, err = io.StringIO(), io.StringIO()
+    call_command("check", deploy=True, stdout=out, stderr=err)
+    assert "scylla_django.W052" in out.getvalue() + err.getvalue()
+    assert stranded.rn in out.getvalue() + err.getvalue()

@@ -276,3 +276,26 @@ def test_the_tracing_page_example_runs_as_written():
     [task] = Task.objects.filter(queue="thumbnails")
     assert (task.status, task.result) == (Status.COMPLETED, {"size": 128})
     assert TaskTrace.objects.filter(rn=task.rn).exists()
+
+
+def test_the_bulk_and_batch_routes_store_the_requests_traceparent():
+    api = client_for(make_user("client", *CLIENT_PERMISSIONS))
+    bulk = api.post(
+        "/api/scylla/bulk/tasks/",
+        [{"queue": "trace.mail", "spec": {}}, {"queue": "trace.mail", "spec": {}}],
+        format="json",
+        HTTP_TRACEPARENT=TRACEPARENT,
+    )
+    assert bulk.status_code == 200, bulk.content
+    batch = api.post(
+        "/api/scylla/batches/",
+        {"tasks": [{"queue": "trace.mail", "spec": {}}]},
+        format="json",
+        HTTP_TRACEPARENT=TRACEPARENT,
+    )
+    assert batch.status_code == 201, batch.content
+    untraced = api.post("/api/scylla/tasks/", {"queue": "trace.mail", "spec": {}}, format="json")
+    stored = dict(TaskTrace.objects.values_list("rn", "traceparent"))
+    assert sorted(stored.values()) == [TRACEPARENT] * 3
+    assert untraced.json()["rn"] not in stored
+    assert {item["rn"] for item in bulk.json()} <= set(stored)
