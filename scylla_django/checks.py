@@ -1,6 +1,8 @@
 """System checks: bad `SCYLLA` settings, SQLite configured in a way that would break leases,
 MySQL/MariaDB, where unique keys are refused, task logs kept where they are served or lost,
-and handlers naming limits or rates that are not configured."""
+handlers naming limits or rates that are not configured, and handlers' spec schemas and
+migrations; with `--deploy`, the stored tasks a deploy of this code would strand (a queue no
+handler serves, specs that no longer validate)."""
 
 from __future__ import annotations
 

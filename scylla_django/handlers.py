@@ -138,7 +138,7 @@ class TaskContext:
 
         using = self.task._state.db or "default"
         options["parent"] = self.task.rn
-        self.trace(options)
+        self.trace_options(options)
         if now:
             child = Task.objects.using(using).submit(queue, spec, **options)
             return child.rn
@@ -169,7 +169,7 @@ class TaskContext:
             callback = validate_callback(kind, value, using)
             if callback is not None:
                 options = cast("TaskOptions", {**callback.options, "parent": self.task.rn})
-                self.trace(options)
+                self.trace_options(options)
                 callbacks[kind] = {
                     "queue": callback.queue,
                     "spec": callback.spec,
@@ -179,7 +179,7 @@ class TaskContext:
         self.children.append(batch.entry)
         return batch
 
-    def trace(self, options: TaskOptions) -> None:
+    def trace_options(self, options: TaskOptions) -> None:
         """Give the `options` of a task this run submits the run's traceparent, unless they
         name one (that of the span current in the handler, else of the run's own span)."""
         if options.get("traceparent") is None:
@@ -354,7 +354,7 @@ class SpawnedBatch:
 
         options["parent"] = self.ctx.task.rn
         options["rn"] = options.get("rn") or new_rn()
-        self.ctx.trace(options)
+        self.ctx.trace_options(options)
         Task.build(queue, spec, **options)
         self.tasks.append({"queue": queue, "spec": spec, **options})
         return str(options["rn"])

@@ -72,6 +72,12 @@ def traceparent_of(using: str, rn: str) -> str | None:
     return found
 
 
+def traceparents_of(using: str, rns: list[str]) -> dict[str, str]:
+    """The traceparents stored for the tasks `rns` (one query), by rn; a task without one is
+    not in it."""
+    return dict(TaskTrace.objects.using(using).filter(rn__in=rns).values_list("rn", "traceparent"))
+
+
 def forget_traces(using: str, tasks: models.QuerySet[Any]) -> None:
     """Delete the traces of `tasks` (before the tasks themselves)."""
     TaskTrace.objects.using(using).filter(rn__in=tasks.order_by().values("rn")).delete()

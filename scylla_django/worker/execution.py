@@ -293,7 +293,7 @@ class Execution:
             result = self.isolation.call(ctx, run.handler, run.record)
             for child in ctx.children:  # spawned in the child process, outside the run's span
                 if "batch" not in child:
-                    ctx.trace(child)  # type: ignore[arg-type]
+                    ctx.trace_options(child)  # type: ignore[arg-type]
             return result
         meter = ThreadMeter()
         try:
@@ -380,7 +380,12 @@ class Execution:
             ctx.handler_running = True
             ctx.handler_started = started
         self.hooks.note("started", len(live))
-        traceparents = [self._traceparent(ctx) for ctx in live]
+        traceparents: list[str | None] = [None] * len(live)
+        if tracing.enabled():
+            stored = traces.traceparents_of(
+                live[0].task._state.db or "default", [ctx.task.rn for ctx in live]
+            )
+            traceparents = [stored.get(ctx.task.rn) for ctx in live]
         leased = min(ctx.started for ctx in live)
         with (
             tracing.process_span(

@@ -26,7 +26,7 @@ from scylla_django.handlers import HandlerRegistry, TaskContext, handler
 from scylla_django.models import Schedule, Task, TaskTrace
 from scylla_django.retries import Fixed, Retry
 from scylla_django.schedules import clean_definition, next_tick, tick
-from scylla_django.testing import run_task
+from scylla_django.testing import drain, run_task
 from scylla_django.worker import TaskWorker, WorkerOptions
 from tests.helpers import CLIENT_PERMISSIONS, client_for, make_user
 
@@ -299,3 +299,26 @@ def test_the_bulk_and_batch_routes_store_the_requests_traceparent():
     assert sorted(stored.values()) == [TRACEPARENT] * 3
     assert untraced.json()["rn"] not in stored
     assert {item["rn"] for item in bulk.json()} <= set(stored)
+
+
+def test_a_batch_handlers_run_links_to_each_members_submission(spans):
+    registry = HandlerRegistry()
+
+    @handler("trace.batch", registry=registry, batch_size=5)
+    def together(contexts: list[TaskContext]) -> None:
+        return None
+
+    tracer = trace.get_tracer("tests")
+    submitted = []
+    for name in ("POST /a", "POST /b"):
+        with tracer.start_as_current_span(name) as span:
+            Task.objects.submit("trace.batch", {})
+            submitted.append(span.get_span_context().span_id)
+
+    drain(["trace.batch"], registry=registry)
+
+    [run] = [s for s in spans.get_finished_spans() if s.name == "process trace.batch"]
+    assert run.parent is None
+    assert sorted(link.context.span_id for link in run.links) == sorted(submitted)
+    assert run.attributes["messaging.batch.message_count"] == 2
+    assert [event.name for event in run.events] == ["lease", "finish"]
