@@ -572,7 +572,8 @@ def _release_one(gate: constraints.Gate, now: datetime) -> Tick:
             "; ".join(p.detail for p in problems),
         )
         return Tick(schedule.name, waiting.fired, None, outcome)
-    _submit(gate, waiting.fired, waiting.rn, waiting.spec)
+    with tracing.firing_span(schedule.name, schedule.queue):  # a firing that waited: sent now
+        _submit(gate, waiting.fired, waiting.rn, waiting.spec)
     gate.set(updated=Now())
     return Tick(schedule.name, waiting.fired, waiting.rn, outcome)
 
