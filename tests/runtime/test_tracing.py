@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -322,3 +323,14 @@ def test_a_batch_handlers_run_links_to_each_members_submission(spans):
     assert sorted(link.context.span_id for link in run.links) == sorted(submitted)
     assert run.attributes["messaging.batch.message_count"] == 2
     assert [event.name for event in run.events] == ["lease", "finish"]
+
+
+def test_the_task_admin_page_shows_the_trace_id_and_the_version(admin_client):
+    with tracing.incoming(TRACEPARENT):
+        task = Task.objects.submit("trace.mail", {})
+    Task.objects.filter(pk=task.pk).update(version=3)
+    page = admin_client.get(reverse("admin:scylla_django_task_change", args=[task.pk]))
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert f'<span title="{TRACEPARENT}">{TRACE_ID}</span>' in html
+    assert re.search(r"Version:</label>\s*<div class=\"readonly\">3</div>", html), html
