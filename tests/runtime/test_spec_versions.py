@@ -7,6 +7,8 @@ whose spec no longer validates against its handler's schema."""
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -22,9 +24,11 @@ from scylla_django.models import Task, Worker
 from scylla_django.testing import drain, run_task
 from scylla_django.worker import TaskWorker, WorkerOptions
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
+from tests.processes import ROOT, child_env, finish, start, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+HANDLERS = "--handlers=tests.versioned_handlers"
 QUEUES = ("deploy.invoices", "deploy.removed", "deploy.newer", "deploy.broken")
 
 INVOICE_V2 = {
@@ -323,3 +327,42 @@ def test_check_deploy_reads_every_database_the_tasks_are_migrated_to():
     call_command("check", deploy=True, stdout=out, stderr=err)
     assert "scylla_django.W052" in out.getvalue() + err.getvalue()
     assert stranded.rn in out.getvalue() + err.getvalue()
+
+
+def test_scylla_run_and_an_isolated_worker_upgrade_the_spec_in_their_processes():
+    first = Task.objects.submit("deploy.process", {"weeks": 1})
+    second = Task.objects.submit("deploy.process", {"weeks": 2})
+    assert spec_versions.declared_version("deploy.process") is None  # yesterday's code
+
+    ran = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "scylla_run", first.rn, HANDLERS],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    worker = start(
+        "scylla_worker",
+        "--queue=deploy.process",
+        "--isolation=process",
+        "--max-tasks=1",
+        "--poll-interval=0.1",
+        HANDLERS,
+    )
+    try:
+        wait_until(
+            lambda: Task.objects.filter(rn=second.rn, status=Status.COMPLETED).exists(),
+            timeout=120,
+            what="the isolated worker ran the task",
+        )
+    finally:
+        code, output = finish(worker, timeout=60)
+    assert code == 0, output
+
+    one, two = Task.objects.get(rn=first.rn), Task.objects.get(rn=second.rn)
+    assert (one.spec, one.version, one.result["days"]) == ({"days": 7}, 2, 7)
+    assert (two.spec, two.version, two.result["days"]) == ({"days": 14}, 2, 14)
+    assert two.result["version"] == 2
+    assert two.result["pid"] != worker.pid  # the handler ran in the worker's child process
