@@ -23,6 +23,11 @@ class ScyllaConfig(AppConfig):
 
         # A queue with a handler in this process counts as served: no warning at submit.
         serving.serve_here(registry.serves)
+        # So does a queue of a django.tasks ScyllaBackend, whose handler `scylla_worker`
+        # registers (`manage.py check --deploy` asks in a process that registered none).
+        from .backends import serves_django_tasks
+
+        serving.serve_here(serves_django_tasks)
 
         # registry.get(queue) then answers in a shell and the web server too. A bad
         # HANDLER_MODULES setting is left to `manage.py check` to report (E001).

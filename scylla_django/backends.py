@@ -114,6 +114,12 @@ def register_handlers() -> None:
             registry.register(queue, run_django_task)
 
 
+def serves_django_tasks(queue: str) -> bool:
+    """Whether `queue` is a queue of a configured ScyllaBackend (its handler is
+    `run_django_task`, registered by `scylla_worker`)."""
+    return any(queue in backend.queues for backend in scylla_backends())
+
+
 def run_django_task(ctx: ScyllaContext) -> Any:
     """The handler of Django tasks: import the task, call it, return its (JSON) result.
 

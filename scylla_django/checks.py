@@ -1,6 +1,8 @@
 """System checks: bad `SCYLLA` settings, SQLite configured in a way that would break leases,
 MySQL/MariaDB, where unique keys are refused, task logs kept where they are served or lost,
-and handlers naming limits or rates that are not configured."""
+handlers naming limits or rates that are not configured, and handlers' spec schemas and
+migrations; with `--deploy`, the stored tasks a deploy of this code would strand (a queue no
+handler serves, specs that no longer validate)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.core.files.storage import FileSystemStorage
+from django.db.models import Count, Min
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
-from . import db, queue_keys, retries
+from . import db, queue_keys, retries, spec_versions
 from .conf import DEFAULTS, RENAMED, scylla_settings
 from .schedules import schedule_errors
 
@@ -346,3 +349,174 @@ def check_routers() -> Iterator[CheckMessage]:
                 hint=_("Add it to DATABASE_ROUTERS; see docs/howto/databases.md."),
                 id=check_id,
             )
+
+
+@system_check
+def check_spec_versions() -> Iterator[CheckMessage]:
+    """scylla_django.E050: a handler's spec schema is not a valid JSON Schema, or the
+    `jsonschema` package it needs is missing; W051: a spec migration that no handler's version
+    reaches (`@handler.migrates(from_version=n)` where the handler's version is n or less)."""
+    for queue, declared in sorted(spec_versions.queues().items()):
+        if declared.schema is not None:
+            problem = spec_versions.schema_problem(declared.schema)
+            if problem is not None:
+                yield Error(
+                    f"The handler of queue {queue!r} declares a spec schema: {problem}",
+                    hint=_("A schema is a JSON Schema document (a dict), checked by jsonschema."),
+                    id="scylla_django.E050",
+                )
+        reads = declared.version or spec_versions.FIRST_VERSION
+        for from_version in sorted(declared.migrations):
+            if from_version >= reads:
+                yield Warning(
+                    f"Queue {queue!r} has a spec migration from version {from_version}, but "
+                    f"its handler reads version {reads}: the migration never runs.",
+                    hint=_(
+                        "Declare the handler's version, @handler(queue, version=n), above "
+                        "every from_version its migrations name."
+                    ),
+                    id="scylla_django.W051",
+                )
+
+
+def deploy_check(messages: Callable[[list[str]], Iterator[CheckMessage]]) -> Check:
+    """Register a check of `manage.py check --deploy` that reads the tasks stored in the
+    databases (those given with `--database`, else every database the Task model migrates
+    to); a database whose tasks table does not exist yet holds none."""
+
+    def check(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+        from django.db import router
+
+        from .models import Task
+
+        aliases = (
+            list(databases)
+            if databases is not None
+            else [alias for alias in settings.DATABASES if router.allow_migrate_model(alias, Task)]
+        )
+        return list(messages([alias for alias in aliases if db.has_table(alias, Task)]))
+
+    check.__name__ = check.__qualname__ = messages.__name__
+    check.__doc__ = messages.__doc__
+    register(deploy=True)(check)
+    return check
+
+
+#: The rns a deploy check names per queue (it counts the others).
+EXAMPLES = 3
+
+
+@deploy_check
+def check_stranded_tasks(databases: list[str]) -> Iterator[CheckMessage]:
+    """scylla_django.W052 (`check --deploy`): stored ready tasks (due, scheduled or waiting
+    for their parents) of a queue that no handler of this code serves: a deploy that removed
+    or renamed the handler strands them. A warning: workers of another code base, or speaking
+    HTTP, may serve the queue."""
+    from .models import Task, serving
+
+    for alias in databases:
+        rows = (
+            Task.objects.using(alias)
+            .filter(status="ready")
+            .order_by()
+            .values("queue")
+            .annotate(count=Count("id"), example=Min("rn"))
+        )
+        for row in sorted(rows, key=lambda r: r["queue"]):
+            if serving.served_here(row["queue"]):
+                continue
+            yield Warning(
+                f"Database {alias!r} holds {row['count']} ready task(s) of queue "
+                f"{row['queue']!r}, which no handler serves (task {row['example']}).",
+                hint=_(
+                    "Keep the queue's handler until its tasks are done (drain it: "
+                    "manage.py scylla_queue), or cancel them; ignore this if workers of "
+                    "another code base serve the queue (SILENCED_SYSTEM_CHECKS)."
+                ),
+                id="scylla_django.W052",
+            )
+
+
+@deploy_check
+def check_stored_specs(databases: list[str]) -> Iterator[CheckMessage]:
+    """scylla_django.E053 (`check --deploy`): stored ready tasks whose spec, upgraded to the
+    version its handler reads, does not validate against the handler's schema; E054: stored
+    specs of a version no chain of migrations upgrades; W055: stored specs newer than the
+    handler reads (a rollback: workers of this code give them back, unrun)."""
+    from .models import Task
+
+    declared = spec_versions.queues()
+    watched = sorted(q for q, d in declared.items() if d.schema is not None or d.version)
+    for alias in databases:
+        if not watched:
+            return
+        stored = (
+            Task.objects.using(alias)
+            .filter(status="ready", queue__in=watched)
+            .order_by("queue", "id")
+            .values_list("rn", "queue", "spec", "version")
+        )
+        problems: dict[tuple[str, str], list[str]] = {}
+        for rn, queue, spec, version in stored.iterator(chunk_size=1000):
+            for kind, detail in _spec_problems(queue, spec, version):
+                problems.setdefault((queue, kind), []).append(f"{rn} ({detail})")
+        for (queue, kind), found in sorted(problems.items()):
+            yield _spec_message(alias, queue, kind, found)
+
+
+def _spec_problems(queue: str, spec: Any, version: int | None) -> Iterator[tuple[str, str]]:
+    """What is wrong with one stored spec of `queue`: ("newer", …), ("unmigrated", …) or
+    ("invalid", …), with a detail each."""
+    stored = spec_versions.stored_version(version)
+    reads = spec_versions.handler_version(queue)
+    if stored > reads:
+        yield "newer", f"version {stored}"
+        return
+    try:
+        upgraded, _version = spec_versions.upgrade(queue, spec, version)
+    except spec_versions.MigrationMissing:
+        yield "unmigrated", f"version {stored}"
+        return
+    except Exception as exc:  # the migration's own failure: the worker would abort the task
+        yield "invalid", f"its migration from version {stored} raised {exc!r}"
+        return
+    try:
+        errors = spec_versions.schema_errors(queue, upgraded)
+    except spec_versions.SchemaUnavailable:
+        return  # scylla_django.E050 says so
+    if errors:
+        yield "invalid", "; ".join(errors)
+
+
+def _spec_message(alias: str, queue: str, kind: str, found: list[str]) -> CheckMessage:
+    """The message of `check_stored_specs` for one queue and kind of problem."""
+    named = ", ".join(found[:EXAMPLES]) + (
+        f" and {len(found) - EXAMPLES} more" if len(found) > EXAMPLES else ""
+    )
+    reads = spec_versions.handler_version(queue)
+    if kind == "newer":
+        return Warning(
+            f"Database {alias!r} holds ready tasks of queue {queue!r} whose spec is newer "
+            f"than its handler here reads (version {reads}): {named}.",
+            hint=_("Workers of this code give them back unrun; deploy the newer handler."),
+            id="scylla_django.W055",
+        )
+    if kind == "unmigrated":
+        return Error(
+            f"Database {alias!r} holds ready tasks of queue {queue!r} whose spec no migration "
+            f"upgrades to version {reads}: {named}.",
+            hint=_(
+                "Declare the missing steps with @handler.migrates(queue, from_version=n); "
+                "a worker would abort these tasks with spec_migration_failed."
+            ),
+            id="scylla_django.E054",
+        )
+    return Error(
+        f"Database {alias!r} holds ready tasks of queue {queue!r} whose spec does not "
+        f"validate against its handler's schema: {named}.",
+        hint=_(
+            "Add a spec migration (@handler.migrates) that upgrades them, keep the handler "
+            "reading the old spec, or cancel these tasks."
+        ),
+        id="scylla_django.E053",
+    )

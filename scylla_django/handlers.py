@@ -17,16 +17,16 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Unpack, cast
 
 from django.core.exceptions import ValidationError
 from django.utils.module_loading import autodiscover_modules
 
-from . import db, queue_keys, retries
+from . import db, queue_keys, retries, spec_versions, tracing
 from .conf import scylla_settings
 from .exceptions import (
     Abort,
@@ -48,6 +48,7 @@ Handler = Callable[["TaskContext"], Any]
 # The logger of `ctx.logger`: what a handler logs there is kept in its task's log.
 TASK_LOGGER = "scylla_django.task"
 H = TypeVar("H", bound=Handler)
+M = TypeVar("M", bound=Callable[[Any], Any])
 
 
 class TaskLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -92,6 +93,10 @@ class TaskContext:
         # handler decided it with `complete()` or `abort()`.
         self.bundled = False
         self.decision: tuple[Any, list[dict[str, Any]] | None] | None = None
+        # The run's `process` span (scylla_django.tracing), and its traceparent: what the
+        # children it spawns are traced under (None: no tracer configured).
+        self.span: Any = None
+        self.traceparent: str | None = None
 
     @functools.cached_property
     def logger(self) -> TaskLogger:
@@ -133,6 +138,7 @@ class TaskContext:
 
         using = self.task._state.db or "default"
         options["parent"] = self.task.rn
+        self.trace_options(options)
         if now:
             child = Task.objects.using(using).submit(queue, spec, **options)
             return child.rn
@@ -162,14 +168,24 @@ class TaskContext:
         for kind, value in given.items():
             callback = validate_callback(kind, value, using)
             if callback is not None:
+                options = cast("TaskOptions", {**callback.options, "parent": self.task.rn})
+                self.trace_options(options)
                 callbacks[kind] = {
                     "queue": callback.queue,
                     "spec": callback.spec,
-                    "options": {**callback.options, "parent": self.task.rn},
+                    "options": options,
                 }
         batch = SpawnedBatch(self, callbacks)
         self.children.append(batch.entry)
         return batch
+
+    def trace_options(self, options: TaskOptions) -> None:
+        """Give the `options` of a task this run submits the run's traceparent, unless they
+        name one (that of the span current in the handler, else of the run's own span)."""
+        if options.get("traceparent") is None:
+            traceparent = tracing.current_traceparent() or self.traceparent
+            if traceparent is not None:
+                options["traceparent"] = traceparent
 
     @property
     def parent_results(self) -> dict[str, Any]:
@@ -338,6 +354,7 @@ class SpawnedBatch:
 
         options["parent"] = self.ctx.task.rn
         options["rn"] = options.get("rn") or new_rn()
+        self.ctx.trace_options(options)
         Task.build(queue, spec, **options)
         self.tasks.append({"queue": queue, "spec": spec, **options})
         return str(options["rn"])
@@ -484,79 +501,135 @@ class Bundling:
 registry = HandlerRegistry()
 
 
-def handler(
-    *queues: str,
-    registry: HandlerRegistry = registry,
-    retry: retries.Retry | None = None,
-    unique_key: Callable[[Any], str] | None = None,
-    locks: Any = None,
-    limits: Any = None,
-    order_key: Any = None,
-    order_on_failure: Any = None,
-    rate_key: Any = None,
-    timeout: timedelta | float | str | None = None,
-    bundle_size: int | None = None,
-    bundle_wait: timedelta | float | str | None = None,
-    notify: str | None = None,
-    snooze: retries.Backoff | None = None,
-) -> Callable[[H], H]:
-    """Register the decorated function as the handler of `queues`.
+class HandlerDecorator:
+    """`@handler(...)` registers a queue's handler; `@handler.migrates(...)` a migration of
+    its spec (see each)."""
 
-    The function gets a `TaskContext`; its return value (JSON) becomes the task's result.
-    `retry` is the queues' retry policy for tasks that have none of their own: an abort it
-    covers is followed by a new task (see `scylla_django.retries`).
+    def __call__(
+        self,
+        *queues: str,
+        registry: HandlerRegistry = registry,
+        retry: retries.Retry | None = None,
+        unique_key: Callable[[Any], str] | None = None,
+        locks: Any = None,
+        limits: Any = None,
+        order_key: Any = None,
+        order_on_failure: Any = None,
+        rate_key: Any = None,
+        timeout: timedelta | float | str | None = None,
+        bundle_size: int | None = None,
+        bundle_wait: timedelta | float | str | None = None,
+        notify: str | None = None,
+        snooze: retries.Backoff | None = None,
+        version: int | None = None,
+        schema: Mapping[str, Any] | None = None,
+    ) -> Callable[[H], H]:
+        """Register the decorated function as the handler of `queues`.
 
-    `unique_key(spec)` is the unique key of a task submitted to the queues without one;
-    `locks`, `limits`, `order_key`, `order_on_failure` and `rate_key` are the keys of a task
-    submitted without them, each a value or a function of the spec (README, "Unique tasks",
-    "Locks, limits and order keys"). They apply in every process that imports the handler.
-    A value that no submission could take is a TypeError here; a limit or rate that is not
-    configured is reported by `manage.py check` (`scylla_django.W020`).
-    `timeout` is the run-time limit of the queues' tasks that set none (README, "Run-time
-    limits"); ValidationError if it is not positive.
+        The function gets a `TaskContext`; its return value (JSON) becomes the task's result.
+        `retry` is the queues' retry policy for tasks that have none of their own: an abort it
+        covers is followed by a new task (see `scylla_django.retries`).
 
-    `bundle_size` makes it a bundle handler (README, "Bundled execution"): it is called with a
-    list of up to `bundle_size` contexts, leased in one statement once one task is ready and
-    `bundle_wait` (default 0) has passed or the bundle is full.
-    `notify` is the URL that the outcome of the queues' tasks submitted without one is POSTed
-    to once final (README, "Completion notifications"); it is checked at submission.
-    `snooze` (`Exponential(...)` or `Fixed(seconds)`) is how long a snooze without a delay
-    (`raise Snooze()`, `ctx.snooze()`) waits, by the task's snooze count: its first snooze
-    waits `backoff.delay(1)`, its nth `backoff.delay(n)`. TypeError if it is not a backoff,
-    ValidationError (`invalid_delay`) if a wait it gives is not a positive delay.
-    """
-    if retry is not None and not isinstance(retry, retries.Retry):
-        raise TypeError(f"retry must be a Retry(...), not {retry!r}")
-    if not queues:
-        raise TypeError("@handler needs at least one queue name: @handler('reports')")
-    check_snooze_policy(snooze)
-    defaults = queue_keys.check_defaults(
-        {
-            "unique_key": unique_key,
-            "locks": locks,
-            "limits": limits,
-            "order_key": order_key,
-            "order_on_failure": order_on_failure,
-            "rate_key": rate_key,
-        }
-    )
-    limit = None if timeout is None else validate_timeout(timeout)
-    bundling = Bundling.of(bundle_size, bundle_wait)
-    if notify is not None and not isinstance(notify, str):
-        raise TypeError(f"notify must be a URL string, not {notify!r}")
+        `unique_key(spec)` is the unique key of a task submitted to the queues without one;
+        `locks`, `limits`, `order_key`, `order_on_failure` and `rate_key` are the keys of a task
+        submitted without them, each a value or a function of the spec (README, "Unique tasks",
+        "Locks, limits and order keys"). They apply in every process that imports the handler.
+        A value that no submission could take is a TypeError here; a limit or rate that is not
+        configured is reported by `manage.py check` (`scylla_django.W020`).
+        `timeout` is the run-time limit of the queues' tasks that set none (README, "Run-time
+        limits"); ValidationError if it is not positive.
 
-    def decorate(func: H) -> H:
-        for queue in queues:
-            registry.register(queue, func)
-            registry.set_timeout(queue, limit)
-            registry.set_bundling(queue, bundling)
-            retries.register_policy(queue, retry)
-            queue_keys.register_keys(queue, **defaults)
-            register_notify(queue, notify)
-            registry.set_snooze(queue, snooze)
-        return func
+        `bundle_size` makes it a bundle handler (docs/howto/bundle-handlers.md): it is called with a
+        list of up to `bundle_size` contexts, leased in one statement once one task is ready and
+        `bundle_wait` (default 0) has passed or the bundle is full.
+        `notify` is the URL that the outcome of the queues' tasks submitted without one is POSTed
+        to once final (README, "Completion notifications"); it is checked at submission.
+        `snooze` (`Exponential(...)` or `Fixed(seconds)`) is how long a snooze without a delay
+        (`raise Snooze()`, `ctx.snooze()`) waits, by the task's snooze count: its first snooze
+        waits `backoff.delay(1)`, its nth `backoff.delay(n)`. TypeError if it is not a backoff,
+        ValidationError (`invalid_delay`) if a wait it gives is not a positive delay.
 
-    return decorate
+        `version` (an integer from 1; none declared is 1) is the version of the spec the
+        function reads: every task submitted to the queues is stamped with it, and a task
+        stored at an older version has its spec upgraded by the queues' migrations
+        (`handler.migrates`) when it is leased, before the function runs (docs/howto/deploy.md).
+        `schema` is a JSON Schema of the spec it reads: `manage.py check --deploy` reports the
+        stored tasks whose spec (upgraded, if older) no longer validates (the `jsonschema`
+        package: the `schema` extra).
+        """
+        if retry is not None and not isinstance(retry, retries.Retry):
+            raise TypeError(f"retry must be a Retry(...), not {retry!r}")
+        if not queues:
+            raise TypeError("@handler needs at least one queue name: @handler('reports')")
+        check_snooze_policy(snooze)
+        defaults = queue_keys.check_defaults(
+            {
+                "unique_key": unique_key,
+                "locks": locks,
+                "limits": limits,
+                "order_key": order_key,
+                "order_on_failure": order_on_failure,
+                "rate_key": rate_key,
+            }
+        )
+        limit = None if timeout is None else validate_timeout(timeout)
+        bundling = Bundling.of(bundle_size, bundle_wait)
+        if notify is not None and not isinstance(notify, str):
+            raise TypeError(f"notify must be a URL string, not {notify!r}")
+        if version is not None:
+            spec_versions.validate_version(version)
+
+        def decorate(func: H) -> H:
+            for queue in queues:
+                spec_versions.register_spec(queue, version, schema)
+                registry.register(queue, func)
+                registry.set_timeout(queue, limit)
+                registry.set_bundling(queue, bundling)
+                retries.register_policy(queue, retry)
+                queue_keys.register_keys(queue, **defaults)
+                register_notify(queue, notify)
+                registry.set_snooze(queue, snooze)
+            return func
+
+        return decorate
+
+    def migrates(self, *queues: str, from_version: int) -> Callable[[M], M]:
+        """Register the decorated function as the migration of the `queues`' specs from
+        `from_version` to the next version: it takes a spec of `from_version` and returns one
+        of `from_version + 1`.
+
+        ```python
+        @handler("reports", version=2)
+        def build_report(ctx): ...
+
+        @handler.migrates("reports", from_version=1)
+        def name_the_day(spec):
+            return {**spec, "day": spec.pop("date")}
+        ```
+
+        A worker runs the chain of migrations from a task's stored version to its handler's
+        when it leases the task, and writes the upgraded spec and version fenced on the lease
+        before the handler runs (see `worker/execution.py`). A migration should be a pure
+        function of the spec: it may run again if the lease is lost before the write. What it
+        raises aborts the task (`spec_migration_failed`). TypeError for a `from_version` that
+        is not an integer from 1; ValueError for a second, different function of one step.
+        """
+        if not queues:
+            raise TypeError(
+                "@handler.migrates needs at least one queue name: "
+                "@handler.migrates('reports', from_version=1)"
+            )
+        spec_versions.validate_version(from_version, "from_version")
+
+        def decorate(func: M) -> M:
+            for queue in queues:
+                spec_versions.register_migration(queue, from_version, func)
+            return func
+
+        return decorate
+
+
+handler = HandlerDecorator()
 
 
 def check_snooze_policy(backoff: object) -> None:

@@ -86,6 +86,23 @@ def validate_queue(value: object) -> str:
     return value
 
 
+#: A W3C traceparent (https://www.w3.org/TR/trace-context/): version 00, its only version.
+TRACEPARENT_LENGTH = 55
+_TRACEPARENT = re.compile(r"\A00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}\Z")
+
+
+def validate_traceparent(value: object) -> str:
+    """A W3C `traceparent` of version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex
+    flags>`, lower case, neither id all zeros (docs/howto/tracing.md)."""
+    if not isinstance(value, str) or _TRACEPARENT.search(value) is None:
+        raise ValidationError(
+            "A traceparent is a W3C trace context of version 00: "
+            "00-<32 hex digits>-<16 hex digits>-<2 hex digits>, lower case, ids not all zero.",
+            code="invalid_traceparent",
+        )
+    return value
+
+
 def validate_schedule_name(value: object) -> str:
     """A schedule's name: the characters of a queue name (it goes into its tasks' rns)."""
     if not isinstance(value, str):

@@ -61,6 +61,7 @@ TASK_FIELDS = {
     "dead",
     "notify",
     "notified",
+    "version",
 }
 
 

@@ -14,12 +14,14 @@ from django.db.models.fields.json import KT
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
+from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from .. import db, followups
 from ..models import History, Task
+from ..models.traces import trace_id_of, traceparent_of
 from ..validation import UNIQUE_KEY_MAX_LENGTH, queue_validator, rn_validator, worker_id
 from .console import ConsolePages
 from .databases import DatabaseFilter, DatabasePages, on_named_database, replica_note
@@ -226,6 +228,7 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
                     ("notify", "notified"),
                     ("unique_key_link", "unique_window_text"),
                     ("keys_list", "waiting_line"),
+                    ("version", "trace"),
                 )
             },
         ),
@@ -264,6 +267,8 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
         "replica_lag",
         "notify",
         "notified",
+        "version",
+        "trace",
     )
 
     class Media:
@@ -335,6 +340,14 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
             return fieldsets
         (name, options), *rest = fieldsets
         return [(name, {**options, "fields": (*options["fields"], *extra)}), *rest]
+
+    @admin.display(description=gettext_lazy("trace"))
+    def trace(self, task: Task) -> str:
+        """The trace id of the span that submitted the task (its traceparent on hover)."""
+        traceparent = traceparent_of(task._state.db or "default", task.rn)
+        if traceparent is None:
+            return "-"
+        return format_html('<span title="{}">{}</span>', traceparent, trace_id_of(traceparent))
 
     @admin.display(description=gettext_lazy("replica"))
     def replica_lag(self, task: Task) -> str:

@@ -42,6 +42,7 @@ from ..models import (
 from ..models.children import MAX_SPAWNED
 from ..models.key_control import MAX_LIMIT
 from ..models.keys import RATE_PATTERN, described, parse_rate
+from ..models.traces import trace_id_of, traceparent_of
 from ..notify import URL_MAX_LENGTH
 from ..retries import MAX_DELAY as MAX_RETRY_DELAY
 from ..schedules import DEFINITION_KEYS as SCHEDULE_KEYS
@@ -389,6 +390,7 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "dead",
             "notify",
             "notified",
+            "version",
         ]
         read_only_fields = fields
         # Not declared above: a serializer field's `parent` attribute is DRF's own.
@@ -450,10 +452,42 @@ class TaskDetailSerializer(TaskSerializer):
         "`GET /tasks/?parent=<rn>` lists them all)."
     )
     history = HistorySerializer(many=True, read_only=True)
+    traceparent = serializers.SerializerMethodField(
+        help_text="The W3C trace context of the span that submitted the task (a retry keeps "
+        "its chain's first), as the `traceparent` header carries it; null for a task "
+        "submitted outside any trace (docs/howto/tracing.md)."
+    )
+    trace_id = serializers.SerializerMethodField(
+        help_text="The trace id of `traceparent` (32 hex digits), to look the trace up."
+    )
 
     class Meta(TaskSerializer.Meta):
-        fields = [*TaskSerializer.Meta.fields, "parents", "children", "waiting", "history"]
+        fields = [
+            *TaskSerializer.Meta.fields,
+            "parents",
+            "children",
+            "waiting",
+            "history",
+            "traceparent",
+            "trace_id",
+        ]
         read_only_fields = fields
+
+    def stored_traceparent(self, task: Task) -> str | None:
+        """The traceparent stored with `task`, read once per task."""
+        found: dict[str, str | None] = self.__dict__.setdefault("_traceparents", {})
+        if task.rn not in found:
+            found[task.rn] = traceparent_of(task._state.db or "default", task.rn)
+        return found[task.rn]
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_traceparent(self, task: Task) -> str | None:
+        return self.stored_traceparent(task)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_trace_id(self, task: Task) -> str | None:
+        traceparent = self.stored_traceparent(task)
+        return None if traceparent is None else trace_id_of(traceparent)
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_children(self, task: Task) -> list[str]:

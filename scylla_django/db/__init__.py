@@ -38,7 +38,7 @@ queryset, the model or the `Tables` it works on.
 from . import inserts, keys
 from .aggregates import Percentile
 from .clock import CLOCK_CTE, Clock, Now, now_plus, read_clock
-from .connections import discard_connection, ping
+from .connections import discard_connection, has_table, ping
 from .counts import capped_counts, estimator, planned_rows, queues_present
 from .each import add_each, update_each
 from .notifications import READY_CHANNEL, STOP_CHANNEL, listen, postgresql_notify
@@ -98,6 +98,7 @@ __all__ = [
     "estimator",
     "finish_statement",
     "has_planner_estimates",
+    "has_table",
     "heartbeat_statement",
     "inserts",
     "is_postgresql",

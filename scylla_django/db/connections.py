@@ -7,6 +7,7 @@ error it drops it, and the next query opens a new one.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.db import Error as DatabaseError
 from django.db import connections
@@ -36,3 +37,8 @@ def ping(using: str) -> None:
     with connections[using].cursor() as cursor:
         cursor.execute("SELECT 1")
         cursor.fetchone()
+
+
+def has_table(using: str, model: type[Any]) -> bool:
+    """Whether the database `using` has `model`'s table (it was migrated)."""
+    return str(model._meta.db_table) in connections[using].introspection.table_names()

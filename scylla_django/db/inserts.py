@@ -70,6 +70,7 @@ SUBMITTED = {
     "expires_at": "timestamptz",
     "batch_id": "bigint",
     "notify": "text",
+    "version": "smallint",
 }
 
 
@@ -329,6 +330,7 @@ def _submission_document(rows: Sequence[dict[str, Any]]) -> str:
                 "batch_id": row.get("batch_id"),
                 "parent": row.get("parent"),
                 "notify": row.get("notify"),
+                "version": row.get("version"),
             }
             for row in rows
         ],

@@ -45,6 +45,7 @@ from .rollups import (
 )
 from .schedules import CatchUp, OnTimeout, Schedule, WhenUnmet
 from .task import TABLES, Task, TaskQuerySet
+from .traces import TaskTrace
 from .waiting import WaitingRun
 
 __all__ = [
@@ -91,6 +92,7 @@ __all__ = [
     "Task",
     "TaskOptions",
     "TaskQuerySet",
+    "TaskTrace",
     "WaitingRun",
     "Watermark",
     "WhenUnmet",

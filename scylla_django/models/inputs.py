@@ -14,7 +14,7 @@ from typing import Any, Literal, TypedDict
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from .. import retries
+from .. import retries, spec_versions, tracing
 from ..conf import scylla_settings
 from ..enums import (
     TERMINAL_STATUSES,
@@ -30,6 +30,7 @@ from ..validation import (
     validate_queue,
     validate_rn,
     validate_timeout,
+    validate_traceparent,
     validate_unique_key,
     validate_unique_window,
 )
@@ -70,6 +71,7 @@ class TaskOptions(TypedDict, total=False):
     expires_at: datetime | None
     batch: int | None
     notify: str | None
+    traceparent: str | None
 
 
 @dataclass(frozen=True)
@@ -272,6 +274,7 @@ def task_values(
     expires_at: datetime | None = None,
     batch: int | None = None,
     notify: str | None = None,
+    traceparent: str | None = None,
     defaults: SubmitDefaults | None = None,
 ) -> dict[str, Any]:
     """The field values of a new task, validated (a generated rn if none is given).
@@ -284,6 +287,12 @@ def task_values(
     `batch` is the pk of the batch the task is submitted in (`scylla_django.batches`).
     `notify` is the URL its outcome is POSTed to once final (`scylla_django.notify`), else
     its queue's (`@handler(notify=...)`).
+
+    The task is stamped with the spec version its queue's handler declares
+    (`@handler(version=...)`; none: no version). `traceparent` is the W3C trace context of the
+    span that submits it (default: the current OpenTelemetry span's, if any); it is in the
+    values under `traceparent` for the submission to store beside the task (`traces`), never
+    on it.
 
     `defaults` are the settings that apply, read once by a caller that validates many.
     Raises ValidationError naming every bad field.
@@ -346,7 +355,16 @@ def task_values(
         errors["unique_window"] = ValidationError(
             "unique_window needs a unique_key.", code="invalid_unique_window"
         )
+    if traceparent is None:
+        traceparent = tracing.current_traceparent()
+    else:
+        traceparent = check("traceparent", validate_traceparent, traceparent)
     errors.raise_any()
+    if traceparent is not None:
+        values["traceparent"] = traceparent
+    version = spec_versions.declared_version(values["queue"])
+    if version is not None:
+        values["version"] = version
     if batch is not None:
         values["batch_id"] = batch
     if unique_key is not None:
@@ -394,6 +412,7 @@ ITEM_FIELDS = frozenset(
         "batch",
         "notify",
         "parent",
+        "traceparent",
     }
 )
 
@@ -435,6 +454,7 @@ def task_values_from(
         batch=item.get("batch"),
         notify=item.get("notify"),
         parent=item.get("parent"),
+        traceparent=item.get("traceparent"),
         defaults=defaults,
     )
     if "unique_key" in values:

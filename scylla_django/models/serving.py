@@ -39,6 +39,11 @@ def serve_here(served: Callable[[str], bool]) -> None:
             _served_here.append(served)
 
 
+def served_here(queue: str) -> bool:
+    """Whether this process has a handler for `queue` (what `serve_here` was given)."""
+    return any(served(queue) for served in list(_served_here))
+
+
 def live_worker_queues(
     using: str = "default", *, max_age: float = LIVE_QUEUES_MAX_AGE
 ) -> frozenset[str]:

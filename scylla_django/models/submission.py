@@ -33,6 +33,7 @@ from .inputs import (
     validate_after,
 )
 from .notices import send_on_commit
+from .traces import keep_traces, take_traceparent
 
 #: Parents looked up per query, and tasks validated and inserted per chunk (off PostgreSQL).
 CHUNK = 500
@@ -67,9 +68,24 @@ def insert_submission(
     on_conflict: str | None,
     **options: Unpack[TaskOptions],
 ) -> Any:
-    """The insertion of `submit`: the task, inserted (or the holder of its unique key)."""
+    """The insertion of `submit`: the task, inserted (or the holder of its unique key), and
+    the traceparent of a traced one beside it, in the same transaction."""
     conflict = on_conflict_of(on_conflict)
     values = task_values(queue, spec, **options)
+    traceparent = take_traceparent(values)
+    if traceparent is None:
+        return insert_values(tasks, values, conflict, after)
+    with db.write_atomic(tasks.db):
+        task = insert_values(tasks, values, conflict, after)
+        if task.submit_outcome == "inserted":
+            keep_traces(tasks.db, {task.rn: traceparent})
+    return task
+
+
+def insert_values(
+    tasks: QuerySet[Any], values: dict[str, Any], conflict: str, after: Sequence[str] | None
+) -> Any:
+    """Insert the task of the validated `values` (or return the holder of its unique key)."""
     if "unique_key" in values:
         return submit_keyed(tasks, values, conflict, after)
     if after is not None:
@@ -198,19 +214,46 @@ def submit_many(tasks: QuerySet[Any], items: Iterable[Mapping[str, Any]]) -> lis
     inserted: set[str] = set()
     connection = connections[tasks.db]
     keyed: list[dict[str, Any]] = []
+    traced: dict[str, str] = {}
+    outcomes = _submit_many(tasks, bulk, connection, inserted, keyed, traced)
+    if traced:
+        # Right after the tasks (in the caller's transaction, if any): the items' traces are
+        # known only once the items were validated, chunk by chunk as the inserts went out,
+        # and an untraced bulk stays the one statement in autocommit it was.
+        keep_traces(
+            tasks.db,
+            {
+                o.rn: traced[o.rn]
+                for o in outcomes
+                if o.outcome == "inserted" and o.rn is not None and o.rn in traced
+            },
+        )
+    serving.warn_unserved((values["queue"] for _, values in bulk.pending), tasks.db)
+    return outcomes
+
+
+def _submit_many(
+    tasks: QuerySet[Any],
+    bulk: BulkSubmission,
+    connection: Any,
+    inserted: set[str],
+    keyed: list[dict[str, Any]],
+    traced: dict[str, str],
+) -> list[SubmitOutcome]:
+    """The insertions of `submit_many`, the traceparents of the items taken into `traced`."""
     if db.uses_single_statement_transitions(connection):
         # Validated a chunk at a time as the statements go out (see there).
-        inserted = inserts.postgresql_submit_many(
-            tasks, _keyless(bulk.chunks(inserts.SUBMIT_CHUNK), keyed)
+        inserted |= inserts.postgresql_submit_many(
+            tasks, _keyless(bulk.chunks(inserts.SUBMIT_CHUNK), keyed, traced)
         )
     elif inserts.can_insert_returning_on_conflict(connection):
         with db.write_atomic(tasks.db):
-            for chunk in _keyless(bulk.chunks(CHUNK), keyed):
+            for chunk in _keyless(bulk.chunks(CHUNK), keyed, traced):
                 new = [tasks.model(**values) for values in chunk]
                 inserted |= inserts.insert_ignoring_duplicates(tasks, new)
     else:
         with db.write_atomic(tasks.db):
-            for chunk in _keyless(bulk.chunks(CHUNK), keyed):
+            for chunk in _keyless(bulk.chunks(CHUNK), keyed, traced):
                 for values in chunk:
                     try:
                         with transaction.atomic(using=tasks.db):
@@ -242,16 +285,19 @@ def submit_many(tasks: QuerySet[Any], items: Iterable[Mapping[str, Any]]) -> lis
             continue
         if status == "inserted" and notify:
             send_on_commit(signals.task_submitted, tasks.db, task=tasks.model(**values))
-    serving.warn_unserved((values["queue"] for _, values in pending), tasks.db)
     return [outcomes[i] for i in sorted(outcomes)]
 
 
 def _keyless(
-    chunks: Iterable[list[dict[str, Any]]], keyed: list[dict[str, Any]]
+    chunks: Iterable[list[dict[str, Any]]], keyed: list[dict[str, Any]], traced: dict[str, str]
 ) -> Iterator[list[dict[str, Any]]]:
     """`chunks` without their keyed items, which are appended to `keyed` instead (a chunk
-    left empty is skipped)."""
+    left empty is skipped), and without their traceparents, taken into `traced` by rn."""
     for chunk in chunks:
+        for values in chunk:
+            traceparent = take_traceparent(values)
+            if traceparent is not None:
+                traced[values["rn"]] = traceparent
         keyless = [values for values in chunk if "unique_key" not in values]
         keyed.extend(values for values in chunk if "unique_key" in values)
         if keyless:

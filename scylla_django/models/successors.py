@@ -23,6 +23,7 @@ from ..text import plural
 from .batches import count_finished, count_requeued
 from .dependencies import Dependency
 from .notices import send_on_commit
+from .traces import copy_trace
 from .unique import UNIQUE_HOLDER
 
 logger = logging.getLogger("scylla_django")
@@ -125,6 +126,7 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
         order_seq=None if task.order_key is None else (task.order_seq or task.pk),
         order_block=task.order_block,
         notify=task.notify,
+        version=task.version,
     )
     if task.notify is not None:
         # The chain is notified once, when it ends: the retry takes the notification over
@@ -166,6 +168,7 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
     Dependency.objects.using(using).filter(parent_id=task.pk).update(
         parent_id=created.pk, parent_rn=created.rn
     )
+    copy_trace(using, task.rn, created.rn)
     if policy is not None and delay is not None:
         logger.info(
             "%s failed: retry %d of %d in %s",

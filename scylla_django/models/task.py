@@ -71,6 +71,7 @@ from .processes import Worker, required_worker_id, worker_name
 from .queues import QueueSummary, due, queue_summaries, ready_summary, unexpired
 from .refusals import lease_reset_refusal
 from .tables import tables
+from .traces import forget_traces, take_traceparent
 from .unique import UNIQUE_HOLDER, Submitted
 
 # What a form says of an rn that is taken (the constraint on Task.rn).
@@ -395,6 +396,7 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
                 if name
             ]
             History.objects.using(self.db).filter(task__in=self.order_by().values("pk")).delete()
+            forget_traces(self.db, self)
             _, per_model = super().delete()
             if kept:
                 transaction.on_commit(lambda: logs.delete_logs(kept), using=self.db)
@@ -536,6 +538,11 @@ class Task(models.Model):
         max_length=URL_MAX_LENGTH, null=True, blank=True, editable=False
     )
     notified = models.DateTimeField(null=True, blank=True, editable=False)
+    # The version of the spec (scylla_django.spec_versions): its handler's `version` when it
+    # was submitted, moved up by the worker that upgraded it; null for a queue whose handler
+    # declares none (read as 1). On the row, not beside it: the worker reads it with every
+    # lease it takes, to know whether the spec needs upgrading before its handler runs.
+    version = models.PositiveSmallIntegerField(null=True, blank=True, editable=False)
 
     objects: ClassVar[TaskQuerySet] = TaskQuerySet.as_manager()  # type: ignore[assignment]
 
@@ -663,7 +670,9 @@ class Task(models.Model):
         **options: Unpack[TaskOptions],
     ) -> Task:
         """A validated, unsaved task. Raises ValidationError naming every bad field."""
-        return cls(**task_values(queue, spec, **options))
+        values = task_values(queue, spec, **options)
+        take_traceparent(values)
+        return cls(**values)
 
     @classmethod
     def inserted(cls, using: str, values: Mapping[str, Any], **filled: Any) -> Task:
@@ -1022,6 +1031,32 @@ class Task(models.Model):
         )
 
     # -- logs -------------------------------------------------------------------------------
+
+    def upgrade_spec(self, worker: Worker | str, spec: Any, version: int) -> None:
+        """Write `spec` as this task's spec of `version`, upgraded by its queue's migrations
+        (`@handler.migrates`) before its handler runs: one conditional write fenced on the
+        lease (running, owned by `worker`, lease number `leases`).
+
+        Not a transition: the status, the lease and `updated` are left as they are. Raises
+        LeaseLost or TaskCancelled (nothing written) when the lease is no longer held;
+        ValidationError if the upgraded spec is not JSON, or too large.
+        """
+        name = worker_name(worker)
+        using = self._state.db or "default"
+        value = validate_json(spec, "spec", limit=scylla_settings.SPEC_SIZE_LIMIT)
+        written = (
+            Task.objects.using(using)
+            .filter(
+                pk=self.pk,
+                status__in=sources(Operation.COMPLETE),
+                owner=name,
+                leases=self.leases,
+            )
+            .update(spec=value, version=version)
+        )
+        if not written:
+            raise self._refusal(Operation.COMPLETE, name, self.leases, using)
+        self.spec, self.version = value, version
 
     def keep_log(self, text: str) -> None:
         """Store `text` as this task's log (see `scylla_django.logs`) and name it on the row;

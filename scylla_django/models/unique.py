@@ -77,6 +77,7 @@ def resolve_conflict(
                 spec=values["spec"],
                 priority=values["priority"],
                 not_before=values["not_before"],
+                version=values.get("version"),
                 updated=db.Now(),
             )
         )

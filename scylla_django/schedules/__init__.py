@@ -44,7 +44,7 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, router, transaction
 from django.db.models import Q, QuerySet
 
-from .. import db
+from .. import db, spec_versions, tracing
 from ..conf import scylla_settings
 from ..db import Now
 from ..models import CatchUp, OnTimeout, Schedule, Task, WaitingRun
@@ -484,6 +484,13 @@ def fire(gate: constraints.Gate, fired: datetime, rn: str, spec: Any = None) -> 
     `last_run` and `last_task`.
     """
     schedule = gate.schedule
+    with tracing.firing_span(schedule.name, schedule.queue):
+        return _fire(gate, fired, rn, spec)
+
+
+def _fire(gate: constraints.Gate, fired: datetime, rn: str, spec: Any) -> Tick:
+    """`fire()`, in the span of the firing."""
+    schedule = gate.schedule
     # Without constraints nothing waits (a firing held before they were removed is released
     # by the next pass: `reschedule` makes it due).
     waiting = gate.held() if gate.constraints.any else None
@@ -502,15 +509,17 @@ def fire(gate: constraints.Gate, fired: datetime, rn: str, spec: Any = None) -> 
 
 def _submit(gate: constraints.Gate, fired: datetime, rn: str, spec: Any) -> None:
     """The task of a firing, made the schedule's last run: `gate.save()` inserts it (once: the
-    rn is unique) and writes the schedule."""
+    rn is unique), stamped with its handler's spec version and stored with the trace of the
+    firing, and writes the schedule."""
     schedule = gate.schedule
     task = Task(
         rn=rn,
         queue=schedule.queue,
         spec=schedule.spec if spec is None else spec,
         priority=schedule.priority,
+        version=spec_versions.declared_version(schedule.queue),
     )
-    gate.launched(task, fired)
+    gate.launched(task, fired, tracing.current_traceparent())
 
 
 def release(
@@ -563,7 +572,8 @@ def _release_one(gate: constraints.Gate, now: datetime) -> Tick:
             "; ".join(p.detail for p in problems),
         )
         return Tick(schedule.name, waiting.fired, None, outcome)
-    _submit(gate, waiting.fired, waiting.rn, waiting.spec)
+    with tracing.firing_span(schedule.name, schedule.queue):  # a firing that waited: sent now
+        _submit(gate, waiting.fired, waiting.rn, waiting.spec)
     gate.set(updated=Now())
     return Tick(schedule.name, waiting.fired, waiting.rn, outcome)
 

@@ -42,6 +42,7 @@ from .. import db
 from ..enums import Status
 from ..models import OnTimeout, Schedule, Task, WaitingRun, WhenUnmet, send_on_commit
 from ..models.keys import parse_rate
+from ..models.traces import keep_traces
 from ..signals import task_submitted
 from ..text import DurationError, positive_duration
 from ..validation import FieldErrors
@@ -329,6 +330,8 @@ class Gate:
     constraints: Constraints = field(init=False)
     #: The tasks the gate's firings submit, inserted by `save`.
     tasks: list[Task] = field(default_factory=list, init=False)
+    #: The traceparents of those tasks, by rn, stored beside them by `save`.
+    traces: dict[str, str] = field(default_factory=dict, init=False)
     #: The schedule fields to write (set on `schedule` too), by `save`.
     changed: set[str] = field(default_factory=set, init=False)
     #: What `save` writes of the waiting firing: "new" (insert it), "merged" (a count to add),
@@ -445,9 +448,12 @@ class Gate:
             ]
         return []
 
-    def launched(self, task: Task, fired: datetime) -> None:
-        """A firing at `fired` submits `task` (inserted by `save`): the schedule's last run."""
+    def launched(self, task: Task, fired: datetime, traceparent: str | None = None) -> None:
+        """A firing at `fired` submits `task` (inserted by `save`, with its `traceparent`):
+        the schedule's last run."""
         self.tasks.append(task)
+        if traceparent is not None:
+            self.traces[task.rn] = traceparent
         self.set(last_run=fired, last_task=task.rn)
         if self.constraints.max_concurrent is not None:
             self.active().append(task.rn)
@@ -562,10 +568,11 @@ def save_all(gates: list[Gate], using: str) -> list[Task]:
     tasks = [task for gate in gates for task in gate.tasks]
     if tasks:
         Task.objects.using(using).bulk_create(tasks, ignore_conflicts=True, batch_size=500)
+        keep_traces(using, {rn: tp for gate in gates for rn, tp in gate.traces.items()})
     _write_schedules([gate for gate in gates if gate.changed], using)
     _write_waiting(gates, using)
     for gate in gates:
-        gate.tasks, gate.changed = [], set()
+        gate.tasks, gate.changed, gate.traces = [], set(), {}
     for task in tasks:
         send_on_commit(task_submitted, using, task=task)
     return tasks

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from django.core.exceptions import ValidationError
 from django.db import connections
 
-from .. import logs
+from .. import logs, spec_versions, tracing
 from ..capture import TaskLog, captured
 from ..exceptions import (
     Abort,
@@ -48,7 +48,7 @@ from ..exceptions import (
     exception_error,
 )
 from ..handlers import HandlerRegistry, TaskContext
-from ..models import Outcome, Task
+from ..models import Outcome, Task, traces
 from ..resources import ThreadMeter, Usage
 from ..validation import invalid_result, validate_delay, validate_json
 from .database import OwnConnections, close_handler_connections
@@ -272,7 +272,8 @@ class Execution:
             return None
         if self.isolation is not None:
             self.isolation.ready()  # a child that cannot start is the worker's failure
-        with self._running(ctx) as run:
+        with self._running(ctx, self._traceparent(ctx)) as run:
+            self._upgrade(ctx)
             run.result = self._call(ctx, run)
         self._close_handler_connections()
         if self._after_task is not None:
@@ -289,7 +290,11 @@ class Execution:
         it used in `run.usage` (an `async def` handler of a foreground run in an event loop of
         its own)."""
         if self.isolation is not None:
-            return self.isolation.call(ctx, run.handler, run.record)
+            result = self.isolation.call(ctx, run.handler, run.record)
+            for child in ctx.children:  # spawned in the child process, outside the run's span
+                if "batch" not in child:
+                    ctx.trace_options(child)  # type: ignore[arg-type]
+            return result
         meter = ThreadMeter()
         try:
             result = run.handler(ctx)
@@ -320,7 +325,12 @@ class Execution:
                 self._log_stop(ctx, ctx.stop_reason)
                 self.sink.hand_over(ctx, None)
                 return
-            with self._running(ctx) as run:
+            traceparent = None
+            if tracing.enabled():
+                traceparent = await asyncio.to_thread(self._traceparent_apart, ctx)
+            with self._running(ctx, traceparent) as run:
+                if self._upgrades(ctx):
+                    await asyncio.to_thread(self._upgrade_apart, ctx)
                 run.result = await run.handler(ctx)
         if run.log is not None and run.log.size:
             await asyncio.to_thread(self._keep_log_apart, ctx, run.log)
@@ -347,8 +357,17 @@ class Execution:
         aborted with `timeout`.
         """
         live = [ctx for ctx in contexts if not ctx.stopped]
+        outcomes: list[tuple[TaskContext, Outcome]] = []
+        for ctx in [ctx for ctx in live if self._upgrades(ctx)]:
+            try:
+                self._upgrade(ctx)
+            except BaseException as exc:  # the member's outcome, never ours
+                live.remove(ctx)
+                refused = None if isinstance(exc, STOPS) else self._raised(ctx, exc)
+                if refused is not None and ctx.end():
+                    outcomes.append((ctx, dataclasses.replace(refused, task=ctx.task)))
         if not live:
-            return []
+            return outcomes
         queue = live[0].task.queue
         handler: Any = self.registry.get(queue)  # takes the list of contexts
         if handler is None:
@@ -361,7 +380,22 @@ class Execution:
             ctx.handler_running = True
             ctx.handler_started = started
         self.hooks.note("started", len(live))
-        with captured() as log:
+        traceparents: list[str | None] = [None] * len(live)
+        if tracing.enabled():
+            stored = traces.traceparents_of(
+                live[0].task._state.db or "default", [ctx.task.rn for ctx in live]
+            )
+            traceparents = [stored.get(ctx.task.rn) for ctx in live]
+        leased = min(ctx.started for ctx in live)
+        with (
+            tracing.process_span(
+                queue, [c.task for c in live], traceparents, self._name(), leased
+            ) as span,
+            captured() as log,
+        ):
+            traceparent = tracing.current_traceparent()
+            for ctx in live:
+                ctx.span, ctx.traceparent = span, traceparent
             try:
                 returned = handler(live)
                 if inspect.iscoroutine(returned):
@@ -376,11 +410,15 @@ class Execution:
             finally:
                 for ctx in live:
                     ctx.handler_running = False
+                    ctx.span = None
+            if raised is not None and not isinstance(raised, STOPS):
+                tracing.finish(span, "aborted", exception_error(raised))
+            else:
+                tracing.finish(span, "completed")
         self._close_handler_connections()
         duration = time.monotonic() - started
         usage = meter.usage()
         share = None if usage.cpu_time is None else usage.cpu_time / len(live)
-        outcomes = []
         for ctx in live:
             decided = _member_outcome(ctx, returned, raised)
             outcome = None
@@ -404,9 +442,11 @@ class Execution:
     # -- outcomes ---------------------------------------------------------------------------
 
     @contextmanager
-    def _running(self, ctx: TaskContext) -> Iterator[_Run]:
+    def _running(self, ctx: TaskContext, traceparent: str | None) -> Iterator[_Run]:
         """Run the handler of `ctx` in the block (`run.result = run.handler(ctx)`, or awaited);
-        afterwards `run.outcome` is what it returned or raised, timed.
+        afterwards `run.outcome` is what it returned or raised, timed. The run is a `process`
+        span (`tracing`; `traceparent` is the one stored with the task), ended with its
+        outcome.
 
         Whatever the handler raises is its outcome, never ours: SystemExit, KeyboardInterrupt,
         and asyncio.CancelledError too.
@@ -420,26 +460,107 @@ class Execution:
         started = ctx.handler_started = time.monotonic()
         self.hooks.note("started")
         stop: BaseException | None = None
-        with captured() as run.log:
-            try:
-                yield run
-                outcome = self._returned(ctx, run.result)
-            except BaseException as exc:
-                if run.log is not None and not isinstance(exc, Relayed):
-                    run.log.exception(exc)  # (a child process's log has its own traceback)
-                if isinstance(exc, STOPS):
-                    stop, outcome = exc, None
-                else:
-                    if self._post_mortem is not None:
-                        self._post_mortem(exc)
-                    outcome = self._raised(ctx, exc)
-            finally:
-                ctx.handler_running = False
+        task = ctx.task
+        with tracing.process_span(
+            task.queue, [task], [traceparent], self._name(), ctx.started
+        ) as span:
+            ctx.span, ctx.traceparent = span, tracing.current_traceparent()
+            with captured() as run.log:
+                try:
+                    yield run
+                    outcome = self._returned(ctx, run.result)
+                except BaseException as exc:
+                    if run.log is not None and not isinstance(exc, Relayed):
+                        run.log.exception(exc)  # (a child process's log has its own traceback)
+                    if isinstance(exc, STOPS):
+                        stop, outcome = exc, None
+                    else:
+                        if self._post_mortem is not None:
+                            self._post_mortem(exc)
+                        outcome = self._raised(ctx, exc)
+                finally:
+                    ctx.handler_running = False
+            ctx.span = None
+            _trace_finish(span, outcome)
         if stop is not None:
             # Outside the capture: the worker's own line, not the task's log (a run that logged
             # nothing and was stopped keeps no log; see `TaskLog.exception`).
             self._log_stop(ctx, stop)
         run.outcome = _timed(outcome, ctx.task, started, run.usage)
+
+    # -- before the handler: the trace, the spec's version -------------------------------
+
+    def _traceparent(self, ctx: TaskContext) -> str | None:
+        """The traceparent stored with `ctx`'s task, read only when spans are recorded."""
+        if not tracing.enabled():
+            return None
+        return traces.traceparent_of(ctx.task._state.db or "default", ctx.task.rn)
+
+    def _upgrades(self, ctx: TaskContext) -> bool:
+        """Whether `ctx`'s spec is of another version than its handler reads."""
+        task = ctx.task
+        return spec_versions.stored_version(task.version) != spec_versions.handler_version(
+            task.queue
+        )
+
+    def _upgrade(self, ctx: TaskContext) -> None:
+        """Before the handler runs: bring a spec stored at an older version up to its
+        handler's with the queue's migrations, written fenced on the lease
+        (`Task.upgrade_spec`); every runner calls this (a worker's threads, its event loop,
+        its batches, the foreground runs).
+
+        A spec of a newer version than the handler reads (an older worker, beside newer ones
+        in a rolling deploy) is given back with a snooze, for a worker that reads it; a
+        migration that raises, or that is missing, aborts the task with
+        `spec_migration_failed`; a lease lost meanwhile stops it.
+        """
+        if not self._upgrades(ctx):
+            return
+        task = ctx.task
+        stored = spec_versions.stored_version(task.version)
+        reads = spec_versions.handler_version(task.queue)
+        if stored > reads:
+            logger.warning(
+                "%s: %s holds a spec of version %d, its handler here reads %d: given back",
+                self._name(),
+                task.rn,
+                stored,
+                reads,
+            )
+            raise Snooze(spec_versions.NEWER_SPEC_SNOOZE)
+        try:
+            spec, version = spec_versions.upgrade(task.queue, task.spec, task.version)
+        except Exception as exc:
+            raise Abort(
+                spec_versions.MIGRATION_FAILED,
+                f"the spec of version {stored} could not be upgraded to {reads}: {exc!r}",
+                args={"from_version": stored, "to_version": reads},
+            ) from exc
+        try:
+            task.upgrade_spec(ctx.worker, spec, version)
+        except ValidationError as exc:
+            raise Abort(
+                spec_versions.MIGRATION_FAILED,
+                f"the spec upgraded to version {reads} is not valid: {'; '.join(exc.messages)}",
+                args={"from_version": stored, "to_version": reads},
+            ) from exc
+        except (LeaseLost, TaskCancelled) as exc:
+            ctx.stop(exc)
+            raise
+
+    def _upgrade_apart(self, ctx: TaskContext) -> None:
+        """`_upgrade` off the event loop, on a connection closed after."""
+        try:
+            self._upgrade(ctx)
+        finally:
+            connections.close_all()  # this pool thread's own: not kept between tasks
+
+    def _traceparent_apart(self, ctx: TaskContext) -> str | None:
+        """`_traceparent` off the event loop, on a connection closed after."""
+        try:
+            return self._traceparent(ctx)
+        finally:
+            connections.close_all()
 
     def _log_stop(self, ctx: TaskContext, stop: BaseException | None) -> None:
         """The worker's line for a task stopped while its handler ran or before it started (a
@@ -550,6 +671,20 @@ def _member_outcome(
         except ValidationError as exc:
             return None, [invalid_result(exc)]
     return result, errors
+
+
+def _trace_finish(span: Any, outcome: Outcome | None) -> None:
+    """Record how a run ended on its `process` span (`tracing.finish`)."""
+    if span is None:
+        return
+    if outcome is None:
+        tracing.finish(span, "stopped")
+    elif outcome.snooze is not None:
+        tracing.finish(span, "snoozed")
+    elif outcome.errors:
+        tracing.finish(span, "aborted", outcome.errors[0])
+    else:
+        tracing.finish(span, "completed")
 
 
 def start_daemon(target: Callable[[], None], name: str) -> threading.Thread:

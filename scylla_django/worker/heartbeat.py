@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from django.db import Error as DatabaseError
 from django.db import connections
 
-from .. import db
+from .. import db, tracing
 from ..conf import scylla_settings
 from ..exceptions import (
     InvalidTransition,
@@ -229,6 +229,7 @@ class Heartbeat:
                     exc,
                 )
                 return
+        beaten: set[int] = set()
         for ctx in live:
             if ctx.task.pk in extended:
                 ctx.failed_heartbeats = 0
@@ -237,5 +238,8 @@ class Heartbeat:
                     ctx.sent_progress = progress
                 if self.watchdog is not None:
                     self.watchdog.kept(ctx, sent)
+                if ctx.span is not None and id(ctx.span) not in beaten:
+                    beaten.add(id(ctx.span))  # a batch's members share one span
+                    tracing.heartbeat(ctx.span, ctx.progress)
         self._stop_refused([ctx for ctx in live if ctx.task.pk not in extended], errors)
         self.hooks.note("beat")

@@ -197,7 +197,14 @@ def test_detail_has_the_task_and_its_history_in_the_seed_s_shape(api, worker):
     response = api.get(f"{API}/tasks/t1/")
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == TASK_FIELDS | {"parents", "children", "waiting", "history"}
+    assert set(body) == TASK_FIELDS | {
+        "parents",
+        "children",
+        "waiting",
+        "history",
+        "traceparent",
+        "trace_id",
+    }
     assert body["parents"] == [] and body["waiting"] == []
     assert body["status"] == "running" and body["owner"] == worker.name
     assert body["progress"] == 0.5

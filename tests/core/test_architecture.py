@@ -31,6 +31,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "models",
         "retries",
         "queue_keys",
+        "spec_versions",
+        "tracing",
         "signals",
         "followups",
         "batches",

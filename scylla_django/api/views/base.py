@@ -21,6 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ... import tracing
 from ...exceptions import TaskNotFound
 from ...models import Task, Worker
 from ...models.serving import unserved_queues, unserved_warning
@@ -92,9 +93,11 @@ class ScyllaView(ScyllaAuthMixin, APIView):
         return frozenset()
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        """The request, answered (and rendered) within the database it names (`initial`)."""
+        """The request, answered (and rendered) within the database it names (`initial`),
+        and under the trace its `traceparent` header names, if any: the tasks it submits
+        store it (docs/howto/tracing.md)."""
         self.database_scope = ExitStack()
-        with self.database_scope:
+        with self.database_scope, tracing.incoming(request.headers.get("traceparent")):
             response = super().dispatch(request, *args, **kwargs)
             render = getattr(response, "render", None)
             if render is not None and not getattr(response, "is_rendered", True):

@@ -5,7 +5,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("scylla_django", "0033_trigger_watermarks_delays"),
+        ("scylla_django", "0034_task_version_traces"),
     ]
 
     operations = [
