@@ -296,14 +296,14 @@ def test_drain_upgrades_every_task_it_runs():
     assert sorted(t.result["billed_cents"] for t in done) == [100, 200]
 
 
-def test_a_batch_handler_gets_its_members_upgraded_and_a_failed_one_aborted():
+def test_a_bundle_handler_gets_its_members_upgraded_and_a_failed_one_aborted():
     registry = HandlerRegistry()
     spec_versions.register_spec("deploy.broken", None, None)
     good = Task.objects.submit("deploy.broken", {"n": 4})
     bad = Task.objects.submit("deploy.broken", {"n": 0})
     seen = []
 
-    @handler("deploy.broken", registry=registry, version=2, batch_size=10)
+    @handler("deploy.broken", registry=registry, version=2, bundle_size=10)
     def inverses(contexts: list[TaskContext]) -> dict:
         seen.extend(ctx.spec for ctx in contexts)
         return {ctx.task.rn: ctx.spec["inverse"] for ctx in contexts}

@@ -302,10 +302,10 @@ def test_the_bulk_and_batch_routes_store_the_requests_traceparent():
     assert {item["rn"] for item in bulk.json()} <= set(stored)
 
 
-def test_a_batch_handlers_run_links_to_each_members_submission(spans):
+def test_a_bundle_handlers_run_links_to_each_members_submission(spans):
     registry = HandlerRegistry()
 
-    @handler("trace.batch", registry=registry, batch_size=5)
+    @handler("trace.batch", registry=registry, bundle_size=5)
     def together(contexts: list[TaskContext]) -> None:
         return None
 
