@@ -34,6 +34,7 @@ from ..validation import (
     validate_unique_window,
 )
 from .dependencies import MAX_PARENTS
+from .fairness import fair_value
 from .keys import key_values
 
 
@@ -64,6 +65,7 @@ class TaskOptions(TypedDict, total=False):
     order_key: str | None
     order_on_failure: str | None
     rate_key: str | None
+    fair_key: str | int | tuple[str, str | int] | None
     timeout: timedelta | float | str | None
     parent: str | None
     expires_in: timedelta | float | str | None
@@ -266,6 +268,7 @@ def task_values(
     order_key: str | None = None,
     order_on_failure: str | None = None,
     rate_key: str | None = None,
+    fair_key: str | int | tuple[str, str | int] | None = None,
     timeout: timedelta | float | str | None = None,
     parent: str | None = None,
     expires_in: timedelta | float | str | None = None,
@@ -284,6 +287,11 @@ def task_values(
     `batch` is the pk of the batch the task is submitted in (`scylla_django.batches`).
     `notify` is the URL its outcome is POSTed to once final (`scylla_django.notify`), else
     its queue's (`@handler(notify=...)`).
+
+    `fair_key` is the task's value of the key its queue shares its capacity by (a tenant:
+    "42", 42, or `("tenant", 42)`); without one, a member of the queue's fair key family
+    that the task names in `limits`, `rate_key` or `order_key` (`("tenant", 42)`) gives it
+    (`fairness.fair_value`).
 
     `defaults` are the settings that apply, read once by a caller that validates many.
     Raises ValidationError naming every bad field.
@@ -351,6 +359,9 @@ def task_values(
         values["batch_id"] = batch
     if unique_key is not None:
         values.update(unique_key=unique_key, unique_window=window, unique_held=window is not None)
+    fair = fair_value(values["queue"], fair_key, limits, rate_key, order_key)
+    if fair is not None:
+        values["fair_key"] = fair
     if any(v is not None for v in (locks, limits, order_key, rate_key)):
         values.update(key_values(locks, limits, order_key, order_on_failure, rate_key))
     elif order_on_failure is not None:
@@ -388,6 +399,7 @@ ITEM_FIELDS = frozenset(
         "order_key",
         "order_on_failure",
         "rate_key",
+        "fair_key",
         "timeout",
         "expires_in",
         "expires_at",
@@ -429,6 +441,7 @@ def task_values_from(
         order_key=item.get("order_key"),
         order_on_failure=item.get("order_on_failure"),
         rate_key=item.get("rate_key"),
+        fair_key=item.get("fair_key"),
         timeout=item.get("timeout"),
         expires_in=item.get("expires_in"),
         expires_at=item.get("expires_at"),

@@ -17,6 +17,7 @@ from ..db import Now
 from ..enums import Status
 from ..validation import (
     QUEUE_MAX_LENGTH,
+    key_name,
     queue_validator,
     validate_queue,
 )
@@ -46,6 +47,20 @@ class QueueSettingQuerySet(models.QuerySet["QueueSetting"]):
         the queue is under it."""
         return self._set(queue, max_running=validate_max_running(max_running))
 
+    def share(
+        self, queue: str, fair_key: str | None, weights: dict[str, float] | None = None
+    ) -> QueueSetting:
+        """Share `queue`'s capacity fairly across the values of key family `fair_key`
+        ("tenant"; None: no longer): within a priority, the lease takes the tasks of its
+        values in turn, each value's `weights` times as often as a value of weight 1 (the
+        default), instead of the oldest first (`db.fairness`). Applies to tasks submitted
+        from now on; tasks already ready keep their place."""
+        family = None if fair_key is None else key_name(fair_key, "fair_key")
+        checked = validate_fair_weights(weights)
+        if family is None and checked is not None:
+            raise ValidationError("fair_weights needs a fair_key.", code="invalid_fair_weights")
+        return self._set(queue, fair_key=family, fair_weights=checked)
+
     def _set(self, queue: str, **values: Any) -> QueueSetting:
         name = validate_queue(queue)
         with db.write_atomic(self.db):
@@ -72,14 +87,43 @@ def validate_max_running(value: object) -> int | None:
     return value
 
 
+#: The largest weight of a fair share (`QueueSetting.fair_weights`).
+MAX_FAIR_WEIGHT = 1000.0
+
+
+def validate_fair_weights(value: object) -> dict[str, float] | None:
+    """The weights of a fair share by key value: None, or a dict of positive numbers up to
+    MAX_FAIR_WEIGHT by value (text)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str)
+        and k
+        and not isinstance(w, bool)
+        and isinstance(w, (int, float))
+        and 0 < w <= MAX_FAIR_WEIGHT
+        for k, w in value.items()
+    ):
+        raise ValidationError(
+            f"fair_weights is an object of weights (numbers above 0, at most "
+            f"{MAX_FAIR_WEIGHT:g}) by key value.",
+            code="invalid_fair_weights",
+        )
+    return {k: float(w) for k, w in value.items()}
+
+
 class QueueSetting(models.Model):
     """How a queue is leased: `paused` (no lease takes its tasks) and `max_running` (at most
-    that many of its tasks run at once, across all workers; null: no limit)."""
+    that many of its tasks run at once, across all workers; null: no limit); `fair_key`, the
+    key family whose values share its capacity fairly (null: oldest first within a priority),
+    with `fair_weights`, a weight by value (1 for a value not named)."""
 
     id = models.BigAutoField(primary_key=True)
     queue = models.CharField(max_length=QUEUE_MAX_LENGTH, unique=True, validators=[queue_validator])
     paused = models.BooleanField(default=False)
     max_running = models.PositiveIntegerField(null=True, blank=True)
+    fair_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    fair_weights = models.JSONField(null=True, blank=True)
     updated = models.DateTimeField(db_default=Now())
 
     objects: ClassVar[QueueSettingQuerySet] = QueueSettingQuerySet.as_manager()  # type: ignore[assignment]
