@@ -392,6 +392,73 @@ def take_lock(
     return None if found is None else int(found[0])
 
 
+def consume_rate(connection: BaseDatabaseWrapper, name: str, cost: int) -> float | None:
+    """Spend `cost` starts of rate `name` now, for code outside tasks, on the key row the
+    take trigger stamps (`R:<name>`, which must exist): one conditional UPDATE of the row,
+    which waits for a taker of the key that holds it to commit, then counts the starts within
+    the rate's period on the row's newest version (every start committed before, by tasks and
+    by other callers). Returns None once stamped, else the seconds until enough of the
+    window's starts have aged out of it (an estimate: a later start may take the room)."""
+    row = "R:" + name
+    postgresql = connection.vendor == "postgresql"
+    with connection.cursor() as cursor:
+        if postgresql:
+            cursor.execute(
+                f"""UPDATE {KEY_TABLE} AS k
+                SET starts = (SELECT coalesce(jsonb_agg(a.s), '[]'::jsonb) FROM (
+                    SELECT a.s FROM (
+                        SELECT s.s::float8 AS s FROM jsonb_array_elements_text(k.starts) AS s(s)
+                        UNION ALL SELECT c.now FROM generate_series(1, %(cost)s)) AS a
+                    ORDER BY a.s DESC LIMIT r.count) AS a)
+                FROM {RATE_TABLE} AS r, (SELECT {_PG_NOW} AS now) AS c
+                WHERE k.name = %(row)s AND r.name = %(name)s
+                  AND (SELECT count(*) FROM jsonb_array_elements_text(k.starts) AS s(s)
+                       WHERE s.s::float8 > c.now - r.seconds) + %(cost)s <= r.count
+                RETURNING 1""",
+                {"row": row, "name": name, "cost": cost},
+            )
+            if cursor.fetchone() is not None:
+                return None
+            starts, now = "jsonb_array_elements_text(k.starts) AS s(s)", _PG_NOW
+            value = "s.s::float8"
+        else:
+            units = "'[' || rtrim(replace(printf('%%.*c', %(cost)s, 'x'), 'x', '0,'), ',') || ']'"
+            cursor.execute(
+                f"""UPDATE {KEY_TABLE}
+                SET starts = (SELECT json_group_array(a.s) FROM (
+                    SELECT x.s FROM (
+                        SELECT s.value AS s FROM json_each({KEY_TABLE}.starts) AS s
+                        UNION ALL SELECT {_SQLITE_NOW} FROM json_each({units})) AS x
+                    ORDER BY x.s DESC
+                    LIMIT (SELECT r.count FROM {RATE_TABLE} AS r WHERE r.name = %(name)s)) AS a)
+                WHERE name = %(row)s
+                  AND (SELECT count(*) FROM json_each({KEY_TABLE}.starts) AS s,
+                                            {RATE_TABLE} AS r
+                       WHERE r.name = %(name)s AND s.value > {_SQLITE_NOW} - r.seconds)
+                      + %(cost)s
+                    <= (SELECT r.count FROM {RATE_TABLE} AS r WHERE r.name = %(name)s)
+                RETURNING 1""",
+                {"row": row, "name": name, "cost": cost},
+            )
+            if cursor.fetchone() is not None:
+                return None
+            starts, now = f"json_each({KEY_TABLE}.starts) AS s", _SQLITE_NOW
+            value = "s.value"
+        # The start whose aging out of the window makes room: the (used + cost - count)th
+        # oldest of the window's starts.
+        cursor.execute(
+            f"""SELECT (SELECT w.s FROM (
+                    SELECT {value} AS s FROM {KEY_TABLE} AS k, {starts}
+                    WHERE k.name = %(row)s AND {value} > {now} - r.seconds) AS w
+                ORDER BY w.s DESC LIMIT 1 OFFSET r.count - %(cost)s) + r.seconds - {now}
+            FROM {RATE_TABLE} AS r WHERE r.name = %(name)s""",
+            {"row": row, "name": name, "cost": cost},
+        )
+        found = cursor.fetchone()
+    wait = None if found is None else found[0]
+    return max(0.0, float(wait)) if wait is not None else 0.0
+
+
 def install_key_triggers(apps: Any, schema_editor: Any) -> None:
     """Migration step: create the take trigger and the running-keys index on the task table
     (PostgreSQL, SQLite). Other databases get none: a task with keys is refused there."""
