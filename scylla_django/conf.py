@@ -237,6 +237,7 @@ class ScyllaSettings:
         (`{"tenant": {"default": 5, "42": 20}}`) gives its members named here by their key
         names ("tenant:42"); its default is in `LIMIT_FAMILIES`."""
         sizes: dict[str, int] = {}
+        self.LIMIT_FAMILIES  # noqa: B018  # a bad default is a bad setting too
         for name, value in self._families("LIMITS").items():
             if isinstance(value, dict):
                 for member, n in value.items():

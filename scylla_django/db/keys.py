@@ -442,21 +442,30 @@ def consume_rate(connection: BaseDatabaseWrapper, name: str, cost: int) -> float
             )
             if cursor.fetchone() is not None:
                 return None
-            starts, now = f"json_each({KEY_TABLE}.starts) AS s", _SQLITE_NOW
+            starts, now = "json_each(k.starts) AS s", _SQLITE_NOW
             value = "s.value"
-        # The start whose aging out of the window makes room: the (used + cost - count)th
-        # oldest of the window's starts.
+        # The starts in the window now, newest first, and the rate: room comes when the
+        # (used + cost - count)th oldest of them ages out of the window.
         cursor.execute(
-            f"""SELECT (SELECT w.s FROM (
-                    SELECT {value} AS s FROM {KEY_TABLE} AS k, {starts}
-                    WHERE k.name = %(row)s AND {value} > {now} - r.seconds) AS w
-                ORDER BY w.s DESC LIMIT 1 OFFSET r.count - %(cost)s) + r.seconds - {now}
+            f"""SELECT r.count, r.seconds, {now}, (
+                SELECT {value} FROM {KEY_TABLE} AS k, {starts}
+                WHERE k.name = %(row)s AND {value} > {now} - r.seconds
+                ORDER BY {value} DESC LIMIT 1 OFFSET %(offset)s)
             FROM {RATE_TABLE} AS r WHERE r.name = %(name)s""",
-            {"row": row, "name": name, "cost": cost},
+            {"row": row, "name": name, "offset": max(0, _rate_count(cursor, name) - cost)},
         )
         found = cursor.fetchone()
-    wait = None if found is None else found[0]
-    return max(0.0, float(wait)) if wait is not None else 0.0
+    if found is None or found[3] is None:
+        return 0.0
+    count, seconds, clock, start = found
+    return max(0.0, float(start) + float(seconds) - float(clock))
+
+
+def _rate_count(cursor: Any, name: str) -> int:
+    """The count of rate `name` (0 if it has no row)."""
+    cursor.execute(f"SELECT count FROM {RATE_TABLE} WHERE name = %(name)s", {"name": name})
+    found = cursor.fetchone()
+    return 0 if found is None else int(found[0])
 
 
 def install_key_triggers(apps: Any, schema_editor: Any) -> None:

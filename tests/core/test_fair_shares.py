@@ -34,9 +34,7 @@ def drain(worker, limit: int = 5, queue: str = "default") -> list[Task]:
 def test_a_late_tenants_tasks_interleave_with_an_early_tenants_backlog():
     QueueSetting.objects.share("default", "tenant")
     worker = WorkerFactory()
-    Task.objects.submit_many(
-        {"queue": "default", "spec": n, "fair_key": "big"} for n in range(200)
-    )
+    Task.objects.submit_many({"queue": "default", "spec": n, "fair_key": "big"} for n in range(200))
     first = lease(worker, limit=20)
     assert {t.fair_key for t in first} == {"big"}
     for n in range(10):
