@@ -11,6 +11,7 @@ rate, the starts of tasks and the units consumed together never exceed its count
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 from django.core.exceptions import ValidationError
 from django.db import connections
@@ -20,8 +21,9 @@ from .exceptions import RateExceeded
 from .models.keys import MAX_RATE_COST, Rate, ensure_keys, unsupported, validate_rate
 
 
-def consume(rate: object, n: int = 1, *, wait: float = 0.0, using: str | None = None) -> None:
-    """Spend `n` units of rate `rate` (a name, or a key family's member `("api", 7)`) now.
+def consume(rate: object, n: int = 1, *, wait: float = 0.0, using: str | None = None) -> datetime:
+    """Spend `n` units of rate `rate` (a name, or a key family's member `("api", 7)`) now;
+    returns when they were spent, on the database clock.
 
     If the rate's window has no room for `n`, tries again as room frees (when the starts in
     its way age out of the window) for up to `wait` seconds, then raises RateExceeded, whose
@@ -48,9 +50,9 @@ def consume(rate: object, n: int = 1, *, wait: float = 0.0, using: str | None = 
     deadline = time.monotonic() + wait
     while True:
         with db.write_atomic(alias):
-            retry_after = db.keys.consume_rate(connection, name, n)
-        if retry_after is None:
-            return
+            stamp, retry_after = db.keys.consume_rate(connection, name, n)
+        if stamp is not None:
+            return datetime.fromtimestamp(stamp, UTC)
         left = deadline - time.monotonic()
         if left <= 0:
             raise RateExceeded(

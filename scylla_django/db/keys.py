@@ -392,13 +392,16 @@ def take_lock(
     return None if found is None else int(found[0])
 
 
-def consume_rate(connection: BaseDatabaseWrapper, name: str, cost: int) -> float | None:
+def consume_rate(
+    connection: BaseDatabaseWrapper, name: str, cost: int
+) -> tuple[float | None, float]:
     """Spend `cost` starts of rate `name` now, for code outside tasks, on the key row the
     take trigger stamps (`R:<name>`, which must exist): one conditional UPDATE of the row,
     which waits for a taker of the key that holds it to commit, then counts the starts within
     the rate's period on the row's newest version (every start committed before, by tasks and
-    by other callers). Returns None once stamped, else the seconds until enough of the
-    window's starts have aged out of it (an estimate: a later start may take the room)."""
+    by other callers). Returns `(stamp, 0)` once stamped (`stamp` the start, in seconds on the
+    database clock), else `(None, seconds)`: the seconds until enough of the window's starts
+    have aged out of it (an estimate: a later start may take the room)."""
     row = "R:" + name
     postgresql = connection.vendor == "postgresql"
     with connection.cursor() as cursor:
@@ -414,34 +417,37 @@ def consume_rate(connection: BaseDatabaseWrapper, name: str, cost: int) -> float
                 WHERE k.name = %(row)s AND r.name = %(name)s
                   AND (SELECT count(*) FROM jsonb_array_elements_text(k.starts) AS s(s)
                        WHERE s.s::float8 > c.now - r.seconds) + %(cost)s <= r.count
-                RETURNING 1""",
+                RETURNING c.now""",
                 {"row": row, "name": name, "cost": cost},
             )
-            if cursor.fetchone() is not None:
-                return None
+            if (stamped := cursor.fetchone()) is not None:
+                return float(stamped[0]), 0.0
             starts, now = "jsonb_array_elements_text(k.starts) AS s(s)", _PG_NOW
             value = "s.s::float8"
         else:
             units = "'[' || rtrim(replace(printf('%%.*c', %(cost)s, 'x'), 'x', '0,'), ',') || ']'"
+            # Writers are serialised: the clock read now is the stamp's.
+            cursor.execute(f"SELECT {_SQLITE_NOW}")
+            clock = float(cursor.fetchone()[0])
             cursor.execute(
                 f"""UPDATE {KEY_TABLE}
                 SET starts = (SELECT json_group_array(a.s) FROM (
                     SELECT x.s FROM (
                         SELECT s.value AS s FROM json_each({KEY_TABLE}.starts) AS s
-                        UNION ALL SELECT {_SQLITE_NOW} FROM json_each({units})) AS x
+                        UNION ALL SELECT %(clock)s FROM json_each({units})) AS x
                     ORDER BY x.s DESC
                     LIMIT (SELECT r.count FROM {RATE_TABLE} AS r WHERE r.name = %(name)s)) AS a)
                 WHERE name = %(row)s
                   AND (SELECT count(*) FROM json_each({KEY_TABLE}.starts) AS s,
                                             {RATE_TABLE} AS r
-                       WHERE r.name = %(name)s AND s.value > {_SQLITE_NOW} - r.seconds)
+                       WHERE r.name = %(name)s AND s.value > %(clock)s - r.seconds)
                       + %(cost)s
                     <= (SELECT r.count FROM {RATE_TABLE} AS r WHERE r.name = %(name)s)
                 RETURNING 1""",
-                {"row": row, "name": name, "cost": cost},
+                {"row": row, "name": name, "cost": cost, "clock": clock},
             )
             if cursor.fetchone() is not None:
-                return None
+                return clock, 0.0
             starts, now = "json_each(k.starts) AS s", _SQLITE_NOW
             value = "s.value"
         # The starts in the window now, newest first, and the rate: room comes when the
@@ -456,9 +462,9 @@ def consume_rate(connection: BaseDatabaseWrapper, name: str, cost: int) -> float
         )
         found = cursor.fetchone()
     if found is None or found[3] is None:
-        return 0.0
-    count, seconds, clock, start = found
-    return max(0.0, float(start) + float(seconds) - float(clock))
+        return None, 0.0
+    _, seconds, now_then, start = found
+    return None, max(0.0, float(start) + float(seconds) - float(now_then))
 
 
 def _rate_count(cursor: Any, name: str) -> int:
