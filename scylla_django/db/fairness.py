@@ -7,17 +7,17 @@ outside any share keeps turn 0 and its place by age. A task with a fair key is g
 by a trigger when it is inserted (every way a task is made: a submission, a bulk one, a retry,
 a child, a follow-up), on the database, in the inserting statement:
 
-    turn = max(last ready turn of its key at its priority, first due ready turn of its
-               priority) + 1 / weight
+    turn = max(last ready turn of its key at its priority + 1 / weight,
+               first due ready turn of its priority)
 
 where the first due ready turn of its priority (`first`) is where the queue's service is now,
-and the key's weight is its queue's (`QueueSetting.fair_weights`, 1 by default). So each key's
-ready tasks are spaced `1 / weight` apart, starting no earlier than `first`: a key that
-submits 20,000 tasks takes the turns ahead of it one by one, and another key's first task
-arriving later takes the turn just after `first`, between the first key's next two. Among the
-tasks leased after it was inserted, a task of a key is preceded by at most `k` tasks of each
-other key, where `k` is its place among its key's own ready tasks (its turn is `first + k /
-weight`, and the other key's turns from `first` on are spaced by `1 / its weight`), plus those
+and the key's weight is its queue's (`QueueSetting.fair_weights`, 1 by default); a key without
+ready tasks starts at `first`. So each key's ready tasks are spaced `1 / weight` apart, starting
+no earlier than `first`: a key that submits 20,000 tasks takes the turns ahead of it one by
+one, and another key's first task arriving later takes the turn `first`, right after the task
+at the head (ties go by age). Among the tasks leased after it was inserted, the `k`th ready
+task of a key (turn `first + (k - 1) / weight`) is preceded by at most `k * w / weight` tasks of
+each other key of weight `w` (their turns from `first` on are spaced by `1 / w`), plus those
 the lessees already held: fairness is weighted round robin, decided at submit.
 
 The look-ups are two probes of indexes (the ready index for `first`, `FAIR_INDEX` for the
@@ -58,8 +58,7 @@ BEGIN
       AND t.priority = NEW.priority;
     SELECT (s.fair_weights ->> NEW.fair_key)::float8 INTO weight FROM {SETTING_TABLE} AS s
     WHERE s.queue = NEW.queue;
-    NEW.turn := GREATEST(coalesce(last, first, 0), coalesce(first, 0))
-        + 1.0 / coalesce(weight, 1);
+    NEW.turn := GREATEST(coalesce(last + 1.0 / coalesce(weight, 1), first, 0), coalesce(first, 0));
     RETURN NEW;
 END $$""",
     f"""CREATE TRIGGER scylla_fair_turn BEFORE INSERT ON {TASK_TABLE}
@@ -79,8 +78,8 @@ _SQLITE_INSTALL = [
     WHEN NEW.fair_key IS NOT NULL
 BEGIN
     UPDATE {TASK_TABLE} SET turn = (
-        SELECT max(coalesce(l.last, f.first, 0), coalesce(f.first, 0))
-            + 1.0 / coalesce(w.weight, 1)
+        SELECT max(coalesce(l.last + 1.0 / coalesce(w.weight, 1), f.first, 0),
+                   coalesce(f.first, 0))
         FROM (SELECT min(t.turn) AS first FROM {TASK_TABLE} AS t
               WHERE t.status = 'ready' AND t.queue = NEW.queue AND t.priority = NEW.priority
                 AND t.id <> NEW.id
