@@ -192,13 +192,15 @@ def late_tenant(big: int, count: int) -> None:
     QueueSetting.objects.share("late", "tenant")
     Task.objects.submit_many({"queue": "late", "spec": n, "fair_key": "big"} for n in range(big))
     with TemporaryDirectory() as tmp:
-        children = lessees("late", count, 30.0, Path(tmp))
+        children = lessees("late", count, 120.0, Path(tmp))
         try:
             while Task.objects.filter(queue="late").exclude(status="ready").count() < 500:
+                assert any(child.poll() is None for child in children), "the lessees stopped"
                 time.sleep(0.05)
             mark = History.objects.order_by("-id").values_list("id", flat=True).first()
             small = [Task.objects.submit("late", n, fair_key="small").pk for n in range(10)]
             while Task.objects.filter(pk__in=small, status="ready").exists():
+                assert any(child.poll() is None for child in children), "the lessees stopped"
                 time.sleep(0.05)
         finally:
             for child in children:
@@ -227,9 +229,11 @@ def weights(count: int) -> None:
         {"queue": "w", "spec": n, "fair_key": key} for key in ("gold", "lead") for n in range(3000)
     )
     with TemporaryDirectory() as tmp:
-        children = lessees("w", count, 30.0, Path(tmp))
+        children = lessees("w", count, 60.0, Path(tmp))
         try:
             while History.objects.filter(typ="TaskAssignment").count() < 2000:
+                if all(child.poll() is not None for child in children):
+                    break  # the lessees' time is up: the window is what they started
                 time.sleep(0.05)
         finally:
             for child in children:
@@ -240,7 +244,9 @@ def weights(count: int) -> None:
         .order_by("id")
         .values_list("task__fair_key", flat=True)[:2000]
     )
-    print(f"weights 3:1: first 2,000 starts {dict(starts)}: {starts['gold'] / starts['lead']:.2f}")
+    total = sum(starts.values())
+    ratio = starts["gold"] / starts["lead"]
+    print(f"weights 3:1: first {total:,} starts {dict(starts)}: {ratio:.2f}", flush=True)
 
 
 def families(count: int) -> None:

@@ -28,6 +28,11 @@ class Migration(migrations.Migration):
         ),
         migrations.AddField(
             model_name="queuesetting",
+            name="aging",
+            field=models.DurationField(blank=True, null=True),
+        ),
+        migrations.AddField(
+            model_name="queuesetting",
             name="fair_weights",
             field=models.JSONField(blank=True, null=True),
         ),

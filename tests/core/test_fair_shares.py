@@ -9,10 +9,12 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db.models import F
 
 from scylla_django import Fixed, Retry
 from scylla_django.exceptions import exception_error
 from scylla_django.models import QueueSetting, Task
+from scylla_django.monitor import PriorityAging
 from tests.factories import WorkerFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.keys]
@@ -104,3 +106,35 @@ def test_bad_fair_settings_and_values_are_refused():
         Task.objects.submit("default", 1, fair_key=1.5)
     assert "fair_key" in error.value.message_dict
     assert not Task.objects.exists()
+
+
+def test_aging_raises_a_waiting_tasks_priority_until_it_runs_before_newer_higher_ones():
+    QueueSetting.objects.age("default", "1m")
+    worker = WorkerFactory()
+    low = Task.objects.submit("default", "low", priority=0)
+    aging = PriorityAging()
+    assert aging.run("default") == {"aged": 0}  # it has not waited a minute yet
+    for step in range(1, 4):
+        Task.objects.filter(pk=low.pk).update(updated=F("updated") - timedelta(minutes=1))
+        assert aging.run("default") == {"aged": 1}
+        assert Task.objects.get(pk=low.pk).priority == step
+    assert aging.run("default") == {"aged": 0}  # raised once per minute waited
+    high = Task.objects.submit("default", "high", priority=2)
+    assert [t.pk for t in drain(worker, 1)] == [low.pk, high.pk]
+
+
+def test_aging_leaves_queues_without_it_and_stops_at_the_top():
+    QueueSetting.objects.age("default", 60)
+    plain = Task.objects.submit("other", 1)
+    top = Task.objects.submit("default", 1, priority=255)
+    Task.objects.update(updated=F("updated") - timedelta(hours=1))
+    assert PriorityAging().run("default") == {"aged": 0}
+    assert (Task.objects.get(pk=plain.pk).priority, Task.objects.get(pk=top.pk).priority) == (
+        0,
+        255,
+    )
+    with pytest.raises(ValidationError) as error:
+        QueueSetting.objects.age("default", "soon")
+    assert error.value.code == "invalid_aging"
+    QueueSetting.objects.age("default", None)
+    assert QueueSetting.objects.of("default").aging is None
