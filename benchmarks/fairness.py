@@ -2,7 +2,7 @@
 without it and beside pgbench, and the full-size runs of issue 43 with 8 lessee processes.
 
     PYTHONPATH=. python benchmarks/fairness.py [--tasks 200000] [--tenants 10000]
-        [--leases 300] [--big 20000] [--lessees 8] [--skip-lease] [--skip-runs]
+        [--leases 300] [--runs 3] [--big 20000] [--lessees 8] [--skip-lease] [--skip-runs]
 
 It replaces every task of the database named by DATABASE_URL (default postgres://postgres@
 127.0.0.1:5432/scylla_bench_fair, created if missing).
@@ -12,8 +12,9 @@ It replaces every task of the database named by DATABASE_URL (default postgres:/
   are one block of age: oldest-first would serve one tenant at a time), their turns given by
   the insert trigger. Then `--leases` calls of `lease(limit=1)` and of `lease(limit=10)` by one
   worker on each queue, interleaved, client side, round trip and commit included (each leased
-  task put back to ready after its call, outside the timing); p50 and p99, and "fair/plain",
-  the fair queue's p99 over the plain one's (the target: at most 1.5). pgbench: the same lease
+  task put back to ready after its call, outside the timing); p50 and p99, the median of
+  `--runs` runs, and "fair/plain", the fair queue's p99 over the plain one's in the same run
+  (median [min-max] of the runs; the target: at most 1.5). pgbench: the same lease
   in SQL on queue `f` (the ready-index walk in turn order, FOR UPDATE SKIP LOCKED, UPDATE,
   History INSERT), one client, as many transactions.
 - runs (`tests.keys_child` lessees, leasing 3 at a time and finishing them): one tenant
@@ -63,6 +64,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=200_000, help="ready tasks per queue")
     parser.add_argument("--tenants", type=int, default=10_000, help="tenants of the fair queue")
     parser.add_argument("--leases", type=int, default=300, help="timed leases per case")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each lease figure")
     parser.add_argument("--big", type=int, default=20_000, help="the big tenant's tasks")
     parser.add_argument("--lessees", type=int, default=8, help="lessee processes of the runs")
     parser.add_argument("--skip-lease", action="store_true", help="no lease latency figures")
@@ -73,7 +75,7 @@ def main() -> None:
     postgres.print_machine()
     if not args.skip_lease:
         seed(args.tasks, args.tenants)
-        lease_figures(args.leases)
+        lease_figures(args.leases, args.runs)
     if not args.skip_runs:
         late_tenant(args.big, args.lessees)
         weights(args.lessees)
@@ -119,36 +121,43 @@ def seed(n: int, tenants: int) -> None:
     )
 
 
-def lease_figures(count: int) -> None:
+def lease_figures(count: int, runs: int) -> None:
+    """p50 and p99 of `count` leases per queue and limit, the median of `runs` runs (the runs
+    of the two queues and of pgbench interleaved), and fair/plain: the fair queue's p99 over
+    the plain one's, per run, its median."""
     from scylla_django.models import Task, Worker
 
-    print(f"{'limit':>5} {'queue':>6} {'p50 ms':>8} {'p99 ms':>8}")
     worker = Worker.objects.register(queues=["p", "f"], capacity=10)
+    print(f"{'limit':>5} {'queue':>6} {'p50 ms':>8} {'p99 ms':>8}  (median of {runs} runs)")
     for limit in (1, 10):
-        times: dict[str, list[float]] = {"p": [], "f": []}
-        for n in range(count + 5):
-            for queue in ("p", "f"):
-                started = time.perf_counter()
-                leased = Task.objects.lease(worker, [queue], limit=limit, lease_length=60)
-                took = (time.perf_counter() - started) * 1000
-                assert len(leased) == limit
-                if n >= 5:  # the first are warm-up: the connection, the plan cache
-                    times[queue].append(took)
-                put_back(leased)
-        p99 = {q: statistics.quantiles(t, n=100)[98] for q, t in times.items()}
-        for queue, label in (("p", "plain"), ("f", "fair")):
+        p50s: dict[str, list[float]] = {"p": [], "f": [], "pgbench": []}
+        p99s: dict[str, list[float]] = {"p": [], "f": [], "pgbench": []}
+        for _ in range(runs):
+            times: dict[str, list[float]] = {"p": [], "f": []}
+            for n in range(count + 5):
+                for queue in ("p", "f"):
+                    started = time.perf_counter()
+                    leased = Task.objects.lease(worker, [queue], limit=limit, lease_length=60)
+                    took = (time.perf_counter() - started) * 1000
+                    assert len(leased) == limit
+                    if n >= 5:  # the first are warm-up: the connection, the plan cache
+                        times[queue].append(took)
+                    put_back(leased)
+            _, times["pgbench"] = postgres.pgbench(
+                LEASE_SQL.format(limit=limit), transactions=count
+            )
+            Task.objects.filter(owner="pgbench").update(status="ready", owner=None, deadline=None)
+            for queue, taken in times.items():
+                p50s[queue].append(statistics.median(taken))
+                p99s[queue].append(statistics.quantiles(taken, n=100)[98])
+        for queue, label in (("p", "plain"), ("f", "fair"), ("pgbench", "pgb")):
             print(
-                f"{limit:>5} {label:>6} {statistics.median(times[queue]):>8.2f} {p99[queue]:>8.2f}",
+                f"{limit:>5} {label:>6} {statistics.median(p50s[queue]):>8.2f} "
+                f"{statistics.median(p99s[queue]):>8.2f}",
                 flush=True,
             )
-        _, latencies = postgres.pgbench(LEASE_SQL.format(limit=limit), transactions=count)
-        bench_p99 = statistics.quantiles(latencies, n=100)[98]
-        print(
-            f"{limit:>5} {'pgb':>6} {statistics.median(latencies):>8.2f} {bench_p99:>8.2f}"
-            f"   fair/plain p99 {p99['f'] / p99['p']:.2f}",
-            flush=True,
-        )
-        Task.objects.filter(owner="pgbench").update(status="ready", owner=None, deadline=None)
+        ratios = [f / p for f, p in zip(p99s["f"], p99s["p"], strict=True)]
+        print(f"      fair/plain p99: {postgres.spread(ratios, '{:.2f}')}", flush=True)
 
 
 def put_back(tasks: list[object]) -> None:
