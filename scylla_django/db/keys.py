@@ -19,7 +19,7 @@ lock, so that they decide one after another. LIMIT_TABLE holds each limit's size
   sees the rows the same statement changed before. On SQLite writers are serialised and
   `RAISE(IGNORE)` drops the row the same way. A missing key row is not free.
 - **Lease order**: a lease's candidates are the first `limit` ready tasks in lease order
-  (priority desc, created, id) whose keys look free on its snapshot (`BUSY`). Absent other
+  (priority desc, turn, created, id) whose keys look free on its snapshot (`BUSY`). Absent other
   lessees, the keyed candidates it admits are the earliest that fit: a candidate is passed
   over only if the candidates ahead of it that name one of its keys fill that key's room (an
   exclusive lock or an order key: any candidate ahead; a shared lock: an exclusive candidate
@@ -185,7 +185,7 @@ def crowded(candidates: str) -> str:
     on the statement's snapshot (`BUSY`).
 
     Each key element of a candidate is ranked among the candidates naming its key row, in
-    lease order (priority desc, created, id). A candidate is crowded out by the rank of one
+    lease order (priority desc, turn, created, id). A candidate is crowded out by the rank of one
     element beyond its key's free room on the snapshot: an exclusive lock, an order key: not
     the first; a shared lock: the first candidate of its lock is an exclusive one; a limit:
     beyond `max_running` less its running holders; a rate: beyond `count` less the starts

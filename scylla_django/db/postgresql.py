@@ -127,7 +127,8 @@ def postgresql_lease(
     past its limit (see `_lease_sql`).
 
     For each requested queue that is not paused, a LATERAL subquery walks the ready index
-    (queue, priority desc, created, id) in order, skipping rows other lessees hold (`SKIP
+    (queue, priority desc, turn, created, id) in order (`turn`: a fair share, `db.fairness`;
+    0 elsewhere), skipping rows other lessees hold (`SKIP
     LOCKED`), rows whose `not_before` is still ahead and rows past their `expires_at`, and stops
     after `limit` rows; the walks are merged and cut to the best `limit`, so the cost depends on
     `limit` and the number of queues, not on the backlog, and priority-then-age order holds
