@@ -41,7 +41,13 @@ SETTING_TABLE = "scylla_django_queuesetting"
 FAIR_INDEX = "scylla_task_fair_idx"
 
 _POSTGRESQL_INSTALL = [
-    f"""CREATE FUNCTION scylla_fair_turn() RETURNS trigger LANGUAGE plpgsql VOLATILE AS $$
+    # Seq scans and sorts off: the function's plans are cached for the session, and planned on
+    # a small or unanalysed table (the first inserts into an empty one) they would read a
+    # queue's ready tasks and sort them at every row, quadratic in a bulk insert: each look-up
+    # stays one probe of its index in its order (the ready index, `FAIR_INDEX` backwards),
+    # whatever the planner knows of the table.
+    f"""CREATE FUNCTION scylla_fair_turn() RETURNS trigger LANGUAGE plpgsql VOLATILE
+    SET enable_seqscan = off SET enable_sort = off AS $$
 DECLARE
     first float8;
     last float8;
@@ -51,11 +57,12 @@ BEGIN
     SELECT t.turn INTO first FROM {TASK_TABLE} AS t
     WHERE t.status = 'ready' AND t.queue = NEW.queue AND t.priority = NEW.priority
       AND (t.not_before IS NULL OR t.not_before <= statement_timestamp())
-    ORDER BY t.turn LIMIT 1;
+    ORDER BY t.priority DESC, t.turn, t.created, t.id LIMIT 1;
     -- Where its key's ready tasks end.
-    SELECT max(t.turn) INTO last FROM {TASK_TABLE} AS t
+    SELECT t.turn INTO last FROM {TASK_TABLE} AS t
     WHERE t.status = 'ready' AND t.queue = NEW.queue AND t.fair_key = NEW.fair_key
-      AND t.priority = NEW.priority;
+      AND t.priority = NEW.priority
+    ORDER BY t.turn DESC LIMIT 1;
     SELECT (s.fair_weights ->> NEW.fair_key)::float8 INTO weight FROM {SETTING_TABLE} AS s
     WHERE s.queue = NEW.queue;
     NEW.turn := GREATEST(coalesce(last + 1.0 / coalesce(weight, 1), first, 0), coalesce(first, 0));
@@ -80,13 +87,16 @@ BEGIN
     UPDATE {TASK_TABLE} SET turn = (
         SELECT max(coalesce(l.last + 1.0 / coalesce(w.weight, 1), f.first, 0),
                    coalesce(f.first, 0))
-        FROM (SELECT min(t.turn) AS first FROM {TASK_TABLE} AS t
-              WHERE t.status = 'ready' AND t.queue = NEW.queue AND t.priority = NEW.priority
-                AND t.id <> NEW.id
-                AND (t.not_before IS NULL OR t.not_before <= {_SQLITE_NOW})) AS f,
-             (SELECT max(t.turn) AS last FROM {TASK_TABLE} AS t
-              WHERE t.status = 'ready' AND t.queue = NEW.queue AND t.fair_key = NEW.fair_key
-                AND t.priority = NEW.priority AND t.id <> NEW.id) AS l,
+        FROM (SELECT (SELECT t.turn FROM {TASK_TABLE} AS t
+                      WHERE t.status = 'ready' AND t.queue = NEW.queue
+                        AND t.priority = NEW.priority AND t.id <> NEW.id
+                        AND (t.not_before IS NULL OR t.not_before <= {_SQLITE_NOW})
+                      ORDER BY t.priority DESC, t.turn, t.created, t.id LIMIT 1) AS first) AS f,
+             (SELECT (SELECT t.turn FROM {TASK_TABLE} AS t
+                      WHERE t.status = 'ready' AND t.queue = NEW.queue
+                        AND t.fair_key = NEW.fair_key AND t.priority = NEW.priority
+                        AND t.id <> NEW.id
+                      ORDER BY t.turn DESC LIMIT 1) AS last) AS l,
              (SELECT (SELECT CAST(j.value AS REAL)
                       FROM {SETTING_TABLE} AS s, json_each(s.fair_weights) AS j
                       WHERE s.queue = NEW.queue AND j.key = NEW.fair_key) AS weight) AS w)

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections import Counter
 from contextlib import suppress
@@ -15,8 +17,8 @@ import pytest
 from scylla_django import rates
 from scylla_django.exceptions import RateExceeded
 from scylla_django.models import History, Limit, QueueSetting, Task
-from tests.faults.test_lease_keys_concurrency import start_children, stop
 from tests.helpers import run_in_threads
+from tests.processes import start_lessees
 
 pytestmark = [
     pytest.mark.postgres,
@@ -33,7 +35,10 @@ def finish_children(children: list) -> None:
     try:
         outputs = [child.communicate(timeout=120) for child in children]
     finally:
-        stop(children)
+        for child in children:
+            if child.poll() is None:
+                os.kill(child.pid, signal.SIGKILL)
+                child.wait()
     for child, (_, err) in zip(children, outputs, strict=True):
         assert child.returncode == 0, err
 
@@ -41,7 +46,7 @@ def finish_children(children: list) -> None:
 def test_a_late_tenant_starts_within_a_bound_of_an_early_tenants_backlog(tmp_path: Path) -> None:
     QueueSetting.objects.share("fair", "tenant")
     Task.objects.submit_many({"queue": "fair", "spec": n, "fair_key": "big"} for n in range(2000))
-    children = start_children(tmp_path, LESSEES, 5.0, queue="fair")
+    children = start_lessees(tmp_path, LESSEES, 5.0, queue="fair")
     try:
         deadline = time.monotonic() + 60
         while Task.objects.filter(queue="fair").exclude(status="ready").count() < 100:
@@ -77,7 +82,7 @@ def test_weights_three_to_one_over_a_window(tmp_path: Path) -> None:
         for key in ("gold", "lead")
         for n in range(600)
     )
-    children = start_children(tmp_path, LESSEES, 3.0, queue="fair")
+    children = start_lessees(tmp_path, LESSEES, 3.0, queue="fair")
     finish_children(children)
     starts = list(
         History.objects.filter(typ="TaskAssignment", task__queue="fair")
@@ -98,7 +103,7 @@ def test_a_hundred_tenants_of_a_family_never_exceed_its_default(settings, tmp_pa
         for n in range(6)
     )
     assert Limit.objects.filter(name__startswith="tenant:").count() == 100
-    children = start_children(tmp_path, LESSEES, 3.0, queue="fair")
+    children = start_lessees(tmp_path, LESSEES, 3.0, queue="fair")
     try:
         checks, worst = 0, Counter[str]()
         while any(child.poll() is None for child in children):
@@ -124,7 +129,7 @@ RATE, PERIOD = 6, timedelta(seconds=1)
 def test_tasks_and_consume_callers_share_one_window(settings, tmp_path: Path) -> None:
     settings.SCYLLA = {"RATES": {"stripe": f"{RATE}/s"}}
     rated = [Task.objects.submit("rates", n, rate_key="stripe").pk for n in range(200)]
-    children = start_children(tmp_path, LESSEES, 3.0, queue="rates")
+    children = start_lessees(tmp_path, LESSEES, 3.0, queue="rates")
 
     def caller(_barrier) -> list[tuple[object, int]]:
         spent = []
