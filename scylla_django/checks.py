@@ -242,11 +242,15 @@ def check_handler_keys() -> Iterator[CheckMessage]:
     """
     try:
         limits, rates = scylla_settings.LIMITS, scylla_settings.RATES
+        families = {**scylla_settings.LIMIT_FAMILIES, **scylla_settings.RATE_FAMILIES}
     except ImproperlyConfigured:
         return  # scylla_django.E001 says so
     for queue, defaults in sorted(queue_keys.registered().items()):
         named = defaults.get("limits")
         for name in [] if callable(named) or named is None else named:
+            member = isinstance(name, (tuple, list)) and len(name) == 2
+            if member and (name[0] in families or f"{name[0]}:{name[1]}" in limits):
+                continue  # a key family's member
             if name not in limits:
                 yield Warning(
                     f"The handler of queue {queue!r} names limit {name!r}, which is not in "

@@ -16,8 +16,8 @@
 | `SCHEDULES` | `{}` | recurring schedules by name, synced into `Schedule` (see `schedules.py`) |
 | `PREPARED_STATEMENTS` | `True` | PostgreSQL: hot statements are prepared (`db.prepared_cursor`) |
 | `HANDLER_MODULES` | `["handlers"]` | modules of each app imported at startup (`@handler`s) |
-| `LIMITS` | `{}` | limits by name: most running tasks holding a slot (`submit(limits=...)`) |
-| `RATES` | `{}` | rates by name: most starts per period, "100/m" (`submit(rate_key=...)`) |
+| `LIMITS` | `{}` | limits by name: most running tasks holding a slot (`limits=...`); key families |
+| `RATES` | `{}` | rates by name: most starts per period, "100/m" (`rate_key=...`); families |
 | `TIMEOUTS` | `{}` | run-time limits by queue, for tasks and handlers that set none |
 | `RETRY` | `{}` | retry policies (JSON, as over HTTP) by queue, and `"*"`: the default |
 | `TIMEOUT_GRACE` | 10 s | how long a task past its timeout may still return before it is aborted |
@@ -47,6 +47,16 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .durations import short
 from .text import DurationError, RateError, SizeError, byte_size, positive_duration, rate_parts
+
+#: The entry of a key family in `LIMITS`/`RATES` that gives the size or rate of its members
+#: not named there.
+FAMILY_DEFAULT = "default"
+
+
+def family_member(family: str, member: object) -> str:
+    """The key name of member `member` of key family `family` ("tenant", 42: "tenant:42")."""
+    return f"{family}:{member}"
+
 
 # The shortest lease: under it a worker's heartbeat (a quarter of the lease) cannot keep up.
 LEASE_MIN = timedelta(seconds=1)
@@ -228,26 +238,78 @@ class ScyllaSettings:
 
     @property
     def LIMITS(self) -> dict[str, int]:
-        """The limits by name, each a count of running tasks of at least 1."""
-        value = self._raw("LIMITS")
-        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise ImproperlyConfigured(f"SCYLLA['LIMITS'] must be a dict by name, got {value!r}")
-        return {name: as_int(n, f"LIMITS[{name!r}]", minimum=1) for name, n in value.items()}
+        """The limits by name, each a count of running tasks of at least 1. A key family
+        (`{"tenant": {"default": 5, "42": 20}}`) gives its members named here by their key
+        names ("tenant:42"); its default is in `LIMIT_FAMILIES`."""
+        sizes: dict[str, int] = {}
+        self.LIMIT_FAMILIES  # noqa: B018  # a bad default is a bad setting too
+        for name, value in self._families("LIMITS").items():
+            if isinstance(value, dict):
+                for member, n in value.items():
+                    if member != FAMILY_DEFAULT:
+                        label = f"LIMITS[{name!r}][{member!r}]"
+                        sizes[family_member(name, member)] = as_int(n, label, minimum=1)
+            else:
+                sizes[name] = as_int(value, f"LIMITS[{name!r}]", minimum=1)
+        return sizes
+
+    @property
+    def LIMIT_FAMILIES(self) -> dict[str, int]:
+        """The default size of each key family of `LIMITS` that gives one, by family: a member
+        (`limits=[("tenant", 42)]`) the settings do not name gets it."""
+        return {
+            name: as_int(value[FAMILY_DEFAULT], f"LIMITS[{name!r}][{FAMILY_DEFAULT!r}]", minimum=1)
+            for name, value in self._families("LIMITS").items()
+            if isinstance(value, dict) and FAMILY_DEFAULT in value
+        }
 
     @property
     def RATES(self) -> dict[str, str]:
         """The rates by name, each as written ("100/m", "5/10s"). Each is checked by
         `manage.py check` (`rate_problems`) and where it is used: a bad one refuses the
-        submissions that name it (`invalid_rate`), not every keyed submission."""
-        value = self._raw("RATES")
+        submissions that name it (`invalid_rate`), not every keyed submission. A key family's
+        members are named by their key names, as in `LIMITS`."""
+        rates: dict[str, str] = {}
+        for name, value in self._families("RATES").items():
+            if isinstance(value, dict):
+                rates.update(
+                    (family_member(name, member), rate)
+                    for member, rate in value.items()
+                    if member != FAMILY_DEFAULT
+                )
+            else:
+                rates[name] = value
+        return rates
+
+    @property
+    def RATE_FAMILIES(self) -> dict[str, str]:
+        """The default rate of each key family of `RATES` that gives one, by family."""
+        return {
+            name: value[FAMILY_DEFAULT]
+            for name, value in self._families("RATES").items()
+            if isinstance(value, dict) and FAMILY_DEFAULT in value
+        }
+
+    def _families(self, setting: str) -> dict[str, Any]:
+        """`LIMITS` or `RATES` as given: a dict by name, each value a size or rate, or a key
+        family's dict of them by member (text) with an optional `default`."""
+        value = self._raw(setting)
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise ImproperlyConfigured(f"SCYLLA['RATES'] must be a dict by name, got {value!r}")
-        return dict(value)
+            raise ImproperlyConfigured(f"SCYLLA[{setting!r}] must be a dict by name, got {value!r}")
+        for name, entry in value.items():
+            if isinstance(entry, dict) and not all(isinstance(k, str) for k in entry):
+                raise ImproperlyConfigured(
+                    f"SCYLLA[{setting!r}][{name!r}] (a key family) must be a dict by member "
+                    f"(text) with an optional {FAMILY_DEFAULT!r}, got {entry!r}"
+                )
+        return value
 
     def rate_problems(self) -> dict[str, str]:
-        """What is wrong with each bad rate of `RATES`, by name (`text.rate_parts`)."""
+        """What is wrong with each bad rate of `RATES`, by name (`text.rate_parts`; a family's
+        default as "<family>:*")."""
         problems = {}
-        for name, rate in self.RATES.items():
+        defaults = {f"{name}:*": rate for name, rate in self.RATE_FAMILIES.items()}
+        for name, rate in {**self.RATES, **defaults}.items():
             try:
                 rate_parts(rate)
             except RateError as exc:

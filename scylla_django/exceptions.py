@@ -92,6 +92,16 @@ class TaskTimedOut(ScyllaError, code="timeout"):
         return error_record(self.code, self.detail, {"timeout": self.timeout})
 
 
+class RateExceeded(ScyllaError, code="rate_exceeded"):
+    """`rates.consume()` found no room in the rate's window within its wait; `retry_after`
+    is the seconds until room is expected (an estimate)."""
+
+    def __init__(self, detail: str, *, rate: str, retry_after: float) -> None:
+        super().__init__(detail)
+        self.rate = rate
+        self.retry_after = retry_after
+
+
 class WorkerStopping(ScyllaError, code="worker_stopping"):
     """The worker is shutting down and has yielded the task; the handler should return."""
 

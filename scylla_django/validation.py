@@ -398,6 +398,26 @@ def key_name(value: object, field: str) -> str:
     return value
 
 
+def key_ref(value: object, field: str) -> str:
+    """The key name of `value`: a name, or a member of a key family as `(family, member)`
+    (`("tenant", 42)` is "tenant:42"), the member text or an integer."""
+    if isinstance(value, (tuple, list)):
+        if (
+            len(value) != 2
+            or isinstance(value[1], bool)
+            or not isinstance(value[1], (str, int))
+            or value[1] == ""
+        ):
+            raise ValidationError(
+                f"A key family's member in {field} is (family, member), the member text or an "
+                "integer.",
+                code="invalid_key",
+            )
+        family = key_name(value[0], field)
+        return key_name(f"{family}:{value[1]}", field)
+    return key_name(value, field)
+
+
 def validate_locks(locks: object) -> list[str]:
     """The key elements of `locks`: names (exclusive) or `(name, "shared"|"exclusive")`."""
     if isinstance(locks, str) or not isinstance(locks, Sequence):
@@ -421,10 +441,11 @@ def validate_locks(locks: object) -> list[str]:
 
 
 def limit_names(limits: object) -> list[str]:
-    """The names in `limits` (a list of names), without repeats; not looked up."""
+    """The names in `limits` (a list of names or key family members, `("tenant", 42)`),
+    without repeats; not looked up."""
     if isinstance(limits, str) or not isinstance(limits, Sequence):
         raise ValidationError("limits is a list of limit names.", code="invalid_key")
-    return list(dict.fromkeys(key_name(name, "limits") for name in limits))
+    return list(dict.fromkeys(key_ref(name, "limits") for name in limits))
 
 
 #: order_on_failure: whether an abort for good holds the order key (`order_block`).

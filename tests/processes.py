@@ -159,3 +159,31 @@ def _output(process: subprocess.Popen) -> str:
     with process.output as output:  # type: ignore[attr-defined]
         output.seek(0)
         return str(output.read())
+
+
+def start_lessees(tmp_path: Path, count: int, seconds: float, queue: str) -> list[subprocess.Popen]:
+    """`count` lessees of `queue` (`tests.keys_child`: leasing 3 at a time and finishing them
+    for `seconds`), started together once each has registered its worker."""
+    go = tmp_path / f"go-{queue}"
+    ready = [tmp_path / f"ready-{queue}-{i}" for i in range(count)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.keys_child", queue, str(flag), str(go), str(seconds)],
+            cwd=ROOT,
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for flag in ready
+    ]
+    wait_until(
+        lambda: (
+            all(flag.exists() for flag in ready)
+            or any(child.poll() is not None for child in children)
+        ),
+        what="the lessees to register",
+    )
+    assert all(child.poll() is None for child in children), "a lessee died early"
+    go.touch()
+    return children

@@ -736,6 +736,11 @@ class SubmitSerializer(StrictSerializer):
         help_text="The rate the task's start counts against; an unknown one is a 400 "
         "`unknown_rate`.",
     )
+    fair_key = KeyNameField(
+        required=False,
+        help_text="The task's value of the key its queue shares its capacity by (a tenant): "
+        "within a priority the lease takes the values' tasks in turn (docs/howto/fairness.md).",
+    )
     timeout = DurationInputField(
         error_code="invalid_timeout",
         required=False,

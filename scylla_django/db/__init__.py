@@ -30,12 +30,13 @@ queryset, the model or the `Tables` it works on.
 | `sqlite` | SQL only SQLite needs (`json_each`) |
 | `portable` | one call per query, the vendor's way: JSON tests, RETURNING, upsert, row locks |
 | `keys` | the triggers that take a task's locks and limit slots with its lease and free them |
+| `fairness` | the trigger that gives a new task of a fair share its turn |
 | `counts` | counts of a big table: capped, estimated, the queues present |
 | `replicas` | `replica_lag()`: how far a streaming replica is behind |
 | `each` | `update_each()`, `add_each()`: many rows' own values in one `executemany` |
 """
 
-from . import inserts, keys
+from . import fairness, inserts, keys
 from .aggregates import Percentile
 from .clock import CLOCK_CTE, Clock, Now, now_plus, read_clock
 from .connections import discard_connection, has_table, ping
@@ -96,6 +97,7 @@ __all__ = [
     "discard_connection",
     "enforces_unique_keys",
     "estimator",
+    "fairness",
     "finish_statement",
     "has_planner_estimates",
     "has_table",

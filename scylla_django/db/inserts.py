@@ -65,6 +65,8 @@ SUBMITTED = {
     "order_key": "text",
     "order_seq": "bigint",
     "order_block": "boolean",
+    "rate_cost": "integer",
+    "fair_key": "text",
     "timeout": "interval",
     "parent": "text",
     "expires_at": "timestamptz",
@@ -331,6 +333,7 @@ def _submission_document(rows: Sequence[dict[str, Any]]) -> str:
                 "parent": row.get("parent"),
                 "notify": row.get("notify"),
                 "version": row.get("version"),
+                "fair_key": row.get("fair_key"),
             }
             for row in rows
         ],
@@ -339,7 +342,7 @@ def _submission_document(rows: Sequence[dict[str, Any]]) -> str:
 
 
 #: The SUBMITTED fields of a task with keys (`models.keys.key_values`).
-_KEY_FIELDS = ("keys", "order_key", "order_seq", "order_block")
+_KEY_FIELDS = ("keys", "order_key", "order_seq", "order_block", "rate_cost")
 
 
 def _interval(value: timedelta | None) -> str | None:

@@ -19,7 +19,7 @@ lock, so that they decide one after another. LIMIT_TABLE holds each limit's size
   sees the rows the same statement changed before. On SQLite writers are serialised and
   `RAISE(IGNORE)` drops the row the same way. A missing key row is not free.
 - **Lease order**: a lease's candidates are the first `limit` ready tasks in lease order
-  (priority desc, created, id) whose keys look free on its snapshot (`BUSY`). Absent other
+  (priority desc, turn, created, id) whose keys look free on its snapshot (`BUSY`). Absent other
   lessees, the keyed candidates it admits are the earliest that fit: a candidate is passed
   over only if the candidates ahead of it that name one of its keys fill that key's room (an
   exclusive lock or an order key: any candidate ahead; a shared lock: an exclusive candidate
@@ -97,6 +97,9 @@ _SQLITE_START = (
 TASK_TABLE = "scylla_django_task"
 RUNNING_INDEX = "scylla_task_running_keys_idx"
 
+#: What the start of task `{t}` costs against its rate (a weighted rate; 1 by default).
+_COST = "coalesce({t}.rate_cost, 1)"
+
 #: The key row of key element `{e}` (a shared lock uses its lock's row).
 _KEY_ROW = "(CASE WHEN left({e}, 2) = 'S:' THEN 'L:' || substr({e}, 3) ELSE {e} END)"
 
@@ -143,7 +146,8 @@ def _conditions(e: str, task: str, now: str) -> dict[str, str]:
             WHERE p.order_key = {name} AND p.id <> {task}.id AND {_order_blocks("p", task)})""",
         "R:": f"""coalesce((SELECT (SELECT count(*) FROM {KEY_TABLE} AS k,
                 jsonb_array_elements_text(k.starts) AS s(s)
-                WHERE k.name = {e} AND s.s::float8 > {now} - r.seconds) >= r.count
+                WHERE k.name = {e} AND s.s::float8 > {now} - r.seconds)
+                + {_COST.format(t=task)} > r.count
             FROM {RATE_TABLE} AS r WHERE r.name = {name}), true)""",
     }
 
@@ -177,11 +181,11 @@ def crowded(candidates: str) -> str:
     """PostgreSQL: a query of the tuple ids (`ctid`) of the candidates of one lease that the
     candidates ahead of them crowd out of a key (a tuple id once per key it is crowded out
     of). `candidates` names a relation of the lease's
-    candidates (`ctid`, `id`, `priority`, `created`, `keys`), each of whose keys looked free
+    candidates (`ctid`, `id`, `priority`, `turn`, `created`, `keys`), each of whose keys looked free
     on the statement's snapshot (`BUSY`).
 
     Each key element of a candidate is ranked among the candidates naming its key row, in
-    lease order (priority desc, created, id). A candidate is crowded out by the rank of one
+    lease order (priority desc, turn, created, id). A candidate is crowded out by the rank of one
     element beyond its key's free room on the snapshot: an exclusive lock, an order key: not
     the first; a shared lock: the first candidate of its lock is an exclusive one; a limit:
     beyond `max_running` less its running holders; a rate: beyond `count` less the starts
@@ -202,7 +206,7 @@ def crowded(candidates: str) -> str:
         CROSS JOIN LATERAL (SELECT DISTINCT x.k FROM jsonb_array_elements_text(p.keys) AS x(k)) AS e
         WHERE p.keys IS NOT NULL
         WINDOW w AS (PARTITION BY {_KEY_ROW.format(e="e.k")}
-                     ORDER BY p.priority DESC, p.created ASC, p.id ASC)
+                     ORDER BY p.priority DESC, p.turn ASC, p.created ASC, p.id ASC)
     ) AS c
     WHERE c.rank > 1 AND CASE left(c.k, 2)
         WHEN 'L:' THEN true
@@ -255,12 +259,14 @@ BEGIN
         END IF;
     END LOOP;
     IF coalesce(rated, false) THEN
-        -- Every key is free: stamp the start on each rate key (its last `count` starts).
+        -- Every key is free: stamp the start on each rate key (its last `count` starts), once
+        -- per unit of its cost.
         UPDATE {KEY_TABLE} AS k
         SET starts = (SELECT coalesce(jsonb_agg(x.s), '[]'::jsonb) FROM (
             SELECT a.s FROM (
                 SELECT s.s::float8 AS s FROM jsonb_array_elements_text(k.starts) AS s(s)
-                UNION ALL SELECT {_PG_START}) AS a
+                UNION ALL SELECT {_PG_START}
+                FROM generate_series(1, {_COST.format(t="NEW")})) AS a
             ORDER BY a.s DESC
             LIMIT (SELECT r.count FROM {RATE_TABLE} AS r WHERE 'R:' || r.name = k.name)) AS x)
         WHERE k.name = ANY(elements) AND left(k.name, 2) = 'R:';
@@ -307,10 +313,18 @@ def _sqlite_busy(e: str, task: str, now: str) -> str:
                   AND {_order_blocks("p", task)})
             WHEN 'R:' THEN coalesce((SELECT (SELECT count(*) FROM {KEY_TABLE} AS k,
                     json_each(k.starts) AS s
-                    WHERE k.name = {e} AND s.value > {now} - r.seconds) >= r.count
+                    WHERE k.name = {e} AND s.value > {now} - r.seconds)
+                    + {_COST.format(t=task)} > r.count
                 FROM {RATE_TABLE} AS r WHERE r.name = substr({e}, 3)), 1)
             ELSE 1 END"""
 
+
+#: SQLite, in the take trigger: a JSON array of as many elements as the task's start costs
+#: (`[0,0,0]` for 3), for one stamp per unit.
+_SQLITE_UNITS = (
+    "'[' || rtrim(replace(printf('%.*c', " + _COST.format(t="NEW") + ", 'x'), 'x', '0,'), ',')"
+    " || ']'"
+)
 
 _SQLITE_INSTALL = [
     f"""CREATE INDEX {RUNNING_INDEX} ON {TASK_TABLE} (id)
@@ -321,12 +335,13 @@ BEGIN
     SELECT RAISE(IGNORE) WHERE EXISTS (
         SELECT 1 FROM json_each(NEW.keys) AS e
         WHERE {_sqlite_busy("e.value", "NEW", _SQLITE_START)});
-    -- Every key is free: stamp the start on each rate key (its last `count` starts).
+    -- Every key is free: stamp the start on each rate key (its last `count` starts), once per
+    -- unit of its cost.
     UPDATE {KEY_TABLE}
     SET starts = (SELECT json_group_array(a.s) FROM (
         SELECT x.s, row_number() OVER (ORDER BY x.s DESC) AS n FROM (
             SELECT s.value AS s FROM json_each({KEY_TABLE}.starts) AS s
-            UNION ALL SELECT {_SQLITE_START}) AS x
+            UNION ALL SELECT {_SQLITE_START} FROM json_each({_SQLITE_UNITS})) AS x
         ORDER BY x.s DESC) AS a
         WHERE a.n <= (SELECT r.count FROM {RATE_TABLE} AS r
                       WHERE 'R:' || r.name = {KEY_TABLE}.name))
@@ -377,11 +392,101 @@ def take_lock(
     return None if found is None else int(found[0])
 
 
+def consume_rate(
+    connection: BaseDatabaseWrapper, name: str, cost: int
+) -> tuple[float | None, float]:
+    """Spend `cost` starts of rate `name` now, for code outside tasks, on the key row the
+    take trigger stamps (`R:<name>`, which must exist): one conditional UPDATE of the row,
+    which waits for a taker of the key that holds it to commit, then counts the starts within
+    the rate's period on the row's newest version (every start committed before, by tasks and
+    by other callers). Returns `(stamp, 0)` once stamped (`stamp` the start, in seconds on the
+    database clock), else `(None, seconds)`: the seconds until enough of the window's starts
+    have aged out of it (an estimate: a later start may take the room)."""
+    row = "R:" + name
+    postgresql = connection.vendor == "postgresql"
+    with connection.cursor() as cursor:
+        if postgresql:
+            cursor.execute(
+                f"""UPDATE {KEY_TABLE} AS k
+                SET starts = (SELECT coalesce(jsonb_agg(a.s), '[]'::jsonb) FROM (
+                    SELECT a.s FROM (
+                        SELECT s.s::float8 AS s FROM jsonb_array_elements_text(k.starts) AS s(s)
+                        UNION ALL SELECT c.now FROM generate_series(1, %(cost)s)) AS a
+                    ORDER BY a.s DESC LIMIT r.count) AS a)
+                FROM {RATE_TABLE} AS r, (SELECT {_PG_NOW} AS now) AS c
+                WHERE k.name = %(row)s AND r.name = %(name)s
+                  AND (SELECT count(*) FROM jsonb_array_elements_text(k.starts) AS s(s)
+                       WHERE s.s::float8 > c.now - r.seconds) + %(cost)s <= r.count
+                RETURNING c.now""",
+                {"row": row, "name": name, "cost": cost},
+            )
+            if (stamped := cursor.fetchone()) is not None:
+                return float(stamped[0]), 0.0
+            starts, now = "jsonb_array_elements_text(k.starts) AS s(s)", _PG_NOW
+            value = "s.s::float8"
+        else:
+            units = "'[' || rtrim(replace(printf('%%.*c', %(cost)s, 'x'), 'x', '0,'), ',') || ']'"
+            # Writers are serialised: the clock read now is the stamp's.
+            cursor.execute(f"SELECT {_SQLITE_NOW}")
+            clock = float(cursor.fetchone()[0])
+            cursor.execute(
+                f"""UPDATE {KEY_TABLE}
+                SET starts = (SELECT json_group_array(a.s) FROM (
+                    SELECT x.s FROM (
+                        SELECT s.value AS s FROM json_each({KEY_TABLE}.starts) AS s
+                        UNION ALL SELECT %(clock)s FROM json_each({units})) AS x
+                    ORDER BY x.s DESC
+                    LIMIT (SELECT r.count FROM {RATE_TABLE} AS r WHERE r.name = %(name)s)) AS a)
+                WHERE name = %(row)s
+                  AND (SELECT count(*) FROM json_each({KEY_TABLE}.starts) AS s,
+                                            {RATE_TABLE} AS r
+                       WHERE r.name = %(name)s AND s.value > %(clock)s - r.seconds)
+                      + %(cost)s
+                    <= (SELECT r.count FROM {RATE_TABLE} AS r WHERE r.name = %(name)s)
+                RETURNING 1""",
+                {"row": row, "name": name, "cost": cost, "clock": clock},
+            )
+            if cursor.fetchone() is not None:
+                return clock, 0.0
+            starts, now = "json_each(k.starts) AS s", _SQLITE_NOW
+            value = "s.value"
+        # The starts in the window now, newest first, and the rate: room comes when the
+        # (used + cost - count)th oldest of them ages out of the window.
+        cursor.execute(
+            f"""SELECT r.count, r.seconds, {now}, (
+                SELECT {value} FROM {KEY_TABLE} AS k, {starts}
+                WHERE k.name = %(row)s AND {value} > {now} - r.seconds
+                ORDER BY {value} DESC LIMIT 1 OFFSET %(offset)s)
+            FROM {RATE_TABLE} AS r WHERE r.name = %(name)s""",
+            {"row": row, "name": name, "offset": max(0, _rate_count(cursor, name) - cost)},
+        )
+        found = cursor.fetchone()
+    if found is None or found[3] is None:
+        return None, 0.0
+    _, seconds, now_then, start = found
+    return None, max(0.0, float(start) + float(seconds) - float(now_then))
+
+
+def _rate_count(cursor: Any, name: str) -> int:
+    """The count of rate `name` (0 if it has no row)."""
+    cursor.execute(f"SELECT count FROM {RATE_TABLE} WHERE name = %(name)s", {"name": name})
+    found = cursor.fetchone()
+    return 0 if found is None else int(found[0])
+
+
 def install_key_triggers(apps: Any, schema_editor: Any) -> None:
     """Migration step: create the take trigger and the running-keys index on the task table
     (PostgreSQL, SQLite). Other databases get none: a task with keys is refused there."""
     statements = {"postgresql": _POSTGRESQL_INSTALL, "sqlite": _SQLITE_INSTALL}
-    for statement in statements.get(schema_editor.connection.vendor, []):
+    connection = schema_editor.connection
+    with connection.cursor() as cursor:
+        columns = connection.introspection.get_table_description(cursor, TASK_TABLE)
+    # A migration older than the task's rate cost installs the trigger of its schema: every
+    # start costs 1 (SQLite checks a trigger's columns when it is made).
+    weighted = any(column.name == "rate_cost" for column in columns)
+    for statement in statements.get(connection.vendor, []):
+        if not weighted:
+            statement = statement.replace(_COST.format(t="NEW"), "1")
         schema_editor.execute(statement, params=None)
 
 

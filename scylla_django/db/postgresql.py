@@ -127,7 +127,8 @@ def postgresql_lease(
     past its limit (see `_lease_sql`).
 
     For each requested queue that is not paused, a LATERAL subquery walks the ready index
-    (queue, priority desc, created, id) in order, skipping rows other lessees hold (`SKIP
+    (queue, priority desc, turn, created, id) in order (`turn`: a fair share, `db.fairness`;
+    0 elsewhere), skipping rows other lessees hold (`SKIP
     LOCKED`), rows whose `not_before` is still ahead and rows past their `expires_at`, and stops
     after `limit` rows; the walks are merged and cut to the best `limit`, so the cost depends on
     `limit` and the number of queues, not on the backlog, and priority-then-age order holds
@@ -244,7 +245,7 @@ def _lease_sql(
     finish, params = _finish_ctes(tables, using) if finishing else ("", {})
     # The finished pks and times ride on the first row only: repeated on every leased row, they
     # were sent and read (a timestamp parsed per finished task per leased task) once per row.
-    first = "row_number() OVER (ORDER BY t.priority DESC, t.created ASC, t.id ASC) = 1"
+    first = "row_number() OVER (ORDER BY t.priority DESC, t.turn ASC, t.created ASC, t.id ASC) = 1"
     finished = (
         f"CASE WHEN {first} THEN (SELECT array_agg(id ORDER BY id) FROM changed) END, "
         f"CASE WHEN {first} THEN (SELECT array_agg(updated ORDER BY id) FROM changed) END, "
@@ -276,10 +277,10 @@ def _lease_sql(
             LEFT JOIN {quote(tables.queue_setting._meta.db_table)} AS s ON s.queue = q.name
             WHERE s.paused IS NOT TRUE
         ), picked AS MATERIALIZED (
-            SELECT c.ctid, c.id, c.priority, c.created, c.keys FROM gate AS q
+            SELECT c.ctid, c.id, c.priority, c.turn, c.created, c.keys FROM gate AS q
             CROSS JOIN LATERAL (
                 {"SELECT * FROM (" if locked else ""}
-                SELECT t.ctid, t.id, t.priority, t.created, t.keys FROM {task_table} AS t
+                SELECT t.ctid, t.id, t.priority, t.turn, t.created, t.keys FROM {task_table} AS t
                 WHERE t.status = {ready} AND t.queue = q.name
                   AND (t.not_before IS NULL OR t.not_before <= statement_timestamp())
                   -- A task past its expiry is never leased (the monitor cancels it).
@@ -288,12 +289,12 @@ def _lease_sql(
                   AND (t.keys IS NULL OR NOT {BUSY})
                   AND EXISTS (SELECT 1 FROM lessee)
                   AND (%(locked)s OR NOT EXISTS (SELECT 1 FROM gate WHERE limited))
-                ORDER BY t.priority DESC, t.created ASC, t.id ASC
+                ORDER BY t.priority DESC, t.turn ASC, t.created ASC, t.id ASC
                 LIMIT %(limit)s
                 FOR UPDATE OF t SKIP LOCKED
                 {") AS w LIMIT q.budget" if locked else ""}
             ) AS c
-            ORDER BY c.priority DESC, c.created ASC, c.id ASC
+            ORDER BY c.priority DESC, c.turn ASC, c.created ASC, c.id ASC
             LIMIT %(limit)s
         ), crowded AS MATERIALIZED (
             -- The candidates with keys that those ahead of them in lease order crowd out of a
@@ -331,7 +332,7 @@ def _lease_sql(
             NOT %(locked)s AND EXISTS (SELECT 1 FROM gate WHERE limited), {finished}t.*
         FROM (SELECT 1) AS one
         LEFT JOIN leased AS t ON true
-        ORDER BY t.priority DESC, t.created ASC, t.id ASC
+        ORDER BY t.priority DESC, t.turn ASC, t.created ASC, t.id ASC
     """
     params.update(target=transition.target.value, event=transition.recorded.value)
     return compact(statement), params

@@ -35,6 +35,7 @@ from ..validation import (
     validate_unique_window,
 )
 from .dependencies import MAX_PARENTS
+from .fairness import fair_value
 from .keys import key_values
 
 
@@ -65,6 +66,7 @@ class TaskOptions(TypedDict, total=False):
     order_key: str | None
     order_on_failure: str | None
     rate_key: str | None
+    fair_key: str | int | tuple[str, str | int] | None
     timeout: timedelta | float | str | None
     parent: str | None
     expires_in: timedelta | float | str | None
@@ -268,6 +270,7 @@ def task_values(
     order_key: str | None = None,
     order_on_failure: str | None = None,
     rate_key: str | None = None,
+    fair_key: str | int | tuple[str, str | int] | None = None,
     timeout: timedelta | float | str | None = None,
     parent: str | None = None,
     expires_in: timedelta | float | str | None = None,
@@ -293,6 +296,10 @@ def task_values(
     span that submits it (default: the current OpenTelemetry span's, if any); it is in the
     values under `traceparent` for the submission to store beside the task (`traces`), never
     on it.
+    `fair_key` is the task's value of the key its queue shares its capacity by (a tenant:
+    "42", 42, or `("tenant", 42)`); without one, a member of the queue's fair key family
+    that the task names in `limits`, `rate_key` or `order_key` (`("tenant", 42)`) gives it
+    (`fairness.fair_value`).
 
     `defaults` are the settings that apply, read once by a caller that validates many.
     Raises ValidationError naming every bad field.
@@ -369,6 +376,9 @@ def task_values(
         values["batch_id"] = batch
     if unique_key is not None:
         values.update(unique_key=unique_key, unique_window=window, unique_held=window is not None)
+    fair = fair_value(values["queue"], fair_key, limits, rate_key, order_key)
+    if fair is not None:
+        values["fair_key"] = fair
     if any(v is not None for v in (locks, limits, order_key, rate_key)):
         values.update(key_values(locks, limits, order_key, order_on_failure, rate_key))
     elif order_on_failure is not None:
@@ -406,6 +416,7 @@ ITEM_FIELDS = frozenset(
         "order_key",
         "order_on_failure",
         "rate_key",
+        "fair_key",
         "timeout",
         "expires_in",
         "expires_at",
@@ -448,6 +459,7 @@ def task_values_from(
         order_key=item.get("order_key"),
         order_on_failure=item.get("order_on_failure"),
         rate_key=item.get("rate_key"),
+        fair_key=item.get("fair_key"),
         timeout=item.get("timeout"),
         expires_in=item.get("expires_in"),
         expires_at=item.get("expires_at"),

@@ -24,7 +24,17 @@ from ..enums import EventType, Status
 from ..exceptions import InvalidTransition, TaskNotFound
 from ..validation import LOCK_MODES, key_name
 from .history import History
-from .keys import Hold, Key, Limit, Rate, parse_rate, rate_text
+from .keys import (
+    Hold,
+    Key,
+    Limit,
+    Rate,
+    configured_rate,
+    family_of,
+    limit_size,
+    parse_rate,
+    rate_text,
+)
 
 #: The largest limit an operator may set (a limit above any real concurrency is no limit).
 MAX_LIMIT = 1_000_000
@@ -123,7 +133,7 @@ def limit_use(tasks: QuerySet[Any]) -> list[LimitUse]:
             if element.startswith("C:"):
                 running[element[2:]] = running.get(element[2:], 0) + 1
     return [
-        LimitUse(name, size, running.get(name, 0), configured.get(name) == size)
+        LimitUse(name, size, running.get(name, 0), limit_size(name) == size)
         for name, size in sorted(sizes.items())
     ]
 
@@ -172,7 +182,7 @@ def set_limit(name: object, max_running: object, using: str | None = None) -> Li
     limit = Limit(
         name=checked,
         max_running=validate_limit_size(max_running),
-        setting=scylla_settings.LIMITS.get(checked),
+        setting=limit_size(checked),
     )
     _upsert(Limit.objects.using(using), limit, max_running=limit.max_running)
     return limit
@@ -193,7 +203,7 @@ def set_rate(name: object, rate: object, using: str | None = None) -> Rate:
     `SCYLLA["RATES"]` gives the rate a new value, as `set_limit`."""
     count, seconds = parse_rate(rate)
     checked = key_name(name, "rate_key")
-    given = scylla_settings.RATES.get(checked)
+    given = configured_rate(checked)
     setting = None if given is None else rate_text(*parse_rate(given))
     made = Rate(name=checked, count=count, seconds=seconds, setting=setting)
     _upsert(Rate.objects.using(using), made, count=count, seconds=seconds)
@@ -229,7 +239,32 @@ def apply_settings(
     that of several monitors with the same settings one sets it (and says so)."""
     # filter(setting=None) is `setting IS NULL`: a row made at runtime before the name was
     # in the settings is fenced as well.
+    families = _family_members(
+        Limit.objects.using(using), scylla_settings.LIMIT_FAMILIES, limits
+    ) | _family_members(Rate.objects.using(using), scylla_settings.RATE_FAMILIES, rates)
+    limits = {**families.get("limit", {}), **limits}
+    rates = {**families.get("rate", {}), **rates}
     return _apply_limits(limits, using, defer) + _apply_rates(rates, using, defer)
+
+
+def _family_members(
+    rows: QuerySet[Any], families: Mapping[str, Any], named: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """The rows of `rows` (Limit or Rate) that are members of a key family of `families`
+    (family: default) and not named in `named`, whose `setting` is not the family's default:
+    `{"limit" | "rate": {name: default}}`, to set as a named one is set."""
+    kind = "limit" if rows.model is Limit else "rate"
+    members: dict[str, Any] = {}
+    for family, default in families.items():
+        if kind == "rate" and (wanted := _rate_or_none(default)) is not None:
+            default_setting: object = rate_text(*wanted)
+        else:
+            default_setting = default
+        found = rows.filter(name__startswith=family + ":").exclude(setting=default_setting)
+        for name in found.values_list("name", flat=True):
+            if name not in named and family_of(name, families) == family:
+                members[name] = default
+    return {kind: members} if members else {}
 
 
 def _apply_limits(

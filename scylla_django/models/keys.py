@@ -9,7 +9,7 @@ of running frees them in its own commit.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,6 +26,7 @@ from ..validation import (
     KEY_NAME_MAX_LENGTH,
     LOCK_MODES,
     key_name,
+    key_ref,
     limit_names,
     order_block,
     validate_locks,
@@ -169,15 +170,46 @@ def parse_rate(value: object) -> tuple[int, float]:
 
 
 def validate_limits(limits: object, using: str | None = None) -> list[str]:
-    """The key elements of `limits`: names of configured limits (`SCYLLA["LIMITS"]` or a
-    Limit row). Writes nothing."""
+    """The key elements of `limits`: names of configured limits (`SCYLLA["LIMITS"]`, a
+    member of a key family with a default there, or a Limit row). Writes nothing."""
     names = limit_names(limits)
     configured = scylla_settings.LIMITS
-    known = set(Limit.objects.using(using).filter(name__in=names).values_list("name", flat=True))
-    for name in names:
-        if name not in known and name not in configured:
+    families = scylla_settings.LIMIT_FAMILIES
+    unknown = [n for n in names if n not in configured and family_of(n, families) is None]
+    known = set(Limit.objects.using(using).filter(name__in=unknown).values_list("name", flat=True))
+    for name in unknown:
+        if name not in known:
             raise ValidationError(f"Unknown limit {name!r}.", code="unknown_limit")
     return ["C:" + name for name in names]
+
+
+def family_of(name: str, families: Mapping[str, Any]) -> str | None:
+    """The key family of `families` that key name `name` ("tenant:42") is a member of, or
+    None."""
+    family, colon, member = name.partition(":")
+    return family if colon and member and family in families else None
+
+
+def limit_size(name: str) -> int | None:
+    """The size `SCYLLA["LIMITS"]` gives limit `name`: its own, else its key family's
+    default; None if neither."""
+    configured = scylla_settings.LIMITS
+    if name in configured:
+        return configured[name]
+    families = scylla_settings.LIMIT_FAMILIES
+    family = family_of(name, families)
+    return None if family is None else families[family]
+
+
+def configured_rate(name: str) -> str | None:
+    """The rate `SCYLLA["RATES"]` gives rate `name` ("100/m"): its own, else its key family's
+    default; None if neither."""
+    rates = scylla_settings.RATES
+    if name in rates:
+        return rates[name]
+    families = scylla_settings.RATE_FAMILIES
+    family = family_of(name, families)
+    return None if family is None else families[family]
 
 
 def ensure_keys(elements: Sequence[str], using: str | None = None) -> None:
@@ -188,21 +220,15 @@ def ensure_keys(elements: Sequence[str], using: str | None = None) -> None:
     Key.objects.using(using).bulk_create(
         [Key(name=name) for name in sorted(rows)], ignore_conflicts=True
     )
-    configured = scylla_settings.LIMITS
+    # A limit or rate of the settings, a key family's member included, gets its row here, by
+    # an insert that gives way to a row made meanwhile: the lease reads the row it finds.
+    sizes = {e[2:]: limit_size(e[2:]) for e in sorted(elements) if e.startswith("C:")}
     Limit.objects.using(using).bulk_create(
-        [
-            settings_limit(e[2:], configured[e[2:]])
-            for e in sorted(elements)
-            if e.startswith("C:") and e[2:] in configured
-        ],
+        [settings_limit(name, size) for name, size in sizes.items() if size is not None],
         ignore_conflicts=True,
     )
-    rates = scylla_settings.RATES
-    made = [
-        settings_rate(e[2:], rates[e[2:]])
-        for e in sorted(elements)
-        if e.startswith("R:") and e[2:] in rates
-    ]
+    rates = {e[2:]: configured_rate(e[2:]) for e in sorted(elements) if e.startswith("R:")}
+    made = [settings_rate(name, rate) for name, rate in rates.items() if rate is not None]
     Rate.objects.using(using).bulk_create(made, ignore_conflicts=True)
 
 
@@ -226,16 +252,37 @@ def rate_text(count: int, seconds: float) -> str:
     return f"{count}/{seconds:g}s"
 
 
+#: The most a task's start may cost against its rate (`rate_key=(name, {"cost": n})`).
+MAX_RATE_COST = 1_000_000
+
+
+def rate_parts_of(rate_key: object) -> tuple[object, int | None]:
+    """The rate named by `rate_key` and the cost of a start (None: 1): a name, a key family's
+    member `(family, member)`, or either with its options, `(name, {"cost": n})`."""
+    if isinstance(rate_key, (tuple, list)) and len(rate_key) == 2 and isinstance(rate_key[1], dict):
+        options = rate_key[1]
+        if set(options) - {"cost"}:
+            raise ValidationError('A rate_key\'s options are {"cost": n}.', code="invalid_key")
+        cost = options.get("cost", 1)
+        if isinstance(cost, bool) or not isinstance(cost, int) or not 1 <= cost <= MAX_RATE_COST:
+            raise ValidationError(
+                f"A rate_key's cost is an integer from 1 to {MAX_RATE_COST}.", code="invalid_cost"
+            )
+        return rate_key[0], None if cost == 1 else cost
+    return rate_key, None
+
+
 def validate_rate(rate_key: object, using: str | None = None) -> str:
-    """The key element of `rate_key`: the name of a configured rate (`SCYLLA["RATES"]`, whose
-    value must parse, or a Rate row). Writes nothing."""
-    name = key_name(rate_key, "rate_key")
+    """The key element of `rate_key` (a name or a key family's member; see `rate_parts_of`
+    for its cost): a configured rate (`SCYLLA["RATES"]`, its own or its family's default,
+    whose value must parse, or a Rate row). Writes nothing."""
+    name = key_ref(rate_parts_of(rate_key)[0], "rate_key")
     if Rate.objects.using(using).filter(name=name).exists():
         return "R:" + name
-    configured = scylla_settings.RATES
-    if name not in configured:
+    configured = configured_rate(name)
+    if configured is None:
         raise ValidationError(f"Unknown rate {name!r}.", code="unknown_rate")
-    parse_rate(configured[name])
+    parse_rate(configured)
     return "R:" + name
 
 
@@ -271,8 +318,8 @@ def key_values(
             errors[name] = exc
     if order_key is not None:
         try:
-            values["order_key"] = key_name(order_key, "order_key")
-            elements.append("O:" + order_key)  # type: ignore[operator]
+            values["order_key"] = key_ref(order_key, "order_key")
+            elements.append("O:" + values["order_key"])
         except ValidationError as exc:
             errors["order_key"] = exc
         try:
@@ -284,6 +331,9 @@ def key_values(
     if rate_key is not None:
         try:
             elements.append(validate_rate(rate_key, using))
+            cost = rate_parts_of(rate_key)[1]
+            if cost is not None:
+                values["rate_cost"] = cost
         except ValidationError as exc:
             errors["rate_key"] = exc
     if errors:

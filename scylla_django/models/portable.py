@@ -34,7 +34,7 @@ def lease(
     task with a run-time limit (its own `timeout`, else its queue's in `timeouts`) gets
     `timeout_at = now + limit + timeout_grace`, and a deadline no later."""
     transition = TRANSITIONS[Operation.LEASE]
-    order = ("-priority", "created", "id")
+    order = ("-priority", "turn", "created", "id")
     tasks = tasks.model.objects.using(tasks.db)
     with db.write_atomic(tasks.db):
         # Lock the limited queues' settings first (in a fixed order), so that the running
@@ -65,7 +65,7 @@ def lease(
         walks = [(free, limit)] if free else []
         walks += [([q], budgets[q]) for q in limits if budgets[q]]
         keyed = ExpressionWrapper(Q(keys__isnull=False), output_field=models.BooleanField())
-        found: list[tuple[int, int, datetime, int, bool, str, timedelta | None]] = []
+        found: list[tuple[int, int, datetime, int, bool, str, timedelta | None, float]] = []
         for walk, size in walks:
             found += (
                 tasks.filter(status=Status.READY, queue__in=walk)
@@ -75,9 +75,11 @@ def lease(
                 .select_for_update(skip_locked=True)
                 .order_by(*order)
                 .annotate(keyed=keyed)
-                .values_list("priority", "pk", "created", "pk", "keyed", "queue", "timeout")[:size]
+                .values_list(
+                    "priority", "pk", "created", "pk", "keyed", "queue", "timeout", "turn"
+                )[:size]
             )
-        found.sort(key=lambda row: (-row[0], row[2], row[3]))
+        found.sort(key=lambda row: (-row[0], row[7], row[2], row[3]))
         plain = [row[1] for row in found[:limit] if not row[4]]
         with_keys = [row[1] for row in found[:limit] if row[4]]
         ids = plain + with_keys

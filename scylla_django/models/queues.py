@@ -9,14 +9,16 @@ from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError
 from django.db import connections, models
-from django.db.models import Min, Q
+from django.db.models import ExpressionWrapper, F, Min, Q
 from django.db.models.functions import Coalesce, Greatest
 
 from .. import db
 from ..db import Now
 from ..enums import Status
+from ..text import DurationError, positive_duration
 from ..validation import (
     QUEUE_MAX_LENGTH,
+    key_name,
     queue_validator,
     validate_queue,
 )
@@ -46,6 +48,27 @@ class QueueSettingQuerySet(models.QuerySet["QueueSetting"]):
         the queue is under it."""
         return self._set(queue, max_running=validate_max_running(max_running))
 
+    def share(
+        self, queue: str, fair_key: str | None, weights: dict[str, float] | None = None
+    ) -> QueueSetting:
+        """Share `queue`'s capacity fairly across the values of key family `fair_key`
+        ("tenant"; None: no longer): within a priority, the lease takes the tasks of its
+        values in turn, each value's `weights` times as often as a value of weight 1 (the
+        default), instead of the oldest first (`db.fairness`). Applies to tasks submitted
+        from now on; tasks already ready keep their place."""
+        family = None if fair_key is None else key_name(fair_key, "fair_key")
+        checked = validate_fair_weights(weights)
+        if family is None and checked is not None:
+            raise ValidationError("fair_weights needs a fair_key.", code="invalid_fair_weights")
+        return self._set(queue, fair_key=family, fair_weights=checked)
+
+    def age(self, queue: str, every: timedelta | float | str | None) -> QueueSetting:
+        """Raise the priority of `queue`'s ready tasks by one for each `every` they wait
+        (None: no longer), up to the highest (255), so that a low priority is never starved:
+        the monitor's `PriorityAging` does it (`age_ready`)."""
+        step = None if every is None else validate_aging(every)
+        return self._set(queue, aging=step)
+
     def _set(self, queue: str, **values: Any) -> QueueSetting:
         name = validate_queue(queue)
         with db.write_atomic(self.db):
@@ -72,14 +95,45 @@ def validate_max_running(value: object) -> int | None:
     return value
 
 
+#: The largest weight of a fair share (`QueueSetting.fair_weights`).
+MAX_FAIR_WEIGHT = 1000.0
+
+
+def validate_fair_weights(value: object) -> dict[str, float] | None:
+    """The weights of a fair share by key value: None, or a dict of positive numbers up to
+    MAX_FAIR_WEIGHT by value (text)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str)
+        and k
+        and not isinstance(w, bool)
+        and isinstance(w, (int, float))
+        and 0 < w <= MAX_FAIR_WEIGHT
+        for k, w in value.items()
+    ):
+        raise ValidationError(
+            f"fair_weights is an object of weights (numbers above 0, at most "
+            f"{MAX_FAIR_WEIGHT:g}) by key value.",
+            code="invalid_fair_weights",
+        )
+    return {k: float(w) for k, w in value.items()}
+
+
 class QueueSetting(models.Model):
     """How a queue is leased: `paused` (no lease takes its tasks) and `max_running` (at most
-    that many of its tasks run at once, across all workers; null: no limit)."""
+    that many of its tasks run at once, across all workers; null: no limit); `fair_key`, the
+    key family whose values share its capacity fairly (null: oldest first within a priority),
+    with `fair_weights`, a weight by value (1 for a value not named); `aging`, the wait that
+    raises a ready task's priority by one (null: none)."""
 
     id = models.BigAutoField(primary_key=True)
     queue = models.CharField(max_length=QUEUE_MAX_LENGTH, unique=True, validators=[queue_validator])
     paused = models.BooleanField(default=False)
     max_running = models.PositiveIntegerField(null=True, blank=True)
+    fair_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    fair_weights = models.JSONField(null=True, blank=True)
+    aging = models.DurationField(null=True, blank=True)
     updated = models.DateTimeField(db_default=Now())
 
     objects: ClassVar[QueueSettingQuerySet] = QueueSettingQuerySet.as_manager()  # type: ignore[assignment]
@@ -92,6 +146,44 @@ class QueueSetting(models.Model):
         state = "paused" if self.paused else "active"
         limit = f", at most {self.max_running} running" if self.max_running else ""
         return f"{self.queue} ({state}{limit})"
+
+
+def validate_aging(value: object) -> timedelta:
+    """A queue's aging step: a duration of at least a second (a timedelta, seconds, "5m")."""
+    try:
+        step = positive_duration(value)
+    except DurationError:
+        step = None
+    if step is None or step < timedelta(seconds=1):
+        raise ValidationError(
+            'aging is a duration of at least a second ("30s", "5m", seconds).',
+            code="invalid_aging",
+        )
+    return step
+
+
+#: The highest priority (the task table's check).
+TOP_PRIORITY = 255
+
+
+def age_ready(tasks: models.QuerySet[Any], chunk_size: int = 5000) -> int:
+    """Raise by one the priority of each ready task of a queue with `aging` that has waited
+    that long since it was submitted or last raised (its `updated`), up to TOP_PRIORITY;
+    the number raised. Chunks of `chunk_size`, each one conditional UPDATE on the database
+    clock, fenced on the task still being ready and unchanged since it was read."""
+    using = tasks.db
+    raised = 0
+    steps = QueueSetting.objects.using(using).filter(aging__isnull=False)
+    for queue, step in steps.values_list("queue", "aging"):
+        waited = tasks.filter(
+            status=Status.READY,
+            queue=queue,
+            priority__lt=TOP_PRIORITY,
+            updated__lte=ExpressionWrapper(Now() - step, output_field=models.DateTimeField()),
+        )
+        while pks := list(waited.order_by().values_list("pk", flat=True)[:chunk_size]):
+            raised += waited.filter(pk__in=pks).update(priority=F("priority") + 1, updated=Now())
+    return raised
 
 
 def due() -> Q:

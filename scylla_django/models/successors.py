@@ -125,6 +125,8 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
         order_key=task.order_key,
         order_seq=None if task.order_key is None else (task.order_seq or task.pk),
         order_block=task.order_block,
+        rate_cost=task.rate_cost,
+        fair_key=task.fair_key,
         notify=task.notify,
         version=task.version,
     )

@@ -507,7 +507,20 @@ class Task(models.Model):
     order_key = models.CharField(max_length=200, null=True, blank=True, editable=False)  # noqa: DJ001
     order_seq = models.BigIntegerField(null=True, blank=True, editable=False)
     order_block = models.BooleanField(null=True, blank=True, editable=False)
+    # A weighted rate: what the task's start costs against its rate (`rate_key=(name,
+    # {"cost": n})`); null costs 1.
+    rate_cost = models.PositiveIntegerField(null=True, blank=True, editable=False)
     # -- end of the keys block ----------------------------------------------------------------
+    # -- fair shares (scylla_django.db.fairness) ----------------------------------------------
+    # The value of the key its queue shares its capacity by ("42" of a tenant), null for a
+    # task outside any share, and the task's turn within its priority: the lease takes lower
+    # turns first, before age. A trigger gives each new task with a fair key its turn, after
+    # the last ready turn of its key's and never before the first ready turn of its priority.
+    fair_key = models.CharField(  # noqa: DJ001  # null, not "": tasks outside a share
+        max_length=200, null=True, blank=True, editable=False
+    )
+    turn = models.FloatField(default=0.0, db_default=0.0, editable=False)
+    # -- end of fair shares ----------------------------------------------------------------
     # What the handler's last run used, as the worker measured it: CPU seconds (its thread's,
     # or its child process's under process isolation) and the peak resident memory in bytes
     # (measured under process isolation only). Written with the outcome; null before.
@@ -556,9 +569,15 @@ class Task(models.Model):
         ]
         indexes = [
             models.Index(
-                fields=["queue", "-priority", "created", "id"],
+                fields=["queue", "-priority", "turn", "created", "id"],
                 name="scylla_task_ready_idx",
                 condition=Q(status="ready"),
+            ),
+            # Fair shares (db.fairness): the last ready turn of a key, read per new task.
+            models.Index(
+                fields=["queue", "fair_key", "priority", "turn"],
+                name="scylla_task_fair_idx",
+                condition=Q(status="ready", fair_key__isnull=False),
             ),
             models.Index(
                 fields=["deadline"], name="scylla_task_running_idx", condition=Q(status="running")

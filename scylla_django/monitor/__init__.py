@@ -5,6 +5,7 @@
 - `BatchCallbacks` (`callbacks`): batch callbacks released, or cancelled when they cannot run.
 - `Deliveries` (`deliveries`): the delivery tasks of completion notifications submitted.
 - `ScheduleTicks` (`schedules`): the settings' schedules synced, due ticks submitted.
+- `PriorityAging` (`aging`): the priority of tasks waiting in a queue with `aging` raised.
 - `LimitSettings` (`limits`): the limits and rates whose settings changed set to them.
 - `SettingsNames` (`peers`): what this monitor's settings define, said to the monitors
   running beside it (a rolling deploy), and theirs read back.
@@ -17,6 +18,7 @@ Each service is a `Service` whose `wait_for_run()` tests wait on instead of slee
 `Monitor` (`monitor`) runs them and is the one place that retries through database errors.
 """
 
+from .aging import PriorityAging
 from .callbacks import BatchCallbacks
 from .deliveries import Deliveries
 from .followups import FollowUps
@@ -37,6 +39,7 @@ __all__ = [
     "LimitSettings",
     "Monitor",
     "MonitorPass",
+    "PriorityAging",
     "ProcessRecords",
     "QueueRollups",
     "ScheduleTicks",

@@ -30,6 +30,7 @@ from ..durations import short
 from ..models import Monitor as MonitorRecord
 from ..retries import exponential_delay
 from ..text import DurationError, plural, positive_duration
+from .aging import PriorityAging
 from .callbacks import BatchCallbacks
 from .deliveries import Deliveries
 from .expiry import ExpiringTasks
@@ -83,6 +84,8 @@ class MonitorPass:
     delayed_released: int = 0
     """Delayed trigger firings released to their run constraints (their delay over)."""
     events_purged: int = 0
+    aged: int = 0
+    """Ready tasks whose priority rose by one (their queue's `aging`)."""
 
 
 class Monitor:
@@ -158,6 +161,7 @@ class Monitor:
         self.leases = ExpiredLeases(chunk_size=reset_chunk_size)
         self.followups = FollowUps()
         self.expiry = ExpiringTasks(chunk_size=reset_chunk_size)
+        self.aging = PriorityAging()
         self.callbacks = BatchCallbacks()
         self.deliveries = Deliveries()
         self.settings_names = SettingsNames()
@@ -173,6 +177,7 @@ class Monitor:
             self.leases,
             self.followups,
             self.expiry,
+            self.aging,
             self.callbacks,
             self.deliveries,
             self.schedules,

@@ -115,3 +115,14 @@ def test_keys_on_a_database_without_key_triggers_are_409_not_supported(api, monk
     assert_error(response, 409, "not_supported")
     assert not Task.objects.exists()
     assert not Key.objects.exists()
+
+
+def test_a_family_member_and_a_fair_key_over_http(api, settings):
+    settings.SCYLLA = {"LIMITS": {"tenant": {"default": 2}}, "RATES": {"api": {"default": "5/m"}}}
+    body = {"queue": "q", "spec": {}, "limits": ["tenant:5"], "rate_key": "api:5"}
+    response = post(api, "/tasks/", {**body, "fair_key": "5"})
+    assert response.status_code == 201, response.content
+    task = Task.objects.get(rn=response.json()["rn"])
+    assert (task.keys, task.fair_key) == (["C:tenant:5", "R:api:5"], "5")
+    response = post(api, "/tasks/", {**body, "fair_key": 1.5})
+    assert_field_error(response, "fair_key", "invalid_key")

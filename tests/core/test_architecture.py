@@ -36,6 +36,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "signals",
         "followups",
         "batches",
+        "rates",
         "notify",
         "deliveries",
         "constraints",

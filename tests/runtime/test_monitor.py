@@ -169,6 +169,7 @@ def test_each_service_runs_at_its_own_interval_and_tests_can_wait_for_a_run(work
         "expired leases",
         "follow-ups",
         "expiring tasks",
+        "priority aging",
         "callbacks",
         "notification deliveries",
         "schedule ticks",
