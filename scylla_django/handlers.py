@@ -362,6 +362,7 @@ class HandlerRegistry:
         self._timeouts: dict[str, timedelta] = {}
         self._batches: dict[str, Batching] = {}
         self._snoozes: dict[str, retries.Backoff] = {}
+        self._cpu_limits: dict[str, timedelta] = {}
 
     def register(self, queue: str, func: Handler) -> None:
         queue = validate_queue(queue)
@@ -435,6 +436,19 @@ class HandlerRegistry:
             )
         return validate_delay(backoff.delay(task.snoozes + 1))
 
+    def set_cpu_limit(self, queue: str, limit: timedelta | None) -> None:
+        """Make `limit` the CPU time a run of `queue`'s handler may use under `--isolation
+        process` (None: unset)."""
+        queue = validate_queue(queue)
+        if limit is None:
+            self._cpu_limits.pop(queue, None)
+        else:
+            self._cpu_limits[queue] = limit
+
+    def cpu_limit_of(self, queue: str) -> timedelta | None:
+        """The CPU time a run of `queue`'s handler may use in its child process, if limited."""
+        return self._cpu_limits.get(queue)
+
     def serves(self, queue: str) -> bool:
         """Whether a handler is registered for `queue`."""
         return queue in self._handlers
@@ -497,6 +511,7 @@ def handler(
     batch_wait: timedelta | float | str | None = None,
     notify: str | None = None,
     snooze: retries.Backoff | None = None,
+    cpu_limit: timedelta | float | str | None = None,
 ) -> Callable[[H], H]:
     """Register the decorated function as the handler of `queues`.
 
@@ -522,6 +537,11 @@ def handler(
     (`raise Snooze()`, `ctx.snooze()`) waits, by the task's snooze count: its first snooze
     waits `backoff.delay(1)`, its nth `backoff.delay(n)`. TypeError if it is not a backoff,
     ValidationError (`invalid_delay`) if a wait it gives is not a positive delay.
+    `cpu_limit` is the CPU time (user and system) one run of the handler may use under
+    `scylla_worker --isolation process`: past it the kernel stops its child process
+    (`RLIMIT_CPU`, in whole seconds, rounded up) and the task is aborted with the code
+    `cpu_limit`; the worker goes on. Ignored by a worker without process isolation (its
+    handlers share one process); ValidationError if it is not positive.
     """
     if retry is not None and not isinstance(retry, retries.Retry):
         raise TypeError(f"retry must be a Retry(...), not {retry!r}")
@@ -539,6 +559,7 @@ def handler(
         }
     )
     limit = None if timeout is None else validate_timeout(timeout)
+    cpu = None if cpu_limit is None else validate_timeout(cpu_limit)
     batching = Batching.of(batch_size, batch_wait)
     if notify is not None and not isinstance(notify, str):
         raise TypeError(f"notify must be a URL string, not {notify!r}")
@@ -552,6 +573,7 @@ def handler(
             queue_keys.register_keys(queue, **defaults)
             register_notify(queue, notify)
             registry.set_snooze(queue, snooze)
+            registry.set_cpu_limit(queue, cpu)
         return func
 
     return decorate

@@ -36,6 +36,7 @@ from ..models import (
     History,
     Schedule,
     Task,
+    TaskDeletion,
     WaitingRun,
     Worker,
 )
@@ -441,7 +442,8 @@ class TaskDetailSerializer(TaskSerializer):
     )
     waiting = serializers.SerializerMethodField(
         help_text="Why a ready task is not running now, each reason `{code, detail, ...}` "
-        "(`not_before`, `parents` with the `parents` it still waits for, `queue_paused`, "
+        "(`not_before`, `parents` with the `parents` it still waits for, `held` (an "
+        "operator's hold, with `by` and `since`), `queue_paused`, "
         "`queue_full`, `unserved`, `lock_held`, `limit_full`, `order_waits`, "
         "`rate_exhausted`); empty for any other task."
     )
@@ -469,6 +471,19 @@ class TaskDetailSerializer(TaskSerializer):
     def get_waiting(self, task: Task) -> list[dict[str, Any]]:
         """Why `task` waits: `Task.waiting_reasons()`."""
         return task.waiting_reasons()
+
+
+class TaskDeletionSerializer(serializers.ModelSerializer[TaskDeletion]):
+    """The record of a deleted task: what it was, when and by whom it was deleted, and its
+    History (each entry as in a task's `history`, closed by a `TaskDeletion` entry)."""
+
+    spec = JSONValueField(read_only=True)
+    history = serializers.ListField(child=serializers.DictField(), read_only=True)
+
+    class Meta:
+        model = TaskDeletion
+        fields = ["rn", "queue", "spec", "priority", "created", "deleted", "by", "history"]
+        read_only_fields = fields
 
 
 class RetryPolicySerializer(StrictSerializer):
@@ -506,8 +521,9 @@ class RetryPolicySerializer(StrictSerializer):
     )
     crashes = serializers.BooleanField(
         required=False,
-        help_text="Retry a task whose run ended with no outcome from its handler (the codes "
-        "`max_leases_exceeded` and `crashed`); true when omitted.",
+        help_text="Retry a task whose runs ended with no outcome from its handler (its worker "
+        "or child process died, froze or lost its lease) `MAX_LEASES` times (the code "
+        "`max_leases_exceeded`); true when omitted.",
     )
 
 

@@ -341,6 +341,22 @@ def holders(tasks: QuerySet[Any], element: str) -> QuerySet[Any]:
 PARENTS_NAMED = 10
 
 
+def _held_reason(task: Any) -> dict[str, Any]:
+    """The reason of a task on an operator's hold: who held it, since when."""
+    from .task_holds import holding
+
+    kept = holding(task)
+    by = kept.by if kept is not None else None
+    since = kept.since if kept is not None else None
+    return {
+        "code": "held",
+        "by": by,
+        "since": since.isoformat() if since is not None else None,
+        "not_before": kept.not_before.isoformat() if kept and kept.not_before else None,
+        "detail": f"held by {by or 'an operator'} since {since}; release it to let it run",
+    }
+
+
 def _parents_reason(task: Any, tasks: QuerySet[Any]) -> dict[str, Any]:
     """The `parents` reason of the held follow-up `task`: the parents it still waits for
     (those not completed; a purged one shows as `purged`), the first `PARENTS_NAMED` named."""
@@ -372,12 +388,14 @@ def waiting_reasons(task: Any) -> list[dict[str, Any]]:
     follow-up: `parents`, the first `PARENTS_NAMED` it still waits for as `{rn, status}`, and
     `pending`, how many it waits for), `queue_paused`, `queue_full` (`running`/`max_running`
     of the queue's limit), `unserved` (no alive or silent worker leases from its queue),
+    `held` (on an operator's hold: `by`, `since`, and `not_before`, its own, back on release),
     `lock_held` (`holders`: rns, and `holds`), `limit_full` (`running`/`max_running`),
     `order_waits` (`for`: the rn of the earlier task), `rate_exhausted` (`until`). Empty for a
     task that is not ready, or may run now."""
     from .dependencies import HELD
     from .queues import QueueSetting
     from .serving import live_worker_queues
+    from .task_holds import ON_HOLD
 
     if task.status != "ready":
         return []
@@ -387,6 +405,8 @@ def waiting_reasons(task: Any) -> list[dict[str, Any]]:
     reasons: list[dict[str, Any]] = []
     if task.not_before == HELD:
         reasons.append(_parents_reason(task, tasks))
+    elif task.not_before == ON_HOLD:
+        reasons.append(_held_reason(task))
     elif task.not_before is not None and task.not_before > now:
         reasons.append({"code": "not_before", "detail": f"not before {task.not_before}"})
     setting = QueueSetting.objects.using(using).filter(queue=task.queue).first()
