@@ -58,6 +58,7 @@ class TaskViewSet(
 
     queryset = Task.objects.all()
     serializer_class = TaskSerializer
+    http_method_names = ["get", "post", "delete", "head"]  # DELETE: `destroy` alone
     lookup_field = "rn"
     lookup_value_regex = "[^/]+"
     filter_backends = [DjangoFilterBackend]
