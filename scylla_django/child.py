@@ -17,7 +17,6 @@ import math
 import os
 import pickle
 import queue
-import resource
 import signal
 import threading
 import traceback
@@ -150,6 +149,8 @@ def cpu_limited(seconds: float | None) -> Iterator[None]:
     if seconds is None:
         yield
         return
+    import resource  # POSIX only, as process isolation is
+
     usage = resource.getrusage(resource.RUSAGE_SELF)
     used = usage.ru_utime + usage.ru_stime
     cpu = resource.getrlimit(resource.RLIMIT_CPU)

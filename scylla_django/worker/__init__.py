@@ -212,6 +212,7 @@ class TaskWorker:
             wakeup=self._wakeup,
             connection=self._connection,
             give_back=heartbeat.give_back,
+            hooks=self.hooks,
         )
         logger.info(
             "%s started: queues %s, concurrency %d, prefetch %d, lease %gs, heartbeat every %gs%s",
@@ -331,6 +332,7 @@ class TaskWorker:
                     pid=os.getpid(),
                     heartbeat_interval=options.heartbeat_seconds,
                     lease_length=options.lease_length,
+                    max_load=options.max_load,
                 )
         except DatabaseError:
             self._connection.discard()

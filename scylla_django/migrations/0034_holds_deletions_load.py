@@ -1,5 +1,6 @@
 """An operator's hold on one ready task (`TaskHold`: the task's own `not_before`, who, since
-when) and the record of a deleted task (`TaskDeletion`, with its History)."""
+when), the record of a deleted task (`TaskDeletion`, with its History), and a worker's
+`--max-load` with the load that keeps it from leasing (`Worker.max_load`, `Worker.overload`)."""
 
 import django.db.models.deletion
 from django.db import migrations, models
@@ -51,5 +52,15 @@ class Migration(migrations.Migration):
             options={
                 "verbose_name": "task hold",
             },
+        ),
+        migrations.AddField(
+            model_name="worker",
+            name="max_load",
+            field=models.FloatField(blank=True, null=True),
+        ),
+        migrations.AddField(
+            model_name="worker",
+            name="overload",
+            field=models.FloatField(blank=True, null=True),
         ),
     ]
