@@ -1165,7 +1165,7 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
 class UnmetSerializer(serializers.Serializer[Any]):
     """A run constraint unmet now, and the soonest it can be met (null: unknown)."""
 
-    code = serializers.CharField(help_text="window, min_gap, max_runs or max_concurrent.")
+    code = serializers.CharField(help_text="window, min_gap, max_runs, max_concurrent or max_load.")
     detail = serializers.CharField()
     until = serializers.DateTimeField(allow_null=True)
 
@@ -1365,6 +1365,12 @@ class ScheduleInputSerializer(StrictSerializer):
         required=False, allow_blank=True, max_length=20, help_text='"4/h", "1/d".'
     )
     max_concurrent = JSONValueField(required=False, allow_null=True)
+    max_load = JSONValueField(
+        required=False,
+        allow_null=True,
+        help_text="Launch only while a live worker of the queue reports a host load at or "
+        "under this.",
+    )
     when_unmet = StrictCharField(required=False, max_length=10, help_text='"wait" or "skip".')
     wait_timeout = JSONValueField(required=False, allow_null=True, help_text='Seconds, or "2h".')
     on_timeout = StrictCharField(required=False, max_length=10, help_text='"cancel" or "force".')

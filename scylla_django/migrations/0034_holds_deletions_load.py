@@ -1,6 +1,7 @@
 """An operator's hold on one ready task (`TaskHold`: the task's own `not_before`, who, since
 when), the record of a deleted task (`TaskDeletion`, with its History), and a worker's
-`--max-load` with the load that keeps it from leasing (`Worker.max_load`, `Worker.overload`)."""
+`--max-load` with the load that keeps it from leasing (`Worker.max_load`, `Worker.overload`),
+the load each worker reports (`Worker.load`) and a schedule's `max_load` run constraint."""
 
 import django.db.models.deletion
 from django.db import migrations, models
@@ -61,6 +62,16 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="worker",
             name="overload",
+            field=models.FloatField(blank=True, null=True),
+        ),
+        migrations.AddField(
+            model_name="worker",
+            name="load",
+            field=models.FloatField(blank=True, null=True),
+        ),
+        migrations.AddField(
+            model_name="schedule",
+            name="max_load",
             field=models.FloatField(blank=True, null=True),
         ),
     ]

@@ -240,14 +240,21 @@ class Worker(RegisteredProcess):
     # the load that keeps it from leasing now (null while it leases): "why is it waiting".
     max_load = models.FloatField(null=True, blank=True)
     overload = models.FloatField(null=True, blank=True)
+    # The host's load average (one minute) as the worker last read it, with its liveness.
+    load = models.FloatField(null=True, blank=True)
 
     objects: ClassVar[WorkerQuerySet] = WorkerQuerySet.as_manager()  # type: ignore[assignment]
 
-    def touch(self) -> None:
-        """Record that the worker is alive (`last_seen = now`), pushing back silent and dead."""
+    def touch(self, *, load: float | None = None) -> None:
+        """Record that the worker is alive (`last_seen = now`), pushing back silent and dead;
+        with `load`, the host's load average too (what a schedule's `max_load` reads)."""
         lease, interval = _liveness_intervals(self.lease_length, self.heartbeat_interval)
+        values: dict[str, Any] = {"load": load} if load is not None else {}
         Worker.objects.using(self._state.db).filter(pk=self.pk).update(
-            last_seen=Now(), silent_at=db.now_plus(2 * interval), dead_at=db.now_plus(lease)
+            last_seen=Now(),
+            silent_at=db.now_plus(2 * interval),
+            dead_at=db.now_plus(lease),
+            **values,
         )
 
     def record_overload(self, load: float | None) -> None:
