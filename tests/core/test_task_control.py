@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 
 from scylla_django import pytest_plugin
 from scylla_django.enums import EventType, Status
@@ -16,7 +17,7 @@ from scylla_django.exceptions import (
     TaskNotFound,
     TaskStarted,
 )
-from scylla_django.models import ON_HOLD, Dependency, Task, TaskDeletion, TaskHold, Worker
+from scylla_django.models import ON_HOLD, Batch, Dependency, Task, TaskDeletion, TaskHold, Worker
 from tests.helpers import expire, reload
 
 pytestmark = pytest.mark.django_db
@@ -44,6 +45,9 @@ def test_a_held_task_is_never_leased_until_released(worker):
     assert not TaskHold.objects.exists()
 
 
+@pytest.mark.skipif(
+    connection.vendor == "mysql", reason="the virtual clock runs on PostgreSQL and SQLite"
+)
 def test_the_hold_keeps_the_task_s_own_not_before_and_gives_it_back(scylla_clock):
     worker = Worker.objects.register(queues=["default"], capacity=4)
     task = Task.objects.submit("default", {}, not_before=scylla_clock.now() + timedelta(minutes=5))
@@ -139,9 +143,11 @@ def test_a_started_task_cannot_be_deleted(worker):
     cancelled.cancel()
     with pytest.raises(InvalidTransition, match="only a ready task"):
         reload(cancelled).delete_ready()
-    keyed = Task.objects.submit("default", {}, order_key="account-1")
-    with pytest.raises(InvalidTransition, match="order key"):
-        keyed.delete_ready()
+    batch = Batch.objects.create(total=1)
+    member = Task.objects.submit("default", {})
+    Task.objects.filter(pk=member.pk).update(batch=batch)
+    with pytest.raises(InvalidTransition, match="a batch"):
+        reload(member).delete_ready()
     assert Task.objects.count() == 3 and not TaskDeletion.objects.exists()
 
 
@@ -158,3 +164,11 @@ def test_deleting_a_held_follow_up_or_a_missing_task(worker):
         held.delete_ready()
     with pytest.raises(TaskNotFound):
         held.hold()
+
+
+@pytest.mark.skipif(connection.vendor == "mysql", reason="keys are refused on MySQL/MariaDB")
+def test_a_task_of_an_order_key_is_kept(worker):
+    keyed = Task.objects.submit("default", {}, order_key="account-1")
+    with pytest.raises(InvalidTransition, match="order key account-1"):
+        keyed.delete_ready()
+    assert Task.objects.filter(pk=keyed.pk).exists()
