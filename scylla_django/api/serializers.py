@@ -39,6 +39,7 @@ from ..models import (
     TaskDeletion,
     WaitingRun,
     Worker,
+    task_holds,
 )
 from ..models.children import MAX_SPAWNED
 from ..models.key_control import MAX_LIMIT
@@ -200,14 +201,20 @@ class TaskErrorSerializer(StrictSerializer):
 
 
 class NotBeforeField(serializers.DateTimeField):
-    """A task's own `not_before`: for a follow-up waiting for its parents, the delayed start it
-    takes once released (null: none), never the far-off date that holds it meanwhile."""
+    """A task's own `not_before`: for a follow-up waiting for its parents or a task on an
+    operator's hold, the delayed start it takes once released (null: none), never the far-off
+    date that holds it meanwhile."""
 
     def get_attribute(self, instance: Task) -> datetime | None:
         known: dict[int, datetime | None] = getattr(self.parent, "own_not_before", {})
         if instance.pk in known:
             return known[instance.pk]
-        return followups.own_not_before([instance])[instance.pk]
+        return own_not_before([instance])[instance.pk]
+
+
+def own_not_before(tasks: list[Task]) -> dict[int, datetime | None]:
+    """Each task's own `not_before` by id, follow-ups' and held tasks' included."""
+    return {**followups.own_not_before(tasks), **task_holds.own_not_before(tasks)}
 
 
 class TaskListSerializer(serializers.ListSerializer[Task]):
@@ -215,7 +222,7 @@ class TaskListSerializer(serializers.ListSerializer[Task]):
 
     def to_representation(self, data: Any) -> list[Any]:
         tasks = list(data.all() if hasattr(data, "all") else data)
-        self.child.own_not_before = followups.own_not_before(tasks)  # type: ignore[union-attr]
+        self.child.own_not_before = own_not_before(tasks)  # type: ignore[union-attr]
         return super().to_representation(tasks)
 
 
@@ -278,7 +285,8 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
     not_before = NotBeforeField(
         read_only=True,
         allow_null=True,
-        help_text="Not leased before this time. A follow-up also waits for its `parents`.",
+        help_text="Not leased before this time. A follow-up also waits for its `parents`, and "
+        "a held task for its release (its `waiting` says `held`).",
     )
     unique_key = serializers.CharField(read_only=True, allow_null=True)
     unique_window = SecondsField(help_text="Seconds a finished task keeps its unique key.")

@@ -14,6 +14,7 @@ waits (`held`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -120,3 +121,16 @@ def holding(task: Any) -> TaskHold | None:
     """The hold on `task`, if any."""
     using = task._state.db or "default"
     return TaskHold.objects.using(using).filter(task_id=task.pk).first()
+
+
+def own_not_before(tasks: Iterable[Any]) -> dict[int, datetime | None]:
+    """The own `not_before` of each held task among `tasks`, by id (the one its release gives
+    back; None: none): one query for them all, none if none is held."""
+    held = [task for task in tasks if task.not_before == ON_HOLD]
+    if not held:
+        return {}
+    using = held[0]._state.db or "default"
+    found: dict[int, datetime | None] = dict.fromkeys((task.pk for task in held), None)
+    rows = TaskHold.objects.using(using).filter(task_id__in=list(found))
+    found.update(rows.values_list("task_id", "not_before"))
+    return found

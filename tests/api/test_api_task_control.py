@@ -4,7 +4,7 @@ codes."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -46,6 +46,20 @@ def test_hold_and_release_over_http(operator, worker):
     assert [t.rn for t in lease(worker)] == [task.rn]
     assert_error(post(operator, f"/tasks/{task.rn}/hold/", {}), 409, "invalid_transition")
     assert_error(post(operator, "/tasks/nope/hold/", {}), 404, "task_not_found")
+
+
+def test_a_held_task_shows_its_own_not_before(operator):
+    """Not the far-off date that holds it: the one its release gives back."""
+    plain = Task.objects.submit("default", {}, rn="plain")
+    start = datetime(2031, 5, 4, 3, 2, 1, tzinfo=UTC)
+    later = Task.objects.submit("default", {}, rn="later", not_before=start)
+    for task in (plain, later):
+        post(operator, f"/tasks/{task.rn}/hold/", {})
+    assert operator.get(f"{API}/tasks/plain/").json()["not_before"] is None
+    shown = operator.get(f"{API}/tasks/later/").json()["not_before"]
+    assert shown is not None and datetime.fromisoformat(shown.replace("Z", "+00:00")) == start
+    listed = {t["rn"]: t["not_before"] for t in operator.get(f"{API}/tasks/").json()["results"]}
+    assert listed == {"plain": None, "later": shown}
 
 
 def test_delete_over_http_keeps_a_record(operator, worker):
