@@ -21,6 +21,7 @@ from .batching import plain_queues
 from .database import WorkerConnection
 from .execution import Execution
 from .hooks import WorkerHooks
+from .load import LoadGate
 from .options import WorkerOptions
 from .slots import GIVE_BACK, Claim, Slots
 
@@ -43,10 +44,11 @@ class LeaseLoop:
         connection: WorkerConnection,
         give_back: Callable[[Sequence[TaskContext], str], None] | None = None,
         hooks: WorkerHooks | None = None,
+        load: LoadGate | None = None,
     ) -> None:
         self.options = options
         self.hooks = hooks if hooks is not None else WorkerHooks()
-        self.load = LoadGate(options, worker, connection)
+        self.load = load if load is not None else LoadGate(options, worker, connection)
         self.worker = worker
         self.connection = connection
         self.slots = slots
@@ -136,53 +138,3 @@ class LeaseLoop:
         finally:
             started = self.slots.take(claim, tasks, self.worker)
         return started
-
-
-class LoadGate:
-    """`--max-load`: whether the host's load keeps the worker from leasing now. A change
-    either way is logged and recorded on the worker's row (`Worker.overload`), where "why is
-    this task waiting" reads it."""
-
-    def __init__(self, options: WorkerOptions, worker: Worker, connection: WorkerConnection):
-        self.options = options
-        self.worker = worker
-        self.connection = connection
-        self.load: float | None = None  # the load that keeps it from leasing, None: it leases
-
-    def over(self) -> bool:
-        """Read the load (when there is a limit); True while it is over the limit."""
-        limit = self.options.max_load
-        if limit is None:
-            return False
-        try:
-            load = float(self.options.load_reader())
-        except (OSError, ValueError) as exc:  # no load average here: lease as without a limit
-            logger.warning("%s cannot read the host's load: %s", self.worker.name, exc)
-            return False
-        over = load if load > limit else None
-        if (over is None) != (self.load is None):
-            if over is not None:
-                logger.info(
-                    "%s leases nothing: the host's load %.2f is over its --max-load %g",
-                    self.worker.name,
-                    load,
-                    limit,
-                )
-            else:
-                logger.info(
-                    "%s leases again: the host's load %.2f is back under its --max-load %g",
-                    self.worker.name,
-                    load,
-                    limit,
-                )
-            self._record(over)
-        self.load = over
-        return over is not None
-
-    def _record(self, load: float | None) -> None:
-        try:
-            with self.connection.used():
-                self.worker.record_overload(load)
-        except DatabaseError as exc:  # said again at the next change; leasing goes on
-            self.connection.discard()
-            logger.warning("%s could not record its load: %s", self.worker.name, exc)

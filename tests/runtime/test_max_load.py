@@ -14,6 +14,7 @@ from scylla_django.enums import Status
 from scylla_django.models import Task, Worker
 from scylla_django.worker import TaskWorker, WorkerOptions
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
+from tests.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,8 +24,10 @@ class Load:
 
     def __init__(self, value: float) -> None:
         self.value = value
+        self.readers: list[str] = []  # the threads that read it, in turn
 
     def __call__(self) -> float:
+        self.readers.append(threading.current_thread().name)
         return self.value
 
 
@@ -52,6 +55,30 @@ def test_a_worker_over_its_max_load_leases_nothing_and_says_why():
         assert task.status == Status.COMPLETED
         assert Worker.objects.get(pk=worker.worker.pk).overload is None
         assert "load_high" not in [r["code"] for r in task.waiting_reasons()]
+    finally:
+        worker.stop()
+        thread.join(60)
+    assert not thread.is_alive()
+
+
+def test_a_batch_handler_s_queue_is_held_back_too():
+    load = Load(9.0)
+    worker = TaskWorker(
+        WorkerOptions(["t-batch", "t-echo"], poll_interval=0.05, max_load=2, load_reader=load)
+    )
+    hooks = worker.hooks
+    member = Task.objects.submit("t-batch", {"n": 1})
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        assert hooks.wait_for("held_back", 2), hooks
+        wait_until(lambda: load.readers.count("scylla-batch-t-batch") >= 3, what="the batcher")
+        member.refresh_from_db()
+        assert (member.status, member.leases) == (Status.READY, 0)
+        load.value = 0.5
+        assert hooks.wait_for("written", 1), hooks
+        member.refresh_from_db()
+        assert member.status == Status.COMPLETED
     finally:
         worker.stop()
         thread.join(60)
