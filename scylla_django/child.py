@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import math
 import os
 import pickle
 import queue
 import signal
 import threading
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -128,12 +129,43 @@ def child_main(conn: Connection, setup: Setup) -> None:
             send(("done", "raised", exception_error(job[1]), None, None))
             job = jobs.get()
             continue
-        _, handler, queue_name, task, worker = job
+        _, handler, queue_name, task, worker, cpu_limit = job
         ctx = _ChildContext(task, worker, send)
         running[:] = [ctx]
-        send(_run_here(ctx, handler, queue_name))
+        with cpu_limited(cpu_limit):
+            message = _run_here(ctx, handler, queue_name)
+        send(message)
         running.clear()
         job = jobs.get()
+
+
+@contextlib.contextmanager
+def cpu_limited(seconds: float | None) -> Iterator[None]:
+    """Let the block use at most `seconds` of CPU time (user and system, rounded up to whole
+    seconds as `RLIMIT_CPU` counts them): past it the kernel sends this process SIGXCPU, which
+    ends it (without a core file: `RLIMIT_CORE` is 0 while the limit is on). `RLIMIT_CPU`
+    counts the whole life of the process, so the limit is set past what it has used so far,
+    and lifted again after the block."""
+    if seconds is None:
+        yield
+        return
+    import resource  # POSIX only, as process isolation is
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    used = usage.ru_utime + usage.ru_stime
+    cpu = resource.getrlimit(resource.RLIMIT_CPU)
+    core = resource.getrlimit(resource.RLIMIT_CORE)
+    soft = math.ceil(used + seconds)
+    for bound in cpu:
+        if bound != resource.RLIM_INFINITY:
+            soft = min(soft, bound)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, core[1]))
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, cpu[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_CPU, cpu)
+        resource.setrlimit(resource.RLIMIT_CORE, core)
 
 
 def _set_up(setup: Setup) -> None:

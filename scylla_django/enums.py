@@ -56,6 +56,7 @@ class Operation(models.TextChoices):
 
     LEASE = "lease"
     HEARTBEAT = "heartbeat"
+    LAPSE = "lapse"
     COMPLETE = "complete"
     ABORT = "abort"
     YIELD = "yield"
@@ -102,6 +103,13 @@ TRANSITIONS: dict[Operation, Transition] = {
         ),
         Transition(
             operation=Operation.HEARTBEAT,
+            sources=frozenset({Status.RUNNING}),
+            target=Status.RUNNING,
+            event=None,
+            owner_only=True,
+        ),
+        Transition(
+            operation=Operation.LAPSE,
             sources=frozenset({Status.RUNNING}),
             target=Status.RUNNING,
             event=None,

@@ -79,6 +79,19 @@ class OwnerAlive(InvalidTransition, code="owner_alive"):
     """The worker holding the lease is still alive: an operator may not take the lease away."""
 
 
+class TaskHeld(InvalidTransition, code="task_held"):
+    """The task is on an operator's hold (`Task.hold()`): it is not leased, nor held again,
+    until it is released."""
+
+
+class NotHeld(InvalidTransition, code="not_held"):
+    """The task is not on an operator's hold: there is nothing to release."""
+
+
+class TaskStarted(InvalidTransition, code="task_started"):
+    """The task has started (it is running, or finished): it cannot be deleted; cancel it."""
+
+
 class TaskTimedOut(ScyllaError, code="timeout"):
     """The task ran past its run-time limit: the handler should return (the task is aborted
     with the error `timeout` whatever it returns)."""

@@ -379,6 +379,7 @@ class HandlerRegistry:
         self._timeouts: dict[str, timedelta] = {}
         self._bundling: dict[str, Bundling] = {}
         self._snoozes: dict[str, retries.Backoff] = {}
+        self._cpu_limits: dict[str, timedelta] = {}
 
     def register(self, queue: str, func: Handler) -> None:
         queue = validate_queue(queue)
@@ -452,6 +453,19 @@ class HandlerRegistry:
             )
         return validate_delay(backoff.delay(task.snoozes + 1))
 
+    def set_cpu_limit(self, queue: str, limit: timedelta | None) -> None:
+        """Make `limit` the CPU time a run of `queue`'s handler may use under `--isolation
+        process` (None: unset)."""
+        queue = validate_queue(queue)
+        if limit is None:
+            self._cpu_limits.pop(queue, None)
+        else:
+            self._cpu_limits[queue] = limit
+
+    def cpu_limit_of(self, queue: str) -> timedelta | None:
+        """The CPU time a run of `queue`'s handler may use in its child process, if limited."""
+        return self._cpu_limits.get(queue)
+
     def serves(self, queue: str) -> bool:
         """Whether a handler is registered for `queue`."""
         return queue in self._handlers
@@ -523,6 +537,7 @@ class HandlerDecorator:
         snooze: retries.Backoff | None = None,
         version: int | None = None,
         schema: Mapping[str, Any] | None = None,
+        cpu_limit: timedelta | float | str | None = None,
     ) -> Callable[[H], H]:
         """Register the decorated function as the handler of `queues`.
 
@@ -539,15 +554,20 @@ class HandlerDecorator:
         `timeout` is the run-time limit of the queues' tasks that set none (README, "Run-time
         limits"); ValidationError if it is not positive.
 
-        `bundle_size` makes it a bundle handler (docs/howto/bundle-handlers.md): it is called with a
-        list of up to `bundle_size` contexts, leased in one statement once one task is ready and
-        `bundle_wait` (default 0) has passed or the bundle is full.
+        `bundle_size` makes it a bundle handler (docs/howto/bundle-handlers.md): it is called
+        with a list of up to `bundle_size` contexts, leased in one statement once one task is
+        ready and `bundle_wait` (default 0) has passed or the bundle is full.
         `notify` is the URL that the outcome of the queues' tasks submitted without one is POSTed
         to once final (README, "Completion notifications"); it is checked at submission.
         `snooze` (`Exponential(...)` or `Fixed(seconds)`) is how long a snooze without a delay
         (`raise Snooze()`, `ctx.snooze()`) waits, by the task's snooze count: its first snooze
         waits `backoff.delay(1)`, its nth `backoff.delay(n)`. TypeError if it is not a backoff,
         ValidationError (`invalid_delay`) if a wait it gives is not a positive delay.
+        `cpu_limit` is the CPU time (user and system) one run of the handler may use under
+        `scylla_worker --isolation process`: past it the kernel stops its child process
+        (`RLIMIT_CPU`, in whole seconds, rounded up) and the task is aborted with the code
+        `cpu_limit`; the worker goes on. Ignored by a worker without process isolation (its
+        handlers share one process); ValidationError if it is not positive.
 
         `version` (an integer from 1; none declared is 1) is the version of the spec the
         function reads: every task submitted to the queues is stamped with it, and a task
@@ -573,6 +593,7 @@ class HandlerDecorator:
             }
         )
         limit = None if timeout is None else validate_timeout(timeout)
+        cpu = None if cpu_limit is None else validate_timeout(cpu_limit)
         bundling = Bundling.of(bundle_size, bundle_wait)
         if notify is not None and not isinstance(notify, str):
             raise TypeError(f"notify must be a URL string, not {notify!r}")
@@ -589,6 +610,7 @@ class HandlerDecorator:
                 queue_keys.register_keys(queue, **defaults)
                 register_notify(queue, notify)
                 registry.set_snooze(queue, snooze)
+                registry.set_cpu_limit(queue, cpu)
             return func
 
         return decorate

@@ -11,6 +11,7 @@ peak on its own).
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -109,3 +110,9 @@ def _status_bytes(field: str) -> int | None:
         if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
     return None
+
+
+def host_load() -> float:
+    """The host's load average over the last minute (`os.getloadavg()`): the runnable
+    processes, on average, that the `--max-load` of a worker compares with."""
+    return os.getloadavg()[0]

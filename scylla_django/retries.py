@@ -46,14 +46,16 @@ TIMEOUT_CODE = TaskTimedOut.code
 MAX_LEASES_CODE = "max_leases_exceeded"
 #: The error code a worker writes when a handler raises (the exception's type is in `args`).
 EXCEPTION_CODE = "exception"
-#: The error code a worker under process isolation writes when the child process running a
-#: handler died (a signal, an exit): what would have ended a worker's lease, retried alike.
-CRASHED_CODE = "crashed"
+#: The error code a worker under process isolation writes when the kernel stopped the child
+#: process running a handler at its CPU limit (`@handler(cpu_limit=...)`, SIGXCPU).
+CPU_LIMIT_CODE = "cpu_limit"
 #: The codes `Retry(timeouts=True)` retries: the run-time limit's.
 TIMEOUT_CODES = (TIMEOUT_CODE,)
 #: The codes `Retry(crashes=True)` retries: a run that ended with no outcome from its handler
-#: (the worker or the child process running it died, hung or lost its lease, again and again).
-CRASH_CODES = (MAX_LEASES_CODE, CRASHED_CODE)
+#: again and again (the worker, or the child process running the handler under `--isolation
+#: process`, died, froze or lost its lease: each such run is a lost lease, and the monitor
+#: aborts the task at `MAX_LEASES`).
+CRASH_CODES = (MAX_LEASES_CODE,)
 MAX_DELAY = 365 * 86400.0
 
 
@@ -158,9 +160,9 @@ class Retry:
       retry=True)`).
     - `timeouts`: retry a task aborted at its run-time limit (the code `timeout`, written by
       its worker or, for a lease that expired at the limit, by the monitor).
-    - `crashes`: retry a task whose run ended with no outcome from its handler: its lease
-      expired `MAX_LEASES` times (the code `max_leases_exceeded`), or the child process
-      running its handler died (`crashed`, under `--isolation process`).
+    - `crashes`: retry a task whose runs ended with no outcome from its handler `MAX_LEASES`
+      times (the code `max_leases_exceeded`): its worker, or under `--isolation process` the
+      child process running its handler, died, froze or lost its lease each time.
     """
 
     max_attempts: int = 3

@@ -80,3 +80,10 @@ def snooze_by_policy(ctx):
     """Snooze without a delay (in the child, under isolation): the worker's policy says how
     long, by the task's snooze count."""
     raise Snooze()
+
+
+@handler("i-spin", cpu_limit=1)
+def spin(ctx):
+    """Spin on the CPU for ever: past its CPU limit of a second, the kernel stops its child."""
+    while True:
+        pass

@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy
 from .. import followups
 from ..durations import ago as ago_words
 from ..durations import short
-from ..models import HELD, Dependency, History, Task
+from ..models import HELD, ON_HOLD, Dependency, History, Task, task_holds
 from ..models.keys import described
 from ..text import plural
 from .display import (
@@ -196,6 +196,10 @@ class TaskColumns(TaskAdminBase):
     @admin.display(description=gettext_lazy("not before"))
     def not_before_at(self, task: Task) -> SafeString | str:
         """The delayed start; a follow-up's is its own, taken once its parents completed."""
+        if task.not_before == ON_HOLD:
+            kept = task_holds.holding(task)
+            own = kept.not_before if kept is not None else None
+            return format_html("held, then {}", moment(own)) if own else "held"
         if task.not_before != HELD:
             return moment(task.not_before)
         own = followups.own_not_before([task])[task.pk]

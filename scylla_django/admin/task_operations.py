@@ -21,7 +21,7 @@ from ..conf import scylla_settings
 from ..durations import short
 from ..enums import TERMINAL_STATUSES, Liveness, Operation, Status, sources
 from ..exceptions import InvalidTransition, LeaseLost, OwnerAlive, TaskNotFound
-from ..models import QueueSetting, Task, TaskQuerySet, Worker, key_control
+from ..models import ON_HOLD, QueueSetting, Task, TaskQuerySet, Worker, key_control
 from ..validation import worker_id
 from .display import (
     TaskAdminBase,
@@ -256,6 +256,47 @@ class TaskOperations(TaskAdminBase):
             request,
             f"{released} order keys released, {total - released} skipped (holding none).",
             messages.SUCCESS if released else messages.WARNING,
+        )
+
+    @admin.action(permissions=["control"], description=gettext_lazy("Hold selected (ready only)"))
+    def hold_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
+        """Keep the selected ready tasks from every lease (`Task.hold()`), one fenced
+        transaction each; the others (not ready, held already, waiting for parents) are
+        skipped."""
+        self.each_selected(request, queryset, "held", lambda t: t.hold(by=str(request.user)))
+
+    @admin.action(permissions=["control"], description=gettext_lazy("Release selected holds"))
+    def release_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
+        """End the hold on the selected held tasks (`Task.release_hold()`); the tasks not held
+        are skipped."""
+        held = queryset.filter(status=Status.READY, not_before=ON_HOLD)
+        self.each_selected(request, held, "released", lambda t: t.release_hold(), queryset)
+
+    def each_selected(
+        self,
+        request: HttpRequest,
+        queryset: TaskQuerySet,
+        verb: str,
+        act: Any,
+        among: TaskQuerySet | None = None,
+    ) -> None:
+        """Apply `act(task)` to the selected ready tasks (up to ten pages of them) and report
+        how many were `verb` and how many of `among` (default: the selection) skipped."""
+        done = 0
+        ready = queryset.order_by("pk").filter(status=Status.READY)
+        for task in ready.defer("spec", "result", "errors")[: self.list_per_page * 10]:
+            try:
+                act(task)
+            except (InvalidTransition, TaskNotFound):
+                continue
+            done += 1
+        total = (among if among is not None else queryset).order_by().count()
+        logger.info("%s %s %d of %d selected tasks", request.user, verb, done, total)
+        self.message_user(
+            request,
+            _("%(done)d %(verb)s, %(skipped)d skipped.")
+            % {"done": done, "verb": verb, "skipped": total - done},
+            messages.SUCCESS if done else messages.WARNING,
         )
 
     def order_button(self, task: Task) -> dict[str, Any]:

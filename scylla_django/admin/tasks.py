@@ -209,6 +209,8 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
         "purge_selected",
         "retry_selected",
         "release_order_selected",
+        "hold_selected",
+        "release_selected",
         "discard_selected",
     )
     inlines = (HistoryInline,)

@@ -6,7 +6,8 @@
 | `scylla_django.submit_task` | submit tasks, one or in bulk |
 | `scylla_django.cancel_task` | cancel tasks |
 | `scylla_django.work_task` | register workers, and lease, heartbeat, complete, abort and yield |
-| `scylla_django.control_queue` | pause, resume and limit queues |
+| `scylla_django.control_queue` | pause, resume and limit queues; hold and release one task |
+| `scylla_django.delete_task` | delete a task that has not started (`DELETE /tasks/{rn}/`) |
 
 A worker operation names its worker (`worker-<n>`). Only the user who registered that worker
 over HTTP may act as it; staff users with `work_task` may act as any worker (operators), which
@@ -31,6 +32,7 @@ SUBMIT = "scylla_django.submit_task"
 CANCEL = "scylla_django.cancel_task"
 WORK = "scylla_django.work_task"
 CONTROL = "scylla_django.control_queue"
+DELETE = "scylla_django.delete_task"
 
 
 class HasActionPermission(BasePermission):

@@ -36,8 +36,10 @@ from ..models import (
     History,
     Schedule,
     Task,
+    TaskDeletion,
     WaitingRun,
     Worker,
+    task_holds,
 )
 from ..models.children import MAX_SPAWNED
 from ..models.key_control import MAX_LIMIT
@@ -200,14 +202,20 @@ class TaskErrorSerializer(StrictSerializer):
 
 
 class NotBeforeField(serializers.DateTimeField):
-    """A task's own `not_before`: for a follow-up waiting for its parents, the delayed start it
-    takes once released (null: none), never the far-off date that holds it meanwhile."""
+    """A task's own `not_before`: for a follow-up waiting for its parents or a task on an
+    operator's hold, the delayed start it takes once released (null: none), never the far-off
+    date that holds it meanwhile."""
 
     def get_attribute(self, instance: Task) -> datetime | None:
         known: dict[int, datetime | None] = getattr(self.parent, "own_not_before", {})
         if instance.pk in known:
             return known[instance.pk]
-        return followups.own_not_before([instance])[instance.pk]
+        return own_not_before([instance])[instance.pk]
+
+
+def own_not_before(tasks: list[Task]) -> dict[int, datetime | None]:
+    """Each task's own `not_before` by id, follow-ups' and held tasks' included."""
+    return {**followups.own_not_before(tasks), **task_holds.own_not_before(tasks)}
 
 
 class TaskListSerializer(serializers.ListSerializer[Task]):
@@ -215,7 +223,7 @@ class TaskListSerializer(serializers.ListSerializer[Task]):
 
     def to_representation(self, data: Any) -> list[Any]:
         tasks = list(data.all() if hasattr(data, "all") else data)
-        self.child.own_not_before = followups.own_not_before(tasks)  # type: ignore[union-attr]
+        self.child.own_not_before = own_not_before(tasks)  # type: ignore[union-attr]
         return super().to_representation(tasks)
 
 
@@ -278,7 +286,8 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
     not_before = NotBeforeField(
         read_only=True,
         allow_null=True,
-        help_text="Not leased before this time. A follow-up also waits for its `parents`.",
+        help_text="Not leased before this time. A follow-up also waits for its `parents`, and "
+        "a held task for its release (its `waiting` says `held`).",
     )
     unique_key = serializers.CharField(read_only=True, allow_null=True)
     unique_window = SecondsField(help_text="Seconds a finished task keeps its unique key.")
@@ -443,7 +452,8 @@ class TaskDetailSerializer(TaskSerializer):
     )
     waiting = serializers.SerializerMethodField(
         help_text="Why a ready task is not running now, each reason `{code, detail, ...}` "
-        "(`not_before`, `parents` with the `parents` it still waits for, `queue_paused`, "
+        "(`not_before`, `parents` with the `parents` it still waits for, `held` (an "
+        "operator's hold, with `by` and `since`), `queue_paused`, "
         "`queue_full`, `unserved`, `lock_held`, `limit_full`, `order_waits`, "
         "`rate_exhausted`); empty for any other task."
     )
@@ -505,6 +515,19 @@ class TaskDetailSerializer(TaskSerializer):
         return task.waiting_reasons()
 
 
+class TaskDeletionSerializer(serializers.ModelSerializer[TaskDeletion]):
+    """The record of a deleted task: what it was, when and by whom it was deleted, and its
+    History (each entry as in a task's `history`, closed by a `TaskDeletion` entry)."""
+
+    spec = JSONValueField(read_only=True)
+    history = serializers.ListField(child=serializers.DictField(), read_only=True)
+
+    class Meta:
+        model = TaskDeletion
+        fields = ["rn", "queue", "spec", "priority", "created", "deleted", "by", "history"]
+        read_only_fields = fields
+
+
 class RetryPolicySerializer(StrictSerializer):
     """A retry policy: when an aborted task is followed by a new one, and after how long."""
 
@@ -540,8 +563,9 @@ class RetryPolicySerializer(StrictSerializer):
     )
     crashes = serializers.BooleanField(
         required=False,
-        help_text="Retry a task whose run ended with no outcome from its handler (the codes "
-        "`max_leases_exceeded` and `crashed`); true when omitted.",
+        help_text="Retry a task whose runs ended with no outcome from its handler (its worker "
+        "or child process died, froze or lost its lease) `MAX_LEASES` times (the code "
+        "`max_leases_exceeded`); true when omitted.",
     )
 
 
@@ -1188,7 +1212,7 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
 class UnmetSerializer(serializers.Serializer[Any]):
     """A run constraint unmet now, and the soonest it can be met (null: unknown)."""
 
-    code = serializers.CharField(help_text="window, min_gap, max_runs or max_concurrent.")
+    code = serializers.CharField(help_text="window, min_gap, max_runs, max_concurrent or max_load.")
     detail = serializers.CharField()
     until = serializers.DateTimeField(allow_null=True)
 
@@ -1388,6 +1412,12 @@ class ScheduleInputSerializer(StrictSerializer):
         required=False, allow_blank=True, max_length=20, help_text='"4/h", "1/d".'
     )
     max_concurrent = JSONValueField(required=False, allow_null=True)
+    max_load = JSONValueField(
+        required=False,
+        allow_null=True,
+        help_text="Launch only while a live worker of the queue reports a host load at or "
+        "under this.",
+    )
     when_unmet = StrictCharField(required=False, max_length=10, help_text='"wait" or "skip".')
     wait_timeout = JSONValueField(required=False, allow_null=True, help_text='Seconds, or "2h".')
     on_timeout = StrictCharField(required=False, max_length=10, help_text='"cancel" or "force".')

@@ -3,8 +3,9 @@ dependencies, schedules and queue rollups. Import them from here:
 `from scylla_django.models import Task`.
 """
 
-from . import key_control
+from . import key_control, task_holds
 from .batches import CALLBACKS, Batch, BatchQuerySet, count_finished, count_requeued
+from .deletions import TaskDeletion
 from .dependencies import HELD, MAX_PARENTS, Dependency
 from .events import Consumption, Event, Firing, FiringOutcome, Watermark
 from .held import NOT_YIELDED
@@ -45,6 +46,7 @@ from .rollups import (
 )
 from .schedules import CatchUp, OnTimeout, Schedule, WhenUnmet
 from .task import TABLES, Task, TaskQuerySet
+from .task_holds import ON_HOLD, TaskHold
 from .traces import TaskTrace
 from .waiting import WaitingRun
 
@@ -54,6 +56,7 @@ __all__ = [
     "MAX_PARENTS",
     "MONITOR_PREFIX",
     "NOT_YIELDED",
+    "ON_HOLD",
     "SCHEDULED",
     "SETTLED",
     "TABLES",
@@ -90,6 +93,8 @@ __all__ = [
     "Tallies",
     "Tally",
     "Task",
+    "TaskDeletion",
+    "TaskHold",
     "TaskOptions",
     "TaskQuerySet",
     "TaskTrace",
@@ -107,6 +112,7 @@ __all__ = [
     "send_each_on_commit",
     "send_on_commit",
     "tally_history",
+    "task_holds",
     "validate_max_running",
     "wait_to_start",
     "worker_name",

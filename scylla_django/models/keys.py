@@ -391,6 +391,51 @@ def holders(tasks: QuerySet[Any], element: str) -> QuerySet[Any]:
 PARENTS_NAMED = 10
 
 
+def load_reasons(queue: str, using: str) -> list[dict[str, Any]]:
+    """`load_high`, when every alive or silent worker that leases from `queue` leases nothing
+    because its host's load is over its `--max-load` (as each last recorded it)."""
+    from ..enums import Liveness
+    from .processes import WORKER_PREFIX, Worker
+
+    rows = (
+        Worker.objects.using(using)
+        .in_state(Liveness.ALIVE, Liveness.SILENT)
+        .values_list("pk", "queues", "overload", "max_load")
+    )
+    serving = [row for row in rows if isinstance(row[1], list) and queue in row[1]]
+    if not serving or any(overload is None for _, _, overload, _ in serving):
+        return []
+    workers = [
+        {"name": f"{WORKER_PREFIX}{pk}", "load": overload, "max_load": max_load}
+        for pk, _, overload, max_load in serving
+    ]
+    said = ", ".join(f"{w['name']} {w['load']:.2f} > {w['max_load']:g}" for w in workers)
+    return [
+        {
+            "code": "load_high",
+            "workers": workers,
+            "detail": f"every worker of queue {queue} leases nothing: host load over its "
+            f"--max-load ({said})",
+        }
+    ]
+
+
+def _held_reason(task: Any) -> dict[str, Any]:
+    """The reason of a task on an operator's hold: who held it, since when."""
+    from .task_holds import holding
+
+    kept = holding(task)
+    by = kept.by if kept is not None else None
+    since = kept.since if kept is not None else None
+    return {
+        "code": "held",
+        "by": by,
+        "since": since.isoformat() if since is not None else None,
+        "not_before": kept.not_before.isoformat() if kept and kept.not_before else None,
+        "detail": f"held by {by or 'an operator'} since {since}; release it to let it run",
+    }
+
+
 def _parents_reason(task: Any, tasks: QuerySet[Any]) -> dict[str, Any]:
     """The `parents` reason of the held follow-up `task`: the parents it still waits for
     (those not completed; a purged one shows as `purged`), the first `PARENTS_NAMED` named."""
@@ -422,12 +467,16 @@ def waiting_reasons(task: Any) -> list[dict[str, Any]]:
     follow-up: `parents`, the first `PARENTS_NAMED` it still waits for as `{rn, status}`, and
     `pending`, how many it waits for), `queue_paused`, `queue_full` (`running`/`max_running`
     of the queue's limit), `unserved` (no alive or silent worker leases from its queue),
+    `load_high` (every live worker of its queue leases nothing: its host's load is over its
+    `--max-load`; `workers`: `{name, load, max_load}` each),
+    `held` (on an operator's hold: `by`, `since`, and `not_before`, its own, back on release),
     `lock_held` (`holders`: rns, and `holds`), `limit_full` (`running`/`max_running`),
     `order_waits` (`for`: the rn of the earlier task), `rate_exhausted` (`until`). Empty for a
     task that is not ready, or may run now."""
     from .dependencies import HELD
     from .queues import QueueSetting
     from .serving import live_worker_queues
+    from .task_holds import ON_HOLD
 
     if task.status != "ready":
         return []
@@ -437,6 +486,8 @@ def waiting_reasons(task: Any) -> list[dict[str, Any]]:
     reasons: list[dict[str, Any]] = []
     if task.not_before == HELD:
         reasons.append(_parents_reason(task, tasks))
+    elif task.not_before == ON_HOLD:
+        reasons.append(_held_reason(task))
     elif task.not_before is not None and task.not_before > now:
         reasons.append({"code": "not_before", "detail": f"not before {task.not_before}"})
     setting = QueueSetting.objects.using(using).filter(queue=task.queue).first()
@@ -455,6 +506,8 @@ def waiting_reasons(task: Any) -> list[dict[str, Any]]:
             )
     if task.queue not in live_worker_queues(using, max_age=0):
         reasons.append({"code": "unserved", "detail": f"no live worker serves queue {task.queue}"})
+    else:
+        reasons.extend(load_reasons(task.queue, using))
     epoch = now.timestamp()
     for element in task.keys or []:
         kind, name = element[:2], element[2:]

@@ -99,6 +99,7 @@ class WorkerQuerySet(LivenessQuerySet["Worker"]):
         user: Any = None,
         heartbeat_interval: timedelta | float | None = None,
         lease_length: timedelta | float | None = None,
+        max_load: float | None = None,
     ) -> Worker:
         """Register a worker process; its name `worker-<id>` comes from the database sequence.
 
@@ -119,6 +120,7 @@ class WorkerQuerySet(LivenessQuerySet["Worker"]):
         worker = self.create(
             queues=queues,
             capacity=capacity,
+            max_load=max_load,
             hostname=hostname[:255],
             pid=pid,
             user=user,
@@ -234,15 +236,32 @@ class Worker(RegisteredProcess):
     # after its lease length.
     heartbeat_interval = models.DurationField(null=True, blank=True)
     lease_length = models.DurationField(null=True, blank=True)
+    # `--max-load`: the host load over which the worker leases nothing (null: no limit), and
+    # the load that keeps it from leasing now (null while it leases): "why is it waiting".
+    max_load = models.FloatField(null=True, blank=True)
+    overload = models.FloatField(null=True, blank=True)
+    # The host's load average (one minute) as the worker last read it, with its liveness.
+    load = models.FloatField(null=True, blank=True)
 
     objects: ClassVar[WorkerQuerySet] = WorkerQuerySet.as_manager()  # type: ignore[assignment]
 
-    def touch(self) -> None:
-        """Record that the worker is alive (`last_seen = now`), pushing back silent and dead."""
+    def touch(self, *, load: float | None = None) -> None:
+        """Record that the worker is alive (`last_seen = now`), pushing back silent and dead;
+        with `load`, the host's load average too (what a schedule's `max_load` reads)."""
         lease, interval = _liveness_intervals(self.lease_length, self.heartbeat_interval)
+        values: dict[str, Any] = {"load": load} if load is not None else {}
         Worker.objects.using(self._state.db).filter(pk=self.pk).update(
-            last_seen=Now(), silent_at=db.now_plus(2 * interval), dead_at=db.now_plus(lease)
+            last_seen=Now(),
+            silent_at=db.now_plus(2 * interval),
+            dead_at=db.now_plus(lease),
+            **values,
         )
+
+    def record_overload(self, load: float | None) -> None:
+        """Record that the host's load `load` keeps this worker from leasing (over its
+        `max_load`), or with None that it leases again."""
+        Worker.objects.using(self._state.db).filter(pk=self.pk).update(overload=load)
+        self.overload = load
 
     def current_state(self) -> str:
         """This worker's liveness now (one query): alive, silent, dead or stopped."""

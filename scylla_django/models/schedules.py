@@ -77,6 +77,7 @@ class Schedule(models.Model):
     min_gap = models.DurationField(null=True, blank=True)
     max_runs = models.CharField(max_length=20, blank=True)
     max_concurrent = models.PositiveIntegerField(null=True, blank=True)
+    max_load = models.FloatField(null=True, blank=True)
     when_unmet = models.CharField(max_length=4, choices=WhenUnmet.choices, default=WhenUnmet.WAIT)
     wait_timeout = models.DurationField(null=True, blank=True)
     on_timeout = models.CharField(max_length=6, choices=OnTimeout.choices, default=OnTimeout.CANCEL)

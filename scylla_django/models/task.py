@@ -38,6 +38,7 @@ from ..enums import (
 from ..exceptions import (
     InvalidTransition,
     LeaseLost,
+    TaskHeld,
     TaskNotFound,
     WorkerNotFound,
     error_record,
@@ -59,7 +60,7 @@ from ..validation import (
     validate_timeout,
     validate_timeouts,
 )
-from . import keys, maintenance, portable, submission, successors
+from . import deletions, keys, maintenance, portable, submission, successors, task_holds
 from .batches import count_finished
 from .children import spawn, validate_children
 from .dependencies import HELD
@@ -265,6 +266,8 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
             raise InvalidTransition(
                 f"Task {rn} waits for its parents to complete.", rn=rn, status=current.status
             )
+        if task_holds.is_held(current):
+            raise TaskHeld(f"Task {rn} is held: release it first.", rn=rn, status=current.status)
         task: Task | None = portable.lease_rn(self, pk, name, rn, length)
         if task is None:
             if not Worker.objects.using(self.db).filter(pk=pk, stopped__isnull=True).exists():
@@ -397,6 +400,9 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
             ]
             History.objects.using(self.db).filter(task__in=self.order_by().values("pk")).delete()
             forget_traces(self.db, self)
+            task_holds.TaskHold.objects.using(self.db).filter(
+                task__in=self.order_by().values("pk")
+            ).delete()
             _, per_model = super().delete()
             if kept:
                 transaction.on_commit(lambda: logs.delete_logs(kept), using=self.db)
@@ -831,6 +837,32 @@ class Task(models.Model):
         successor: Task = successors.resubmit(self)
         return successor
 
+    # -- operators: one task ------------------------------------------------------------------
+
+    def hold(self, *, by: str | None = None) -> None:
+        """Keep this ready task from every lease until `release_hold()`, without cancelling
+        it (see `scylla_django.models.task_holds`); `by` names who held it. Raises TaskHeld
+        (held already), InvalidTransition (not ready, or a follow-up waiting for its parents),
+        TaskNotFound; nothing is written then."""
+        task_holds.hold(self, by)
+
+    def release_hold(self) -> None:
+        """End the hold on this task: its own `not_before` back, leasable as before. Raises
+        NotHeld (not held, or cancelled meanwhile: the hold is dropped), TaskNotFound."""
+        task_holds.release(self)
+
+    @property
+    def is_held(self) -> bool:
+        """Whether this task is on an operator's hold (`hold()`)."""
+        return task_holds.is_held(self)
+
+    def delete_ready(self, *, by: str | None = None) -> deletions.TaskDeletion:
+        """Delete this task if it has not started (ready), keeping a `TaskDeletion` record of
+        it with its History; `by` names who deleted it. Raises TaskStarted (running or
+        finished), InvalidTransition (cancelled, in a batch, with an order key), TaskNotFound;
+        nothing is written then (see `scylla_django.models.deletions`)."""
+        return deletions.delete_ready(self, by)
+
     def waiting_reasons(self) -> list[dict[str, Any]]:
         """Why this ready task is not running now (its not_before, parents, paused queue, and
         each lock, limit, order key or rate that is not free): see `keys.waiting_reasons`."""
@@ -867,6 +899,27 @@ class Task(models.Model):
             worker,
             {"deadline": capped_deadline(db.now_plus(timedelta(seconds=-1), Clock))},
             notify=(db.READY_CHANNEL, "queue"),
+            lease=lease,
+        )
+
+    def lapse_lease(self, worker: Worker | str, *, lease: int | None = None) -> None:
+        """End the lease as a lost one: `deadline = now - 1 s`, nothing else written.
+
+        For a worker whose run of the task failed with no outcome from the handler (the child
+        process running it under `--isolation process` died): the monitor's next pass then
+        treats the lease exactly as the lease of a worker that died, at once instead of when
+        the lease would have run out: back to ready with a TaskTimeout{worker, progress} row,
+        counted toward `MAX_LEASES` (aborted `max_leases_exceeded` at the cap). Unlike
+        `yield_lease()`, no TaskYield row is written, so the lease counts. A lease that
+        already ran into its run-time limit keeps its deadline there (the monitor aborts the
+        task with `timeout`).
+
+        Raises LeaseLost or TaskCancelled when `worker` does not hold the lease.
+        """
+        self._apply(
+            Operation.LAPSE,
+            worker,
+            {"deadline": capped_deadline(db.now_plus(timedelta(seconds=-1), Clock))},
             lease=lease,
         )
 

@@ -16,6 +16,9 @@ SCYLLA = {"SCHEDULES": {
 - `min_gap`: at least this long since the schedule's last run ended (none while it runs).
 - `max_runs`: at most N runs launched in any period, "<N>/<period>": "4/h", "1/d", "10/30m".
 - `max_concurrent`: at most N runs of the schedule ready or running at once.
+- `max_load`: launch only while some live worker of the schedule's queue reports a host load
+  average (one minute, sent with its heartbeats) at or under this number: the cluster's load,
+  as the workers see it. A queue no live worker reports for does not hold a firing back.
   `skip_if_running=True` is `max_concurrent=1` with a firing skipped while one runs.
 - `when_unmet`: "wait" (the default: the firing is held in a `WaitingRun` row until every
   constraint is met) or "skip" (the firing is dropped).
@@ -29,6 +32,7 @@ the schedule row's lock (the pass that ticks it holds it), on the schedules' clo
 
 from __future__ import annotations
 
+import math
 import re
 import zoneinfo
 from collections.abc import Mapping
@@ -39,8 +43,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from .. import db
-from ..enums import Status
-from ..models import OnTimeout, Schedule, Task, WaitingRun, WhenUnmet, send_on_commit
+from ..enums import Liveness, Status
+from ..models import OnTimeout, Schedule, Task, WaitingRun, WhenUnmet, Worker, send_on_commit
 from ..models.keys import parse_rate
 from ..models.traces import keep_traces
 from ..signals import task_submitted
@@ -53,6 +57,7 @@ CONSTRAINT_KEYS = (
     "min_gap",
     "max_runs",
     "max_concurrent",
+    "max_load",
     "when_unmet",
     "wait_timeout",
     "on_timeout",
@@ -161,6 +166,7 @@ def clean_constraints(raw: Mapping[str, Any], errors: FieldErrors) -> dict[str, 
         "min_gap": None,
         "max_runs": "",
         "max_concurrent": None,
+        "max_load": None,
         "when_unmet": WhenUnmet.WAIT,
         "wait_timeout": None,
         "on_timeout": OnTimeout.CANCEL,
@@ -194,6 +200,20 @@ def clean_constraints(raw: Mapping[str, Any], errors: FieldErrors) -> dict[str, 
                 'when_unmet="skip"), not both.',
                 code="skip_if_running_and_max_concurrent",
             )
+    load = raw.get("max_load")
+    if load is not None:
+        if (
+            isinstance(load, bool)
+            or not isinstance(load, int | float)
+            or not math.isfinite(load)
+            or load <= 0
+        ):
+            errors["max_load"] = ValidationError(
+                f"max_load must be a positive number (a load average), not {load!r}.",
+                code="invalid_max_load",
+            )
+        else:
+            fields["max_load"] = float(load)
     for key, choices in (("when_unmet", WhenUnmet), ("on_timeout", OnTimeout)):
         value = raw.get(key)
         if value is None:
@@ -225,6 +245,7 @@ class Constraints:
     max_runs: tuple[int, float] | None = None
     max_runs_text: str = ""
     max_concurrent: int | None = None
+    max_load: float | None = None
     when_unmet: str = WhenUnmet.WAIT
     wait_timeout: timedelta | None = None
     on_timeout: str = OnTimeout.CANCEL
@@ -243,6 +264,7 @@ class Constraints:
             max_runs=parse_max_runs(schedule.max_runs) if schedule.max_runs else None,
             max_runs_text=schedule.max_runs,
             max_concurrent=concurrent,
+            max_load=schedule.max_load,
             when_unmet=schedule.when_unmet,
             wait_timeout=schedule.wait_timeout,
             on_timeout=schedule.on_timeout,
@@ -252,7 +274,11 @@ class Constraints:
     @property
     def any(self) -> bool:
         return bool(
-            self.windows or self.min_gap or self.max_runs or self.max_concurrent is not None
+            self.windows
+            or self.min_gap
+            or self.max_runs
+            or self.max_concurrent is not None
+            or self.max_load is not None
         )
 
     @property
@@ -298,6 +324,23 @@ def _first_instant(wall: datetime, zone: zoneinfo.ZoneInfo) -> datetime:
     while moment.astimezone(zone).replace(tzinfo=None) < wall:
         moment += timedelta(minutes=1)
     return moment
+
+
+def least_worker_load(queue: str, using: str) -> float | None:
+    """The least host load that an alive worker of `queue` reported with its heartbeat (None:
+    none reported one)."""
+    rows = (
+        Worker.objects.using(using)
+        .in_state(Liveness.ALIVE)
+        .filter(load__isnull=False)
+        .values_list("queues", "load")
+    )
+    loads = [
+        float(load)
+        for queues, load in rows
+        if load is not None and isinstance(queues, list) and queue in queues
+    ]
+    return min(loads) if loads else None
 
 
 @dataclass(frozen=True)
@@ -410,6 +453,8 @@ class Gate:
             )
         if c.min_gap is not None:
             found.extend(self._min_gap(c.min_gap))
+        if c.max_load is not None:
+            found.extend(self._max_load(c.max_load))
         if c.max_runs is not None:
             count, seconds = c.max_runs
             launches = self.launches()
@@ -424,6 +469,19 @@ class Gate:
                     )
                 )
         return found
+
+    def _max_load(self, limit: float) -> list[Unmet]:
+        queue = self.schedule.queue
+        least = least_worker_load(queue, self.using)
+        if least is None or least <= limit:
+            return []
+        return [
+            Unmet(
+                "max_load",
+                f"the workers of queue {queue} are loaded: the least load is {least:.2f}, "
+                f"max_load is {limit:g}",
+            )
+        ]
 
     def _min_gap(self, gap: timedelta) -> list[Unmet]:
         rn = self.schedule.last_task

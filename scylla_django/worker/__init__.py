@@ -55,6 +55,7 @@ from .heartbeat import Heartbeat
 from .hooks import WorkerHooks
 from .isolation import Isolation
 from .leasing import LeaseLoop
+from .load import LoadGate
 from .options import WorkerOptions
 from .slots import Slots
 from .summary import Summary
@@ -167,6 +168,7 @@ class TaskWorker:
             after_task=self._check_memory if options.max_memory is not None else None,
             hooks=self.hooks,
         )
+        load = LoadGate(options, worker, self._connection)
         self._bundlers = [
             Bundler(
                 options,
@@ -177,6 +179,8 @@ class TaskWorker:
                 watchdog=self._watchdog,
                 stopping=self._bundles_done,
                 once=once,
+                load=load,
+                hooks=self.hooks,
             )
             for queue in bundle_queues(options)
         ]
@@ -212,6 +216,8 @@ class TaskWorker:
             wakeup=self._wakeup,
             connection=self._connection,
             give_back=heartbeat.give_back,
+            hooks=self.hooks,
+            load=load,
         )
         logger.info(
             "%s started: queues %s, concurrency %d, prefetch %d, lease %gs, heartbeat every %gs%s",
@@ -332,6 +338,7 @@ class TaskWorker:
                     pid=os.getpid(),
                     heartbeat_interval=options.heartbeat_seconds,
                     lease_length=options.lease_length,
+                    max_load=options.max_load,
                 )
         except DatabaseError:
             self._connection.discard()

@@ -30,6 +30,8 @@ from ..handlers import Bundling, TaskContext
 from ..models import Outcome, Task, Worker
 from .database import WorkerConnection, close_handler_connections, retry
 from .execution import Execution
+from .hooks import WorkerHooks
+from .load import LoadGate
 from .options import WorkerOptions
 from .watchdog import Watchdog
 
@@ -64,6 +66,8 @@ class Bundler:
         watchdog: Watchdog,
         stopping: threading.Event,
         once: bool = False,
+        load: LoadGate | None = None,
+        hooks: WorkerHooks | None = None,
     ) -> None:
         bundling = options.registry.bundling_of(queue)
         if bundling is None:
@@ -77,6 +81,8 @@ class Bundler:
         self.watchdog = watchdog
         self.stopping = stopping
         self.once = once
+        self.load = load if load is not None else LoadGate(options, worker, connection)
+        self.hooks = hooks if hooks is not None else WorkerHooks()
         self._lock = threading.Lock()
         self._hand: list[TaskContext] = []
         self._wakeup = threading.Event()
@@ -95,6 +101,11 @@ class Bundler:
     def run(self) -> None:
         try:
             while not self.stopping.is_set():
+                if self.load.over():  # `--max-load`: nothing leased while the host is loaded
+                    self.hooks.note("held_back")
+                    self._wakeup.wait(self.options.poll_interval)
+                    self._wakeup.clear()
+                    continue
                 if not self._filled():
                     if self.once:
                         return

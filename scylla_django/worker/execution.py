@@ -33,13 +33,14 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
 from django.core.exceptions import ValidationError
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from .. import logs, spec_versions, tracing
 from ..capture import TaskLog, captured
 from ..exceptions import (
     Abort,
     LeaseLost,
+    ScyllaError,
     Snooze,
     TaskCancelled,
     TaskTimedOut,
@@ -53,7 +54,7 @@ from ..resources import ThreadMeter, Usage
 from ..validation import invalid_result, validate_delay, validate_json
 from .database import OwnConnections, close_handler_connections
 from .hooks import WorkerHooks
-from .isolation import Isolation, Relayed
+from .isolation import ChildDied, Isolation, Relayed
 
 logger = logging.getLogger("scylla_django")
 
@@ -281,8 +282,22 @@ class Execution:
         if not ctx.end():
             raise _Abandoned
         with self._writes():
+            if isinstance(ctx.stop_reason, ChildDied):
+                self._lapse(ctx)
             return self.sink.finish_here(
                 ctx, self._logged(ctx, run.log, self._kept(ctx, run.outcome))
+            )
+
+    def _lapse(self, ctx: TaskContext) -> None:
+        """Let the lease of `ctx`, whose child process died running it, lapse now: the monitor
+        resets it as the lease of a dead worker (see `isolation.py`). The heartbeat no longer
+        extends it (the task is stopped); should this write fail, or a heartbeat sent before
+        the stop land after it, the lease lapses at its deadline instead, to the same end."""
+        try:
+            ctx.task.lapse_lease(ctx.worker)
+        except (DatabaseError, ScyllaError) as exc:
+            logger.warning(
+                "%s: could not end the lease of %s at once: %s", self._name(), ctx.task.rn, exc
             )
 
     def _call(self, ctx: TaskContext, run: _Run) -> Any:
@@ -290,7 +305,13 @@ class Execution:
         it used in `run.usage` (an `async def` handler of a foreground run in an event loop of
         its own)."""
         if self.isolation is not None:
-            result = self.isolation.call(ctx, run.handler, run.record)
+            cpu_limit = self.registry.cpu_limit_of(ctx.task.queue)
+            result = self.isolation.call(
+                ctx,
+                run.handler,
+                run.record,
+                cpu_limit=None if cpu_limit is None else cpu_limit.total_seconds(),
+            )
             for child in ctx.children:  # spawned in the child process, outside the run's span
                 if "batch" not in child:
                     ctx.trace_options(child)  # type: ignore[arg-type]

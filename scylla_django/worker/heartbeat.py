@@ -101,12 +101,19 @@ class Heartbeat:
                     next_touch = now + interval * 0.9
                     try:
                         with self.connection.used():
-                            self.worker.touch()
+                            self.worker.touch(load=self._load())
                     except DatabaseError:
                         self.connection.discard()
                 self._tick()
         finally:
             connections.close_all()
+
+    def _load(self) -> float | None:
+        """The host's load, sent with the worker's liveness (None if it cannot be read)."""
+        try:
+            return float(self.options.load_reader())
+        except (OSError, ValueError):
+            return None
 
     def give_back(self, contexts: Sequence[TaskContext], why: str | None = None) -> None:
         """Yield the leases of `contexts` not yielded yet, between heartbeat passes: in one

@@ -11,7 +11,9 @@ in a slot before `leased` counts it):
 - `written`: outcomes written (or refused) and their slots released;
 - `beat`: heartbeat statements sent and answered;
 - `yielded`: tasks given back (on shutdown, or prefetched tasks behind slow ones);
-- `given_up`: handlers given up (past their run-time limit, or their lease lost).
+- `given_up`: handlers given up (past their run-time limit, or their lease lost);
+- `held_back`: passes of the lease loop that leased nothing because the host's load was over
+  `--max-load`.
 
 Counting costs a lock and an integer: production workers count too, and nothing reads them.
 """
@@ -21,8 +23,16 @@ from __future__ import annotations
 import threading
 from typing import Literal
 
-HookName = Literal["leased", "started", "written", "beat", "yielded", "given_up"]
-NAMES: tuple[HookName, ...] = ("leased", "started", "written", "beat", "yielded", "given_up")
+HookName = Literal["leased", "started", "written", "beat", "yielded", "given_up", "held_back"]
+NAMES: tuple[HookName, ...] = (
+    "leased",
+    "started",
+    "written",
+    "beat",
+    "yielded",
+    "given_up",
+    "held_back",
+)
 
 
 class WorkerHooks:

@@ -24,9 +24,14 @@ already sends progress for every task in hand in one statement and decides when 
 stop; a child then needs no connection of the worker's own (only the handler's own queries
 open one, closed after each task).
 
-When the child dies while it runs a task (a signal, any exit), the task is aborted with code
-`crashed` (retried as an expired lease is, under its policy's `crashes`), and the thread
-starts another child for its next task. A stopped task whose handler does not return within
+When the child dies while it runs a task (a signal, any exit), the run is a worker failure,
+as a worker that dies or freezes holding a lease is: the worker writes no outcome and lets the
+lease lapse at once (`Task.lapse_lease`), and the monitor's next pass resets it as it resets any
+expired lease (back to ready with a TaskTimeout row, counted toward `MAX_LEASES`, aborted
+`max_leases_exceeded` at the cap, which a policy's `crashes` retries). The thread starts
+another child for its next task. The one exception is a child stopped by the kernel at its
+task's CPU limit (`@handler(cpu_limit=...)`, SIGXCPU): that is the task's own doing, and the
+task is aborted with the code `cpu_limit`. A stopped task whose handler does not return within
 the grace period after the stop has its child killed. A child whose resident memory is past
 `--max-memory` after a task is replaced.
 
@@ -50,10 +55,10 @@ from typing import Any
 
 from ..capture import relay
 from ..child import Ran, Setup, child_main
-from ..exceptions import Abort, ScyllaError, Snooze, TaskCancelled
+from ..exceptions import Abort, LeaseLost, ScyllaError, Snooze, TaskCancelled
 from ..handlers import Handler, TaskContext
 from ..resources import MB, Usage
-from ..retries import CRASHED_CODE
+from ..retries import CPU_LIMIT_CODE
 
 logger = logging.getLogger("scylla_django")
 
@@ -115,12 +120,15 @@ class Child:
         *,
         stop_grace: float,
         deadline: float | None,
+        cpu_limit: float | None = None,
     ) -> tuple[Any, Ran | None]:
         """Run `handler` on `ctx`'s task in the child (None: the handler of its queue in the
         child's registry); return what it returned and what the run used, or raise what it
         raised (as `Abort` with its error record, or the stop).
 
-        The child dying raises `Abort` with code `crashed`. A stopped task whose handler
+        The child dying stops `ctx` with `ChildDied` (a lost lease), raised; one stopped by
+        the kernel past `cpu_limit` seconds of CPU time raises `Abort` with code `cpu_limit`.
+        A stopped task whose handler
         is still running `stop_grace` seconds after the stop is killed (its stop is raised);
         so is one still running at `deadline` (a `time.monotonic()` moment; `Abort` with
         code `timeout`): either way a new child runs the next task.
@@ -128,10 +136,10 @@ class Child:
         if self._conn is None or self._process is None:
             raise RuntimeError("start() the child first")
         conn = self._conn
-        conn.send(("run", handler, ctx.task.queue, ctx.task, ctx.worker))
+        conn.send(("run", handler, ctx.task.queue, ctx.task, ctx.worker, cpu_limit))
         stopped_at: float | None = None
         while True:
-            message = self._receive(ctx)
+            message = self._receive(ctx, cpu_limit)
             if message is not None:
                 kind = message[0]
                 if kind == "progress":
@@ -162,9 +170,9 @@ class Child:
                 self.kill()
                 raise Abort("timeout", "the handler ran past its run-time limit")
 
-    def _receive(self, ctx: TaskContext) -> tuple[Any, ...] | None:
-        """The child's next message, None if none came within `POLL`; `Abort` (`crashed`)
-        if the child died."""
+    def _receive(self, ctx: TaskContext, cpu_limit: float | None) -> tuple[Any, ...] | None:
+        """The child's next message, None if none came within `POLL`; `ChildDied` (or the
+        abort `cpu_limit`) if the child died."""
         if self._conn is None:
             raise RuntimeError("start() the child first")
         try:
@@ -177,16 +185,33 @@ class Child:
             if self._process.is_alive():
                 return None
         self._process.join(timeout=5)
-        crash = _crash(self._process.exitcode)
+        exitcode = self._process.exitcode
+        death = _death(exitcode)
+        if cpu_limit is not None and exitcode == -signal.SIGXCPU:
+            logger.warning(
+                "%s: the child process (pid %s) running %s used its CPU limit of %gs",
+                ctx.worker.name,
+                self.pid,
+                ctx.task.rn,
+                cpu_limit,
+            )
+            self.kill()
+            raise Abort(
+                CPU_LIMIT_CODE,
+                f"the handler used its CPU limit of {cpu_limit:g} s (killed by SIGXCPU)",
+                args={"cpu_limit": cpu_limit},
+            )
         logger.warning(
-            "%s: the child process (pid %s) running %s died: %s",
+            "%s: the child process (pid %s) running %s died: %s; its lease is left to lapse",
             ctx.worker.name,
             self.pid,
             ctx.task.rn,
-            crash.description,
+            death,
         )
         self.kill()
-        raise crash
+        died = ChildDied(f"the child process running the handler {death}", rn=ctx.task.rn)
+        ctx.stop(died)
+        raise died
 
     def close(self, timeout: float = 5.0) -> None:
         """Ask the child to exit; kill it if it has not within `timeout` seconds."""
@@ -243,6 +268,7 @@ class Isolation:
         record: Callable[[Usage], None],
         *,
         deadline: float | None = None,
+        cpu_limit: float | None = None,
     ) -> Any:
         """Run `handler` for `ctx` in this thread's child (see `Child.run`): return what it
         returned, or raise what it raised; `record` gets what the run used, if known."""
@@ -253,7 +279,11 @@ class Isolation:
             self._busy.add(child)
         try:
             result, ran = child.run(
-                ctx, self._portable[handler], stop_grace=self.stop_grace, deadline=deadline
+                ctx,
+                self._portable[handler],
+                stop_grace=self.stop_grace,
+                deadline=deadline,
+                cpu_limit=cpu_limit,
             )
         except Relayed as relayed:
             if relayed.ran is not None:
@@ -359,19 +389,18 @@ class _Snoozed(Snooze, Relayed):
         self.ran = ran
 
 
-def _crash(exitcode: int | None) -> Abort:
+class ChildDied(LeaseLost):
+    """The child process running a task's handler died (a signal, an exit): a worker failure,
+    with no outcome from the handler. The worker lets the task's lease lapse, as a worker that
+    died would have (see the module's docstring)."""
+
+
+def _death(exitcode: int | None) -> str:
+    """How a child process ended, in words: "was killed by SIGKILL", "exited with status 3"."""
     if exitcode is not None and exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
         except ValueError:
             name = str(-exitcode)
-        return Abort(
-            CRASHED_CODE,
-            f"the child process running the handler was killed by {name}",
-            args={"signal": name},
-        )
-    return Abort(
-        CRASHED_CODE,
-        f"the child process running the handler exited with status {exitcode}",
-        args={"exitcode": exitcode},
-    )
+        return f"was killed by {name}"
+    return f"exited with status {exitcode}"

@@ -2,7 +2,7 @@
 slot is freed, tasks become ready (a LISTEN notification) or `poll_interval` passes, and hand
 them to the handlers (pull model: a worker never holds more than its concurrency and its
 prefetch). Prefetched tasks that wait behind handlers all busy with slow tasks are given back
-(`Slots.stuck`)."""
+(`Slots.stuck`). While the host's load is over `--max-load` it leases nothing (`LoadGate`)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from ..models import Task, Worker
 from .bundles import plain_queues
 from .database import WorkerConnection
 from .execution import Execution
+from .hooks import WorkerHooks
+from .load import LoadGate
 from .options import WorkerOptions
 from .slots import GIVE_BACK, Claim, Slots
 
@@ -41,8 +43,12 @@ class LeaseLoop:
         wakeup: threading.Event,
         connection: WorkerConnection,
         give_back: Callable[[Sequence[TaskContext], str], None] | None = None,
+        hooks: WorkerHooks | None = None,
+        load: LoadGate | None = None,
     ) -> None:
         self.options = options
+        self.hooks = hooks if hooks is not None else WorkerHooks()
+        self.load = load if load is not None else LoadGate(options, worker, connection)
         self.worker = worker
         self.connection = connection
         self.slots = slots
@@ -62,6 +68,10 @@ class LeaseLoop:
             if self.slots.exhausted() or (once and not self.queues):
                 break
             self._wakeup.clear()  # before leasing: a wake-up during the lease is not lost
+            if self.load.over():
+                self.hooks.note("held_back")
+                self._wakeup.wait(self.options.poll_interval)
+                continue
             free = self.slots.free()
             if free > 0 and self.slots.taken() > 0 and options.write_wait > 0:
                 # Other handlers are busy and may be about to finish: a moment's wait lets one

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from ..conf import heartbeat_interval_for, scylla_settings
 from ..handlers import HandlerRegistry
 from ..handlers import registry as default_registry
+from ..resources import host_load
 from ..validation import validate_queues
 
 ISOLATIONS = ("thread", "process")
@@ -47,6 +49,10 @@ class WorkerOptions:
       leasing, finishes its tasks and stops, and under process isolation a child past it is
       replaced (None: no limit). A worker stopped by either limit is `recycled`: a
       supervisor starts another in its place.
+    - `max_load`: the host's load average (`os.getloadavg()`, one minute) over which the
+      worker leases nothing: it finishes what it holds, and leases again once the load is
+      back at or under it (None: no limit). `load_reader` reads the load (a test gives its
+      own).
     - `isolation`: `"thread"` (default) runs plain handlers on the worker's threads;
       `"process"` runs each in a child process of its thread's own (see `isolation.py`).
     - `grace_period`: seconds a shutdown waits for the handlers still running.
@@ -76,6 +82,8 @@ class WorkerOptions:
     poll_interval: float = 1.0
     max_tasks: int | None = None
     max_memory: int | None = None
+    max_load: float | None = None
+    load_reader: Callable[[], float] = dataclasses.field(default=host_load, compare=False)
     isolation: str = "thread"
     grace_period: float = 30.0
     timeout_grace: timedelta = dataclasses.field(default_factory=_configured_timeout_grace)
@@ -102,6 +110,8 @@ class WorkerOptions:
             raise ValueError("max_tasks must be at least 1")
         if self.max_memory is not None and self.max_memory < 1:
             raise ValueError("max_memory must be at least 1 (megabytes)")
+        if self.max_load is not None and not (math.isfinite(self.max_load) and self.max_load > 0):
+            raise ValueError("max_load must be a positive number")
         if self.isolation not in ISOLATIONS:
             raise ValueError(
                 f"isolation must be one of {', '.join(ISOLATIONS)}, not {self.isolation!r}"

@@ -83,7 +83,7 @@ def test_an_error_may_ask_for_a_retry(api, as_worker, mine):
 
 def test_a_timeout_abort_over_http_follows_the_policy_s_timeouts_and_crashes(api, as_worker, mine):
     """The HTTP policy takes `timeouts` (the run-time limit's `timeout`) and `crashes` (a
-    run ended with no outcome: `max_leases_exceeded`, `crashed`) as `Retry` does."""
+    run ended with no outcome, `max_leases_exceeded`) as `Retry` does."""
     for rn, switches in (("t-yes", {"crashes": False}), ("t-no", {"timeouts": False})):
         policy = {**POLICY, **switches}
         response = post(api, "/tasks/", {"queue": "default", "spec": {}, "rn": rn, "retry": policy})

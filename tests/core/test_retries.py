@@ -406,14 +406,16 @@ def test_a_task_aborted_at_its_run_time_limit_is_retried_by_a_policy_that_retrie
 def test_crashes_and_timeouts_are_separate_switches():
     timeout = {"code": "timeout"}
     exhausted = {"code": "max_leases_exceeded", "args": {"max_leases": 1}}
-    crashed = {"code": "crashed", "args": {"signal": "SIGKILL"}}
-    assert Retry().covers([timeout]) and Retry().covers([exhausted]) and Retry().covers([crashed])
+    cpu = {"code": "cpu_limit", "args": {"cpu_limit": 1.0}}
+    assert Retry().covers([timeout]) and Retry().covers([exhausted])
     only_timeouts = Retry(crashes=False)
     assert only_timeouts.covers([timeout])
-    assert not only_timeouts.covers([exhausted]) and not only_timeouts.covers([crashed])
+    assert not only_timeouts.covers([exhausted])
     only_crashes = Retry(timeouts=False)
     assert not only_crashes.covers([timeout])
-    assert only_crashes.covers([exhausted]) and only_crashes.covers([crashed])
+    assert only_crashes.covers([exhausted])
+    # A CPU limit is the task's own doing, not a worker failure: retried only when named.
+    assert not Retry().covers([cpu]) and Retry(codes=("cpu_limit",)).covers([cpu])
     assert Retry.from_json({"crashes": False}).as_json() == only_timeouts.as_json()
     assert Retry.from_json(only_crashes.as_json()).as_json() == only_crashes.as_json()
     with pytest.raises(ValidationError):
@@ -423,9 +425,10 @@ def test_crashes_and_timeouts_are_separate_switches():
 def test_the_docs_and_the_docstring_name_the_codes_each_switch_retries():
     """The policy table of docs/howto/retries.md and `Retry`'s docstring name exactly the codes
     each of `timeouts` and `crashes` matches."""
-    readme = page("howto/retries.md").read_text()
+    text = page("howto/retries.md").read_text()
     for switch, codes in (("timeouts", TIMEOUT_CODES), ("crashes", CRASH_CODES)):
-        [row] = re.findall(rf"^\| `{switch}=True` \(default\) \|(.*)\|$", readme, re.MULTILINE)
+        pattern = rf"^\| `{switch}=True` \(default\) \|(.*)\|$"
+        [row] = re.findall(pattern, text, re.MULTILINE)
         named = set(re.findall(r"`([a-z_]+)`", row))  # the codes, in backquotes
         assert named == set(codes), (switch, named)
         for code in codes:

@@ -39,14 +39,18 @@ from ..serializers import (
 from .base import ScyllaView, get_task, warn_if_unserved
 from .leases import LeaseRoutes
 from .repairs import RepairRoutes
+from .task_control import TaskControlRoutes
 
 MAX_BULK_ITEMS = 1000
 
 
-class TaskViewSet(LeaseRoutes, RepairRoutes, ScyllaView, viewsets.GenericViewSet[Task]):
+class TaskViewSet(
+    LeaseRoutes, RepairRoutes, TaskControlRoutes, ScyllaView, viewsets.GenericViewSet[Task]
+):
     """Tasks: list, submit (one or in bulk), read and cancel them, as a client; heartbeat,
     complete, abort, yield and snooze them, as the worker that holds their lease
-    (`LeaseRoutes`); retry, discard, reset or release them, as an operator (`RepairRoutes`).
+    (`LeaseRoutes`); retry, discard, reset or release them, as an operator (`RepairRoutes`);
+    hold, release and delete one that has not started (`TaskControlRoutes`).
 
     The bulk operations (`bulk`, `cancel_many`) are routed under `bulk/tasks/` by `urls.py`,
     so that no path under `tasks/` is anything but a task's rn.
@@ -54,6 +58,7 @@ class TaskViewSet(LeaseRoutes, RepairRoutes, ScyllaView, viewsets.GenericViewSet
 
     queryset = Task.objects.all()
     serializer_class = TaskSerializer
+    http_method_names = ["get", "post", "delete", "head"]  # DELETE: `destroy` alone
     lookup_field = "rn"
     lookup_value_regex = "[^/]+"
     filter_backends = [DjangoFilterBackend]
@@ -77,6 +82,9 @@ class TaskViewSet(LeaseRoutes, RepairRoutes, ScyllaView, viewsets.GenericViewSet
         "discard": permissions.CANCEL,
         "reset": permissions.CANCEL,
         "release_order": permissions.CONTROL,
+        "hold": permissions.CONTROL,
+        "release": permissions.CONTROL,
+        "destroy": permissions.DELETE,
     }
 
     def allowed_query_params(self) -> frozenset[str]:

@@ -1,8 +1,10 @@
-"""`manage.py scylla_tasks`: list, show, watch, cancel, retry and requeue tasks."""
+"""`manage.py scylla_tasks`: list, show, watch, cancel, retry, requeue, hold, release and
+delete tasks."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import time
 from datetime import datetime, timedelta
@@ -50,7 +52,8 @@ class Command(BaseCommand):
         "Tasks from the command line: list them with the API's filters, show one with its "
         "history and errors, watch the running ones' progress live, cancel, retry (a new linked "
         "attempt), requeue (reset the lease of a task whose worker is gone), discard a dead "
-        "letter or release the order key an aborted task holds."
+        "letter or release the order key an aborted task holds; hold a ready task (no lease "
+        "takes it), release it, or delete one that has not started."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -139,6 +142,32 @@ class Command(BaseCommand):
             "the task stays aborted.",
         )
         release.add_argument("rn", type=rn_argument, metavar="RN")
+
+        hold = commands.add_parser(
+            "hold",
+            help="Keep ready tasks from every lease until released (they stay ready).",
+            description="Hold ready tasks (the admin's and the API's hold): no worker leases "
+            "them until they are released; they are not cancelled, and 'show' says why they "
+            "wait.",
+        )
+        hold.add_argument("rns", type=rn_argument, nargs="+", metavar="RN")
+
+        unhold = commands.add_parser(
+            "release",
+            help="Release held tasks: leased again as before.",
+            description="End the hold on tasks (the admin's and the API's release): their own "
+            "not_before is back, and workers lease them as before.",
+        )
+        unhold.add_argument("rns", type=rn_argument, nargs="+", metavar="RN")
+
+        delete = commands.add_parser(
+            "delete",
+            help="Delete a ready task that has not started, keeping a record of it.",
+            description="Delete a ready task at once (the API's DELETE /tasks/{rn}/): its rn "
+            "is free again, and a record with its History is kept (TaskDeletion). A running "
+            "or finished task is refused: cancel it instead.",
+        )
+        delete.add_argument("rn", type=rn_argument, metavar="RN")
 
     def add_filters(self, parser: CommandParser, *, statuses: bool) -> None:
         """The filters `list` and `watch` share with GET /tasks/."""
@@ -408,12 +437,52 @@ class Command(BaseCommand):
             )
         self.stdout.write(f"discarded {task.rn}: aborted, no longer a dead letter")
 
+    def each_task(self, options: dict[str, Any], verb: str, act: Any) -> None:
+        """Apply `act(task)` to each task named by `options["rns"]`, in order; one refused
+        does not stop the others, and the refusals end the command with an error."""
+        rns: list[str] = list(dict.fromkeys(options["rns"]))
+        tasks = {t.rn: t for t in Task.objects.filter(rn__in=rns).defer("spec", "result")}
+        unknown = [rn for rn in rns if rn not in tasks]
+        if unknown:
+            raise CommandError(f"No task has rn {', '.join(map(repr, unknown))}: none {verb}.")
+        refused = []
+        for rn in rns:
+            try:
+                act(tasks[rn])
+            except ScyllaError as exc:
+                refused.append(message(exc))
+            else:
+                self.stdout.write(f"{verb} {rn}")
+        if refused:
+            raise CommandError(" ".join(refused))
+
+    def do_hold(self, options: dict[str, Any]) -> None:
+        self.each_task(options, "held", lambda task: task.hold(by=operator()))
+
+    def do_release(self, options: dict[str, Any]) -> None:
+        self.each_task(options, "released", lambda task: task.release_hold())
+
+    def do_delete(self, options: dict[str, Any]) -> None:
+        task = Task.objects.get_by_rn(options["rn"])
+        record = task.delete_ready(by=operator())
+        kept = plural(len(record.history), "History row")
+        self.stdout.write(f"deleted {record.rn} (queue {record.queue}); its record keeps {kept}")
+
     def do_release_order(self, options: dict[str, Any]) -> None:
         task = Task.objects.get_by_rn(options["rn"])
         key_control.release_order(task)
         self.stdout.write(
             f"released the order key {task.order_key} held by {task.rn}: its later tasks may run"
         )
+
+
+def operator() -> str | None:
+    """Who runs the command, as the records of a hold or a deletion name them: the login of
+    the shell's user, if known."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return None
 
 
 def message(exc: Exception) -> str:

@@ -24,6 +24,7 @@ from ..base import (
     database_alias,
     lease_length,
     non_negative_int,
+    positive_float,
     positive_int,
     queue_name,
     seconds,
@@ -123,6 +124,14 @@ class Command(BaseCommand):
             "under --isolation process a child process past it is replaced",
         )
         parser.add_argument(
+            "--max-load",
+            type=positive_float,
+            default=None,
+            metavar="LOAD",
+            help="lease nothing while the host's load average (one minute) is over LOAD; "
+            "the tasks in hand finish, and leasing resumes once it is back under",
+        )
+        parser.add_argument(
             "--isolation",
             choices=ISOLATIONS,
             default="thread",
@@ -190,6 +199,7 @@ class Command(BaseCommand):
                         poll_interval=options["poll_interval"],
                         max_tasks=options["max_tasks"],
                         max_memory=options["max_memory"],
+                        max_load=options["max_load"],
                         isolation=options["isolation"],
                         grace_period=options["grace_period"],
                         registry=registry,
