@@ -12,6 +12,7 @@ from .history import History
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions, new_rn
 from .keys import Hold, Key, Limit, LockNotFree, Rate
 from .notices import send_each_on_commit, send_on_commit
+from .origins import Submitter, TaskOrigin
 from .outcomes import Outcome
 from .processes import (
     MONITOR_PREFIX,
@@ -86,10 +87,12 @@ __all__ = [
     "Schedule",
     "SubmitDefaults",
     "SubmitOutcome",
+    "Submitter",
     "Tallies",
     "Tally",
     "Task",
     "TaskOptions",
+    "TaskOrigin",
     "TaskQuerySet",
     "WaitingRun",
     "Watermark",

@@ -1,5 +1,5 @@
 """Queues: an operator's switches per queue (`QueueSetting`: paused, a limit on running
-tasks), and what each queue holds (`queue_summaries`, `ready_summary`)."""
+tasks, a cap on ready tasks), and what each queue holds (`queue_summaries`, `ready_summary`)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,34 @@ from ..validation import (
     queue_validator,
     validate_queue,
 )
+
+#: What a submission does when its queue (or admission key) is full: refuse it (QueueFull),
+#: cancel the oldest ready task to make room, or (a Python caller's choice) wait for room.
+REJECT = "reject"
+SHED_OLDEST = "shed_oldest"
+WAIT = "wait"
+ON_FULL = (REJECT, SHED_OLDEST, WAIT)
+#: What a queue's setting may say (waiting is a caller's choice, not an operator's).
+QUEUE_ON_FULL = (REJECT, SHED_OLDEST)
+
+
+def validate_max_ready(value: object) -> int | None:
+    """A cap on ready tasks: None, or an integer from 1 to 100,000,000."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000_000:
+        raise ValidationError(
+            "max_ready must be an integer from 1 to 100000000, or null for no cap.",
+            code="invalid_max_ready",
+        )
+    return value
+
+
+def validate_on_full(value: object, allowed: tuple[str, ...] = ON_FULL) -> str:
+    """What a full queue does with a submission: one of `allowed`."""
+    if value not in allowed:
+        raise ValidationError(f"on_full is one of {', '.join(allowed)}.", code="invalid_on_full")
+    return str(value)
 
 
 class QueueSettingQuerySet(models.QuerySet["QueueSetting"]):
@@ -45,6 +73,17 @@ class QueueSettingQuerySet(models.QuerySet["QueueSetting"]):
         limit). Tasks already running above a new limit finish; no new one is leased until
         the queue is under it."""
         return self._set(queue, max_running=validate_max_running(max_running))
+
+    def cap(self, queue: str, max_ready: int | None, on_full: str = REJECT) -> QueueSetting:
+        """At most `max_ready` tasks of `queue` wait ready at once (None: no cap). A
+        submission that finds the queue full does what `on_full` says: "reject" (QueueFull)
+        or "shed_oldest" (the oldest ready task is cancelled with code `shed`); a caller may
+        say otherwise for its own submission. Tasks already ready above a new cap stay."""
+        return self._set(
+            queue,
+            max_ready=validate_max_ready(max_ready),
+            on_full=validate_on_full(on_full, QUEUE_ON_FULL),
+        )
 
     def _set(self, queue: str, **values: Any) -> QueueSetting:
         name = validate_queue(queue)
@@ -74,12 +113,18 @@ def validate_max_running(value: object) -> int | None:
 
 class QueueSetting(models.Model):
     """How a queue is leased: `paused` (no lease takes its tasks) and `max_running` (at most
-    that many of its tasks run at once, across all workers; null: no limit)."""
+    that many of its tasks run at once, across all workers; null: no limit); and how it
+    admits tasks: `max_ready` (at most that many wait ready; null: no cap) and `on_full`
+    (what a submission does when it is full, see `models.admission`)."""
 
     id = models.BigAutoField(primary_key=True)
     queue = models.CharField(max_length=QUEUE_MAX_LENGTH, unique=True, validators=[queue_validator])
     paused = models.BooleanField(default=False)
     max_running = models.PositiveIntegerField(null=True, blank=True)
+    max_ready = models.PositiveIntegerField(null=True, blank=True)
+    on_full = models.CharField(
+        max_length=16, choices=[(v, v) for v in QUEUE_ON_FULL], default=REJECT
+    )
     updated = models.DateTimeField(db_default=Now())
 
     objects: ClassVar[QueueSettingQuerySet] = QueueSettingQuerySet.as_manager()  # type: ignore[assignment]
@@ -91,7 +136,8 @@ class QueueSetting(models.Model):
     def __str__(self) -> str:
         state = "paused" if self.paused else "active"
         limit = f", at most {self.max_running} running" if self.max_running else ""
-        return f"{self.queue} ({state}{limit})"
+        cap = f", at most {self.max_ready} ready ({self.on_full})" if self.max_ready else ""
+        return f"{self.queue} ({state}{limit}{cap})"
 
 
 def due() -> Q:

@@ -8,6 +8,7 @@ a submission are in `inputs`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any, Unpack
 
 from django.db import (
@@ -21,8 +22,9 @@ from django.db.models import QuerySet
 
 from .. import db, signals
 from ..db import inserts
-from ..exceptions import DuplicateKey, DuplicateTask, TaskNotFound
-from . import serving, unique
+from ..exceptions import DuplicateKey, DuplicateTask, QueueFull, TaskNotFound
+from . import admission, serving, unique
+from .admission import NONE, Admission
 from .dependencies import HELD, Dependency
 from .inputs import (
     BulkSubmission,
@@ -33,6 +35,7 @@ from .inputs import (
     validate_after,
 )
 from .notices import send_on_commit
+from .origins import Submitter
 
 #: Parents looked up per query, and tasks validated and inserted per chunk (off PostgreSQL).
 CHUNK = 500
@@ -50,10 +53,22 @@ def submit(
     *,
     after: Sequence[str] | None = None,
     on_conflict: str | None = None,
+    admitted: Admission = NONE,
     **options: Unpack[TaskOptions],
 ) -> Any:
-    """Submit a new `ready` task to the database of `tasks`: see `TaskQuerySet.submit`."""
-    task = insert_submission(tasks, queue, spec, after=after, on_conflict=on_conflict, **options)
+    """Submit a new `ready` task to the database of `tasks`: see `TaskQuerySet.submit`.
+
+    `admitted` says what the caps on ready tasks do with it and who submits it
+    (`admission`)."""
+
+    def insert() -> Any:
+        task = insert_submission(
+            tasks, queue, spec, after=after, on_conflict=on_conflict, **options
+        )
+        admission.record_origin(tasks, task, admitted)
+        return task
+
+    task = admission.admit(tasks, queue, admitted, insert)
     serving.warn_unserved([task.queue], tasks.db)
     return task
 
@@ -192,25 +207,45 @@ def submit_after(tasks: QuerySet[Any], task: Any, after: Sequence[str]) -> Any:
     return unique.mark(task, "inserted")
 
 
-def submit_many(tasks: QuerySet[Any], items: Iterable[Mapping[str, Any]]) -> list[SubmitOutcome]:
+def submit_many(
+    tasks: QuerySet[Any],
+    items: Iterable[Mapping[str, Any]],
+    *,
+    submitter: Submitter | None = None,
+) -> list[SubmitOutcome]:
     """Submit several tasks at once, one outcome per item: see `TaskQuerySet.submit_many`."""
+    if submitter is not None:
+        submitter = submitter.validated()
+        # The tasks and the rows that record their submitter: one transaction.
+        with db.write_atomic(tasks.db):
+            return _submit_many(tasks, items, submitter)
+    return _submit_many(tasks, items, None)
+
+
+def _submit_many(
+    tasks: QuerySet[Any], items: Iterable[Mapping[str, Any]], submitter: Submitter | None
+) -> list[SubmitOutcome]:
     batch = BulkSubmission(items)
     inserted: set[str] = set()
     connection = connections[tasks.db]
     keyed: list[dict[str, Any]] = []
+    gated: list[dict[str, Any]] = []
+    capped = _CappedQueues(tasks.db)
+
+    def keyless(size: int) -> Iterator[list[dict[str, Any]]]:
+        return _keyless(batch.chunks(size), keyed, gated, capped)
+
     if db.uses_single_statement_transitions(connection):
         # Validated a chunk at a time as the statements go out (see there).
-        inserted = inserts.postgresql_submit_many(
-            tasks, _keyless(batch.chunks(inserts.SUBMIT_CHUNK), keyed)
-        )
+        inserted = inserts.postgresql_submit_many(tasks, keyless(inserts.SUBMIT_CHUNK))
     elif inserts.can_insert_returning_on_conflict(connection):
         with db.write_atomic(tasks.db):
-            for chunk in _keyless(batch.chunks(CHUNK), keyed):
+            for chunk in keyless(CHUNK):
                 new = [tasks.model(**values) for values in chunk]
                 inserted |= inserts.insert_ignoring_duplicates(tasks, new)
     else:
         with db.write_atomic(tasks.db):
-            for chunk in _keyless(batch.chunks(CHUNK), keyed):
+            for chunk in keyless(CHUNK):
                 for values in chunk:
                     try:
                         with transaction.atomic(using=tasks.db):
@@ -218,16 +253,29 @@ def submit_many(tasks: QuerySet[Any], items: Iterable[Mapping[str, Any]]) -> lis
                         inserted.add(values["rn"])
                     except IntegrityError:
                         pass
-    # Keyed items one at a time, each as `submit` would (the index decides each), after the
-    # others; a key held by a task, or by an earlier item, is reported as a duplicate with the
-    # holder's rn.
+    if submitter is not None and inserted:
+        admission.record_origins(tasks, inserted, submitter)
+    # Keyed items, and those a cap on ready tasks counts, one at a time, each as `submit`
+    # would (the index, and the caps, decide each), after the others; a key held by a task,
+    # or by an earlier item, is reported as a duplicate with the holder's rn, an item a cap
+    # refused as `full`.
     found: dict[str, tuple[str, str]] = {}
-    for values in keyed:
-        conflict = values.pop("on_conflict")
+    for values in [*gated, *keyed]:
+        conflict = values.pop("on_conflict", None) or "return"
+        given = values.pop("admission", NONE)
+        admitted = Admission(given.key, given.on_full, given.wait, submitter)
         try:
-            task = submit_keyed(tasks, values, "return" if conflict == "raise" else conflict)
+            task = admission.admit(
+                tasks,
+                values["queue"],
+                admitted,
+                partial(_insert_item, tasks, values, conflict, admitted),
+            )
         except DuplicateTask:
             found[values["rn"]] = (values["rn"], "duplicate")
+            continue
+        except QueueFull:
+            found[values["rn"]] = (values["rn"], "full")
             continue
         found[values["rn"]] = (task.rn, task.submit_outcome or "duplicate")
     outcomes, pending = batch.outcomes, batch.pending
@@ -237,7 +285,7 @@ def submit_many(tasks: QuerySet[Any], items: Iterable[Mapping[str, Any]]) -> lis
             values["rn"],
             (values["rn"], "inserted" if values["rn"] in inserted else "duplicate"),
         )
-        outcomes[index] = SubmitOutcome(index, rn, status)
+        outcomes[index] = SubmitOutcome(index, rn, status)  # type: ignore[arg-type]
         if values["rn"] in found:
             continue
         if status == "inserted" and notify:
@@ -246,13 +294,53 @@ def submit_many(tasks: QuerySet[Any], items: Iterable[Mapping[str, Any]]) -> lis
     return [outcomes[i] for i in sorted(outcomes)]
 
 
+def _insert_item(
+    tasks: QuerySet[Any], values: dict[str, Any], on_conflict: str, admitted: Admission
+) -> Any:
+    """Insert one item of a bulk submission on its own (a keyed or a capped one)."""
+    if "unique_key" in values:
+        task = submit_keyed(tasks, values, "return" if on_conflict == "raise" else on_conflict)
+    else:
+        task = tasks.model(**values)
+        insert_new(tasks, task)
+        send_on_commit(signals.task_submitted, tasks.db, task=task)
+        unique.mark(task, "inserted")
+    admission.record_origin(tasks, task, admitted)
+    return task
+
+
+class _CappedQueues:
+    """Whether a queue has a cap on ready tasks, each queue looked up once per call."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+        self.known: dict[str, bool] = {}
+
+    def __call__(self, chunk: Iterable[dict[str, Any]]) -> set[str]:
+        new = {values["queue"] for values in chunk} - set(self.known)
+        if new:
+            capped = admission.capped_queues(self.using, new)
+            self.known.update({queue: queue in capped for queue in new})
+        return {queue for queue, is_capped in self.known.items() if is_capped}
+
+
 def _keyless(
-    chunks: Iterable[list[dict[str, Any]]], keyed: list[dict[str, Any]]
+    chunks: Iterable[list[dict[str, Any]]],
+    keyed: list[dict[str, Any]],
+    gated: list[dict[str, Any]],
+    capped: _CappedQueues,
 ) -> Iterator[list[dict[str, Any]]]:
-    """`chunks` without their keyed items, which are appended to `keyed` instead (a chunk
-    left empty is skipped)."""
+    """`chunks` without their items that a cap on ready tasks counts (appended to `gated`)
+    or that are keyed (appended to `keyed`); a chunk left empty is skipped."""
     for chunk in chunks:
-        keyless = [values for values in chunk if "unique_key" not in values]
-        keyed.extend(values for values in chunk if "unique_key" in values)
-        if keyless:
-            yield keyless
+        caps = capped(chunk)
+        plain = []
+        for values in chunk:
+            if "admission" in values or values["queue"] in caps:
+                gated.append(values)
+            elif "unique_key" in values:
+                keyed.append(values)
+            else:
+                plain.append(values)
+        if plain:
+            yield plain
