@@ -18,7 +18,6 @@ lease, a yield) are not refused: the cap governs admission, not the backlog alre
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from .. import db
 from ..conf import scylla_settings
 from ..enums import Status
 from ..exceptions import QueueFull, error_record
+from .forecast import retry_after
 from .origins import Submitter, origin_row, validate_admission_key
 from .queues import REJECT, SHED_OLDEST, WAIT, QueueSetting, validate_on_full
 
@@ -119,7 +119,7 @@ def caps_of(using: str, queue: str, key: str | None) -> list[Cap]:
     """The caps a submission to `queue` (with admission key `key`) must pass, queue first:
     one indexed read of the queue's setting."""
     caps = [
-        Cap(queue, None, max_ready, on_full)
+        Cap(queue, None, max_ready or 0, on_full)
         for max_ready, on_full in QueueSetting.objects.using(using)
         .filter(queue=queue, max_ready__isnull=False)
         .values_list("max_ready", "on_full")
@@ -140,7 +140,7 @@ def capped_queues(using: str, queues: set[str]) -> set[str]:
 
 def ready_in(tasks: QuerySet[Any], cap: Cap) -> QuerySet[Any]:
     """The ready tasks a cap counts."""
-    ready = tasks.model.objects.using(tasks.db).filter(status=Status.READY)
+    ready: QuerySet[Any] = tasks.model.objects.using(tasks.db).filter(status=Status.READY)
     if cap.queue is not None:
         return ready.filter(queue=cap.queue)
     return ready.filter(origin__admission_key=cap.key)
@@ -210,8 +210,8 @@ def _take_place(tasks: QuerySet[Any], cap: Cap, on_full: str | None) -> None:
         )
         if current is None or current[0] is None:
             return
-        max_ready, cap_on_full = current
-        cap = Cap(cap.queue, None, max_ready, cap_on_full)
+        max_ready = current[0]
+        cap = Cap(cap.queue, None, max_ready, current[1])
     else:
         db.lock_admission_key(tasks.db, cap.key or "")
     ready = ready_in(tasks, cap)
@@ -221,8 +221,6 @@ def _take_place(tasks: QuerySet[Any], cap: Cap, on_full: str | None) -> None:
     if mode == SHED_OLDEST:
         shed_oldest(tasks, cap)
         return
-    from .forecast import retry_after
-
     raise QueueFull(
         f"The {cap.scope} holds its {max_ready} ready tasks (max_ready); try again later.",
         scope=cap.scope,
@@ -271,8 +269,3 @@ def record_origins(tasks: QuerySet[Any], rns: set[str], submitter: Submitter) ->
         TaskOrigin.objects.using(tasks.db).bulk_create(
             [row for pk in ids if (row := origin_row(pk, submitter, None)) is not None]
         )
-
-
-def retry_seconds(seconds: float | None) -> int:
-    """A Retry-After in whole seconds: at least 1."""
-    return 1 if seconds is None or seconds != seconds else max(1, math.ceil(seconds))

@@ -21,6 +21,7 @@ Nothing is written.
 from __future__ import annotations
 
 import heapq
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,10 @@ SAMPLE_WINDOW = timedelta(hours=1)
 PLAYED = 10_000
 #: Tasks ahead counted at most (a count that reaches it says "at least").
 COUNTED = 1_000_000
+
+
+#: The what-if's names besides `limit.<name>`.
+WHAT_IF_NAMES = ("max_running", "workers", "run_time")
 
 
 @dataclass(frozen=True)
@@ -502,8 +507,6 @@ def _rate_rule(
 def retry_after(using: str, queue: str | None) -> int:
     """Seconds until a ready task of `queue` is likely to start (and free a place under a
     cap on ready tasks): at least 1; 1 when unknown."""
-    from .admission import retry_seconds
-
     if queue is None:
         return 1
     tasks = _task_model()._default_manager.using(using)
@@ -522,6 +525,11 @@ def retry_after(using: str, queue: str | None) -> int:
     now = db.read_clock(using)
     running = tasks.filter(queue=queue, status=Status.RUNNING)
     return retry_seconds(slot_wait(slots, _remaining(tasks, running, now, run_time), 0, run_time))
+
+
+def retry_seconds(seconds: float | None) -> int:
+    """A Retry-After in whole seconds: at least 1."""
+    return 1 if seconds is None or seconds != seconds else max(1, math.ceil(seconds))
 
 
 def _task_model() -> Any:

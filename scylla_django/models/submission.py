@@ -285,7 +285,7 @@ def _submit_many(
             values["rn"],
             (values["rn"], "inserted" if values["rn"] in inserted else "duplicate"),
         )
-        outcomes[index] = SubmitOutcome(index, rn, status)  # type: ignore[arg-type]
+        outcomes[index] = SubmitOutcome(index, rn, status)
         if values["rn"] in found:
             continue
         if status == "inserted" and notify:

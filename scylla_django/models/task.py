@@ -836,6 +836,16 @@ class Task(models.Model):
         successor: Task = successors.resubmit(self)
         return successor
 
+    def submitted_by(self) -> Any:
+        """The pk of the user who submitted this task (None: the system, or a user since
+        deleted)."""
+        return (
+            TaskOrigin.objects.using(self._state.db)
+            .filter(task_id=self.pk)
+            .values_list("user_id", flat=True)
+            .first()
+        )
+
     def forecast(self, what_if: WhatIf | None = None) -> Forecast:
         """When this ready task is expected to start, and the rule that decides it (under
         `what_if`'s changed rules, if given): see `models.forecast`. Reads only."""
