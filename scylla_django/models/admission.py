@@ -185,19 +185,23 @@ def _admit_once(
 ) -> T:
     try:
         with db.write_atomic(tasks.db):
-            for cap in caps:
-                _take_place(tasks, cap, admission.on_full)
+            full = [cap for cap in caps if not _take_place(tasks, cap, admission.on_full)]
             task = insert()
             if getattr(task, "submit_outcome", "inserted") == "duplicate":
                 raise _NotInserted(task)
+            # After the insert, so that a submission that found its unique key held (and
+            # inserted nothing) sheds nothing either.
+            for cap in full:
+                shed_oldest(tasks, cap, besides=task.pk)
             return task
     except _NotInserted as returned:
         found: T = returned.task
         return found
 
 
-def _take_place(tasks: QuerySet[Any], cap: Cap, on_full: str | None) -> None:
-    """Lock `cap`, count its ready tasks and make room, or raise QueueFull."""
+def _take_place(tasks: QuerySet[Any], cap: Cap, on_full: str | None) -> bool:
+    """Lock `cap` and count its ready tasks: True when there is room, False when the
+    oldest is to be shed once the new task is in; QueueFull when the submission is refused."""
     max_ready = cap.max_ready
     if cap.queue is not None:
         # The lock; and the cap as it is now (an operator may have changed it).
@@ -209,18 +213,16 @@ def _take_place(tasks: QuerySet[Any], cap: Cap, on_full: str | None) -> None:
             .first()
         )
         if current is None or current[0] is None:
-            return
+            return True
         max_ready = current[0]
         cap = Cap(cap.queue, None, max_ready, current[1])
     else:
         db.lock_admission_key(tasks.db, cap.key or "")
     ready = ready_in(tasks, cap)
     if ready.order_by()[:max_ready].count() < max_ready:
-        return
-    mode = on_full or cap.on_full
-    if mode == SHED_OLDEST:
-        shed_oldest(tasks, cap)
-        return
+        return True
+    if (on_full or cap.on_full) == SHED_OLDEST:
+        return False
     raise QueueFull(
         f"The {cap.scope} holds its {max_ready} ready tasks (max_ready); try again later.",
         scope=cap.scope,
@@ -229,10 +231,16 @@ def _take_place(tasks: QuerySet[Any], cap: Cap, on_full: str | None) -> None:
     )
 
 
-def shed_oldest(tasks: QuerySet[Any], cap: Cap) -> int:
-    """Cancel the oldest ready task that `cap` counts, recording the error code `shed`;
-    how many were cancelled (0 when a worker leased it first: the count fell anyway)."""
-    oldest = list(ready_in(tasks, cap).order_by("created", "pk").values_list("pk", flat=True)[:1])
+def shed_oldest(tasks: QuerySet[Any], cap: Cap, besides: int | None = None) -> int:
+    """Cancel the oldest ready task that `cap` counts (other than `besides`), recording the
+    error code `shed`; how many were cancelled (0 when a worker leased it first: the count
+    fell anyway)."""
+    oldest = list(
+        ready_in(tasks, cap)
+        .exclude(pk=besides)
+        .order_by("created", "pk")
+        .values_list("pk", flat=True)[:1]
+    )
     if not oldest:
         return 0
     manager = tasks.model.objects.using(tasks.db)
