@@ -192,7 +192,7 @@ def _admit_once(
             # After the insert, so that a submission that found its unique key held (and
             # inserted nothing) sheds nothing either.
             for cap in full:
-                shed_oldest(tasks, cap, besides=task.pk)
+                shed_oldest(tasks, cap, besides=getattr(task, "pk", None))
             return task
     except _NotInserted as returned:
         found: T = returned.task
