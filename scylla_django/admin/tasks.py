@@ -44,6 +44,7 @@ from .filters import (
     PriorityFilter,
     QueueFilter,
     StatusFilter,
+    SubmitterFilter,
     UniqueKeyFilter,
 )
 from .keys import KeyPages
@@ -188,6 +189,7 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
         BatchFilter,
         UniqueKeyFilter,
         KeyFilter,
+        SubmitterFilter,
         ("created", DateRangeFilter),
         ("updated", DateRangeFilter),
     )
@@ -225,6 +227,7 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
                     ("notify", "notified"),
                     ("unique_key_link", "unique_window_text"),
                     ("keys_list", "waiting_line"),
+                    ("submitter_text", "starts_line"),
                 )
             },
         ),
@@ -256,6 +259,8 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
         "unique_window_text",
         "keys_list",
         "waiting_line",
+        "submitter_text",
+        "starts_line",
         "cpu_time_text",
         "peak_memory_text",
         "batch_link",
