@@ -259,7 +259,16 @@ def forecast(task: Any, what_if: WhatIf | None = None) -> Forecast:
             what_if,
             unknown.detail,
         )
-    bottleneck = max(rules, key=lambda r: r.wait or 0.0, default=None)
+    # On a tie, the rule of the task's own (a limit, a lock, ...) over the queue's and the
+    # workers': it is the one a what-if would change.
+    bottleneck = max(
+        rules,
+        key=lambda r: (
+            r.wait or 0.0,
+            ("workers", "queue").index(r.kind) - 2 if r.kind in ("workers", "queue") else 0,
+        ),
+        default=None,
+    )
     wait = 0.0 if bottleneck is None else bottleneck.wait or 0.0
     detail = bottleneck.detail if bottleneck is not None and wait > 0 else "may start now"
     return Forecast(
