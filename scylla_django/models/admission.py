@@ -164,9 +164,12 @@ def admit(tasks: QuerySet[Any], queue: str, admission: Admission, insert: Callab
     while True:
         try:
             return _admit_once(tasks, caps, admission, insert)
-        except QueueFull:
+        except QueueFull as full:
             left = None if waits_until is None else waits_until - time.monotonic()
             if left is None or left <= 0:
+                # Forecast once the cap's lock is let go, not while holding it.
+                capped = next((c.queue for c in caps if c.scope == full.scope), None)
+                full.retry_after = retry_after(tasks.db, capped)
                 raise
         time.sleep(min(pause, left))
         pause = min(pause * 2, WAIT_LONGEST)
@@ -227,7 +230,7 @@ def _take_place(tasks: QuerySet[Any], cap: Cap, on_full: str | None) -> bool:
         f"The {cap.scope} holds its {max_ready} ready tasks (max_ready); try again later.",
         scope=cap.scope,
         max_ready=max_ready,
-        retry_after=retry_after(tasks.db, cap.queue),
+        retry_after=1,
     )
 
 

@@ -68,7 +68,19 @@ def submit(
         admission.record_origin(tasks, task, admitted)
         return task
 
-    task = admission.admit(tasks, queue, admitted, insert)
+    task = None
+    if (
+        admitted.key is None
+        and not admitted.records
+        and after is None
+        and db.uses_single_statement_transitions(connections[tasks.db])
+    ):
+        # One statement, which inserts nothing if the queue is capped: then the cap's way.
+        task = insert_submission(
+            tasks, queue, spec, after=None, on_conflict=on_conflict, unless_capped=True, **options
+        )
+    if task is None:
+        task = admission.admit(tasks, queue, admitted, insert)
     serving.warn_unserved([task.queue], tasks.db)
     return task
 
@@ -80,18 +92,27 @@ def insert_submission(
     *,
     after: Sequence[str] | None,
     on_conflict: str | None,
+    unless_capped: bool = False,
     **options: Unpack[TaskOptions],
 ) -> Any:
-    """The insertion of `submit`: the task, inserted (or the holder of its unique key)."""
+    """The insertion of `submit`: the task, inserted (or the holder of its unique key).
+
+    With `unless_capped` (PostgreSQL, no `after`): None, having written nothing, when the
+    queue has a cap on ready tasks or the task has a unique key (the caller then submits it
+    through `admission`)."""
     conflict = on_conflict_of(on_conflict)
     values = task_values(queue, spec, **options)
     if "unique_key" in values:
+        if unless_capped:
+            return None
         return submit_keyed(tasks, values, conflict, after)
     if after is not None:
         return submit_after(tasks, tasks.model(**values), after)
     if db.uses_single_statement_transitions(connections[tasks.db]):
-        inserted = inserts.postgresql_submit(tasks, values)
-        if inserted is None:
+        inserted = inserts.postgresql_submit(tasks, values, unless_capped=unless_capped)
+        if inserted == inserts.CAPPED:
+            return None
+        if not isinstance(inserted, tuple):
             raise DuplicateTask(f"A task with rn {values['rn']!r} exists.", rn=values["rn"])
         pk, created, updated = inserted
         task = tasks.model.inserted(tasks.db, values, id=pk, created=created, updated=updated)
@@ -230,14 +251,22 @@ def _submit_many(
     connection = connections[tasks.db]
     keyed: list[dict[str, Any]] = []
     gated: list[dict[str, Any]] = []
-    capped = _CappedQueues(tasks.db)
+    single = db.uses_single_statement_transitions(connection)
+    # PostgreSQL's statement leaves out the items of capped queues (found after it, below);
+    # elsewhere the capped queues are looked up first.
+    capped = _CappedQueues(tasks.db, look_up=not single)
 
     def keyless(size: int) -> Iterator[list[dict[str, Any]]]:
         return _keyless(batch.chunks(size), keyed, gated, capped)
 
-    if db.uses_single_statement_transitions(connection):
+    if single:
         # Validated a chunk at a time as the statements go out (see there).
-        inserted = inserts.postgresql_submit_many(tasks, keyless(inserts.SUBMIT_CHUNK))
+        left_out: set[str] = set()
+        inserted = inserts.postgresql_submit_many(
+            tasks, keyless(inserts.SUBMIT_CHUNK), capped=left_out
+        )
+        if left_out:
+            gated += [values for _, values in batch.pending if values["rn"] in left_out]
     elif inserts.can_insert_returning_on_conflict(connection):
         with db.write_atomic(tasks.db):
             for chunk in keyless(CHUNK):
@@ -312,11 +341,14 @@ def _insert_item(
 class _CappedQueues:
     """Whether a queue has a cap on ready tasks, each queue looked up once per call."""
 
-    def __init__(self, using: str) -> None:
+    def __init__(self, using: str, *, look_up: bool = True) -> None:
         self.using = using
+        self.look_up = look_up
         self.known: dict[str, bool] = {}
 
     def __call__(self, chunk: Iterable[dict[str, Any]]) -> set[str]:
+        if not self.look_up:
+            return set()
         new = {values["queue"] for values in chunk} - set(self.known)
         if new:
             capped = admission.capped_queues(self.using, new)
