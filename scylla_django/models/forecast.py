@@ -81,7 +81,7 @@ class WhatIf:
                     seconds = float(raw)
                 except (TypeError, ValueError):
                     seconds = -1.0
-                if not 0 < seconds < 1e9:
+                if not 0 < seconds <= 1e9:
                     raise ValidationError({name: "a number of seconds above 0."}, code="invalid")
                 other[name] = seconds
             else:

@@ -44,6 +44,22 @@ from .leases import LeaseRoutes
 from .repairs import RepairRoutes
 
 MAX_BULK_ITEMS = 1000
+_SIZE = {"type": "integer", "minimum": 1, "maximum": 1_000_000}
+#: The body of `POST /tasks/{rn}/eta/`.
+WHAT_IF_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "limits": {
+            "type": "object",
+            "additionalProperties": _SIZE,
+            "description": "What if these limits had these sizes, by name.",
+        },
+        "max_running": _SIZE,
+        "workers": _SIZE,
+        "run_time": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 1e9},
+    },
+    "additionalProperties": False,
+}
 
 
 class TaskViewSet(LeaseRoutes, RepairRoutes, ScyllaView, viewsets.GenericViewSet[Task]):
@@ -332,9 +348,20 @@ class TaskViewSet(LeaseRoutes, RepairRoutes, ScyllaView, viewsets.GenericViewSet
         ),
         parameters=[
             OpenApiParameter(
-                "limit.{name}", OpenApiTypes.INT, description="What if limit {name} were this."
+                "max_running",
+                {"type": "integer", "minimum": 1, "maximum": 1_000_000},
+                description="What if the queue's max_running were this.",
             ),
-            *(OpenApiParameter(name, OpenApiTypes.NUMBER) for name in WHAT_IF_NAMES),
+            OpenApiParameter(
+                "workers",
+                {"type": "integer", "minimum": 1, "maximum": 1_000_000},
+                description="What if this many worker slots served the queue.",
+            ),
+            OpenApiParameter(
+                "run_time",
+                {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 1e9},
+                description="What if each task ran this many seconds.",
+            ),
         ],
         responses={200: ForecastSerializer, **errors(400, 401, 403, 404)},
     )
@@ -347,14 +374,21 @@ class TaskViewSet(LeaseRoutes, RepairRoutes, ScyllaView, viewsets.GenericViewSet
         summary="When would a ready task start, if",
         description=(
             "`GET /tasks/{rn}/eta/` with the what-if as a JSON object: "
-            '`{"limit.stripe": 6, "workers": 8}`. Nothing is written.'
+            '`{"limits": {"stripe": 6}, "workers": 8}`. Nothing is written.'
         ),
-        request={"application/json": {"type": "object", "additionalProperties": True}},
+        request={"application/json": WHAT_IF_SCHEMA},
         responses={200: ForecastSerializer, **errors(400, 401, 403, 404, 413)},
     )
     @eta.mapping.post
     def eta_what_if(self, request: Request, rn: str) -> Response:
-        return self.forecast(rn, request.data)
+        body = request.data
+        if isinstance(body, Mapping) and isinstance(body.get("limits", {}), Mapping):
+            limits = body.get("limits", {})
+            body = {
+                **{k: v for k, v in body.items() if k != "limits"},
+                **{f"limit.{name}": size for name, size in limits.items()},
+            }
+        return self.forecast(rn, body)
 
     def forecast(self, rn: str, given: Any) -> Response:
         """The forecast of task `rn` under the what-if `given` (a mapping)."""
