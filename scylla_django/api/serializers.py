@@ -833,11 +833,15 @@ class SubmitSerializer(StrictSerializer):
     )
     submitter_name = serializers.CharField(
         required=False,
+        allow_blank=True,
         max_length=150,
         help_text="A display name for who submitted the task (else the user's name).",
     )
     submitter_description = serializers.CharField(
-        required=False, max_length=1000, help_text="A description of the submission."
+        required=False,
+        allow_blank=True,
+        max_length=1000,
+        help_text="A description of the submission.",
     )
 
 
