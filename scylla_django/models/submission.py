@@ -69,13 +69,9 @@ def submit(
         return task
 
     task = None
-    if (
-        admitted.key is None
-        and not admitted.records
-        and after is None
-        and db.uses_single_statement_transitions(connections[tasks.db])
-    ):
-        # One statement, which inserts nothing if the queue is capped: then the cap's way.
+    if admitted.key is None and not admitted.records and after is None:
+        # On PostgreSQL one statement, which inserts nothing if the queue is capped; then, and
+        # elsewhere, the cap's way.
         task = insert_submission(
             tasks, queue, spec, after=None, on_conflict=on_conflict, unless_capped=True, **options
         )
@@ -97,9 +93,13 @@ def insert_submission(
 ) -> Any:
     """The insertion of `submit`: the task, inserted (or the holder of its unique key).
 
-    With `unless_capped` (PostgreSQL, no `after`): None, having written nothing, when the
-    queue has a cap on ready tasks or the task has a unique key (the caller then submits it
-    through `admission`)."""
+    With `unless_capped` (no `after`): the task only if PostgreSQL's one statement inserted
+    it; None, having written nothing, when the queue has a cap on ready tasks, the task has a
+    unique key, or the database is another (the caller then submits it through
+    `admission`)."""
+    single = db.uses_single_statement_transitions(connections[tasks.db])
+    if unless_capped and not single:
+        return None
     conflict = on_conflict_of(on_conflict)
     values = task_values(queue, spec, **options)
     if "unique_key" in values:
@@ -108,7 +108,7 @@ def insert_submission(
         return submit_keyed(tasks, values, conflict, after)
     if after is not None:
         return submit_after(tasks, tasks.model(**values), after)
-    if db.uses_single_statement_transitions(connections[tasks.db]):
+    if single:
         inserted = inserts.postgresql_submit(tasks, values, unless_capped=unless_capped)
         if inserted == inserts.CAPPED:
             return None
