@@ -76,6 +76,8 @@ DEFAULTS: dict[str, Any] = {
     "HANDLER_MODULES": ["handlers"],
     "LIMITS": {},
     "RATES": {},
+    "MAX_READY": {},
+    "THROTTLE_RATES": {},
     "TIMEOUTS": {},
     "RETRY": {},
     "TIMEOUT_GRACE": timedelta(seconds=10),
@@ -303,6 +305,36 @@ class ScyllaSettings:
                     f"(text) with an optional {FAMILY_DEFAULT!r}, got {entry!r}"
                 )
         return value
+
+    @property
+    def MAX_READY(self) -> dict[str, int]:
+        """Caps on ready tasks by admission key ("tenant:42": 100), or by a key's family
+        (the part before its first colon: "tenant": 20 caps every "tenant:…" key that has no
+        cap of its own), each at least 1."""
+        value = self._raw("MAX_READY")
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ImproperlyConfigured(
+                f"SCYLLA['MAX_READY'] must be a dict by admission key, got {value!r}"
+            )
+        return {name: as_int(n, f"MAX_READY[{name!r}]", minimum=1) for name, n in value.items()}
+
+    @property
+    def THROTTLE_RATES(self) -> dict[str, str | None]:
+        """The REST API's request rates (DRF's "100/min" form) by scope: "user" (per
+        authenticated user) and "token" (per API token); a scope left out is not throttled."""
+        value = self._raw("THROTTLE_RATES")
+        if not isinstance(value, dict) or not set(value) <= {"user", "token"}:
+            raise ImproperlyConfigured(
+                "SCYLLA['THROTTLE_RATES'] must be a dict with the scopes 'user' and 'token', "
+                f"got {value!r}"
+            )
+        for scope, rate in value.items():
+            if rate is not None and (not isinstance(rate, str) or "/" not in rate):
+                raise ImproperlyConfigured(
+                    f"SCYLLA['THROTTLE_RATES'][{scope!r}] is a rate such as '100/min' or "
+                    f"None, got {rate!r}"
+                )
+        return dict(value)
 
     def rate_problems(self) -> dict[str, str]:
         """What is wrong with each bad rate of `RATES`, by name (`text.rate_parts`; a family's

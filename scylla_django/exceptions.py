@@ -56,6 +56,22 @@ class DuplicateKey(DuplicateTask, code="duplicate"):
         self.key = key
 
 
+class QueueFull(ScyllaError, code="queue_full"):
+    """A submission found its queue (or its admission key) at its `max_ready` cap and was
+    refused (`on_full="reject"`, or `"wait"` past its timeout); nothing was written.
+
+    `scope` names the cap ("queue emails", "key tenant:42"), `max_ready` its size and
+    `retry_after` the seconds after which a place is likely to be free (the forecast of the
+    queue's next start; at least 1).
+    """
+
+    def __init__(self, detail: str, *, scope: str, max_ready: int, retry_after: int) -> None:
+        super().__init__(detail)
+        self.scope = scope
+        self.max_ready = max_ready
+        self.retry_after = retry_after
+
+
 class InvalidTransition(ScyllaError, code="invalid_transition"):
     """The task's current status does not allow the operation."""
 

@@ -13,7 +13,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -375,3 +375,24 @@ def _batch_id(value: str) -> None:
 BatchFilter = input_filter(
     "batch", _batch_id, list, "`?batch=`: the tasks of one batch, by its id."
 )
+
+
+class SubmitterFilter(admin.SimpleListFilter):
+    """`?submitted=`: the tasks the signed-in user submitted ("my tasks"), or the system's
+    (no user recorded)."""
+
+    title = "submitted by"
+    parameter_name = "submitted"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("me", "Me"), ("system", "The system")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if not value:
+            return queryset
+        if value == "me":
+            return queryset.filter(origin__user=request.user.pk)
+        if value == "system":
+            return queryset.filter(Q(origin__isnull=True) | Q(origin__kind="system"))
+        raise IncorrectLookupParameters(f"submitted: {value!r} is not one of me, system.")

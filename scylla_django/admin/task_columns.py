@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy
 from .. import followups
 from ..durations import ago as ago_words
 from ..durations import short
-from ..models import HELD, ON_HOLD, Dependency, History, Task, task_holds
+from ..models import HELD, ON_HOLD, Dependency, History, Task, TaskOrigin, task_holds
 from ..models.keys import described
 from ..text import plural
 from .display import (
@@ -143,6 +143,32 @@ class TaskColumns(TaskAdminBase):
             '<ul class="scylla-waiting">{}</ul>',
             format_html_join("", "<li>{}</li>", ((reason["detail"],) for reason in reasons)),
         )
+
+    @admin.display(description=gettext_lazy("submitted by"))
+    def submitter_text(self, task: Task) -> str:
+        """Who submitted the task: a user (and the API token used), or the system."""
+        origin = TaskOrigin.objects.filter(task=task).select_related("user").first()
+        if origin is None or origin.kind == "system":
+            return (origin.name if origin and origin.name else "") or _("the system")
+        who = origin.user.get_username() if origin.user is not None else origin.kind
+        if origin.name and origin.name != who:
+            who = f"{origin.name} ({who})"
+        if origin.token:
+            who += " " + _("with API token %(token)s…") % {"token": origin.token[:8]}
+        return who + (f": {origin.description}" if origin.description else "")
+
+    @admin.display(description=gettext_lazy("starts"))
+    def starts_line(self, task: Task) -> str:
+        """When a ready task is expected to start, and the rule that decides it
+        (`Task.forecast`)."""
+        if task.status != "ready":
+            return "-"
+        forecast = task.forecast()
+        if forecast.starts_at is None:
+            return _("unknown: %(why)s") % {"why": forecast.detail}
+        if not forecast.wait:
+            return _("may start now")
+        return f"{forecast.starts_at:%Y-%m-%d %H:%M:%S} UTC ({forecast.detail})"
 
     @admin.display(description=gettext_lazy("unique window"))
     def unique_window_text(self, task: Task) -> str:

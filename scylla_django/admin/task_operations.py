@@ -44,6 +44,13 @@ class TaskOperations(TaskAdminBase):
         """May cancel tasks: `scylla_django.cancel_task`."""
         return request.user.has_perm("scylla_django.cancel_task")
 
+    def has_cancel_own_permission(self, request: HttpRequest) -> bool:
+        """May cancel tasks, or at least the ones they submitted: `scylla_django.cancel_task`
+        or `scylla_django.cancel_own_task`."""
+        return self.has_cancel_permission(request) or request.user.has_perm(
+            "scylla_django.cancel_own_task"
+        )
+
     def has_purge_permission(self, request: HttpRequest) -> bool:
         """May delete terminal tasks: `scylla_django.delete_task`."""
         return request.user.has_perm("scylla_django.delete_task")
@@ -63,12 +70,16 @@ class TaskOperations(TaskAdminBase):
         return links
 
     @admin.action(
-        permissions=["cancel"], description=gettext_lazy("Cancel selected (ready/running only)")
+        permissions=["cancel_own"],
+        description=gettext_lazy("Cancel selected (ready/running only)"),
     )
     def cancel_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
-        """Cancel the selected ready and running tasks with `TaskQuerySet.cancel()`."""
+        """Cancel the selected ready and running tasks with `TaskQuerySet.cancel()`; a user
+        with `cancel_own_task` only cancels the ones they submitted (the others are skipped)."""
         selected = queryset.order_by()
         total = selected.count()
+        if not self.has_cancel_permission(request):
+            selected = selected.filter(origin__user=request.user.pk)
         cancelled = selected.cancel()
         logger.info("%s cancelled %d of %d selected tasks", request.user, cancelled, total)
         self.message_user(

@@ -46,6 +46,7 @@ from .filters import (
     PriorityFilter,
     QueueFilter,
     StatusFilter,
+    SubmitterFilter,
     UniqueKeyFilter,
 )
 from .keys import KeyPages
@@ -191,6 +192,7 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
         BatchFilter,
         UniqueKeyFilter,
         KeyFilter,
+        SubmitterFilter,
         ("created", DateRangeFilter),
         ("updated", DateRangeFilter),
     )
@@ -231,6 +233,7 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
                     ("unique_key_link", "unique_window_text"),
                     ("keys_list", "waiting_line"),
                     ("version", "trace"),
+                    ("submitter_text", "starts_line"),
                 )
             },
         ),
@@ -262,6 +265,8 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
         "unique_window_text",
         "keys_list",
         "waiting_line",
+        "submitter_text",
+        "starts_line",
         "cpu_time_text",
         "peak_memory_text",
         "batch_link",

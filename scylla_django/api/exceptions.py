@@ -6,6 +6,8 @@
 | `DuplicateTask`, `InvalidTransition`, `LeaseLost`, `TaskCancelled` | 409 | the error's `code` |
 | `DuplicateKey` (a held unique key, `on_conflict="raise"`) | 409 | `duplicate`, `rn`, `key` |
 | `NotSupportedError` (keys on a database that cannot enforce them: MySQL) | 409 | `not_supported` |
+| `QueueFull` (a cap on ready tasks) | 429, `Retry-After` | `queue_full`, `scope`, `max_ready` |
+| a throttle's refusal (`SCYLLA["THROTTLE_RATES"]`) | 429, `Retry-After` | `throttled` |
 | Django or DRF `ValidationError` | 400 | `invalid`, with `errors` per field (see below) |
 | a body over `DATA_UPLOAD_MAX_MEMORY_SIZE` | 413 | `too_large` |
 | other DRF errors (401, 403, 404, 405, 415, …) | theirs | DRF's code, e.g. `not_authenticated` |
@@ -17,6 +19,7 @@ is named by its path (`errors.0.code`) and errors about the body as a whole are 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.conf import settings
@@ -37,6 +40,7 @@ from ..exceptions import (
     DuplicateKey,
     DuplicateTask,
     InvalidTransition,
+    QueueFull,
     ScyllaError,
     TaskNotFound,
     WorkerNotFound,
@@ -114,6 +118,18 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             conflict,
             status=status.HTTP_404_NOT_FOUND if not_found else status.HTTP_409_CONFLICT,
         )
+    if isinstance(exc, QueueFull):
+        set_rollback()
+        return Response(
+            {
+                "code": exc.code,
+                "detail": exc.detail,
+                "scope": exc.scope,
+                "max_ready": exc.max_ready,
+            },
+            status=status.HTTP_429_TOO_MANY_REQUESTS,
+            headers={"Retry-After": str(exc.retry_after)},
+        )
     if isinstance(exc, NotSupportedError):
         # The request is valid; this server's database cannot do what it asks (a unique key on
         # MySQL). Nothing was written.
@@ -128,7 +144,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if auth_header := getattr(exc, "auth_header", None):
         headers["WWW-Authenticate"] = auth_header
     if wait := getattr(exc, "wait", None):
-        headers["Retry-After"] = str(int(wait))
+        headers["Retry-After"] = str(max(1, math.ceil(wait)))
     body: dict[str, Any]
     if isinstance(exc, exceptions.ValidationError):
         errors = field_errors(exc.detail) or field_errors(

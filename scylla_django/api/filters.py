@@ -17,7 +17,7 @@ import django_filters  # type: ignore[import-untyped, unused-ignore]
 from django import forms
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 from django.http import QueryDict
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema_field
@@ -193,6 +193,19 @@ class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
     dead_before = TimestampFilter(
         field_name="dead", lookup_expr="lt", help_text="Dead letters given up before this time."
     )
+    mine = django_filters.ChoiceFilter(
+        choices=[("true", "true"), ("false", "false")],
+        method="filter_mine",
+        help_text="`true`: the tasks the requesting user submitted; `false`: the others.",
+    )
+    submitter = django_filters.CharFilter(
+        field_name="origin__user__username",
+        help_text="The tasks submitted by the user with this username.",
+    )
+    admission_key = django_filters.CharFilter(
+        field_name="origin__admission_key",
+        help_text="The tasks counted against this admission key.",
+    )
 
     class Meta:
         model = Task
@@ -214,7 +227,15 @@ class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
             "key",
             "dead",
             "dead_before",
+            "mine",
+            "submitter",
+            "admission_key",
         ]
+
+    def filter_mine(self, queryset: Any, name: str, value: str) -> Any:
+        user = getattr(getattr(self, "request", None), "user", None)
+        mine = Q(origin__user=user.pk) if user is not None and user.is_authenticated else Q(pk=None)
+        return queryset.filter(mine) if value == "true" else queryset.exclude(mine)
 
     def filter_dead(self, queryset: Any, name: str, value: str) -> Any:
         return queryset.dead() if value == "true" else queryset.filter(dead__isnull=True)

@@ -49,6 +49,9 @@ ERROR_DESCRIPTIONS = {
     409: "The transition is not allowed now: `invalid_transition`, `duplicate_task`, "
     "`lease_lost`, `task_cancelled` or `owner_alive`.",
     413: "The request body is larger than `DATA_UPLOAD_MAX_MEMORY_SIZE` (`too_large`).",
+    429: "Too many: the queue or admission key holds its `max_ready` ready tasks "
+    "(`queue_full`), or a request rate is spent (`throttled`); `Retry-After` says when to "
+    "try again.",
 }
 
 

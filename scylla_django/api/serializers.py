@@ -37,6 +37,7 @@ from ..models import (
     Schedule,
     Task,
     TaskDeletion,
+    TaskOrigin,
     WaitingRun,
     Worker,
     task_holds,
@@ -443,8 +444,85 @@ class ParentSerializer(serializers.Serializer[Any]):
 MAX_CHILDREN = 1000
 
 
+class SubmitterSerializer(serializers.Serializer[Any]):
+    """Who submitted a task."""
+
+    kind = serializers.ChoiceField(
+        choices=["user", "token", "system"], help_text="A user, an API token, or the system."
+    )
+    user = serializers.CharField(allow_null=True, help_text="The user's username, if any.")
+    token = serializers.CharField(
+        help_text="A digest of the API token used (never the token); empty without one."
+    )
+    name = serializers.CharField(help_text="A display name.")
+    description = serializers.CharField()
+    admission_key = serializers.CharField(allow_null=True)
+
+
+def submitter_json(task: Task) -> dict[str, Any]:
+    """The submitter of `task` as `SubmitterSerializer` shows it (`system` without a row)."""
+    origin = TaskOrigin.objects.using(task._state.db).select_related("user").filter(task=task)
+    row = origin.first()
+    if row is None:
+        return {
+            "kind": "system",
+            "user": None,
+            "token": "",
+            "name": "",
+            "description": "",
+            "admission_key": None,
+        }
+    return {
+        "kind": row.kind,
+        "user": row.user.get_username() if row.user is not None else None,
+        "token": row.token,
+        "name": row.name,
+        "description": row.description,
+        "admission_key": row.admission_key,
+    }
+
+
+class RuleSerializer(serializers.Serializer[Any]):
+    """One rule between a ready task and its start, played forward."""
+
+    kind = serializers.CharField(
+        help_text="`not_before`, `parents`, `workers`, `queue`, `limit`, `lock`, "
+        "`order key` or `rate`."
+    )
+    name = serializers.CharField()
+    capacity = serializers.IntegerField(allow_null=True, help_text="Its places.")
+    running = serializers.IntegerField(help_text="Its places taken now.")
+    ahead = serializers.IntegerField(help_text="Ready tasks before this one under it.")
+    wait = serializers.FloatField(
+        allow_null=True, help_text="Seconds until it lets the task start; null: unknown."
+    )
+    detail = serializers.CharField()
+
+
+class ForecastSerializer(serializers.Serializer[Any]):
+    """When a ready task is expected to start, and the rule that decides it."""
+
+    rn = serializers.CharField()
+    status = serializers.ChoiceField(choices=Status.choices)
+    now = serializers.DateTimeField(help_text="The database clock when forecast.")
+    starts_at = serializers.DateTimeField(allow_null=True)
+    wait = serializers.FloatField(allow_null=True, help_text="Seconds from `now`.")
+    bottleneck = RuleSerializer(allow_null=True)
+    rules = RuleSerializer(many=True)
+    run_time = serializers.FloatField(
+        allow_null=True, help_text="The run time used, in seconds (measured, or the what-if's)."
+    )
+    samples = serializers.IntegerField(help_text="Completed tasks it was measured on.")
+    what_if = serializers.DictField()
+    detail = serializers.CharField()
+
+
 class TaskDetailSerializer(TaskSerializer):
     """A task with the tasks it waits for, and its History, oldest entry first."""
+
+    submitter = serializers.SerializerMethodField(
+        help_text="Who submitted the task (a user, an API token, or the system)."
+    )
 
     parents = serializers.SerializerMethodField(
         help_text="A follow-up's parents while it waits for them to complete (`after`), in "
@@ -474,6 +552,7 @@ class TaskDetailSerializer(TaskSerializer):
     class Meta(TaskSerializer.Meta):
         fields = [
             *TaskSerializer.Meta.fields,
+            "submitter",
             "parents",
             "children",
             "waiting",
@@ -498,6 +577,11 @@ class TaskDetailSerializer(TaskSerializer):
     def get_trace_id(self, task: Task) -> str | None:
         traceparent = self.stored_traceparent(task)
         return None if traceparent is None else trace_id_of(traceparent)
+
+    @extend_schema_field(SubmitterSerializer)
+    def get_submitter(self, task: Task) -> dict[str, Any]:
+        """Who submitted `task`."""
+        return submitter_json(task)
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_children(self, task: Task) -> list[str]:
@@ -790,6 +874,32 @@ class SubmitSerializer(StrictSerializer):
         help_text="An https:// URL that the task's outcome is POSTed to, signed, once it is "
         "final (docs/howto/notifications.md); anything else is a 400 `invalid_notify`.",
     )
+    admission_key = KeyNameField(
+        required=False,
+        allow_null=True,
+        help_text="The admission key the task counts against (`SCYLLA['MAX_READY']` may cap "
+        "its ready tasks, docs/howto/admission.md).",
+    )
+    on_full = serializers.ChoiceField(
+        choices=["reject", "shed_oldest"],
+        required=False,
+        allow_null=True,
+        help_text="When a cap on ready tasks is reached: `reject` (429 `queue_full`) or "
+        "`shed_oldest` (the oldest ready task is cancelled with the code `shed`); the cap's "
+        "own choice when omitted.",
+    )
+    submitter_name = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=150,
+        help_text="A display name for who submitted the task (else the user's name).",
+    )
+    submitter_description = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=1000,
+        help_text="A description of the submission.",
+    )
 
 
 class FieldErrorSerializer(serializers.Serializer[Any]):
@@ -804,7 +914,10 @@ class BulkOutcomeSerializer(serializers.Serializer[Any]):
 
     index = serializers.IntegerField(help_text="The item's position in the request.")
     rn = serializers.CharField(allow_null=True)
-    outcome = serializers.ChoiceField(choices=["inserted", "duplicate", "replaced", "invalid"])
+    outcome = serializers.ChoiceField(
+        choices=["inserted", "duplicate", "replaced", "invalid", "full"],
+        help_text="`full`: a cap on ready tasks refused the item (docs/howto/admission.md).",
+    )
     errors = serializers.DictField(  # type: ignore[assignment]  # see TaskSerializer
         child=FieldErrorSerializer(many=True),
         help_text="An invalid item's errors per field, as in a 400 response.",
@@ -1011,14 +1124,29 @@ class QueueSerializer(serializers.Serializer[Any]):
 
 
 class QueueSettingSerializer(serializers.Serializer[Any]):
-    """How a queue is leased: paused or not, and its limit on running tasks."""
+    """How a queue is leased: paused or not, and its limit on running tasks; and its cap on
+    ready tasks."""
 
     queue = serializers.CharField()
     paused = serializers.BooleanField(help_text="No task of the queue is leased while paused.")
     max_running = serializers.IntegerField(
         allow_null=True, help_text="At most this many of its tasks run at once; null: no limit."
     )
+    max_ready = serializers.IntegerField(
+        allow_null=True, help_text="At most this many of its tasks wait ready; null: no cap."
+    )
+    on_full = serializers.CharField(
+        help_text="What a submission to the full queue does: `reject` or `shed_oldest`."
+    )
     updated = serializers.DateTimeField(allow_null=True)
+
+
+class QueueCapSerializer(StrictSerializer):
+    """`PUT /queues/{name}/cap/`: the new cap on ready tasks (null: none) and what a
+    submission to the full queue does."""
+
+    max_ready = StrictIntegerField(min_value=1, max_value=100_000_000, allow_null=True)
+    on_full = serializers.ChoiceField(choices=["reject", "shed_oldest"], default="reject")
 
 
 class QueueLimitSerializer(StrictSerializer):

@@ -37,6 +37,7 @@ queryset, the model or the `Tables` it works on.
 """
 
 from . import fairness, inserts, keys
+from .admission import lock_admission_key
 from .aggregates import Percentile
 from .clock import CLOCK_CTE, Clock, Now, now_plus, read_clock
 from .connections import discard_connection, has_table, ping
@@ -109,6 +110,7 @@ __all__ = [
     "keys",
     "lease_statement",
     "listen",
+    "lock_admission_key",
     "lock_rows",
     "migrate_hint",
     "now_plus",

@@ -86,7 +86,8 @@ class _Submission:
 
     given: list[models.Field[Any, Any]]  # the SUBMITTED fields, first in the column list
     one: str  # a single task: its values as parameters
-    many: str  # many tasks: their values as one JSON array
+    one_uncapped: str  # the same, inserted only if its queue has no cap on ready tasks
+    many: str  # many tasks: their values as one JSON array, those of capped queues left out
 
 
 @cache
@@ -113,6 +114,12 @@ def _submission(model: type[models.Model], using: str) -> _Submission:
     table = quote(model._meta.db_table)
     record = ", ".join(f"{quote(f.attname)} {SUBMITTED[f.attname]}" for f in given)
     picked = ", ".join(f"r.{quote(f.attname)}" for f in given)
+    typed = ", ".join(f"%s::{SUBMITTED[f.attname]}" for f in given)
+    capped = _capped_queue(model, quote)
+    returning = (
+        "RETURNING id, created, updated, CASE WHEN not_before IS NULL "
+        "OR not_before <= statement_timestamp() THEN pg_notify(%s, queue) END"
+    )
     return _Submission(
         given=given,
         # One row: its notification is an expression of what it returns (no CTE around the
@@ -120,17 +127,38 @@ def _submission(model: type[models.Model], using: str) -> _Submission:
         one=(
             f"INSERT INTO {table} ({columns}) "
             f"VALUES ({', '.join(['%s'] * len(given))}, {defaults}) ON CONFLICT (rn) DO NOTHING "
-            "RETURNING id, created, updated, CASE WHEN not_before IS NULL "
-            "OR not_before <= statement_timestamp() THEN pg_notify(%s, queue) END"
+            f"{returning}"
         ),
+        # A cap on ready tasks is decided by a transaction that locks it (see
+        # `models.admission`): a submission to a capped queue inserts nothing here, and the
+        # caller takes that way instead. An uncapped queue's stays one statement.
+        # Its last column says "capped": no row is a duplicate rn.
+        one_uncapped=(
+            f"WITH capped AS ({capped.format(queue='%s::text')}), "
+            f"inserted AS (INSERT INTO {table} ({columns}) SELECT {typed}, {defaults} "
+            "WHERE NOT EXISTS (SELECT 1 FROM capped) "
+            f"ON CONFLICT (rn) DO NOTHING {returning}) "
+            "SELECT *, false FROM inserted "
+            "UNION ALL SELECT NULL, NULL, NULL, NULL, true FROM capped"
+        ),
+        # Its last column says "capped" (that row's rn was left out).
         many=(
-            f"WITH inserted AS (INSERT INTO {table} ({columns}) "
-            f"SELECT {picked}, {defaults} FROM jsonb_to_recordset(%s::jsonb) AS r({record}) "
+            f"WITH r AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) AS r({record})), "
+            f"inserted AS (INSERT INTO {table} ({columns}) SELECT {picked}, {defaults} FROM r "
+            f"WHERE NOT EXISTS ({capped.format(queue='r.queue')}) "
             "ON CONFLICT (rn) DO NOTHING RETURNING rn, queue, not_before), "
             f"{_ready_notification('inserted')} "
-            "SELECT rn, (SELECT n FROM notified) FROM inserted"
+            "SELECT rn, (SELECT n FROM notified), false FROM inserted UNION ALL "
+            f"SELECT r.rn, NULL, true FROM r WHERE EXISTS ({capped.format(queue='r.queue')})"
         ),
     )
+
+
+def _capped_queue(model: type[models.Model], quote: Any) -> str:
+    """A query of the queue setting that caps the ready tasks of `{queue}` (a template)."""
+    setting = model._meta.apps.get_model(model._meta.app_label, "QueueSetting")
+    table = quote(setting._meta.db_table)
+    return f"SELECT 1 FROM {table} AS s WHERE s.queue = {{queue}} AND s.max_ready IS NOT NULL"
 
 
 @cache
@@ -204,10 +232,15 @@ def postgresql_submit_keyed(
     return bool(row[0]), bool(row[1]), list(converted)
 
 
+#: What `postgresql_submit(..., unless_capped=True)` returns for a capped queue.
+CAPPED = "capped"
+
+
 def postgresql_submit(
-    tasks: QuerySet[_Row], values: dict[str, Any]
-) -> tuple[int, datetime, datetime] | None:
-    """Insert one task in one statement (PostgreSQL); None if its rn exists.
+    tasks: QuerySet[_Row], values: dict[str, Any], *, unless_capped: bool = False
+) -> tuple[int, datetime, datetime] | str | None:
+    """Insert one task in one statement (PostgreSQL); None if its rn exists. With
+    `unless_capped`, CAPPED if its queue has a cap on ready tasks (nothing is inserted).
 
     `values` are the validated SUBMITTED fields (a missing one takes its default).
     `ON CONFLICT (rn) DO NOTHING` reports a duplicate as "no row returned", so no error and no
@@ -221,9 +254,16 @@ def postgresql_submit(
         for f in submission.given
     ]
     with prepared_cursor(connection) as cursor:
-        cursor.execute(submission.one, [*params, READY_CHANNEL])
+        if unless_capped:
+            cursor.execute(submission.one_uncapped, [values["queue"], *params, READY_CHANNEL])
+        else:
+            cursor.execute(submission.one, [*params, READY_CHANNEL])
         row = cursor.fetchone()
-    return None if row is None else (row[0], row[1], row[2])
+    if row is None:
+        return None
+    if unless_capped and row[4]:
+        return CAPPED
+    return (row[0], row[1], row[2])
 
 
 def _db_value(field: models.Field[Any, Any], value: Any, connection: BaseDatabaseWrapper) -> Any:
@@ -244,10 +284,15 @@ SUBMIT_CHUNK = 100
 
 
 def postgresql_submit_many(
-    tasks: QuerySet[_Row], chunks: Iterable[Sequence[dict[str, Any]]]
+    tasks: QuerySet[_Row],
+    chunks: Iterable[Sequence[dict[str, Any]]],
+    capped: set[str] | None = None,
 ) -> set[str]:
     """Insert chunks of validated rows (the SUBMITTED fields; a missing one takes its
     default), one statement per chunk, all in one transaction; return the rns inserted.
+    The rows of a queue with a cap on ready tasks are left out (not inserted) and their rns
+    added to `capped`: the caller submits them one at a time through the cap
+    (`models.admission`).
 
     Each chunk travels as one JSON array, expanded by `jsonb_to_recordset` into `INSERT …
     SELECT … ON CONFLICT (rn) DO NOTHING` (no per-row parameters to bind); the other columns
@@ -267,22 +312,26 @@ def postgresql_submit_many(
     first = next(chunks, None)
     if first is None:
         return set()
+    left_out = set() if capped is None else capped
     if len(first) < SUBMIT_CHUNK:
-        return _submit_chunks(connection, statement, [first])
+        return _submit_chunks(connection, statement, [first], left_out)
     with transaction.atomic(using=tasks.db):
         if not prepares(connection) or not _pipeline_supported():
-            return _submit_chunks(connection, statement, chain([first], chunks))
+            return _submit_chunks(connection, statement, chain([first], chunks), left_out)
         with connection.wrap_database_errors, connection.connection.pipeline():
             cursors = [_send_chunk(connection, statement, first)]
             cursors += [_send_chunk(connection, statement, chunk) for chunk in chunks]
-        return _inserted(cursors)
+        return _inserted(cursors, left_out)
 
 
 def _submit_chunks(
-    connection: BaseDatabaseWrapper, statement: str, chunks: Iterable[Sequence[dict[str, Any]]]
+    connection: BaseDatabaseWrapper,
+    statement: str,
+    chunks: Iterable[Sequence[dict[str, Any]]],
+    capped: set[str],
 ) -> set[str]:
     """Run the bulk submission `statement` for each chunk in turn; the rns inserted."""
-    return _inserted([_send_chunk(connection, statement, chunk) for chunk in chunks])
+    return _inserted([_send_chunk(connection, statement, chunk) for chunk in chunks], capped)
 
 
 def _send_chunk(
@@ -295,12 +344,14 @@ def _send_chunk(
     return cursor
 
 
-def _inserted(cursors: Sequence[Any]) -> set[str]:
-    """The rns the bulk submission statements of `cursors` inserted (closing the cursors)."""
+def _inserted(cursors: Sequence[Any], capped: set[str]) -> set[str]:
+    """The rns the bulk submission statements of `cursors` inserted (closing the cursors);
+    those they left out for their capped queues go to `capped`."""
     inserted: set[str] = set()
     for cursor in cursors:
         with cursor:
-            inserted.update(row[0] for row in cursor.fetchall())
+            for row in cursor.fetchall():
+                (capped if row[2] else inserted).add(row[0])
     return inserted
 
 

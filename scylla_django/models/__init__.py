@@ -13,6 +13,7 @@ from .history import History
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions, new_rn
 from .keys import Hold, Key, Limit, LockNotFree, Rate
 from .notices import send_each_on_commit, send_on_commit
+from .origins import Submitter, TaskOrigin
 from .outcomes import Outcome
 from .processes import (
     MONITOR_PREFIX,
@@ -90,12 +91,14 @@ __all__ = [
     "Schedule",
     "SubmitDefaults",
     "SubmitOutcome",
+    "Submitter",
     "Tallies",
     "Tally",
     "Task",
     "TaskDeletion",
     "TaskHold",
     "TaskOptions",
+    "TaskOrigin",
     "TaskQuerySet",
     "TaskTrace",
     "WaitingRun",

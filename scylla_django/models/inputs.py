@@ -82,7 +82,7 @@ class SubmitOutcome:
 
     index: int
     rn: str | None
-    outcome: Literal["inserted", "duplicate", "replaced", "invalid"]
+    outcome: Literal["inserted", "duplicate", "replaced", "invalid", "full"]
     errors: dict[str, list[str]] = field(default_factory=dict)
     #: The code of each message of `errors`, field by field in the same order: the codes
     #: `submit()` raises for the same input (`unknown_limit`, `invalid_key`, ...).
@@ -402,6 +402,8 @@ def on_conflict_of(value: object) -> str:
 #: arguments.
 ITEM_FIELDS = frozenset(
     {
+        "admission_key",
+        "on_full",
         "queue",
         "spec",
         "priority",
@@ -471,4 +473,15 @@ def task_values_from(
     )
     if "unique_key" in values:
         values["on_conflict"] = on_conflict
+    if item.get("admission_key") is not None or item.get("on_full") is not None:
+        from .admission import Admission
+        from .queues import QUEUE_ON_FULL, validate_on_full
+
+        on_full = item.get("on_full")
+        try:
+            if on_full is not None:
+                validate_on_full(on_full, QUEUE_ON_FULL)
+        except ValidationError as exc:
+            raise ValidationError({"on_full": exc}) from None
+        values["admission"] = Admission.of(admission_key=item.get("admission_key"), on_full=on_full)
     return values

@@ -1,5 +1,5 @@
 """Queues: an operator's switches per queue (`QueueSetting`: paused, a limit on running
-tasks), and what each queue holds (`queue_summaries`, `ready_summary`)."""
+tasks, a cap on ready tasks), and what each queue holds (`queue_summaries`, `ready_summary`)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,34 @@ from ..validation import (
     queue_validator,
     validate_queue,
 )
+
+#: What a submission does when its queue (or admission key) is full: refuse it (QueueFull),
+#: cancel the oldest ready task to make room, or (a Python caller's choice) wait for room.
+REJECT = "reject"
+SHED_OLDEST = "shed_oldest"
+WAIT = "wait"
+ON_FULL = (REJECT, SHED_OLDEST, WAIT)
+#: What a queue's setting may say (waiting is a caller's choice, not an operator's).
+QUEUE_ON_FULL = (REJECT, SHED_OLDEST)
+
+
+def validate_max_ready(value: object) -> int | None:
+    """A cap on ready tasks: None, or an integer from 1 to 100,000,000."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000_000:
+        raise ValidationError(
+            "max_ready must be an integer from 1 to 100000000, or null for no cap.",
+            code="invalid_max_ready",
+        )
+    return value
+
+
+def validate_on_full(value: object, allowed: tuple[str, ...] = ON_FULL) -> str:
+    """What a full queue does with a submission: one of `allowed`."""
+    if value not in allowed:
+        raise ValidationError(f"on_full is one of {', '.join(allowed)}.", code="invalid_on_full")
+    return str(value)
 
 
 class QueueSettingQuerySet(models.QuerySet["QueueSetting"]):
@@ -68,6 +96,17 @@ class QueueSettingQuerySet(models.QuerySet["QueueSetting"]):
         the monitor's `PriorityAging` does it (`age_ready`)."""
         step = None if every is None else validate_aging(every)
         return self._set(queue, aging=step)
+
+    def cap(self, queue: str, max_ready: int | None, on_full: str = REJECT) -> QueueSetting:
+        """At most `max_ready` tasks of `queue` wait ready at once (None: no cap). A
+        submission that finds the queue full does what `on_full` says: "reject" (QueueFull)
+        or "shed_oldest" (the oldest ready task is cancelled with code `shed`); a caller may
+        say otherwise for its own submission. Tasks already ready above a new cap stay."""
+        return self._set(
+            queue,
+            max_ready=validate_max_ready(max_ready),
+            on_full=validate_on_full(on_full, QUEUE_ON_FULL),
+        )
 
     def _set(self, queue: str, **values: Any) -> QueueSetting:
         name = validate_queue(queue)
@@ -125,7 +164,9 @@ class QueueSetting(models.Model):
     that many of its tasks run at once, across all workers; null: no limit); `fair_key`, the
     key family whose values share its capacity fairly (null: oldest first within a priority),
     with `fair_weights`, a weight by value (1 for a value not named); `aging`, the wait that
-    raises a ready task's priority by one (null: none)."""
+    raises a ready task's priority by one (null: none); and how it admits tasks: `max_ready`
+    (at most that many wait ready; null: no cap) and `on_full` (what a submission does when
+    it is full, see `models.admission`)."""
 
     id = models.BigAutoField(primary_key=True)
     queue = models.CharField(max_length=QUEUE_MAX_LENGTH, unique=True, validators=[queue_validator])
@@ -134,6 +175,10 @@ class QueueSetting(models.Model):
     fair_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     fair_weights = models.JSONField(null=True, blank=True)
     aging = models.DurationField(null=True, blank=True)
+    max_ready = models.PositiveIntegerField(null=True, blank=True)
+    on_full = models.CharField(
+        max_length=16, choices=[(v, v) for v in QUEUE_ON_FULL], default=REJECT
+    )
     updated = models.DateTimeField(db_default=Now())
 
     objects: ClassVar[QueueSettingQuerySet] = QueueSettingQuerySet.as_manager()  # type: ignore[assignment]
@@ -145,7 +190,8 @@ class QueueSetting(models.Model):
     def __str__(self) -> str:
         state = "paused" if self.paused else "active"
         limit = f", at most {self.max_running} running" if self.max_running else ""
-        return f"{self.queue} ({state}{limit})"
+        cap = f", at most {self.max_ready} ready ({self.on_full})" if self.max_ready else ""
+        return f"{self.queue} ({state}{limit}{cap})"
 
 
 def validate_aging(value: object) -> timedelta:

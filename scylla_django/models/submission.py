@@ -8,6 +8,7 @@ a submission are in `inputs`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any, Unpack
 
 from django.db import (
@@ -21,8 +22,9 @@ from django.db.models import QuerySet
 
 from .. import db, signals
 from ..db import inserts
-from ..exceptions import DuplicateKey, DuplicateTask, TaskNotFound
-from . import serving, unique
+from ..exceptions import DuplicateKey, DuplicateTask, QueueFull, TaskNotFound
+from . import admission, serving, unique
+from .admission import NONE, Admission
 from .dependencies import HELD, Dependency
 from .inputs import (
     BulkSubmission,
@@ -33,6 +35,7 @@ from .inputs import (
     validate_after,
 )
 from .notices import send_on_commit
+from .origins import Submitter
 from .traces import keep_traces, take_traceparent
 
 #: Parents looked up per query, and tasks validated and inserted per chunk (off PostgreSQL).
@@ -51,10 +54,30 @@ def submit(
     *,
     after: Sequence[str] | None = None,
     on_conflict: str | None = None,
+    admitted: Admission = NONE,
     **options: Unpack[TaskOptions],
 ) -> Any:
-    """Submit a new `ready` task to the database of `tasks`: see `TaskQuerySet.submit`."""
-    task = insert_submission(tasks, queue, spec, after=after, on_conflict=on_conflict, **options)
+    """Submit a new `ready` task to the database of `tasks`: see `TaskQuerySet.submit`.
+
+    `admitted` says what the caps on ready tasks do with it and who submits it
+    (`admission`)."""
+
+    def insert() -> Any:
+        task = insert_submission(
+            tasks, queue, spec, after=after, on_conflict=on_conflict, **options
+        )
+        admission.record_origin(tasks, task, admitted)
+        return task
+
+    task = None
+    if admitted.key is None and not admitted.records and after is None:
+        # On PostgreSQL one statement, which inserts nothing if the queue is capped; then, and
+        # elsewhere, the cap's way.
+        task = insert_submission(
+            tasks, queue, spec, after=None, on_conflict=on_conflict, unless_capped=True, **options
+        )
+    if task is None:
+        task = admission.admit(tasks, queue, admitted, insert)
     serving.warn_unserved([task.queue], tasks.db)
     return task
 
@@ -66,33 +89,53 @@ def insert_submission(
     *,
     after: Sequence[str] | None,
     on_conflict: str | None,
+    unless_capped: bool = False,
     **options: Unpack[TaskOptions],
 ) -> Any:
     """The insertion of `submit`: the task, inserted (or the holder of its unique key), and
-    the traceparent of a traced one beside it, in the same transaction."""
+    the traceparent of a traced one beside it, in the same transaction.
+
+    With `unless_capped` (no `after`): the task only if PostgreSQL's one statement inserted
+    it; None, having written nothing, when the queue has a cap on ready tasks, the task has a
+    unique key, or the database is another (the caller then submits it through
+    `admission`)."""
+    if unless_capped and not db.uses_single_statement_transitions(connections[tasks.db]):
+        return None
     conflict = on_conflict_of(on_conflict)
     values = task_values(queue, spec, **options)
     traceparent = take_traceparent(values)
     if traceparent is None:
-        return insert_values(tasks, values, conflict, after)
+        return insert_values(tasks, values, conflict, after, unless_capped=unless_capped)
     with db.write_atomic(tasks.db):
-        task = insert_values(tasks, values, conflict, after)
-        if task.submit_outcome == "inserted":
+        task = insert_values(tasks, values, conflict, after, unless_capped=unless_capped)
+        if task is not None and task.submit_outcome == "inserted":
             keep_traces(tasks.db, {task.rn: traceparent})
     return task
 
 
 def insert_values(
-    tasks: QuerySet[Any], values: dict[str, Any], conflict: str, after: Sequence[str] | None
+    tasks: QuerySet[Any],
+    values: dict[str, Any],
+    conflict: str,
+    after: Sequence[str] | None,
+    *,
+    unless_capped: bool = False,
 ) -> Any:
-    """Insert the task of the validated `values` (or return the holder of its unique key)."""
+    """Insert the task of the validated `values` (or return the holder of its unique key);
+    with `unless_capped`, None if the queue is capped or the task keyed (see
+    `insert_submission`)."""
+    single = db.uses_single_statement_transitions(connections[tasks.db])
     if "unique_key" in values:
+        if unless_capped:
+            return None
         return submit_keyed(tasks, values, conflict, after)
     if after is not None:
         return submit_after(tasks, tasks.model(**values), after)
-    if db.uses_single_statement_transitions(connections[tasks.db]):
-        inserted = inserts.postgresql_submit(tasks, values)
-        if inserted is None:
+    if single:
+        inserted = inserts.postgresql_submit(tasks, values, unless_capped=unless_capped)
+        if inserted == inserts.CAPPED:
+            return None
+        if not isinstance(inserted, tuple):
             raise DuplicateTask(f"A task with rn {values['rn']!r} exists.", rn=values["rn"])
         pk, created, updated = inserted
         task = tasks.model.inserted(tasks.db, values, id=pk, created=created, updated=updated)
@@ -208,52 +251,54 @@ def submit_after(tasks: QuerySet[Any], task: Any, after: Sequence[str]) -> Any:
     return unique.mark(task, "inserted")
 
 
-def submit_many(tasks: QuerySet[Any], items: Iterable[Mapping[str, Any]]) -> list[SubmitOutcome]:
+def submit_many(
+    tasks: QuerySet[Any],
+    items: Iterable[Mapping[str, Any]],
+    *,
+    submitter: Submitter | None = None,
+) -> list[SubmitOutcome]:
     """Submit several tasks at once, one outcome per item: see `TaskQuerySet.submit_many`."""
+    if submitter is not None:
+        submitter = submitter.validated()
+        # The tasks and the rows that record their submitter: one transaction.
+        with db.write_atomic(tasks.db):
+            return _submit_many(tasks, items, submitter)
+    return _submit_many(tasks, items, None)
+
+
+def _submit_many(
+    tasks: QuerySet[Any], items: Iterable[Mapping[str, Any]], submitter: Submitter | None
+) -> list[SubmitOutcome]:
     bulk = BulkSubmission(items)
     inserted: set[str] = set()
     connection = connections[tasks.db]
     keyed: list[dict[str, Any]] = []
+    gated: list[dict[str, Any]] = []
     traced: dict[str, str] = {}
-    outcomes = _submit_many(tasks, bulk, connection, inserted, keyed, traced)
-    if traced:
-        # Right after the tasks (in the caller's transaction, if any): the items' traces are
-        # known only once the items were validated, chunk by chunk as the inserts went out,
-        # and an untraced bulk stays the one statement in autocommit it was.
-        keep_traces(
-            tasks.db,
-            {
-                o.rn: traced[o.rn]
-                for o in outcomes
-                if o.outcome == "inserted" and o.rn is not None and o.rn in traced
-            },
-        )
-    serving.warn_unserved((values["queue"] for _, values in bulk.pending), tasks.db)
-    return outcomes
+    single = db.uses_single_statement_transitions(connection)
+    # PostgreSQL's statement leaves out the items of capped queues (found after it, below);
+    # elsewhere the capped queues are looked up first.
+    capped = _CappedQueues(tasks.db, look_up=not single)
 
+    def keyless(size: int) -> Iterator[list[dict[str, Any]]]:
+        return _keyless(bulk.chunks(size), keyed, gated, capped, traced)
 
-def _submit_many(
-    tasks: QuerySet[Any],
-    bulk: BulkSubmission,
-    connection: Any,
-    inserted: set[str],
-    keyed: list[dict[str, Any]],
-    traced: dict[str, str],
-) -> list[SubmitOutcome]:
-    """The insertions of `submit_many`, the traceparents of the items taken into `traced`."""
-    if db.uses_single_statement_transitions(connection):
+    if single:
         # Validated a chunk at a time as the statements go out (see there).
-        inserted |= inserts.postgresql_submit_many(
-            tasks, _keyless(bulk.chunks(inserts.SUBMIT_CHUNK), keyed, traced)
+        left_out: set[str] = set()
+        inserted = inserts.postgresql_submit_many(
+            tasks, keyless(inserts.SUBMIT_CHUNK), capped=left_out
         )
+        if left_out:
+            gated += [values for _, values in bulk.pending if values["rn"] in left_out]
     elif inserts.can_insert_returning_on_conflict(connection):
         with db.write_atomic(tasks.db):
-            for chunk in _keyless(bulk.chunks(CHUNK), keyed, traced):
+            for chunk in keyless(CHUNK):
                 new = [tasks.model(**values) for values in chunk]
                 inserted |= inserts.insert_ignoring_duplicates(tasks, new)
     else:
         with db.write_atomic(tasks.db):
-            for chunk in _keyless(bulk.chunks(CHUNK), keyed, traced):
+            for chunk in keyless(CHUNK):
                 for values in chunk:
                     try:
                         with transaction.atomic(using=tasks.db):
@@ -261,16 +306,29 @@ def _submit_many(
                         inserted.add(values["rn"])
                     except IntegrityError:
                         pass
-    # Keyed items one at a time, each as `submit` would (the index decides each), after the
-    # others; a key held by a task, or by an earlier item, is reported as a duplicate with the
-    # holder's rn.
+    if submitter is not None and inserted:
+        admission.record_origins(tasks, inserted, submitter)
+    # Keyed items, and those a cap on ready tasks counts, one at a time, each as `submit`
+    # would (the index, and the caps, decide each), after the others; a key held by a task,
+    # or by an earlier item, is reported as a duplicate with the holder's rn, an item a cap
+    # refused as `full`.
     found: dict[str, tuple[str, str]] = {}
-    for values in keyed:
-        conflict = values.pop("on_conflict")
+    for values in [*gated, *keyed]:
+        conflict = values.pop("on_conflict", None) or "return"
+        given = values.pop("admission", NONE)
+        admitted = Admission(given.key, given.on_full, given.wait, submitter)
         try:
-            task = submit_keyed(tasks, values, "return" if conflict == "raise" else conflict)
+            task = admission.admit(
+                tasks,
+                values["queue"],
+                admitted,
+                partial(_insert_item, tasks, values, conflict, admitted),
+            )
         except DuplicateTask:
             found[values["rn"]] = (values["rn"], "duplicate")
+            continue
+        except QueueFull:
+            found[values["rn"]] = (values["rn"], "full")
             continue
         found[values["rn"]] = (task.rn, task.submit_outcome or "duplicate")
     outcomes, pending = bulk.outcomes, bulk.pending
@@ -285,20 +343,78 @@ def _submit_many(
             continue
         if status == "inserted" and notify:
             send_on_commit(signals.task_submitted, tasks.db, task=tasks.model(**values))
+    if traced:
+        # Right after the tasks (in the caller's transaction, if any): the items' traces are
+        # known only once the items were validated, chunk by chunk as the inserts went out,
+        # and an untraced bulk stays the one statement in autocommit it was.
+        keep_traces(
+            tasks.db,
+            {
+                o.rn: traced[o.rn]
+                for o in outcomes.values()
+                if o.outcome == "inserted" and o.rn is not None and o.rn in traced
+            },
+        )
+    serving.warn_unserved((values["queue"] for _, values in pending), tasks.db)
     return [outcomes[i] for i in sorted(outcomes)]
 
 
+def _insert_item(
+    tasks: QuerySet[Any], values: dict[str, Any], on_conflict: str, admitted: Admission
+) -> Any:
+    """Insert one item of a bulk submission on its own (a keyed or a capped one)."""
+    if "unique_key" in values:
+        task = submit_keyed(tasks, values, "return" if on_conflict == "raise" else on_conflict)
+    else:
+        task = tasks.model(**values)
+        insert_new(tasks, task)
+        send_on_commit(signals.task_submitted, tasks.db, task=task)
+        unique.mark(task, "inserted")
+    admission.record_origin(tasks, task, admitted)
+    return task
+
+
+class _CappedQueues:
+    """Whether a queue has a cap on ready tasks, each queue looked up once per call."""
+
+    def __init__(self, using: str, *, look_up: bool = True) -> None:
+        self.using = using
+        self.look_up = look_up
+        self.known: dict[str, bool] = {}
+
+    def __call__(self, chunk: Iterable[dict[str, Any]]) -> set[str]:
+        if not self.look_up:
+            return set()
+        new = {values["queue"] for values in chunk} - set(self.known)
+        if new:
+            capped = admission.capped_queues(self.using, new)
+            self.known.update({queue: queue in capped for queue in new})
+        return {queue for queue, is_capped in self.known.items() if is_capped}
+
+
 def _keyless(
-    chunks: Iterable[list[dict[str, Any]]], keyed: list[dict[str, Any]], traced: dict[str, str]
+    chunks: Iterable[list[dict[str, Any]]],
+    keyed: list[dict[str, Any]],
+    gated: list[dict[str, Any]],
+    capped: _CappedQueues,
+    traced: dict[str, str],
 ) -> Iterator[list[dict[str, Any]]]:
-    """`chunks` without their keyed items, which are appended to `keyed` instead (a chunk
-    left empty is skipped), and without their traceparents, taken into `traced` by rn."""
+    """`chunks` without their items that a cap on ready tasks counts (appended to `gated`)
+    or that are keyed (appended to `keyed`), and without their traceparents, taken into
+    `traced` by rn; a chunk left empty is skipped."""
     for chunk in chunks:
         for values in chunk:
             traceparent = take_traceparent(values)
             if traceparent is not None:
                 traced[values["rn"]] = traceparent
-        keyless = [values for values in chunk if "unique_key" not in values]
-        keyed.extend(values for values in chunk if "unique_key" in values)
-        if keyless:
-            yield keyless
+        caps = capped(chunk)
+        plain = []
+        for values in chunk:
+            if "admission" in values or values["queue"] in caps:
+                gated.append(values)
+            elif "unique_key" in values:
+                keyed.append(values)
+            else:
+                plain.append(values)
+        if plain:
+            yield plain

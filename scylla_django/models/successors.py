@@ -156,7 +156,7 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
     elif db.uses_single_statement_transitions(connections[using]):
         # As `submit`: one statement, and listening workers are notified if it is due now.
         inserted = inserts.postgresql_submit(manager, values)
-        if inserted is None:
+        if not isinstance(inserted, tuple):
             return None
         successor.pk, successor.created, successor.updated = inserted
         successor._state.adding = False

@@ -61,13 +61,16 @@ from ..validation import (
     validate_timeouts,
 )
 from . import deletions, keys, maintenance, portable, submission, successors, task_holds
+from .admission import Admission
 from .batches import count_finished
 from .children import spawn, validate_children
 from .dependencies import HELD
+from .forecast import Forecast, WhatIf, forecast
 from .held import NOT_YIELDED, HeldLeaseQuerySet, capped_deadline
 from .history import History
 from .inputs import SubmitOutcome, TaskOptions, task_values, validate_terminal_statuses
 from .notices import send_each_on_commit, send_on_commit
+from .origins import Submitter, TaskOrigin
 from .processes import Worker, required_worker_id, worker_name
 from .queues import QueueSummary, due, queue_summaries, ready_summary, unexpired
 from .refusals import lease_reset_refusal
@@ -120,9 +123,19 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
         *,
         after: Sequence[str] | None = None,
         on_conflict: str | None = None,
+        admission_key: str | None = None,
+        on_full: str | None = None,
+        wait: float | None = None,
+        submitter: Submitter | None = None,
         **options: Unpack[TaskOptions],
     ) -> Task:
         """Submit a new `ready` task. Raises ValidationError, or DuplicateTask if `rn` exists.
+
+        Admission (`models.admission`): when the queue's `max_ready` cap, or the cap of
+        `admission_key` (`SCYLLA["MAX_READY"]`), is reached, `on_full` (else the cap's own)
+        says what happens: "reject" raises QueueFull, "shed_oldest" cancels the oldest ready
+        task it counts (error code `shed`), "wait" tries again for up to `wait` seconds, then
+        raises QueueFull. `submitter` (`Submitter.of(user)`) is recorded beside the task.
 
         `retry` is the task's retry policy (it overrides its handler's). With `after` (rns of
         existing tasks; TaskNotFound if one is unknown) the task is a follow-up: held until
@@ -138,8 +151,17 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
         On PostgreSQL a task without `after` is one statement (one round trip in autocommit)
         that also detects the duplicate rn and notifies listening workers.
         """
+        admitted = Admission.of(
+            admission_key=admission_key, on_full=on_full, wait=wait, submitter=submitter
+        )
         task: Task = submission.submit(
-            self.routed(queue), queue, spec, after=after, on_conflict=on_conflict, **options
+            self.routed(queue),
+            queue,
+            spec,
+            after=after,
+            on_conflict=on_conflict,
+            admitted=admitted,
+            **options,
         )
         return task
 
@@ -156,8 +178,14 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
             return self
         return self.using(router.db_for_write(self.model, queue=queue))
 
-    def submit_many(self, items: Iterable[Mapping[str, Any]]) -> list[SubmitOutcome]:
+    def submit_many(
+        self, items: Iterable[Mapping[str, Any]], *, submitter: Submitter | None = None
+    ) -> list[SubmitOutcome]:
         """Submit several tasks at once; return one outcome per item, in order.
+
+        An item may name an `admission_key` and an `on_full` ("reject" or "shed_oldest");
+        an item that a cap on ready tasks refuses has the outcome `full` (see `submit`).
+        `submitter` is recorded beside every task inserted.
 
         Each item is a mapping of `submit()`'s arguments (`queue`, `spec`, and optionally
         `priority`, `rn`, `not_before`). Invalid items and duplicate rns (in the database or
@@ -167,9 +195,11 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
         validated.
         """
         if self.named_database() is not None:
-            return submission.submit_many(self, items)
+            return submission.submit_many(self, items, submitter=submitter)
         if not scylla_settings.QUEUE_DATABASES:
-            return submission.submit_many(self.using(router.db_for_write(self.model)), items)
+            return submission.submit_many(
+                self.using(router.db_for_write(self.model)), items, submitter=submitter
+            )
         # Queues routed to several databases: one submission (one transaction) per database.
         listed = list(items)
         by_database: dict[str, list[int]] = {}
@@ -178,7 +208,9 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
             by_database.setdefault(self.routed(queue).db, []).append(index)
         outcomes: dict[int, SubmitOutcome] = {}
         for database, indexes in by_database.items():
-            done = submission.submit_many(self.using(database), [listed[i] for i in indexes])
+            done = submission.submit_many(
+                self.using(database), [listed[i] for i in indexes], submitter=submitter
+            )
             for outcome in done:
                 index = indexes[outcome.index]
                 outcomes[index] = dataclasses.replace(outcome, index=index)
@@ -403,6 +435,7 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
             task_holds.TaskHold.objects.using(self.db).filter(
                 task__in=self.order_by().values("pk")
             ).delete()
+            TaskOrigin.objects.using(self.db).filter(task__in=self.order_by().values("pk")).delete()
             _, per_model = super().delete()
             if kept:
                 transaction.on_commit(lambda: logs.delete_logs(kept), using=self.db)
@@ -571,6 +604,7 @@ class Task(models.Model):
         permissions = [
             ("submit_task", "Can submit tasks"),
             ("cancel_task", "Can cancel tasks"),
+            ("cancel_own_task", "Can cancel the tasks one submitted"),
             ("work_task", "Can lease and finish tasks as a worker"),
         ]
         indexes = [
@@ -862,6 +896,21 @@ class Task(models.Model):
         finished), InvalidTransition (cancelled, in a batch, with an order key), TaskNotFound;
         nothing is written then (see `scylla_django.models.deletions`)."""
         return deletions.delete_ready(self, by)
+
+    def submitted_by(self) -> Any:
+        """The pk of the user who submitted this task (None: the system, or a user since
+        deleted)."""
+        return (
+            TaskOrigin.objects.using(self._state.db)
+            .filter(task_id=self.pk)
+            .values_list("user_id", flat=True)
+            .first()
+        )
+
+    def forecast(self, what_if: WhatIf | None = None) -> Forecast:
+        """When this ready task is expected to start, and the rule that decides it (under
+        `what_if`'s changed rules, if given): see `models.forecast`. Reads only."""
+        return forecast(self, what_if)
 
     def waiting_reasons(self) -> list[dict[str, Any]]:
         """Why this ready task is not running now (its not_before, parents, paused queue, and

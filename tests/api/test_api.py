@@ -198,6 +198,7 @@ def test_detail_has_the_task_and_its_history_in_the_seed_s_shape(api, worker):
     assert response.status_code == 200
     body = response.json()
     assert set(body) == TASK_FIELDS | {
+        "submitter",
         "parents",
         "children",
         "waiting",
@@ -206,6 +207,7 @@ def test_detail_has_the_task_and_its_history_in_the_seed_s_shape(api, worker):
         "trace_id",
     }
     assert body["parents"] == [] and body["waiting"] == []
+    assert body["submitter"]["kind"] == "system"
     assert body["status"] == "running" and body["owner"] == worker.name
     assert body["progress"] == 0.5
     rows = History.objects.filter(task=task).order_by("id")
@@ -647,6 +649,7 @@ def test_the_schema_is_openapi_3_with_every_route(api):
         f"{API}/bulk/tasks/cancel/",
         f"{API}/tasks/{{rn}}/",
         f"{API}/tasks/{{rn}}/log/",
+        f"{API}/tasks/{{rn}}/eta/",
         f"{API}/tasks/{{rn}}/cancel/",
         f"{API}/tasks/{{rn}}/heartbeat/",
         f"{API}/tasks/{{rn}}/complete/",
@@ -673,6 +676,7 @@ def test_the_schema_is_openapi_3_with_every_route(api):
         f"{API}/queues/",
         f"{API}/queues/{{name}}/pause/",
         f"{API}/queues/{{name}}/limit/",
+        f"{API}/queues/{{name}}/cap/",
         f"{API}/tasks/{{rn}}/release-order/",
         f"{API}/tasks/{{rn}}/hold/",
         f"{API}/tasks/{{rn}}/release/",

@@ -55,7 +55,9 @@ def test_submit_is_one_statement_without_a_transaction_block():
     with round_trips() as (statements, switches):
         task = Task.objects.submit("one", {"n": 1}, rn="single")
     assert len(statements) == 1 and switches == []
-    assert statements[0].startswith('INSERT INTO "scylla_django_task"')
+    # The insert, unless the queue has a cap on ready tasks (read in the same statement).
+    assert statements[0].startswith("WITH capped AS (")
+    assert 'INSERT INTO "scylla_django_task"' in statements[0]
     assert "pg_notify" in statements[0]
     stored = Task.objects.get(rn="single")
     assert (task.pk, task.created, task.updated) == (stored.pk, stored.created, stored.updated)
@@ -195,7 +197,7 @@ def test_the_hot_statements_share_one_cursor_per_session_which_goes_with_it(work
     assert logged is not shared and db.prepared_cursor(connection) is shared
     # Each statement logged as itself, not as the one before it on the same cursor.
     [insert, lease] = [q["sql"] for q in captured.captured_queries]
-    assert insert.startswith("INSERT") and "SKIP LOCKED" in lease
+    assert 'INSERT INTO "scylla_django_task"' in insert and "SKIP LOCKED" in lease
     connection.close()  # a new session, a new cursor: the old one went with its session
     Task.objects.submit("share", {}, rn="share-3")
     assert db.prepared_cursor(connection) is not shared
@@ -301,3 +303,24 @@ def test_a_bulk_submission_keeps_a_timeout_too_small_for_a_float_s_plain_form():
         [{"queue": "q", "spec": {}, "timeout": timedelta(microseconds=10)}]
     )
     assert Task.objects.get(rn=outcome.rn).timeout == timedelta(microseconds=10)
+
+
+def test_a_capped_queue_is_found_by_the_submission_s_own_statement():
+    """A submission to a capped queue: the one statement inserts nothing and says so, and the
+    submission then goes through the cap (`models.admission`); an uncapped queue's stays one
+    statement, a duplicate rn too."""
+    from scylla_django.models import QueueSetting
+
+    QueueSetting.objects.cap("capped", 1)
+    with round_trips() as (statements, _):
+        Task.objects.submit("capped", {}, rn="c1")
+    assert statements[0].startswith("WITH capped AS (")
+    assert len(statements) > 1  # then the cap's transaction
+    outcomes = Task.objects.submit_many(
+        [
+            {"queue": "capped", "spec": {}},
+            {"queue": "free", "spec": {}},
+            {"queue": "free", "spec": {}, "rn": "c1"},
+        ]
+    )
+    assert [o.outcome for o in outcomes] == ["full", "inserted", "duplicate"]

@@ -19,7 +19,7 @@ from .keys import (
     RateDetailView,
     RateListView,
 )
-from .queues import QueueLimitView, QueuePauseView, QueueView
+from .queues import QueueCapView, QueueLimitView, QueuePauseView, QueueView
 from .schedules import ScheduleViewSet
 from .schema import SchemaView
 from .tasks import TaskViewSet
@@ -33,6 +33,7 @@ __all__ = [
     "LimitDetailView",
     "LimitListView",
     "LockView",
+    "QueueCapView",
     "QueueLimitView",
     "QueuePauseView",
     "QueueView",

@@ -23,7 +23,7 @@ from rest_framework.views import APIView
 
 from ... import tracing
 from ...exceptions import TaskNotFound
-from ...models import Task, Worker
+from ...models import Submitter, Task, Worker
 from ...models.serving import unserved_queues, unserved_warning
 from ...routers import databases, request_database
 from ...validation import validate_rn
@@ -32,6 +32,7 @@ from ..exceptions import exception_handler
 from ..parsers import ScyllaJSONParser
 from ..permissions import HasActionPermission
 from ..schema import errors
+from ..throttles import THROTTLES
 
 DATABASE_PARAMETER = "database"
 UNSERVED_HEADER = "Scylla-Warning"
@@ -79,12 +80,13 @@ class ScyllaView(ScyllaAuthMixin, APIView):
     """
 
     permission_classes = [HasActionPermission]
+    throttle_classes = THROTTLES
     parser_classes = [ScyllaJSONParser]
     renderer_classes = [JSONRenderer]
     metadata_class = None
     http_method_names = ["get", "post", "head"]
     schema = AutoSchema()
-    required_permissions: ClassVar[dict[str, str]] = {}
+    required_permissions: ClassVar[dict[str, str | tuple[str, ...]]] = {}
     #: Whether the GETs read the primary even when `SCYLLA["READ_DATABASE"]` names a replica.
     reads_primary: ClassVar[bool] = False
 
@@ -192,6 +194,17 @@ def listing_params(filterset: Any, paging: Any) -> frozenset[str]:
         getattr(paging, "ordering_query_param", None),
     )
     return frozenset(filterset.base_filters) | {name for name in names if name}
+
+
+def submitter_of(request: Request, name: str = "", description: str = "") -> Submitter:
+    """Who makes `request`: its user, with the API token it came with, if any."""
+    key = getattr(request.auth, "key", None)
+    return Submitter.of(
+        request.user,
+        token=key if isinstance(key, str) else None,
+        name=name,
+        description=description,
+    )
 
 
 def get_task(rn: str, *, with_history: bool = False) -> Task:

@@ -16,6 +16,7 @@ from .. import permissions
 from ..schema import document, errors
 from ..serializers import (
     CancelSerializer,
+    QueueCapSerializer,
     QueueLimitSerializer,
     QueueSerializer,
     QueueSettingSerializer,
@@ -80,6 +81,8 @@ def queue_setting(setting: QueueSetting) -> Response:
                 "queue": setting.queue,
                 "paused": setting.paused,
                 "max_running": setting.max_running,
+                "max_ready": setting.max_ready,
+                "on_full": setting.on_full,
                 "updated": setting.updated if setting.pk else None,
             }
         ).data
@@ -153,3 +156,28 @@ class QueueLimitView(ScyllaView):
         queue = queue_named(name)
         data = self.parse(QueueLimitSerializer)
         return queue_setting(QueueSetting.objects.limit(queue, data["max_running"]))
+
+
+class QueueCapView(ScyllaView):
+    """`PUT` sets or clears a queue's cap on ready tasks (admission control)."""
+
+    http_method_names = ["put", "head"]
+    required_permissions = {"put": permissions.CONTROL}
+
+    @document(
+        operation_id="cap_queue",
+        summary="Cap a queue's ready tasks",
+        description=(
+            "At most `max_ready` tasks of the queue wait ready (`null`: no cap), checked by "
+            "each submission: when the queue is full, `on_full` `reject` refuses it (429 "
+            "`queue_full` with `Retry-After`) and `shed_oldest` cancels the oldest ready task "
+            "(error code `shed`) to let it in. Tasks already ready above a new cap stay. "
+            "Needs `scylla_django.control_queue` (docs/howto/admission.md)."
+        ),
+        request=QueueCapSerializer,
+        responses={200: QueueSettingSerializer, **errors(400, 401, 403, 404)},
+    )
+    def put(self, request: Request, name: str) -> Response:
+        queue = queue_named(name)
+        data = self.parse(QueueCapSerializer)
+        return queue_setting(QueueSetting.objects.cap(queue, data["max_ready"], data["on_full"]))

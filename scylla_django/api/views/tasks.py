@@ -3,6 +3,7 @@ operator's repairs are mixed in from `leases` and `repairs`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.http import HttpResponse
@@ -11,15 +12,16 @@ from django_filters.rest_framework import (  # type: ignore[import-untyped, unus
     DjangoFilterBackend,
 )
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
+from rest_framework.exceptions import ErrorDetail, NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ... import db, logs
 from ...models import Task
+from ...models.forecast import WHAT_IF_NAMES, WhatIf
 from .. import permissions
 from ..exceptions import field_errors
 from ..filters import FILTER_BODY_SCHEMA, RN_SCHEMA, TaskFilter, filter_from_body
@@ -32,16 +34,33 @@ from ..serializers import (
     BulkOutcomeSerializer,
     CancelledSerializer,
     CancelSerializer,
+    ForecastSerializer,
     SubmitSerializer,
     TaskDetailSerializer,
     TaskSerializer,
 )
-from .base import ScyllaView, get_task, warn_if_unserved
+from .base import ScyllaView, get_task, submitter_of, warn_if_unserved
 from .leases import LeaseRoutes
 from .repairs import RepairRoutes
 from .task_control import TaskControlRoutes
 
 MAX_BULK_ITEMS = 1000
+_SIZE = {"type": "integer", "minimum": 1, "maximum": 1_000_000}
+#: The body of `POST /tasks/{rn}/eta/`.
+WHAT_IF_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "limits": {
+            "type": "object",
+            "additionalProperties": _SIZE,
+            "description": "What if these limits had these sizes, by name.",
+        },
+        "max_running": _SIZE,
+        "workers": _SIZE,
+        "run_time": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 1e9},
+    },
+    "additionalProperties": False,
+}
 
 
 class TaskViewSet(
@@ -71,8 +90,10 @@ class TaskViewSet(
         "log": permissions.VIEW,
         "create": permissions.SUBMIT,
         "bulk": permissions.SUBMIT,
-        "cancel": permissions.CANCEL,
-        "cancel_many": permissions.CANCEL,
+        "cancel": (permissions.CANCEL, permissions.CANCEL_OWN),
+        "cancel_many": (permissions.CANCEL, permissions.CANCEL_OWN),
+        "eta": permissions.VIEW,
+        "eta_what_if": permissions.VIEW,
         "heartbeat": permissions.WORK,
         "complete": permissions.WORK,
         "abort": permissions.WORK,
@@ -88,6 +109,13 @@ class TaskViewSet(
     }
 
     def allowed_query_params(self) -> frozenset[str]:
+        if self.action == "eta":
+            # The what-if's names (`limit.<name>` is open-ended); WhatIf.parse checks them.
+            return frozenset(
+                name
+                for name in self.request.query_params
+                if name.startswith("limit.") or name in WHAT_IF_NAMES
+            )
         return self.list_query_params(TaskFilter, TaskCursorPagination)
 
     @document(
@@ -146,16 +174,23 @@ class TaskViewSet(
             "the `key` (`raise`). `locks`, `limits`, `order_key` and `rate_key` are taken by "
             "the lease (docs/howto/keys.md); a bad or unknown one is a 400 "
             "(`invalid_key`, `unknown_limit`, `unknown_rate`) and nothing is written. 409 "
-            "`not_supported`: the database cannot keep keys (MySQL/MariaDB)."
+            "`not_supported`: the database cannot keep keys (MySQL/MariaDB). 429 "
+            "`queue_full` with `Retry-After`: the queue (or the `admission_key`) holds its "
+            "`max_ready` ready tasks and `on_full` is `reject`; nothing is written. The "
+            "request's user (and API token) is recorded as the task's submitter."
         ),
         responses={
             201: TaskSerializer,
             200: TaskSerializer,
-            **errors(400, 401, 403, 404, 409, 413),
+            **errors(400, 401, 403, 404, 409, 413, 429),
         },
     )
     def create(self, request: Request) -> Response:
-        task = Task.objects.submit(**self.parse(SubmitSerializer))
+        data = self.parse(SubmitSerializer)
+        submitter = submitter_of(
+            request, data.pop("submitter_name", ""), data.pop("submitter_description", "")
+        )
+        task = Task.objects.submit(**data, submitter=submitter)
         created = task.submit_outcome == "inserted"
         response = Response(
             TaskSerializer(task).data,
@@ -199,7 +234,10 @@ class TaskViewSet(
         for index, item in enumerate(items):
             serializer = SubmitSerializer(data=item)
             if serializer.is_valid():
-                valid.append((index, dict(serializer.validated_data)))
+                data = dict(serializer.validated_data)
+                data.pop("submitter_name", None)  # a bulk submission has one submitter
+                data.pop("submitter_description", None)
+                valid.append((index, data))
             else:
                 rn = item.get("rn") if isinstance(item, dict) else None
                 outcomes[index] = {
@@ -208,7 +246,9 @@ class TaskViewSet(
                     "outcome": "invalid",
                     "errors": field_errors(serializer.errors),
                 }
-        submitted = Task.objects.submit_many(data for _index, data in valid)
+        submitted = Task.objects.submit_many(
+            (data for _index, data in valid), submitter=submitter_of(request)
+        )
         for (index, _data), outcome in zip(valid, submitted, strict=True):
             outcomes[index] = {
                 "index": index,
@@ -270,6 +310,9 @@ class TaskViewSet(
             selected = Task.objects.filter(rn__in=rns)
         else:
             selected = filter_from_body(data["filter"], Task.objects.all())
+        if not permissions.has_perm(request.user, permissions.CANCEL):
+            # `cancel_own_task` only: the others' tasks are out of reach (and not counted).
+            selected = selected.filter(origin__user=request.user.pk)
         with db.write_atomic(selected.db):
             found = selected.count()
             cancelled = selected.cancel()
@@ -290,5 +333,76 @@ class TaskViewSet(
     def cancel(self, request: Request, rn: str) -> Response:
         self.parse(CancelSerializer)
         task = get_task(rn)
+        if not permissions.may_cancel(request.user, task.submitted_by()):
+            raise PermissionDenied(
+                _("You may cancel only the tasks you submitted."), code="not_your_task"
+            )
         task.cancel()
         return Response(TaskSerializer(task).data)
+
+    @document(
+        operation_id="forecast_task",
+        summary="When will a ready task start",
+        description=(
+            "A forecast of the task's start from the rules in force: its place in its "
+            "queue, the live workers' slots, its limits, locks, order key and rate, and the "
+            "run times measured on its queue; `bottleneck` is the rule that decides it "
+            '("limit stripe 3/3, 12 ahead: about 4 min"). A what-if changes rules for the '
+            "forecast only: `limit.<name>` (a limit's size), `max_running` (the queue's), "
+            "`workers` (the worker slots serving the queue), `run_time` (seconds), as query "
+            "parameters here or as the body of a POST. `starts_at` is null when unknown (a "
+            "paused queue, no live worker, parents, no run time measured yet): `detail` says "
+            "why. Nothing is written (docs/howto/eta.md)."
+        ),
+        parameters=[
+            OpenApiParameter(
+                "max_running",
+                {"type": "integer", "minimum": 1, "maximum": 1_000_000},
+                description="What if the queue's max_running were this.",
+            ),
+            OpenApiParameter(
+                "workers",
+                {"type": "integer", "minimum": 1, "maximum": 1_000_000},
+                description="What if this many worker slots served the queue.",
+            ),
+            OpenApiParameter(
+                "run_time",
+                {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 1e9},
+                description="What if each task ran this many seconds.",
+            ),
+        ],
+        responses={200: ForecastSerializer, **errors(400, 401, 403, 404)},
+    )
+    @action(detail=True, methods=["get"])
+    def eta(self, request: Request, rn: str) -> Response:
+        return self.forecast(rn, request.query_params)
+
+    @document(
+        operation_id="forecast_task_what_if",
+        summary="When would a ready task start, if",
+        description=(
+            "`GET /tasks/{rn}/eta/` with the what-if as a JSON object: "
+            '`{"limits": {"stripe": 6}, "workers": 8}`. Nothing is written.'
+        ),
+        request={"application/json": WHAT_IF_SCHEMA},
+        responses={200: ForecastSerializer, **errors(400, 401, 403, 404, 413)},
+    )
+    @eta.mapping.post
+    def eta_what_if(self, request: Request, rn: str) -> Response:
+        body = request.data
+        if isinstance(body, Mapping) and isinstance(body.get("limits", {}), Mapping):
+            limits = body.get("limits", {})
+            body = {
+                **{k: v for k, v in body.items() if k != "limits"},
+                **{f"limit.{name}": size for name, size in limits.items()},
+            }
+        return self.forecast(rn, body)
+
+    def forecast(self, rn: str, given: Any) -> Response:
+        """The forecast of task `rn` under the what-if `given` (a mapping)."""
+        if not isinstance(given, Mapping):
+            raise ValidationError(
+                ErrorDetail(_("Send a JSON object of what-ifs."), code="invalid_what_if")
+            )
+        what_if = WhatIf.parse({name: given[name] for name in given})
+        return Response(ForecastSerializer(get_task(rn).forecast(what_if).as_json()).data)

@@ -1,4 +1,4 @@
-"""`manage.py scylla_queue`: pause, resume, limit and list queues."""
+"""`manage.py scylla_queue`: pause, resume, limit, cap and list queues."""
 
 from __future__ import annotations
 
@@ -11,15 +11,16 @@ from django.db.models import Count, Q
 from ...db import Now
 from ...enums import Status
 from ...models import HELD, QueueSetting, Task
-from ...models.queues import due
+from ...models.queues import QUEUE_ON_FULL, due
 from ..base import non_negative_int, queue_name, reader_may_leave
 
 
 class Command(BaseCommand):
     help = (
         "Pause a queue (no task of it is leased; submissions still go in), resume it, set or "
-        "clear its limit on running tasks across all workers, or list the queues with their "
-        "settings. Changes apply to the next lease of every worker."
+        "clear its limit on running tasks across all workers, set or clear its cap on ready "
+        "tasks (admission control), or list the queues with their settings. Changes apply to "
+        "the next lease (or submission) everywhere."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -42,6 +43,27 @@ class Command(BaseCommand):
             help="1 or more (0 is refused: pause the queue instead).",
         )
         group.add_argument("--none", action="store_true", help="Remove the limit.")
+        cap = commands.add_parser(
+            "cap",
+            help="Let at most N tasks of QUEUE wait ready (--none: no cap).",
+            description=(
+                "Let at most N tasks of QUEUE wait ready: a submission to the full queue is "
+                "refused (QueueFull, HTTP 429) or, with --on-full shed_oldest, cancels the "
+                "oldest ready task (error code shed)."
+            ),
+        )
+        cap.add_argument("queue", type=queue_name, metavar="QUEUE")
+        capped = cap.add_mutually_exclusive_group(required=True)
+        capped.add_argument(
+            "max_ready", type=non_negative_int, nargs="?", metavar="N", help="1 or more."
+        )
+        capped.add_argument("--none", action="store_true", help="Remove the cap.")
+        cap.add_argument(
+            "--on-full",
+            choices=QUEUE_ON_FULL,
+            default="reject",
+            help="What a submission to the full queue does (default: %(default)s).",
+        )
         commands.add_parser(
             "list",
             help="Queues with tasks or settings, and whether each is paused or limited.",
@@ -60,6 +82,14 @@ class Command(BaseCommand):
                 setting = QueueSetting.objects.pause(queue)
             elif operation == "resume":
                 setting = QueueSetting.objects.resume(queue)
+            elif operation == "cap":
+                most = None if options["none"] else options["max_ready"]
+                if most == 0:
+                    raise CommandError(
+                        f"A cap of 0 would refuse every task of {queue}; "
+                        f"`scylla_queue cap {queue} --none` removes the cap."
+                    )
+                setting = QueueSetting.objects.cap(queue, most, options["on_full"])
             else:
                 most = None if options["none"] else options["max_running"]
                 if most == 0:
@@ -105,4 +135,6 @@ class Command(BaseCommand):
                 line += f"  {row['scheduled']} scheduled"
             if setting.max_running:
                 line += f"  max_running={setting.max_running}"
+            if setting.max_ready:
+                line += f"  max_ready={setting.max_ready} ({setting.on_full})"
             self.stdout.write(line)

@@ -1,5 +1,5 @@
-"""`manage.py scylla_tasks`: list, show, watch, cancel, retry, requeue, hold, release and
-delete tasks."""
+"""`manage.py scylla_tasks`: list, show, forecast (eta), watch, cancel, retry, requeue, hold,
+release and delete tasks."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from ...db import read_clock
 from ...durations import ago, short
 from ...enums import Status
 from ...exceptions import InvalidTransition, ScyllaError
-from ...models import Task, TaskQuerySet, key_control
+from ...models import Task, TaskOrigin, TaskQuerySet, key_control
+from ...models.forecast import Forecast, WhatIf
 from ...text import plural
 from ...validation import RN_MAX_LENGTH, rn_validator
 from ..base import duration, positive_int, queue_name, reader_may_leave
@@ -47,10 +48,41 @@ def text_argument(text: str) -> str:
     return text
 
 
+def what_if_argument(text: str) -> tuple[str, str]:
+    """argparse type: NAME=VALUE of a what-if (WhatIf.parse checks the value)."""
+    name, equals, value = text.partition("=")
+    if not equals or not name or not value:
+        raise argparse.ArgumentTypeError(f"{text!r}: write NAME=VALUE, e.g. limit.stripe=6")
+    return name, value
+
+
+def submitted_by(task: Task) -> str:
+    """Who submitted `task`, in words: "ann (token 1f2e…)", "nightly import", "system"."""
+    origin = TaskOrigin.objects.filter(task=task).select_related("user").first()
+    if origin is None:
+        return "system"
+    who = origin.name or (origin.user.get_username() if origin.user else origin.kind)
+    if origin.token:
+        who += f" (token {origin.token[:8]}…)"
+    if origin.admission_key:
+        who += f", admission key {origin.admission_key}"
+    return who + (f": {origin.description}" if origin.description else "")
+
+
+def forecast_line(forecast: Forecast, now: datetime) -> str:
+    """A forecast in one line: when, and the rule that decides it."""
+    if forecast.starts_at is None:
+        return f"unknown: {forecast.detail}"
+    if not forecast.wait:
+        return "may start now"
+    return f"{when(forecast.starts_at, now)}: {forecast.detail}"
+
+
 class Command(BaseCommand):
     help = (
         "Tasks from the command line: list them with the API's filters, show one with its "
-        "history and errors, watch the running ones' progress live, cancel, retry (a new linked "
+        "history and errors, forecast when a ready one starts (eta), watch the running ones' "
+        "progress live, cancel, retry (a new linked "
         "attempt), requeue (reset the lease of a task whose worker is gone), discard a dead "
         "letter or release the order key an aborted task holds; hold a ready task (no lease "
         "takes it), release it, or delete one that has not started."
@@ -77,6 +109,26 @@ class Command(BaseCommand):
         show.add_argument("rn", type=rn_argument, metavar="RN")
         show.add_argument(
             "--log", action="store_true", help="Print the task's log after its fields."
+        )
+
+        eta = commands.add_parser(
+            "eta",
+            help="When a ready task is expected to start, and the rule that decides it.",
+            description=(
+                "A forecast of a ready task's start from the rules in force (its place in the "
+                "queue, the live workers, its limits, locks, order key and rate, the run times "
+                "measured on its queue), each rule played forward, and the bottleneck. "
+                "--what-if changes a rule for the forecast only; nothing is written."
+            ),
+        )
+        eta.add_argument("rn", type=rn_argument, metavar="RN")
+        eta.add_argument(
+            "--what-if",
+            action="append",
+            default=[],
+            type=what_if_argument,
+            metavar="NAME=VALUE",
+            help="limit.<name>=N, max_running=N, workers=N or run_time=SECONDS (repeatable).",
         )
 
         watch = commands.add_parser(
@@ -280,6 +332,7 @@ class Command(BaseCommand):
             ("created", when(task.created, now)),
             ("updated", when(task.updated, now)),
             ("unique key", task.unique_key or ""),
+            ("submitted by", submitted_by(task)),
         ]
         width = max(len(name) for name, _ in fields)
         for name, value in fields:
@@ -287,6 +340,8 @@ class Command(BaseCommand):
                 self.stdout.write(f"{name:<{width}}  {value}")
         for reason in task.waiting_reasons():
             self.stdout.write(f"{'waits':<{width}}  {reason['detail']}")
+        if task.status == Status.READY:
+            self.stdout.write(f"{'starts':<{width}}  {forecast_line(task.forecast(), now)}")
         self.write_json("spec", task.spec)
         if task.result is not None:
             self.write_json("result", task.result)
@@ -318,6 +373,21 @@ class Command(BaseCommand):
             else:
                 self.stdout.write("log:")
                 self.stdout.write(text, ending="" if text.endswith("\n") else "\n")
+
+    def do_eta(self, options: dict[str, Any]) -> None:
+        task = Task.objects.get_by_rn(options["rn"])
+        what_if = WhatIf.parse(dict(options["what_if"]))
+        forecast = task.forecast(what_if)
+        if what_if:
+            given = ", ".join(f"{k}={v}" for k, v in what_if.as_json().items())
+            self.stdout.write(f"what if {given}:")
+        self.stdout.write(f"{task.rn}: {forecast_line(forecast, forecast.now)}")
+        if forecast.run_time is not None:
+            measured = f"measured on {plural(forecast.samples, 'task')}" if forecast.samples else ""
+            self.stdout.write(f"  run time {short(forecast.run_time)} {measured}".rstrip())
+        for rule in forecast.rules:
+            mark = "*" if rule == forecast.bottleneck else " "
+            self.stdout.write(f"  {mark} {rule.detail}")
 
     def write_json(self, name: str, value: Any) -> None:
         text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
