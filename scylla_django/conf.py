@@ -30,6 +30,8 @@
 | `NOTIFY_TIMEOUT` | 10 s | how long a notification's POST may take |
 | `NOTIFY_ATTEMPTS` | 8 | POSTs of one notification at most (the first included) |
 | `NOTIFY_BACKOFF` | 5 s | the wait after the first failed POST, doubling (at most an hour) |
+| `MAX_READY` | `{}` | caps on ready tasks by admission key, or by key family (`admission_key=`) |
+| `THROTTLE_RATES` | `{}` | the API's throttles: `{"user": "1000/hour", "token": "100/min"}` |
 
 Durations may be given as a `timedelta`, a number of seconds or text such as `"30s"`, `"5m"`,
 `"12h"`, `"7d"`. A lease lasts at least `LEASE_MIN` (1 second). Sizes (`SPEC_SIZE_LIMIT`,
