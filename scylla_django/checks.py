@@ -1,6 +1,8 @@
 """System checks: bad `SCYLLA` settings, SQLite configured in a way that would break leases,
 MySQL/MariaDB, where unique keys are refused, task logs kept where they are served or lost,
-and handlers naming limits or rates that are not configured."""
+handlers naming limits or rates that are not configured, and (a database check, run by
+`migrate` and `check --database`) a PostgreSQL database that lets a session stay idle in a
+transaction for ever."""
 
 from __future__ import annotations
 
@@ -9,14 +11,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.core.files.storage import FileSystemStorage
+from django.db import Error as DatabaseError
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
 from . import db, queue_keys, retries
 from .conf import DEFAULTS, scylla_settings
+from .routers import databases as task_databases
 from .schedules import schedule_errors
 
 Check = Callable[..., list[CheckMessage]]
@@ -341,3 +345,50 @@ def check_routers() -> Iterator[CheckMessage]:
                 hint=_("Add it to DATABASE_ROUTERS; see docs/databases.md."),
                 id=check_id,
             )
+
+
+@register(Tags.database)
+def check_idle_in_transaction_timeout(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """scylla_django.W007: a PostgreSQL database holding tasks whose sessions get no
+    `idle_in_transaction_session_timeout`.
+
+    A session left idle in a transaction (a shell, a report, a request that hung) holds back
+    VACUUM's horizon: the dead rows every transition leaves in the task table pile up and the
+    lease slows down until it ends. A timeout ends such a session. A database check: it
+    connects, so Django runs it only where the databases are asked for (`migrate`,
+    `check --database`); an unreachable database is left to the command that needs it.
+    """
+    messages: list[CheckMessage] = []
+    try:
+        holding = task_databases()
+    except ImproperlyConfigured:
+        return messages  # scylla_django.E001 says so
+    for alias in databases or ():
+        config = settings.DATABASES.get(alias)
+        if alias not in holding or config is None or not db.configures_postgresql(config):
+            continue
+        try:
+            timeout = db.idle_in_transaction_timeout(alias)
+        except DatabaseError:
+            continue
+        if timeout is None:
+            messages.append(
+                Warning(
+                    _(
+                        "Database %(alias)r (PostgreSQL) has no "
+                        "idle_in_transaction_session_timeout: a session left idle in a "
+                        "transaction holds VACUUM back from the task table for as long as it "
+                        "stays open."
+                    )
+                    % {"alias": alias},
+                    hint=_(
+                        "Set one for the database: ALTER DATABASE <name> SET "
+                        "idle_in_transaction_session_timeout = '5min'; (or for the roles that "
+                        "run reports: ALTER ROLE <role> SET ...). See docs/howto/health.md."
+                    ),
+                    id="scylla_django.W007",
+                )
+            )
+    return messages
