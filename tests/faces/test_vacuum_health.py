@@ -7,7 +7,9 @@ from PostgreSQL's statistics; the system check W007 warns when sessions get no
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -156,9 +158,20 @@ def flush_statistics() -> None:
         cursor.execute("SELECT 1")
 
 
+@pytest.fixture
+def no_autovacuum(transactional_db) -> Iterator[None]:
+    """Autovacuum kept off the task table, whose dead rows a test counts, and the table emptied
+    of the dead rows earlier tests left (a rolled-back insert leaves one)."""
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE scylla_django_task SET (autovacuum_enabled = false)")
+        cursor.execute("TRUNCATE scylla_django_task CASCADE")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE scylla_django_task RESET (autovacuum_enabled)")
+
+
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_dead_rows_and_bloat_of_the_task_table():
+def test_dead_rows_and_bloat_of_the_task_table(no_autovacuum):
     TaskFactory.create_batch(2000, queue="bloat")
     flush_statistics()  # before ANALYZE, which sets the live count: nothing is added later
     with connection.cursor() as cursor:
@@ -225,3 +238,20 @@ def test_elsewhere_every_surface_says_not_applicable(client):
     assert not any(name.startswith("scylla_vacuum") for name in scrape(client))
     html = staff("view_task").get(DASHBOARD).content.decode()
     assert 'id="scylla-vacuum-not-applicable"' in html and vendor in html
+
+
+HOWTO = Path(__file__).resolve().parents[2] / "docs" / "howto" / "health.md"
+BLOCK = re.compile(r"```python\n(# health: what holds VACUUM back\n.*?)```", re.DOTALL)
+
+
+@pytest.mark.django_db
+def test_the_howto_s_python_block_runs_as_written(capsys):
+    match = BLOCK.search(HOWTO.read_text())
+    assert match is not None, "docs/howto/health.md has no 'what holds VACUUM back' block"
+    exec(compile(match.group(1), str(HOWTO), "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines] == ["horizon", "idle_in_transaction", "tables"]
+    if connection.vendor == "postgresql":
+        assert lines[0] == "ok horizon nothing holds VACUUM back"
+    else:
+        assert all("not applicable" in line for line in lines)
