@@ -33,7 +33,9 @@ backlog took to come back to the clean phase's after each condition ended.
 
 It empties the task, History and worker tables first (TRUNCATE): point DATABASE_URL at a
 scratch database (default postgres://postgres@127.0.0.1:5432/scylla_bench_pinned, created and
-migrated). No monitor runs: nothing is purged, as with a retention longer than the run.
+migrated), or give `--private-cluster` for a cluster of its own at the server's defaults (a
+shared server may run with autovacuum off: the script prints its setting). No monitor runs:
+nothing is purged, as with a retention longer than the run.
 """
 
 from __future__ import annotations
@@ -100,10 +102,19 @@ def main() -> None:
     parser.add_argument("--reader-pause", type=float, default=1.0, help="seconds between scans")
     parser.add_argument("--pgbench", type=float, default=5, help="pgbench seconds (0: none)")
     parser.add_argument("--sample", type=float, default=10, help="seconds between samples")
+    parser.add_argument(
+        "--private-cluster",
+        action="store_true",
+        help="run on a PostgreSQL cluster of its own, at the server's defaults (autovacuum on), "
+        "made in a temporary directory and removed at exit",
+    )
     args = parser.parse_args()
 
+    from throughput import PGBENCH_SCRIPTS, create_pgbench_tables, empty, private_cluster
+
+    if args.private_cluster:
+        os.environ["DATABASE_URL"] = private_cluster(parser)
     postgres.setup(parser, DEFAULT_URL)
-    from throughput import PGBENCH_SCRIPTS, create_pgbench_tables, empty
 
     postgres.print_machine()
     print(f"load average before: {' '.join(f'{n:.2f}' for n in os.getloadavg())}")
@@ -350,7 +361,8 @@ def print_table_settings() -> None:
         for name, options in cursor.fetchall():
             print(f"{name}: {', '.join(options) if options else 'default storage parameters'}")
         cursor.execute(
-            "SELECT name, setting FROM pg_settings WHERE name IN ('autovacuum_naptime', "
+            "SELECT name, setting FROM pg_settings WHERE name IN ('autovacuum', "
+            "'autovacuum_naptime', "
             "'autovacuum_vacuum_scale_factor', 'autovacuum_vacuum_cost_limit', "
             "'autovacuum_vacuum_cost_delay') ORDER BY name"
         )

@@ -177,12 +177,16 @@ def idle_check(report: db.VacuumReport) -> Check:
 
 def tables_check(report: db.VacuumReport) -> Check:
     """The queue tables with the most dead rows: their share of dead rows, sizes and estimated
-    bloat; a warning past `DEAD_RATIO_WARNING`."""
+    bloat; a warning past `DEAD_RATIO_WARNING`, or when autovacuum is off (for the server or
+    for one of the tables)."""
     shown = [t for t in report.tables if t.live or t.dead][:TABLES_SHOWN]
-    if not shown:
-        return Check("tables", True, "the queue tables are empty")
-    described = "; ".join(describe_table(table) for table in shown)
-    late = any(
+    described = "; ".join(describe_table(table) for table in shown) or "the tables are empty"
+    if not report.autovacuum:
+        described = f"autovacuum is off on the server: nothing reclaims dead rows; {described}"
+    elif report.unvacuumed:
+        off = ", ".join(report.unvacuumed)
+        described = f"autovacuum is off for {off}: nothing reclaims their dead rows; {described}"
+    late = bool(report.unvacuumed) or any(
         t.dead_ratio > DEAD_RATIO_WARNING and t.dead > DEAD_ROWS_WARNING for t in report.tables
     )
     return Check("tables", True, described, warning=late)

@@ -338,6 +338,15 @@ class TaskMetricsCollector(Collector):
                 if value is not None:
                     families[key].add_metric([table.table], value)
         yield from families.values()
+        enabled = GaugeMetricFamily(
+            "scylla_table_autovacuum",
+            "1 when autovacuum reclaims each table's dead rows; 0 when it is off for the "
+            "server or for the table.",
+            labels=["table"],
+        )
+        for table in report.tables:
+            enabled.add_metric([table.table], int(table.table not in report.unvacuumed))
+        yield enabled
         labels = ["kind", "pid", "application_name", "state"]
         age = GaugeMetricFamily(
             "scylla_vacuum_horizon_age_seconds",

@@ -60,6 +60,8 @@ class TableVacuum:
     bloat: int | None
     last_vacuum: datetime | None
     fillfactor: int = 100
+    autovacuum: bool = True
+    """Autovacuum is not turned off for this table (`autovacuum_enabled`)."""
 
     @property
     def dead_ratio(self) -> float:
@@ -131,6 +133,14 @@ class VacuumReport:
     hidden: int
     idle_timeout: timedelta | None
     """`idle_in_transaction_session_timeout` of this session (None: unset, 0)."""
+    autovacuum: bool = True
+    """The server's `autovacuum` setting: off, nothing reclaims dead rows but a manual VACUUM."""
+
+    @property
+    def unvacuumed(self) -> list[str]:
+        """The tables autovacuum leaves alone: every one when it is off on the server, else
+        those whose `autovacuum_enabled` is off."""
+        return [t.table for t in self.tables if not (self.autovacuum and t.autovacuum)]
 
     @property
     def oldest(self) -> HorizonHolder | None:
@@ -155,7 +165,7 @@ def vacuum_report(using: str, tables: Sequence[str]) -> VacuumReport | None:
         cursor.execute(_IDLE, [QUERY_SHOWN, IDLE_SHOWN])
         idle_rows = cursor.fetchall()
         cursor.execute(_SESSIONS)
-        idle_count, hidden, timeout_ms = cursor.fetchone()
+        idle_count, hidden, timeout_ms, autovacuum = cursor.fetchone()
     return VacuumReport(
         tables=[_table(*row) for row in table_rows],
         holders=[
@@ -169,6 +179,7 @@ def vacuum_report(using: str, tables: Sequence[str]) -> VacuumReport | None:
         idle_count=int(idle_count),
         hidden=int(hidden),
         idle_timeout=timedelta(milliseconds=int(timeout_ms)) if int(timeout_ms) else None,
+        autovacuum=bool(autovacuum),
     )
 
 
@@ -194,6 +205,7 @@ def _table(
     row_width: float | None,
     fillfactor: int,
     block_size: int,
+    autovacuum: bool,
 ) -> TableVacuum:
     bloat = None
     if row_width is not None:
@@ -211,6 +223,7 @@ def _table(
         bloat=bloat,
         last_vacuum=last_vacuum,
         fillfactor=int(fillfactor),
+        autovacuum=bool(autovacuum),
     )
 
 
@@ -225,7 +238,10 @@ _TABLES = """
            COALESCE((SELECT split_part(option, '=', 2)::int
                        FROM unnest(c.reloptions) AS option
                       WHERE option LIKE 'fillfactor=%%'), 100),
-           current_setting('block_size')::int
+           current_setting('block_size')::int,
+           NOT EXISTS (SELECT 1 FROM unnest(c.reloptions) AS option
+                        WHERE split_part(option, '=', 1) = 'autovacuum_enabled'
+                          AND lower(split_part(option, '=', 2)) IN ('false', 'off', 'no', '0'))
       FROM pg_stat_user_tables AS s JOIN pg_class AS c ON c.oid = s.relid
      WHERE s.relname = ANY(%s) AND s.schemaname = ANY(current_schemas(false))
      ORDER BY s.n_dead_tup DESC, s.relname
@@ -275,7 +291,8 @@ _SESSIONS = """
                                             'idle in transaction (aborted)')),
            count(*) FILTER (WHERE state IS NULL AND backend_type = 'client backend'),
            (SELECT setting::bigint FROM pg_settings
-             WHERE name = 'idle_in_transaction_session_timeout')
+             WHERE name = 'idle_in_transaction_session_timeout'),
+           current_setting('autovacuum')::boolean
       FROM pg_stat_activity
      WHERE datname = current_database() AND pid <> pg_backend_pid()
 """

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from scylla_django import db
+from scylla_django import health as health_module
 from scylla_django.checks import check_idle_in_transaction_timeout
 from scylla_django.models import Task, queue_tables
 from tests.factories import TaskFactory
@@ -200,6 +201,18 @@ def test_dead_rows_and_bloat_of_the_task_table(no_autovacuum):
     [vacuumed] = [t for t in db_report().tables if t.table == Task._meta.db_table]
     assert vacuumed.dead == 0 and vacuumed.last_vacuum is not None
     assert vacuumed.bloat_ratio is not None and vacuumed.bloat_ratio > 0.6
+
+
+@pytest.mark.postgres
+def test_a_table_autovacuum_leaves_alone_is_a_warning(no_autovacuum, client):
+    report = db_report()
+    assert Task._meta.db_table in report.unvacuumed
+    check = health_module.tables_check(report)
+    assert check.ok and check.warning
+    where = "on the server" if not report.autovacuum else f"for {Task._meta.db_table}"
+    assert check.detail.startswith(f"autovacuum is off {where}: nothing reclaims")
+    enabled = {s.labels["table"]: s.value for s in scrape(client)["scylla_table_autovacuum"]}
+    assert enabled[Task._meta.db_table] == 0
 
 
 @pytest.mark.postgres
