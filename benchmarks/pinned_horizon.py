@@ -103,6 +103,11 @@ def main() -> None:
     parser.add_argument("--pgbench", type=float, default=5, help="pgbench seconds (0: none)")
     parser.add_argument("--sample", type=float, default=10, help="seconds between samples")
     parser.add_argument(
+        "--only",
+        choices=("pinned", "readers"),
+        help="only the clean phase, this condition and the phase after it",
+    )
+    parser.add_argument(
         "--private-cluster",
         action="store_true",
         help="run on a PostgreSQL cluster of its own, at the server's defaults (autovacuum on), "
@@ -126,7 +131,12 @@ def main() -> None:
         f"phases of {args.phase:g} s; {args.readers} readers pausing {args.reader_pause:g} s"
     )
 
-    phases = [Phase(name) for name in ("clean", "pinned", "after pin", "readers", "after readers")]
+    names = ["clean", "pinned", "after pin", "readers", "after readers"]
+    if args.only == "pinned":
+        names = names[:3]
+    elif args.only == "readers":
+        names = [names[0], *names[3:]]
+    phases = [Phase(name) for name in names]
     conditions: dict[str, Callable[[], Iterator[None]]] = {
         "pinned": pinned,
         "readers": lambda: readers(args.readers, args.reader_pause),
@@ -417,7 +427,8 @@ def report(phases: list[Phase], samples: list[Sample]) -> None:
             + (f"{phase.pgbench:>9,.0f}" if phase.pgbench is not None else "")
         )
     print()
-    for condition in ("pinned", "readers"):
+    conditions = [c for c in ("pinned", "readers") if c in figures]
+    for condition in conditions:
         clean_rate, clean_p99 = figures["clean"]
         rate, p99 = figures[condition]
         print(
@@ -426,6 +437,8 @@ def report(phases: list[Phase], samples: list[Sample]) -> None:
         )
     clean_backlog = max((s.backlog for s in samples if s.phase == "clean"), default=0)
     for condition, after in (("pinned", "after pin"), ("readers", "after readers")):
+        if condition not in figures:
+            continue
         ended = next(p.started for p in phases if p.name == after)
         assert ended is not None
         back = next(

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connections
 
@@ -296,3 +297,38 @@ _SESSIONS = """
       FROM pg_stat_activity
      WHERE datname = current_database() AND pid <> pg_backend_pid()
 """
+
+
+TASK_TABLE_STORAGE = {
+    "autovacuum_vacuum_scale_factor": "0",
+    "autovacuum_vacuum_threshold": "10000",
+    "autovacuum_vacuum_cost_delay": "0",
+    "autovacuum_analyze_scale_factor": "0.02",
+}
+"""The task table's autovacuum settings (PostgreSQL storage parameters).
+
+The table keeps finished tasks until their retention, so autovacuum's default trigger, 20 % of
+the table's rows dead, lets hundreds of thousands of dead versions pile up on a big table
+before the first VACUUM; every transition leaves one, and the lease walks the ready index past
+their entries. Here VACUUM starts at 10,000 dead rows whatever the table's size, runs without
+the cost-based pauses, so it is over quickly once the horizon moves on, and statistics follow
+the ready/running share closely. No fillfactor: each transition changes an indexed column
+(`status`, `deadline`), so no update is HOT and free room on the page would go unused."""
+
+
+def tune_task_table(apps: Any, schema_editor: Any) -> None:
+    """Migration step: set `TASK_TABLE_STORAGE` on the task table (PostgreSQL; a no-op
+    elsewhere)."""
+    if not is_postgresql(schema_editor.connection):
+        return
+    table = schema_editor.quote_name(apps.get_model("scylla_django", "Task")._meta.db_table)
+    options = ", ".join(f"{name} = {value}" for name, value in TASK_TABLE_STORAGE.items())
+    schema_editor.execute(f"ALTER TABLE {table} SET ({options})", params=None)
+
+
+def untune_task_table(apps: Any, schema_editor: Any) -> None:
+    """Migration step back: the server's defaults again."""
+    if not is_postgresql(schema_editor.connection):
+        return
+    table = schema_editor.quote_name(apps.get_model("scylla_django", "Task")._meta.db_table)
+    schema_editor.execute(f"ALTER TABLE {table} RESET ({', '.join(TASK_TABLE_STORAGE)})", None)

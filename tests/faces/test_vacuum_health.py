@@ -24,6 +24,7 @@ from rest_framework.test import APIClient
 from scylla_django import db
 from scylla_django import health as health_module
 from scylla_django.checks import check_idle_in_transaction_timeout
+from scylla_django.db import vacuum as db_vacuum
 from scylla_django.models import Task, queue_tables
 from tests.factories import TaskFactory
 from tests.helpers import API, staff
@@ -268,3 +269,15 @@ def test_the_howto_s_python_block_runs_as_written(capsys):
         assert lines[0] == "ok horizon nothing holds VACUUM back"
     else:
         assert all("not applicable" in line for line in lines)
+
+
+@pytest.mark.postgres
+def test_the_task_table_has_its_own_autovacuum_settings(db):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT reloptions FROM pg_class WHERE oid = %s::regclass", [Task._meta.db_table]
+        )
+        (options,) = cursor.fetchone()
+    assert {f"{name}={value}" for name, value in db_vacuum.TASK_TABLE_STORAGE.items()} <= set(
+        options
+    )
