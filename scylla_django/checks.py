@@ -1,8 +1,10 @@
 """System checks: bad `SCYLLA` settings, SQLite configured in a way that would break leases,
 MySQL/MariaDB, where unique keys are refused, task logs kept where they are served or lost,
-handlers naming limits or rates that are not configured, and handlers' spec schemas and
-migrations; with `--deploy`, the stored tasks a deploy of this code would strand (a queue no
-handler serves, specs that no longer validate)."""
+handlers naming limits or rates that are not configured, handlers' spec schemas and
+migrations, and (a database check, run by `migrate` and `check --database`) a PostgreSQL
+database that lets a session stay idle in a transaction for ever; with `--deploy`, the stored
+tasks a deploy of this code would strand (a queue no handler serves, specs that no longer
+validate)."""
 
 from __future__ import annotations
 
@@ -11,15 +13,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.core.files.storage import FileSystemStorage
+from django.db import Error as DatabaseError
 from django.db.models import Count, Min
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
 from . import db, queue_keys, retries, spec_versions
 from .conf import DEFAULTS, RENAMED, scylla_settings
+from .routers import databases as task_databases
 from .schedules import schedule_errors
 
 Check = Callable[..., list[CheckMessage]]
@@ -524,3 +528,50 @@ def _spec_message(alias: str, queue: str, kind: str, found: list[str]) -> CheckM
         ),
         id="scylla_django.E053",
     )
+
+
+@register(Tags.database)
+def check_idle_in_transaction_timeout(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """scylla_django.W007: a PostgreSQL database holding tasks whose sessions get no
+    `idle_in_transaction_session_timeout`.
+
+    A session left idle in a transaction (a shell, a report, a request that hung) holds back
+    VACUUM's horizon: the dead rows every transition leaves in the task table pile up and the
+    lease slows down until it ends. A timeout ends such a session. A database check: it
+    connects, so Django runs it only where the databases are asked for (`migrate`,
+    `check --database`); an unreachable database is left to the command that needs it.
+    """
+    messages: list[CheckMessage] = []
+    try:
+        holding = task_databases()
+    except ImproperlyConfigured:
+        return messages  # scylla_django.E001 says so
+    for alias in databases or ():
+        config = settings.DATABASES.get(alias)
+        if alias not in holding or config is None or not db.configures_postgresql(config):
+            continue
+        try:
+            timeout = db.idle_in_transaction_timeout(alias)
+        except DatabaseError:
+            continue
+        if timeout is None:
+            messages.append(
+                Warning(
+                    _(
+                        "Database %(alias)r (PostgreSQL) has no "
+                        "idle_in_transaction_session_timeout: a session left idle in a "
+                        "transaction holds VACUUM back from the task table for as long as it "
+                        "stays open."
+                    )
+                    % {"alias": alias},
+                    hint=_(
+                        "Set one for the database: ALTER DATABASE <name> SET "
+                        "idle_in_transaction_session_timeout = '5min'; (or for the roles that "
+                        "run reports: ALTER ROLE <role> SET ...). See docs/howto/health.md."
+                    ),
+                    id="scylla_django.W007",
+                )
+            )
+    return messages

@@ -12,7 +12,11 @@ Two kinds of metric:
   are the backlog and the work in hand); terminal tasks are counted per queue and status up to
   `TERMINAL_COUNT_CAP` through the (queue, status) index (one statement), and past it an
   estimate from the table's statistics is reported instead (SQLite counts them exactly).
-  Queues are found by skipping through that index, one probe per queue.
+  Queues are found by skipping through that index, one probe per queue. On PostgreSQL, what
+  VACUUM sees of the app's tables (`db.vacuum_report`): each table's live and dead rows, the
+  dead rows' share, its size, its indexes' size and its estimated bloat; the oldest
+  transaction holding VACUUM back, labelled with its session (`pid`), `application_name` and
+  state; the sessions idle in a transaction, each named.
 - **Counted as events happen**, in the process where they happen (signal receivers, connected
   when the app is ready): tasks leased, finished by status, leases reset, and the run time of
   each completed or aborted task, with the CPU time and peak memory its handler used when the
@@ -51,7 +55,7 @@ from django.utils.translation import gettext as _
 
 from . import db, signals
 from .enums import TERMINAL_STATUSES, EventType, Status
-from .models import Batch, History, Monitor, Task, Worker
+from .models import Batch, History, Monitor, Task, Worker, queue_tables
 from .routers import databases
 
 TERMINAL_COUNT_CAP = 1000
@@ -204,6 +208,7 @@ class TaskMetricsCollector(Collector):
         yield self._dead()
         yield from self._batches()
         yield from self._processes()
+        yield from self._vacuum()
 
     # -- tasks ----------------------------------------------------------------------------------
 
@@ -289,6 +294,96 @@ class TaskMetricsCollector(Collector):
                 "When the latest monitor pass ended (Unix time, database clock).",
                 value=status.last_pass.timestamp(),
             )
+
+    # -- vacuum ---------------------------------------------------------------------------------
+
+    def _vacuum(self) -> Iterator[Metric]:
+        """The app's tables as VACUUM sees them, and what holds VACUUM back (PostgreSQL; no
+        metric elsewhere)."""
+        report = db.vacuum_report(self.using, queue_tables())
+        if report is None:
+            return
+        per_table = {
+            "live_rows": ("scylla_table_live_rows", "Live rows of each table of the app."),
+            "dead_rows": (
+                "scylla_table_dead_rows",
+                "Dead row versions of each table, not yet reclaimed by VACUUM.",
+            ),
+            "dead_ratio": (
+                "scylla_table_dead_row_ratio",
+                "Dead rows among all the rows of each table (0 to 1).",
+            ),
+            "size": ("scylla_table_size_bytes", "Size of each table's heap."),
+            "index_size": ("scylla_table_index_size_bytes", "Size of each table's indexes."),
+            "bloat": (
+                "scylla_table_bloat_bytes",
+                "Estimated bytes of each table's heap its live rows do not need (tables with "
+                "statistics only).",
+            ),
+        }
+        families = {
+            key: GaugeMetricFamily(name, text, labels=["table"])
+            for key, (name, text) in per_table.items()
+        }
+        for table in report.tables:
+            values = {
+                "live_rows": table.live,
+                "dead_rows": table.dead,
+                "dead_ratio": table.dead_ratio,
+                "size": table.size,
+                "index_size": table.index_size,
+                "bloat": table.bloat,
+            }
+            for key, value in values.items():
+                if value is not None:
+                    families[key].add_metric([table.table], value)
+        yield from families.values()
+        enabled = GaugeMetricFamily(
+            "scylla_table_autovacuum",
+            "1 when autovacuum reclaims each table's dead rows; 0 when it is off for the "
+            "server or for the table.",
+            labels=["table"],
+        )
+        for table in report.tables:
+            enabled.add_metric([table.table], int(table.table not in report.unvacuumed))
+        yield enabled
+        labels = ["kind", "pid", "application_name", "state"]
+        age = GaugeMetricFamily(
+            "scylla_vacuum_horizon_age_seconds",
+            "How long the oldest transaction holding VACUUM back has been open (absent when "
+            "nothing holds it, or a replication slot does), labelled with its session.",
+            labels=labels,
+        )
+        behind = GaugeMetricFamily(
+            "scylla_vacuum_horizon_transactions",
+            "How many transaction ids old the horizon of the oldest holder is.",
+            labels=labels,
+        )
+        oldest = report.oldest
+        if oldest is not None:
+            names = [oldest.kind, str(oldest.pid or ""), oldest.name, oldest.state]
+            behind.add_metric(names, oldest.transactions)
+            if oldest.age is not None:
+                age.add_metric(names, max(oldest.age.total_seconds(), 0.0))
+        yield age
+        yield behind
+        yield GaugeMetricFamily(
+            "scylla_idle_in_transaction_sessions",
+            "Sessions of the database idle in a transaction.",
+            value=report.idle_count,
+        )
+        idle = GaugeMetricFamily(
+            "scylla_idle_in_transaction_seconds",
+            f"How long each session idle in a transaction (the longest {db.IDLE_SHOWN}) has "
+            "been idle; holds_horizon is 1 when it holds VACUUM back.",
+            labels=["pid", "application_name", "holds_horizon"],
+        )
+        for session in report.idle:
+            idle.add_metric(
+                [str(session.pid), session.name, str(int(session.holds_horizon))],
+                max(session.idle.total_seconds(), 0.0),
+            )
+        yield idle
 
 
 def registry(using: str = "default") -> CollectorRegistry:

@@ -6,6 +6,7 @@ import logging
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.db import DEFAULT_DB_ALIAS
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -15,7 +16,7 @@ from ..conf import scylla_settings
 from ..durations import short
 from ..models import Task
 from . import charts, dashboard
-from .databases import database_choices
+from .databases import database_choices, named_database
 from .display import (
     tasks,
 )
@@ -37,7 +38,7 @@ class ConsolePages(TaskOperations):
         context = {
             **self.page_context(request, _("Scylla dashboard")),
             **database_choices(request),
-            "dashboard": dashboard.build(),
+            "dashboard": dashboard.build(named_database(request) or DEFAULT_DB_ALIAS),
             "batches_url": reverse("admin:scylla_django_batch_changelist"),
             "charts": charts.build(request.GET.get("range")),
             "may_control_queues": self.has_queue_permission(request),

@@ -11,7 +11,10 @@ Each function is one or two queries chosen to stay cheap on a table of millions 
   that still hold running tasks (one query over the running tasks, a handful at any time);
 - the monitors: when the latest pass ended, and whether any monitor still runs;
 - recent failures: aborted tasks of the last 24 hours (at most `FAILURE_SCAN` of them, through
-  `scylla_task_terminal_idx`) grouped by queue and first error code.
+  `scylla_task_terminal_idx`) grouped by queue and first error code;
+- VACUUM (PostgreSQL): the app's tables' dead rows, sizes and bloat, what holds VACUUM back and
+  the sessions idle in a transaction, from the catalog (`db.vacuum_report`, four small queries
+  on the primary, never on a read replica).
 
 Ages and the chart's minutes are measured on this host's clock: they are for display only,
 while the selections themselves (expired, ready) use the database clock like the monitor does.
@@ -23,15 +26,26 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Count, Max, Q
 from django.db.models.fields.json import KT
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
+from .. import db
 from ..conf import scylla_settings
 from ..durations import ago, short
 from ..enums import TERMINAL_STATUSES, Liveness, Status
-from ..models import SCHEDULED, Batch, Monitor, MonitorStatus, QueueSetting, Task, Worker
+from ..models import (
+    SCHEDULED,
+    Batch,
+    Monitor,
+    MonitorStatus,
+    QueueSetting,
+    Task,
+    Worker,
+    queue_tables,
+)
 from ..models.serving import live_worker_queues
 from ..validation import worker_id, worker_name_for
 
@@ -499,6 +513,87 @@ def known_queues(limit: int = 200) -> list[str]:
     return sorted(queues)
 
 
+VACUUM_TABLES_SHOWN = 8
+"""The tables the dashboard lists: those with the most dead rows (then by name)."""
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """A table as the dashboard shows it: its dead rows' and its bloat's shares in percent, and
+    when VACUUM last ran on it."""
+
+    table: db.TableVacuum
+    dead: str
+    bloat: str
+    vacuumed: str
+
+
+@dataclass(frozen=True)
+class IdleRow:
+    """A session idle in a transaction: for how long, and since its transaction began."""
+
+    session: db.IdleSession
+    idle: str
+    open: str
+
+
+@dataclass(frozen=True)
+class Vacuum:
+    """What VACUUM sees of database `database` (`report` None: not PostgreSQL, `vendor` says
+    what it is instead)."""
+
+    database: str
+    vendor: str
+    report: db.VacuumReport | None
+
+    @property
+    def tables(self) -> list[TableRow]:
+        """The tables worth a look: those with rows, the most dead rows first."""
+        if self.report is None:
+            return []
+        shown = [t for t in self.report.tables if t.live or t.dead][:VACUUM_TABLES_SHOWN]
+        return [
+            TableRow(
+                t,
+                f"{t.dead_ratio:.0%}",
+                "" if t.bloat_ratio is None else f"{t.bloat_ratio:.0%}",
+                ago(t.last_vacuum) if t.last_vacuum is not None else "",
+            )
+            for t in shown
+        ]
+
+    @property
+    def idle(self) -> list[IdleRow]:
+        """The sessions idle in a transaction, longest first."""
+        if self.report is None:
+            return []
+        return [
+            IdleRow(s, short(max(s.idle, timedelta(0))), short(max(s.age, timedelta(0))))
+            for s in self.report.idle
+        ]
+
+    @property
+    def late(self) -> bool:
+        """The oldest holder of the horizon has held it longer than a minute."""
+        oldest = self.report.oldest if self.report is not None else None
+        return bool(oldest and oldest.age is not None and oldest.age > timedelta(minutes=1))
+
+    @property
+    def oldest_age(self) -> str:
+        """How long the oldest holder's transaction has been open ("" if unknown)."""
+        oldest = self.report.oldest if self.report is not None else None
+        if oldest is None or oldest.age is None:
+            return ""
+        return short(max(oldest.age, timedelta(0)))
+
+
+def vacuum(database: str = DEFAULT_DB_ALIAS) -> Vacuum:
+    """The VACUUM report of `database` (a primary: a replica's statistics are its own)."""
+    return Vacuum(
+        database, connections[database].display_name, db.vacuum_report(database, queue_tables())
+    )
+
+
 @dataclass(frozen=True)
 class Dashboard:
     """Everything the dashboard shows, as of `generated`."""
@@ -516,6 +611,7 @@ class Dashboard:
     """Dead letters: aborted tasks given up, kept until an operator acts."""
     open_batches: int = 0
     """Batches with a callback not yet released or cancelled."""
+    vacuum: Vacuum | None = None
 
     @property
     def statuses(self) -> tuple[Status, ...]:
@@ -529,8 +625,9 @@ class Dashboard:
         return ago(last, self.generated) if last is not None else ""
 
 
-def build() -> Dashboard:
-    """Collect the dashboard: about fifteen small queries, none of them a scan."""
+def build(database: str = DEFAULT_DB_ALIAS) -> Dashboard:
+    """Collect the dashboard: about twenty small queries, none of them a scan (`database`: the
+    primary of the database shown, for the VACUUM report)."""
     now = timezone.now()
     queues = queue_table()
     return Dashboard(
@@ -545,4 +642,5 @@ def build() -> Dashboard:
         monitors=Monitor.objects.status(),
         dead=Task.objects.dead().count(),
         open_batches=Batch.objects.open().count(),
+        vacuum=vacuum(database),
     )

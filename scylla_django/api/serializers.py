@@ -1235,6 +1235,12 @@ class HealthQuerySerializer(serializers.Serializer[Any]):
         max_length=100,
         help_text="With `max_lag`: only these queues (repeat the parameter).",
     )
+    vacuum = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="PostgreSQL: name what holds VACUUM back from the queue tables, the sessions "
+        "idle in a transaction, and the tables' dead rows and bloat (warnings only).",
+    )
 
     def to_internal_value(self, data: Any) -> Any:
         # A parameter given empty (`?hostname=`) is refused, not taken as absent: ignoring it

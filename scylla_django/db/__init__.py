@@ -34,6 +34,7 @@ queryset, the model or the `Tables` it works on.
 | `counts` | counts of a big table: capped, estimated, the queues present |
 | `replicas` | `replica_lag()`: how far a streaming replica is behind |
 | `each` | `update_each()`, `add_each()`: many rows' own values in one `executemany` |
+| `vacuum` | `vacuum_report()`: dead rows, bloat and what holds VACUUM's horizon back (PostgreSQL) |
 """
 
 from . import fairness, inserts, keys
@@ -63,6 +64,15 @@ from .retry import DatabaseRetry, migrate_hint
 from .sqlite import sqlite_json_each
 from .tables import Tables
 from .transactions import write_atomic
+from .vacuum import (
+    IDLE_SHOWN,
+    HorizonHolder,
+    IdleSession,
+    TableVacuum,
+    VacuumReport,
+    idle_in_transaction_timeout,
+    vacuum_report,
+)
 from .vendors import (
     can_listen,
     configures_mysql,
@@ -79,14 +89,19 @@ from .vendors import (
 
 __all__ = [
     "CLOCK_CTE",
+    "IDLE_SHOWN",
     "READY_CHANNEL",
     "STOP_CHANNEL",
     "Clock",
     "DatabaseRetry",
+    "HorizonHolder",
+    "IdleSession",
     "Now",
     "Percentile",
     "ReplicaLag",
+    "TableVacuum",
     "Tables",
+    "VacuumReport",
     "add_each",
     "can_listen",
     "capped_counts",
@@ -103,6 +118,7 @@ __all__ = [
     "has_planner_estimates",
     "has_table",
     "heartbeat_statement",
+    "idle_in_transaction_timeout",
     "inserts",
     "is_postgresql",
     "is_sqlite",
@@ -135,5 +151,6 @@ __all__ = [
     "upsert",
     "use_worker_plans",
     "uses_single_statement_transitions",
+    "vacuum_report",
     "write_atomic",
 ]

@@ -46,6 +46,7 @@ from .rollups import (
     wait_to_start,
 )
 from .schedules import CatchUp, OnTimeout, Schedule, WhenUnmet
+from .tables import queue_tables
 from .task import TABLES, Task, TaskQuerySet
 from .task_holds import ON_HOLD, TaskHold
 from .traces import TaskTrace
@@ -111,6 +112,7 @@ __all__ = [
     "first_lease",
     "key_control",
     "new_rn",
+    "queue_tables",
     "required_worker_id",
     "send_each_on_commit",
     "send_on_commit",

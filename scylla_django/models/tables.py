@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.apps import apps
 from django.db import models
 
 from .. import db
@@ -16,4 +17,15 @@ def tables(task: type[models.Model]) -> db.Tables:
     model): its History, Worker, QueueSetting and Batch beside it."""
     return db.Tables(
         task=task, history=History, worker=Worker, queue_setting=QueueSetting, batch=Batch
+    )
+
+
+def queue_tables() -> list[str]:
+    """The names of this app's tables (tasks, History, workers, keys, ...), whose dead rows and
+    bloat the health surfaces report (`db.vacuum_report`)."""
+    config = apps.get_app_config("scylla_django")
+    return sorted(
+        model._meta.db_table
+        for model in config.get_models()
+        if model._meta.managed and not model._meta.proxy
     )

@@ -131,3 +131,18 @@ def test_the_pgqueuer_benchmark_runs_both_queues_beside_pgbench_and_prints_the_r
         for side in ("ours", "PgQueuer"):
             assert re.search(rf"^{side}: {re.escape(figure)}", out, re.MULTILINE), out
         assert re.search(rf"^ours / PgQueuer, {re.escape(figure)}.*: [\d.]+$", out, re.MULTILINE)
+
+
+@pytest.mark.skipif("postgresql" not in ENGINE, reason="a PostgreSQL benchmark")
+@pytest.mark.skipif(django.VERSION < (6, 0), reason="run once, in the Django 6.1 cell")
+def test_the_pinned_horizon_benchmark_prints_each_phase_and_names_what_pins_it():
+    out = run_on_scratch(
+        "pinned_horizon.py",
+        "pinned",
+        *("--phase", "3", "--rate", "50", "--readers", "1", "--pgbench", "1", "--sample", "1"),
+    )
+    phases = re.findall(r"^(clean|pinned|after pin|readers|after readers)\s+[\d,]+\s", out, re.M)
+    assert phases == ["clean", "pinned", "after pin", "readers", "after readers"], out
+    assert re.search(r"^pinned: throughput \d+% of clean .* claim p99 [\d.]+x clean", out, re.M)
+    assert re.search(r"^after readers: backlog back to the clean phase's most", out, re.M)
+    assert "(bench-pin, idle in transaction)" in out

@@ -36,8 +36,8 @@ class HealthView(ScyllaView):
         summary="Health checks",
         description=(
             "No authentication, for load balancers and Kubernetes probes. The database is "
-            "always checked; `hostname`, `monitor` and `max_lag` add checks. 200 when every "
-            "check passes, else 503; the body lists each check either way."
+            "always checked; `hostname`, `monitor`, `max_lag` and `vacuum` add checks. 200 "
+            "when every check passes, else 503; the body lists each check either way."
         ),
         parameters=[HealthQuerySerializer],
         responses={
@@ -57,6 +57,7 @@ class HealthView(ScyllaView):
             monitor=options["monitor"],
             max_lag=timedelta(seconds=max_lag) if max_lag is not None else None,
             queues=options.get("queue", []),
+            vacuum=options["vacuum"],
         )
         healthy = all(check.ok for check in checks)
         body = {"status": "ok" if healthy else "failing", "checks": checks}

@@ -15,9 +15,10 @@ class Command(BaseCommand):
     help = (
         "Check health and exit 0 when every check passes, 1 when one fails (each check is "
         "printed on its own line), 2 for bad arguments. The database is always checked; "
-        "--worker, --monitor, --max-lag and --served add checks (--served only warns). For "
-        "Kubernetes: a worker pod's liveness probe runs `scylla_health --worker`; an alerting "
-        "job runs `--monitor --max-lag 5m`."
+        "--worker, --monitor, --max-lag, --served and --vacuum add checks (--served and "
+        "--vacuum only warn, unless --max-horizon-age is given). For Kubernetes: a worker "
+        "pod's liveness probe runs `scylla_health --worker`; an alerting job runs `--monitor "
+        "--max-lag 5m --max-horizon-age 10m`."
     )
     # A probe runs often: skip the system checks, which a deployment has already passed.
     requires_system_checks: list[str] = []
@@ -62,6 +63,22 @@ class Command(BaseCommand):
             "is a warning (printed, exit status unchanged), not a failure",
         )
         parser.add_argument(
+            "--vacuum",
+            action="store_true",
+            help="PostgreSQL: name what holds VACUUM back from the queue tables (the oldest "
+            "open transaction, its session and application_name), the sessions idle in a "
+            "transaction, and the tables' dead rows and bloat; warns past a minute or 20%% dead "
+            "rows ('not applicable' on other databases)",
+        )
+        parser.add_argument(
+            "--max-horizon-age",
+            type=duration,
+            default=None,
+            metavar="DURATION",
+            help="with the --vacuum checks: fail when a transaction has held VACUUM back "
+            "longer than this (e.g. 10m)",
+        )
+        parser.add_argument(
             "--database", default="default", help="the database alias (default 'default')"
         )
 
@@ -79,6 +96,8 @@ class Command(BaseCommand):
             max_lag=options["max_lag"],
             queues=options["queues"],
             served=options["served"],
+            vacuum=options["vacuum"],
+            max_horizon_age=options["max_horizon_age"],
         )
         for check in checks:
             word = "FAIL" if not check.ok else "WARN" if check.warning else "ok"
