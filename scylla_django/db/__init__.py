@@ -41,7 +41,7 @@ from .clock import CLOCK_CTE, Clock, Now, now_plus, read_clock
 from .connections import discard_connection, ping
 from .counts import capped_counts, estimator, planned_rows, queues_present
 from .each import add_each, update_each
-from .notifications import READY_CHANNEL, STOP_CHANNEL, listen, postgresql_notify
+from .notifications import READY_CHANNEL, STOP_CHANNEL, listen, notify_ready, postgresql_notify
 from .portable import json_list_contains, lock_rows, update_returning_pks, upsert
 from .postgresql import (
     compact,
@@ -108,6 +108,7 @@ __all__ = [
     "listen",
     "lock_rows",
     "migrate_hint",
+    "notify_ready",
     "now_plus",
     "ping",
     "planned_rows",

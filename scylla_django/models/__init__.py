@@ -44,8 +44,10 @@ from .rollups import (
     wait_to_start,
 )
 from .schedules import CatchUp, OnTimeout, Schedule, WhenUnmet
+from .steps import Step
 from .task import TABLES, Task, TaskQuerySet
 from .waiting import WaitingRun
+from .waits import PARKED, TaskSignal, Wait, WaitKind, WaitOutcome
 
 __all__ = [
     "CALLBACKS",
@@ -53,6 +55,7 @@ __all__ = [
     "MAX_PARENTS",
     "MONITOR_PREFIX",
     "NOT_YIELDED",
+    "PARKED",
     "SCHEDULED",
     "SETTLED",
     "TABLES",
@@ -84,6 +87,7 @@ __all__ = [
     "Rate",
     "RegisteredProcess",
     "Schedule",
+    "Step",
     "SubmitDefaults",
     "SubmitOutcome",
     "Tallies",
@@ -91,6 +95,10 @@ __all__ = [
     "Task",
     "TaskOptions",
     "TaskQuerySet",
+    "TaskSignal",
+    "Wait",
+    "WaitKind",
+    "WaitOutcome",
     "WaitingRun",
     "Watermark",
     "WhenUnmet",

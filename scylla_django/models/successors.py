@@ -24,6 +24,7 @@ from .batches import count_finished, count_requeued
 from .dependencies import Dependency
 from .notices import send_on_commit
 from .unique import UNIQUE_HOLDER
+from .waits import carry_over
 
 logger = logging.getLogger("scylla_django")
 
@@ -166,6 +167,8 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
     Dependency.objects.using(using).filter(parent_id=task.pk).update(
         parent_id=created.pk, parent_rn=created.rn
     )
+    if retries.resumes(policy, task.retry_policy):
+        carry_over(task.pk, created.pk, using)
     if policy is not None and delay is not None:
         logger.info(
             "%s failed: retry %d of %d in %s",

@@ -59,7 +59,7 @@ from ..validation import (
     validate_timeout,
     validate_timeouts,
 )
-from . import keys, maintenance, portable, submission, successors
+from . import keys, maintenance, portable, submission, successors, waits
 from .batches import count_finished
 from .children import spawn, validate_children
 from .dependencies import HELD
@@ -70,8 +70,10 @@ from .notices import send_each_on_commit, send_on_commit
 from .processes import Worker, required_worker_id, worker_name
 from .queues import QueueSummary, due, queue_summaries, ready_summary, unexpired
 from .refusals import lease_reset_refusal
+from .steps import Step
 from .tables import tables
 from .unique import UNIQUE_HOLDER, Submitted
+from .waits import TaskSignal, Wait
 
 # What a form says of an rn that is taken (the constraint on Task.rn).
 _RN_TAKEN = "A task with this rn exists."
@@ -395,6 +397,8 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
                 if name
             ]
             History.objects.using(self.db).filter(task__in=self.order_by().values("pk")).delete()
+            for side in (Step, Wait, TaskSignal):
+                side.objects.using(self.db).filter(task__in=self.order_by().values("pk")).delete()
             _, per_model = super().delete()
             if kept:
                 transaction.on_commit(lambda: logs.delete_logs(kept), using=self.db)
@@ -892,6 +896,41 @@ class Task(models.Model):
         )
         self.abort(name, [error], retry=False, lease=held)
         return False
+
+    def park(self, worker: Worker | str, until: Any, *, lease: int | None = None) -> None:
+        """running → ready with `not_before = until`: a durable sleep's or wait's give-back
+        (`scylla_django.durable`), written in the transaction that records the wait.
+
+        As a snooze (History `TaskSnooze{worker}`, `snoozes` up by one, no attempt spent, the
+        lease not counted toward `MAX_LEASES`), but never refused by `MAX_SNOOZES`: a task may
+        wait as often as its work needs. Raises LeaseLost or TaskCancelled when `worker` does
+        not hold the lease.
+        """
+        name = worker_name(worker)
+        values = {
+            "status": TRANSITIONS[Operation.SNOOZE].target,
+            "owner": None,
+            "deadline": None,
+            "progress": 0.0,
+            "not_before": until,
+            "snoozes": F("snoozes") + 1,
+        }
+        self._apply(
+            Operation.SNOOZE,
+            name,
+            values,
+            refresh=["status", "progress", "deadline", "owner", "not_before", "snoozes"],
+            lease=lease,
+            logged_worker=name,
+        )
+
+    def signal(self, name: str, payload: Any = None) -> None:
+        """Send the signal `name` with `payload` (JSON) to this task: kept for it until a
+        `ctx.wait_for(signal=name)` takes it, and waking the task at once if it waits for it
+        (README, "Durable execution"). A signal is delivered once: a second one of the same
+        name raises SignalAlreadySent; one to a finished task raises TaskFinished; a bad name
+        or payload raises ValidationError. Nothing is written when it raises."""
+        waits.send_signal(self, name, payload)
 
     def cancel(self) -> None:
         """ready/running → cancelled (terminal). A running worker learns on its next write.

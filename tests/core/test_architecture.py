@@ -47,6 +47,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     "runtime": (
         "handlers",
+        "durable",
         "listener",
         "worker",
         "supervisor",
