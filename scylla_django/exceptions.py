@@ -106,6 +106,10 @@ class TaskFinished(InvalidTransition, code="task_finished"):
     """The task is completed, aborted or cancelled: a signal to it is refused."""
 
 
+class StepAlreadyRecorded(InvalidTransition, code="step_already_recorded"):
+    """The task has recorded a step of this name already: a step is recorded once."""
+
+
 class SignalAlreadySent(InvalidTransition, code="signal_already_sent"):
     """A signal of this name was sent to the task already: a signal is delivered once."""
 

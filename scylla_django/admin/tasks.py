@@ -225,6 +225,7 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
                     ("notify", "notified"),
                     ("unique_key_link", "unique_window_text"),
                     ("keys_list", "waiting_line"),
+                    ("durable_table",),
                 )
             },
         ),
@@ -256,6 +257,7 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
         "unique_window_text",
         "keys_list",
         "waiting_line",
+        "durable_table",
         "cpu_time_text",
         "peak_memory_text",
         "batch_link",

@@ -38,6 +38,7 @@ from ..enums import (
 from ..exceptions import (
     InvalidTransition,
     LeaseLost,
+    StepAlreadyRecorded,
     TaskNotFound,
     WorkerNotFound,
     error_record,
@@ -59,7 +60,7 @@ from ..validation import (
     validate_timeout,
     validate_timeouts,
 )
-from . import keys, maintenance, portable, submission, successors, waits
+from . import keys, maintenance, portable, steps, submission, successors, waits
 from .batches import count_finished
 from .children import spawn, validate_children
 from .dependencies import HELD
@@ -73,7 +74,7 @@ from .refusals import lease_reset_refusal
 from .steps import Step
 from .tables import tables
 from .unique import UNIQUE_HOLDER, Submitted
-from .waits import TaskSignal, Wait
+from .waits import TaskSignal, Wait, WaitFor
 
 # What a form says of an rn that is taken (the constraint on Task.rn).
 _RN_TAKEN = "A task with this rn exists."
@@ -923,6 +924,36 @@ class Task(models.Model):
             lease=lease,
             logged_worker=name,
         )
+
+    def record_step(
+        self, worker: Worker | str, name: str, result: Any = None, *, lease: int | None = None
+    ) -> Step:
+        """Record the step `name` of this task with `result` (JSON), fenced on `worker`'s
+        lease (an HTTP worker's step; a handler's is `ctx.step()`). StepAlreadyRecorded if
+        the task has one of that name, ValidationError for a bad name or result, LeaseLost or
+        TaskCancelled when the lease is not held; nothing is written when it raises."""
+        held = self.leases if lease is None else lease
+        using = self._state.db or "default"
+        with db.write_atomic(using):
+            self.lock_lease(worker, lease=held)
+            if Step.objects.using(using).filter(task_id=self.pk, name=name).exists():
+                raise StepAlreadyRecorded(
+                    f"{self.rn} recorded the step {name!r} already.", rn=self.rn
+                )
+            return steps.record_step(self, held, name, result)
+
+    def checkpoint(self, worker: Worker | str, cursor: Any, *, lease: int | None = None) -> Step:
+        """Write this task's cursor, fenced on `worker`'s lease (see `ctx.checkpoint()`)."""
+        held = self.leases if lease is None else lease
+        return steps.save_cursor(self, worker, held, cursor)
+
+    def begin_wait(
+        self, worker: Worker | str, wanted: WaitFor, *, lease: int | None = None
+    ) -> Wait:
+        """Begin the durable wait `wanted` (or take it up again), fenced on `worker`'s lease;
+        an open wait parks the task (see `waits.begin_wait`)."""
+        held = self.leases if lease is None else lease
+        return waits.begin_wait(self, worker, held, wanted)
 
     def signal(self, name: str, payload: Any = None) -> None:
         """Send the signal `name` with `payload` (JSON) to this task: kept for it until a

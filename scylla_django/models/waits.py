@@ -28,7 +28,7 @@ from ..db import Now
 from ..enums import TERMINAL_STATUSES, Status
 from ..exceptions import SignalAlreadySent, TaskFinished, TaskNotFound
 from ..validation import validate_json
-from .steps import NAME_MAX_LENGTH, Step, validate_name
+from .steps import CURSOR, NAME_MAX_LENGTH, Step, validate_name
 
 if TYPE_CHECKING:
     from .processes import Worker
@@ -151,6 +151,9 @@ def begin_wait(task: Task, worker: Worker | str, lease: int, wanted: WaitFor) ->
     timeout (`Task.park`). The returned wait's `outcome` is null when the task was parked:
     the run must then end (`Parked`). LeaseLost or TaskCancelled when the lease is not held.
     """
+    validate_name(wanted.name, "wait")
+    if wanted.signal is not None:
+        validate_name(wanted.signal, "signal")
     using = task._state.db or "default"
     waits = Wait.objects.using(using)
     with db.write_atomic(using):
@@ -309,3 +312,23 @@ def carry_over(from_pk: int, to_pk: int, using: str) -> None:
         )
         for w in ended
     )
+
+
+def durable_record(task: Task) -> dict[str, Any]:
+    """What `task`'s runs recorded: `{"steps", "cursor", "waits", "signals"}` (its steps
+    apart from its cursor, in the order they completed; its waits and signals in order)."""
+    using = task._state.db or "default"
+    steps = list(Step.objects.using(using).filter(task_id=task.pk))
+    return {
+        "steps": [s for s in steps if s.name != CURSOR],
+        "cursor": next((s.result for s in steps if s.name == CURSOR), None),
+        "waits": list(Wait.objects.using(using).filter(task_id=task.pk)),
+        "signals": list(TaskSignal.objects.using(using).filter(task_id=task.pk)),
+    }
+
+
+def open_wait(task: Task) -> Wait | None:
+    """The wait `task` is parked in, if any (the last one it began, still open)."""
+    using = task._state.db or "default"
+    waits = Wait.objects.using(using).filter(task_id=task.pk, outcome__isnull=True)
+    return waits.order_by("-id").first()

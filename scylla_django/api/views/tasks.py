@@ -37,16 +37,20 @@ from ..serializers import (
     TaskSerializer,
 )
 from .base import ScyllaView, get_task, warn_if_unserved
+from .durable import DurableRoutes
 from .leases import LeaseRoutes
 from .repairs import RepairRoutes
 
 MAX_BULK_ITEMS = 1000
 
 
-class TaskViewSet(LeaseRoutes, RepairRoutes, ScyllaView, viewsets.GenericViewSet[Task]):
+class TaskViewSet(
+    LeaseRoutes, DurableRoutes, RepairRoutes, ScyllaView, viewsets.GenericViewSet[Task]
+):
     """Tasks: list, submit (one or in bulk), read and cancel them, as a client; heartbeat,
     complete, abort, yield and snooze them, as the worker that holds their lease
-    (`LeaseRoutes`); retry, discard, reset or release them, as an operator (`RepairRoutes`).
+    (`LeaseRoutes`); record their steps, cursor and waits, or send them signals
+    (`DurableRoutes`); retry, discard, reset or release them, as an operator (`RepairRoutes`).
 
     The bulk operations (`bulk`, `cancel_many`) are routed under `bulk/tasks/` by `urls.py`,
     so that no path under `tasks/` is anything but a task's rn.
@@ -73,6 +77,11 @@ class TaskViewSet(LeaseRoutes, RepairRoutes, ScyllaView, viewsets.GenericViewSet
         "abort": permissions.WORK,
         "yield_lease": permissions.WORK,
         "snooze": permissions.WORK,
+        "steps": permissions.VIEW,
+        "record_step": permissions.WORK,
+        "checkpoint": permissions.WORK,
+        "wait": permissions.WORK,
+        "signal": permissions.SUBMIT,
         "retry": permissions.SUBMIT,
         "discard": permissions.CANCEL,
         "reset": permissions.CANCEL,
