@@ -1554,6 +1554,9 @@ class BatchResultsSerializer(serializers.Serializer[Any]):
 # -- durable execution (docs/howto/durable.md) ------------------------------------------------
 
 
+NAME_VALIDATOR = RegexValidator(steps.NAME_PATTERN, code="invalid_name")
+
+
 class StepSerializer(serializers.Serializer[Any]):
     """A step a task completed: its name, result, the result's size, when and under which
     lease number."""
@@ -1608,7 +1611,7 @@ class DurableSerializer(serializers.Serializer[Any]):
 class StepInputSerializer(WorkerActionSerializer):
     """`POST tasks/{rn}/step/`: record a step, fenced on the lease."""
 
-    name = StrictCharField(max_length=100)
+    name = StrictCharField(max_length=100, validators=[NAME_VALIDATOR])
     result = JSONValueField(required=False, allow_null=True, default=None)
 
     def validate_name(self, value: str) -> Any:
@@ -1624,11 +1627,15 @@ class CheckpointInputSerializer(WorkerActionSerializer):
 class WaitInputSerializer(WorkerActionSerializer):
     """`POST tasks/{rn}/wait/`: begin a durable sleep or wait (or take it up again)."""
 
-    name = StrictCharField(max_length=100)
+    name = StrictCharField(max_length=100, validators=[NAME_VALIDATOR])
     kind = serializers.ChoiceField(choices=["sleep", "event", "signal"])
-    event_kind = StrictCharField(max_length=200, required=False)
+    event_kind = StrictCharField(
+        max_length=200,
+        required=False,
+        validators=[RegexValidator(events.KIND_PATTERN, code="invalid_kind")],
+    )
     match = JSONObjectField(required=False)
-    signal = StrictCharField(max_length=100, required=False)
+    signal = StrictCharField(max_length=100, required=False, validators=[NAME_VALIDATOR])
     timeout = DurationInputField(
         error_code="invalid_delay",
         required=False,

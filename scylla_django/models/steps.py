@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 NAME_MAX_LENGTH = 100
 #: The name of a task's cursor among its steps (a step's own name cannot start with "@").
 CURSOR = "@cursor"
+#: What a step's, a wait's or a signal's name is made of (the API's schema says it too).
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:/#-]*$"
 _NAME = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.:/#-]*\Z")
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from rest_framework import status
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -116,7 +117,7 @@ class DurableRoutes(ScyllaView):
 
     @detail_post(
         operation_id="signal_task",
-        url_path=r"signals/(?P<name>[^/]+)",
+        url_path=r"signals/(?P<name>[A-Za-z0-9_][A-Za-z0-9_.:#-]*)",
         summary="Send a task a signal",
         description=(
             "Keep the signal `name` with its `payload` for the task, and wake the task if it "
@@ -149,7 +150,7 @@ class SignalTokenView(ScyllaView):
         summary="Send the signal a token names",
         description=(
             "The token (`ctx.signal_token(name)`) names a task and a signal; the body's "
-            "`payload` is the signal's. Good once: 409 `signal_already_sent` after. 400 "
+            "`payload` is the signal's. Good once: 409 `signal_already_sent` after. 404 "
             "`invalid_token` for a token that is not one."
         ),
         request=SignalInputSerializer,
@@ -157,5 +158,8 @@ class SignalTokenView(ScyllaView):
     )
     def post(self, request: Request, token: str) -> Response:
         data = self.parse(SignalInputSerializer)
-        rn, name = read_signal_token(token)
+        try:
+            rn, name = read_signal_token(token)
+        except ValidationError as exc:  # no such token: nothing it names is found
+            raise NotFound(exc.messages[0], code="invalid_token") from None
         return signalled(get_task(rn), name, data["payload"])
