@@ -70,6 +70,7 @@ def test_the_approval_flow_waits_for_its_signal_url(monkeypatch):
     parked = run_task(task.rn, registry=registry)
     assert parked.status == Status.READY and parked.waiting_reasons()[0]["code"] == "waiting"
     [(order, url)] = names["APPROVALS"]
+    assert order == 7
     path = url.removeprefix("https://shop.example.com/api/scylla")
     answer = APIClient().post(
         f"{API}{path}", {"payload": {"approve": True, "by": "ann"}}, format="json"
