@@ -43,3 +43,11 @@ def long_loop(ctx):
             if row % every == 0:
                 ctx.checkpoint(row)
     return {"rows": row}
+
+
+@handler("d-nap")
+def nap(ctx):
+    """A step, a durable sleep of half a second, another step."""
+    first = ctx.step("first", lambda: "before the sleep")
+    ctx.durable_sleep(0.5)
+    return {"first": first, "second": ctx.step("second", lambda: "after"), "runs": ctx.task.leases}

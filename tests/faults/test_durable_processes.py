@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from django.db.models.functions import Now
 
 from scylla_django.enums import Status
-from scylla_django.models import Step, Task
+from scylla_django.models import Step, Task, Wait
 from tests.processes import descendants, finish, signal_each, start, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
@@ -109,3 +109,16 @@ def test_sigterm_during_a_cursor_loop_resumes_from_the_last_checkpoint(tmp_path)
     twice = [row for row, count in seen.items() if count > 1]
     assert len(twice) <= every
     assert all(row >= cursor for row in twice)
+
+
+def test_a_durable_sleep_in_a_child_process_parks_the_task_and_resumes_it():
+    task = Task.objects.submit("d-nap", {}, rn="nap")
+    process = worker("d-nap", "--isolation", "process")
+    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.COMPLETED, what="completed")
+    process.send_signal(signal.SIGTERM)
+    code, output = finish(process)
+    assert code == 0, output
+    done = Task.objects.get(pk=task.pk)
+    assert done.result == {"first": "before the sleep", "second": "after", "runs": 2}
+    assert (done.snoozes, done.attempt) == (1, 1)
+    assert Wait.objects.get(task=task).outcome == "woken"
