@@ -42,7 +42,7 @@ from .connections import discard_connection, ping
 from .counts import capped_counts, estimator, planned_rows, queues_present
 from .each import add_each, update_each
 from .notifications import READY_CHANNEL, STOP_CHANNEL, listen, notify_ready, postgresql_notify
-from .portable import json_list_contains, lock_rows, update_returning_pks, upsert
+from .portable import json_contained_in, json_list_contains, lock_rows, update_returning_pks, upsert
 from .postgresql import (
     compact,
     finish_statement,
@@ -102,6 +102,7 @@ __all__ = [
     "inserts",
     "is_postgresql",
     "is_sqlite",
+    "json_contained_in",
     "json_list_contains",
     "keys",
     "lease_statement",

@@ -166,7 +166,7 @@ def begin_wait(task: Task, worker: Worker | str, lease: int, wanted: WaitFor) ->
                 name=wanted.name,
                 kind=wanted.kind,
                 event_kind=wanted.event_kind,
-                match=dict(wanted.match) if wanted.match else None,
+                match=nested_match(wanted.match),
                 signal=wanted.signal,
                 lease=lease,
                 started=now,
@@ -192,16 +192,37 @@ def task_model() -> Any:
     return Wait._meta.get_field("task").related_model
 
 
+def nested_match(match: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A match `{path: value}` (paths of keys joined by dots) as the JSON object an event's
+    payload contains when it matches: `{"order.id": 7}` is `{"order": {"id": 7}}`. Stored so
+    on a wait, for the database to find the waits an event wakes by JSON containment."""
+    nested: dict[str, Any] = {}
+    for path, wanted in sorted((match or {}).items()):
+        *parents, last = path.split(".")
+        level: dict[str, Any] | None = nested
+        for part in parents:
+            inner = level.setdefault(part, {}) if level is not None else None
+            level = inner if isinstance(inner, dict) else None
+        if level is None or isinstance(level.get(last), dict):
+            raise ValidationError(
+                f"match path {path!r} is inside another path's value: no payload matches both.",
+                code="invalid_match",
+            )
+        level[last] = wanted
+    return nested
+
+
 def payload_matches(payload: Any, match: Mapping[str, Any] | None) -> bool:
-    """Whether an event's `payload` has every value of `match` (`{path: value}`, a path being
-    keys joined by dots), compared as JSON values are (a boolean is no number)."""
-    for path, wanted in (match or {}).items():
-        value = payload
-        for part in path.split("."):
-            if not isinstance(value, Mapping) or part not in value:
+    """Whether an event's `payload` holds a wait's `match` (`nested_match`'s object: each
+    scalar equal, compared as JSON values are, a boolean being no number)."""
+    for key, wanted in (match or {}).items():
+        if not isinstance(payload, Mapping) or key not in payload:
+            return False
+        value = payload[key]
+        if isinstance(wanted, Mapping):
+            if not payload_matches(value, wanted):
                 return False
-            value = value[part]
-        if isinstance(value, bool) != isinstance(wanted, bool) or value != wanted:
+        elif isinstance(value, bool) != isinstance(wanted, bool) or value != wanted:
             return False
     return True
 
@@ -226,9 +247,14 @@ def wake(wait: Wait, payload: Any, using: str, *, event: int | None = None) -> b
 def wake_on_event(event_id: int, kind: str, payload: Mapping[str, Any], using: str) -> int:
     """Wake the open waits for events of `kind` that `payload` matches, in the emitter's
     transaction; return how many this call woke. A wait sees the events emitted once it is
-    committed: an event emitted before the wait began never wakes it."""
+    committed: an event emitted before the wait began never wakes it. The database finds the
+    waits whose match the payload contains (JSON containment; SQLite reads the waits of the
+    kind and each match is checked here, as it is everywhere)."""
     candidates = Wait.objects.using(using).filter(
-        kind=WaitKind.EVENT, event_kind=kind, outcome__isnull=True
+        db.json_contained_in("match", dict(payload), using),
+        kind=WaitKind.EVENT,
+        event_kind=kind,
+        outcome__isnull=True,
     )
     woken = 0
     for wait in candidates.only("id", "task_id", "match"):

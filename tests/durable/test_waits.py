@@ -201,3 +201,39 @@ def test_a_signal_token_names_its_task_and_signal_and_nothing_else():
     with pytest.raises(ValidationError) as bad:
         read_signal_token(token[:-2] + "xx")
     assert bad.value.code == "invalid_token"
+
+
+def test_a_match_on_nested_paths_wakes_only_on_a_payload_that_holds_them():
+    registry = HandlerRegistry()
+
+    @handler("w-nested", registry=registry)
+    def waiter(ctx: TaskContext) -> object:
+        return ctx.wait_for("order.paid", match={"order.id": 7, "order.live": True})
+
+    task = Task.objects.submit("w-nested", {})
+    parked = run(task.rn, registry)
+    assert Wait.objects.get(task=task).match == {"order": {"id": 7, "live": True}}
+    emit("order.paid", {"order": {"id": 7, "live": 1}})  # 1 is no boolean
+    emit("order.paid", {"order": {"id": 8, "live": True}})
+    emit("order.paid", {"order": 7})
+    assert not leasable(parked)
+    emit("order.paid", {"order": {"id": 7, "live": True, "total": 5}, "by": "ann"})
+    assert leasable(parked)
+
+
+def test_a_match_whose_paths_conflict_is_refused():
+    registry = HandlerRegistry()
+    caught: list[ValidationError] = []
+
+    @handler("w-conflict", registry=registry)
+    def waiter(ctx: TaskContext) -> object:
+        try:
+            return ctx.wait_for("x", match={"a": 1, "a.b": 2})
+        except ValidationError as exc:
+            caught.append(exc)
+            raise
+
+    task = Task.objects.submit("w-conflict", {})
+    assert run(task.rn, registry).status == Status.ABORTED
+    assert [exc.code for exc in caught] == ["invalid_match"]
+    assert not Wait.objects.exists()

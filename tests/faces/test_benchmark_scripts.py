@@ -130,3 +130,18 @@ def test_the_pgqueuer_benchmark_runs_both_queues_beside_pgbench_and_prints_the_r
         for side in ("ours", "PgQueuer"):
             assert re.search(rf"^{side}: {re.escape(figure)}", out, re.MULTILINE), out
         assert re.search(rf"^ours / PgQueuer, {re.escape(figure)}.*: [\d.]+$", out, re.MULTILINE)
+
+
+@pytest.mark.skipif("postgresql" not in ENGINE, reason="a PostgreSQL benchmark")
+@pytest.mark.skipif(django.VERSION < (6, 0), reason="run once, in the Django 6.1 cell")
+def test_the_durable_benchmark_prints_a_step_and_a_wait_cycle_beside_pgbench():
+    out = run_on_scratch("durable.py", "durable", "--steps", "20", "--tasks", "5", "--runs", "1")
+    figures = re.findall(r"^(.+?): .*[\d,]+ \[[\d,]+-[\d,]+\] µs$", out, re.MULTILINE)
+    assert figures == [
+        "a step",
+        "a park (run to the wait)",
+        "a wake (one emit)",
+        "a resume (run past the wait to completion)",
+    ], out
+    assert re.search(r"^a step: 4\.0 statements, ", out, re.MULTILINE), out
+    assert re.search(r"^pgbench, the step's statements \(20 runs, one client\): ", out, re.M), out
