@@ -237,3 +237,18 @@ def test_a_match_whose_paths_conflict_is_refused():
     assert run(task.rn, registry).status == Status.ABORTED
     assert [exc.code for exc in caught] == ["invalid_match"]
     assert not Wait.objects.exists()
+
+
+def test_scylla_run_says_a_task_parked_and_writes_its_wait():
+    from django.core.management import CommandError, call_command
+
+    @handler("w-run-park")
+    def approval(ctx: TaskContext) -> object:
+        return ctx.wait_for(signal="go")
+
+    task = Task.objects.submit("w-run-park", {})
+    with pytest.raises(CommandError) as failed:
+        call_command("scylla_run", task.rn)
+    assert "parked: signal:go waits for signal go" in str(failed.value)
+    assert "ready again when the wait ends" in str(failed.value)
+    assert Task.objects.get(pk=task.pk).not_before == PARKED
