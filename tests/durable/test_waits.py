@@ -17,12 +17,10 @@ from scylla_django.handlers import HandlerRegistry, TaskContext, handler
 from scylla_django.models import PARKED, Task, TaskSignal, Wait
 from scylla_django.models.waits import read_signal_token, signal_token
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        connection.vendor == "mysql", reason="the virtual clock runs on PostgreSQL and SQLite"
-    ),
-]
+pytestmark = pytest.mark.django_db(transaction=True)
+needs_clock = pytest.mark.skipif(
+    connection.vendor == "mysql", reason="the virtual clock runs on PostgreSQL and SQLite"
+)
 
 scylla_clock = pytest_plugin.scylla_clock
 
@@ -38,6 +36,7 @@ def run(rn: str, registry: HandlerRegistry) -> Task:
     return run_task(rn, registry=registry)
 
 
+@needs_clock
 def test_a_durable_sleep_gives_the_lease_back_and_resumes_after_its_steps(scylla_clock):
     registry = HandlerRegistry()
     ran: list[str] = []
@@ -149,6 +148,7 @@ def test_a_bad_signal_is_refused_and_writes_nothing(name, payload, code):
     assert not TaskSignal.objects.exists()
 
 
+@needs_clock
 def test_a_wait_that_times_out_returns_the_marker_or_raises(scylla_clock):
     registry = HandlerRegistry()
 
