@@ -216,3 +216,26 @@ def test_a_cursor_is_taken_up_where_the_last_checkpoint_left_it():
     assert seen == [0, 1, 2, 3, 4, 5, 6, 7, 6, 7, 8, 9]
     assert done.result == 12
     assert Step.objects.get(task=task, name="@cursor").result == 9
+
+
+def test_purging_a_task_deletes_its_steps_waits_and_signals():
+    from scylla_django.models import TaskSignal, Wait
+
+    registry = HandlerRegistry()
+
+    @handler("st-purge", registry=registry)
+    def stepped(ctx: TaskContext) -> None:
+        ctx.step("one", lambda: 1)
+        ctx.checkpoint(5)
+        ctx.wait_for(signal="go")
+
+    task = Task.objects.submit("st-purge", {})
+    kept = Task.objects.submit("st-purge", {})
+    run_task(task.rn, registry=registry)
+    run_task(kept.rn, registry=registry)
+    task.signal("go", 1)
+    kept.signal("go", 2)
+    assert Task.objects.filter(pk=task.pk).delete()[0] == 1
+    for side in (Step, Wait, TaskSignal):
+        assert not side.objects.filter(task_id=task.pk).exists()
+        assert side.objects.filter(task_id=kept.pk).exists()

@@ -252,3 +252,47 @@ def test_scylla_run_says_a_task_parked_and_writes_its_wait():
     assert "parked: signal:go waits for signal go" in str(failed.value)
     assert "ready again when the wait ends" in str(failed.value)
     assert Task.objects.get(pk=task.pk).not_before == PARKED
+
+
+def test_a_worker_parks_a_sleeping_task_frees_its_slot_and_runs_it_again():
+    import threading
+
+    from scylla_django.worker import TaskWorker, WorkerOptions
+    from tests.processes import wait_until
+
+    registry = HandlerRegistry()
+
+    @handler("w-worker-nap", registry=registry)
+    def nap(ctx: TaskContext) -> object:
+        first = ctx.step("first", lambda: ctx.task.leases)
+        ctx.durable_sleep(0.3)
+        return {"first": first, "now": ctx.task.leases}
+
+    @handler("w-worker-echo", registry=registry)
+    def echo(ctx: TaskContext) -> object:
+        return "ran while the other slept"
+
+    napping = Task.objects.submit("w-worker-nap", {})
+    worker = TaskWorker(
+        WorkerOptions(
+            ["w-worker-nap", "w-worker-echo"],
+            registry=registry,
+            concurrency=1,
+            poll_interval=0.05,
+            heartbeat_interval=0.2,
+        )
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: Wait.objects.filter(task=napping).exists(), what="parked")
+        # Its one slot is free while the task sleeps: another task runs meanwhile.
+        other = Task.objects.submit("w-worker-echo", {})
+        wait_until(lambda: Task.objects.get(pk=other.pk).status == Status.COMPLETED)
+        wait_until(lambda: Task.objects.get(pk=napping.pk).status == Status.COMPLETED)
+    finally:
+        worker.stop()
+        thread.join(15)
+    assert not thread.is_alive()
+    done = Task.objects.get(pk=napping.pk)
+    assert (done.result, done.snoozes, done.attempt) == ({"first": 1, "now": 2}, 1, 1)
