@@ -511,6 +511,11 @@ class RetryPolicySerializer(StrictSerializer):
         help_text="Retry a task whose run ended with no outcome from its handler (the codes "
         "`max_leases_exceeded` and `crashed`); true when omitted.",
     )
+    resume = serializers.BooleanField(
+        required=False,
+        help_text="A retry resumes where the task it follows stopped: it is given that task's "
+        "completed steps, cursor and ended waits; false when omitted (a retry starts over).",
+    )
 
 
 @extend_schema_field({"type": "string", "minLength": 1, "maxLength": UNIQUE_KEY_MAX_LENGTH})

@@ -129,3 +129,15 @@ def test_a_signal_token_sends_its_signal_once_without_credentials():
     assert TaskSignal.objects.get(task=task).payload == {"amount": 5}
     assert_error(post(anonymous, f"/signals/{token}/", {}), 409, "signal_already_sent")
     assert_error(post(anonymous, f"/signals/{token}x/", {}), 404, "invalid_token")
+
+
+def test_a_submission_asks_for_retries_that_resume(api):
+    body = {
+        "queue": "default",
+        "spec": {},
+        "rn": "t1",
+        "retry": {"max_attempts": 2, "resume": True},
+    }
+    answer = post(api, "/tasks/", body)
+    assert answer.status_code == 201, answer.content
+    assert Task.objects.get(rn="t1").retry_policy["resume"] is True
