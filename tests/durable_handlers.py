@@ -51,3 +51,9 @@ def nap(ctx):
     first = ctx.step("first", lambda: "before the sleep")
     ctx.durable_sleep(0.5)
     return {"first": first, "second": ctx.step("second", lambda: "after"), "runs": ctx.task.leases}
+
+
+@handler("d-approve")
+def approve(ctx):
+    """Waits for the signal `go`; returns its payload."""
+    return {"go": ctx.wait_for(signal="go")}

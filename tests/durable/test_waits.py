@@ -296,3 +296,19 @@ def test_a_worker_parks_a_sleeping_task_frees_its_slot_and_runs_it_again():
     assert not thread.is_alive()
     done = Task.objects.get(pk=napping.pk)
     assert (done.result, done.snoozes, done.attempt) == ({"first": 1, "now": 2}, 1, 1)
+
+
+def test_the_eager_mode_parks_a_waiting_task_and_drain_runs_it_once_woken():
+    from django.test import override_settings
+
+    from scylla_django.testing import drain
+    from tests import durable_handlers  # noqa: F401  (registers d-approve)
+
+    with override_settings(SCYLLA={"EAGER": True}):
+        task = Task.objects.submit("d-approve", {})
+    parked = Task.objects.get(pk=task.pk)
+    assert (parked.status, parked.not_before) == (Status.READY, PARKED)
+    assert drain(["d-approve"]) == []  # parked: nothing to run
+    task.signal("go", "yes")
+    [done] = drain(["d-approve"])
+    assert (done.status, done.result) == (Status.COMPLETED, {"go": "yes"})
