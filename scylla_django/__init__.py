@@ -8,11 +8,22 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-from .exceptions import Abort, Snooze
+from .exceptions import TIMED_OUT, Abort, Snooze, WaitTimedOut
 from .handlers import handler
 from .retries import Exponential, Fixed, Retry
 
-__all__ = ["Abort", "Exponential", "Fixed", "Retry", "Snooze", "emit", "handler", "lock"]
+__all__ = [
+    "TIMED_OUT",
+    "Abort",
+    "Exponential",
+    "Fixed",
+    "Retry",
+    "Snooze",
+    "WaitTimedOut",
+    "emit",
+    "handler",
+    "lock",
+]
 
 
 def emit(kind: str, payload: Mapping[str, Any] | None = None, using: str | None = None) -> Any:

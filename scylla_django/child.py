@@ -27,6 +27,7 @@ from typing import Any
 from .exceptions import (
     Abort,
     LeaseLost,
+    Parked,
     Snooze,
     TaskCancelled,
     WorkerStopping,
@@ -185,7 +186,8 @@ def _set_up(setup: Setup) -> None:
 def _run_here(ctx: TaskContext, handler: Handler | None, queue_name: str) -> tuple[Any, ...]:
     """Run the handler in this child, capturing its log; the message that reports how it
     ended: ("done", kind, payload, what it used, its log), the kind one of "returned" (the
-    payload: the result and the children spawned), "snoozed" (the delay), "stopped" (why) or
+    payload: the result and the children spawned), "snoozed" (the delay), "parked" (what it
+    waits for), "stopped" (why) or
     "raised" (the error record)."""
     from django.db import close_old_connections
 
@@ -202,6 +204,8 @@ def _run_here(ctx: TaskContext, handler: Handler | None, queue_name: str) -> tup
             if found is None:
                 raise LookupError(f"no handler for queue {queue_name!r} in the child process")
             kind, payload = "returned", (found(ctx), ctx.children)
+        except Parked as exc:  # the handler parked its task: the lease is given back
+            kind, payload = "parked", str(exc)
         except _STOPS as exc:  # the worker's stop: the worker's log line says so
             kind, payload = "stopped", str(exc)
         except BaseException as exc:

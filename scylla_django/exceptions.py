@@ -135,6 +135,51 @@ class WorkerStopping(ScyllaError, code="worker_stopping"):
     """The worker is shutting down and has yielded the task; the handler should return."""
 
 
+class Parked(ScyllaError, code="parked"):
+    """The handler parked its task in a durable sleep or wait (`ctx.durable_sleep()`,
+    `ctx.wait_for()`): the task is ready again when the wait ends, and this run writes nothing
+    more. Raised out of the handler, as a stop is."""
+
+
+class TaskFinished(InvalidTransition, code="task_finished"):
+    """The task is completed, aborted or cancelled: a signal to it is refused."""
+
+
+class StepAlreadyRecorded(InvalidTransition, code="step_already_recorded"):
+    """The task has recorded a step of this name already: a step is recorded once."""
+
+
+class SignalAlreadySent(InvalidTransition, code="signal_already_sent"):
+    """A signal of this name was sent to the task already: a signal is delivered once."""
+
+
+#: What `ctx.wait_for()` returns when its wait timed out (with `on_timeout="return"`, the
+#: default): false in a test, so `if not decision:` reads as "no answer came".
+class TimedOut:
+    """The type of `TIMED_OUT`, the value of a wait that timed out."""
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "TIMED_OUT"
+
+    def __reduce__(self) -> str:
+        return "TIMED_OUT"  # one value, in a child process too
+
+
+TIMED_OUT = TimedOut()
+
+
+class WaitTimedOut(Exception):
+    """A durable wait asked to raise on its timeout (`ctx.wait_for(..., on_timeout="raise")`)
+    timed out before its event or signal came."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"the wait {name!r} timed out")
+        self.name = name
+
+
 def error_record(code: str, description: str = "", args: object = None) -> dict[str, Any]:
     """One error of an aborted task, as stored: `{"code": ..., "args": ..., "description": ...}`.
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Unpack, cast
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, Unpack, cast, overload
 
 from django.core.exceptions import ValidationError
 from django.utils.module_loading import autodiscover_modules
@@ -41,6 +41,7 @@ from .notify import NOTIFY_QUEUE, register_notify
 from .validation import validate_delay, validate_progress, validate_queue, validate_timeout
 
 if TYPE_CHECKING:
+    from .durable import Durable, StepBlock
     from .models import Task, TaskOptions, Worker
 
 Handler = Callable[["TaskContext"], Any]
@@ -49,6 +50,8 @@ Handler = Callable[["TaskContext"], Any]
 TASK_LOGGER = "scylla_django.task"
 H = TypeVar("H", bound=Handler)
 M = TypeVar("M", bound=Callable[[Any], Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class TaskLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -60,8 +63,9 @@ class TaskLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
 
 class TaskContext:
     """What a handler gets: the task, its spec, the worker, progress and a stop check;
-    `snooze()`, `spawn()` and `parent_results` (README, "Task lifecycles"); and a logger whose
-    records are kept in the task's log (README, "Task logs")."""
+    `snooze()`, `spawn()` and `parent_results` (README, "Task lifecycles"); steps, a cursor,
+    durable sleeps and waits (`docs/howto/durable.md`); and a logger whose records are kept
+    in the task's log (README, "Task logs")."""
 
     def __init__(self, task: Task, worker: Worker) -> None:
         self.task = task
@@ -97,6 +101,89 @@ class TaskContext:
         # children it spawns are traced under (None: no tracer configured).
         self.span: Any = None
         self.traceparent: str | None = None
+
+    # -- durable execution (docs/howto/durable.md) ----------------------------------------
+
+    @functools.cached_property
+    def durable(self) -> Durable:
+        """This run's durable state: its task's recorded steps, read once when first asked."""
+        from .durable import Durable  # it reads models: imported once Django is set up
+
+        return Durable(self)
+
+    @overload
+    def step(self, name: str, /) -> StepBlock: ...
+
+    @overload
+    def step(self, name: str, func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+    def step(
+        self, name: str, func: Callable[..., Any] | None = None, /, *args: Any, **kwargs: Any
+    ) -> Any:
+        """A step named `name`, run at most once for this task whatever becomes of its runs:
+        its result (JSON) is recorded in the transaction, fenced on the lease, that commits
+        the writes made in it; a later run gets the recorded result instead.
+
+        `ctx.step(name, func, *args)` runs `func(*args)` as the step and returns its result;
+        `with ctx.step(name) as step:` is a block whose ORM writes and `step.result` commit
+        together (it tests `step.done`: a Python block cannot be skipped); `@ctx.step(name)`
+        makes a function a step. ValidationError for a bad name or a result that is not JSON
+        within the result size limit (nothing is committed)."""
+        from .durable import StepBlock
+
+        block = StepBlock(self, name)
+        if func is None:
+            return block
+        return block.run(func, *args, **kwargs)
+
+    @property
+    def steps(self) -> dict[str, Any]:
+        """The results of the task's completed steps, by name, in the order they completed."""
+        return self.durable.steps()
+
+    @property
+    def cursor(self) -> Any:
+        """The task's cursor as last checkpointed (`checkpoint()`), None before the first."""
+        return self.durable.last_cursor()
+
+    def checkpoint(self, cursor: Any) -> None:
+        """Record `cursor` (JSON: a row id, a page token, ...) as where a later run of this task
+        takes up a long loop (`ctx.cursor`): one transaction fenced on the lease. LeaseLost or
+        TaskCancelled (nothing written) when the lease is not held any more."""
+        self.durable.checkpoint(cursor)
+
+    def durable_sleep(self, duration: timedelta | float | str, *, name: str | None = None) -> None:
+        """Sleep `duration` without holding the task: the task gives its lease back (no
+        worker slot, no attempt spent; raises `Parked`, which ends this run) and runs again
+        once the time has come, its completed steps returning their results at once; that
+        run passes this call. A sleep is named by its order in the run (`sleep`, `sleep#2`,
+        ...) unless given a `name`."""
+        self.durable.sleep(duration, name)
+
+    def wait_for(
+        self,
+        kind: str | None = None,
+        *,
+        match: Mapping[str, Any] | None = None,
+        signal: str | None = None,
+        timeout: timedelta | float | str | None = None,
+        name: str | None = None,
+        on_timeout: str = "return",
+    ) -> Any:
+        """Wait for an event of `kind` whose payload has every value of `match` (emitted with
+        `scylla_django.emit()` once the wait began), or for the signal `signal` (sent before
+        or after the wait began: `Task.signal()`, the API): return its payload. The task gives
+        its lease back meanwhile (raises `Parked`, which ends this run) and runs again when
+        woken or at `timeout`; that run returns here. On timeout: `TIMED_OUT` (false) with
+        `on_timeout="return"`, `WaitTimedOut` raised with `"raise"`. A wait is named after
+        what it waits for (`event:<kind>`, `signal:<name>`, numbered `#2`, ... when repeated
+        in a run) unless given a `name`."""
+        return self.durable.wait_for(kind, match, signal, timeout, name, on_timeout)
+
+    def signal_token(self, name: str) -> str:
+        """A token that sends this task the signal `name` without other credentials (`POST
+        /api/signals/{token}/`): hand it to an outside system as its completion URL."""
+        return self.durable.signal_token(name)
 
     @functools.cached_property
     def logger(self) -> TaskLogger:

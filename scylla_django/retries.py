@@ -163,6 +163,9 @@ class Retry:
     - `crashes`: retry a task whose runs ended with no outcome from its handler `MAX_LEASES`
       times (the code `max_leases_exceeded`): its worker, or under `--isolation process` the
       child process running its handler, died, froze or lost its lease each time.
+    - `resume`: a retry resumes where the task it follows stopped: it is given that task's
+      completed steps, cursor and ended waits (`docs/howto/durable.md`). Without it a retry
+      starts over.
     """
 
     max_attempts: int = 3
@@ -172,6 +175,7 @@ class Retry:
     codes: tuple[str, ...] = ()
     timeouts: bool = True
     crashes: bool = True
+    resume: bool = False
 
     def __post_init__(self) -> None:
         if (
@@ -187,7 +191,7 @@ class Retry:
             raise ValidationError(
                 "backoff must be Fixed(...) or Exponential(...).", code="invalid_retry"
             )
-        for name in ("jitter", "timeouts", "crashes"):
+        for name in ("jitter", "timeouts", "crashes", "resume"):
             if not isinstance(getattr(self, name), bool):
                 raise ValidationError(f"{name} must be a boolean.", code="invalid_retry")
         object.__setattr__(self, "on", tuple(self.on))
@@ -290,6 +294,8 @@ class Retry:
             "codes": list(self.codes),
             "timeouts": self.timeouts,
             "crashes": self.crashes,
+            # Only when set: the policies stored before it read the same.
+            **({"resume": True} if self.resume else {}),
         }
 
     @classmethod
@@ -297,9 +303,9 @@ class Retry:
         """The policy `as_json()` wrote (or a client sent); ValidationError if it is malformed.
 
         `{"max_attempts", "backoff": "exponential" | "fixed", "delay", "base", "cap", "jitter",
-        "on", "codes", "timeouts", "crashes"}`, every key optional. `delay` is the first wait
-        (exponential) or every wait (fixed); `base` and `cap` apply to exponential backoff
-        only.
+        "on", "codes", "timeouts", "crashes", "resume"}`, every key optional. `delay` is the
+        first wait (exponential) or every wait (fixed); `base` and `cap` apply to exponential
+        backoff only.
         """
         if not isinstance(data, Mapping):
             raise ValidationError("A retry policy is an object.", code="invalid_retry")
@@ -325,9 +331,17 @@ class Retry:
             raise ValidationError(str(exc), code="invalid_retry") from exc
 
 
+def resumes(policy: Retry | None, stored: object) -> bool:
+    """Whether a retry resumes where the task it follows stopped: its policy's `resume`
+    (`policy`, else the policy stored on the task, `stored`)."""
+    if policy is not None:
+        return policy.resume
+    return isinstance(stored, Mapping) and stored.get("resume") is True
+
+
 BACKOFF_KEYS = ("backoff", "delay", "base", "cap")
 #: The policy's switches for the aborts no handler raised, by the name they go by in JSON.
-FLAGS = ("timeouts", "crashes")
+FLAGS = ("timeouts", "crashes", "resume")
 
 
 def _backoff_from_json(data: Mapping[str, Any]) -> Backoff:

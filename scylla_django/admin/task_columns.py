@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 from django.contrib import admin
@@ -18,6 +19,7 @@ from ..durations import ago as ago_words
 from ..durations import short
 from ..models import HELD, ON_HOLD, Dependency, History, Task, TaskOrigin, task_holds
 from ..models.keys import described
+from ..models.waits import durable_record
 from ..text import plural
 from .display import (
     TaskAdminBase,
@@ -169,6 +171,41 @@ class TaskColumns(TaskAdminBase):
         if not forecast.wait:
             return _("may start now")
         return f"{forecast.starts_at:%Y-%m-%d %H:%M:%S} UTC ({forecast.detail})"
+
+    @admin.display(description=gettext_lazy("steps and waits"))
+    def durable_table(self, task: Task) -> SafeString | str:
+        """The task's steps (name, result size, when, lease), cursor, waits and signals."""
+        record = durable_record(task)
+        rows = [
+            (_("step"), s.name, plural(s.size, "byte"), s.time, s.lease) for s in record["steps"]
+        ]
+        rows += [
+            (_("wait"), w.name, f"{w.describe()}: {w.outcome or _('waiting')}", w.started, w.lease)
+            for w in record["waits"]
+        ]
+        rows += [(_("signal"), g.name, "", g.time, "") for g in record["signals"]]
+        if not rows and record["cursor"] is None:
+            return "-"
+        cursor = (
+            format_html("<p>cursor: <code>{}</code></p>", json.dumps(record["cursor"]))
+            if record["cursor"] is not None
+            else ""
+        )
+        return format_html(
+            '{}<table class="scylla-durable"><thead><tr><th>{}</th><th>{}</th><th>{}</th>'
+            "<th>{}</th><th>{}</th></tr></thead><tbody>{}</tbody></table>",
+            cursor,
+            _("what"),
+            _("name"),
+            _("detail"),
+            _("time"),
+            _("lease"),
+            format_html_join(
+                "",
+                "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                rows,
+            ),
+        )
 
     @admin.display(description=gettext_lazy("unique window"))
     def unique_window_text(self, task: Task) -> str:

@@ -234,6 +234,7 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
                     ("keys_list", "waiting_line"),
                     ("version", "trace"),
                     ("submitter_text", "starts_line"),
+                    ("durable_table",),
                 )
             },
         ),
@@ -267,6 +268,7 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
         "waiting_line",
         "submitter_text",
         "starts_line",
+        "durable_table",
         "cpu_time_text",
         "peak_memory_text",
         "batch_link",

@@ -40,6 +40,7 @@ from ..models import (
     TaskOrigin,
     WaitingRun,
     Worker,
+    steps,
     task_holds,
 )
 from ..models.children import MAX_SPAWNED
@@ -533,7 +534,8 @@ class TaskDetailSerializer(TaskSerializer):
         "(`not_before`, `parents` with the `parents` it still waits for, `held` (an "
         "operator's hold, with `by` and `since`), `queue_paused`, "
         "`queue_full`, `unserved`, `lock_held`, `limit_full`, `order_waits`, "
-        "`rate_exhausted`); empty for any other task."
+        "`rate_exhausted`, `waiting` for a durable sleep or wait with its `wait`, `kind` and "
+        "`until`); empty for any other task."
     )
     children = serializers.SerializerMethodField(
         help_text=f"The rns of the tasks this one spawned, oldest first (at most {MAX_CHILDREN}; "
@@ -650,6 +652,11 @@ class RetryPolicySerializer(StrictSerializer):
         help_text="Retry a task whose runs ended with no outcome from its handler (its worker "
         "or child process died, froze or lost its lease) `MAX_LEASES` times (the code "
         "`max_leases_exceeded`); true when omitted.",
+    )
+    resume = serializers.BooleanField(
+        required=False,
+        help_text="A retry resumes where the task it follows stopped: it is given that task's "
+        "completed steps, cursor and ended waits; false when omitted (a retry starts over).",
     )
 
 
@@ -1750,3 +1757,120 @@ class BatchResultsSerializer(serializers.Serializer[Any]):
 
     results = BatchResultSerializer(many=True)
     next = serializers.IntegerField(allow_null=True)
+
+
+# -- durable execution (docs/howto/durable.md) ------------------------------------------------
+
+
+NAME_VALIDATOR = RegexValidator(steps.NAME_PATTERN, code="invalid_name")
+
+
+class StepSerializer(serializers.Serializer[Any]):
+    """A step a task completed: its name, result, the result's size, when and under which
+    lease number."""
+
+    name = serializers.CharField()
+    result = serializers.JSONField(allow_null=True)
+    size = serializers.IntegerField(help_text="The result's size in bytes, as compact JSON.")
+    time = serializers.DateTimeField()
+    lease = serializers.IntegerField(help_text="The lease number of the run that recorded it.")
+
+
+class WaitSerializer(serializers.Serializer[Any]):
+    """A durable sleep or wait of a task: what it waits for, until when, how it ended."""
+
+    name = serializers.CharField()
+    kind = serializers.CharField(help_text="sleep, event or signal.")
+    event_kind = serializers.CharField(allow_null=True)
+    match = serializers.JSONField(allow_null=True)
+    signal = serializers.CharField(allow_null=True)
+    started = serializers.DateTimeField()
+    timeout = serializers.DateTimeField(
+        allow_null=True, help_text="When it times out (a sleep: ends); null: never."
+    )
+    outcome = serializers.CharField(
+        allow_null=True, help_text="null while it waits; woken or timed_out."
+    )
+    ended = serializers.DateTimeField(allow_null=True)
+    payload = serializers.JSONField(
+        allow_null=True, help_text="What woke it: the event's or the signal's payload."
+    )
+    lease = serializers.IntegerField()
+    describe = serializers.CharField(help_text="What it waits for, in words.")
+
+
+class SignalSerializer(serializers.Serializer[Any]):
+    """A signal a task was sent."""
+
+    name = serializers.CharField()
+    payload = serializers.JSONField(allow_null=True)
+    time = serializers.DateTimeField()
+
+
+class DurableSerializer(serializers.Serializer[Any]):
+    """What a task's runs recorded: its steps, its cursor, its waits and its signals."""
+
+    steps = StepSerializer(many=True)
+    cursor = serializers.JSONField(allow_null=True, help_text="The last checkpoint's cursor.")
+    waits = WaitSerializer(many=True)
+    signals = SignalSerializer(many=True)
+
+
+class StepInputSerializer(WorkerActionSerializer):
+    """`POST tasks/{rn}/step/`: record a step, fenced on the lease."""
+
+    name = StrictCharField(max_length=100, validators=[NAME_VALIDATOR])
+    result = JSONValueField(required=False, allow_null=True, default=None)
+
+    def validate_name(self, value: str) -> Any:
+        return _checked(steps.validate_name, value)
+
+
+class CheckpointInputSerializer(WorkerActionSerializer):
+    """`POST tasks/{rn}/checkpoint/`: write the task's cursor, fenced on the lease."""
+
+    cursor = JSONValueField(allow_null=True)
+
+
+class WaitInputSerializer(WorkerActionSerializer):
+    """`POST tasks/{rn}/wait/`: begin a durable sleep or wait (or take it up again)."""
+
+    name = StrictCharField(max_length=100, validators=[NAME_VALIDATOR])
+    kind = serializers.ChoiceField(choices=["sleep", "event", "signal"])
+    event_kind = StrictCharField(
+        max_length=200,
+        required=False,
+        validators=[RegexValidator(events.KIND_PATTERN, code="invalid_kind")],
+    )
+    match = JSONObjectField(required=False)
+    signal = StrictCharField(max_length=100, required=False, validators=[NAME_VALIDATOR])
+    timeout = DurationInputField(
+        error_code="invalid_delay",
+        required=False,
+        help_text="How long it waits at most (a sleep: how long it sleeps): seconds or '5m'.",
+    )
+
+    def validate_name(self, value: str) -> Any:
+        return _checked(steps.validate_name, value)
+
+    def validate_signal(self, value: str) -> Any:
+        return _checked(steps.validate_name, value)
+
+    def validate_event_kind(self, value: str) -> Any:
+        return _checked(events.validate_kind, value)
+
+    def validate_match(self, value: Any) -> Any:
+        return _checked(events.validate_match, value)
+
+
+class WaitAnswerSerializer(serializers.Serializer[Any]):
+    """The wait as it stands, and whether the task was parked (the run must end)."""
+
+    parked = serializers.BooleanField()
+    wait = WaitSerializer()
+
+
+class SignalInputSerializer(StrictSerializer):
+    """A signal's payload (any JSON, null by default)."""
+
+    payload = JSONValueField(required=False, allow_null=True, default=None)

@@ -29,6 +29,7 @@ from .views import (
     RateListView,
     ScheduleViewSet,
     SchemaView,
+    SignalTokenView,
     TaskViewSet,
     WorkerViewSet,
     not_found,
@@ -64,6 +65,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("limits/<path:name>/", LimitDetailView.as_view(), name="limit"),
     path("rates/", RateListView.as_view(), name="rates"),
     path("rates/<path:name>/", RateDetailView.as_view(), name="rate"),
+    path("signals/<str:token>/", SignalTokenView.as_view(), name="signal-token"),
     path("health/", HealthView.as_view(), name="health"),
     path("schema/", SchemaView.as_view(), name="schema"),
     # Any other path, a line break in it too: a 404 in the API's own format.

@@ -44,8 +44,8 @@ from .clock import CLOCK_CTE, Clock, Now, now_plus, read_clock
 from .connections import discard_connection, has_table, ping
 from .counts import capped_counts, estimator, planned_rows, queues_present
 from .each import add_each, update_each
-from .notifications import READY_CHANNEL, STOP_CHANNEL, listen, postgresql_notify
-from .portable import json_list_contains, lock_rows, update_returning_pks, upsert
+from .notifications import READY_CHANNEL, STOP_CHANNEL, listen, notify_ready, postgresql_notify
+from .portable import json_contained_in, json_list_contains, lock_rows, update_returning_pks, upsert
 from .postgresql import (
     compact,
     finish_statement,
@@ -122,6 +122,7 @@ __all__ = [
     "inserts",
     "is_postgresql",
     "is_sqlite",
+    "json_contained_in",
     "json_list_contains",
     "keys",
     "lease_statement",
@@ -129,6 +130,7 @@ __all__ = [
     "lock_admission_key",
     "lock_rows",
     "migrate_hint",
+    "notify_ready",
     "now_plus",
     "ping",
     "planned_rows",

@@ -13,6 +13,8 @@ from typing import Any
 
 from django.db import connections
 
+from .vendors import can_listen
+
 READY_CHANNEL = "scylla_django_ready"
 """Payload: a queue whose tasks became leasable."""
 STOP_CHANNEL = "scylla_django_stop"
@@ -32,6 +34,13 @@ def postgresql_notify(using: str, channel: str, payloads: Sequence[str]) -> None
             "SELECT count(pg_notify(%s, p)) FROM unnest(%s::text[]) AS p",
             [channel, sorted(set(payloads))],
         )
+
+
+def notify_ready(using: str, queues: Sequence[str]) -> None:
+    """Tell the listening workers that `queues` have a task due now (when the transaction
+    commits): PostgreSQL's NOTIFY on READY_CHANNEL; nothing where workers poll."""
+    if queues and can_listen(using):
+        postgresql_notify(using, READY_CHANNEL, queues)
 
 
 def listen(using: str, dsn: str | None = None, name: str = "scylla_django") -> Any:

@@ -46,11 +46,13 @@ from .rollups import (
     wait_to_start,
 )
 from .schedules import CatchUp, OnTimeout, Schedule, WhenUnmet
+from .steps import Step
 from .tables import queue_tables
 from .task import TABLES, Task, TaskQuerySet
 from .task_holds import ON_HOLD, TaskHold
 from .traces import TaskTrace
 from .waiting import WaitingRun
+from .waits import PARKED, TaskSignal, Wait, WaitKind, WaitOutcome
 
 __all__ = [
     "CALLBACKS",
@@ -59,6 +61,7 @@ __all__ = [
     "MONITOR_PREFIX",
     "NOT_YIELDED",
     "ON_HOLD",
+    "PARKED",
     "SCHEDULED",
     "SETTLED",
     "TABLES",
@@ -90,6 +93,7 @@ __all__ = [
     "Rate",
     "RegisteredProcess",
     "Schedule",
+    "Step",
     "SubmitDefaults",
     "SubmitOutcome",
     "Submitter",
@@ -101,7 +105,11 @@ __all__ = [
     "TaskOptions",
     "TaskOrigin",
     "TaskQuerySet",
+    "TaskSignal",
     "TaskTrace",
+    "Wait",
+    "WaitKind",
+    "WaitOutcome",
     "WaitingRun",
     "Watermark",
     "WhenUnmet",

@@ -471,12 +471,14 @@ def waiting_reasons(task: Any) -> list[dict[str, Any]]:
     `--max-load`; `workers`: `{name, load, max_load}` each),
     `held` (on an operator's hold: `by`, `since`, and `not_before`, its own, back on release),
     `lock_held` (`holders`: rns, and `holds`), `limit_full` (`running`/`max_running`),
-    `order_waits` (`for`: the rn of the earlier task), `rate_exhausted` (`until`). Empty for a
+    `order_waits` (`for`: the rn of the earlier task), `rate_exhausted` (`until`), `waiting`
+    (a durable sleep or wait: `wait`, its name, `kind` and `until`, its timeout). Empty for a
     task that is not ready, or may run now."""
     from .dependencies import HELD
     from .queues import QueueSetting
     from .serving import live_worker_queues
     from .task_holds import ON_HOLD
+    from .waits import open_wait
 
     if task.status != "ready":
         return []
@@ -484,10 +486,21 @@ def waiting_reasons(task: Any) -> list[dict[str, Any]]:
     tasks = type(task)._default_manager.using(using)
     now = db.read_clock(using)
     reasons: list[dict[str, Any]] = []
+    parked = open_wait(task) if task.not_before is not None and task.not_before > now else None
     if task.not_before == HELD:
         reasons.append(_parents_reason(task, tasks))
     elif task.not_before == ON_HOLD:
         reasons.append(_held_reason(task))
+    elif parked is not None:
+        reasons.append(
+            {
+                "code": "waiting",
+                "wait": parked.name,
+                "kind": parked.kind,
+                "until": None if parked.timeout is None else parked.timeout.isoformat(),
+                "detail": f"wait {parked.name}: {parked.describe()}",
+            }
+        )
     elif task.not_before is not None and task.not_before > now:
         reasons.append({"code": "not_before", "detail": f"not before {task.not_before}"})
     setting = QueueSetting.objects.using(using).filter(queue=task.queue).first()

@@ -25,6 +25,7 @@ from .dependencies import Dependency
 from .notices import send_on_commit
 from .traces import copy_trace
 from .unique import UNIQUE_HOLDER
+from .waits import carry_over
 
 logger = logging.getLogger("scylla_django")
 
@@ -171,6 +172,8 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
         parent_id=created.pk, parent_rn=created.rn
     )
     copy_trace(using, task.rn, created.rn)
+    if retries.resumes(policy, task.retry_policy):
+        carry_over(task.pk, created.pk, using)
     if policy is not None and delay is not None:
         logger.info(
             "%s failed: retry %d of %d in %s",

@@ -38,6 +38,7 @@ from ..enums import (
 from ..exceptions import (
     InvalidTransition,
     LeaseLost,
+    StepAlreadyRecorded,
     TaskHeld,
     TaskNotFound,
     WorkerNotFound,
@@ -60,7 +61,17 @@ from ..validation import (
     validate_timeout,
     validate_timeouts,
 )
-from . import deletions, keys, maintenance, portable, submission, successors, task_holds
+from . import (
+    deletions,
+    keys,
+    maintenance,
+    portable,
+    steps,
+    submission,
+    successors,
+    task_holds,
+    waits,
+)
 from .admission import Admission
 from .batches import count_finished
 from .children import spawn, validate_children
@@ -74,9 +85,11 @@ from .origins import Submitter, TaskOrigin
 from .processes import Worker, required_worker_id, worker_name
 from .queues import QueueSummary, due, queue_summaries, ready_summary, unexpired
 from .refusals import lease_reset_refusal
+from .steps import Step
 from .tables import tables
 from .traces import forget_traces, take_traceparent
 from .unique import UNIQUE_HOLDER, Submitted
+from .waits import TaskSignal, Wait, WaitFor
 
 # What a form says of an rn that is taken (the constraint on Task.rn).
 _RN_TAKEN = "A task with this rn exists."
@@ -436,6 +449,8 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
                 task__in=self.order_by().values("pk")
             ).delete()
             TaskOrigin.objects.using(self.db).filter(task__in=self.order_by().values("pk")).delete()
+            for side in (Step, Wait, TaskSignal):
+                side.objects.using(self.db).filter(task__in=self.order_by().values("pk")).delete()
             _, per_model = super().delete()
             if kept:
                 transaction.on_commit(lambda: logs.delete_logs(kept), using=self.db)
@@ -1023,6 +1038,71 @@ class Task(models.Model):
         )
         self.abort(name, [error], retry=False, lease=held)
         return False
+
+    def park(self, worker: Worker | str, until: Any, *, lease: int | None = None) -> None:
+        """running → ready with `not_before = until`: a durable sleep's or wait's give-back
+        (`scylla_django.durable`), written in the transaction that records the wait.
+
+        As a snooze (History `TaskSnooze{worker}`, `snoozes` up by one, no attempt spent, the
+        lease not counted toward `MAX_LEASES`), but never refused by `MAX_SNOOZES`: a task may
+        wait as often as its work needs. Raises LeaseLost or TaskCancelled when `worker` does
+        not hold the lease.
+        """
+        name = worker_name(worker)
+        values = {
+            "status": TRANSITIONS[Operation.SNOOZE].target,
+            "owner": None,
+            "deadline": None,
+            "progress": 0.0,
+            "not_before": until,
+            "snoozes": F("snoozes") + 1,
+        }
+        self._apply(
+            Operation.SNOOZE,
+            name,
+            values,
+            refresh=["status", "progress", "deadline", "owner", "not_before", "snoozes"],
+            lease=lease,
+            logged_worker=name,
+        )
+
+    def record_step(
+        self, worker: Worker | str, name: str, result: Any = None, *, lease: int | None = None
+    ) -> Step:
+        """Record the step `name` of this task with `result` (JSON), fenced on `worker`'s
+        lease (an HTTP worker's step; a handler's is `ctx.step()`). StepAlreadyRecorded if
+        the task has one of that name, ValidationError for a bad name or result, LeaseLost or
+        TaskCancelled when the lease is not held; nothing is written when it raises."""
+        held = self.leases if lease is None else lease
+        using = self._state.db or "default"
+        with db.write_atomic(using):
+            self.lock_lease(worker, lease=held)
+            if Step.objects.using(using).filter(task_id=self.pk, name=name).exists():
+                raise StepAlreadyRecorded(
+                    f"{self.rn} recorded the step {name!r} already.", rn=self.rn
+                )
+            return steps.record_step(self, held, name, result)
+
+    def checkpoint(self, worker: Worker | str, cursor: Any, *, lease: int | None = None) -> Step:
+        """Write this task's cursor, fenced on `worker`'s lease (see `ctx.checkpoint()`)."""
+        held = self.leases if lease is None else lease
+        return steps.save_cursor(self, worker, held, cursor)
+
+    def begin_wait(
+        self, worker: Worker | str, wanted: WaitFor, *, lease: int | None = None
+    ) -> Wait:
+        """Begin the durable wait `wanted` (or take it up again), fenced on `worker`'s lease;
+        an open wait parks the task (see `waits.begin_wait`)."""
+        held = self.leases if lease is None else lease
+        return waits.begin_wait(self, worker, held, wanted)
+
+    def signal(self, name: str, payload: Any = None) -> None:
+        """Send the signal `name` with `payload` (JSON) to this task: kept for it until a
+        `ctx.wait_for(signal=name)` takes it, and waking the task at once if it waits for it
+        (README, "Durable execution"). A signal is delivered once: a second one of the same
+        name raises SignalAlreadySent; one to a finished task raises TaskFinished; a bad name
+        or payload raises ValidationError. Nothing is written when it raises."""
+        waits.send_signal(self, name, payload)
 
     def cancel(self) -> None:
         """ready/running → cancelled (terminal). A running worker learns on its next write.

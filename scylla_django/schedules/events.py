@@ -33,7 +33,7 @@ from django.db.models.fields.json import KeyTransform
 
 from .. import db
 from ..enums import EventType, Status
-from ..models import Consumption, Event, Firing, FiringOutcome, History, Watermark
+from ..models import Consumption, Event, Firing, FiringOutcome, History, Watermark, waits
 from ..models.events import KIND_MAX_LENGTH
 from ..validation import validate_json
 
@@ -102,7 +102,8 @@ def validate_match(value: object) -> dict[str, Any]:
 
 
 def emit(kind: str, payload: Mapping[str, Any] | None = None, using: str | None = None) -> Event:
-    """Store an event of `kind` with `payload` in the current transaction; return it.
+    """Store an event of `kind` with `payload` in the current transaction; return it. The
+    tasks that wait for it (`ctx.wait_for(kind, match=...)`) are woken in that transaction.
 
     A trigger on `kind` may not exist yet (it is allowed to come later). ValidationError for a
     malformed kind or a payload that is not a JSON object.
@@ -110,7 +111,10 @@ def emit(kind: str, payload: Mapping[str, Any] | None = None, using: str | None 
     # The time written by the statement, not left to the column's default: a default is bound
     # to the clock functions when the table was made, past the virtual clock of tests.
     event = Event(kind=validate_kind(kind), payload=validate_payload(payload or {}), time=db.Now())
-    event.save(using=using or "default", force_insert=True)
+    alias = using or "default"
+    with db.write_atomic(alias):
+        event.save(using=alias, force_insert=True)
+        waits.wake_on_event(event.pk, event.kind, event.payload, alias)
     return event
 
 

@@ -40,6 +40,7 @@ from ..capture import TaskLog, captured
 from ..exceptions import (
     Abort,
     LeaseLost,
+    Parked,
     ScyllaError,
     Snooze,
     TaskCancelled,
@@ -59,8 +60,9 @@ from .isolation import ChildDied, Isolation, Relayed
 logger = logging.getLogger("scylla_django")
 
 
-STOPS = (TaskCancelled, LeaseLost, WorkerStopping)
-"""What a handler raises when it was told to stop: no outcome is written for its run."""
+STOPS = (TaskCancelled, LeaseLost, WorkerStopping, Parked)
+"""What a handler raises when it was told to stop (or parked its task itself, which ended the
+lease): no outcome is written for its run."""
 
 
 class _Abandoned(Exception):

@@ -55,7 +55,7 @@ from typing import Any
 
 from ..capture import relay
 from ..child import Ran, Setup, child_main
-from ..exceptions import Abort, LeaseLost, ScyllaError, Snooze, TaskCancelled
+from ..exceptions import Abort, LeaseLost, Parked, ScyllaError, Snooze, TaskCancelled
 from ..handlers import Handler, TaskContext
 from ..resources import MB, Usage
 from ..retries import CPU_LIMIT_CODE
@@ -352,6 +352,10 @@ def _ended(ctx: TaskContext, message: tuple[Any, ...]) -> tuple[Any, Ran | None]
         return result, ran
     if kind == "snoozed":
         raise _Snoozed(payload, ran)
+    if kind == "parked":
+        parked = Parked(payload, rn=ctx.task.rn)
+        ctx.stop(parked)
+        raise parked
     if kind == "stopped":
         ctx.check()  # the parent's stop, if it made one
         raise TaskCancelled(payload, rn=ctx.task.rn)

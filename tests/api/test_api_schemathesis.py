@@ -151,6 +151,17 @@ def test_every_operation_conforms(case, auth):
             excluded.append(positive_data_acceptance)
         case.validate_response(response, excluded_checks=excluded, headers=auth)
         return
+    if case.operation.path.endswith("/wait/"):
+        # What a wait needs depends on its kind (a sleep its timeout, an event wait its
+        # event_kind, a signal wait its signal), and a match's values are scalars: rules
+        # OpenAPI 3.0 cannot state, refused with a 400 naming them.
+        response = case.call(headers=auth)
+        if response.status_code == 400 and {"match", "non_field_errors"} & set(
+            response.json().get("errors", {})
+        ):
+            excluded.append(positive_data_acceptance)
+        case.validate_response(response, excluded_checks=excluded, headers=auth)
+        return
     if case.operation.path.endswith("/complete/") and body.get("children"):
         # A child is a submission: the rules between its fields, its expiry and its notify URL
         # (see above) refuse it with a 400 naming `children`, which OpenAPI cannot state.

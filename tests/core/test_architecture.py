@@ -50,6 +50,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     "runtime": (
         "handlers",
+        "durable",
         "listener",
         "worker",
         "supervisor",

@@ -146,3 +146,16 @@ def test_the_pinned_horizon_benchmark_prints_each_phase_and_names_what_pins_it()
     assert re.search(r"^pinned: throughput \d+% of clean .* claim p99 [\d.]+x clean", out, re.M)
     assert re.search(r"^after readers: backlog back to the clean phase's most", out, re.M)
     assert "(bench-pin, idle in transaction)" in out
+
+
+def test_the_durable_benchmark_prints_a_step_and_a_wait_cycle_beside_pgbench():
+    out = run_on_scratch("durable.py", "durable", "--steps", "20", "--tasks", "5", "--runs", "1")
+    figures = re.findall(r"^(.+?): .*[\d,]+ \[[\d,]+-[\d,]+\] µs$", out, re.MULTILINE)
+    assert figures == [
+        "a step",
+        "a park (run to the wait)",
+        "a wake (one emit)",
+        "a resume (run past the wait to completion)",
+    ], out
+    assert re.search(r"^a step: 4\.0 statements, ", out, re.MULTILINE), out
+    assert re.search(r"^pgbench, the step's statements \(20 runs, one client\): ", out, re.M), out

@@ -375,3 +375,21 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly(some, command):
     assert done.returncode == 1
     # Nothing but what checks may warn of (MariaDB's missing partial indexes, say).
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+
+
+def test_show_lists_a_parked_task_s_steps_cursor_waits_and_signals():
+    from scylla_django.models.waits import WaitFor
+
+    worker = Worker.objects.register(queues=["default"])
+    task = running_task(worker, rn="parked")
+    task.record_step(worker, "ask", {"sent": True})
+    task.checkpoint(worker, {"page": 3})
+    task.begin_wait(worker, WaitFor("decision", "signal", signal="approved"))
+    task.signal("other")
+    out = tasks_command("show", "parked")
+    assert "waits         wait decision: signal approved" in out
+    steps = out[out.index("steps:") :]
+    assert re.search(r"^  ask\s+13 bytes\s+.*\s1$", steps, re.MULTILINE), out
+    assert '"page": 3' in out[out.index("cursor:") :]
+    assert re.search(r"^  decision\s+signal approved\s+.*\swaiting\s+1$", out, re.MULTILINE), out
+    assert re.search(r"^  other\s", out[out.index("signals:") :], re.MULTILINE), out

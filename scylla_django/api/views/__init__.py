@@ -9,6 +9,7 @@ Status codes: 200, or 201 for a submission or a registration; errors as in `exce
 
 from .base import ScyllaAuthMixin, ScyllaView, get_task, not_found
 from .batches import BatchViewSet
+from .durable import SignalTokenView
 from .events import EventView
 from .health import HealthView
 from .keys import (
@@ -43,6 +44,7 @@ __all__ = [
     "SchemaView",
     "ScyllaAuthMixin",
     "ScyllaView",
+    "SignalTokenView",
     "TaskViewSet",
     "WorkerViewSet",
     "get_task",

@@ -40,6 +40,7 @@ from ..serializers import (
     TaskSerializer,
 )
 from .base import ScyllaView, get_task, submitter_of, warn_if_unserved
+from .durable import DurableRoutes
 from .leases import LeaseRoutes
 from .repairs import RepairRoutes
 from .task_control import TaskControlRoutes
@@ -64,11 +65,17 @@ WHAT_IF_SCHEMA = {
 
 
 class TaskViewSet(
-    LeaseRoutes, RepairRoutes, TaskControlRoutes, ScyllaView, viewsets.GenericViewSet[Task]
+    LeaseRoutes,
+    DurableRoutes,
+    RepairRoutes,
+    TaskControlRoutes,
+    ScyllaView,
+    viewsets.GenericViewSet[Task],
 ):
     """Tasks: list, submit (one or in bulk), read and cancel them, as a client; heartbeat,
     complete, abort, yield and snooze them, as the worker that holds their lease
-    (`LeaseRoutes`); retry, discard, reset or release them, as an operator (`RepairRoutes`);
+    (`LeaseRoutes`); record their steps, cursor and waits, or send them signals
+    (`DurableRoutes`); retry, discard, reset or release them, as an operator (`RepairRoutes`);
     hold, release and delete one that has not started (`TaskControlRoutes`).
 
     The bulk operations (`bulk`, `cancel_many`) are routed under `bulk/tasks/` by `urls.py`,
@@ -99,6 +106,11 @@ class TaskViewSet(
         "abort": permissions.WORK,
         "yield_lease": permissions.WORK,
         "snooze": permissions.WORK,
+        "steps": permissions.VIEW,
+        "record_step": permissions.WORK,
+        "checkpoint": permissions.WORK,
+        "wait": permissions.WORK,
+        "signal": permissions.SUBMIT,
         "retry": permissions.SUBMIT,
         "discard": permissions.CANCEL,
         "reset": permissions.CANCEL,

@@ -13,7 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...backends import register_handlers
-from ...exceptions import ScyllaError
+from ...exceptions import Parked, ScyllaError
 from ...handlers import autodiscover
 from ...models import Task
 from ...worker.foreground import run_task
@@ -78,7 +78,9 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         task = run.task
         outcome = run.outcome
-        if outcome is None:
+        if isinstance(run.stop, Parked):
+            failure = f"{task.rn} {run.stop}: it is ready again when the wait ends"
+        elif outcome is None:
             failure = f"{task.rn} was stopped: {run.stop}; nothing was written"
         elif outcome.snooze is not None:
             failure = f"{task.rn} snoozed: it is ready again in {outcome.snooze}"

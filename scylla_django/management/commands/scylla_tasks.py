@@ -20,6 +20,7 @@ from ...enums import Status
 from ...exceptions import InvalidTransition, ScyllaError
 from ...models import Task, TaskOrigin, TaskQuerySet, key_control
 from ...models.forecast import Forecast, WhatIf
+from ...models.waits import durable_record
 from ...text import plural
 from ...validation import RN_MAX_LENGTH, rn_validator
 from ..base import duration, positive_int, queue_name, reader_may_leave
@@ -365,6 +366,7 @@ class Command(BaseCommand):
         ]
         for line in plain_table(("time", "event", "worker", "progress"), rows):
             self.stdout.write(f"  {line}")
+        self.show_durable(task, now)
         if options["log"]:
             text = task.read_log()
             if text is None:
@@ -388,6 +390,33 @@ class Command(BaseCommand):
         for rule in forecast.rules:
             mark = "*" if rule == forecast.bottleneck else " "
             self.stdout.write(f"  {mark} {rule.detail}")
+
+    def show_durable(self, task: Task, now: datetime) -> None:
+        """The task's steps, cursor, waits and signals (docs/howto/durable.md), if any."""
+        record = durable_record(task)
+        if record["steps"]:
+            self.stdout.write("steps:")
+            rows = [
+                (s.name, plural(s.size, "byte"), when(s.time, now), str(s.lease))
+                for s in record["steps"]
+            ]
+            for line in plain_table(("name", "result", "time", "lease"), rows):
+                self.stdout.write(f"  {line}")
+        if record["cursor"] is not None:
+            self.write_json("cursor", record["cursor"])
+        if record["waits"]:
+            self.stdout.write("waits:")
+            waits = [
+                (w.name, w.describe(), when(w.started, now), w.outcome or "waiting", str(w.lease))
+                for w in record["waits"]
+            ]
+            for line in plain_table(("name", "waits for", "started", "outcome", "lease"), waits):
+                self.stdout.write(f"  {line}")
+        if record["signals"]:
+            self.stdout.write("signals:")
+            signals = [(g.name, when(g.time, now)) for g in record["signals"]]
+            for line in plain_table(("name", "received"), signals):
+                self.stdout.write(f"  {line}")
 
     def write_json(self, name: str, value: Any) -> None:
         text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)

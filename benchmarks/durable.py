@@ -1,0 +1,167 @@
+"""Time durable execution on PostgreSQL: the cost of a step and of a wait/wake cycle.
+
+    PYTHONPATH=. python benchmarks/durable.py [--steps 2000] [--tasks 500] [--runs 3]
+
+Into the database named by DATABASE_URL (default
+postgres://postgres@127.0.0.1:5432/scylla_bench_durable, created if missing):
+
+- **a step**: one task runs `--steps` steps (`ctx.step(name, func)`, each recording a small
+  JSON result in its fenced transaction) on the caller's thread (`run_task`, the worker's own
+  execution code); printed: the statements per step (counted by Django) and the time per
+  step, and, beside it, pgbench running the same statements (BEGIN, the lease's row locked
+  FOR SHARE, the step's INSERT, COMMIT) as the floor of any fenced step.
+- **a wait/wake cycle**: `--tasks` tasks each run to a `ctx.wait_for(kind, match=...)` and
+  park, an `emit()` per task wakes it, each runs again and completes; printed: the time per
+  park, per wake (one emit in its own transaction) and per resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import postgres  # benchmarks/postgres.py, beside this script
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/scylla_bench_durable"
+#: Steps whose statements are counted (Django keeps the last 9,000 statements only).
+COUNTED = 20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=2000, help="steps in the step run")
+    parser.add_argument("--tasks", type=int, default=500, help="tasks in the wait/wake run")
+    parser.add_argument("--runs", type=int, default=3, help="repeat each run this many times")
+    args = parser.parse_args()
+    postgres.setup(parser, DEFAULT_URL)
+    postgres.print_machine()
+    per_step, statements = [], 0.0
+    for _ in range(args.runs):
+        seconds, statements = time_steps(args.steps)
+        per_step.append(seconds / args.steps * 1e6)
+    print(f"a step: {statements:.1f} statements, {postgres.spread(per_step)} µs")
+    parks, wakes, resumes = [], [], []
+    for _ in range(args.runs):
+        park, wake, resume = time_waits(args.tasks)
+        parks.append(park / args.tasks * 1e6)
+        wakes.append(wake / args.tasks * 1e6)
+        resumes.append(resume / args.tasks * 1e6)
+    print(f"a park (run to the wait): {postgres.spread(parks)} µs")
+    print(f"a wake (one emit): {postgres.spread(wakes)} µs")
+    print(f"a resume (run past the wait to completion): {postgres.spread(resumes)} µs")
+    time_pgbench(args.steps)
+
+
+def clean() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "TRUNCATE scylla_django_history, scylla_django_task, scylla_django_step, "
+            "scylla_django_wait, scylla_django_tasksignal, scylla_django_event "
+            "RESTART IDENTITY CASCADE"
+        )
+
+
+def time_steps(steps: int) -> tuple[float, float]:
+    """Seconds of a run of `steps` steps, and the statements per step."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scylla_django.handlers import HandlerRegistry, handler
+    from scylla_django.models import Step, Task
+    from scylla_django.testing import run_task
+
+    clean()
+    registry = HandlerRegistry()
+    timed: dict[str, float] = {}
+
+    @handler("bench-steps", registry=registry)
+    def many_steps(ctx):
+        ctx.step("warm", lambda: 0)
+        with CaptureQueriesContext(connection) as queries:  # counted apart: it costs time
+            for n in range(COUNTED):
+                ctx.step(f"c{n}", lambda n=n: {"n": n})
+        timed["statements"] = len(queries) / COUNTED
+        started = time.perf_counter()
+        for n in range(steps):
+            ctx.step(f"s{n}", lambda n=n: {"n": n})
+        timed["seconds"] = time.perf_counter() - started
+        return None
+
+    task = Task.objects.submit("bench-steps", {})
+    done = run_task(task.rn, registry=registry)
+    assert done.status == "completed", done.errors
+    assert Step.objects.filter(task=task).count() == steps + COUNTED + 1
+    return timed["seconds"], timed["statements"]
+
+
+def time_waits(tasks: int) -> tuple[float, float, float]:
+    """Seconds to park `tasks` tasks, to wake them (an emit each), and to run them on."""
+    from scylla_django import emit
+    from scylla_django.handlers import HandlerRegistry, handler
+    from scylla_django.models import Task, Wait
+    from scylla_django.testing import run_task
+
+    clean()
+    registry = HandlerRegistry()
+
+    @handler("bench-waits", registry=registry)
+    def waiter(ctx):
+        return ctx.wait_for("bench.go", match={"n": ctx.spec["n"]})
+
+    rns = [Task.objects.submit("bench-waits", {"n": n}).rn for n in range(tasks)]
+    started = time.perf_counter()
+    for rn in rns:
+        run_task(rn, registry=registry)
+    park = time.perf_counter() - started
+    started = time.perf_counter()
+    for n in range(tasks):
+        emit("bench.go", {"n": n})
+    wake = time.perf_counter() - started
+    assert Wait.objects.filter(outcome="woken").count() == tasks
+    started = time.perf_counter()
+    for rn in rns:
+        run_task(rn, registry=registry)
+    resume = time.perf_counter() - started
+    assert Task.objects.filter(queue="bench-waits", status="completed").count() == tasks
+    return park, wake, resume
+
+
+def time_pgbench(steps: int) -> None:
+    """The floor of a fenced step: its statements in pgbench, on a running task's row."""
+    from datetime import timedelta
+
+    from django.db.models.functions import Now
+
+    from scylla_django.models import Task
+
+    clean()
+    task = Task.objects.create(
+        rn="bench-floor",
+        queue="bench",
+        spec={},
+        status="running",
+        owner="w",
+        leases=1,
+        deadline=Now() + timedelta(hours=1),
+    )
+    script = f"""
+\\set n random(1, 1000000000)
+BEGIN;
+SELECT id FROM scylla_django_task WHERE id = {task.pk} AND status = 'running'
+    AND owner = 'w' AND leases = 1 FOR SHARE;
+INSERT INTO scylla_django_step (task_id, name, result, size, lease, time)
+    VALUES ({task.pk}, 's' || :n, '{{"n": 1}}', 8, 1, now()) ON CONFLICT DO NOTHING;
+COMMIT;
+"""
+    tps, latencies = postgres.pgbench(script, transactions=steps)
+    latencies.sort()
+    print(
+        f"pgbench, the step's statements ({steps:,} runs, one client): "
+        f"{1e6 / tps:,.0f} µs each, p50 {latencies[len(latencies) // 2] * 1000:,.0f} µs"
+    )
+
+
+if __name__ == "__main__":
+    main()

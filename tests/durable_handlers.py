@@ -1,0 +1,59 @@
+"""Handlers of the durable execution tests with real processes (`--handlers=...`)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+from django.contrib.auth.models import User
+
+from scylla_django import handler
+
+
+@handler("d-steps")
+def ten_steps(ctx):
+    """Ten steps, each writing one row of the app's own table (a user named after the step
+    and the task) in the step's transaction, then pausing there (where a kill lands)."""
+    for n in range(ctx.spec.get("steps", 10)):
+        with ctx.step(f"s{n}") as step:
+            if not step.done:
+                User.objects.create(
+                    username=uuid.uuid4().hex, first_name=f"s{n}", last_name=ctx.task.rn
+                )
+                time.sleep(ctx.spec.get("pause", 0.1))
+                step.result = n
+    return ctx.steps
+
+
+@handler("d-cursor")
+def long_loop(ctx):
+    """Rows `0..rows` from the cursor on, each appended to the file `spec["out"]` once it is
+    processed, a checkpoint every `spec["every"]` rows, a stop check at each row."""
+    every = ctx.spec["every"]
+    out = Path(ctx.spec["out"])
+    row = ctx.cursor or 0
+    with out.open("a") as processed:
+        while row < ctx.spec["rows"]:
+            ctx.check()
+            time.sleep(ctx.spec.get("pause", 0.001))
+            processed.write(f"{row}\n")
+            processed.flush()
+            row += 1
+            if row % every == 0:
+                ctx.checkpoint(row)
+    return {"rows": row}
+
+
+@handler("d-nap")
+def nap(ctx):
+    """A step, a durable sleep of half a second, another step."""
+    first = ctx.step("first", lambda: "before the sleep")
+    ctx.durable_sleep(0.5)
+    return {"first": first, "second": ctx.step("second", lambda: "after"), "runs": ctx.task.leases}
+
+
+@handler("d-approve")
+def approve(ctx):
+    """Waits for the signal `go`; returns its payload."""
+    return {"go": ctx.wait_for(signal="go")}

@@ -1,0 +1,124 @@
+"""Durable execution with real worker processes: a task of ten steps whose worker is killed
+(SIGKILL) at random points completes with each step's side effect committed exactly once; a
+long loop stopped by SIGTERM resumes on another worker from its last checkpoint."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.db.models.functions import Now
+
+from scylla_django.enums import Status
+from scylla_django.models import Step, Task, Wait
+from tests.processes import descendants, finish, signal_each, start, wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
+
+HANDLERS = "--handlers=tests.durable_handlers"
+#: Kills per run: SCYLLA_TEST_DURABLE_KILLS (the benchmark target runs 20).
+KILLS = int(os.environ.get("SCYLLA_TEST_DURABLE_KILLS") or 5)
+
+
+def worker(queue: str, *extra: str):
+    return start(
+        "scylla_worker",
+        f"--queue={queue}",
+        "--lease-length=2s",
+        "--heartbeat-interval=0.3",
+        "--poll-interval=0.1",
+        HANDLERS,
+        *extra,
+    )
+
+
+def kill(process) -> None:
+    signal_each([process.pid, *descendants(process.pid)], signal.SIGKILL)
+    process.wait()
+
+
+def reset_when_expired(task: Task) -> None:
+    """What the monitor does once the dead worker's lease has run out (made to run out now)."""
+    Task.objects.filter(pk=task.pk, status=Status.RUNNING).update(
+        deadline=Now() - timedelta(seconds=1), updated=Now() - timedelta(seconds=2)
+    )
+    Task.objects.reset_expired()
+
+
+def effects(task: Task) -> Counter[str]:
+    return Counter(User.objects.filter(last_name=task.rn).values_list("first_name", flat=True))
+
+
+@pytest.mark.slow  # a worker process started per kill: about ten seconds each here
+def test_ten_steps_killed_at_random_points_commit_each_effect_exactly_once():
+    rng = random.Random(os.environ.get("SCYLLA_TEST_SEED", "durable"))
+    task = Task.objects.submit("d-steps", {"pause": 0.15}, rn="ten-steps")
+    kills = 0
+    while kills < KILLS:
+        process = worker("d-steps")
+        wait_until(
+            lambda: Task.objects.filter(pk=task.pk).exclude(status=Status.READY).exists(),
+            what="the task leased",
+        )
+        time.sleep(rng.uniform(0.05, 0.6))
+        kill(process)
+        if Task.objects.get(pk=task.pk).status == Status.COMPLETED:
+            break  # it finished before this kill
+        kills += 1
+        reset_when_expired(task)
+        done = Step.objects.filter(task=task).count()
+        assert all(count == 1 for count in effects(task).values()), effects(task)
+        assert sum(effects(task).values()) == done
+    output = ""
+    if Task.objects.get(pk=task.pk).status != Status.COMPLETED:
+        code, output = finish(worker("d-steps", "--max-tasks=1"), timeout=120)
+        assert code == 0, output
+    finished = Task.objects.get(pk=task.pk)
+    assert finished.status == Status.COMPLETED, output
+    assert finished.result == {f"s{n}": n for n in range(10)}
+    assert effects(task) == {f"s{n}": 1 for n in range(10)}
+    assert finished.attempt == 1
+
+
+def test_sigterm_during_a_cursor_loop_resumes_from_the_last_checkpoint(tmp_path):
+    out = tmp_path / "rows.txt"
+    every, rows = 50, 3000
+    task = Task.objects.submit(
+        "d-cursor", {"rows": rows, "every": every, "out": str(out)}, rn="long-loop"
+    )
+    first = worker("d-cursor")
+    wait_until(lambda: out.exists() and out.read_text().count("\n") > 300, what="rows processed")
+    first.send_signal(signal.SIGTERM)
+    code, output = finish(first)
+    assert code == 0, output
+    cursor = Step.objects.get(task=task, name="@cursor").result
+    assert cursor % every == 0 and cursor >= 300
+    reset_when_expired(task)  # the yielded lease, made ready as the monitor's next pass does
+    second = worker("d-cursor", "--max-tasks=1")
+    code, output = finish(second, timeout=120)
+    assert code == 0, output
+    assert Task.objects.get(pk=task.pk).status == Status.COMPLETED
+    seen = Counter(int(line) for line in out.read_text().split())
+    assert set(seen) == set(range(rows))
+    twice = [row for row, count in seen.items() if count > 1]
+    assert len(twice) <= every
+    assert all(row >= cursor for row in twice)
+
+
+def test_a_durable_sleep_in_a_child_process_parks_the_task_and_resumes_it():
+    task = Task.objects.submit("d-nap", {}, rn="nap")
+    process = worker("d-nap", "--isolation", "process")
+    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.COMPLETED, what="completed")
+    process.send_signal(signal.SIGTERM)
+    code, output = finish(process)
+    assert code == 0, output
+    done = Task.objects.get(pk=task.pk)
+    assert done.result == {"first": "before the sleep", "second": "after", "runs": 2}
+    assert (done.snoozes, done.attempt) == (1, 1)
+    assert Wait.objects.get(task=task).outcome == "woken"
