@@ -126,3 +126,16 @@ class WorkerOptions:
     def heartbeat_seconds(self) -> float:
         """The heartbeat interval in force: `heartbeat_interval`, or a quarter of the lease."""
         return self.heartbeat_interval or heartbeat_interval_for(self.lease_length).total_seconds()
+
+    @property
+    def reservation(self) -> timedelta:
+        """How long a lease lasts until the database knows its handler has started: two
+        heartbeat intervals (5 s for the default 10 s lease), the lease length at most.
+
+        The worker's leases are reservations first (`Task.objects.lease(reservation=...)`):
+        its heartbeat reports the tasks whose handlers have started, which makes their leases
+        full ones, and extends the others by a reservation again. Two intervals leave the
+        next heartbeat half an interval to be answered (the watchdog's margin); so a crash
+        strands the tasks its worker held but had not started for a reservation at most,
+        not a lease (docs/howto/crashes.md)."""
+        return min(self.lease_length, timedelta(seconds=2 * self.heartbeat_seconds))

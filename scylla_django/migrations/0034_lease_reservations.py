@@ -1,0 +1,25 @@
+"""Lease reservations: whether the database knows that the current lease's handler has started
+(`handler_started`; true on the rows there are, whose leases were full leases), and how many
+of a task's leases expired before their handler was known to have started (`unstarted`, not
+counted toward `MAX_LEASES`)."""
+
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("scylla_django", "0033_trigger_watermarks_delays"),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name="task",
+            name="handler_started",
+            field=models.BooleanField(db_default=True, default=True, editable=False),
+        ),
+        migrations.AddField(
+            model_name="task",
+            name="unstarted",
+            field=models.PositiveIntegerField(db_default=0, default=0, editable=False),
+        ),
+    ]
