@@ -293,15 +293,22 @@ def test_one_handler_per_queue():
 
 
 def test_lease_length_from_the_worker():
-    task = Task.objects.submit("t-sleep", {"seconds": 1})
-    worker = TaskWorker(
-        WorkerOptions(["t-sleep"], lease_length=timedelta(seconds=42), poll_interval=0.05)
+    """The worker's lease is a reservation (half the lease) until its heartbeat reports the
+    handler's start; from then on each heartbeat extends it by the worker's lease length."""
+    task = Task.objects.submit("t-sleep", {"seconds": 30})
+    options = WorkerOptions(
+        ["t-sleep"], lease_length=timedelta(seconds=42), heartbeat_interval=0.2, poll_interval=0.05
     )
+    assert options.reservation == timedelta(seconds=21)
+    worker = TaskWorker(options)
     thread = run_in_thread(worker)
-    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="leased")
+    worker.hooks.wait_for("started")
+    beats = worker.hooks.count("beat")
+    worker.hooks.wait_for("beat", beats + 2)  # one sent after the start reports it
     running = Task.objects.get(pk=task.pk)
+    assert running.handler_started
     assert running.deadline - running.updated == timedelta(seconds=42)
-    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.COMPLETED, what="done")
+    task.cancel()
     worker.stop()
     thread.join(10)
 
