@@ -11,6 +11,7 @@ import json
 import signal
 from collections import Counter
 from datetime import timedelta
+from itertools import pairwise
 
 import pytest
 
@@ -37,13 +38,11 @@ def run_beside_a_pill(
     # same tasks come along with the pill lease after lease.
     first = [f"n{n}" for n in range(5)] + ["pill"] + [f"n{n}" for n in range(5, 10)]
     items = [
-        {"queue": "t-poison", "rn": rn, "priority": 5, "spec": {"path": str(path)}}
-        for rn in first
+        {"queue": "t-poison", "rn": rn, "priority": 5, "spec": {"path": str(path)}} for rn in first
     ]
     items[5]["spec"] = {"path": str(path), "poison": True}
     items += [
-        {"queue": "t-poison", "rn": f"n{n}", "spec": {"path": str(path)}}
-        for n in range(10, normal)
+        {"queue": "t-poison", "rn": f"n{n}", "spec": {"path": str(path)}} for n in range(10, normal)
     ]
     assert all(o.outcome == "inserted" for o in Task.objects.submit_many(items))
     env = {"SCYLLA_TEST_SETTINGS": json.dumps({"MAX_LEASES": MAX_LEASES})}
@@ -96,7 +95,7 @@ def assert_only_the_pill_paid(
     stranded = 0
     for task in tasks:
         history = list(History.objects.filter(task=task).order_by("id").values_list("typ", "time"))
-        for (typ, at), (after, then) in zip(history, history[1:], strict=False):
+        for (typ, at), (after, then) in pairwise(history):
             if after == EventType.TIMEOUT:
                 stranded += 1
                 assert typ == EventType.ASSIGNMENT
