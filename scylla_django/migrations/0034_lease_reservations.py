@@ -1,9 +1,12 @@
 """Lease reservations: whether the database knows that the current lease's handler has started
 (`handler_started`; true on the rows there are, whose leases were full leases), and how many
 of a task's leases expired before their handler was known to have started (`unstarted`, not
-counted toward `MAX_LEASES`)."""
+counted toward `MAX_LEASES`). On SQLite the columns' defaults rebuild the task table, which
+drops the key triggers and their index: they are installed again."""
 
 from django.db import migrations, models
+
+from scylla_django.db.keys import restore_key_triggers
 
 
 class Migration(migrations.Migration):
@@ -20,6 +23,9 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="task",
             name="unstarted",
-            field=models.PositiveIntegerField(db_default=0, default=0, editable=False),
+            field=models.PositiveIntegerField(
+                db_default=0, default=0, editable=False, verbose_name="unstarted leases"
+            ),
         ),
+        migrations.RunPython(restore_key_triggers, migrations.RunPython.noop),
     ]

@@ -491,7 +491,9 @@ class Task(models.Model):
     # worker crashed with the task prefetched, or running another task): the monitor made it
     # ready again, and `MAX_LEASES` does not count them (but the first, once the task has
     # killed a worker with its start recorded: see `maintenance.expiry_kind`).
-    unstarted = models.PositiveIntegerField(default=0, db_default=0, editable=False)
+    unstarted = models.PositiveIntegerField(
+        "unstarted leases", default=0, db_default=0, editable=False
+    )
     # A child's link: the rn of the running task that spawned it (`ctx.spawn`).
     parent = models.CharField(max_length=RN_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
     # The rns a follow-up named in `after`, kept past its release for `ctx.parent_results`.
