@@ -4,7 +4,7 @@
 |---|---|---|
 | `LEASE_LENGTH` | 10 s | lease length given by `lease()` and `heartbeat()` when none is passed |
 | `RETENTION` | 10 days | terminal tasks older than this (by `updated`) are purged by the monitor |
-| `MAX_LEASES` | `None` (off) | abort a task whose lease expired after this many assignments |
+| `MAX_LEASES` | `None` (off) | abort a task whose lease expired after this many started leases |
 | `MAX_SNOOZES` | 100 | a task that would snooze more often is aborted (`too_many_snoozes`) |
 | `SPEC_SIZE_LIMIT` | 1 MiB | largest `spec` (and `result`) accepted, in bytes of compact JSON |
 | `TASK_LOG_MAX_BYTES` | 1 MiB | most bytes of a task's log kept (0: no log is captured) |

@@ -85,6 +85,10 @@ class TaskContext:
         """When the lease was taken, on this process's monotonic clock."""
         self.handler_started: float | None = None
         """When its handler started (monotonic; None: not yet, a prefetched task waits)."""
+        self.start_recorded = task.handler_started
+        """Whether the database knows that its handler has started (`Task.handler_started`):
+        a heartbeat told it, or the start was recorded before the handler ran. Until then the
+        lease is a reservation (see `WorkerOptions.reservation`)."""
         self.timeout: timedelta | None = None
         """The task's run-time limit, as the worker resolved it (None: no limit)."""
         self.lease_kept_until: float | None = None

@@ -45,6 +45,20 @@ def kill(ctx):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@handler("t-poison")
+def poison(ctx):
+    """Append the task's rn to the file spec["path"] as its handler starts; a poison pill
+    (spec["poison"]) then kills its whole worker process, as an out-of-memory kill would."""
+    line = f"{ctx.task.rn} {ctx.task.leases}\n".encode()
+    out = os.open(ctx.spec["path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(out, line)  # in the file before the kill: a write of its own, unbuffered
+    finally:
+        os.close(out)
+    if ctx.spec.get("poison"):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 @handler("t-record")
 def record(ctx):
     """Append "rn worker" to the file spec["path"], then sleep spec["sleep"] seconds."""

@@ -223,7 +223,7 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
                 "fields": (
                     ("rn", "queue"),
                     ("status_badge", "priority", "progress_bar"),
-                    ("owner_link", "leases", "deadline_time"),
+                    ("owner_link", "leases", "unstarted", "deadline_time"),
                     ("created_time", "updated_time", "not_before_at"),
                     ("cpu_time_text", "peak_memory_text"),
                     ("chain", "snoozes", "expires_time"),
@@ -262,6 +262,7 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
         "children_list",
         "expires_time",
         "snoozes",
+        "unstarted",
         "unique_key_link",
         "unique_window_text",
         "keys_list",

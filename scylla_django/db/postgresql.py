@@ -115,6 +115,7 @@ def postgresql_lease(
     timeouts: Sequence[timedelta | None],
     timeout_grace: timedelta,
     finish: Sequence[dict[str, Any]] = (),
+    reservation: timedelta | None = None,
 ) -> tuple[dict[int, datetime], list[Any] | None]:
     """Lease up to `limit` tasks of `tables.task` on database `using` (PostgreSQL) for
     `worker` (its name; `worker_id` its key); None if the worker may not lease. With `finish`,
@@ -125,6 +126,11 @@ def postgresql_lease(
     none of their own (None: no limit). A leased task with a limit gets `timeout_at = now +
     limit + timeout_grace` and a deadline no later than that: no lease nor heartbeat takes it
     past its limit (see `_lease_sql`).
+
+    With a `reservation`, each lease is first a reservation: its deadline is now plus
+    `reservation` (no later than the cap) and its `handler_started` false, until a heartbeat
+    reports its handler's start (`postgresql_heartbeat`). Without, it is a full lease of
+    `lease_length`, started from the first.
 
     For each requested queue that is not paused, a LATERAL subquery walks the ready index
     (queue, priority desc, turn, created, id) in order (`turn`: a fair share, `db.fairness`;
@@ -152,6 +158,7 @@ def postgresql_lease(
     statement, params = lease_statement(tables, using, locked=False, finishing=finishing)
     params.update(worker_id=worker_id, worker=worker, queues=list(queues), limit=limit)
     params.update(lease_length=lease_length, locked=False, timeout_grace=timeout_grace)
+    params["reservation"] = reservation
     params["timeouts"] = list(timeouts)
     if finishing:
         params["rows"] = json.dumps(list(finish))
@@ -210,8 +217,8 @@ def _lease_sql(
     tables: Tables, using: str, locked: bool, finishing: bool
 ) -> tuple[str, dict[str, Any]]:
     """The lease statement of `postgresql_lease` and the parameters that name statuses and
-    events (the caller adds the lessee, queues, limit, lease_length, `locked`, `timeouts`
-    and `timeout_grace`).
+    events, and `reservation` (None; the caller adds the lessee, queues, limit, lease_length,
+    `locked`, `timeouts` and `timeout_grace`, and may set `reservation`).
 
     A task leased with a run-time limit (its own `timeout`, else its queue's in `timeouts`)
     gets `timeout_at`, the lease's start plus the limit and `timeout_grace` on the clock the
@@ -310,8 +317,11 @@ def _lease_sql(
         ), leased AS (
             UPDATE {task_table} AS t
             SET status = %(target)s, owner = %(worker)s,
-                -- LEAST passes over a null: a task without a run-time limit has no cap.
-                deadline = LEAST(clock.now + %(lease_length)s, {cap}),
+                -- LEAST passes over a null: a task without a run-time limit has no cap. With
+                -- a reservation, the lease lasts that long until its handler's start is known.
+                deadline = LEAST(
+                    clock.now + COALESCE(%(reservation)s::interval, %(lease_length)s), {cap}),
+                handler_started = %(reservation)s::interval IS NULL,
                 timeout_at = {cap},
                 lease_length = %(lease_length)s, leases = t.leases + 1, updated = clock.now
             FROM clock
@@ -334,7 +344,8 @@ def _lease_sql(
         LEFT JOIN leased AS t ON true
         ORDER BY t.priority DESC, t.turn ASC, t.created ASC, t.id ASC
     """
-    params.update(target=transition.target.value, event=transition.recorded.value)
+    # No reservation unless the caller gives one: a full lease, started from the first.
+    params.update(target=transition.target.value, event=transition.recorded.value, reservation=None)
     return compact(statement), params
 
 
@@ -444,24 +455,29 @@ def postgresql_heartbeat(
     tables: Tables,
     using: str,
     worker: str,
-    leases: Sequence[tuple[int, int, float | None]],
+    leases: Sequence[tuple[int, int, float | None, bool]],
     lease_length: timedelta,
+    reservation: timedelta | None = None,
 ) -> set[int]:
     """Extend leases of `worker` in one statement (PostgreSQL); return the pks extended.
 
-    `leases` are `(pk, lease number, progress or None)`. They travel as three arrays, so the
-    statement is the same, and its parameters six, however many leases a worker holds (a
-    statement with a pair of parameters per lease outgrew PostgreSQL's 65,535 parameters at
-    32,767 leases, and its text grew with them). Each row is fenced as a single heartbeat is
-    (running, owned by `worker`, the same lease number, not yielded); its deadline becomes now
-    plus `lease_length`, or its `timeout_at` (the run-time limit its lease was given) if that
-    is earlier, and a progress that is not None is written.
+    `leases` are `(pk, lease number, progress or None, whether the handler has started)`. They
+    travel as four arrays, so the statement is the same, and its parameters eight, however
+    many leases a worker holds (a statement with a pair of parameters per lease outgrew
+    PostgreSQL's 65,535 parameters at 32,767 leases, and its text grew with them). Each row
+    is fenced as a single heartbeat is (running, owned by `worker`, the same lease number,
+    not yielded). A lease whose handler has started (reported now, or known before) becomes
+    a full lease, `handler_started`: its deadline is now plus `lease_length`; one whose
+    handler has not, a reservation of now plus `reservation` (`lease_length` if None). Never
+    past its `timeout_at` (the run-time limit its lease was given); a progress that is not
+    None is written.
     """
     if not leases:
         return set()
-    pks, numbers, progress = (list(column) for column in zip(*leases, strict=True))
+    pks, numbers, progress, started = (list(column) for column in zip(*leases, strict=True))
     statement, params = heartbeat_statement(tables, using)
-    params.update(pks=pks, leases=numbers, progress=progress, length=lease_length)
+    params.update(pks=pks, leases=numbers, progress=progress, started=started)
+    params.update(length=lease_length, reservation=reservation)
     params["worker"] = worker
     # Not prepared: planned for its arrays on every call (a millisecond, once a heartbeat
     # interval). A generic plan cannot see how many leases the arrays hold; the one a worker's
@@ -474,7 +490,7 @@ def postgresql_heartbeat(
 
 def heartbeat_statement(tables: Tables, using: str) -> tuple[str, dict[str, Any]]:
     """The batched heartbeat statement of `postgresql_heartbeat` and a new dict of its fixed
-    parameters (the arrays, `length` and `worker` are the caller's)."""
+    parameters (the arrays, `length`, `reservation` and `worker` are the caller's)."""
     return _heartbeat_sql(tables, using), {"running": _running(Operation.HEARTBEAT)}
 
 
@@ -519,12 +535,18 @@ def _heartbeat_sql(tables: Tables, using: str) -> str:
     return compact(f"""
         UPDATE {task} AS t
         -- Never past the run-time limit the lease was given (LEAST passes over a null): a
-        -- lease that expires at it timed out, and the monitor aborts its task.
-        SET deadline = LEAST(statement_timestamp() + %(length)s::interval, t.timeout_at),
+        -- lease that expires at it timed out, and the monitor aborts its task. A lease
+        -- whose handler has not started stays a reservation.
+        SET deadline = LEAST(statement_timestamp() + CASE
+                WHEN t.handler_started OR h.started THEN %(length)s::interval
+                ELSE COALESCE(%(reservation)s::interval, %(length)s::interval)
+            END, t.timeout_at),
+            handler_started = t.handler_started OR h.started,
             progress = COALESCE(h.progress, t.progress),
             updated = statement_timestamp()
-        FROM unnest(%(pks)s::bigint[], %(leases)s::integer[], %(progress)s::double precision[])
-             AS h(id, lease, progress)
+        FROM unnest(%(pks)s::bigint[], %(leases)s::integer[], %(progress)s::double precision[],
+                    %(started)s::boolean[])
+             AS h(id, lease, progress, started)
         -- Fenced as a single heartbeat: running, owned by the worker, this lease, not yielded.
         WHERE t.id = h.id AND t.leases = h.lease AND t.status = %(running)s
           AND t.owner = %(worker)s AND t.deadline >= t.updated
@@ -564,18 +586,24 @@ def postgresql_reset(
 ) -> tuple[datetime | None, dict[int, str]]:
     """Judge the expired leases `ids` (already locked by the caller's transaction) and make the
     expired and the yielded ones ready, in one statement (PostgreSQL); return the clock it
-    wrote with and each task's kind: `expired`, `yielded`, `timed_out` or `exhausted`.
+    wrote with and each task's kind: `expired`, `unstarted`, `yielded`, `timed_out` or
+    `exhausted`.
 
     A task whose lease ended at its run-time limit (`deadline = timeout_at`: a lease, a
     heartbeat or a yield capped there) is `timed_out`, given back or not. Another is `yielded`
     if its last History row is a TaskYield; only a task whose deadline is before its own
     `updated` can be (`models.NOT_YIELDED`: no other write sets it so, while a capped
     heartbeat past its limit can), so History is looked at for those alone, one step back
-    through its (task, id) index each. One that has had `max_leases`
-    leases, snoozes and yields not counted (its TaskYield rows, counted through the same
-    index), `exhausted`; the others `expired`. The expired and yielded ones are made ready
-    (owner, deadline and limit cleared, progress 0), fenced on still running with a deadline
-    before the clock, read once after the caller's locks; each expired one gets its
+    through its (task, id) index each. One whose handler was not known to have started
+    (`handler_started` false: a reservation) is `unstarted`, never counted. One that has had
+    `max_leases` leases, snoozes, yields (its TaskYield rows, counted through the same index)
+    and unstarted leases not counted, `exhausted`; the others `expired`. Of the unstarted
+    leases, the first counts (`unstarted - 1` are left out): its handler may have started and
+    killed its worker before a heartbeat could tell, and every later lease of the task records
+    its start before its handler runs (see `models.maintenance.expiry_kind`). The expired,
+    unstarted and yielded ones are made ready (owner, deadline and limit cleared, progress 0;
+    an unstarted one's `unstarted` up by one), fenced on still running with a deadline before
+    the clock, read once after the caller's locks; each expired and unstarted one gets its
     TaskTimeout{owner, progress} row, and the queues made leasable are notified on the ready
     channel. The timed-out and exhausted ones are left to the caller
     (aborted, then perhaps retried). A task that is no longer a running expired lease is
@@ -621,7 +649,9 @@ def _reset_sql(tables: Tables, using: str) -> str:
                         SELECT h.typ FROM {history} AS h WHERE h.task_id = t.id
                         ORDER BY h.id DESC LIMIT 1
                     ) = %(yield)s THEN 'yielded'
-                    WHEN %(max_leases)s::integer IS NOT NULL AND t.leases - t.snoozes - (
+                    WHEN NOT t.handler_started THEN 'unstarted'
+                    WHEN %(max_leases)s::integer IS NOT NULL
+                      AND t.leases - t.snoozes - GREATEST(t.unstarted - 1, 0) - (
                         SELECT count(*) FROM {history} AS h
                         WHERE h.task_id = t.id AND h.typ = %(yield)s
                     ) >= %(max_leases)s::integer THEN 'exhausted'
@@ -633,18 +663,20 @@ def _reset_sql(tables: Tables, using: str) -> str:
         ), changed AS (
             UPDATE {task} AS t
             SET status = %(ready)s, owner = NULL, deadline = NULL, timeout_at = NULL,
-                progress = 0.0, updated = clock.now
+                progress = 0.0, updated = clock.now,
+                unstarted = t.unstarted + CASE WHEN t.id = ANY(ARRAY(
+                    SELECT id FROM judged WHERE kind = 'unstarted')) THEN 1 ELSE 0 END
             FROM clock
             -- Fenced as the judgement was: still running, the lease still expired.
             WHERE t.id = ANY(ARRAY(
-                    SELECT id FROM judged WHERE kind IN ('expired', 'yielded')))
+                    SELECT id FROM judged WHERE kind IN ('expired', 'unstarted', 'yielded')))
               AND t.status = %(running)s AND t.deadline < clock.now
             RETURNING t.id
         ), logged AS (
             INSERT INTO {history} (task_id, typ, worker, progress, time)
             SELECT j.id, %(timeout)s, j.owner, j.progress, clock.now
             FROM judged AS j JOIN changed AS c ON c.id = j.id, clock
-            WHERE j.kind = 'expired'
+            WHERE j.kind IN ('expired', 'unstarted')
             ORDER BY j.id
         ), notified AS (
             SELECT count(pg_notify(%(channel)s, q.queue)) AS n FROM (

@@ -75,6 +75,7 @@ def finish_and_lease(
     lease_length: timedelta | float | None,
     timeouts: Mapping[str, timedelta | float | str | None] | None,
     timeout_grace: timedelta | float | None,
+    reservation: timedelta | float | None = None,
 ) -> tuple[set[int], list[Any]]:
     """Finish `outcomes`, then lease for `worker`: see `TaskQuerySet.finish_and_lease`."""
     name = worker_name(worker)
@@ -89,6 +90,7 @@ def finish_and_lease(
     grace = validate_timeout(
         scylla_settings.TIMEOUT_GRACE if timeout_grace is None else timeout_grace
     )
+    reserved = None if reservation is None else validate_timeout(reservation)
     rows = outcome_rows(outcomes)
     pk = validation.worker_id(name)
     single = db.uses_single_statement_transitions(connections[tasks.db])
@@ -104,6 +106,7 @@ def finish_and_lease(
                 lease_length=lease_length,
                 timeouts=limits,
                 timeout_grace=grace,
+                reservation=reserved,
             )
             return finished, leased
         except WorkerNotFound:
@@ -119,6 +122,7 @@ def finish_and_lease(
         timeouts=[limits.get(queue) for queue in queues],
         timeout_grace=grace,
         finish=rows,
+        reservation=reserved,
     )
     leased_tasks = leased or []
     announce(tasks, outcomes, rows, done)

@@ -6,12 +6,12 @@ missing from a result was not written, and `refusals()` says why.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from django.db import connections, models
-from django.db.models import Case, DateTimeField, F, FloatField, Q, Value, When
+from django.db.models import BooleanField, Case, DateTimeField, F, FloatField, Q, Value, When
 from django.db.models.functions import Coalesce, Least
 
 from .. import db
@@ -61,6 +61,8 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
         leases: Mapping[int, tuple[int, float | None]],
         *,
         lease_length: timedelta | float | None = None,
+        started: Collection[int] = (),
+        reservation: timedelta | float | None = None,
     ) -> set[int]:
         """Extend several leases of `worker` in one statement; return the pks it extended.
 
@@ -70,6 +72,12 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
         fences it (running, owned by `worker`, not yielded). A pk missing from the result was
         cancelled, lost or finished: `refusals()` says which.
 
+        `started` are the pks whose handlers have started: the heartbeat tells the database
+        (`handler_started`), at no statement of its own. A lease whose handler has started
+        (told now, or before) is extended by `lease_length`; one leased with a reservation
+        whose handler has not, by `reservation` (`lease_length` if None): it stays a
+        reservation (docs/howto/crashes.md).
+
         No deadline goes past the task's `timeout_at`, the run-time limit its lease was given
         (`capped_deadline`): a task past its limit loses its lease however long its worker
         heartbeats it.
@@ -78,19 +86,24 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
         lease_length = validate_timeout(
             scylla_settings.LEASE_LENGTH if lease_length is None else lease_length
         )
+        reserved = None if reservation is None else validate_timeout(reservation)
         if not leases:
             return set()
+        begun = set(started)
         if db.uses_single_statement_transitions(connections[self.db]):
             rows = [
-                (pk, lease, None if value is None else validate_progress(value))
+                (pk, lease, None if value is None else validate_progress(value), pk in begun)
                 for pk, (lease, value) in leases.items()
             ]
-            return db.postgresql_heartbeat(tables(self.model), self.db, name, rows, lease_length)
+            return db.postgresql_heartbeat(
+                tables(self.model), self.db, name, rows, lease_length, reserved
+            )
         extended: set[int] = set()
         chunk = list(leases.items())
         for start in range(0, len(chunk), HEARTBEAT_CHUNK):
             part = dict(chunk[start : start + HEARTBEAT_CHUNK])
-            extended |= self._heartbeat_chunk(name, part, lease_length)
+            begun_here = begun & part.keys()
+            extended |= self._heartbeat_chunk(name, part, lease_length, begun_here, reserved)
         return extended
 
     def _heartbeat_chunk(
@@ -98,6 +111,8 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
         name: str,
         leases: Mapping[int, tuple[int, float | None]],
         lease_length: timedelta,
+        started: set[int],
+        reservation: timedelta | None,
     ) -> set[int]:
         """`heartbeat_many` for up to `HEARTBEAT_CHUNK` leases, through the ORM (not
         PostgreSQL): a statement with a pair of parameters per lease."""
@@ -109,10 +124,23 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
             .filter(held, status__in=sources(Operation.HEARTBEAT), owner=name)
             .filter(NOT_YIELDED)
         )
-        values: dict[str, Any] = {
-            "deadline": capped_deadline(db.now_plus(lease_length)),
-            "updated": Now(),
-        }
+        full = capped_deadline(db.now_plus(lease_length))
+        values: dict[str, Any] = {"deadline": full, "updated": Now()}
+        if reservation is not None:
+            # A lease whose handler has not started (nor is told now to have) stays a
+            # reservation.
+            begun = Q(handler_started=True) | Q(pk__in=sorted(started))
+            values["deadline"] = Case(
+                When(begun, then=full),
+                default=capped_deadline(db.now_plus(reservation)),
+                output_field=DateTimeField(),
+            )
+        if started:
+            values["handler_started"] = Case(
+                When(pk__in=sorted(started), then=Value(True)),
+                default=F("handler_started"),
+                output_field=BooleanField(),
+            )
         progress = [
             When(pk=pk, then=Value(validate_progress(value)))
             for pk, (_, value) in leases.items()
@@ -185,9 +213,11 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
         lease_length: timedelta | float | None = None,
         timeouts: Mapping[str, timedelta | float | str | None] | None = None,
         timeout_grace: timedelta | float | None = None,
+        reservation: timedelta | float | None = None,
     ) -> tuple[set[int], list[_T]]:
         """`finish_many(worker, outcomes)`, then `lease(worker, queues, limit=…, lease_length=…,
-        timeouts=…, timeout_grace=…)`; return the pks finished and the tasks leased.
+        timeouts=…, timeout_grace=…, reservation=…)`; return the pks finished and the tasks
+        leased.
 
         For a worker that ends its tasks and takes the next ones. On PostgreSQL, when no outcome
         aborts its task, both are one statement: one round trip and one commit, in which the
@@ -195,7 +225,15 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
         (unregistered, stopped) leases nothing here; `lease()` raises WorkerNotFound for it.
         """
         return finishing.finish_and_lease(
-            self, worker, outcomes, queues, limit, lease_length, timeouts, timeout_grace
+            self,
+            worker,
+            outcomes,
+            queues,
+            limit,
+            lease_length,
+            timeouts,
+            timeout_grace,
+            reservation,
         )
 
     def refusals(self, worker: Worker | str, leases: Mapping[int, int]) -> dict[int, ScyllaError]:

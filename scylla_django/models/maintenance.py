@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connections, models
-from django.db.models import Count, F, Max
+from django.db.models import Case, Count, F, Max, When
 
 from .. import db, signals
 from ..conf import scylla_settings
@@ -116,8 +116,11 @@ def reset_chunk(tasks: models.QuerySet[Any], size: int) -> int:
 
     A lease that expired at its run-time limit (`deadline == timeout_at`: the lease, or a
     heartbeat, was capped there) is aborted with `timeout`; one of a task that has had
-    `MAX_LEASES` leases with `max_leases_exceeded`; the others are made ready. An abort is
-    followed by a retry where the task's policy covers it, as a worker's abort is.
+    `MAX_LEASES` leases with `max_leases_exceeded`; the others are made ready. A lease whose
+    handler was not known to have started (a reservation: its worker crashed before it ran
+    the task) is never counted, and makes the task ready with `unstarted` up by one (see
+    `expiry_kind`). An abort is followed by a retry where the task's policy covers it, as a
+    worker's abort is.
 
     The expired rows are locked first (SKIP LOCKED: a row another monitor or a writer holds
     is passed over), then judged and written. On PostgreSQL the resets, their History rows
@@ -137,6 +140,8 @@ def reset_chunk(tasks: models.QuerySet[Any], size: int) -> int:
                 "progress",
                 "leases",
                 "snoozes",
+                "handler_started",
+                "unstarted",
                 "queue",
                 "deadline",
                 "timeout_at",
@@ -168,8 +173,9 @@ def reset_portable(
     manager: models.QuerySet[Any], rows: dict[int, dict[str, Any]], max_leases: int | None
 ) -> tuple[datetime | None, dict[int, str]]:
     """`db.postgresql_reset` through the ORM (SQLite, MySQL): judge the locked expired
-    `rows` (by pk), make the expired and yielded ones ready with a TaskTimeout row for each
-    expired one; return the clock written and each task's kind."""
+    `rows` (by pk), make the expired, unstarted and yielded ones ready (an unstarted one's
+    `unstarted` up by one) with a TaskTimeout row for each expired and unstarted one; return
+    the clock written and each task's kind."""
     using = manager.db
     # Only a task whose deadline is before its `updated` can have been given back (see
     # NOT_YIELDED); History is read for those alone, after the rows were locked (a fresh
@@ -207,9 +213,10 @@ def reset_portable(
         for pk, row in rows.items()
     }
     now = db.read_clock(using)
-    ready = [pk for pk, kind in kinds.items() if kind in ("expired", "yielded")]
+    ready = [pk for pk, kind in kinds.items() if kind in READY_KINDS]
     fenced = manager.filter(pk__in=ready, status__in=sources(Operation.RESET), deadline__lt=now)
     changed = set(fenced.values_list("pk", flat=True))
+    unstarted = [pk for pk in ready if kinds[pk] == "unstarted"]
     fenced.update(
         status=TRANSITIONS[Operation.RESET].target,
         owner=None,
@@ -217,11 +224,16 @@ def reset_portable(
         timeout_at=None,
         progress=0.0,
         updated=now,
+        unstarted=Case(
+            When(pk__in=unstarted, then=F("unstarted") + 1),
+            default=F("unstarted"),
+            output_field=models.PositiveIntegerField(),
+        ),
     )
     History.objects.using(using).bulk_create(
         History.of(rows[pk], event(Operation.RESET), now)
         for pk in sorted(changed)
-        if kinds[pk] == "expired"
+        if kinds[pk] in ("expired", "unstarted")
     )
     kinds = {pk: kind for pk, kind in kinds.items() if pk in changed or pk not in ready}
     return now, kinds
@@ -231,16 +243,34 @@ def expiry_kind(row: dict[str, Any], yielded: bool, max_leases: int | None, yiel
     """How an expired lease is dealt with, as `db.postgresql_reset` judges it: `timed_out`
     (it expired at its run-time limit, the cap its lease was given, given back or not: aborted
     with `timeout`, as its worker would have done), `yielded` (given back: made ready without
-    a TaskTimeout), `exhausted` (the task has had `max_leases` leases; a lease its own handler ended
-    with a snooze is not counted, nor one of the task's `yields` earlier leases given back),
-    or `expired` (made ready with a TaskTimeout)."""
+    a TaskTimeout), `unstarted` (a reservation: its handler was not known to have started, so
+    its worker's crash was not the task's doing; made ready with a TaskTimeout, `unstarted` up
+    by one, never counted), `exhausted` (the task has had `max_leases` leases; a lease its own
+    handler ended with a snooze is not counted, nor one of the task's `yields` earlier leases
+    given back, nor its unstarted leases but the first), or `expired` (made ready with a
+    TaskTimeout).
+
+    The first unstarted lease of a task counts once the task's handler is known to have run
+    when its lease expired: that first one may have been a run of its own that killed its
+    worker before the heartbeat could report its start. Every later lease of the task records
+    its start before its handler runs (the worker sees `unstarted > 0`), so its later
+    unstarted leases are ones its handler surely never began. A poison pill that kills its
+    worker at once is thus aborted after `max_leases` runs of its own; a task stranded beside
+    it, whose handler never started, is never counted."""
     if row["timeout_at"] is not None and row["deadline"] == row["timeout_at"]:
         return "timed_out"
     if yielded:
         return "yielded"
-    if max_leases is not None and row["leases"] - row["snoozes"] - yields >= max_leases:
+    if not row["handler_started"]:
+        return "unstarted"
+    forgiven = max(row["unstarted"] - 1, 0)
+    if max_leases is not None and row["leases"] - row["snoozes"] - forgiven - yields >= max_leases:
         return "exhausted"
     return "expired"
+
+
+#: The kinds of expired leases that make their tasks ready again (`expiry_kind`).
+READY_KINDS = ("expired", "unstarted", "yielded")
 
 
 def abort_expired(

@@ -28,11 +28,14 @@ def lease(
     lease_length: timedelta,
     timeouts: Mapping[str, timedelta],
     timeout_grace: timedelta,
+    reservation: timedelta | None = None,
 ) -> list[Any] | None:
     """Lease up to `limit` tasks of `queues` for the worker `name` (pk `pk`); None if it may
     not lease. As `db.postgresql_lease`, with the limited queues' settings locked first: a
     task with a run-time limit (its own `timeout`, else its queue's in `timeouts`) gets
-    `timeout_at = now + limit + timeout_grace`, and a deadline no later."""
+    `timeout_at = now + limit + timeout_grace`, and a deadline no later; with a
+    `reservation`, the deadline is now plus `reservation` and `handler_started` false until
+    a heartbeat reports the handler's start."""
     transition = TRANSITIONS[Operation.LEASE]
     order = ("-priority", "turn", "created", "id")
     tasks = tasks.model.objects.using(tasks.db)
@@ -92,6 +95,7 @@ def lease(
             "owner": name,
             "lease_length": lease_length,
             "leases": F("leases") + 1,
+            "handler_started": reservation is None,
             "updated": now,
         }
         # The time past which each lease is never extended (None: no run-time limit).
@@ -101,7 +105,7 @@ def lease(
             caps[row[1]] = None if timeout is None else now + timeout + timeout_grace
 
         def capped(cap: datetime | None) -> dict[str, Any]:
-            deadline = now + lease_length
+            deadline = now + (lease_length if reservation is None else reservation)
             return {"deadline": deadline if cap is None else min(deadline, cap), "timeout_at": cap}
 
         # The plain tasks in one UPDATE per cap (as many as run-time limits among them).
@@ -151,6 +155,7 @@ def lease_rn(
             timeout_at=None,
             lease_length=lease_length,
             leases=F("leases") + 1,
+            handler_started=True,  # run at once, on the caller's thread
             updated=now,
         )
         if not leased:

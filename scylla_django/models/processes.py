@@ -470,14 +470,17 @@ class Monitor(RegisteredProcess):
     objects: ClassVar[MonitorQuerySet] = MonitorQuerySet.as_manager()  # type: ignore[assignment]
 
     def touch(self, *, reset: int | None = None, purged: int | None = None) -> None:
-        """Record that the monitor is alive; with `reset`/`purged`, that it finished a pass."""
+        """Record that the monitor is alive; with `reset`, that it finished a pass (with
+        `purged`, one that purged)."""
         values: dict[str, Any] = {
             "last_seen": Now(),
             "silent_at": db.now_plus(2 * self.interval),
             "dead_at": db.now_plus(3 * self.interval),
         }
         if reset is not None:
-            values.update(last_pass=Now(), last_reset=reset, last_purged=purged or 0)
+            values.update(last_pass=Now(), last_reset=reset)
+            if purged is not None:
+                values["last_purged"] = purged
         Monitor.objects.using(self._state.db).filter(pk=self.pk).update(**values)
 
     def publish(self, configured: dict[str, list[str]]) -> None:

@@ -240,6 +240,7 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
         lease_length: timedelta | float | None = None,
         timeouts: Mapping[str, timedelta | float | str | None] | None = None,
         timeout_grace: timedelta | float | None = None,
+        reservation: timedelta | float | None = None,
     ) -> list[Task]:
         """Lease up to `limit` ready tasks from `queues` for `worker`: ready → running.
 
@@ -255,6 +256,13 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
         its deadline is never later: no heartbeat extends the lease past it, and the monitor
         aborts a task whose lease expired there with `timeout` (README, "Run-time limits").
 
+        With a `reservation` (a worker's, which reports its handlers' starts with its
+        heartbeats), each lease is first a reservation: `deadline = now + reservation` and
+        `handler_started` false, until a heartbeat that reports the handler's start makes it
+        a full lease (`heartbeat_many(started=...)`). A reservation that expires (its worker
+        crashed with the task prefetched, or running another task) makes the task ready
+        again without counting toward `MAX_LEASES` (docs/howto/crashes.md).
+
         Only a registered worker that has not stopped may lease (checked in the same statement
         on PostgreSQL, the same transaction elsewhere); otherwise WorkerNotFound is raised.
         """
@@ -269,6 +277,7 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
         grace = validate_timeout(
             scylla_settings.TIMEOUT_GRACE if timeout_grace is None else timeout_grace
         )
+        reserved = None if reservation is None else validate_timeout(reservation)
         if db.uses_single_statement_transitions(connections[self.db]):
             _, leased = db.postgresql_lease(
                 TABLES,
@@ -280,9 +289,12 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
                 lease_length=lease_length,
                 timeouts=[limits.get(queue) for queue in queues],
                 timeout_grace=grace,
+                reservation=reserved,
             )
         else:
-            leased = portable.lease(self, pk, name, queues, limit, lease_length, limits, grace)
+            leased = portable.lease(
+                self, pk, name, queues, limit, lease_length, limits, grace, reserved
+            )
         if leased is None:
             raise WorkerNotFound(f"No registered, running worker is called {name!r}.")
         send_each_on_commit(signals.task_leased, self.db, self.model, [(t, {}) for t in leased])
@@ -521,8 +533,23 @@ class Task(models.Model):
     attempt = models.PositiveIntegerField(default=1)
     retry_policy = models.JSONField(null=True, blank=True)
     # How many times the task's own handler put it back to ready (`Snooze`): a snooze spends
-    # no attempt, and `MAX_LEASES` counts the leases that ended neither in one nor in a yield.
+    # no attempt, and `MAX_LEASES` counts the leases that ended neither in one nor in a yield,
+    # nor expired before their handler started (`unstarted`).
     snoozes = models.PositiveIntegerField(default=0)
+    # Whether the database knows that the current lease's handler has started. A worker's
+    # lease is first a reservation (`lease(reservation=...)`: prefetched or leased beside
+    # others, the task may wait for a handler); the heartbeat that reports its handler's
+    # start makes it a full lease, and so does the start a worker records before it runs a
+    # task whose earlier lease expired unstarted (`unstarted > 0`). A lease made without a
+    # reservation (an HTTP worker's, a run by hand) is started from the first.
+    handler_started = models.BooleanField(default=True, db_default=True, editable=False)
+    # Leases of the task that expired before their handler was known to have started (its
+    # worker crashed with the task prefetched, or running another task): the monitor made it
+    # ready again, and `MAX_LEASES` does not count them (but the first, once the task has
+    # killed a worker with its start recorded: see `maintenance.expiry_kind`).
+    unstarted = models.PositiveIntegerField(
+        "unstarted leases", default=0, db_default=0, editable=False
+    )
     # A child's link: the rn of the running task that spawned it (`ctx.spawn`).
     parent = models.CharField(max_length=RN_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
     # The rns a follow-up named in `after`, kept past its release for `ctx.parent_results`.

@@ -195,8 +195,11 @@ class Monitor:
         """This monitor's row in the registry, made as the first pass begins."""
 
     def interval_of(self, service: Service) -> float:
-        """Seconds between two runs of `service`: its own interval, else the monitor's."""
-        return self.interval if service.interval is None else service.interval
+        """Seconds between two runs of `service`: its own interval, else the monitor's (no
+        longer than the service's `at_most`)."""
+        if service.interval is not None:
+            return service.interval
+        return self.interval if service.at_most is None else min(self.interval, service.at_most)
 
     # -- one pass -------------------------------------------------------------------------------
 
@@ -215,9 +218,10 @@ class Monitor:
         counts: dict[str, int] = {}
         for service in self.services if services is None else services:
             counts.update(service.run(self.using))
-        reset, purged = counts.pop("reset", 0), counts.pop("purged", 0)
+        reset, purged = counts.pop("reset", 0), counts.pop("purged", None)
+        # A pass without the purge (the expired leases run more often) keeps the last count.
         self.record.touch(reset=reset, purged=purged)
-        self.last_pass = MonitorPass(reset=reset, purged=purged, **counts)
+        self.last_pass = MonitorPass(reset=reset, purged=purged or 0, **counts)
         return self.last_pass
 
     def stop_record(self) -> None:

@@ -19,6 +19,9 @@ class Service:
     """
 
     name: ClassVar[str] = "service"
+    at_most: ClassVar[float | None] = None
+    """The longest interval the service runs at when it runs at the monitor's (None: the
+    monitor's, however long)."""
 
     def __init__(self, interval: float | None = None) -> None:
         if interval is not None:
@@ -55,5 +58,9 @@ class Service:
             return self._ran.wait_for(lambda: self.runs >= runs, timeout)
 
     def __repr__(self) -> str:
-        every = "the monitor's interval" if self.interval is None else f"{self.interval:g}s"
+        every = f"{self.interval:g}s"
+        if self.interval is None:
+            every = "the monitor's interval"
+            if self.at_most is not None:
+                every += f", {self.at_most:g}s at most"
         return f"<{type(self).__name__} {self.name}, every {every}, {self.runs} runs>"

@@ -82,6 +82,15 @@ class OutcomeSink(Protocol):
     def give_up(self, ctx: TaskContext) -> None:
         """Free `ctx`'s slot after a failure of the worker's own (its outcome is lost)."""
 
+    def start_needs_writes(self, ctx: TaskContext) -> bool:
+        """Whether something must be written before `ctx`'s handler starts (a quick look, on
+        the thread about to run it): see `write_before_start`."""
+
+    def write_before_start(self, ctx: TaskContext) -> bool:
+        """On the thread about to run `ctx`'s handler, write what must be written first (the
+        outcomes whose starts the database knows, the start of a task whose earlier lease
+        expired unstarted); whether the handler may run (if not, `ctx` was stopped)."""
+
 
 @dataclasses.dataclass
 class _Run:
@@ -273,6 +282,10 @@ class Execution:
             self._log_stop(ctx, ctx.stop_reason)
             self.sink.hand_over(ctx, None)
             return None
+        if self.sink.start_needs_writes(ctx) and not self.sink.write_before_start(ctx):
+            self._log_stop(ctx, ctx.stop_reason)
+            self.sink.hand_over(ctx, None)
+            return None
         if self.isolation is not None:
             self.isolation.ready()  # a child that cannot start is the worker's failure
         with self._running(ctx, self._traceparent(ctx)) as run:
@@ -345,6 +358,12 @@ class Execution:
             self._turns = asyncio.Semaphore(self.concurrency)
         async with self._turns:
             if ctx.stopped:  # prefetched, and cancelled, lost or yielded before its turn
+                self._log_stop(ctx, ctx.stop_reason)
+                self.sink.hand_over(ctx, None)
+                return
+            if self.sink.start_needs_writes(ctx) and not await asyncio.to_thread(
+                self.sink.write_before_start, ctx
+            ):
                 self._log_stop(ctx, ctx.stop_reason)
                 self.sink.hand_over(ctx, None)
                 return
@@ -530,7 +549,7 @@ class Execution:
         """Before the handler runs: bring a spec stored at an older version up to its
         handler's with the queue's migrations, written fenced on the lease
         (`Task.upgrade_spec`); every runner calls this (a worker's threads, its event loop,
-        its batches, the foreground runs).
+        its bundles, the foreground runs).
 
         A spec of a newer version than the handler reads (an older worker, beside newer ones
         in a rolling deploy) is given back with a snooze, for a worker that reads it; a

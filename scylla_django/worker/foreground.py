@@ -77,6 +77,12 @@ class ForegroundWriter:
     def give_up(self, ctx: TaskContext) -> None:
         self.hand_over(ctx, None)
 
+    def start_needs_writes(self, ctx: TaskContext) -> bool:
+        return False  # a task run by hand is leased started (`Task.objects.lease_rn`)
+
+    def write_before_start(self, ctx: TaskContext) -> bool:
+        return True
+
     def holds(self, ctx: TaskContext) -> bool:
         """Whether `ctx` has no outcome yet."""
         with self._lock:

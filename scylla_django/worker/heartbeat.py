@@ -1,8 +1,10 @@
 """The heartbeat: every `heartbeat_interval` (at once when told a task of this worker may be
-cancelled) extend every live lease in one statement, sending progress; stop a task whose lease
-the database refused (cancelled, lost, aborted by the monitor) or whose heartbeats failed
+cancelled) extend every live lease in one statement, sending progress and telling which
+handlers have started (their reservations become full leases); stop a task whose lease the
+database refused (cancelled, lost, aborted by the monitor) or whose heartbeats failed
 `SCYLLA['HEARTBEAT_FAILURES']` times in a row (the worker then gives it up rather than run on
-unsupervised). Yields go through here too, so that a heartbeat never undoes one."""
+unsupervised). Yields go through here too, so that a heartbeat never undoes one, and so does
+the start a worker records before it runs a task whose earlier lease expired unstarted."""
 
 from __future__ import annotations
 
@@ -153,6 +155,53 @@ class Heartbeat:
             logger.info("%s yielded %d task(s)", name, len(yielded))
         self.hooks.note("yielded", len(yielded))
 
+    def record_start(self, ctx: TaskContext) -> bool:
+        """Tell the database, before `ctx`'s handler runs, that it starts (a heartbeat of its
+        lease alone, reporting the start): its reservation becomes a full lease, which counts
+        toward `MAX_LEASES` if it expires. Whether the handler may run: False when the lease
+        was refused (the task is stopped with the reason) or the write failed (the task is
+        stopped with LeaseLost, and its reservation expires unstarted).
+
+        A worker records the start of a task whose earlier lease expired unstarted
+        (`Task.unstarted`), rather than leave it to the next heartbeat: a handler that kills
+        its worker at once would otherwise never be known to have started, and never end."""
+        using = self.options.using
+        pk = ctx.task.pk
+        with self._lock:  # not beside a heartbeat pass or a yield
+            if ctx.stopped:
+                return False
+            sent = time.monotonic()
+            try:
+                with self.connection.used():
+                    tasks = Task.objects.using(using)
+                    extended = tasks.heartbeat_many(
+                        self.worker,
+                        {pk: (ctx.task.leases, None)},
+                        lease_length=self.options.lease_length,
+                        started={pk},
+                        reservation=self.options.reservation,
+                    )
+                    errors = (
+                        {} if pk in extended else tasks.refusals(self.worker, {pk: ctx.task.leases})
+                    )
+            except DatabaseError as exc:
+                self.connection.discard()
+                logger.warning(
+                    "%s could not record the start of %s: %s", self.worker.name, ctx.task.rn, exc
+                )
+                ctx.stop(LeaseLost(f"its start could not be recorded ({exc})", rn=ctx.task.rn))
+                return False
+            if errors:
+                logger.info("%s: %s", self.worker.name, errors[pk])
+                ctx.stop(errors[pk])
+                return False
+            ctx.start_recorded = True
+            ctx.failed_heartbeats = 0
+            if self.watchdog is not None:
+                self.watchdog.kept(ctx, sent)
+        self.hooks.note("recorded")
+        return True
+
     def _look_up(self) -> None:
         """Stop the tasks in hand whose leases this worker no longer holds (`look_now`)."""
         using = self.options.using
@@ -206,11 +255,21 @@ class Heartbeat:
                 )
                 for ctx in live
             }
+            # The handlers started since the last heartbeat: their reservations become leases.
+            started = {
+                ctx.task.pk
+                for ctx in live
+                if ctx.handler_started is not None and not ctx.start_recorded
+            }
             try:
                 with self.connection.used():
                     db.use_worker_plans(connections[using])  # the worker's own connection
                     extended = Task.objects.using(using).heartbeat_many(
-                        self.worker, leases, lease_length=self.options.lease_length
+                        self.worker,
+                        leases,
+                        lease_length=self.options.lease_length,
+                        started=started,
+                        reservation=self.options.reservation,
                     )
                     refused = {pk: leases[pk][0] for pk in leases if pk not in extended}
                     errors = (
@@ -240,6 +299,8 @@ class Heartbeat:
         for ctx in live:
             if ctx.task.pk in extended:
                 ctx.failed_heartbeats = 0
+                if ctx.task.pk in started:
+                    ctx.start_recorded = True
                 progress = leases[ctx.task.pk][1]
                 if progress is not None:
                     ctx.sent_progress = progress

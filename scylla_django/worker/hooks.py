@@ -10,6 +10,8 @@ in a slot before `leased` counts it):
 - `started`: handlers started;
 - `written`: outcomes written (or refused) and their slots released;
 - `beat`: heartbeat statements sent and answered;
+- `recorded`: starts recorded before a handler ran (a task whose earlier lease expired
+  before its handler started);
 - `yielded`: tasks given back (on shutdown, or prefetched tasks behind slow ones);
 - `given_up`: handlers given up (past their run-time limit, or their lease lost);
 - `held_back`: passes of the lease loop that leased nothing because the host's load was over
@@ -23,12 +25,15 @@ from __future__ import annotations
 import threading
 from typing import Literal
 
-HookName = Literal["leased", "started", "written", "beat", "yielded", "given_up", "held_back"]
+HookName = Literal[
+    "leased", "started", "written", "beat", "recorded", "yielded", "given_up", "held_back"
+]
 NAMES: tuple[HookName, ...] = (
     "leased",
     "started",
     "written",
     "beat",
+    "recorded",
     "yielded",
     "given_up",
     "held_back",

@@ -134,6 +134,9 @@ class LeaseLoop:
                     lease_length=self.options.lease_length,
                     timeouts=self.options.registry.queue_timeouts(self.queues),
                     timeout_grace=self.options.timeout_grace,
+                    # Leased beside others, a task may wait for a handler: a reservation
+                    # until the heartbeat reports its start.
+                    reservation=self.options.reservation,
                 )
         finally:
             started = self.slots.take(claim, tasks, self.worker)

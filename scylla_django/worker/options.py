@@ -137,3 +137,20 @@ class WorkerOptions:
     def heartbeat_seconds(self) -> float:
         """The heartbeat interval in force: `heartbeat_interval`, or a quarter of the lease."""
         return self.heartbeat_interval or heartbeat_interval_for(self.lease_length).total_seconds()
+
+    @property
+    def reservation(self) -> timedelta:
+        """How long a lease lasts until the database knows its handler has started: half the
+        lease length (5 s for the default 10 s lease), and two heartbeat intervals at least,
+        the lease length at most.
+
+        The worker's leases are reservations first (`Task.objects.lease(reservation=...)`):
+        its heartbeat reports the tasks whose handlers have started, which makes their leases
+        full ones, and extends the others by a reservation again. Two intervals leave the
+        first heartbeat after a lease half an interval to be answered (the watchdog's margin);
+        half a lease leaves a heartbeat held up by a busy database room to be answered, as a
+        full lease does (a reservation that expires under a handler that started makes the
+        task run twice). So a crash strands the tasks its worker held but had not started
+        for about half a lease, not a whole one (docs/howto/crashes.md)."""
+        length = self.lease_length
+        return min(length, max(length / 2, timedelta(seconds=2 * self.heartbeat_seconds)))

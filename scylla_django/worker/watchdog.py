@@ -67,14 +67,19 @@ class Watchdog:
         its run-time limit (not with `limit` False: a debugger's run) and the keeping of its
         lease (not with `lease` False: a lease no heartbeat extends)."""
         ctx.timeout = self.options.registry.timeout_of(ctx.task) if limit else None
-        length = self.options.lease_length.total_seconds()
+        length = self._length(ctx)
         ctx.lease_kept_until = ctx.started + length - self.margin if lease else None
         self._push(self._next_look(ctx), ctx, None)
 
     def kept(self, ctx: TaskContext, sent: float) -> None:
         """A heartbeat sent at `sent` (monotonic) extended `ctx`'s lease."""
-        length = self.options.lease_length.total_seconds()
-        ctx.lease_kept_until = sent + length - self.margin
+        ctx.lease_kept_until = sent + self._length(ctx) - self.margin
+
+    def _length(self, ctx: TaskContext) -> float:
+        """How long `ctx`'s lease lasts from its last extension: a full lease once the
+        database knows its handler has started, a reservation before."""
+        options = self.options
+        return (options.lease_length if ctx.start_recorded else options.reservation).total_seconds()
 
     def watched(self) -> int:
         """How many tasks the watchdog is waiting to look at (the tasks given back to the

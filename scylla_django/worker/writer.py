@@ -9,6 +9,13 @@ outcome itself, the same way, on a connection of its own, and runs the task it l
 Whatever fails once an outcome is sent to the database (a `task_finished` receiver, a log
 handler) is logged with its traceback and never keeps a slot: the slot is freed, the error is
 never the task's.
+
+Before a handler starts, the outcomes waiting whose tasks' starts the database knows are
+written first, at once: a handler that kills the worker would otherwise leave their leases to
+expire as runs that count toward `MAX_LEASES` (the outcomes of tasks whose starts it does not
+know cost nothing: their leases expire unstarted). And a task whose earlier lease expired
+unstarted has its start recorded before its handler runs (`Heartbeat.record_start`), so a
+handler that kills its worker at once is still counted (docs/howto/crashes.md).
 """
 
 from __future__ import annotations
@@ -76,7 +83,10 @@ class OutcomeWriter:
         self._ready = threading.Condition(threading.Lock())
         self._done = False
         self._hurry = False  # write what comes at once: the worker is stopping
+        self._urgent = False  # write what waits at once: a handler is about to start
         self._writing = 0  # outcomes taken from `_outcomes` and not written yet
+        # The tasks of the outcomes waiting or being written whose starts the database knows.
+        self._recorded: set[int] = set()
 
     # -- what the handlers hand over --------------------------------------------------------
 
@@ -90,6 +100,8 @@ class OutcomeWriter:
         # The slot stays taken until the outcome is written: a task is the worker's until then.
         with self._ready:
             self._outcomes.append((ctx, outcome))
+            if ctx.start_recorded:
+                self._recorded.add(ctx.task.pk)
             # The first wakes the writer; `write_size` waiting, or the last task in hand, flushes.
             if len(self._outcomes) in (1, self.options.write_size) or self._all_handled():
                 self._ready.notify()
@@ -137,6 +149,40 @@ class OutcomeWriter:
     def give_up(self, ctx: TaskContext) -> None:
         """Free `ctx`'s slot after a failure of the worker's own: its outcome is lost."""
         self.slots.release([ctx])
+
+    # -- before a handler starts ------------------------------------------------------------
+
+    def start_needs_writes(self, ctx: TaskContext) -> bool:
+        """Whether something must be written before `ctx`'s handler starts: an outcome
+        waiting whose task's start the database knows, or `ctx`'s own start (its earlier
+        lease expired unstarted). A look without a lock, on every handler's start."""
+        return bool(self._recorded) or (not ctx.start_recorded and ctx.task.unstarted > 0)
+
+    def write_before_start(self, ctx: TaskContext) -> bool:
+        """On the thread about to run `ctx`'s handler: have the outcomes waiting whose tasks'
+        starts the database knows written (waiting a heartbeat interval at most: through an
+        outage the handler is not held up longer), then record `ctx`'s start if its earlier
+        lease expired unstarted; whether the handler may run."""
+        self._write_now(self.options.heartbeat_seconds)
+        if ctx.start_recorded or ctx.task.unstarted == 0:
+            return True
+        return self.heartbeat.record_start(ctx)
+
+    def _write_now(self, timeout: float) -> None:
+        """Have the outcomes waiting written at once (no waits for more to join); return once
+        none whose task's start the database knows is waiting or being written, or after
+        `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._ready:
+            if not self._recorded:
+                return
+            self._urgent = True
+            self._ready.notify_all()
+            while self._recorded:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._ready.wait(min(left, 0.05))
 
     def _alone(self, ctx: TaskContext) -> bool:
         if not self.slots.only(ctx):
@@ -190,6 +236,7 @@ class OutcomeWriter:
                         and not self._all_handled()
                         and not self._done
                         and not self._hurry
+                        and not self._urgent
                     ):
                         left = deadline - time.monotonic()
                         if left <= 0:
@@ -198,6 +245,7 @@ class OutcomeWriter:
                     outcomes = self._outcomes[:write_size]
                     del self._outcomes[:write_size]
                     self._writing = len(outcomes)
+                    self._urgent = self._urgent and bool(self._outcomes)
                 try:
                     self._write(outcomes)
                 except Exception:  # a bug of ours: never let it keep the slots or this thread
@@ -208,6 +256,8 @@ class OutcomeWriter:
                 finally:
                     with self._ready:
                         self._writing = 0
+                        if self._recorded:
+                            self._recorded.difference_update(ctx.task.pk for ctx, _ in outcomes)
                         self._ready.notify_all()
         finally:
             connections.close_all()
@@ -320,6 +370,7 @@ class OutcomeWriter:
                 lease_length=self.options.lease_length,
                 timeouts=self.options.registry.queue_timeouts(queues),
                 timeout_grace=self.options.timeout_grace,
+                reservation=self.options.reservation,
             )
             try:
                 return self._refusals(outcomes, written), tasks

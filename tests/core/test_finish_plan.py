@@ -78,7 +78,9 @@ def test_a_heartbeat_reads_only_its_own_rows_however_many_tasks_its_worker_finis
         pks=[task.pk],
         leases=[task.leases],
         progress=[0.5],
+        started=[True],
         length=timedelta(seconds=30),
+        reservation=timedelta(seconds=5),
         worker=worker.name,
     )
     plan = prepared_plan(statement, params, mode, analyze=True)
@@ -92,7 +94,7 @@ def test_a_heartbeat_reads_only_its_own_rows_however_many_tasks_its_worker_finis
 
 def test_a_heartbeat_is_one_statement_of_a_few_parameters_however_many_leases():
     """40,000 leases in one heartbeat: a statement naming each lease needed 80,000 parameters,
-    past PostgreSQL's 65,535; the arrays keep it one statement of six. Each row is still
+    past PostgreSQL's 65,535; the arrays keep it one statement of eight. Each row is still
     fenced on its lease, and its run-time limit (`timeout_at`) caps its deadline."""
     from datetime import timedelta
 
@@ -180,7 +182,9 @@ def test_a_worker_s_heartbeat_of_thousands_of_leases_joins_them_in_one_pass():
         pks=[t.pk for t in leased],
         leases=[t.leases for t in leased],
         progress=[None] * len(leased),
+        started=[False] * len(leased),
         length=timedelta(seconds=30),
+        reservation=timedelta(seconds=5),
         worker=worker.name,
     )
     with connection.cursor() as cursor:

@@ -280,5 +280,6 @@ def test_no_handler_works_on_past_its_reset_after_the_connection_starves(tmp_pat
         assert not during, f"{rn} worked on after its reset at {resets[rn]}: {during}"
         last_before = max(at for at in steps[rn] if at < resets[rn])
         assert last_before > stalled  # it did work on while its lease was surely held
-    assert "giving it up (nothing is written for it)" in output
+    # Given up by the watchdog, or by the handler's own `ctx.check()` if it looked first.
+    assert "giving it up (nothing is written for it)" in output or "giving the task up" in output
     assert code == 0, output

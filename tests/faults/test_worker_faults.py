@@ -119,12 +119,17 @@ def worker_model(db) -> Worker:
 
 
 def test_a_task_the_monitor_aborted_stops_in_its_old_worker(settings):
-    """SIGSTOP past the lease with MAX_LEASES: the monitor aborts; the old owner must stop."""
+    """SIGSTOP past the lease with MAX_LEASES: the monitor aborts; the old owner must stop.
+    (Once the handler's start is known: a lease whose handler was not known to have started
+    would not count, docs/howto/crashes.md.)"""
     settings.SCYLLA = {"MAX_LEASES": 1}
     task = Task.objects.submit("t-sleep", {"seconds": 600})
     process = worker("t-sleep", lease="1s", extra=("--max-tasks", "1"))
     try:
-        wait_until(lambda: running(1), what="leased")
+        wait_until(
+            lambda: Task.objects.filter(status=Status.RUNNING, handler_started=True).exists(),
+            what="the handler's start reported",
+        )
         owner = Task.objects.get(pk=task.pk).owner
         process.send_signal(signal.SIGSTOP)
         wait_until(lambda: Task.objects.reset_expired() == 1, timeout=60, what="the expiry")

@@ -256,7 +256,7 @@ def test_bad_worker_arguments_are_command_errors(args):
         call_command("scylla_worker", *args, "--once")
 
 
-def test_the_command_runs_a_batch_with_once():
+def test_the_command_leases_once_with_once():
     for n in range(3):
         Task.objects.submit("t-echo", n)
     call_command(
@@ -288,15 +288,22 @@ def test_one_handler_per_queue():
 
 
 def test_lease_length_from_the_worker():
-    task = Task.objects.submit("t-sleep", {"seconds": 1})
-    worker = TaskWorker(
-        WorkerOptions(["t-sleep"], lease_length=timedelta(seconds=42), poll_interval=0.05)
+    """The worker's lease is a reservation (half the lease) until its heartbeat reports the
+    handler's start; from then on each heartbeat extends it by the worker's lease length."""
+    task = Task.objects.submit("t-sleep", {"seconds": 30})
+    options = WorkerOptions(
+        ["t-sleep"], lease_length=timedelta(seconds=42), heartbeat_interval=0.2, poll_interval=0.05
     )
+    assert options.reservation == timedelta(seconds=21)
+    worker = TaskWorker(options)
     thread = start_worker(worker)
-    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="leased")
+    worker.hooks.wait_for("started")
+    beats = worker.hooks.count("beat")
+    worker.hooks.wait_for("beat", beats + 2)  # one sent after the start reports it
     running = Task.objects.get(pk=task.pk)
+    assert running.handler_started
     assert running.deadline - running.updated == timedelta(seconds=42)
-    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.COMPLETED, what="done")
+    task.cancel()
     worker.stop()
     thread.join(10)
 
@@ -428,10 +435,10 @@ def test_a_task_leased_with_a_refused_outcome_runs_even_if_reading_why_fails(mon
     assert "reading why failed: the connection dropped" in caplog.text
 
 
-def test_the_writer_leases_into_the_slots_a_batch_of_outcomes_frees_in_the_same_call(
+def test_the_writer_leases_into_the_slots_the_outcomes_it_writes_free_in_the_same_call(
     monkeypatch,
 ):
-    """Several threads: the writer writes a batch of outcomes and leases into the slots they
+    """Several threads: the writer writes several outcomes together and leases into the slots they
     free in one call (on PostgreSQL, one statement and one commit), and hands the tasks out;
     the lease loop, polling rarely here, only makes the first lease."""
     registry = HandlerRegistry()
@@ -439,7 +446,7 @@ def test_the_writer_leases_into_the_slots_a_batch_of_outcomes_frees_in_the_same_
 
     def in_step(ctx):
         with contextlib.suppress(threading.BrokenBarrierError):
-            together.wait()  # the four finish together: their outcomes make one batch
+            together.wait()  # the four finish together: their outcomes are written together
 
     registry.register("step", in_step)
     refills: list[tuple[str, int, int, int]] = []

@@ -245,11 +245,18 @@ def test_a_worker_survives_the_database_going_away_briefly(settings):
 
 
 def test_lease_deadlines_use_the_database_clock():
-    task = Task.objects.submit("t-sleep", {"seconds": 2})
+    """A reservation first, then, once a heartbeat reported the handler's start, a lease of
+    the worker's length: both from the database's clock."""
+    task = Task.objects.submit("t-sleep", {"seconds": 60})
     process = worker("t-sleep", lease="7s")
-    wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.RUNNING, what="leased")
+    wait_until(
+        lambda: Task.objects.filter(pk=task.pk, status=Status.RUNNING, handler_started=True),
+        what="the start reported",
+    )
     running = Task.objects.get(pk=task.pk)
+    assert running.status == Status.RUNNING
     assert running.deadline - running.updated == timedelta(seconds=7)
+    task.cancel()
     process.send_signal(signal.SIGTERM)
     assert finish(process)[0] == 0
 

@@ -25,9 +25,10 @@ from ..stops import StopSignals, print_stacks_on_sigusr1
 
 class Command(BaseCommand):
     help = (
-        "Run the scylla_django monitor: every --interval seconds, give expired leases back "
-        "(running tasks whose deadline passed become ready again, with a TaskTimeout in their "
-        "history, or are aborted after MAX_LEASES), then delete completed, aborted and "
+        "Run the scylla_django monitor: every --interval seconds (every second at most), give "
+        "expired leases back (running tasks whose deadline passed become ready again, with a "
+        "TaskTimeout in their history, or are aborted after MAX_LEASES), and every --interval "
+        "seconds delete completed, aborted and "
         "cancelled tasks not updated for --retention. Any number of monitors may run at once. "
         "It keeps going through database outages, retrying with a backoff. SIGTERM or SIGINT "
         "stops it after the current pass (exit status 0); a second one stops it at once."
