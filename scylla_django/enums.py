@@ -1,6 +1,6 @@
 """Task statuses, History event types and the one table of allowed transitions.
 
-The table below is the state machine the README describes ("How it stays correct"). Every
+The table below is the state machine docs/discussions/correctness.md describes. Every
 operation of the models builds its conditional write from its row, and the admin, the API and the
 docs read it, so it is the single source of truth.
 """

@@ -1,4 +1,4 @@
-"""The distinct errors of the state machine (README, "How it stays correct").
+"""The distinct errors of the state machine (docs/discussions/correctness.md).
 
 Each carries a machine-readable `code`; an HTTP API returns `{"code": ..., "detail": ...}`.
 """

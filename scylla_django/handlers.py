@@ -63,9 +63,9 @@ class TaskLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
 
 class TaskContext:
     """What a handler gets: the task, its spec, the worker, progress and a stop check;
-    `snooze()`, `spawn()` and `parent_results` (README, "Task lifecycles"); steps, a cursor,
+    `snooze()`, `spawn()` and `parent_results` (docs/howto/children.md); steps, a cursor,
     durable sleeps and waits (`docs/howto/durable.md`); and a logger whose records are kept
-    in the task's log (README, "Task logs")."""
+    in the task's log (docs/howto/task-logs.md)."""
 
     def __init__(self, task: Task, worker: Worker) -> None:
         self.task = task
@@ -97,7 +97,7 @@ class TaskContext:
         # The children spawned so far, submitted with the task's completion (`spawn`).
         self.children: list[dict[str, Any]] = []
         self._parent_results: dict[str, Any] | None = None
-        # In a bundle (README, "Bundled execution"): the member's own outcome, once the bundle
+        # In a bundle (docs/howto/bundle-handlers.md): the member's own outcome, once the bundle
         # handler decided it with `complete()` or `abort()`.
         self.bundled = False
         self.decision: tuple[Any, list[dict[str, Any]] | None] | None = None
@@ -246,7 +246,7 @@ class TaskContext:
         on_complete: object = None,
         on_failure: object = None,
     ) -> SpawnedBatch:
-        """Open a batch of children (README, "Batches"), written with this task's completion
+        """Open a batch of children (docs/howto/batches.md), written with this task's completion
         as `spawn()`'s children are: the batch, its callbacks and its tasks, or nothing if
         this task does not complete. Callbacks are as `Batch`'s, validated now
         (ValidationError). Used as a context manager, a block left by an exception drops the
@@ -346,7 +346,7 @@ class TaskContext:
     @contextmanager
     def fenced(self) -> Iterator[None]:
         """A transaction on the task's database in which the handler's own writes commit only
-        while this worker still holds the task's lease (README, "Fenced side effects").
+        while this worker still holds the task's lease (docs/howto/fenced-effects.md).
 
         It begins by locking the task's row on its current owner and lease number (one
         `SELECT … FOR SHARE` on PostgreSQL, the write lock on SQLite) and keeps the lock until
@@ -638,18 +638,18 @@ class HandlerDecorator:
 
         `unique_key(spec)` is the unique key of a task submitted to the queues without one;
         `locks`, `limits`, `order_key`, `order_on_failure` and `rate_key` are the keys of a task
-        submitted without them, each a value or a function of the spec (README, "Unique tasks",
+        submitted without them, each a value or a function of the spec (docs/howto/keys.md,
         "Locks, limits and order keys"). They apply in every process that imports the handler.
         A value that no submission could take is a TypeError here; a limit or rate that is not
         configured is reported by `manage.py check` (`scylla_django.W020`).
-        `timeout` is the run-time limit of the queues' tasks that set none (README, "Run-time
-        limits"); ValidationError if it is not positive.
+        `timeout` is the run-time limit of the queues' tasks that set none
+        (docs/howto/timeouts.md); ValidationError if it is not positive.
 
         `bundle_size` makes it a bundle handler (docs/howto/bundle-handlers.md): it is called
         with a list of up to `bundle_size` contexts, leased in one statement once one task is
         ready and `bundle_wait` (default 0) has passed or the bundle is full.
         `notify` is the URL that the outcome of the queues' tasks submitted without one is POSTed
-        to once final (README, "Completion notifications"); it is checked at submission.
+        to once final (docs/howto/notifications.md); it is checked at submission.
         `snooze` (`Exponential(...)` or `Fixed(seconds)`) is how long a snooze without a delay
         (`raise Snooze()`, `ctx.snooze()`) waits, by the task's snooze count: its first snooze
         waits `backoff.delay(1)`, its nth `backoff.delay(n)`. TypeError if it is not a backoff,

@@ -1,7 +1,7 @@
 """The default keys of queues: per queue, the unique key, locks, limits, order key and rate of
 a task submitted without them, each a value or a function of the spec, registered by
 `@handler(queue, unique_key=..., locks=..., ...)` in the process that imports the handler and
-applied by a submission that names none (README, "Unique tasks" and "Locks, limits and order
+applied by a submission that names none (docs/howto/keys.md and "Locks, limits and order
 keys")."""
 
 from __future__ import annotations

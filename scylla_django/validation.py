@@ -1,4 +1,4 @@
-"""Validation of everything a client or a worker hands the scheduler (README, "The task").
+"""Validation of everything a client or a worker hands the scheduler (docs/reference/task.md).
 
 Each function raises `django.core.exceptions.ValidationError` with a `code`, and returns the
 normalised value. Nothing is written before validation has passed.

@@ -26,8 +26,8 @@ are `TaskQuerySet.purge()`. Built to stay fast on millions of tasks:
 
 Importing this package registers `Task`, `Worker`, `Schedule`, `Limit`, `Rate`, `Hold`,
 `Batch` and `Event` with `admin.site` and changes nothing else. The "Scylla console" module on
-the admin index is opt-in: set `admin.site.index_template = INDEX_TEMPLATE` (see the README,
-"Admin").
+the admin index is opt-in: set `admin.site.index_template = INDEX_TEMPLATE` (see
+docs/howto/admin.md).
 """
 
 from __future__ import annotations

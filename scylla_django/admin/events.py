@@ -1,5 +1,5 @@
 """The event pages: the stored events, newest first, read-only, with the schedules whose
-firings consumed each (README, "Triggers")."""
+firings consumed each (docs/howto/triggers.md)."""
 
 from __future__ import annotations
 

@@ -370,7 +370,7 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
 
     @admin.display(description=gettext_lazy("log"))
     def log_text(self, task: Task) -> SafeString | str:
-        """What the handler logged in the task's last run (README, "Task logs")."""
+        """What the handler logged in the task's last run (docs/howto/task-logs.md)."""
         text = task.read_log()
         return "-" if text is None else folded(text)
 

@@ -1,4 +1,4 @@
-"""The HTTP API (README, "REST API"): Django REST framework views over the same model methods as
+"""The HTTP API (docs/howto/http-api.md): Django REST framework views over the same model methods as
 everything else, with django-filter filtering and a drf-spectacular OpenAPI 3 schema.
 
 Mount it with `path("api/scylla/", include("scylla_django.api.urls"))` and add

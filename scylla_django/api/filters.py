@@ -1,4 +1,4 @@
-"""The filters of `GET /tasks/`, `GET /workers/` and `GET /events/` (README, "REST API"), as
+"""The filters of `GET /tasks/`, `GET /workers/` and `GET /events/` (docs/howto/http-api.md), as
 django-filter FilterSets.
 
 Every value is checked before it reaches the database: a queue or rn that breaks the naming

@@ -1,6 +1,6 @@
 """What the API reads and writes.
 
-JSON shapes use the field names of the README's "The task" and "REST API".
+JSON shapes use the field names of docs/reference/task.md and docs/howto/http-api.md.
 
 Request serializers only parse and check input, with the validators of `validation.py`; the
 views hand the result to the model methods, which validate again and do the writing. Request

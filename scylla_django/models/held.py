@@ -1,6 +1,6 @@
 """A worker's set operations on the leases it holds: heartbeat, check, yield and finish many
 of them at once. Each row is fenced on its lease (running, owned by the worker, the same lease
-number) as the one-task transitions of `Task` are (README, "How it stays correct"); a lease
+number) as the one-task transitions of `Task` are (docs/discussions/correctness.md); a lease
 missing from a result was not written, and `refusals()` says why.
 """
 

@@ -13,7 +13,8 @@ from ..enums import EventType
 
 
 class History(models.Model):
-    """One event in a task's life: TaskAssignment, TaskTimeout, TaskYield, … (README, "The task").
+    """One event in a task's life: TaskAssignment, TaskTimeout, TaskYield, …
+    (docs/reference/task.md).
 
     `time` is the task row's `updated` of the same transition, so time order is causal order.
     """

@@ -1,7 +1,7 @@
 """What an operator sees of the keys and does to them: the locks held now (by running tasks and
 by holds), the limits and rates with their current use, and the operations that change them —
 set a limit or a rate, force-release a hold, release an order key that a task aborted for good
-holds (README, "Locks, limits and order keys", "REST API", "Admin").
+holds (docs/howto/keys.md, docs/howto/http-api.md, docs/howto/admin.md).
 
 Every operation is one conditional write (with its History row, for a task); every reading is
 advisory, taken on the database when asked.

@@ -150,8 +150,8 @@ def lease_rn(
             status=transition.target,
             owner=name,
             deadline=now + lease_length,
-            # A debug run does not enforce the run-time limit: no cap (README, "Run-time
-            # limits"), nor one left by an earlier lease.
+            # A debug run does not enforce the run-time limit (docs/howto/timeouts.md): no cap,
+            # nor one left by an earlier lease.
             timeout_at=None,
             lease_length=lease_length,
             leases=F("leases") + 1,

@@ -1,5 +1,5 @@
 """Task and TaskQuerySet. The Task methods and the TaskQuerySet set operations are the state
-machine of `enums.TRANSITIONS` (README, "How it stays correct"): each transition is one
+machine of `enums.TRANSITIONS` (docs/discussions/correctness.md): each transition is one
 conditional write on the database clock, fenced by status (and by the owner and lease number,
 for worker operations), with its History row in the same transaction.
 
@@ -254,7 +254,7 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
         queue → limit, default `SCYLLA['TIMEOUTS']`; a worker passes its handlers' too) gets
         `timeout_at = now + limit + timeout_grace` (default `SCYLLA['TIMEOUT_GRACE']`), and
         its deadline is never later: no heartbeat extends the lease past it, and the monitor
-        aborts a task whose lease expired there with `timeout` (README, "Run-time limits").
+        aborts a task whose lease expired there with `timeout` (docs/howto/timeouts.md).
 
         With a `reservation` (a worker's, which reports its handlers' starts with its
         heartbeats), each lease is first a reservation: `deadline = now + reservation` and
@@ -495,7 +495,7 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
 class Task(models.Model):
     """A unit of work: submitted by a client, leased and finished by a worker.
 
-    Its fields are described in the README ("The task").
+    Its fields are described in docs/reference/task.md.
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -516,7 +516,7 @@ class Task(models.Model):
     leases = models.PositiveIntegerField(default=0)
     # The length of the current lease: a heartbeat given none extends the lease by this much.
     lease_length = models.DurationField(null=True, blank=True, editable=False)
-    # The task's run-time limit (README, "Run-time limits"); null: its handler's, else its
+    # The task's run-time limit (docs/howto/timeouts.md); null: its handler's, else its
     # queue's (`SCYLLA['TIMEOUTS']`), else none.
     timeout = models.DurationField(null=True, blank=True)
     # The database time past which the current lease is never extended: its start plus its
@@ -557,7 +557,7 @@ class Task(models.Model):
     # A ready task not started by then is never leased, and the monitor cancels it (`expired`).
     expires_at = models.DateTimeField(null=True, blank=True)
 
-    # -- unique keys (README, "Unique tasks") -----------------------------------------------
+    # -- unique keys (docs/howto/keys.md) -----------------------------------------------
     # At most one task holds a key: the partial unique index `scylla_task_unique_key` admits
     # one row per key among the ready and running tasks and those that still hold it
     # (`unique_held`). With a window, a task holds its key from its submission until a
@@ -1126,7 +1126,7 @@ class Task(models.Model):
     def signal(self, name: str, payload: Any = None) -> None:
         """Send the signal `name` with `payload` (JSON) to this task: kept for it until a
         `ctx.wait_for(signal=name)` takes it, and waking the task at once if it waits for it
-        (README, "Durable execution"). A signal is delivered once: a second one of the same
+        (docs/howto/durable.md). A signal is delivered once: a second one of the same
         name raises SignalAlreadySent; one to a finished task raises TaskFinished; a bad name
         or payload raises ValidationError. Nothing is written when it raises."""
         waits.send_signal(self, name, payload)

@@ -3,7 +3,7 @@ submission does when the key it names is held.
 
 The key is a constraint of the schema, not a lookup: the partial unique index
 `scylla_task_unique_key` (`UNIQUE_HOLDER` is its condition) admits one holder per key, so
-concurrent submissions of a key cannot both insert. See README, "Unique tasks". The
+concurrent submissions of a key cannot both insert. See docs/howto/keys.md. The
 handlers' default keys are in `scylla_django.queue_keys`.
 """
 

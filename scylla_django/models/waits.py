@@ -1,6 +1,6 @@
 """Durable waits: `Wait` (a task's durable sleep, or its wait for an event or a signal) and
 `TaskSignal` (a signal sent to a task), with the writes that park a task, wake it and send it
-a signal (README, "Durable execution"; `docs/howto/durable.md`).
+a signal (docs/howto/durable.md; `docs/howto/durable.md`).
 
 A parked task is an ordinary ready task whose `not_before` is its wait's timeout (`PARKED`
 without one): the lease skips it as it skips any task not yet due, with no column or

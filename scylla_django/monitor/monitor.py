@@ -1,7 +1,7 @@
 """The monitor: runs the maintenance services, each at its own interval, and retries through
 database outages.
 
-See the README, "The monitor and cleanup".
+See docs/howto/monitor.md.
 
 `Monitor.run()` loops until told to stop; `manage.py scylla_monitor` is a thin wrapper around it.
 Any number of monitors may run at once, on one host or many: `Task.objects.reset_expired()` locks

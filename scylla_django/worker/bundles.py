@@ -1,4 +1,4 @@
-"""Bundled execution (README, "Bundled execution"): the tasks of a bundle handler's queue
+"""Bundled execution (docs/howto/bundle-handlers.md): the tasks of a bundle handler's queue
 (`@handler("clean", bundle_size=100, bundle_wait=timedelta(seconds=1))`) are leased up to
 `bundle_size` at a time in one statement and handed to one call of the handler, as a list of
 their contexts.

@@ -390,7 +390,7 @@ class Execution:
 
     def run_bundle(self, contexts: Sequence[TaskContext]) -> list[tuple[TaskContext, Outcome]]:
         """Call the bundle handler of the members' queue once, on this thread, with the members
-        still live (README, "Bundled execution"); return the outcome of each member that gets
+        still live (docs/howto/bundle-handlers.md); return the outcome of each member that gets
         one, with the log of the call (each member keeps it) and an even share of what the
         call used: what the handler decided for it (`ctx.complete()`, `ctx.abort()`), else,
         when the handler returned, its result (a mapping of rn to result; None for a member it

@@ -1,6 +1,6 @@
 """The watchdog: a thread that watches the clock for the tasks in hand, never the database.
 
-- **Run-time limits** (README, "Run-time limits"): at `timeout` after its lease a task is
+- **Run-time limits** (docs/howto/timeouts.md): at `timeout` after its lease a task is
   stopped (`ctx.check()` raises TaskTimedOut, and whatever the handler returns, its outcome is
   the abort `timeout`); a handler still running `timeout_grace` later is given up: the abort
   `timeout` is written for it, its slot freed and its thread replaced (the thread itself

@@ -1,4 +1,4 @@
-"""The views of the REST API (README, "REST API"), one module per kind of resource.
+"""The views of the REST API (docs/howto/http-api.md), one module per kind of resource.
 
 Each parses its input with a serializer and calls the model or manager
 method that every other caller uses (`Task.objects.submit`, `task.cancel`, `task.heartbeat`, …);

@@ -1,5 +1,5 @@
 """The events route: `POST /events/` emits an event, `GET /events/` lists the stored ones
-(README, "Triggers")."""
+(docs/howto/triggers.md)."""
 
 from __future__ import annotations
 

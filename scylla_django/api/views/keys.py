@@ -1,5 +1,5 @@
 """The key routes, for operators: the locks held now, the limits and rates with their use (and
-changing them), and force-releasing a hold (README, "REST API")."""
+changing them), and force-releasing a hold (docs/howto/http-api.md)."""
 
 from __future__ import annotations
 
