@@ -26,9 +26,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, TypeVar
 
-from .exceptions import TIMED_OUT, Parked, WaitTimedOut
+from .exceptions import TIMED_OUT, Parked, ScyllaError, WaitTimedOut
 from .models import Step, Wait, WaitKind, WaitOutcome
 from .models.steps import CURSOR, record_step, recorded, save_cursor, validate_name
 from .models.waits import WaitFor, begin_wait, signal_token
@@ -36,7 +36,27 @@ from .schedules.events import validate_kind, validate_match
 from .validation import validate_delay
 
 if TYPE_CHECKING:
-    from .handlers import TaskContext
+    from contextlib import AbstractContextManager
+
+    from .models import Task, Worker
+
+
+class Run(Protocol):
+    """What durable execution needs of a handler's run (`handlers.TaskContext` is one): its
+    task and worker, its stop checks, its fenced blocks, and its `Durable` state."""
+
+    task: Task
+    worker: Worker
+
+    @property
+    def durable(self) -> Durable: ...
+
+    def check(self) -> None: ...
+
+    def stop(self, reason: ScyllaError) -> None: ...
+
+    def fenced(self) -> AbstractContextManager[Any]: ...
+
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -48,7 +68,7 @@ class Durable:
     """The durable state of one run of a handler: its task's recorded steps (read once) and
     the waits it named so far (a wait without a name is named by its order in the run)."""
 
-    def __init__(self, ctx: TaskContext) -> None:
+    def __init__(self, ctx: Run) -> None:
         self.ctx = ctx
         self._steps: dict[str, Step] | None = None
         self._named: Counter[str] = Counter()
@@ -148,7 +168,7 @@ class StepBlock:
     limit (ValidationError, nothing committed).
     """
 
-    def __init__(self, ctx: TaskContext, name: str) -> None:
+    def __init__(self, ctx: Run, name: str) -> None:
         self.ctx = ctx
         self.name = validate_name(name)
         self.result: Any = None
