@@ -479,23 +479,3 @@ def test_concurrent_duplicate_aborts_submit_one_successor(worker):
     results = run_in_threads([abort] * 3)
     assert len([r for r in results if r is not None]) == 1
     assert Task.objects.filter(retry_of="dup").count() == 1
-
-
-def test_the_migration_makes_the_first_task_of_each_existing_chain_its_own_root():
-    from types import SimpleNamespace
-
-    from django.apps import apps
-    from django.db import connection as default
-    from django.utils.module_loading import import_string
-
-    migration = "scylla_django.migrations.0012_first_task_of_a_chain_is_its_root"
-    forwards = import_string(f"{migration}.first_tasks_root_themselves")
-    Task.objects.create(rn="m", queue="default", spec={})
-    Task.objects.create(rn="m:retry-2", queue="default", spec={}, retry_of="m", root="m", attempt=2)
-    Task.objects.create(rn="alone", queue="default", spec={})
-    forwards(apps, SimpleNamespace(connection=default))
-    assert dict(Task.objects.values_list("rn", "root")) == {
-        "m": "m",
-        "m:retry-2": "m",
-        "alone": None,
-    }
