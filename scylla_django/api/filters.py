@@ -152,6 +152,36 @@ class ErrorCodeFilter(django_filters.CharFilter):  # type: ignore[misc, unused-i
     {
         "type": "string",
         "minLength": 1,
+        "maxLength": 150,
+        "description": "The tasks submitted by the user with this username.",
+    }
+)
+class SubmitterFilter(django_filters.CharFilter):  # type: ignore[misc, unused-ignore]
+    """The username of the user who submitted a task, matched exactly."""
+
+    def __init__(self) -> None:
+        super().__init__(field_name="origin__user__username", max_length=150)
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": KEY_NAME_MAX_LENGTH,
+        "description": "The tasks counted against this admission key.",
+    }
+)
+class AdmissionKeyFilter(django_filters.CharFilter):  # type: ignore[misc, unused-ignore]
+    """The admission key a task was counted against, matched exactly."""
+
+    def __init__(self) -> None:
+        super().__init__(field_name="origin__admission_key", max_length=KEY_NAME_MAX_LENGTH)
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "minLength": 1,
         "maxLength": KEY_NAME_MAX_LENGTH,
         "description": "Tasks that name this key: a lock, limit, order key, rate or unique key.",
     }
@@ -198,14 +228,8 @@ class TaskFilter(django_filters.FilterSet):  # type: ignore[misc, unused-ignore]
         method="filter_mine",
         help_text="`true`: the tasks the requesting user submitted; `false`: the others.",
     )
-    submitter = django_filters.CharFilter(
-        field_name="origin__user__username",
-        help_text="The tasks submitted by the user with this username.",
-    )
-    admission_key = django_filters.CharFilter(
-        field_name="origin__admission_key",
-        help_text="The tasks counted against this admission key.",
-    )
+    submitter = SubmitterFilter()
+    admission_key = AdmissionKeyFilter()
 
     class Meta:
         model = Task

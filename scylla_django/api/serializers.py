@@ -1681,9 +1681,12 @@ BATCH_STATES = ["running", "completed", "failed", "cancelled"]
 
 class BatchTaskSerializer(SubmitSerializer):
     """A task of a batch: as `POST /tasks/` takes it, but a task of a batch waits for no
-    parents (no `after`)."""
+    parents (no `after`), and the batch's request is its submitter (no `submitter_name` or
+    `submitter_description` of its own)."""
 
     after = None  # type: ignore[assignment]
+    submitter_name = None  # type: ignore[assignment]
+    submitter_description = None  # type: ignore[assignment]
 
 
 class CallbackSerializer(StrictSerializer):

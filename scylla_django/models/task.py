@@ -1003,14 +1003,19 @@ class Task(models.Model):
         counted toward `MAX_LEASES` (aborted `max_leases_exceeded` at the cap). Unlike
         `yield_lease()`, no TaskYield row is written, so the lease counts. A lease that
         already ran into its run-time limit keeps its deadline there (the monitor aborts the
-        task with `timeout`).
+        task with `timeout`). The lease is marked started (`handler_started`): a child process
+        runs this task alone, so its death is this task's, and counts even when it came before
+        the heartbeat reported the start (a reservation's expiry would not count).
 
         Raises LeaseLost or TaskCancelled when `worker` does not hold the lease.
         """
         self._apply(
             Operation.LAPSE,
             worker,
-            {"deadline": capped_deadline(db.now_plus(timedelta(seconds=-1), Clock))},
+            {
+                "deadline": capped_deadline(db.now_plus(timedelta(seconds=-1), Clock)),
+                "handler_started": True,
+            },
             lease=lease,
         )
 

@@ -148,6 +148,8 @@ def test_the_pinned_horizon_benchmark_prints_each_phase_and_names_what_pins_it()
     assert "(bench-pin, idle in transaction)" in out
 
 
+@pytest.mark.skipif("postgresql" not in ENGINE, reason="a PostgreSQL benchmark")
+@pytest.mark.skipif(django.VERSION < (6, 0), reason="run once, in the Django 6.1 cell")
 def test_the_durable_benchmark_prints_a_step_and_a_wait_cycle_beside_pgbench():
     out = run_on_scratch("durable.py", "durable", "--steps", "20", "--tasks", "5", "--runs", "1")
     figures = re.findall(r"^(.+?): .*[\d,]+ \[[\d,]+-[\d,]+\] µs$", out, re.MULTILINE)

@@ -23,7 +23,7 @@ import pytest
 from django.dispatch import Signal
 
 import scylla_django
-from scylla_django import signals
+from scylla_django import notify, queue_keys, retries, signals, spec_versions
 from scylla_django.handlers import HandlerRegistry, handler
 from tests.docs import DOCS, ROOT
 
@@ -86,11 +86,24 @@ def test_a_block_not_run_here_says_why_or_which_test_runs_it(example: Example):
         assert match.group("reason").strip(), f"{example.name}: say why the block is not run"
 
 
+#: What `@handler` records per queue outside its registry (default keys, retry policies,
+#: notify URLs, spec versions): put back as it was after each block.
+QUEUE_DEFAULTS = [
+    (queue_keys, "_queue_keys"),
+    (retries, "_queue_policies"),
+    (notify, "_queue_urls"),
+    (spec_versions, "_queues"),
+]
+
+
 @pytest.fixture
 def registry(monkeypatch) -> HandlerRegistry:
-    """`from scylla_django import handler` in a block registers here, not in the process."""
+    """`from scylla_django import handler` in a block registers here, not in the process,
+    and what it records per queue beside the registry is forgotten after the block."""
     own = HandlerRegistry()
     monkeypatch.setattr(scylla_django, "handler", functools.partial(handler, registry=own))
+    for module, name in QUEUE_DEFAULTS:
+        monkeypatch.setattr(module, name, dict(getattr(module, name)))
     return own
 
 

@@ -45,6 +45,12 @@ def leased(task: Task, lease: int) -> bool:
     return task.status == Status.RUNNING and task.leases == lease
 
 
+def started(task: Task, lease: int) -> bool:
+    """Leased, and the database knows its handler started (its heartbeat reported it): the
+    lease counts toward MAX_LEASES if it is lost (a reservation's expiry would not)."""
+    return leased(task, lease) and task.handler_started
+
+
 def children(process: subprocess.Popen) -> list[int]:
     """The child processes of `--isolation process` under `process`."""
     return [pid for pid in descendants(process.pid) if "spawn_main" in cmdline(pid)]
@@ -110,7 +116,7 @@ def fail_twice_in_thread_mode() -> tuple[Task, str]:
     for lease, sig in ((1, signal.SIGKILL), (2, signal.SIGSTOP)):
         process = worker()
         try:
-            wait_until(lambda lease=lease: leased(task, lease), what=f"lease {lease}")
+            wait_until(lambda lease=lease: started(task, lease), what=f"lease {lease} started")
             process.send_signal(sig)  # killed, then frozen: the lease is lost either way
             reset_once()
         finally:

@@ -61,18 +61,18 @@ def test_a_worker_over_its_max_load_leases_nothing_and_says_why():
     assert not thread.is_alive()
 
 
-def test_a_batch_handler_s_queue_is_held_back_too():
+def test_a_bundle_handler_s_queue_is_held_back_too():
     load = Load(9.0)
     worker = TaskWorker(
-        WorkerOptions(["t-batch", "t-echo"], poll_interval=0.05, max_load=2, load_reader=load)
+        WorkerOptions(["t-bundle", "t-echo"], poll_interval=0.05, max_load=2, load_reader=load)
     )
     hooks = worker.hooks
-    member = Task.objects.submit("t-batch", {"n": 1})
+    member = Task.objects.submit("t-bundle", {"n": 1})
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
         assert hooks.wait_for("held_back", 2), hooks
-        wait_until(lambda: load.readers.count("scylla-batch-t-batch") >= 3, what="the batcher")
+        wait_until(lambda: load.readers.count("scylla-bundle-t-bundle") >= 3, what="the bundler")
         member.refresh_from_db()
         assert (member.status, member.leases) == (Status.READY, 0)
         load.value = 0.5
