@@ -140,17 +140,17 @@ class WorkerOptions:
 
     @property
     def reservation(self) -> timedelta:
-        """How long a lease lasts until the database knows its handler has started: half the
-        lease length (5 s for the default 10 s lease), and two heartbeat intervals at least,
-        the lease length at most.
+        """How long a lease lasts until the database knows its handler has started: three
+        heartbeat intervals, and half the lease length at least (7.5 s for the default 10 s
+        lease, whose heartbeat comes every 2.5 s), the lease length at most.
 
         The worker's leases are reservations first (`Task.objects.lease(reservation=...)`):
         its heartbeat reports the tasks whose handlers have started, which makes their leases
-        full ones, and extends the others by a reservation again. Two intervals leave the
-        first heartbeat after a lease half an interval to be answered (the watchdog's margin);
-        half a lease leaves a heartbeat held up by a busy database room to be answered, as a
-        full lease does (a reservation that expires under a handler that started makes the
-        task run twice). So a crash strands the tasks its worker held but had not started
-        for about half a lease, not a whole one (docs/howto/crashes.md)."""
+        full ones, and extends the others by a reservation again. Three intervals leave two
+        heartbeats held up by a busy database, or by a worker holding thousands of tasks, to
+        be answered before the reservation could expire under a handler that started (which
+        would make the task run twice). So a crash strands the tasks its worker held but had
+        not started for three quarters of a lease at the defaults, not a whole one
+        (docs/howto/crashes.md)."""
         length = self.lease_length
-        return min(length, max(length / 2, timedelta(seconds=2 * self.heartbeat_seconds)))
+        return min(length, max(length / 2, timedelta(seconds=3 * self.heartbeat_seconds)))

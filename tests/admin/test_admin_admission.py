@@ -33,6 +33,7 @@ def test_my_tasks_filter_and_the_submitter_on_the_page():
     assert "Submitted by" in text and "staff-view_task: x" in text
 
 
+@pytest.mark.keys  # limits and admission keys: not on MySQL/MariaDB
 def test_the_page_of_a_ready_task_shows_its_forecast():
     client = staff("view_task")
     set_limit("stripe", 1)

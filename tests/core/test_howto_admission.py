@@ -20,6 +20,7 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "howto" / "admission.md"
 BLOCK = re.compile(r"```python\n(# admission: (SCYLLA = .*?)\n.*?)```", re.DOTALL)
 
 
+@pytest.mark.keys  # limits and admission keys: not on MySQL/MariaDB
 def test_the_admission_example_does_what_it_says(settings, capsys) -> None:
     match = BLOCK.search(PAGE.read_text())
     assert match is not None, "admission.md has no example block"

@@ -31,6 +31,7 @@ def promised(code: str) -> list[str]:
     return said
 
 
+@pytest.mark.keys  # limits and admission keys: not on MySQL/MariaDB
 def test_the_eta_example_prints_what_it_says(capsys) -> None:
     match = BLOCK.search(PAGE.read_text())
     assert match is not None, "eta.md has no example block"

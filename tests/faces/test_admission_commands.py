@@ -31,6 +31,7 @@ def test_scylla_queue_cap_sets_lists_and_clears_a_cap():
         run("scylla_queue", "cap", "emails", "0")
 
 
+@pytest.mark.keys  # limits and admission keys: not on MySQL/MariaDB
 def test_scylla_tasks_eta_names_the_bottleneck_and_answers_what_if():
     set_limit("stripe", 1)
     Worker.objects.register(queues=["q"], capacity=4)

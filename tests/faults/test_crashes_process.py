@@ -53,6 +53,8 @@ def run_beside_a_pill(
             "--processes=2",
             "--handlers=tests.worker_handlers",
             *([f"--lease-length={lease.total_seconds():g}s"] if lease else []),
+            # a short lease's reservation is half of it when heartbeats come often enough
+            *([f"--heartbeat-interval={lease.total_seconds() / 8:g}"] if lease else []),
             "-v",
             "2",
             env=env,
@@ -100,7 +102,7 @@ def assert_only_the_pill_paid(
                 stranded += 1
                 assert typ == EventType.ASSIGNMENT
                 # Stranded by a crash that did not run it: made ready again within its
-                # reservation (half a lease) and the monitor's next reset, not a lease length.
+                # reservation and the monitor's next reset, not a lease length.
                 assert then - at < lease, (task.rn, history)
         # Its leases that expired never counted: its handler had not started in them.
         assert task.unstarted == task.leases - 1, (task.rn, task.leases, history)

@@ -25,6 +25,7 @@ TASKS = 24
 WARM_UP = 6
 
 
+@pytest.mark.keys  # limits and admission keys: not on MySQL/MariaDB
 def test_forecasts_of_tasks_behind_a_limit_match_their_starts():
     set_limit("stripe", 2)
     rns = [

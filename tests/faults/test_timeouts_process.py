@@ -89,9 +89,12 @@ def test_a_stopped_worker_cannot_hold_a_task_past_its_limit_the_monitor_aborts_i
                 History.objects.filter(task=task, typ=EventType.ASSIGNMENT).exists()
                 and Task.objects.get(pk=task.pk).updated
                 > History.objects.get(task=task, typ=EventType.ASSIGNMENT).time
+                # the heartbeat that reported the handler's start: a full lease from then
+                # (before it, a reservation), capped at the limit
+                and Task.objects.get(pk=task.pk).handler_started
             ),
             timeout=30,  # the worker's start, its lease and a heartbeat, on a loaded machine
-            what="the first heartbeat",
+            what="the heartbeat that reports the start",
         )
         process.send_signal(signal.SIGSTOP)
         task.refresh_from_db()

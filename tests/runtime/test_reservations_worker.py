@@ -64,7 +64,7 @@ def test_a_first_lease_is_a_reservation_until_the_heartbeat_reports_its_start():
         assert worker.hooks.count("recorded") == 0
         running = Task.objects.get(pk=task.pk)
         assert running.status == Status.RUNNING and not running.handler_started
-        assert running.deadline - running.updated == options.reservation == timedelta(seconds=30)
+        assert running.deadline - running.updated == options.reservation == timedelta(seconds=42)
     finally:
         stop(worker, thread, task)
 

@@ -288,7 +288,7 @@ def test_one_handler_per_queue():
 
 
 def test_lease_length_from_the_worker():
-    """The worker's lease is a reservation (half the lease) until its heartbeat reports the
+    """The worker's lease is a reservation (here half the lease) until its heartbeat reports the
     handler's start; from then on each heartbeat extends it by the worker's lease length."""
     task = Task.objects.submit("t-sleep", {"seconds": 30})
     options = WorkerOptions(
