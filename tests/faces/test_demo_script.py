@@ -198,6 +198,13 @@ def test_the_demo_prefers_python_3_13_then_3_12_then_python3(tmp_path):
     assert find_python(str(bin_dir)) == str(thirteen)
 
 
+def as_a_terminal_job() -> None:
+    """In the child, before the shell starts: SIGINT at its default, as a terminal's
+    foreground job has it. A test runner started in the background has it ignored, and a
+    shell cannot trap a signal ignored when it started: the demo would never see the Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_through_a_pipe_that_ends_stops_every_child(tmp_path):
     """`scripts/demo 2>&1 | tee demo.log`, then Ctrl-C: the terminal's SIGINT reaches the
     script and `tee` together, so the pipe is gone by the time the script stops its children;
@@ -210,6 +217,7 @@ def test_ctrl_c_through_a_pipe_that_ends_stops_every_child(tmp_path):
         ["bash", "-c", f'"{ROOT / "scripts" / "demo"}" 2>&1 | tee "{log}" >/dev/null'],
         env=env,
         start_new_session=True,
+        preexec_fn=as_a_terminal_job,
     )
     try:
         wait_for_server(port, shell, log)
