@@ -1,6 +1,6 @@
 """The start forecast against a real worker process: tasks behind a limit in a steady run.
 
-24 tasks of about 0.5 s each share the limit "stripe" of size 2, and one worker with four
+30 tasks of about a second each share the limit "stripe" of size 2, and one worker with four
 slots runs them. Once six have completed (the run times are measured), every task still
 ready is forecast; when all have run, each forecast wait is compared with the wait the task
 really had (from the forecast's moment to its lease, on the database clock). The median
@@ -21,7 +21,7 @@ from tests.processes import finish, start, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
-TASKS = 24
+TASKS = 30
 WARM_UP = 6
 
 
@@ -29,7 +29,7 @@ WARM_UP = 6
 def test_forecasts_of_tasks_behind_a_limit_match_their_starts():
     set_limit("stripe", 2)
     rns = [
-        Task.objects.submit("t-sleep", {"seconds": 0.5}, rn=f"s{i:02}", limits=["stripe"]).rn
+        Task.objects.submit("t-sleep", {"seconds": 1.0}, rn=f"s{i:02}", limits=["stripe"]).rn
         for i in range(TASKS)
     ]
     worker = start(
