@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -22,8 +22,9 @@ from ..db import Now
 from ..validation import validate_json
 
 if TYPE_CHECKING:
+    from django.db.models.base import ModelState
+
     from .processes import Worker
-    from .task import Task
 
 #: The longest name of a step, a wait or a signal.
 NAME_MAX_LENGTH = 100
@@ -32,6 +33,20 @@ CURSOR = "@cursor"
 #: What a step's, a wait's or a signal's name is made of (the API's schema says it too).
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:/#-]*$"
 _NAME = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.:/#-]*\Z")
+
+
+class LeasedTask(Protocol):
+    """What the durable records need of a task: its key, its name, its database and the
+    lock of its lease (`Task` is one; this module stands below `task.py` and names no model
+    above it)."""
+
+    pk: Any
+    rn: str
+    _state: ModelState
+
+    def lock_lease(self, worker: Worker | str, *, lease: int | None = None) -> None: ...
+
+    def park(self, worker: Worker | str, until: Any, *, lease: int | None = None) -> None: ...
 
 
 class Step(models.Model):
@@ -83,13 +98,13 @@ def validate_step_result(name: str, value: Any) -> Any:
     return validate_json(value, f"the result of step {name!r}", allow_null=True)
 
 
-def recorded(task: Task) -> dict[str, Step]:
+def recorded(task: LeasedTask) -> dict[str, Step]:
     """The steps `task` completed so far, its cursor among them, by name (one query)."""
     using = task._state.db or "default"
     return {step.name: step for step in Step.objects.using(using).filter(task_id=task.pk)}
 
 
-def record_step(task: Task, lease: int, name: str, result: Any) -> Step:
+def record_step(task: LeasedTask, lease: int, name: str, result: Any) -> Step:
     """Record the step `name` of `task` with `result`, inside the caller's transaction, which
     holds the task's lease locked (`Task.lock_lease`): the step commits with the writes of
     that transaction, or not at all. ValidationError for a bad name or result."""
@@ -102,7 +117,7 @@ def record_step(task: Task, lease: int, name: str, result: Any) -> Step:
     return step
 
 
-def save_cursor(task: Task, worker: Worker | str, lease: int, cursor: Any) -> Step:
+def save_cursor(task: LeasedTask, worker: Worker | str, lease: int, cursor: Any) -> Step:
     """Write `task`'s cursor (`ctx.checkpoint()`), fenced on `worker`'s lease `lease`: one
     transaction that locks the task's row on the lease and rewrites the cursor in place.
     ValidationError for a cursor that is not JSON within the size limit; LeaseLost or

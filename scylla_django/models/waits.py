@@ -28,11 +28,10 @@ from ..db import Now
 from ..enums import TERMINAL_STATUSES, Status
 from ..exceptions import SignalAlreadySent, TaskFinished, TaskNotFound
 from ..validation import validate_json
-from .steps import CURSOR, NAME_MAX_LENGTH, Step, validate_name
+from .steps import CURSOR, NAME_MAX_LENGTH, LeasedTask, Step, validate_name
 
 if TYPE_CHECKING:
     from .processes import Worker
-    from .task import Task
 
 #: The `not_before` of a task parked in a wait without a timeout: not leasable until woken
 #: (two days before `HELD`, the follow-ups' own, and one before `ON_HOLD`, an operator's
@@ -143,7 +142,7 @@ class WaitFor:
     signal: str | None = None
 
 
-def begin_wait(task: Task, worker: Worker | str, lease: int, wanted: WaitFor) -> Wait:
+def begin_wait(task: LeasedTask, worker: Worker | str, lease: int, wanted: WaitFor) -> Wait:
     """Start the wait `wanted.name` of `task`, or take it up again on a later run; return it.
 
     In one transaction fenced on `worker`'s lease `lease`: the wait is read (or written, from
@@ -266,7 +265,7 @@ def wake_on_event(event_id: int, kind: str, payload: Mapping[str, Any], using: s
     return woken
 
 
-def send_signal(task: Task, name: str, payload: Any = None) -> TaskSignal:
+def send_signal(task: LeasedTask, name: str, payload: Any = None) -> TaskSignal:
     """`Task.signal()`: keep the signal `name` for `task` and wake its wait for it, if any.
 
     One transaction: the task's row locked for update (TaskNotFound if it is gone,
@@ -275,7 +274,7 @@ def send_signal(task: Task, name: str, payload: Any = None) -> TaskSignal:
     validate_name(name, "signal")
     value = validate_json(payload, "payload", allow_null=True)
     using = task._state.db or "default"
-    tasks = type(task)._default_manager.using(using)
+    tasks = task_model()._default_manager.using(using)
     with db.write_atomic(using):
         status = tasks.select_for_update().filter(pk=task.pk).values_list("status", flat=True)
         found = status.first()
@@ -301,7 +300,7 @@ def send_signal(task: Task, name: str, payload: Any = None) -> TaskSignal:
 TOKEN_SALT = "scylla_django.signal"
 
 
-def signal_token(task: Task, name: str) -> str:
+def signal_token(task: LeasedTask, name: str) -> str:
     """A token that sends the signal `name` to `task` without other credentials (`POST
     /api/signals/{token}/`), to hand to an outside system as a completion URL: signed with
     the project's SECRET_KEY (`django.core.signing`), good for one signal, since a task takes
@@ -341,7 +340,7 @@ def carry_over(from_pk: int, to_pk: int, using: str) -> None:
     )
 
 
-def durable_record(task: Task) -> dict[str, Any]:
+def durable_record(task: LeasedTask) -> dict[str, Any]:
     """What `task`'s runs recorded: `{"steps", "cursor", "waits", "signals"}` (its steps
     apart from its cursor, in the order they completed; its waits and signals in order)."""
     using = task._state.db or "default"
@@ -354,7 +353,7 @@ def durable_record(task: Task) -> dict[str, Any]:
     }
 
 
-def open_wait(task: Task) -> Wait | None:
+def open_wait(task: LeasedTask) -> Wait | None:
     """The wait `task` is parked in, if any (the last one it began, still open)."""
     using = task._state.db or "default"
     waits = Wait.objects.using(using).filter(task_id=task.pk, outcome__isnull=True)
