@@ -5,10 +5,10 @@
             batch.submit("resize", {"image": image})
 
 The block is one transaction: the batch row (`models.Batch`), its callbacks and its tasks are
-all written, or none is. Each callback is a task submitted with the batch and held (`not_before
-= HELD`, as a follow-up is) until the monitor's `release_callbacks` releases it (its condition
-holds) or cancels it (it can no longer hold), in a conditional write on the callback task that
-succeeds once, however many monitors run. Whether a condition holds is read from the batch's
+all written, or none is. Each callback is a task submitted with the batch and held (`not_before =
+AFTER_PARENTS`, as a follow-up is) until the monitor's `release_callbacks` releases it (its
+condition holds) or cancels it (it can no longer hold), in a conditional write on the callback task
+that succeeds once, however many monitors run. Whether a condition holds is read from the batch's
 counters, which the finishing transaction of each task moves (`models.batches.count_finished`):
 never from a scan of the batch.
 """
@@ -31,8 +31,8 @@ from .db import Now
 from .enums import EventType, Status
 from .exceptions import InvalidTransition
 from .models import (
+    AFTER_PARENTS,
     CALLBACKS,
-    HELD,
     History,
     SubmitOutcome,
     Task,
@@ -196,7 +196,7 @@ def open_batch(callbacks: Mapping[str, Callback], using: str) -> BatchRow:
     tasks = Task.objects.using(using)
     held = {
         f"{kind}_id": tasks.submit(
-            callback.queue, callback.spec, not_before=HELD, **callback.options
+            callback.queue, callback.spec, not_before=AFTER_PARENTS, **callback.options
         ).pk
         for kind, callback in callbacks.items()
     }
@@ -288,7 +288,7 @@ def _release_callback(pk: int, using: str) -> int:
     """Release one held callback task (1), unless it was released or cancelled already (0)."""
     tasks = Task.objects.using(using)
     with db.write_atomic(using):
-        done = tasks.filter(pk=pk, status=Status.READY, not_before=HELD).update(
+        done = tasks.filter(pk=pk, status=Status.READY, not_before=AFTER_PARENTS).update(
             not_before=None, updated=Now()
         )
         if done:
@@ -308,7 +308,7 @@ def _cancel_callback(pk: int, code: str, description: str, using: str) -> int:
     tasks = Task.objects.using(using)
     error = {"code": code, "args": {}, "description": description}
     with transaction.atomic(using=using):
-        done = tasks.filter(pk=pk, status=Status.READY, not_before=HELD).update(
+        done = tasks.filter(pk=pk, status=Status.READY, not_before=AFTER_PARENTS).update(
             status=Status.CANCELLED, not_before=None, errors=[error], updated=Now()
         )
         if done:

@@ -95,13 +95,13 @@ class OwnerAlive(InvalidTransition, code="owner_alive"):
     """The worker holding the lease is still alive: an operator may not take the lease away."""
 
 
-class TaskHeld(InvalidTransition, code="task_held"):
-    """The task is on an operator's hold (`Task.hold()`): it is not leased, nor held again,
-    until it is released."""
+class TaskPaused(InvalidTransition, code="task_paused"):
+    """An operator paused the task (`Task.pause()`): it is not leased, nor paused again,
+    until it is resumed."""
 
 
-class NotHeld(InvalidTransition, code="not_held"):
-    """The task is not on an operator's hold: there is nothing to release."""
+class NotPaused(InvalidTransition, code="not_paused"):
+    """The task is not paused: there is nothing to resume."""
 
 
 class TaskStarted(InvalidTransition, code="task_started"):

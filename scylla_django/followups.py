@@ -1,11 +1,11 @@
 """Follow-up tasks: `Task.objects.submit(..., after=[rn1, rn2])` runs once its parents completed.
 
-A follow-up is an ordinary `ready` task held by `not_before = HELD` (never leasable), with one
-`Dependency` row per parent. `release_followups()`, run by the monitor on every pass, finishes
+A follow-up is an ordinary `ready` task held by `not_before = AFTER_PARENTS` (never leasable), with
+one `Dependency` row per parent. `release_followups()`, run by the monitor on every pass, finishes
 the wait with one conditional write per outcome:
 
 - every parent completed: `not_before` is cleared (one UPDATE for all such tasks, fenced on
-  `status = 'ready' AND not_before = HELD`, so concurrent monitors release each task once);
+  `status = 'ready' AND not_before = AFTER_PARENTS`, so concurrent monitors release each task once);
 - a parent aborted or was cancelled (or was purged before the follow-up was released): the
   follow-up is cancelled with the error `parent_failed` naming that parent.
 
@@ -26,7 +26,7 @@ from django.db.models import Exists, OuterRef, Q, Subquery
 from . import db, signals
 from .db import Now
 from .enums import EventType, Status
-from .models import HELD, Dependency, History, Task, count_finished, send_on_commit
+from .models import AFTER_PARENTS, Dependency, History, Task, count_finished, send_on_commit
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Parent:
 
 def waits_for_parents(task: Task) -> bool:
     """Whether `task` is a follow-up still held until its parents have completed."""
-    return task.status == Status.READY and task.not_before == HELD
+    return task.status == Status.READY and task.not_before == AFTER_PARENTS
 
 
 def parents(task: Task, limit: int | None = None) -> list[Parent]:
@@ -103,7 +103,7 @@ def own_not_before(tasks: Iterable[Task]) -> dict[int, datetime | None]:
     held: list[int] = []
     using = "default"
     for task in tasks:
-        if task.not_before == HELD:
+        if task.not_before == AFTER_PARENTS:
             held.append(task.pk)
             found[task.pk] = None
             using = task._state.db or using
@@ -121,7 +121,7 @@ def release_followups(using: str = "default") -> FollowUpPass:
     dependencies = Dependency.objects.using(using)
     # Driven by the (small) dependency table, never by a scan of every ready task.
     waiting = tasks.filter(
-        pk__in=dependencies.values("child_id"), status=Status.READY, not_before=HELD
+        pk__in=dependencies.values("child_id"), status=Status.READY, not_before=AFTER_PARENTS
     )
     unfinished = (
         Dependency.objects.using(using)
@@ -164,7 +164,7 @@ def release_followups(using: str = "default") -> FollowUpPass:
         cancelled += _cancel_child(child_id, using)
     # Follow-ups cancelled (or purged) by hand while they waited leave their rows behind.
     dependencies.exclude(
-        Exists(tasks.filter(pk=OuterRef("child_id"), status=Status.READY, not_before=HELD))
+        Exists(tasks.filter(pk=OuterRef("child_id"), status=Status.READY, not_before=AFTER_PARENTS))
     ).delete()
     return FollowUpPass(released=released, cancelled=cancelled)
 
@@ -190,7 +190,7 @@ def _cancel_child(child_id: int, using: str) -> int:
             "args": {"parent": parent, "status": status},
             "description": f"Parent task {parent} was {status}; this follow-up will not run.",
         }
-        done = tasks.filter(pk=child_id, status=Status.READY, not_before=HELD).update(
+        done = tasks.filter(pk=child_id, status=Status.READY, not_before=AFTER_PARENTS).update(
             status=Status.CANCELLED, errors=[error], updated=Now()
         )
         if not done:

@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy
 from .. import followups
 from ..durations import ago as ago_words
 from ..durations import short
-from ..models import HELD, ON_HOLD, Dependency, History, Task, TaskOrigin, task_holds
+from ..models import AFTER_PARENTS, PAUSED, Dependency, History, Task, TaskOrigin, task_pauses
 from ..models.keys import described
 from ..models.waits import durable_record
 from ..text import plural
@@ -259,11 +259,11 @@ class TaskColumns(TaskAdminBase):
     @admin.display(description=gettext_lazy("not before"))
     def not_before_at(self, task: Task) -> SafeString | str:
         """The delayed start; a follow-up's is its own, taken once its parents completed."""
-        if task.not_before == ON_HOLD:
-            kept = task_holds.holding(task)
+        if task.not_before == PAUSED:
+            kept = task_pauses.pause_of(task)
             own = kept.not_before if kept is not None else None
-            return format_html("held, then {}", moment(own)) if own else "held"
-        if task.not_before != HELD:
+            return format_html("paused, then {}", moment(own)) if own else "paused"
+        if task.not_before != AFTER_PARENTS:
             return moment(task.not_before)
         own = followups.own_not_before([task])[task.pk]
         if not followups.waits_for_parents(task):

@@ -21,7 +21,7 @@ from ..conf import scylla_settings
 from ..durations import short
 from ..enums import TERMINAL_STATUSES, Liveness, Operation, Status, sources
 from ..exceptions import InvalidTransition, LeaseLost, OwnerAlive, TaskNotFound
-from ..models import ON_HOLD, QueueSetting, Task, TaskQuerySet, Worker, key_control
+from ..models import PAUSED, QueueSetting, Task, TaskQuerySet, Worker, key_control
 from ..validation import worker_id
 from .display import (
     TaskAdminBase,
@@ -269,19 +269,19 @@ class TaskOperations(TaskAdminBase):
             messages.SUCCESS if released else messages.WARNING,
         )
 
-    @admin.action(permissions=["control"], description=gettext_lazy("Hold selected (ready only)"))
-    def hold_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
-        """Keep the selected ready tasks from every lease (`Task.hold()`), one fenced
-        transaction each; the others (not ready, held already, waiting for parents) are
+    @admin.action(permissions=["control"], description=gettext_lazy("Pause selected (ready only)"))
+    def pause_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
+        """Keep the selected ready tasks from every lease (`Task.pause()`), one fenced
+        transaction each; the others (not ready, paused already, waiting for parents) are
         skipped."""
-        self.each_selected(request, queryset, "held", lambda t: t.hold(by=str(request.user)))
+        self.each_selected(request, queryset, "paused", lambda t: t.pause(by=str(request.user)))
 
-    @admin.action(permissions=["control"], description=gettext_lazy("Release selected holds"))
-    def release_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
-        """End the hold on the selected held tasks (`Task.release_hold()`); the tasks not held
-        are skipped."""
-        held = queryset.filter(status=Status.READY, not_before=ON_HOLD)
-        self.each_selected(request, held, "released", lambda t: t.release_hold(), queryset)
+    @admin.action(permissions=["control"], description=gettext_lazy("Resume selected paused tasks"))
+    def resume_selected(self, request: HttpRequest, queryset: TaskQuerySet) -> None:
+        """End the pause of the selected paused tasks (`Task.resume()`); the tasks not
+        paused are skipped."""
+        paused = queryset.filter(status=Status.READY, not_before=PAUSED)
+        self.each_selected(request, paused, "resumed", lambda t: t.resume(), queryset)
 
     def each_selected(
         self,

@@ -211,8 +211,8 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskColumns, ConsolePages, KeyPages):
         "purge_selected",
         "retry_selected",
         "release_order_selected",
-        "hold_selected",
-        "release_selected",
+        "pause_selected",
+        "resume_selected",
         "discard_selected",
     )
     inlines = (HistoryInline,)

@@ -41,7 +41,7 @@ from ..models import (
     WaitingRun,
     Worker,
     steps,
-    task_holds,
+    task_pauses,
 )
 from ..models.children import MAX_SPAWNED
 from ..models.key_control import MAX_LIMIT
@@ -216,8 +216,8 @@ class NotBeforeField(serializers.DateTimeField):
 
 
 def own_not_before(tasks: list[Task]) -> dict[int, datetime | None]:
-    """Each task's own `not_before` by id, follow-ups' and held tasks' included."""
-    return {**followups.own_not_before(tasks), **task_holds.own_not_before(tasks)}
+    """Each task's own `not_before` by id, follow-ups' and paused tasks' included."""
+    return {**followups.own_not_before(tasks), **task_pauses.own_not_before(tasks)}
 
 
 class TaskListSerializer(serializers.ListSerializer[Task]):
@@ -289,7 +289,7 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
         read_only=True,
         allow_null=True,
         help_text="Not leased before this time. A follow-up also waits for its `parents`, and "
-        "a held task for its release (its `waiting` says `held`).",
+        "a paused task until it resumes (its `waiting` says `paused`).",
     )
     unique_key = serializers.CharField(read_only=True, allow_null=True)
     unique_window = SecondsField(help_text="Seconds a finished task keeps its unique key.")
@@ -531,8 +531,8 @@ class TaskDetailSerializer(TaskSerializer):
     )
     waiting = serializers.SerializerMethodField(
         help_text="Why a ready task is not running now, each reason `{code, detail, ...}` "
-        "(`not_before`, `parents` with the `parents` it still waits for, `held` (an "
-        "operator's hold, with `by` and `since`), `queue_paused`, "
+        "(`not_before`, `parents` with the `parents` it still waits for, `paused` (an "
+        "operator's pause, with `by` and `since`), `queue_paused`, "
         "`queue_full`, `unserved`, `lock_held`, `limit_full`, `order_waits`, "
         "`rate_exhausted`, `waiting` for a durable sleep or wait with its `wait`, `kind` and "
         "`until`); empty for any other task."

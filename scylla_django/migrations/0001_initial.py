@@ -716,7 +716,7 @@ class Migration(migrations.Migration):
             ),
         ),
         migrations.CreateModel(
-            name="TaskHold",
+            name="TaskPause",
             fields=[
                 ("id", models.BigAutoField(primary_key=True, serialize=False)),
                 ("not_before", models.DateTimeField(blank=True, null=True)),
@@ -727,13 +727,13 @@ class Migration(migrations.Migration):
                     models.OneToOneField(
                         db_constraint=False,
                         on_delete=django.db.models.deletion.DO_NOTHING,
-                        related_name="task_hold",
+                        related_name="task_pause",
                         to="scylla_django.task",
                     ),
                 ),
             ],
             options={
-                "verbose_name": "task hold",
+                "verbose_name": "task pause",
             },
         ),
         migrations.CreateModel(

@@ -3,10 +3,10 @@ dependencies, schedules and queue rollups. Import them from here:
 `from scylla_django.models import Task`.
 """
 
-from . import key_control, task_holds
+from . import key_control, task_pauses
 from .batches import CALLBACKS, Batch, BatchQuerySet, count_finished, count_requeued
 from .deletions import TaskDeletion
-from .dependencies import HELD, MAX_PARENTS, Dependency
+from .dependencies import AFTER_PARENTS, MAX_PARENTS, Dependency
 from .events import Consumption, Event, Firing, FiringOutcome, Watermark
 from .held import NOT_YIELDED
 from .history import History
@@ -49,19 +49,19 @@ from .schedules import CatchUp, OnTimeout, Schedule, WhenUnmet
 from .steps import Step
 from .tables import queue_tables
 from .task import TABLES, Task, TaskQuerySet
-from .task_holds import ON_HOLD, TaskHold
+from .task_pauses import PAUSED, TaskPause
 from .traces import TaskTrace
 from .waiting import WaitingRun
 from .waits import PARKED, TaskSignal, Wait, WaitKind, WaitOutcome
 
 __all__ = [
+    "AFTER_PARENTS",
     "CALLBACKS",
-    "HELD",
     "MAX_PARENTS",
     "MONITOR_PREFIX",
     "NOT_YIELDED",
-    "ON_HOLD",
     "PARKED",
+    "PAUSED",
     "SCHEDULED",
     "SETTLED",
     "TABLES",
@@ -101,9 +101,9 @@ __all__ = [
     "Tally",
     "Task",
     "TaskDeletion",
-    "TaskHold",
     "TaskOptions",
     "TaskOrigin",
+    "TaskPause",
     "TaskQuerySet",
     "TaskSignal",
     "TaskTrace",
@@ -125,7 +125,7 @@ __all__ = [
     "send_each_on_commit",
     "send_on_commit",
     "tally_history",
-    "task_holds",
+    "task_pauses",
     "validate_max_running",
     "wait_to_start",
     "worker_name",

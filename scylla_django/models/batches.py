@@ -4,8 +4,8 @@ A batch keeps its progress in counters on its own row (`total`, `completed`, `fa
 the transaction that finishes a task of the batch moves with one conditional UPDATE per batch
 (`count_finished`): so whether a batch is done is read from one row, never by a scan of its
 tasks. Its callbacks are ordinary tasks submitted with the batch and held (`not_before =
-HELD`, as follow-ups are) until `scylla_django.batches.release_callbacks` releases or cancels
-each of them, in a conditional write that can succeed once.
+AFTER_PARENTS`, as follow-ups are) until `scylla_django.batches.release_callbacks` releases or
+cancels each of them, in a conditional write that can succeed once.
 """
 
 from __future__ import annotations

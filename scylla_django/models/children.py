@@ -21,7 +21,7 @@ from django.db.models import QuerySet
 from ..exceptions import DuplicateTask, ScyllaError
 from . import submission
 from .batches import Batch
-from .dependencies import HELD
+from .dependencies import AFTER_PARENTS
 from .inputs import ITEM_FIELDS, new_rn, task_values
 from .outcomes import Outcome
 
@@ -103,7 +103,11 @@ def submit_batch(tasks: QuerySet[Any], batch: Mapping[str, Any]) -> Batch:
     left out of the batch, as by `Batch.submit_many`."""
     held = {
         f"{kind}_id": submission.submit(
-            tasks, callback["queue"], callback["spec"], not_before=HELD, **callback["options"]
+            tasks,
+            callback["queue"],
+            callback["spec"],
+            not_before=AFTER_PARENTS,
+            **callback["options"],
         ).pk
         for kind, callback in batch["callbacks"].items()
     }

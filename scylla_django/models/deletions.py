@@ -21,7 +21,7 @@ from ..enums import Status
 from ..exceptions import InvalidTransition, TaskNotFound, TaskStarted
 from .dependencies import Dependency
 from .history import History
-from .task_holds import TaskHold
+from .task_pauses import TaskPause
 
 #: The History type of the entry that a `TaskDeletion` adds to the task's own.
 DELETION = "TaskDeletion"
@@ -53,7 +53,7 @@ class TaskDeletion(models.Model):
 def delete_ready(task: Any, by: str | None) -> TaskDeletion:
     """Delete the ready `task` (see the module) in one transaction: its row locked, then
     deleted fenced on it still being ready, with its History, its dependency rows and its
-    hold; its record written. Raises TaskNotFound, TaskStarted (running or finished),
+    pause; its record written. Raises TaskNotFound, TaskStarted (running or finished),
     InvalidTransition (cancelled, in a batch or with an order key)."""
     using = task._state.db or "default"
     tasks = type(task)._default_manager.using(using)
@@ -95,7 +95,7 @@ def delete_ready(task: Any, by: str | None) -> TaskDeletion:
         if deleted != 1:
             raise InvalidTransition(f"Task {task.rn} changed; try again.", rn=task.rn)
         Dependency.objects.using(using).filter(child_id=task.pk).delete()
-        TaskHold.objects.using(using).filter(task_id=task.pk).delete()
+        TaskPause.objects.using(using).filter(task_id=task.pk).delete()
         now = db.read_clock(using)
         record = TaskDeletion.objects.using(using).create(
             rn=row["rn"],

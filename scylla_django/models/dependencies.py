@@ -11,7 +11,7 @@ from ..validation import (
 )
 
 #: The `not_before` of a follow-up task whose parents have not all completed: never leasable.
-HELD = datetime(9999, 12, 31, tzinfo=UTC)
+AFTER_PARENTS = datetime(9999, 12, 31, tzinfo=UTC)
 
 
 #: Most parents a follow-up task may wait for.
@@ -21,9 +21,10 @@ MAX_PARENTS = 10_000
 class Dependency(models.Model):
     """A follow-up task (`child`) waits for `parent` to complete (`submit(..., after=[...])`).
 
-    The child is held by `not_before = HELD` until every parent has completed; the monitor then
-    releases it (`scylla_django.followups`). Rows are deleted once the child is released or
-    cancelled. Neither key is a database constraint, so purging tasks never cascades here.
+    The child is held by `not_before = AFTER_PARENTS` until every parent has completed; the
+    monitor then releases it (`scylla_django.followups`). Rows are deleted once the child is
+    released or cancelled. Neither key is a database constraint, so purging tasks never
+    cascades here.
     """
 
     id = models.BigAutoField(primary_key=True)

@@ -34,7 +34,7 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery
 from .. import db
 from ..durations import short
 from ..enums import EventType, Liveness, Status
-from .dependencies import HELD
+from .dependencies import AFTER_PARENTS
 from .history import History
 from .keys import Key, Limit, Rate
 from .processes import Worker
@@ -340,7 +340,7 @@ def _rules(
     using = tasks.db
     ready = tasks.filter(status=Status.READY).filter(due(), unexpired())
     rules: list[Rule | None] = []
-    if task.not_before == HELD:
+    if task.not_before == AFTER_PARENTS:
         rules.append(Rule("parents", task.rn, None, 0, 0, None, "waits for its parents"))
     elif task.not_before is not None and task.not_before > now:
         wait = (task.not_before - now).total_seconds()

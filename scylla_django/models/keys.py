@@ -420,19 +420,19 @@ def load_reasons(queue: str, using: str) -> list[dict[str, Any]]:
     ]
 
 
-def _held_reason(task: Any) -> dict[str, Any]:
-    """The reason of a task on an operator's hold: who held it, since when."""
-    from .task_holds import holding
+def _paused_reason(task: Any) -> dict[str, Any]:
+    """The reason of a task an operator paused: who paused it, since when."""
+    from .task_pauses import pause_of
 
-    kept = holding(task)
+    kept = pause_of(task)
     by = kept.by if kept is not None else None
     since = kept.since if kept is not None else None
     return {
-        "code": "held",
+        "code": "paused",
         "by": by,
         "since": since.isoformat() if since is not None else None,
         "not_before": kept.not_before.isoformat() if kept and kept.not_before else None,
-        "detail": f"held by {by or 'an operator'} since {since}; release it to let it run",
+        "detail": f"paused by {by or 'an operator'} since {since}; resume it to let it run",
     }
 
 
@@ -474,10 +474,10 @@ def waiting_reasons(task: Any) -> list[dict[str, Any]]:
     `order_waits` (`for`: the rn of the earlier task), `rate_exhausted` (`until`), `waiting`
     (a durable sleep or wait: `wait`, its name, `kind` and `until`, its timeout). Empty for a
     task that is not ready, or may run now."""
-    from .dependencies import HELD
+    from .dependencies import AFTER_PARENTS
     from .queues import QueueSetting
     from .serving import live_worker_queues
-    from .task_holds import ON_HOLD
+    from .task_pauses import PAUSED
     from .waits import open_wait
 
     if task.status != "ready":
@@ -487,10 +487,10 @@ def waiting_reasons(task: Any) -> list[dict[str, Any]]:
     now = db.read_clock(using)
     reasons: list[dict[str, Any]] = []
     parked = open_wait(task) if task.not_before is not None and task.not_before > now else None
-    if task.not_before == HELD:
+    if task.not_before == AFTER_PARENTS:
         reasons.append(_parents_reason(task, tasks))
-    elif task.not_before == ON_HOLD:
-        reasons.append(_held_reason(task))
+    elif task.not_before == PAUSED:
+        reasons.append(_paused_reason(task))
     elif parked is not None:
         reasons.append(
             {

@@ -25,7 +25,7 @@ from ..db import inserts
 from ..exceptions import DuplicateKey, DuplicateTask, QueueFull, TaskNotFound
 from . import admission, serving, unique
 from .admission import NONE, Admission
-from .dependencies import HELD, Dependency
+from .dependencies import AFTER_PARENTS, Dependency
 from .inputs import (
     BulkSubmission,
     SubmitOutcome,
@@ -224,7 +224,7 @@ def submit_after(tasks: QuerySet[Any], task: Any, after: Sequence[str]) -> Any:
     TaskNotFound names the first unknown parent; nothing is inserted then.
     """
     parents = validate_after(after)
-    release_at, task.not_before = task.not_before, HELD
+    release_at, task.not_before = task.not_before, AFTER_PARENTS
     task.after = parents
     with db.write_atomic(tasks.db):
         found: dict[str, int] = {}

@@ -39,8 +39,8 @@ from ..exceptions import (
     InvalidTransition,
     LeaseLost,
     StepAlreadyRecorded,
-    TaskHeld,
     TaskNotFound,
+    TaskPaused,
     WorkerNotFound,
     error_record,
 )
@@ -69,13 +69,13 @@ from . import (
     steps,
     submission,
     successors,
-    task_holds,
+    task_pauses,
     waits,
 )
 from .admission import Admission
 from .batches import count_finished
 from .children import spawn, validate_children
-from .dependencies import HELD
+from .dependencies import AFTER_PARENTS
 from .forecast import Forecast, WhatIf, forecast
 from .held import NOT_YIELDED, HeldLeaseQuerySet, capped_deadline
 from .history import History
@@ -319,12 +319,12 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
             raise InvalidTransition(
                 f"Task {rn} is {current.status}, not ready.", rn=rn, status=current.status
             )
-        if current.not_before == HELD:
+        if current.not_before == AFTER_PARENTS:
             raise InvalidTransition(
                 f"Task {rn} waits for its parents to complete.", rn=rn, status=current.status
             )
-        if task_holds.is_held(current):
-            raise TaskHeld(f"Task {rn} is held: release it first.", rn=rn, status=current.status)
+        if task_pauses.is_paused(current):
+            raise TaskPaused(f"Task {rn} is held: release it first.", rn=rn, status=current.status)
         task: Task | None = portable.lease_rn(self, pk, name, rn, length)
         if task is None:
             if not Worker.objects.using(self.db).filter(pk=pk, stopped__isnull=True).exists():
@@ -457,7 +457,7 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
             ]
             History.objects.using(self.db).filter(task__in=self.order_by().values("pk")).delete()
             forget_traces(self.db, self)
-            task_holds.TaskHold.objects.using(self.db).filter(
+            task_pauses.TaskPause.objects.using(self.db).filter(
                 task__in=self.order_by().values("pk")
             ).delete()
             TaskOrigin.objects.using(self.db).filter(task__in=self.order_by().values("pk")).delete()
@@ -915,22 +915,22 @@ class Task(models.Model):
 
     # -- operators: one task ------------------------------------------------------------------
 
-    def hold(self, *, by: str | None = None) -> None:
-        """Keep this ready task from every lease until `release_hold()`, without cancelling
-        it (see `scylla_django.models.task_holds`); `by` names who held it. Raises TaskHeld
-        (held already), InvalidTransition (not ready, or a follow-up waiting for its parents),
+    def pause(self, *, by: str | None = None) -> None:
+        """Keep this ready task from every lease until `resume()`, without cancelling
+        it (see `scylla_django.models.task_pauses`); `by` names who paused it. Raises TaskPaused
+        (paused already), InvalidTransition (not ready, or a follow-up waiting for its parents),
         TaskNotFound; nothing is written then."""
-        task_holds.hold(self, by)
+        task_pauses.pause(self, by)
 
-    def release_hold(self) -> None:
+    def resume(self) -> None:
         """End the hold on this task: its own `not_before` back, leasable as before. Raises
-        NotHeld (not held, or cancelled meanwhile: the hold is dropped), TaskNotFound."""
-        task_holds.release(self)
+        NotPaused (not held, or cancelled meanwhile: the hold is dropped), TaskNotFound."""
+        task_pauses.resume(self)
 
     @property
-    def is_held(self) -> bool:
+    def is_paused(self) -> bool:
         """Whether this task is on an operator's hold (`hold()`)."""
-        return task_holds.is_held(self)
+        return task_pauses.is_paused(self)
 
     def delete_ready(self, *, by: str | None = None) -> deletions.TaskDeletion:
         """Delete this task if it has not started (ready), keeping a `TaskDeletion` record of

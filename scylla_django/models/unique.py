@@ -18,7 +18,7 @@ from django.db.models import F, Q, QuerySet
 from .. import db
 from ..enums import ACTIVE_STATUSES, TERMINAL_STATUSES, Status
 from ..exceptions import DuplicateKey
-from .dependencies import HELD
+from .dependencies import AFTER_PARENTS
 
 #: The tasks that hold their key: the condition of the partial unique index on `unique_key`.
 UNIQUE_HOLDER = Q(unique_key__isnull=False) & (
@@ -72,7 +72,7 @@ def resolve_conflict(
     if on_conflict == "replace":
         replaced = (
             tasks.filter(pk=existing.pk, status=Status.READY)
-            .exclude(not_before=HELD)
+            .exclude(not_before=AFTER_PARENTS)
             .update(
                 spec=values["spec"],
                 priority=values["priority"],

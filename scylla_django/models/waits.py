@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from .processes import Worker
 
 #: The `not_before` of a task parked in a wait without a timeout: not leasable until woken
-#: (two days before `HELD`, the follow-ups' own, and one before `ON_HOLD`, an operator's
-#: hold, so that the three are told apart).
+#: (two days before `AFTER_PARENTS`, the follow-ups' own, and one before `PAUSED`, an
+#: operator's pause, so that the three are told apart).
 PARKED = datetime(9999, 12, 29, tzinfo=UTC)
 
 

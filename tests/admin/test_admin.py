@@ -551,8 +551,8 @@ def test_delete_selected_is_not_offered(admin_client, tasks):
         "purge_selected",
         "retry_selected",
         "release_order_selected",
-        "hold_selected",
-        "release_selected",
+        "pause_selected",
+        "resume_selected",
         "discard_selected",
     }
     response = act(admin_client, "delete_selected", tasks["done"], post="yes")

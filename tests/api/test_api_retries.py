@@ -9,7 +9,7 @@ from django.test import override_settings
 
 from scylla_django.enums import Status
 from scylla_django.followups import release_followups
-from scylla_django.models import HELD, Schedule, Task, Worker
+from scylla_django.models import AFTER_PARENTS, Schedule, Task, Worker
 from scylla_django.schedules import configured as schedules_configured
 from tests.helpers import (
     API,
@@ -160,7 +160,7 @@ def test_a_follow_up_over_http(api):
     Task.objects.submit("default", {}, rn="parent")
     response = post(api, "/tasks/", {"queue": "default", "spec": {}, "after": ["parent"]})
     assert response.status_code == 201, response.content
-    assert Task.objects.get(rn=response.json()["rn"]).not_before == HELD
+    assert Task.objects.get(rn=response.json()["rn"]).not_before == AFTER_PARENTS
     response = post(api, "/tasks/", {"queue": "default", "spec": {}, "after": ["missing"]})
     assert_error(response, 404, "task_not_found")
     assert_field_error(

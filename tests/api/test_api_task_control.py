@@ -1,4 +1,4 @@
-"""`POST /tasks/{rn}/hold/`, `POST /tasks/{rn}/release/` and `DELETE /tasks/{rn}/`: an
+"""`POST /tasks/{rn}/pause/`, `POST /tasks/{rn}/resume/` and `DELETE /tasks/{rn}/`: an
 operator's control of one task that has not started, permission-checked, with the errors'
 codes."""
 
@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from scylla_django.enums import Status
-from scylla_django.models import Task, TaskDeletion, TaskHold
+from scylla_django.models import Task, TaskDeletion, TaskPause
 from tests.helpers import API, assert_error, client_for, make_user, post, reload
 
 pytestmark = pytest.mark.django_db
@@ -29,32 +29,32 @@ def lease(worker) -> list[Task]:
     return Task.objects.lease(worker, ["default"], limit=10, lease_length=timedelta(seconds=60))
 
 
-def test_hold_and_release_over_http(operator, worker):
+def test_pause_and_resume_over_http(operator, worker):
     task = Task.objects.submit("default", {})
-    response = post(operator, f"/tasks/{task.rn}/hold/", {})
+    response = post(operator, f"/tasks/{task.rn}/pause/", {})
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["status"] == "ready"
-    [held] = [r for r in body["waiting"] if r["code"] == "held"]
-    assert held["by"] == "operator"
+    [paused] = [r for r in body["waiting"] if r["code"] == "paused"]
+    assert paused["by"] == "operator"
     assert lease(worker) == []
-    assert_error(post(operator, f"/tasks/{task.rn}/hold/", {}), 409, "task_held")
-    response = post(operator, f"/tasks/{task.rn}/release/", {})
+    assert_error(post(operator, f"/tasks/{task.rn}/pause/", {}), 409, "task_paused")
+    response = post(operator, f"/tasks/{task.rn}/resume/", {})
     assert response.status_code == 200, response.content
-    assert "held" not in [r["code"] for r in response.json()["waiting"]]
-    assert_error(post(operator, f"/tasks/{task.rn}/release/", {}), 409, "not_held")
+    assert "paused" not in [r["code"] for r in response.json()["waiting"]]
+    assert_error(post(operator, f"/tasks/{task.rn}/resume/", {}), 409, "not_paused")
     assert [t.rn for t in lease(worker)] == [task.rn]
-    assert_error(post(operator, f"/tasks/{task.rn}/hold/", {}), 409, "invalid_transition")
-    assert_error(post(operator, "/tasks/nope/hold/", {}), 404, "task_not_found")
+    assert_error(post(operator, f"/tasks/{task.rn}/pause/", {}), 409, "invalid_transition")
+    assert_error(post(operator, "/tasks/nope/pause/", {}), 404, "task_not_found")
 
 
-def test_a_held_task_shows_its_own_not_before(operator):
-    """Not the far-off date that holds it: the one its release gives back."""
+def test_a_paused_task_shows_its_own_not_before(operator):
+    """Not the far-off date that holds it: the one its resume gives back."""
     plain = Task.objects.submit("default", {}, rn="plain")
     start = datetime(2031, 5, 4, 3, 2, 1, tzinfo=UTC)
     later = Task.objects.submit("default", {}, rn="later", not_before=start)
     for task in (plain, later):
-        post(operator, f"/tasks/{task.rn}/hold/", {})
+        post(operator, f"/tasks/{task.rn}/pause/", {})
     assert operator.get(f"{API}/tasks/plain/").json()["not_before"] is None
     shown = operator.get(f"{API}/tasks/later/").json()["not_before"]
     assert shown is not None and datetime.fromisoformat(shown.replace("Z", "+00:00")) == start
@@ -89,9 +89,9 @@ def test_a_started_task_is_a_409_with_its_code(operator, worker):
 
 def test_each_needs_its_permission(viewer):
     task = Task.objects.submit("default", {})
-    assert_error(post(viewer, f"/tasks/{task.rn}/hold/", {}), 403, "permission_denied")
-    task.hold()
-    assert_error(post(viewer, f"/tasks/{task.rn}/release/", {}), 403, "permission_denied")
+    assert_error(post(viewer, f"/tasks/{task.rn}/pause/", {}), 403, "permission_denied")
+    task.pause()
+    assert_error(post(viewer, f"/tasks/{task.rn}/resume/", {}), 403, "permission_denied")
     assert_error(viewer.delete(f"{API}/tasks/{task.rn}/"), 403, "permission_denied")
     assert_error(client_for(None).delete(f"{API}/tasks/{task.rn}/"), 401, "not_authenticated")
-    assert reload(task).is_held and TaskHold.objects.count() == 1
+    assert reload(task).is_paused and TaskPause.objects.count() == 1

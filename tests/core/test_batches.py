@@ -19,7 +19,7 @@ from scylla_django.batches import (
 )
 from scylla_django.enums import Status
 from scylla_django.exceptions import InvalidTransition, exception_error
-from scylla_django.models import HELD, Outcome, Task, Worker
+from scylla_django.models import AFTER_PARENTS, Outcome, Task, Worker
 from scylla_django.models import Batch as BatchRow
 from scylla_django.models.serving import forget_live_worker_queues
 from scylla_django.monitor import Monitor
@@ -74,7 +74,7 @@ def states(row: BatchRow) -> dict[str, tuple[str, bool]]:
     """Each callback's status, and whether it is still held."""
     tasks = Task.objects.in_bulk(list(row.callbacks().values()))
     return {
-        kind: (tasks[pk].status, tasks[pk].not_before == HELD)
+        kind: (tasks[pk].status, tasks[pk].not_before == AFTER_PARENTS)
         for kind, pk in row.callbacks().items()
     }
 

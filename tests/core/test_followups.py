@@ -12,7 +12,7 @@ from scylla_django import Fixed, Retry
 from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import TaskNotFound, exception_error
 from scylla_django.followups import FollowUpPass, release_followups
-from scylla_django.models import HELD, Dependency, History, Task, Worker
+from scylla_django.models import AFTER_PARENTS, Dependency, History, Task, Worker
 from scylla_django.monitor import Monitor
 from tests.helpers import run_in_threads
 
@@ -38,7 +38,7 @@ def parents(db):
 
 def test_a_follow_up_is_held_until_every_parent_completed(parents, worker):
     child = Task.objects.submit("c", {"x": 1}, rn="child", after=parents)
-    assert (child.status, child.not_before) == (Status.READY, HELD)
+    assert (child.status, child.not_before) == (Status.READY, AFTER_PARENTS)
     assert Task.objects.lease(worker, ["c"]) == []
     finish(worker, "a")
     assert release_followups() == FollowUpPass(0, 0)

@@ -34,8 +34,8 @@ def run(code: str) -> dict[str, object]:
     return namespace
 
 
-def test_hold_and_release():
-    run(block("# hold and release"))
+def test_pause_and_resume():
+    run(block("# pause and resume"))
 
 
 def test_delete_a_ready_task():

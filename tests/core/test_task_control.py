@@ -1,5 +1,5 @@
-"""An operator's control of one task that has not started: hold it (no lease takes it, by any
-path, until it is released), release it, delete it (kept as a record with its History)."""
+"""An operator's control of one task that has not started: pause it (no lease takes it, by any
+path, until it is resumed), resume it, delete it (kept as a record with its History)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from scylla_django import pytest_plugin
 from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import (
     InvalidTransition,
-    NotHeld,
-    TaskHeld,
+    NotPaused,
     TaskNotFound,
+    TaskPaused,
     TaskStarted,
 )
-from scylla_django.models import ON_HOLD, Batch, Dependency, Task, TaskDeletion, TaskHold, Worker
+from scylla_django.models import PAUSED, Batch, Dependency, Task, TaskDeletion, TaskPause, Worker
 from tests.helpers import expire, reload
 
 pytestmark = pytest.mark.django_db
@@ -30,19 +30,19 @@ def lease(worker, limit: int = 10) -> list[Task]:
     return Task.objects.lease(worker, ["default"], limit=limit, lease_length=MINUTE)
 
 
-def test_a_held_task_is_never_leased_until_released(worker):
-    held = Task.objects.submit("default", {"n": 1}, priority=9)
+def test_a_paused_task_is_never_leased_until_released(worker):
+    paused = Task.objects.submit("default", {"n": 1}, priority=9)
     other = Task.objects.submit("default", {"n": 2})
-    held.hold(by="alice")
-    assert held.status == Status.READY and held.is_held
+    paused.pause(by="alice")
+    assert paused.status == Status.READY and paused.is_paused
     assert [t.rn for t in lease(worker)] == [other.rn]
     assert lease(worker) == []
-    with pytest.raises(TaskHeld):
-        Task.objects.lease_rn(worker, held.rn)
-    held.release_hold()
-    assert not held.is_held and held.not_before is None
-    assert [t.rn for t in lease(worker)] == [held.rn]
-    assert not TaskHold.objects.exists()
+    with pytest.raises(TaskPaused):
+        Task.objects.lease_rn(worker, paused.rn)
+    paused.resume()
+    assert not paused.is_paused and paused.not_before is None
+    assert [t.rn for t in lease(worker)] == [paused.rn]
+    assert not TaskPause.objects.exists()
 
 
 @pytest.mark.skipif(
@@ -52,59 +52,59 @@ def test_the_hold_keeps_the_task_s_own_not_before_and_gives_it_back(scylla_clock
     worker = Worker.objects.register(queues=["default"], capacity=4)
     task = Task.objects.submit("default", {}, not_before=scylla_clock.now() + timedelta(minutes=5))
     own = task.not_before
-    task.hold()
-    assert task.not_before == ON_HOLD
+    task.pause()
+    assert task.not_before == PAUSED
     scylla_clock.advance(timedelta(minutes=10))
-    assert lease(worker) == []  # due long ago, but held
-    task.release_hold()
+    assert lease(worker) == []  # due long ago, but paused
+    task.resume()
     assert task.not_before == own
     assert [t.rn for t in lease(worker)] == [task.rn]
 
 
-def test_held_is_a_reason_it_waits(worker):
+def test_paused_is_a_reason_it_waits(worker):
     task = Task.objects.submit("default", {})
-    task.hold(by="alice")
-    [reason] = [r for r in task.waiting_reasons() if r["code"] == "held"]
+    task.pause(by="alice")
+    [reason] = [r for r in task.waiting_reasons() if r["code"] == "paused"]
     assert reason["by"] == "alice" and reason["since"]
-    assert "held by alice" in reason["detail"]
-    task.release_hold()
-    assert "held" not in [r["code"] for r in task.waiting_reasons()]
+    assert "paused by alice" in reason["detail"]
+    task.resume()
+    assert "paused" not in [r["code"] for r in task.waiting_reasons()]
 
 
-def test_only_a_ready_task_not_held_and_not_waiting_for_parents_can_be_held(worker):
+def test_only_a_ready_task_not_paused_and_not_waiting_for_parents_can_be_paused(worker):
     task = Task.objects.submit("default", {})
-    task.hold()
-    with pytest.raises(TaskHeld):
-        task.hold()
+    task.pause()
+    with pytest.raises(TaskPaused):
+        task.pause()
     parent = Task.objects.submit("default", {})
     follow_up = Task.objects.submit("default", {}, after=[parent.rn])
     with pytest.raises(InvalidTransition, match="parents"):
-        follow_up.hold()
+        follow_up.pause()
     [running] = lease(worker)
     with pytest.raises(InvalidTransition, match="only a ready task"):
-        running.hold()
-    assert TaskHold.objects.count() == 1
+        running.pause()
+    assert TaskPause.objects.count() == 1
 
 
-def test_releasing_a_task_not_held_is_refused_and_a_cancelled_one_loses_its_hold(worker):
+def test_releasing_a_task_not_paused_is_refused_and_a_cancelled_one_loses_its_pause(worker):
     task = Task.objects.submit("default", {})
-    with pytest.raises(NotHeld):
-        task.release_hold()
-    task.hold()
+    with pytest.raises(NotPaused):
+        task.resume()
+    task.pause()
     task.cancel()
     assert reload(task).status == Status.CANCELLED
-    with pytest.raises(NotHeld, match="cancelled"):
-        task.release_hold()
+    with pytest.raises(NotPaused, match="cancelled"):
+        task.resume()
     assert reload(task).status == Status.CANCELLED
-    assert not TaskHold.objects.exists()
+    assert not TaskPause.objects.exists()
 
 
-def test_a_held_task_purged_takes_its_hold_along(worker):
+def test_a_paused_task_purged_takes_its_hold_along(worker):
     task = Task.objects.submit("default", {})
-    task.hold()
+    task.pause()
     task.cancel()
     Task.objects.filter(pk=task.pk).delete()
-    assert not TaskHold.objects.exists()
+    assert not TaskPause.objects.exists()
 
 
 def test_delete_a_ready_task_keeps_a_record_with_its_history(worker):
@@ -151,19 +151,19 @@ def test_a_started_task_cannot_be_deleted(worker):
     assert Task.objects.count() == 3 and not TaskDeletion.objects.exists()
 
 
-def test_deleting_a_held_follow_up_or_a_missing_task(worker):
+def test_deleting_a_paused_follow_up_or_a_missing_task(worker):
     parent = Task.objects.submit("default", {})
     follow_up = Task.objects.submit("default", {}, after=[parent.rn])
     follow_up.delete_ready()
     assert not Dependency.objects.exists()
-    held = Task.objects.submit("default", {})
-    held.hold()
-    held.delete_ready()
-    assert not TaskHold.objects.exists()
+    paused = Task.objects.submit("default", {})
+    paused.pause()
+    paused.delete_ready()
+    assert not TaskPause.objects.exists()
     with pytest.raises(TaskNotFound):
-        held.delete_ready()
+        paused.delete_ready()
     with pytest.raises(TaskNotFound):
-        held.hold()
+        paused.pause()
 
 
 @pytest.mark.skipif(connection.vendor == "mysql", reason="keys are refused on MySQL/MariaDB")

@@ -1,4 +1,4 @@
-"""`manage.py scylla_tasks hold|release|delete`: an operator's control of one task from the
+"""`manage.py scylla_tasks pause|resume|delete`: an operator's control of one task from the
 command line, and its refusals."""
 
 from __future__ import annotations
@@ -21,21 +21,21 @@ def tasks_command(*args: str) -> str:
     return out.getvalue()
 
 
-def test_hold_show_release(worker):
+def test_pause_show_resume(worker):
     first = Task.objects.submit("default", {}, rn="first")
     Task.objects.submit("default", {}, rn="second")
-    assert tasks_command("hold", "first", "second") == "held first\nheld second\n"
+    assert tasks_command("pause", "first", "second") == "paused first\npaused second\n"
     assert Task.objects.lease(worker, ["default"], limit=5) == []
     shown = tasks_command("show", "first")
-    assert "waits" in shown and "held by" in shown
-    assert tasks_command("release", "first") == "released first\n"
+    assert "waits" in shown and "paused by" in shown
+    assert tasks_command("resume", "first") == "resumed first\n"
     assert [t.rn for t in Task.objects.lease(worker, ["default"], limit=5)] == [first.rn]
-    with pytest.raises(CommandError, match="second is held already"):
-        tasks_command("hold", "second")
-    with pytest.raises(CommandError, match="first is not held"):
-        tasks_command("release", "first")
+    with pytest.raises(CommandError, match="second is paused already"):
+        tasks_command("pause", "second")
+    with pytest.raises(CommandError, match="first is not paused"):
+        tasks_command("resume", "first")
     with pytest.raises(CommandError, match="No task has rn 'nope'"):
-        tasks_command("hold", "nope")
+        tasks_command("pause", "nope")
 
 
 def test_delete(worker):

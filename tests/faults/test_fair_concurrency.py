@@ -28,7 +28,7 @@ pytestmark = [
 
 LESSEES = 4
 #: Tasks a lessee may hold from a snapshot taken before a submission (`keys_child.LIMIT`).
-HELD = 3
+LEASE_SIZE = 3
 
 
 def finish_children(children: list) -> None:
@@ -67,8 +67,8 @@ def test_a_late_tenant_starts_within_a_bound_of_an_early_tenants_backlog(tmp_pat
     last = max(starts.index(pk) for pk in small)
     big_before = last + 1 - len(small)
     # Its 10 tasks take turns 0..9 from the service's place: the big tenant has at most 10
-    # turns up to then, and the lessees held at most LESSEES * HELD from an earlier snapshot.
-    bound = len(small) + LESSEES * HELD
+    # turns up to then, and the lessees held at most LESSEES * LEASE_SIZE from an earlier snapshot.
+    bound = len(small) + LESSEES * LEASE_SIZE
     print(f"the late tenant's 10 tasks started among the big one's next {big_before}")
     assert big_before <= bound
     # Without fairness, its first task would wait for the big tenant's whole backlog.

@@ -10,7 +10,7 @@ from django.db.models.functions import Now
 from scylla_django.batches import release_callbacks
 from scylla_django.enums import EventType, Status
 from scylla_django.handlers import TaskContext
-from scylla_django.models import HELD, Batch, History, Task
+from scylla_django.models import AFTER_PARENTS, Batch, History, Task
 from scylla_django.worker import TaskWorker, WorkerOptions
 from tests import worker_handlers  # noqa: F401  (registers the t-* handlers)
 from tests.factories import running_task
@@ -142,7 +142,7 @@ def test_a_handler_opens_a_batch_written_with_its_completion():
     assert {t.parent for t in tasks} == {parent.rn}  # children of the handler's task
     assert (batch.total, batch.completed) == (3, 0)
     callback = Task.objects.get(pk=batch.on_success_id)
-    assert callback.parent == parent.rn and callback.not_before == HELD
+    assert callback.parent == parent.rn and callback.not_before == AFTER_PARENTS
     assert not Task.objects.filter(spec__dropped=True).exists()
     for _ in range(3):
         run_once("t-echo")

@@ -1,5 +1,5 @@
-"""An operator's control of one task that has not started, under `tasks/{rn}/`: hold it (no
-lease takes it until it is released), release it, delete it (`DELETE`, kept as a record)."""
+"""An operator's control of one task that has not started, under `tasks/{rn}/`: pause it (no
+lease takes it until it is resumed), resume it, delete it (`DELETE`, kept as a record)."""
 
 from __future__ import annotations
 
@@ -21,43 +21,43 @@ def user_name(request: Request) -> str | None:
 
 
 class TaskControlRoutes(ScyllaView):
-    """Hold, release and delete one task; each is one fenced transaction."""
+    """Pause, resume and delete one task; each is one fenced transaction."""
 
     @detail_post(
-        operation_id="hold_task",
-        summary="Hold a ready task",
+        operation_id="pause_task",
+        summary="Pause a ready task",
         description=(
-            "Keep a ready task from every lease until it is released (`release/`), without "
-            "cancelling it: it stays `ready`, and its `waiting` says `held` (by whom, since "
-            "when). 409 `task_held` if it is held already, `invalid_transition` for a task "
+            "Keep a ready task from every lease until it is resumed (`resume/`), without "
+            "cancelling it: it stays `ready`, and its `waiting` says `paused` (by whom, since "
+            "when). 409 `task_paused` if it is paused already, `invalid_transition` for a task "
             "that is not ready or a follow-up waiting for its parents. Needs "
             "`scylla_django.control_queue`."
         ),
         request=CancelSerializer,
         responses={200: TaskDetailSerializer, **errors(400, 401, 403, 404, 409, 413)},
     )
-    def hold(self, request: Request, rn: str) -> Response:
+    def pause(self, request: Request, rn: str) -> Response:
         self.parse(CancelSerializer)
         task = get_task(rn)
-        task.hold(by=user_name(request))
+        task.pause(by=user_name(request))
         return Response(TaskDetailSerializer(get_task(rn, with_history=True)).data)
 
     @detail_post(
-        operation_id="release_task",
-        summary="Release a held task",
+        operation_id="resume_task",
+        summary="Resume a paused task",
         description=(
-            "End the hold on a task: its own `not_before` is back, and workers lease it as "
-            "before. 409 `not_held` for a task that is not held (a held task cancelled "
-            "meanwhile loses its hold and stays cancelled). Needs "
+            "End the pause of a task: its own `not_before` is back, and workers lease it as "
+            "before. 409 `not_paused` for a task that is not paused (a paused task cancelled "
+            "meanwhile loses its pause and stays cancelled). Needs "
             "`scylla_django.control_queue`."
         ),
         request=CancelSerializer,
         responses={200: TaskDetailSerializer, **errors(400, 401, 403, 404, 409, 413)},
     )
-    def release(self, request: Request, rn: str) -> Response:
+    def resume(self, request: Request, rn: str) -> Response:
         self.parse(CancelSerializer)
         task = get_task(rn)
-        task.release_hold()
+        task.resume()
         return Response(TaskDetailSerializer(get_task(rn, with_history=True)).data)
 
     @document(

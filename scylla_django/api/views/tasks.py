@@ -76,7 +76,7 @@ class TaskViewSet(
     complete, abort, yield and snooze them, as the worker that holds their lease
     (`LeaseRoutes`); record their steps, cursor and waits, or send them signals
     (`DurableRoutes`); retry, discard, reset or release them, as an operator (`RepairRoutes`);
-    hold, release and delete one that has not started (`TaskControlRoutes`).
+    pause, resume and delete one that has not started (`TaskControlRoutes`).
 
     The bulk operations (`bulk`, `cancel_many`) are routed under `bulk/tasks/` by `urls.py`,
     so that no path under `tasks/` is anything but a task's rn.
@@ -115,8 +115,8 @@ class TaskViewSet(
         "discard": permissions.CANCEL,
         "reset": permissions.CANCEL,
         "release_order": permissions.CONTROL,
-        "hold": permissions.CONTROL,
-        "release": permissions.CONTROL,
+        "pause": permissions.CONTROL,
+        "resume": permissions.CONTROL,
         "destroy": permissions.DELETE,
     }
 

@@ -10,7 +10,7 @@ from django.db.models import Count, Q
 
 from ...db import Now
 from ...enums import Status
-from ...models import HELD, QueueSetting, Task
+from ...models import AFTER_PARENTS, QueueSetting, Task
 from ...models.queues import QUEUE_ON_FULL, due
 from ..base import non_negative_int, queue_name, reader_may_leave
 
@@ -115,8 +115,10 @@ class Command(BaseCommand):
             .values("queue")
             .annotate(
                 ready=Count("id", filter=due()),
-                held=Count("id", filter=Q(not_before=HELD)),
-                scheduled=Count("id", filter=Q(not_before__gt=Now()) & ~Q(not_before=HELD)),
+                held=Count("id", filter=Q(not_before=AFTER_PARENTS)),
+                scheduled=Count(
+                    "id", filter=Q(not_before__gt=Now()) & ~Q(not_before=AFTER_PARENTS)
+                ),
             )
         }
         names = sorted({*settings, *counts})

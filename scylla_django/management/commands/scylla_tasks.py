@@ -1,5 +1,5 @@
-"""`manage.py scylla_tasks`: list, show, forecast (eta), watch, cancel, retry, requeue, hold,
-release and delete tasks."""
+"""`manage.py scylla_tasks`: list, show, forecast (eta), watch, cancel, retry, requeue, pause,
+resume and delete tasks."""
 
 from __future__ import annotations
 
@@ -85,8 +85,8 @@ class Command(BaseCommand):
         "history and errors, forecast when a ready one starts (eta), watch the running ones' "
         "progress live, cancel, retry (a new linked "
         "attempt), requeue (reset the lease of a task whose worker is gone), discard a dead "
-        "letter or release the order key an aborted task holds; hold a ready task (no lease "
-        "takes it), release it, or delete one that has not started."
+        "letter or release the order key an aborted task holds; pause a ready task (no lease "
+        "takes it), resume it, or delete one that has not started."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -196,22 +196,22 @@ class Command(BaseCommand):
         )
         release.add_argument("rn", type=rn_argument, metavar="RN")
 
-        hold = commands.add_parser(
-            "hold",
-            help="Keep ready tasks from every lease until released (they stay ready).",
-            description="Hold ready tasks (the admin's and the API's hold): no worker leases "
-            "them until they are released; they are not cancelled, and 'show' says why they "
+        pause = commands.add_parser(
+            "pause",
+            help="Keep ready tasks from every lease until resumed (they stay ready).",
+            description="Pause ready tasks (the admin's and the API's pause): no worker leases "
+            "them until they are resumed; they are not cancelled, and 'show' says why they "
             "wait.",
         )
-        hold.add_argument("rns", type=rn_argument, nargs="+", metavar="RN")
+        pause.add_argument("rns", type=rn_argument, nargs="+", metavar="RN")
 
-        unhold = commands.add_parser(
-            "release",
-            help="Release held tasks: leased again as before.",
-            description="End the hold on tasks (the admin's and the API's release): their own "
+        resume = commands.add_parser(
+            "resume",
+            help="Resume paused tasks: leased again as before.",
+            description="End the pause of tasks (the admin's and the API's resume): their own "
             "not_before is back, and workers lease them as before.",
         )
-        unhold.add_argument("rns", type=rn_argument, nargs="+", metavar="RN")
+        resume.add_argument("rns", type=rn_argument, nargs="+", metavar="RN")
 
         delete = commands.add_parser(
             "delete",
@@ -555,11 +555,11 @@ class Command(BaseCommand):
         if refused:
             raise CommandError(" ".join(refused))
 
-    def do_hold(self, options: dict[str, Any]) -> None:
-        self.each_task(options, "held", lambda task: task.hold(by=operator()))
+    def do_pause(self, options: dict[str, Any]) -> None:
+        self.each_task(options, "paused", lambda task: task.pause(by=operator()))
 
-    def do_release(self, options: dict[str, Any]) -> None:
-        self.each_task(options, "released", lambda task: task.release_hold())
+    def do_resume(self, options: dict[str, Any]) -> None:
+        self.each_task(options, "resumed", lambda task: task.resume())
 
     def do_delete(self, options: dict[str, Any]) -> None:
         task = Task.objects.get_by_rn(options["rn"])
