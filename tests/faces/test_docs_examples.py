@@ -23,7 +23,7 @@ import pytest
 from django.dispatch import Signal
 
 import scylla_django
-from scylla_django import notify, queue_keys, retries, signals, spec_versions
+from scylla_django import notify, queue_keys, retries, signals, spec_versions, testing
 from scylla_django.handlers import HandlerRegistry, handler
 from tests.docs import DOCS, ROOT
 
@@ -99,9 +99,13 @@ QUEUE_DEFAULTS = [
 @pytest.fixture
 def registry(monkeypatch) -> HandlerRegistry:
     """`from scylla_django import handler` in a block registers here, not in the process,
-    and what it records per queue beside the registry is forgotten after the block."""
+    the testing helpers run what it registered, and what it records per queue beside the
+    registry is forgotten after the block."""
     own = HandlerRegistry()
     monkeypatch.setattr(scylla_django, "handler", functools.partial(handler, registry=own))
+    # `from scylla_django.testing import run_task` (or `drain`) in a block runs its handlers.
+    monkeypatch.setattr(testing, "run_task", functools.partial(testing.run_task, registry=own))
+    monkeypatch.setattr(testing, "drain", functools.partial(testing.drain, registry=own))
     for module, name in QUEUE_DEFAULTS:
         monkeypatch.setattr(module, name, dict(getattr(module, name)))
     return own
