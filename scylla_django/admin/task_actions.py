@@ -195,3 +195,16 @@ def each_selected(
         % {"done": done, "verb": verb, "skipped": total - done},
         messages.SUCCESS if done else messages.WARNING,
     )
+
+
+ACTIONS: Any = (
+    cancel_selected,
+    purge_selected,
+    retry_selected,
+    release_order_selected,
+    hold_selected,
+    release_selected,
+    discard_selected,
+)
+"""The list's actions, in the order its menu shows them (django-stubs types `actions` as
+taking any queryset of tasks, hence `Any`)."""

@@ -1,10 +1,13 @@
 """The task list's columns: each a function of one task, as `TaskAdmin.list_display` names it.
 
 The admin names a column after its function (`column-<name>`, `field-<name>`), so each function
-keeps the name its column has always had.
+keeps the name its column has always had. Django's admin takes functions beside names in
+`list_display`; django-stubs types it as names only, hence `COLUMNS: Any`.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin import helpers
@@ -86,3 +89,25 @@ def deadline_at(task: Task) -> SafeString | str:
 
 created_at = shown_field("created_at", "created", ago, ordering="id")
 updated_at = shown_field("updated_at", "updated", ago)
+
+
+COLUMNS: Any = (
+    "rn",
+    queue_link,
+    status_badge,
+    "priority",
+    progress_bar,
+    owner_link,
+    "leases",
+    created_at,
+    updated_at,
+    deadline_at,
+    error_code,
+)
+"""The list's columns, in order."""
+
+# Only columns a full index can serve: rn (unique) and created, sorted by the primary key (the
+# insertion order). The other indexes are partial (ready, running or terminal tasks only) or
+# lead with another column, so sorting a million rows by them is a full sort.
+SORTABLE: Any = ("rn", created_at)
+"""The columns the list sorts by."""

@@ -28,12 +28,10 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
-from .. import followups
 from ..models import Task
 from . import console, permissions, task_actions, task_columns, task_list, task_operations
-from .databases import DatabaseFilter, DatabasePages, on_named_database, replica_lag, replica_note
+from .databases import DatabaseFilter, DatabasePages, on_named_database
 from .display import CSS, ReadOnly
 from .filters import (
     BatchFilter,
@@ -49,8 +47,7 @@ from .filters import (
     UniqueKeyFilter,
 )
 from .keys import KeysView
-from .schedules import chain
-from .task_page import durable, family, history, keys, origin, payload, times, usage, waiting
+from .task_page import history, layout
 from .task_page.address import task_at
 
 if TYPE_CHECKING:  # django-stubs makes ModelAdmin generic; Django's cannot be subscripted
@@ -61,30 +58,10 @@ else:
 
 @admin.register(Task)
 class TaskAdmin(DatabasePages, ReadOnly, TaskAdminBase):
-    """Tasks: a list built for millions of rows, a read-only detail, cancel and purge.
+    """Tasks: a list built for millions of rows, a read-only detail, cancel and purge."""
 
-    Its columns, fields and actions are functions (of a task, or Django's action signature),
-    which Django's admin takes beside names; django-stubs types some of these options as names
-    only, hence the `type: ignore`s below.
-    """
-
-    list_display = (
-        "rn",
-        task_columns.queue_link,
-        task_columns.status_badge,
-        "priority",
-        task_columns.progress_bar,
-        task_columns.owner_link,
-        "leases",
-        task_columns.created_at,
-        task_columns.updated_at,
-        task_columns.deadline_at,
-        task_columns.error_code,
-    )
-    # Only columns a full index can serve: rn (unique) and created, sorted by the primary key
-    # (the insertion order). The other indexes are partial (ready, running or terminal tasks
-    # only) or lead with another column, so sorting a million rows by them is a full sort.
-    sortable_by = ("rn", task_columns.created_at)  # type: ignore[assignment]
+    list_display = task_columns.COLUMNS
+    sortable_by = task_columns.SORTABLE
     list_filter = (
         DatabaseFilter,
         StatusFilter,
@@ -112,91 +89,13 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskAdminBase):
     paginator = task_list.EstimatingPaginator
     # No delete view or button, and so no delete_selected action: it loads every row it
     # deletes. Terminal tasks go through purge_selected and the bulk purge page instead.
-    actions = (  # type: ignore[assignment]
-        task_actions.cancel_selected,
-        task_actions.purge_selected,
-        task_actions.retry_selected,
-        task_actions.release_order_selected,
-        task_actions.hold_selected,
-        task_actions.release_selected,
-        task_actions.discard_selected,
-    )
+    actions = task_actions.ACTIONS
     # About 500,000 tasks a request at the 25,000/s measured (docs/howto/admin.md); for more,
     # there is scylla_cleanup.
     purge_time_budget = timedelta(seconds=20)
     inlines = (history.HistoryInline,)
-    fieldsets = (
-        (
-            None,
-            {
-                "fields": (  # type: ignore[typeddict-item]
-                    ("rn", "queue"),
-                    (task_columns.status_badge, "priority", task_columns.progress_bar),
-                    (task_columns.owner_link, "leases", "unstarted", times.deadline_time),
-                    (times.created_time, times.updated_time, times.not_before_at),
-                    (usage.cpu_time_text, usage.peak_memory_text),
-                    (chain, "snoozes", times.expires_time),
-                    (family.parent_link, family.children_list),
-                    (family.batch_link, times.dead_at),
-                    ("notify", "notified"),
-                    (keys.unique_key_link, keys.unique_window_text),
-                    (keys.keys_list, waiting.waiting_line),
-                    ("version", origin.trace),
-                    (origin.submitter_text, waiting.starts_line),
-                    (durable.durable_table,),
-                )
-            },
-        ),
-        (
-            gettext_lazy("Payload"),
-            {
-                "fields": (  # type: ignore[typeddict-item]
-                    payload.spec_json,
-                    payload.result_json,
-                    payload.errors_table,
-                    payload.log_text,
-                    history.history_note,
-                )
-            },
-        ),
-    )
-    readonly_fields = (  # type: ignore[assignment]
-        task_columns.status_badge,
-        task_columns.progress_bar,
-        task_columns.owner_link,
-        times.deadline_time,
-        times.created_time,
-        times.updated_time,
-        times.not_before_at,
-        payload.spec_json,
-        payload.result_json,
-        payload.errors_table,
-        payload.log_text,
-        history.history_note,
-        chain,
-        family.parents_list,
-        family.parent_link,
-        family.children_list,
-        times.expires_time,
-        "snoozes",
-        "unstarted",
-        keys.unique_key_link,
-        keys.unique_window_text,
-        keys.keys_list,
-        waiting.waiting_line,
-        origin.submitter_text,
-        waiting.starts_line,
-        durable.durable_table,
-        usage.cpu_time_text,
-        usage.peak_memory_text,
-        family.batch_link,
-        times.dead_at,
-        replica_lag,
-        "notify",
-        "notified",
-        "version",
-        origin.trace,
-    )
+    fieldsets = layout.FIELDSETS
+    readonly_fields = layout.READ_ONLY
 
     class Media:
         css = {"all": (CSS,)}
@@ -248,18 +147,8 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskAdminBase):
     # -- the task's page (`task_page`, `task_operations`) -----------------------------------
 
     def get_fieldsets(self, request: HttpRequest, obj: Task | None = None) -> Any:
-        """The task's fields; a waiting follow-up's parents among them, and how far behind
-        the replica is when the page is read from one (`SCYLLA["READ_DATABASE"]`)."""
-        fieldsets = super().get_fieldsets(request, obj)
-        extra: list[tuple[Any, ...]] = []
-        if obj is not None and followups.waits_for_parents(obj):
-            extra.append((family.parents_list,))
-        if obj is not None and replica_note() is not None:
-            extra.append((replica_lag,))
-        if not extra:
-            return fieldsets
-        (name, options), *rest = fieldsets
-        return [(name, {**options, "fields": (*options["fields"], *extra)}), *rest]
+        """The page's fields, with those that show on some pages only (`layout.with_extras`)."""
+        return layout.with_extras(super().get_fieldsets(request, obj), obj)
 
     def get_formset_kwargs(
         self, request: HttpRequest, obj: Task, inline: Any, prefix: str

@@ -3,6 +3,7 @@ that `TaskAdmin.fieldsets` names.
 
 | module | tells |
 |---|---|
+| `layout` | which fields stand on which line of the page |
 | `address` | which task a page's address names: its id, or its rn (redirected to the id) |
 | `times` | when: created, updated, the delayed start, the deadline, expiry, dead letter |
 | `family` | its relatives: parent, children, the parents a follow-up waits for, its batch |
