@@ -27,6 +27,7 @@ from ..models.keys import naming
 from ..schedules import events
 from ..validation import key_name, queue_validator, validate_unique_key
 from .dashboard import workers as live_workers
+from .databases import DatabaseFilter
 
 # An error code as `validate_errors` accepts it: 1 to 200 characters, not all blank, no NUL.
 error_code_validator = RegexValidator(
@@ -396,3 +397,21 @@ class SubmitterFilter(admin.SimpleListFilter):
         if value == "system":
             return queryset.filter(Q(origin__isnull=True) | Q(origin__kind="system"))
         raise IncorrectLookupParameters(f"submitted: {value!r} is not one of me, system.")
+
+
+TASK_FILTERS: tuple[Any, ...] = (
+    DatabaseFilter,
+    StatusFilter,
+    QueueFilter,
+    PriorityFilter,
+    OwnerFilter,
+    ErrorCodeFilter,
+    DeadFilter,
+    BatchFilter,
+    UniqueKeyFilter,
+    KeyFilter,
+    SubmitterFilter,
+    ("created", DateRangeFilter),
+    ("updated", DateRangeFilter),
+)
+"""The task list's filters, in the order its sidebar shows them."""

@@ -31,21 +31,9 @@ from django.utils.translation import gettext as _
 
 from ..models import Task
 from . import console, permissions, task_actions, task_columns, task_list, task_operations
-from .databases import DatabaseFilter, DatabasePages, on_named_database
+from .databases import DatabasePages, on_named_database
 from .display import CSS, ReadOnly
-from .filters import (
-    BatchFilter,
-    DateRangeFilter,
-    DeadFilter,
-    ErrorCodeFilter,
-    KeyFilter,
-    OwnerFilter,
-    PriorityFilter,
-    QueueFilter,
-    StatusFilter,
-    SubmitterFilter,
-    UniqueKeyFilter,
-)
+from .filters import TASK_FILTERS
 from .keys import KeysView
 from .task_page import history, layout
 from .task_page.address import task_at
@@ -56,27 +44,34 @@ else:
     TaskAdminBase = admin.ModelAdmin
 
 
+PAGES: tuple[tuple[str, type[console.ConsoleView], str], ...] = (
+    ("dashboard/", console.DashboardView, "scylla_django_task_dashboard"),
+    ("dashboard/charts/", console.DashboardChartsView, "scylla_django_task_dashboard_charts"),
+    ("purge/", console.PurgeView, "scylla_django_task_purge"),
+    ("<int:pk>/reset-lease/", task_operations.ResetLeaseView, "scylla_django_task_reset_lease"),
+    ("<int:pk>/cancel/", task_operations.CancelView, "scylla_django_task_cancel"),
+    (
+        "<int:pk>/release-order/",
+        task_operations.ReleaseOrderView,
+        "scylla_django_task_release_order",
+    ),
+    ("keys/", KeysView, "scylla_django_task_keys"),
+    (
+        "queues/<str:queue>/<str:operation>/",
+        console.QueueControlView,
+        "scylla_django_queue_control",
+    ),
+)
+"""The pages `TaskAdmin` mounts beside the task list: (route, view class, URL name)."""
+
+
 @admin.register(Task)
 class TaskAdmin(DatabasePages, ReadOnly, TaskAdminBase):
     """Tasks: a list built for millions of rows, a read-only detail, cancel and purge."""
 
     list_display = task_columns.COLUMNS
     sortable_by = task_columns.SORTABLE
-    list_filter = (
-        DatabaseFilter,
-        StatusFilter,
-        QueueFilter,
-        PriorityFilter,
-        OwnerFilter,
-        ErrorCodeFilter,
-        DeadFilter,
-        BatchFilter,
-        UniqueKeyFilter,
-        KeyFilter,
-        SubmitterFilter,
-        ("created", DateRangeFilter),
-        ("updated", DateRangeFilter),
-    )
+    list_filter = TASK_FILTERS
     search_fields = ("rn", "queue", "owner", "unique_key")
     search_help_text = _(
         "An exact rn, queue, worker name (worker-<n>) or unique key; every word given must match."
@@ -189,37 +184,14 @@ class TaskAdmin(DatabasePages, ReadOnly, TaskAdminBase):
     # -- the pages beside the list (`console`, `keys`, `task_operations`) -------------------
 
     def get_urls(self) -> list[URLPattern]:
+        """The pages beside the list (`PAGES`), each run by the admin site's `admin_view()` on
+        the database the request names, then Django's own."""
         own = [
             path(
                 route,
                 on_named_database(self.admin_site.admin_view(view.as_view(model_admin=self))),
                 name=name,
             )
-            for route, view, name in (
-                ("dashboard/", console.DashboardView, "scylla_django_task_dashboard"),
-                (
-                    "dashboard/charts/",
-                    console.DashboardChartsView,
-                    "scylla_django_task_dashboard_charts",
-                ),
-                ("purge/", console.PurgeView, "scylla_django_task_purge"),
-                (
-                    "<int:pk>/reset-lease/",
-                    task_operations.ResetLeaseView,
-                    "scylla_django_task_reset_lease",
-                ),
-                ("<int:pk>/cancel/", task_operations.CancelView, "scylla_django_task_cancel"),
-                (
-                    "<int:pk>/release-order/",
-                    task_operations.ReleaseOrderView,
-                    "scylla_django_task_release_order",
-                ),
-                ("keys/", KeysView, "scylla_django_task_keys"),
-                (
-                    "queues/<str:queue>/<str:operation>/",
-                    console.QueueControlView,
-                    "scylla_django_queue_control",
-                ),
-            )
+            for route, view, name in PAGES
         ]
         return [*own, *super().get_urls()]
