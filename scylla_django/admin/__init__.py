@@ -13,14 +13,23 @@ are `TaskQuerySet.purge()`. Built to stay fast on millions of tasks:
 
 | module | holds |
 |---|---|
-| `tasks` | `TaskAdmin`, its paginator and History inline |
+| `tasks` | `TaskAdmin`: its configuration and the wiring of the task pages' rooms |
+| `task_list` | the task list: its paginator, its query, its search |
+| `task_columns` | the task list's columns, each a function of one task |
+| `task_page` | the task's page: its fields by what they tell, its History inline, its address |
+| `task_operations` | the task page's buttons (reset lease, cancel, release order key), as views |
+| `task_actions` | the task list's actions on the selected tasks |
+| `console` | the pages beside the task list: dashboard, charts, pausing a queue, bulk purge |
+| `permissions` | who may do what in the task console |
 | `workers` | `WorkerAdmin` |
 | `filters` | the list filters |
 | `display` | HTML helpers: times, badges, JSON, errors |
 | `purge` | the bulk purge form and its time budget |
-| `dashboard` | the dashboard's numbers |
+| `dashboard` | the dashboard's numbers, by part (queues, throughput, failures, workers, VACUUM) |
 | `schedules` | `ScheduleAdmin`, the "Retry selected" action, the chain of attempts |
 | `keys` | the "Locks and limits" page, `LimitAdmin`, `RateAdmin`, `HoldAdmin` |
+| `databases` | which database the pages read and act on |
+| `charts` | the dashboard's per-queue charts |
 | `batches` | `BatchAdmin`: each batch's progress from its counters, "Cancel selected batches" |
 | `events` | `EventAdmin`: the stored events, read-only, with the schedules that consumed each |
 
@@ -36,8 +45,9 @@ from .batches import BatchAdmin
 from .events import EventAdmin
 from .keys import HoldAdmin, LimitAdmin, RateAdmin
 from .schedules import ScheduleAdmin
-from .task_columns import HISTORY_LIMIT
-from .tasks import COUNT_CAP, ApproximateCount, EstimatingPaginator, TaskAdmin
+from .task_list import COUNT_CAP, ApproximateCount, EstimatingPaginator
+from .task_page.history import HISTORY_LIMIT
+from .tasks import TaskAdmin
 from .workers import WorkerAdmin
 
 INDEX_TEMPLATE = "scylla_django/admin/index.html"

@@ -11,7 +11,7 @@ from urllib.parse import parse_qs
 
 from django.contrib import admin
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponseBase
 from django.urls import URLPattern
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -54,11 +54,13 @@ def database_choices(request: HttpRequest) -> dict[str, object]:
     return {"scylla_databases": aliases, "scylla_database": named_database(request) or aliases[0]}
 
 
-def on_named_database(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def on_named_database(
+    view: Callable[..., HttpResponseBase],
+) -> Callable[..., HttpResponseBase]:
     """`view`, run (and its page rendered) within `routers.request_database()`."""
 
     @functools.wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         with request_database(named_database(request), request.method):
             response = view(request, *args, **kwargs)
             render = getattr(response, "render", None)
@@ -117,3 +119,9 @@ def replica_note() -> str | None:
     if lag.paused:
         note += _(" (replay is paused)")
     return note + "."
+
+
+@admin.display(description=gettext_lazy("replica"))
+def replica_lag(obj: Any) -> str:
+    """A read-only field: how far behind the replica this page was read from is."""
+    return replica_note() or "-"

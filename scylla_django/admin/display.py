@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
@@ -18,18 +18,10 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from ..durations import ago as ago_words
-from ..models import Task
 from ..text import plural
 
 CSS = "scylla_django/admin.css"
 PAYLOAD_PREVIEW = 10_000  # characters of pretty-printed JSON shown before "show all"
-
-
-if TYPE_CHECKING:  # django-stubs makes ModelAdmin generic; Django's cannot be subscripted
-    TaskAdminBase = admin.ModelAdmin[Task]
-else:
-    TaskAdminBase = admin.ModelAdmin
-"""The base of the task admin and of its parts."""
 
 
 class ReadOnly:
@@ -86,6 +78,25 @@ def field_display(
     def display(model_admin: Any, obj: Any) -> SafeString | str:
         return show(getattr(obj, field))
 
+    return display
+
+
+def shown_field(
+    name: str,
+    field: str,
+    show: Callable[[Any], SafeString | str],
+    description: str | None = None,
+    ordering: str | None = None,
+) -> Callable[[Any], SafeString | str]:
+    """A column or read-only field named `name`, as a function of the row: `show(obj.<field>)`,
+    titled `description` (by default the field's name, with spaces), sortable by `ordering` if
+    given. The admin names its column and field after the function (`field-<name>`)."""
+
+    @admin.display(description=description or field.replace("_", " "), ordering=ordering)
+    def display(obj: Any) -> SafeString | str:
+        return show(getattr(obj, field))
+
+    display.__name__ = display.__qualname__ = name
     return display
 
 

@@ -16,7 +16,7 @@ from ..models import Consumption, Event
 from .databases import DatabaseFilter, DatabasePages
 from .display import CSS, ReadOnly, ago, field_display, moment, pretty_json
 from .filters import ConsumedFilter, DateRangeFilter, KindFilter
-from .tasks import EstimatingPaginator
+from .task_list import EstimatingPaginator
 
 if TYPE_CHECKING:  # django-stubs makes this generic; Django's class cannot be subscripted
     EventAdminBase = admin.ModelAdmin[Event]

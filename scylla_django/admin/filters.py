@@ -26,7 +26,8 @@ from ..models import Consumption, TaskQuerySet, Worker
 from ..models.keys import naming
 from ..schedules import events
 from ..validation import key_name, queue_validator, validate_unique_key
-from . import dashboard
+from .dashboard import workers as live_workers
+from .databases import DatabaseFilter
 
 # An error code as `validate_errors` accepts it: 1 to 200 characters, not all blank, no NUL.
 error_code_validator = RegexValidator(
@@ -150,12 +151,12 @@ def input_filter(
 
 
 QueueFilter = input_filter(
-    "queue", queue_validator, dashboard.known_queues, "`?queue=`: one queue, by exact name."
+    "queue", queue_validator, live_workers.known_queues, "`?queue=`: one queue, by exact name."
 )
 OwnerFilter = input_filter(
     "owner",
     owner_validator,
-    dashboard.known_workers,
+    live_workers.known_workers,
     "`?owner=`: the tasks a worker runs or ran, by its name.",
 )
 
@@ -396,3 +397,21 @@ class SubmitterFilter(admin.SimpleListFilter):
         if value == "system":
             return queryset.filter(Q(origin__isnull=True) | Q(origin__kind="system"))
         raise IncorrectLookupParameters(f"submitted: {value!r} is not one of me, system.")
+
+
+TASK_FILTERS: tuple[Any, ...] = (
+    DatabaseFilter,
+    StatusFilter,
+    QueueFilter,
+    PriorityFilter,
+    OwnerFilter,
+    ErrorCodeFilter,
+    DeadFilter,
+    BatchFilter,
+    UniqueKeyFilter,
+    KeyFilter,
+    SubmitterFilter,
+    ("created", DateRangeFilter),
+    ("updated", DateRangeFilter),
+)
+"""The task list's filters, in the order its sidebar shows them."""

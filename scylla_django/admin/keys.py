@@ -6,6 +6,7 @@ is force-released by an action or the page's button (one DELETE). Changing needs
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from django import forms
@@ -20,9 +21,12 @@ from django.utils.html import format_html
 from ..models import Hold, Limit, Rate, Task, key_control
 from ..models.keys import parse_rate, rate_text
 from ..validation import key_name
+from .console import ConsoleView
 from .databases import DatabasePages
 from .display import CSS, can_view_tasks, changelist_url, moment
-from .task_operations import TaskOperations, logger
+from .permissions import may_control
+
+logger = logging.getLogger("scylla_django")
 
 if TYPE_CHECKING:  # django-stubs makes these generic; Django's classes cannot be subscripted
     LimitAdminBase = admin.ModelAdmin[Limit]
@@ -30,11 +34,6 @@ if TYPE_CHECKING:  # django-stubs makes these generic; Django's classes cannot b
     HoldAdminBase = admin.ModelAdmin[Hold]
 else:
     LimitAdminBase = RateAdminBase = HoldAdminBase = admin.ModelAdmin
-
-
-def may_control(request: HttpRequest) -> bool:
-    """May change limits, rates, holds and order keys: `scylla_django.control_queue`."""
-    return request.user.has_perm("scylla_django.control_queue")
 
 
 class KeyAdmin(DatabasePages):
@@ -203,30 +202,30 @@ class HoldAdmin(KeyAdmin, HoldAdminBase):
         self.message_user(request, f"{released} holds force-released.", messages.SUCCESS)
 
 
-class KeyPages(TaskOperations):
-    """The "Locks and limits" page beside the task list. A part of `TaskAdmin`."""
+class KeysView(ConsoleView):
+    """The "Locks and limits" page beside the task list. GET: the locks held, the limits and the
+    rates with their use. POST `hold`: force-release that hold (one DELETE), then back to the
+    page."""
 
-    def keys_view(self, request: HttpRequest) -> HttpResponse:
-        """GET: the locks held, the limits and the rates with their use. POST `hold`:
-        force-release that hold (one DELETE), then back to the page."""
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        control = may_control(request)
-        if request.method == "POST":
-            if not control:
-                raise PermissionDenied
-            token = request.POST.get("hold", "")
-            if token.isdigit() and len(token) <= 18 and key_control.force_release_hold(int(token)):
-                logger.info("%s force-released hold %s", request.user, token)
-                self.message_user(request, f"Hold {token} force-released.", messages.SUCCESS)
-            else:
-                self.message_user(request, f"No hold {token} to release.", messages.WARNING)
-            return HttpResponseRedirect(reverse("admin:scylla_django_task_keys"))
+    http_method_names = ["get", "head", "post"]
+
+    def get(self, request: HttpRequest) -> HttpResponse:
         context = {
-            **self.page_context(request, "Locks and limits"),
+            **self.page(request, "Locks and limits"),
             "locks": key_control.held_locks(Task.objects.all()),
             "limits": key_control.limit_use(Task.objects.all()),
             "rates": key_control.rate_use(),
-            "may_control": control,
+            "may_control": may_control(request),
         }
         return TemplateResponse(request, "scylla_django/admin/keys.html", context)
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        if not may_control(request):
+            raise PermissionDenied
+        token = request.POST.get("hold", "")
+        if token.isdigit() and len(token) <= 18 and key_control.force_release_hold(int(token)):
+            logger.info("%s force-released hold %s", request.user, token)
+            self.say(request, f"Hold {token} force-released.", messages.SUCCESS)
+        else:
+            self.say(request, f"No hold {token} to release.", messages.WARNING)
+        return HttpResponseRedirect(reverse("admin:scylla_django_task_keys"))

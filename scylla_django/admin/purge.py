@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy
 from ..conf import scylla_settings
 from ..text import plural
 from ..validation import QUEUE_MAX_LENGTH, queue_validator
-from . import dashboard
+from .dashboard.queues import FINISHED
 
 
 class PurgeForm(forms.Form):
@@ -26,7 +26,7 @@ class PurgeForm(forms.Form):
         help_text=gettext_lazy("Tasks whose last change is older than this many days."),
     )
     statuses = forms.MultipleChoiceField(
-        choices=[(s.value, s.label) for s in dashboard.FINISHED],
+        choices=[(s.value, s.label) for s in FINISHED],
         widget=forms.CheckboxSelectMultiple,
         help_text=gettext_lazy(
             "Only terminal tasks can be purged; ready and running tasks never are."
@@ -44,7 +44,7 @@ class PurgeForm(forms.Form):
             "initial",
             {
                 "older_than_days": max(1, scylla_settings.RETENTION.days),
-                "statuses": [s.value for s in dashboard.FINISHED],
+                "statuses": [s.value for s in FINISHED],
             },
         )
         super().__init__(*args, **kwargs)

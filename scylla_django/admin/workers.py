@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy
 from ..enums import Status
 from ..models import Worker, WorkerQuerySet
 from ..validation import worker_id
-from . import dashboard
+from .dashboard import workers as board
 from .databases import DatabasePages
 from .display import (
     CSS,
@@ -43,13 +43,13 @@ class WorkerChangeList(ChangeList):
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
         names = [worker.name for worker in self.result_list]
-        running = dashboard.running_counts(names)
-        held = dashboard.held_tasks(
-            [name for name in names if running.get(name)], len(names) * dashboard.HELD_LIMIT
+        running = board.running_counts(names)
+        held = board.held_tasks(
+            [name for name in names if running.get(name)], len(names) * board.HELD_LIMIT
         )
         for worker in self.result_list:
             worker.running_tasks = running.get(worker.name, 0)
-            worker.held_tasks = held.get(worker.name, [])[: dashboard.HELD_LIMIT]
+            worker.held_tasks = held.get(worker.name, [])[: board.HELD_LIMIT]
 
 
 @admin.register(Worker)
@@ -145,7 +145,7 @@ class WorkerAdmin(DatabasePages, ReadOnly, WorkerAdminBase):
     def running(self, worker: Worker) -> SafeString:
         count = getattr(worker, "running_tasks", None)
         if count is None:
-            count = dashboard.running_counts([worker.name]).get(worker.name, 0)
+            count = board.running_counts([worker.name]).get(worker.name, 0)
         url = changelist_url(owner=worker.name, status=Status.RUNNING)
         return format_html('<a href="{}">{} / {}</a>', url, count, worker.capacity)
 
@@ -153,7 +153,7 @@ class WorkerAdmin(DatabasePages, ReadOnly, WorkerAdminBase):
     def held(self, worker: Worker) -> SafeString | str:
         tasks = getattr(worker, "held_tasks", None)
         if tasks is None:
-            names = dashboard.held_tasks([worker.name], dashboard.HELD_LIMIT)
+            names = board.held_tasks([worker.name], board.HELD_LIMIT)
             tasks = names.get(worker.name, [])
         if not tasks:
             return "-"

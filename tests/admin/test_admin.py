@@ -16,8 +16,8 @@ from django.urls import reverse
 
 from scylla_django import admin as scylla_admin
 from scylla_django.admin import display as admin_display
-from scylla_django.admin import task_columns
-from scylla_django.admin import tasks as task_admin
+from scylla_django.admin import task_list
+from scylla_django.admin.task_page import family
 from scylla_django.enums import EventType, Status
 from scylla_django.models import History, Outcome, Task, TaskQuerySet, Worker
 from tests.factories import TaskFactory, running_task
@@ -125,7 +125,7 @@ def test_list_never_counts_the_whole_table_nor_queries_per_row(admin_client, wor
 
 
 def test_list_count_is_exact_up_to_the_cap(admin_client, worker, monkeypatch):
-    monkeypatch.setattr(task_admin, "COUNT_CAP", 3)
+    monkeypatch.setattr(task_list, "COUNT_CAP", 3)
     for n in range(3):
         TaskFactory(rn=f"t{n}")
     response = admin_client.get(LIST)
@@ -135,7 +135,7 @@ def test_list_count_is_exact_up_to_the_cap(admin_client, worker, monkeypatch):
 
 def test_list_count_past_the_cap(admin_client, worker, monkeypatch):
     """Past the cap PostgreSQL shows its estimate ("about N"); other databases count."""
-    monkeypatch.setattr(task_admin, "COUNT_CAP", 3)
+    monkeypatch.setattr(task_list, "COUNT_CAP", 3)
     for n in range(5):
         TaskFactory(rn=f"t{n}")
     count = admin_client.get(LIST).context["cl"].result_count
@@ -358,7 +358,7 @@ def test_a_waiting_follow_up_shows_its_parents_and_no_far_off_date(admin_client,
 
 
 def test_a_follow_up_s_parents_are_shown_up_to_a_limit(admin_client, worker, monkeypatch):
-    monkeypatch.setattr(task_columns, "PARENTS_LIMIT", 2)
+    monkeypatch.setattr(family, "PARENTS_LIMIT", 2)
     for n in range(5):
         TaskFactory(rn=f"p{n}")
     Task.objects.submit("q", {}, rn="child", after=[f"p{n}" for n in range(5)])

@@ -17,7 +17,7 @@ from django.test import override_settings
 from django.utils import translation
 
 import scylla_django
-from scylla_django.admin.task_operations import TaskOperations
+from scylla_django.admin import task_actions
 
 from ..helpers import API
 
@@ -77,7 +77,7 @@ def test_the_admin_api_and_checks_strings_are_marked(catalog):
 
 def test_a_projects_translation_is_shown(catalog, client, db):
     with override_settings(LOCALE_PATHS=[str(catalog)]), translation.override("fr"):
-        action = TaskOperations.cancel_selected
+        action = task_actions.cancel_selected
         assert str(action.short_description) == TRANSLATED["Cancel selected (ready/running only)"]
         detail = client.get(f"{API}/no-such-route/").json()["detail"]
         assert detail == "Aucune route de l'API ne correspond à '/api/scylla/no-such-route/'."
