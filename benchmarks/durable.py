@@ -1,6 +1,8 @@
 """Time durable execution on PostgreSQL: the cost of a step and of a wait/wake cycle.
 
     PYTHONPATH=. python benchmarks/durable.py [--steps 2000] [--tasks 500] [--runs 3]
+    PYTHONPATH=. python benchmarks/durable.py --scale [--parked 1000000] [--running 100000]
+        [--burst 100000] [--workers 10] [--private-cluster]
 
 Into the database named by DATABASE_URL (default
 postgres://postgres@127.0.0.1:5432/scylla_bench_durable, created if missing):
@@ -13,11 +15,21 @@ postgres://postgres@127.0.0.1:5432/scylla_bench_durable, created if missing):
 - **a wait/wake cycle**: `--tasks` tasks each run to a `ctx.wait_for(kind, match=...)` and
   park, an `emit()` per task wakes it, each runs again and completes; printed: the time per
   park, per wake (one emit in its own transaction) and per resume.
+- **at scale** (`--scale`): `--parked` tasks parked (half waiting for an event of their own,
+  half in a durable sleep of a day; written as a park writes them) beside `--running` ready
+  tasks run by `--workers` worker processes (`scylla_worker --concurrency 10`, a step each).
+  Printed: the sessions open on the database while the workers run and once they are idle
+  (parked tasks hold none), the time to run the running tasks, the lease's latency at the
+  backlog (p50 and p99 of a probe leasing and completing one task of its own queue, over and
+  over, while the workers run), and a burst of `--burst` events each matching one waiting
+  task, emitted by four processes at once: the time for all of them, and the waits woken
+  (exactly `--burst`, each once).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import postgres  # benchmarks/postgres.py, beside this script
@@ -32,9 +44,28 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000, help="steps in the step run")
     parser.add_argument("--tasks", type=int, default=500, help="tasks in the wait/wake run")
     parser.add_argument("--runs", type=int, default=3, help="repeat each run this many times")
+    parser.add_argument("--scale", action="store_true", help="the scale run instead")
+    parser.add_argument("--parked", type=int, default=1_000_000, help="tasks parked (--scale)")
+    parser.add_argument("--running", type=int, default=100_000, help="tasks run (--scale)")
+    parser.add_argument("--burst", type=int, default=100_000, help="events emitted (--scale)")
+    parser.add_argument("--workers", type=int, default=10, help="worker processes (--scale)")
+    parser.add_argument(
+        "--private-cluster",
+        action="store_true",
+        help="run on a PostgreSQL cluster of its own (server defaults), removed at exit",
+    )
     args = parser.parse_args()
+    if args.private_cluster:
+        from throughput import private_cluster
+
+        os.environ["DATABASE_URL"] = private_cluster(parser)
     postgres.setup(parser, DEFAULT_URL)
     postgres.print_machine()
+    if args.scale:
+        import durable_scale
+
+        durable_scale.run(args)
+        return
     per_step, statements = [], 0.0
     for _ in range(args.runs):
         seconds, statements = time_steps(args.steps)

@@ -22,6 +22,7 @@ task's steps once, when it first asks.
 from __future__ import annotations
 
 import functools
+import logging
 from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -30,7 +31,14 @@ from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, TypeVar
 
 from .exceptions import TIMED_OUT, Parked, ScyllaError, WaitTimedOut
 from .models import Step, Wait, WaitKind, WaitOutcome
-from .models.steps import CURSOR, record_step, recorded, save_cursor, validate_name
+from .models.steps import (
+    CURSOR,
+    record_step,
+    recorded,
+    save_cursor,
+    validate_cursor,
+    validate_name,
+)
 from .models.waits import WaitFor, begin_wait, signal_token
 from .schedules.events import validate_kind, validate_match
 from .validation import validate_delay
@@ -47,9 +55,21 @@ class Run(Protocol):
 
     task: Task
     worker: Worker
+    checkpoints_ride_heartbeats: bool
+    bundled: bool
 
     @property
     def durable(self) -> Durable: ...
+
+    @property
+    def stopped(self) -> bool: ...
+
+    @property
+    def holds_checkpoint(self) -> bool: ...
+
+    def hold_checkpoint(self, cursor: Any) -> bool: ...
+
+    def take_checkpoint(self) -> tuple[Any] | None: ...
 
     def check(self) -> None: ...
 
@@ -57,6 +77,8 @@ class Run(Protocol):
 
     def fenced(self) -> AbstractContextManager[Any]: ...
 
+
+logger = logging.getLogger("scylla_django")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -95,15 +117,37 @@ class Durable:
         found = self.recorded().get(CURSOR)
         return None if found is None else found.result
 
-    def checkpoint(self, cursor: Any) -> None:
+    def checkpoint(self, cursor: Any, *, now: bool) -> None:
         ctx = self.ctx
         ctx.check()
-        self.add(save_cursor(ctx.task, ctx.worker, ctx.task.leases, cursor))
+        value = validate_cursor(cursor)
+        if now or not ctx.checkpoints_ride_heartbeats:
+            ctx.take_checkpoint()  # replaced by this one
+            self.add(save_cursor(ctx.task, ctx.worker, ctx.task.leases, value))
+            return
+        if not ctx.hold_checkpoint(value):
+            ctx.check()  # stopped meanwhile: raises its reason
+        # Read back by `ctx.cursor` at once, written with the next heartbeat.
+        self.add(Step(task_id=ctx.task.pk, name=CURSOR, result=value, lease=ctx.task.leases))
+
+    def write_held(self) -> None:
+        """Write the checkpoint kept for the heartbeat now, if any (fenced on the lease)."""
+        ctx = self.ctx
+        held = ctx.take_checkpoint()
+        if held is not None:
+            save_cursor(ctx.task, ctx.worker, ctx.task.leases, held[0])
 
     def wait(self, wanted: WaitFor) -> Wait:
         """Begin or take up the wait `wanted`; raise Parked when the task was parked."""
         ctx = self.ctx
+        if ctx.bundled:
+            raise RuntimeError(
+                "a durable sleep or wait parks its task alone, and a bundle handler runs its "
+                "members together: wait in a plain handler (steps and checkpoints work in a "
+                "bundle)"
+            )
         ctx.check()
+        self.write_held()  # the cursor the task resumes from, before it gives its lease back
         wait = begin_wait(ctx.task, ctx.worker, ctx.task.leases, wanted)
         if wait.outcome is None:
             self.park(wait)
@@ -227,3 +271,16 @@ class StepBlock:
 
     def __repr__(self) -> str:
         return f"<StepBlock {self.name}{' done' if self.done else ''}>"
+
+
+def write_held_checkpoint(ctx: Run) -> None:
+    """After a handler's run under a worker: write the checkpoint it kept for the heartbeat,
+    if any and if the run was not stopped (a yield wrote it; a lost lease writes nothing), so
+    that a snooze, a retry that resumes or a run that raised takes up the loop from it. A
+    refusal or a database error is logged, not raised: the run's outcome goes on."""
+    if ctx.stopped or not ctx.holds_checkpoint:
+        return
+    try:
+        ctx.durable.write_held()
+    except Exception as exc:  # the lease lost meanwhile, the database: the outcome tells
+        logger.warning("%s: its last checkpoint was not written: %r", ctx.task.rn, exc)

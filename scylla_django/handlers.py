@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import threading
 import time
@@ -24,6 +25,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, Unpack, cast, overload
 
 from django.core.exceptions import ValidationError
+from django.db import connections
 from django.utils.module_loading import autodiscover_modules
 
 from . import db, queue_keys, retries, spec_versions, tracing
@@ -59,6 +61,33 @@ class TaskLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
         return f"[{self.extra['rn'] if self.extra else '?'}] {msg}", kwargs
+
+
+async def apart(func: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
+    """`func(*args, **kwargs)` off the event loop, on a thread of the loop's pool, on a
+    connection closed after (a pool thread keeps none between calls)."""
+
+    def call() -> R:
+        try:
+            return func(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    return await asyncio.to_thread(call)
+
+
+def synchronous(what: str, instead: str) -> None:
+    """Refuse `what`, a durable call that talks to the database, on an event loop's thread (an
+    `async def` handler): RuntimeError naming its async form `instead` (Django would refuse
+    the query itself, with less to go on)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(
+        f"{what} reads and writes the database, which an async def handler does not do on its "
+        f"event loop: use await ctx.{instead} instead"
+    )
 
 
 class TaskContext:
@@ -105,6 +134,10 @@ class TaskContext:
         # children it spawns are traced under (None: no tracer configured).
         self.span: Any = None
         self.traceparent: str | None = None
+        self.checkpoints_ride_heartbeats = False
+        """Whether this run's checkpoints wait for the worker's next heartbeat, which writes
+        them (set by a worker that heartbeats the run; else each is written at once)."""
+        self._held_cursor: tuple[Any] | None = None  # a checkpoint not written yet
 
     # -- durable execution (docs/howto/durable.md) ----------------------------------------
 
@@ -135,6 +168,7 @@ class TaskContext:
         within the result size limit (nothing is committed)."""
         from .durable import StepBlock
 
+        synchronous("ctx.step()", "astep(name, func)")
         block = StepBlock(self, name)
         if func is None:
             return block
@@ -143,18 +177,59 @@ class TaskContext:
     @property
     def steps(self) -> dict[str, Any]:
         """The results of the task's completed steps, by name, in the order they completed."""
+        synchronous("ctx.steps", "asteps()")
         return self.durable.steps()
 
     @property
     def cursor(self) -> Any:
         """The task's cursor as last checkpointed (`checkpoint()`), None before the first."""
+        synchronous("ctx.cursor", "acursor()")
         return self.durable.last_cursor()
 
-    def checkpoint(self, cursor: Any) -> None:
+    def checkpoint(self, cursor: Any, *, now: bool = False) -> None:
         """Record `cursor` (JSON: a row id, a page token, ...) as where a later run of this task
-        takes up a long loop (`ctx.cursor`): one transaction fenced on the lease. LeaseLost or
-        TaskCancelled (nothing written) when the lease is not held any more."""
-        self.durable.checkpoint(cursor)
+        takes up a long loop (`ctx.cursor`).
+
+        Under a worker it is written with the worker's next heartbeat, in the same statement
+        on PostgreSQL (fenced on the lease as the heartbeat is), so checkpointing at every row
+        costs no statement of its own; a later checkpoint replaces one not written yet. It is
+        written before the run ends too: when the worker gives the task back (a shutdown's
+        yield), when the task sleeps or waits, and when the handler returns or raises. Only a
+        killed worker loses it: the rows of one heartbeat interval are then processed again.
+        `now=True` writes it at once, in a transaction of its own fenced on the lease, for a
+        cursor that must be committed before the handler goes on (and so does every checkpoint
+        outside a worker: `run_task`, a child process).
+
+        ValidationError for a cursor that is not JSON within the result size limit; LeaseLost
+        or TaskCancelled (nothing written) when the lease is not held any more."""
+        synchronous("ctx.checkpoint()", "acheckpoint(cursor)")
+        self.durable.checkpoint(cursor, now=now)
+
+    def hold_checkpoint(self, cursor: Any) -> bool:
+        """Keep `cursor` for the next heartbeat to write; False (nothing kept) if the run was
+        stopped (a yield takes what is kept once it has stopped the run, so none is lost)."""
+        with self._lock:
+            if self._stop is not None:
+                return False
+            self._held_cursor = (cursor,)
+            return True
+
+    @property
+    def holds_checkpoint(self) -> bool:
+        """Whether a checkpoint waits for the heartbeat (`checkpoint()`)."""
+        return self._held_cursor is not None
+
+    def take_checkpoint(self) -> tuple[Any] | None:
+        """The checkpoint kept for the heartbeat, as `(cursor,)`, taken away (None: none)."""
+        with self._lock:
+            held, self._held_cursor = self._held_cursor, None
+            return held
+
+    def return_checkpoint(self, held: tuple[Any]) -> None:
+        """Put back a checkpoint whose write failed, unless a later one was kept meanwhile."""
+        with self._lock:
+            if self._held_cursor is None:
+                self._held_cursor = held
 
     def durable_sleep(self, duration: timedelta | float | str, *, name: str | None = None) -> None:
         """Sleep `duration` without holding the task: the task gives its lease back (no
@@ -162,6 +237,7 @@ class TaskContext:
         once the time has come, its completed steps returning their results at once; that
         run passes this call. A sleep is named by its order in the run (`sleep`, `sleep#2`,
         ...) unless given a `name`."""
+        synchronous("ctx.durable_sleep()", "adurable_sleep(duration)")
         self.durable.sleep(duration, name)
 
     def wait_for(
@@ -182,12 +258,72 @@ class TaskContext:
         `on_timeout="return"`, `WaitTimedOut` raised with `"raise"`. A wait is named after
         what it waits for (`event:<kind>`, `signal:<name>`, numbered `#2`, ... when repeated
         in a run) unless given a `name`."""
+        synchronous("ctx.wait_for()", "await_for(...)")
         return self.durable.wait_for(kind, match, signal, timeout, name, on_timeout)
 
     def signal_token(self, name: str) -> str:
         """A token that sends this task the signal `name` without other credentials (`POST
         /api/signals/{token}/`): hand it to an outside system as its completion URL."""
         return self.durable.signal_token(name)
+
+    # -- durable execution in an `async def` handler ----------------------------------------
+
+    async def astep(self, name: str, func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """`ctx.step(name, func, *args)` for an `async def` handler: `func` may be a plain
+        function (run on a thread of its own with the step's fenced transaction, so its ORM
+        writes commit with the step) or an `async def` one (awaited here; its result is then
+        recorded in a fenced transaction of its own, its writes apart)."""
+        if not inspect.iscoroutinefunction(func):
+            return await apart(self.step, name, func, *args, **kwargs)
+        from .durable import StepBlock
+
+        block = StepBlock(self, name)
+        found = await apart(lambda: self.durable.recorded().get(block.name))
+        if found is not None:
+            return found.result
+        result = await func(*args, **kwargs)
+
+        def record() -> Any:
+            with block as step:
+                step.result = result
+            return step.result
+
+        return await apart(record)
+
+    async def acursor(self) -> Any:
+        """`ctx.cursor` for an `async def` handler."""
+        return await apart(lambda: self.cursor)
+
+    async def asteps(self) -> dict[str, Any]:
+        """`ctx.steps` for an `async def` handler."""
+        return await apart(lambda: self.steps)
+
+    async def acheckpoint(self, cursor: Any, *, now: bool = False) -> None:
+        """`ctx.checkpoint(cursor)` for an `async def` handler."""
+        await apart(self.checkpoint, cursor, now=now)
+
+    async def adurable_sleep(
+        self, duration: timedelta | float | str, *, name: str | None = None
+    ) -> None:
+        """`ctx.durable_sleep(duration)` for an `async def` handler."""
+        await apart(self.durable_sleep, duration, name=name)
+
+    async def await_for(
+        self,
+        kind: str | None = None,
+        *,
+        match: Mapping[str, Any] | None = None,
+        signal: str | None = None,
+        timeout: timedelta | float | str | None = None,
+        name: str | None = None,
+        on_timeout: str = "return",
+    ) -> Any:
+        """`ctx.wait_for(...)` for an `async def` handler (the `a` of Django's async methods)."""
+        return await apart(
+            lambda: self.wait_for(
+                kind, match=match, signal=signal, timeout=timeout, name=name, on_timeout=on_timeout
+            )
+        )
 
     @functools.cached_property
     def logger(self) -> TaskLogger:

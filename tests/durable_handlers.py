@@ -57,3 +57,20 @@ def nap(ctx):
 def approve(ctx):
     """Waits for the signal `go`; returns its payload."""
     return {"go": ctx.wait_for(signal="go")}
+
+
+@handler("d-group")
+def grouped(ctx):
+    """Waits for the event `wake.group` of its `spec["group"]` (up to `spec["timeout"]`, if
+    any), then records that it resumed (a row of the app's own table, in a step): each run
+    past the wait writes one such row at most."""
+    payload = ctx.wait_for(
+        "wake.group", match={"group": ctx.spec["group"]}, timeout=ctx.spec.get("timeout")
+    )
+    with ctx.step("resumed") as step:
+        if not step.done:
+            User.objects.create(
+                username=uuid.uuid4().hex, first_name="resumed", last_name=ctx.task.rn
+            )
+            step.result = None if not payload else payload["by"]
+    return {"by": step.result, "timed_out": not payload}

@@ -47,6 +47,7 @@ from .each import add_each, update_each
 from .notifications import READY_CHANNEL, STOP_CHANNEL, listen, notify_ready, postgresql_notify
 from .portable import json_contained_in, json_list_contains, lock_rows, update_returning_pks, upsert
 from .postgresql import (
+    Cursors,
     compact,
     finish_statement,
     heartbeat_statement,
@@ -93,6 +94,7 @@ __all__ = [
     "READY_CHANNEL",
     "STOP_CHANNEL",
     "Clock",
+    "Cursors",
     "DatabaseRetry",
     "HorizonHolder",
     "IdleSession",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any, TypeVar, cast
@@ -458,6 +459,7 @@ def postgresql_heartbeat(
     leases: Sequence[tuple[int, int, float | None, bool]],
     lease_length: timedelta,
     reservation: timedelta | None = None,
+    cursors: Cursors | None = None,
 ) -> set[int]:
     """Extend leases of `worker` in one statement (PostgreSQL); return the pks extended.
 
@@ -471,11 +473,21 @@ def postgresql_heartbeat(
     handler has not, a reservation of now plus `reservation` (`lease_length` if None). Never
     past its `timeout_at` (the run-time limit its lease was given); a progress that is not
     None is written.
+
+    `cursors` ride the same statement: the checkpoints the handlers made since the last
+    heartbeat (`ctx.checkpoint()`), written into `cursors.table` (the steps) for the leases
+    it extends only, so a refused lease writes none.
     """
     if not leases:
         return set()
     pks, numbers, progress, started = (list(column) for column in zip(*leases, strict=True))
-    statement, params = heartbeat_statement(tables, using)
+    if cursors is not None and cursors.rows:
+        statement = _heartbeat_with_cursors_sql(tables, using, cursors.table, cursors.name)
+        params: dict[str, Any] = {"running": _running(Operation.HEARTBEAT)}
+        ids, values, sizes = (list(column) for column in zip(*cursors.rows, strict=True))
+        params.update(cursor_ids=ids, cursor_values=values, cursor_sizes=sizes)
+    else:
+        statement, params = heartbeat_statement(tables, using)
     params.update(pks=pks, leases=numbers, progress=progress, started=started)
     params.update(length=lease_length, reservation=reservation)
     params["worker"] = worker
@@ -551,6 +563,38 @@ def _heartbeat_sql(tables: Tables, using: str) -> str:
         WHERE t.id = h.id AND t.leases = h.lease AND t.status = %(running)s
           AND t.owner = %(worker)s AND t.deadline >= t.updated
         RETURNING t.id
+    """)
+
+
+@dataclass(frozen=True)
+class Cursors:
+    """Checkpoints to write with a heartbeat (`postgresql_heartbeat`): `rows` of (task pk,
+    the cursor as JSON text, its size in bytes), into the steps table `table` as the step
+    named `name` of each task."""
+
+    table: str
+    name: str
+    rows: Sequence[tuple[int, str, int]]
+
+
+@cache
+def _heartbeat_with_cursors_sql(tables: Tables, using: str, table: str, name: str) -> str:
+    """The heartbeat statement, writing the checkpoints of the leases it extends too."""
+    quote = connections[using].ops.quote_name
+    beat = _heartbeat_sql(tables, using).replace("RETURNING t.id", "RETURNING t.id, t.leases")
+    steps = quote(table)
+    literal = "'" + name.replace("'", "''") + "'"
+    return compact(f"""
+        WITH beat AS ({beat}), saved AS (
+            INSERT INTO {steps} (task_id, name, result, size, lease, time)
+            SELECT c.id, {literal}, c.value::jsonb, c.size, beat.leases, statement_timestamp()
+            FROM unnest(%(cursor_ids)s::bigint[], %(cursor_values)s::text[],
+                        %(cursor_sizes)s::integer[]) AS c(id, value, size)
+            JOIN beat ON beat.id = c.id
+            ON CONFLICT (task_id, name) DO UPDATE SET result = EXCLUDED.result,
+                size = EXCLUDED.size, lease = EXCLUDED.lease, time = EXCLUDED.time
+        )
+        SELECT id FROM beat
     """)
 
 

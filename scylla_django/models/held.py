@@ -24,6 +24,7 @@ from . import finishing
 from .outcomes import Outcome
 from .processes import Worker, worker_name
 from .refusals import refusal_errors
+from .steps import CURSOR, Step, cursor_row, write_cursor
 from .tables import tables
 
 # A yield is the only write that sets a task's deadline before its own `updated` time (but
@@ -63,6 +64,7 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
         lease_length: timedelta | float | None = None,
         started: Collection[int] = (),
         reservation: timedelta | float | None = None,
+        cursors: Mapping[int, Any] | None = None,
     ) -> set[int]:
         """Extend several leases of `worker` in one statement; return the pks it extended.
 
@@ -81,6 +83,11 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
         No deadline goes past the task's `timeout_at`, the run-time limit its lease was given
         (`capped_deadline`): a task past its limit loses its lease however long its worker
         heartbeats it.
+
+        `cursors` (task pk → cursor, JSON validated by the caller) are the checkpoints the
+        handlers made since the last heartbeat (`ctx.checkpoint()`): written for the leases
+        extended only, in the same statement on PostgreSQL, elsewhere in a fenced transaction
+        of their own right after (`save_cursors`).
         """
         name = worker_name(worker)
         lease_length = validate_timeout(
@@ -95,8 +102,15 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
                 (pk, lease, None if value is None else validate_progress(value), pk in begun)
                 for pk, (lease, value) in leases.items()
             ]
+            held = None
+            if cursors:
+                held = db.Cursors(
+                    Step._meta.db_table,
+                    CURSOR,
+                    [cursor_row(pk, value) for pk, value in cursors.items() if pk in leases],
+                )
             return db.postgresql_heartbeat(
-                tables(self.model), self.db, name, rows, lease_length, reserved
+                tables(self.model), self.db, name, rows, lease_length, reserved, held
             )
         extended: set[int] = set()
         chunk = list(leases.items())
@@ -104,7 +118,34 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
             part = dict(chunk[start : start + HEARTBEAT_CHUNK])
             begun_here = begun & part.keys()
             extended |= self._heartbeat_chunk(name, part, lease_length, begun_here, reserved)
+        if cursors:
+            self.save_cursors(
+                name, {pk: (leases[pk][0], cursors[pk]) for pk in extended if pk in cursors}
+            )
         return extended
+
+    def save_cursors(
+        self, worker: Worker | str, cursors: Mapping[int, tuple[int, Any]]
+    ) -> set[int]:
+        """Write checkpoints of `worker`'s leases (task pk → (lease number, cursor)) in one
+        transaction that first locks the rows still held by those leases (running, owned by
+        `worker`, the same lease number): a lease lost or given back writes none. Return the
+        pks written."""
+        if not cursors:
+            return set()
+        name = worker_name(worker)
+        held = Q()
+        for pk, (lease, _) in cursors.items():
+            held |= Q(pk=pk, leases=lease)
+        fenced = self.model._default_manager.using(self.db).filter(
+            held, status__in=sources(Operation.COMPLETE), owner=name
+        )
+        with db.write_atomic(self.db):
+            locked = set(fenced.select_for_update().values_list("pk", flat=True))
+            for pk in sorted(locked):
+                lease, value = cursors[pk]
+                write_cursor(self.db, pk, lease, value)
+        return locked
 
     def _heartbeat_chunk(
         self,

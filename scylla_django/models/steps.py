@@ -118,19 +118,37 @@ def record_step(task: LeasedTask, lease: int, name: str, result: Any) -> Step:
 
 
 def save_cursor(task: LeasedTask, worker: Worker | str, lease: int, cursor: Any) -> Step:
-    """Write `task`'s cursor (`ctx.checkpoint()`), fenced on `worker`'s lease `lease`: one
-    transaction that locks the task's row on the lease and rewrites the cursor in place.
-    ValidationError for a cursor that is not JSON within the size limit; LeaseLost or
-    TaskCancelled (nothing written) when the lease is not held."""
-    value = validate_json(cursor, "the cursor", allow_null=True)
+    """Write `task`'s cursor (`ctx.checkpoint(cursor, now=True)`), fenced on `worker`'s lease
+    `lease`: one transaction that locks the task's row on the lease and rewrites the cursor
+    in place. ValidationError for a cursor that is not JSON within the size limit; LeaseLost
+    or TaskCancelled (nothing written) when the lease is not held."""
+    value = validate_cursor(cursor)
     using = task._state.db or "default"
     with db.write_atomic(using):
         task.lock_lease(worker, lease=lease)
-        size = json_size(value)
-        steps = Step.objects.using(using).filter(task_id=task.pk, name=CURSOR)
-        if not steps.update(result=value, size=size, lease=lease, time=Now()):
-            Step.objects.using(using).create(
-                task_id=task.pk, name=CURSOR, result=value, size=size, lease=lease, time=Now()
-            )
-        step = steps.get()
+        write_cursor(using, task.pk, lease, value)
+        step = Step.objects.using(using).get(task_id=task.pk, name=CURSOR)
     return step
+
+
+def validate_cursor(cursor: Any) -> Any:
+    """A cursor: JSON within the result size limit, or None (ValidationError)."""
+    return validate_json(cursor, "the cursor", allow_null=True)
+
+
+def write_cursor(using: str, task_id: int, lease: int, value: Any) -> None:
+    """Rewrite the cursor of the task `task_id` in place (or write its first), inside the
+    caller's transaction, which holds the task's lease locked."""
+    size = json_size(value)
+    steps = Step.objects.using(using).filter(task_id=task_id, name=CURSOR)
+    if not steps.update(result=value, size=size, lease=lease, time=Now()):
+        Step.objects.using(using).create(
+            task_id=task_id, name=CURSOR, result=value, size=size, lease=lease, time=Now()
+        )
+
+
+def cursor_row(task_id: int, value: Any) -> tuple[int, str, int]:
+    """A checkpoint as the heartbeat statement sends it (`db.Cursors`): the task's pk, the
+    cursor as JSON text, its size."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return task_id, text, len(text.encode())

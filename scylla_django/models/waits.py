@@ -13,7 +13,7 @@ wake and a park of the same task never interleave.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -227,21 +227,51 @@ def payload_matches(payload: Any, match: Mapping[str, Any] | None) -> bool:
     return True
 
 
+#: The waits woken per statement by one event (`wake_all`): the ids travel as parameters,
+#: and SQLite takes at most 32,766 of them in a statement.
+WAKE_CHUNK = 1000
+
+
 def wake(wait: Wait, payload: Any, using: str, *, event: int | None = None) -> bool:
-    """Wake `wait` with `payload`: True if this call woke it (it was open). One transaction
-    (a savepoint in the caller's): the task's row locked for update, the wait ended if it is
-    still open, and the task made due now if it is parked (ready)."""
+    """Wake `wait` with `payload`: True if this call woke it (it was open). See `wake_all`."""
+    return wake_all([wait], payload, using, event=event) == 1
+
+
+def wake_all(waits: Sequence[Wait], payload: Any, using: str, *, event: int | None = None) -> int:
+    """Wake `waits` with `payload`; return how many this call woke (those still open).
+
+    One transaction (a savepoint in the caller's), a few statements per `WAKE_CHUNK` waits
+    however many they are: their tasks' rows locked for update in the order of their keys
+    (so two wakers of overlapping waits never deadlock), the waits still open ended (a
+    conditional write: every writer of a wait's outcome locks its task's row first, so an
+    open wait is ended by one of them only), and their tasks made due now if parked (ready),
+    their queues told once."""
+    woken = 0
     tasks = task_model()._default_manager.using(using)
     with db.write_atomic(using):
-        row = tasks.select_for_update().filter(pk=wait.task_id).values_list("queue", "status")
-        found = row.first()
-        woken = Wait.objects.using(using).filter(pk=wait.pk, outcome__isnull=True)
-        if not woken.update(outcome=WaitOutcome.WOKEN, ended=Now(), payload=payload, event=event):
-            return False
-        if found is not None and found[1] == Status.READY:
-            tasks.filter(pk=wait.task_id, status=Status.READY).update(not_before=Now())
-            db.notify_ready(using, [found[0]])
-    return True
+        for start in range(0, len(waits), WAKE_CHUNK):
+            chunk = waits[start : start + WAKE_CHUNK]
+            locked = tasks.select_for_update().filter(pk__in={w.task_id for w in chunk})
+            rows = {
+                pk: (queue, status)
+                for pk, queue, status in locked.order_by("pk").values_list("pk", "queue", "status")
+            }
+            still_open = Wait.objects.using(using).filter(
+                pk__in=[w.pk for w in chunk], outcome__isnull=True
+            )
+            opened = dict(still_open.values_list("pk", "task_id"))
+            if not opened:
+                continue
+            woken += (
+                Wait.objects.using(using)
+                .filter(pk__in=opened, outcome__isnull=True)
+                .update(outcome=WaitOutcome.WOKEN, ended=Now(), payload=payload, event=event)
+            )
+            due = {pk for pk in opened.values() if rows.get(pk, ("", ""))[1] == Status.READY}
+            if due:
+                tasks.filter(pk__in=due, status=Status.READY).update(not_before=Now())
+                db.notify_ready(using, sorted({rows[pk][0] for pk in due}))
+    return woken
 
 
 def wake_on_event(event_id: int, kind: str, payload: Mapping[str, Any], using: str) -> int:
@@ -249,20 +279,20 @@ def wake_on_event(event_id: int, kind: str, payload: Mapping[str, Any], using: s
     transaction; return how many this call woke. A wait sees the events emitted once it is
     committed: an event emitted before the wait began never wakes it. The database finds the
     waits whose match the payload contains (JSON containment; SQLite reads the waits of the
-    kind and each match is checked here, as it is everywhere)."""
+    kind and each match is checked here, as it is everywhere); they are woken together
+    (`wake_all`), a few statements for all of them."""
     candidates = Wait.objects.using(using).filter(
         db.json_contained_in("match", dict(payload), using),
         kind=WaitKind.EVENT,
         event_kind=kind,
         outcome__isnull=True,
     )
-    woken = 0
-    for wait in candidates.only("id", "task_id", "match"):
-        if payload_matches(payload, wait.match) and wake(
-            wait, dict(payload), using, event=event_id
-        ):
-            woken += 1
-    return woken
+    matched = [
+        wait
+        for wait in candidates.only("id", "task_id", "match")
+        if payload_matches(payload, wait.match)
+    ]
+    return wake_all(matched, dict(payload), using, event=event_id) if matched else 0
 
 
 def send_signal(task: LeasedTask, name: str, payload: Any = None) -> TaskSignal:
@@ -291,8 +321,7 @@ def send_signal(task: LeasedTask, name: str, payload: Any = None) -> TaskSignal:
         waiting = Wait.objects.using(using).filter(
             task_id=task.pk, kind=WaitKind.SIGNAL, signal=name, outcome__isnull=True
         )
-        for wait in waiting:
-            wake(wait, value, using)
+        wake_all(list(waiting), value, using)
     return signal
 
 

@@ -182,6 +182,7 @@ class Bundler:
         contexts = [TaskContext(task, self.worker) for task in tasks]
         for ctx in contexts:
             ctx.bundled = True
+            ctx.checkpoints_ride_heartbeats = True  # the heartbeat of the bundle writes them
             self.watchdog.track(ctx)  # its run-time limit; lease keeping
         with self._lock:
             self._hand = contexts

@@ -37,6 +37,7 @@ from django.db import DatabaseError, connections
 
 from .. import logs, spec_versions, tracing
 from ..capture import TaskLog, captured
+from ..durable import write_held_checkpoint
 from ..exceptions import (
     Abort,
     LeaseLost,
@@ -49,7 +50,7 @@ from ..exceptions import (
     error_record,
     exception_error,
 )
-from ..handlers import HandlerRegistry, TaskContext
+from ..handlers import HandlerRegistry, TaskContext, apart
 from ..models import Outcome, Task, traces
 from ..resources import ThreadMeter, Usage
 from ..validation import invalid_result, validate_delay, validate_json
@@ -291,6 +292,7 @@ class Execution:
         with self._running(ctx, self._traceparent(ctx)) as run:
             self._upgrade(ctx)
             run.result = self._call(ctx, run)
+        write_held_checkpoint(ctx)
         self._close_handler_connections()
         if self._after_task is not None:
             self._after_task()  # before the outcome's write, which may lease the next task
@@ -374,6 +376,8 @@ class Execution:
                 if self._upgrades(ctx):
                     await asyncio.to_thread(self._upgrade_apart, ctx)
                 run.result = await run.handler(ctx)
+        if ctx.holds_checkpoint:
+            await apart(write_held_checkpoint, ctx)
         if run.log is not None and run.log.size:
             await asyncio.to_thread(self._keep_log_apart, ctx, run.log)
         if self._after_task is not None:
@@ -457,6 +461,8 @@ class Execution:
                 tracing.finish(span, "aborted", exception_error(raised))
             else:
                 tracing.finish(span, "completed")
+        for ctx in live:
+            write_held_checkpoint(ctx)
         self._close_handler_connections()
         duration = time.monotonic() - started
         usage = meter.usage()

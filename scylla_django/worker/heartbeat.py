@@ -136,8 +136,17 @@ class Heartbeat:
         using = self.options.using
         leases = {ctx.task.pk: ctx.task.leases for ctx in given}
         name = self.worker.name
+        # The checkpoints the handlers kept for the heartbeat (stopped first, they keep none
+        # after this): written before the leases are given back, where the next run finds them.
+        held = {
+            ctx.task.pk: (ctx.task.leases, kept[0])
+            for ctx in given
+            if (kept := ctx.take_checkpoint())
+        }
         try:
             with self.connection.used():
+                if held:
+                    Task.objects.using(using).save_cursors(self.worker, held)
                 yielded = Task.objects.using(using).yield_many(self.worker, leases)
                 refused = {pk: lease for pk, lease in leases.items() if pk not in yielded}
                 errors = Task.objects.using(using).refusals(self.worker, refused) if refused else {}
@@ -255,6 +264,9 @@ class Heartbeat:
                 )
                 for ctx in live
             }
+            # The checkpoints made since the last heartbeat ride it (`ctx.checkpoint()`).
+            kept = {ctx.task.pk: (ctx, held) for ctx in live if (held := ctx.take_checkpoint())}
+            cursors = {pk: held[0] for pk, (_, held) in kept.items()}
             # The handlers started since the last heartbeat: their reservations become leases.
             started = {
                 ctx.task.pk
@@ -270,6 +282,7 @@ class Heartbeat:
                         lease_length=self.options.lease_length,
                         started=started,
                         reservation=self.options.reservation,
+                        cursors=cursors,
                     )
                     refused = {pk: leases[pk][0] for pk in leases if pk not in extended}
                     errors = (
@@ -277,6 +290,8 @@ class Heartbeat:
                     )
             except Exception as exc:  # the database, mostly; never let this thread die
                 self.connection.discard()
+                for ctx, held in kept.values():
+                    ctx.return_checkpoint(held)  # for the next heartbeat
                 for ctx in live:
                     ctx.failed_heartbeats += 1
                     if ctx.failed_heartbeats >= max_failures:

@@ -163,6 +163,8 @@ class Slots:
         """Put the `tasks` leased into `claim`'s slots in hand, release the rest of the claim;
         return their contexts. (Whether to lease again into the rest is the caller's call.)"""
         started = [TaskContext(task, worker) for task in tasks]
+        for ctx in started:
+            ctx.checkpoints_ride_heartbeats = True  # the heartbeat of what is in hand writes them
         with self._changed:
             self._claimed -= claim.size
             for ctx in started:

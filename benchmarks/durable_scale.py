@@ -1,0 +1,235 @@
+"""The scale run of benchmarks/durable.py (`--scale`): tasks parked in waits and sleeps beside
+running ones on worker processes and one PostgreSQL; see that script's docstring."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PARKED_QUEUE = "bench-durable-parked"
+PROBE_QUEUE = "bench-durable-probe"
+#: Tasks the lease probe may take (it stops when the workers are done).
+PROBES = 20_000
+EMITTERS = 4
+
+
+def run(args: Any) -> None:
+    from durable import clean
+    from durable_handlers import RUN
+
+    clean()
+    started = time.perf_counter()
+    seed(PARKED_QUEUE, args.parked, parked=True)
+    seed(RUN, args.running)
+    seed(PROBE_QUEUE, PROBES)
+    analyze()
+    print(
+        f"seeded {args.parked:,} parked ({args.parked // 2:,} waiting for an event, the rest "
+        f"sleeping), {args.running:,} ready to run, in {time.perf_counter() - started:,.0f} s"
+    )
+    idle = sessions()
+    workers = [worker(RUN) for _ in range(args.workers)]
+    seen: list[int] = []
+    latencies: list[float] = []
+    done = threading.Event()
+    probe = threading.Thread(target=lease_probe, args=(latencies, done), daemon=True)
+    try:
+        probe.start()
+        first = None  # when the first task completed: the workers' start-up is not counted
+        while (count := completed(RUN)) < args.running:
+            if first is None and count:
+                first = (time.perf_counter(), count)
+            seen.append(sessions())
+            time.sleep(0.5)
+        started, before = first or (time.perf_counter(), 0)
+        elapsed = time.perf_counter() - started
+        ran = args.running - before
+        done.set()
+        probe.join(60)
+        time.sleep(2)
+        busy_idle = sessions()
+    finally:
+        for process in workers:
+            process.terminate()
+        for process in workers:
+            process.wait(60)
+    latencies.sort()
+    print(
+        f"{args.running:,} tasks run by {args.workers} workers beside {args.parked:,} parked: "
+        f"{ran / elapsed:,.0f} tasks/s (from the first completion on)"
+    )
+    print(
+        f"sessions on the database: {idle} before the workers, at most {max(seen, default=0)} "
+        f"while they ran, {busy_idle} with the workers idle ({args.parked:,} tasks parked)"
+    )
+    if latencies:
+        print(
+            f"lease at the backlog ({len(latencies):,} probes, one task each): "
+            f"p50 {percentile(latencies, 0.5):,.1f} ms, p99 {percentile(latencies, 0.99):,.1f} ms"
+        )
+    burst(min(args.burst, args.parked // 2))
+
+
+def seed(queue: str, count: int, *, parked: bool = False) -> None:
+    """`count` tasks of `queue`, copied in one statement from a submitted one; parked ones
+    written as a park writes them: even numbers wait for the event `bench.go` of their
+    number, odd ones sleep a day."""
+    from django.db import connection
+
+    from scylla_django.models import PARKED, Task
+
+    template = Task.objects.submit(queue, {"n": 0}, rn=f"{queue}-template")
+    fields = [f.column for f in Task._meta.concrete_fields if f.column not in ("id", "rn")]
+    values = {column: f'"{column}"' for column in fields}
+    values["spec"] = "jsonb_build_object('n', g)"
+    if parked:
+        values.update(
+            leases="1",
+            snoozes="1",
+            not_before="CASE WHEN g %% 2 = 0 THEN %s ELSE now() + interval '1 day' END",
+        )
+    columns = ", ".join(f'"{c}"' for c in fields)
+    selected = ", ".join(values[c] for c in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'INSERT INTO scylla_django_task ({columns}, "rn") '
+            f"SELECT {selected}, %s || '-' || g FROM scylla_django_task, generate_series(1, %s) g "
+            "WHERE id = %s",
+            ([PARKED] if parked else []) + [queue, count, template.pk],
+        )
+        cursor.execute("DELETE FROM scylla_django_task WHERE id = %s", [template.pk])
+        if parked:
+            cursor.execute(
+                "INSERT INTO scylla_django_wait (task_id, name, kind, event_kind, match, lease, "
+                "started, timeout) "
+                "SELECT id, CASE WHEN n %% 2 = 0 THEN 'event:bench.go' ELSE 'sleep' END, "
+                "CASE WHEN n %% 2 = 0 THEN 'event' ELSE 'sleep' END, "
+                "CASE WHEN n %% 2 = 0 THEN 'bench.go' END, "
+                "CASE WHEN n %% 2 = 0 THEN jsonb_build_object('n', n) END, 1, now(), "
+                "CASE WHEN n %% 2 = 1 THEN not_before END "
+                "FROM (SELECT id, not_before, (spec->>'n')::int AS n FROM scylla_django_task "
+                "WHERE queue = %s) AS t",
+                [queue],
+            )
+
+
+def analyze() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE scylla_django_task")
+        cursor.execute("VACUUM ANALYZE scylla_django_wait")
+
+
+def sessions() -> int:
+    """The sessions open on the database, this one apart."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def completed(queue: str) -> int:
+    from scylla_django.models import Task
+
+    return Task.objects.filter(queue=queue, status="completed").count()
+
+
+def worker(queue: str) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")]),
+    }
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "manage.py"),
+            "scylla_worker",
+            f"--queue={queue}",
+            "--concurrency=10",
+            "--handlers=durable_handlers",
+            "-v0",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def lease_probe(latencies: list[float], done: threading.Event) -> None:
+    """Lease one probe task at a time, complete it, until `done`: the lease's latency, in ms,
+    while the workers run."""
+    from django.db import connections
+
+    from scylla_django.models import Task, Worker
+
+    try:
+        probe = Worker.objects.register(queues=[PROBE_QUEUE], capacity=1)
+        while not done.is_set():
+            started = time.perf_counter()
+            leased = Task.objects.lease(probe, [PROBE_QUEUE], limit=1)
+            latencies.append((time.perf_counter() - started) * 1000)
+            if not leased:
+                break
+            leased[0].complete(probe)
+    finally:
+        connections.close_all()
+
+
+def burst(count: int) -> None:
+    """`count` events, each matching one waiting task, emitted by EMITTERS processes at once;
+    the waits they woke counted in the database."""
+    from scylla_django.models import Wait
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    code = (
+        "from scylla_django import emit\n"
+        "import sys\n"
+        "import time\n"
+        "first, count, step = (int(a) for a in sys.argv[1:4])\n"
+        "started = time.perf_counter()\n"
+        "for i in range(first, count, step):\n"
+        "    emit('bench.go', {'n': 2 * (i + 1)})\n"
+        "print('emitted in', time.perf_counter() - started)\n"
+    )
+    emitters = [
+        subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "shell", "-c", launcher(code, n, count)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for n in range(EMITTERS)
+    ]
+    # The slowest emitter's own time, from its first emit to its last (not its start-up).
+    elapsed = max(float(process.communicate()[0].split("emitted in")[1]) for process in emitters)
+    woken = Wait.objects.filter(outcome="woken", event_kind="bench.go")
+    events = woken.values("event").distinct().count()
+    print(
+        f"a burst of {count:,} events by {EMITTERS} processes, each matching one waiting task: "
+        f"{elapsed:,.1f} s ({count / elapsed:,.0f} events/s, the slowest emitter's own time); "
+        f"waits woken {woken.count():,}, "
+        f"by {events:,} distinct events"
+    )
+
+
+def launcher(code: str, number: int, count: int) -> str:
+    """`code` with its sys.argv set: this emitter's share of the burst."""
+    return f"import sys\nsys.argv = ['emit', '{number}', '{count}', '{EMITTERS}']\n" + code
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    return values[min(len(values) - 1, int(len(values) * fraction))]
