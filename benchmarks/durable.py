@@ -32,6 +32,7 @@ import argparse
 import os
 import time
 
+import durable_scale  # benchmarks/durable_scale.py, beside this script
 import postgres  # benchmarks/postgres.py, beside this script
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/scylla_bench_durable"
@@ -62,8 +63,6 @@ def main() -> None:
     postgres.setup(parser, DEFAULT_URL)
     postgres.print_machine()
     if args.scale:
-        import durable_scale
-
         durable_scale.run(args)
         return
     per_step, statements = [], 0.0
@@ -83,17 +82,6 @@ def main() -> None:
     time_pgbench(args.steps)
 
 
-def clean() -> None:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "TRUNCATE scylla_django_history, scylla_django_task, scylla_django_step, "
-            "scylla_django_wait, scylla_django_tasksignal, scylla_django_event "
-            "RESTART IDENTITY CASCADE"
-        )
-
-
 def time_steps(steps: int) -> tuple[float, float]:
     """Seconds of a run of `steps` steps, and the statements per step."""
     from django.db import connection
@@ -103,7 +91,7 @@ def time_steps(steps: int) -> tuple[float, float]:
     from scylla_django.models import Step, Task
     from scylla_django.testing import run_task
 
-    clean()
+    durable_scale.clean()
     registry = HandlerRegistry()
     timed: dict[str, float] = {}
 
@@ -134,7 +122,7 @@ def time_waits(tasks: int) -> tuple[float, float, float]:
     from scylla_django.models import Task, Wait
     from scylla_django.testing import run_task
 
-    clean()
+    durable_scale.clean()
     registry = HandlerRegistry()
 
     @handler("bench-waits", registry=registry)
@@ -167,7 +155,7 @@ def time_pgbench(steps: int) -> None:
 
     from scylla_django.models import Task
 
-    clean()
+    durable_scale.clean()
     task = Task.objects.create(
         rn="bench-floor",
         queue="bench",

@@ -19,8 +19,19 @@ PROBES = 20_000
 EMITTERS = 4
 
 
+def clean() -> None:
+    """Empty the tables the durable benchmarks fill."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "TRUNCATE scylla_django_history, scylla_django_task, scylla_django_step, "
+            "scylla_django_wait, scylla_django_tasksignal, scylla_django_event "
+            "RESTART IDENTITY CASCADE"
+        )
+
+
 def run(args: Any) -> None:
-    from durable import clean
     from durable_handlers import RUN
 
     clean()
