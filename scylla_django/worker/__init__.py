@@ -49,8 +49,9 @@ from ..listener import Listener
 from ..models import Worker
 from ..resources import MB, current_memory
 from .bundles import Bundler, bundle_queues, with_bundles
+from .daemons import start_daemon
 from .database import WorkerConnection, retry
-from .execution import Execution, start_daemon
+from .execution import Execution
 from .heartbeat import Heartbeat
 from .hooks import WorkerHooks
 from .isolation import Isolation
