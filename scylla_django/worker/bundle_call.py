@@ -125,7 +125,7 @@ class BundleCall:
                     cpu_time=share,
                     task=ctx.task,
                 )
-            outcome = outcomes.logged(ctx, log, outcome)
+            outcome = outcomes.logs.logged(ctx, log, outcome)
             if outcome is not None and ctx.end():
                 made.append((ctx, outcome))
         return made

@@ -12,13 +12,11 @@ from django.db import connections
 
 from .. import db
 from ..exceptions import ScyllaError
-from ..handlers import TaskContext
-from ..models import Outcome, Task, Worker
+from ..models import Task, Worker
 from .bundles import plain_queues
 from .database import WorkerConnection
 from .options import WorkerOptions
-
-Outcomes = list[tuple[TaskContext, Outcome]]
+from .outcomes import Outcomes
 
 
 class FencedWrites:

@@ -106,7 +106,7 @@ class HandlerLoop:
                     await asyncio.to_thread(spec_upgrade.upgrade_apart, ctx, outcomes.name())
                 run.result = await run.handler(ctx)
         if run.log is not None and run.log.size:
-            await asyncio.to_thread(outcomes.keep_log_apart, ctx, run.log)
+            await asyncio.to_thread(outcomes.logs.keep_apart, ctx, run.log)
         if self._after_task is not None:
             self._after_task()
         if not ctx.end():

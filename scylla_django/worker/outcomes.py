@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from django.core.exceptions import ValidationError
 from django.db import connections
 
-from .. import logs, tracing
+from .. import tracing
 from ..capture import TaskLog, captured
 from ..exceptions import (
     Abort,
@@ -41,6 +41,7 @@ from ..validation import invalid_result, validate_delay, validate_json
 from . import spec_upgrade
 from .hooks import WorkerHooks
 from .isolation import Relayed
+from .run_logs import RunLogs
 
 logger = logging.getLogger("scylla_django")
 
@@ -48,6 +49,9 @@ logger = logging.getLogger("scylla_django")
 STOPS = (TaskCancelled, LeaseLost, WorkerStopping, Parked)
 """What a handler raises when it was told to stop (or parked its task itself, which ended the
 lease): no outcome is written for its run."""
+
+Outcomes = list[tuple[TaskContext, Outcome]]
+"""Outcomes to write, each with the context of its task."""
 
 
 class OutcomeSink(Protocol):
@@ -93,7 +97,7 @@ class RunOutcomes:
 
     `post_mortem(exc)` is called with what a handler raised (not a stop) before its outcome is
     made (a debugger's post-mortem). Without `keep_logs` the tasks' logs are captured but not
-    stored (a dry run: the storage is not rolled back with the database).
+    stored (`RunLogs`).
     """
 
     def __init__(
@@ -109,7 +113,7 @@ class RunOutcomes:
         self.name = name
         self.hooks = hooks if hooks is not None else WorkerHooks()
         self.post_mortem = post_mortem
-        self.keep_logs = keep_logs
+        self.logs = RunLogs(name, keep_logs=keep_logs)
         self._sink: OutcomeSink | None = None
 
     def send_to(self, sink: OutcomeSink) -> None:
@@ -196,41 +200,6 @@ class RunOutcomes:
         level = logging.DEBUG if isinstance(stop, WorkerStopping) else logging.INFO
         logger.log(level, "%s stopped %s: %s", self.name(), ctx.task.rn, stop)
 
-    # -- the log ----------------------------------------------------------------------------
-
-    def logged(
-        self, ctx: TaskContext, log: TaskLog | None, outcome: Outcome | None
-    ) -> Outcome | None:
-        """Store what the handler logged, if anything, before its outcome is written: named on
-        the row by the outcome's own write when it completes or aborts the task (no statement
-        of its own), else by `Task.keep_log`'s."""
-        if not self.keep_logs:
-            return outcome
-        if log is None or not log.size or outcome is None or outcome.snooze is not None:
-            self.keep_log(ctx, log)
-            return outcome
-        try:
-            return dataclasses.replace(outcome, log=logs.save_log(ctx.task.rn, log.text()))
-        except Exception:  # the storage's failure costs the log, not the task's outcome
-            logger.exception("%s: could not keep the log of %s", self.name(), ctx.task.rn)
-            return outcome
-
-    def keep_log(self, ctx: TaskContext, log: TaskLog | None) -> None:
-        """Store what the handler logged, if anything, before its outcome is written."""
-        if log is None or not log.size:
-            return
-        try:
-            ctx.task.keep_log(log.text())
-        except Exception:  # the storage's failure costs the log, not the task's outcome
-            logger.exception("%s: could not keep the log of %s", self.name(), ctx.task.rn)
-
-    def keep_log_apart(self, ctx: TaskContext, log: TaskLog) -> None:
-        """`keep_log` off the event loop (a storage may be slow), on a connection closed after."""
-        try:
-            self.keep_log(ctx, log)
-        finally:
-            connections.close_all()  # this pool thread's own: not kept between tasks
-
     # -- the outcome ------------------------------------------------------------------------
 
     def returned(self, ctx: TaskContext, result: Any) -> Outcome:
@@ -275,8 +244,8 @@ class RunOutcomes:
 
     def written(self, ctx: TaskContext, run: HandlerRun) -> Outcome | None:
         """What to write of `run` once its handler returned: the outcome kept (`kept()`), with
-        its log (`logged()`)."""
-        return self.logged(ctx, run.log, self.kept(ctx, run.outcome))
+        its log (`RunLogs.logged`)."""
+        return self.logs.logged(ctx, run.log, self.kept(ctx, run.outcome))
 
 
 def member_outcome(

@@ -9,7 +9,7 @@ import logging
 
 from ..exceptions import InvalidTransition, ScyllaError
 from ..models import Outcome, Worker
-from .fenced_writes import Outcomes
+from .outcomes import Outcomes
 from .slots import Slots
 from .summary import Summary
 

@@ -15,7 +15,8 @@ from django.db import Error as DatabaseError
 from .. import db
 from ..models import Worker
 from .database import WorkerConnection
-from .fenced_writes import FencedWrites, Outcomes
+from .fenced_writes import FencedWrites
+from .outcomes import Outcomes
 from .slots import Slots
 from .summary import Summary
 from .write_reports import WriteReports

@@ -7,9 +7,10 @@ through a database outage it keeps retrying them until the database answers or t
 period of a shutdown ends. A handler thread whose task is the only one in hand writes its
 outcome itself, the same way, on a connection of its own, and runs the task it leased at once.
 
-The fenced statements are `fenced_writes.py`'s; the retry of a failed write, and what an error
-that is not the database's costs (never the task's: the slot is freed), `write_retry.py`'s; the
-counts and log lines of the outcomes written, `write_reports.py`'s.
+The fenced statements are `fenced_writes.py`'s; the write that refills the slots it frees,
+`refills.py`'s; the retry of a failed write, and what an error that is not the database's costs
+(never the task's: the slot is freed), `write_retry.py`'s; the counts and log lines of the
+outcomes written, `write_reports.py`'s.
 
 Before a handler starts, the outcomes waiting whose tasks' starts the database knows are
 written first, at once: a handler that kills the worker would otherwise leave their leases to
@@ -34,10 +35,12 @@ from ..handlers import TaskContext
 from ..models import Outcome, Worker
 from .database import WorkerConnection
 from .execution import Execution
-from .fenced_writes import FencedWrites, Outcomes
+from .fenced_writes import FencedWrites
 from .heartbeat import Heartbeat
 from .options import WorkerOptions
-from .slots import Claim, Slots
+from .outcomes import Outcomes
+from .refills import Refills
+from .slots import Slots
 from .summary import Summary
 from .write_reports import WriteReports
 from .write_retry import WriteRetry
@@ -75,8 +78,6 @@ class OutcomeWriter:
         self.heartbeat = heartbeat
         self.summary = summary
         self.stopping = stopping
-        self.grace_over = grace_over
-        self.wake = wake
         self.refill = refill
         self._outcomes: Outcomes = []
         self._ready = threading.Condition(threading.Lock())
@@ -96,6 +97,17 @@ class OutcomeWriter:
             summary=summary,
             connection=connection,
             grace_over=grace_over,
+        )
+        self.refills = Refills(
+            worker,
+            self.writes,
+            self.retry,
+            self.reports,
+            slots=slots,
+            execution=execution,
+            heartbeat=heartbeat,
+            stopping=stopping,
+            wake=wake,
         )
 
     # -- what the handlers hand over --------------------------------------------------------
@@ -146,7 +158,7 @@ class OutcomeWriter:
             else:
                 self.reports.settle(outcomes, errors)
             return None
-        started = self._finish_and_refill(outcomes, claim)
+        started = self.refills.write(outcomes, claim)
         if started is None:  # still in hand: the writer retries it
             self.hand_over(ctx, outcome)
             return None
@@ -273,47 +285,8 @@ class OutcomeWriter:
             connections.close_all()
 
     def _write(self, outcomes: Outcomes) -> None:
-        """Write outcomes together, leasing into the slots they free (`_write_and_lease`), or
+        """Write outcomes together, leasing into the slots they free (`Refills`), or
         alone, retrying through database errors until the grace period ends (`WriteRetry`)."""
-        if self.refill and self._write_and_lease(outcomes):
+        if self.refill and self.refills.write_and_dispatch(outcomes):
             return
         self.retry.write(outcomes)
-
-    def _write_and_lease(self, outcomes: Outcomes) -> bool:
-        """Write `outcomes` and lease into the slots they free, handing the leased tasks out;
-        False if nothing was (no free slot, a database error): the outcomes are in hand, to
-        write alone."""
-        claim = self.slots.claim([ctx for ctx, _ in outcomes], lease=not self.stopping.is_set())
-        started = self._finish_and_refill(outcomes, claim) if claim.size else None
-        if started is None:
-            return False
-        for ctx in started:
-            self.execution.dispatch(ctx)
-        return True
-
-    def _finish_and_refill(self, outcomes: Outcomes, claim: Claim) -> list[TaskContext] | None:
-        """Write the outcomes and lease into `claim`'s slots, in one statement on
-        PostgreSQL; return the leased tasks' contexts, in hand, for the caller to run or hand
-        out. None if nothing was written: the claim is undone, the outcomes in hand."""
-        try:
-            errors, tasks = self.writes.finish_and_lease(outcomes, claim.size)
-        except (DatabaseError, ScyllaError) as exc:
-            self.retry.not_written(exc, outcomes)
-            self.slots.unclaim(claim)
-            return None
-        except Exception:
-            self.retry.failed_after_sending(outcomes)
-            self.slots.drop(claim)
-            return []
-        self.reports.report(outcomes, errors)
-        # The finished task's slot passed to the lease (`take()` counts the leased ones).
-        self.slots.hooks.note("written", len(outcomes))
-        started = self.slots.take(claim, tasks, self.worker)
-        if len(started) < claim.size or self.stopping.is_set():
-            self.wake()  # a task that became ready meanwhile is the lease loop's
-        if started and self.stopping.is_set():
-            # The stop came while leasing: give these back rather than start them.
-            self.heartbeat.give_back(started)
-            self.slots.release(started)
-            return []
-        return started
