@@ -9,15 +9,17 @@ arguments and calls it. It wires the parts, one concept each:
 - `leasing`: the lease loop, on the caller's thread (it runs `run()`);
 - `bundling`: a thread per bundle handler's queue, leasing its bundles and writing their
   outcomes;
-- `execution`: from a handler's call to its task's outcome: handler threads for plain
-  handlers (started as their tasks come, up to `concurrency`), coroutines on one event loop
+- `execution`: hands each task to its runner: `handler_threads` for plain handlers (started
+  as their tasks come, up to `concurrency`), `handler_loop`, coroutines on one event loop
   thread for `async def` ones (a slot of an `async def` handler costs no thread, so such a
-  worker holds any number of tasks), the bundlers' bundles; the same code runs a task in the
-  foreground (`foreground`: `scylla_run`, the testing helpers, the eager mode);
+  worker holds any number of tasks), `bundle_call` for the bundlers' bundles; every runner,
+  and a task run in the foreground (`foreground`, `foreground_call`: `scylla_run`, the
+  testing helpers, the eager mode), makes its outcome in one room (`outcomes`);
 - `isolation`: under `isolation="process"`, a child process per handler thread;
 - `resources`: what each handler's run uses (CPU time, peak memory), and `max_memory`;
-- `writer`: the outcome writer, on a thread of its own or on the handler's thread, writing
-  outcomes with the lease that refills their slots;
+- `writer`: the outcome writer, on a thread of its own or on the handler's thread, coalescing
+  outcomes into writes with the lease that refills their slots (`fenced_writes`: the
+  statements; `write_retry`: a failed write; `write_reports`: what was written, counted);
 - `heartbeat`: a thread that extends the leases in hand, and yields them on shutdown (one
   statement each on PostgreSQL, however many);
 - `watchdog`: a thread that stops the tasks past their run-time limit or whose leases may
@@ -49,8 +51,9 @@ from ..listener import Listener
 from ..models import Worker
 from ..resources import MB, current_memory
 from .bundles import Bundler, bundle_queues, with_bundles
+from .daemons import start_daemon
 from .database import WorkerConnection, retry
-from .execution import Execution, start_daemon
+from .execution import Execution
 from .heartbeat import Heartbeat
 from .hooks import WorkerHooks
 from .isolation import Isolation

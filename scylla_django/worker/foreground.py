@@ -2,10 +2,10 @@
 run), `scylla_django.testing.run_task()` and `drain()`, and the eager mode.
 
 The tasks are leased by hand (`TaskQuerySet.lease_rn`) by a worker registered for the run (its
-host reads "(scylla_run)") and run by the worker's own `Execution`, on this thread: the same
-code from the handler's call to the task's outcome as in a worker's slots and bundlers
-(snoozes, `ctx.spawn()` and `ctx.batch()` children, bundle handlers, task logs, what the run
-used). A watchdog stops a task at its run-time limit as a worker's does (`ctx.check()` raises
+host reads "(scylla_run)") and run on this thread (`ForegroundCall`, `BundleCall`), their
+outcomes made in the same room as in a worker's slots and bundlers (`outcomes.py`): snoozes,
+`ctx.spawn()` and `ctx.batch()` children, bundle handlers, task logs, what the run used.
+A watchdog stops a task at its run-time limit as a worker's does (`ctx.check()` raises
 `TaskTimedOut`, and the task is aborted with `timeout`); a handler that runs on regardless is
 waited for, since nothing can take the caller's thread's place. `ctx.fenced()` blocks and the
 optional heartbeat are fenced on the run's lease. The outcomes are written with `finish_many`
@@ -30,10 +30,13 @@ from ..exceptions import ScyllaError
 from ..handlers import HandlerRegistry, TaskContext
 from ..handlers import registry as default_registry
 from ..models import Outcome, Task, Worker
+from .bundle_call import BundleCall
+from .daemons import start_daemon
 from .database import WorkerConnection
-from .execution import Execution, start_daemon
+from .foreground_call import ForegroundCall
 from .heartbeat import Heartbeat
 from .options import WorkerOptions
+from .outcomes import RunOutcomes
 from .watchdog import Watchdog
 
 logger = logging.getLogger("scylla_django")
@@ -156,8 +159,9 @@ def run_tasks(
 
 
 class _Run:
-    """One foreground run: a worker registered for it leases the tasks, the execution runs
-    them on this thread, the watchdog (and the heartbeat, if any) watch them meanwhile."""
+    """One foreground run: a worker registered for it leases the tasks, the foreground call (or
+    the bundle call) runs them on this thread, the watchdog (and the heartbeat, if any) watch
+    them meanwhile."""
 
     def __init__(
         self,
@@ -229,17 +233,14 @@ class _Run:
         """Run the handler(s) of `contexts` here, watched meanwhile; their outcomes go to
         `writer`."""
         options = self.options
-        execution = Execution(
+        outcomes = RunOutcomes(
             self.registry,
-            options.queues,
-            1,
-            self.using,
             lambda: worker.name,
-            foreground=True,
             post_mortem=self.post_mortem,
             keep_logs=not self.dry_run,  # the storage is not rolled back
         )
-        execution.start(writer)
+        outcomes.send_to(writer)
+        call = ForegroundCall(outcomes)
         watchdog = Watchdog(options, lambda: worker.name)
         for ctx in contexts:
             watchdog.track(ctx, limit=self.post_mortem is None, lease=self.heartbeat)
@@ -252,7 +253,7 @@ class _Run:
 
         threads = [
             start_daemon(
-                lambda: watchdog.run(holds, lambda: len(in_hand()), execution), "scylla-watchdog"
+                lambda: watchdog.run(holds, lambda: len(in_hand()), call), "scylla-watchdog"
             )
         ]
         beat: Heartbeat | None = None
@@ -262,14 +263,14 @@ class _Run:
             threads.append(start_daemon(beat.run, "scylla-heartbeat"))
         try:
             if contexts[0].bundled:
-                for ctx, outcome in execution.run_bundle(contexts):
+                for ctx, outcome in BundleCall(outcomes, foreground=True).run(contexts):
                     writer.hand_over(ctx, outcome)
                 for ctx in contexts:
                     if writer.holds(ctx):
                         writer.give_up(ctx)  # stopped: nothing is written for it
             else:
                 for ctx in contexts:
-                    execution.run(ctx)
+                    call.run(ctx)
         finally:
             watchdog.close()
             if beat is not None:

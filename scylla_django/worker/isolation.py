@@ -17,7 +17,7 @@ a pipe:
 
 The thread then raises what the handler raised (as an `Abort` with the child's error record,
 a `Snooze`, a stop) or returns what it returned, with its children on the task's context: the
-worker's `Execution` makes the outcome of it as for a handler run in the thread itself.
+worker makes the outcome of it as for a handler run in the thread itself (`outcomes.py`).
 
 Progress and stops go through the parent rather than the database: the parent's heartbeat
 already sends progress for every task in hand in one statement and decides when a task must

@@ -29,18 +29,36 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from ..exceptions import LeaseLost, TaskTimedOut
 from ..handlers import TaskContext
 from ..models import Outcome
-from .execution import Execution
 from .hooks import WorkerHooks
 from .options import WorkerOptions
+from .outcomes import OutcomeSink
 
 logger = logging.getLogger("scylla_django")
 
 # How often the watchdog looks at the clock (seconds): the precision of a timeout.
 TICK = 0.1
+
+
+class Runner(Protocol):
+    """What runs the handlers the watchdog watches: the worker's `Execution`, or a foreground
+    run's `ForegroundCall`."""
+
+    @property
+    def foreground(self) -> bool:
+        """Whether a handler that runs on past its stop is waited for (it runs on the
+        caller's thread), rather than given up."""
+
+    @property
+    def sink(self) -> OutcomeSink:
+        """Where the outcome of a task given up goes."""
+
+    def abandon(self, ctx: TaskContext) -> None:
+        """Leave `ctx`'s handler to itself (its task was given up)."""
 
 
 class Watchdog:
@@ -94,7 +112,7 @@ class Watchdog:
         self,
         holds: Callable[[TaskContext], bool],
         held: Callable[[], int],
-        execution: Execution,
+        execution: Runner,
     ) -> None:
         """The watchdog thread, until `close()`. `holds(ctx)` tells whether `ctx` is still in
         hand (a task whose outcome was written, or that was given up, is forgotten), `held()`
@@ -128,7 +146,7 @@ class Watchdog:
         with self._lock:
             heapq.heappush(self._due, (when, next(self._order), ctx, stopped_at))
 
-    def _pass(self, holds: Callable[[TaskContext], bool], execution: Execution) -> None:
+    def _pass(self, holds: Callable[[TaskContext], bool], execution: Runner) -> None:
         now = time.monotonic()
         grace = self.options.timeout_grace.total_seconds()
         while True:
@@ -182,7 +200,7 @@ class Watchdog:
             return now
         return None
 
-    def _give_up(self, ctx: TaskContext, execution: Execution, grace: float) -> None:
+    def _give_up(self, ctx: TaskContext, execution: Runner, grace: float) -> None:
         """Take `ctx` from a handler that still runs `grace` seconds after it was stopped."""
         if execution.foreground:
             logger.error(

@@ -1,4 +1,5 @@
-"""The outcome writer: ends the leases of the tasks whose handlers have run.
+"""The outcome writer: ends the leases of the tasks whose handlers have run, coalescing their
+outcomes into writes.
 
 Outcomes wait in a queue for the writer thread, which writes them together, each row fenced on
 its lease, and leases into the slots they free in the same statement (`finish_and_lease`);
@@ -6,9 +7,10 @@ through a database outage it keeps retrying them until the database answers or t
 period of a shutdown ends. A handler thread whose task is the only one in hand writes its
 outcome itself, the same way, on a connection of its own, and runs the task it leased at once.
 
-Whatever fails once an outcome is sent to the database (a `task_finished` receiver, a log
-handler) is logged with its traceback and never keeps a slot: the slot is freed, the error is
-never the task's.
+The fenced statements are `fenced_writes.py`'s; the write that refills the slots it frees,
+`refills.py`'s; the retry of a failed write, and what an error that is not the database's costs
+(never the task's: the slot is freed), `write_retry.py`'s; the counts and log lines of the
+outcomes written, `write_reports.py`'s.
 
 Before a handler starts, the outcomes waiting whose tasks' starts the database knows are
 written first, at once: a handler that kills the worker would otherwise leave their leases to
@@ -28,21 +30,22 @@ from collections.abc import Callable
 from django.db import Error as DatabaseError
 from django.db import connections
 
-from .. import db
-from ..exceptions import InvalidTransition, ScyllaError
+from ..exceptions import ScyllaError
 from ..handlers import TaskContext
-from ..models import Outcome, Task, Worker
-from .bundles import plain_queues
+from ..models import Outcome, Worker
 from .database import WorkerConnection
 from .execution import Execution
+from .fenced_writes import FencedWrites
 from .heartbeat import Heartbeat
 from .options import WorkerOptions
-from .slots import Claim, Slots
+from .outcomes import Outcomes
+from .refills import Refills
+from .slots import Slots
 from .summary import Summary
+from .write_reports import WriteReports
+from .write_retry import WriteRetry
 
 logger = logging.getLogger("scylla_django")
-
-Outcomes = list[tuple[TaskContext, Outcome]]
 
 
 class OutcomeWriter:
@@ -70,14 +73,11 @@ class OutcomeWriter:
     ) -> None:
         self.options = options
         self.worker = worker
-        self.connection = connection
         self.slots = slots
         self.execution = execution
         self.heartbeat = heartbeat
         self.summary = summary
         self.stopping = stopping
-        self.grace_over = grace_over
-        self.wake = wake
         self.refill = refill
         self._outcomes: Outcomes = []
         self._ready = threading.Condition(threading.Lock())
@@ -87,6 +87,28 @@ class OutcomeWriter:
         self._writing = 0  # outcomes taken from `_outcomes` and not written yet
         # The tasks of the outcomes waiting or being written whose starts the database knows.
         self._recorded: set[int] = set()
+        self.writes = FencedWrites(options, worker, connection)
+        self.reports = WriteReports(worker, slots, summary)
+        self.retry = WriteRetry(
+            worker,
+            self.writes,
+            self.reports,
+            slots=slots,
+            summary=summary,
+            connection=connection,
+            grace_over=grace_over,
+        )
+        self.refills = Refills(
+            worker,
+            self.writes,
+            self.retry,
+            self.reports,
+            slots=slots,
+            execution=execution,
+            heartbeat=heartbeat,
+            stopping=stopping,
+            wake=wake,
+        )
 
     # -- what the handlers hand over --------------------------------------------------------
 
@@ -126,17 +148,17 @@ class OutcomeWriter:
         claim = self.slots.claim([ctx], lease=not self.stopping.is_set())
         if not claim.size:
             try:
-                errors = self._finish(outcomes)
+                errors = self.writes.finish(outcomes)
             except (DatabaseError, ScyllaError) as exc:
-                self._not_written(exc, outcomes)
+                self.retry.not_written(exc, outcomes)
                 self.hand_over(ctx, outcome)  # still in hand: the writer retries it
             except Exception:
-                self._failed_after_sending(outcomes)
+                self.retry.failed_after_sending(outcomes)
                 self.slots.release([ctx])
             else:
-                self._settle(outcomes, errors)
+                self.reports.settle(outcomes, errors)
             return None
-        started = self._finish_and_refill(outcomes, claim)
+        started = self.refills.write(outcomes, claim)
         if started is None:  # still in hand: the writer retries it
             self.hand_over(ctx, outcome)
             return None
@@ -263,183 +285,8 @@ class OutcomeWriter:
             connections.close_all()
 
     def _write(self, outcomes: Outcomes) -> None:
-        """Write outcomes together, leasing into the slots they free (`_write_and_lease`), or
-        alone, retrying through database errors until the grace period ends."""
-        if self.refill and self._write_and_lease(outcomes):
+        """Write outcomes together, leasing into the slots they free (`Refills`), or
+        alone, retrying through database errors until the grace period ends (`WriteRetry`)."""
+        if self.refill and self.refills.write_and_dispatch(outcomes):
             return
-        failures = db.DatabaseRetry(self.options.using)
-        while True:
-            try:
-                errors = self._finish(outcomes)
-                break
-            except DatabaseError as exc:
-                self.connection.discard()
-                wait = failures.failed()
-                if self.grace_over.is_set():
-                    for ctx, _ in outcomes:
-                        logger.error(
-                            "%s gave up the outcome of %s after %d failed writes (%s); the "
-                            "task will run again once its lease expires",
-                            self.worker.name,
-                            ctx.task.rn,
-                            failures.failures,
-                            exc,
-                        )
-                    self.summary.count("not written", len(outcomes))
-                    self.slots.release([ctx for ctx, _ in outcomes])
-                    return
-                logger.warning(
-                    "%s could not write %d outcome(s) (%s); retrying in %gs",
-                    self.worker.name,
-                    len(outcomes),
-                    exc,
-                    wait,
-                )
-                self.grace_over.wait(wait)
-            except Exception:
-                self._failed_after_sending(outcomes)
-                self.slots.release([ctx for ctx, _ in outcomes])
-                return
-        self._settle(outcomes, errors)
-
-    def _write_and_lease(self, outcomes: Outcomes) -> bool:
-        """Write `outcomes` and lease into the slots they free, handing the leased tasks out;
-        False if nothing was (no free slot, a database error): the outcomes are in hand, to
-        write alone."""
-        claim = self.slots.claim([ctx for ctx, _ in outcomes], lease=not self.stopping.is_set())
-        started = self._finish_and_refill(outcomes, claim) if claim.size else None
-        if started is None:
-            return False
-        for ctx in started:
-            self.execution.dispatch(ctx)
-        return True
-
-    # -- writing ----------------------------------------------------------------------------
-
-    def _finish_and_refill(self, outcomes: Outcomes, claim: Claim) -> list[TaskContext] | None:
-        """Write the outcomes and lease into `claim`'s slots, in one statement on
-        PostgreSQL; return the leased tasks' contexts, in hand, for the caller to run or hand
-        out. None if nothing was written: the claim is undone, the outcomes in hand."""
-        try:
-            errors, tasks = self._finish_and_lease(outcomes, claim.size)
-        except (DatabaseError, ScyllaError) as exc:
-            self._not_written(exc, outcomes)
-            self.slots.unclaim(claim)
-            return None
-        except Exception:
-            self._failed_after_sending(outcomes)
-            self.slots.drop(claim)
-            return []
-        self._report(outcomes, errors)
-        # The finished task's slot passed to the lease (`take()` counts the leased ones).
-        self.slots.hooks.note("written", len(outcomes))
-        started = self.slots.take(claim, tasks, self.worker)
-        if len(started) < claim.size or self.stopping.is_set():
-            self.wake()  # a task that became ready meanwhile is the lease loop's
-        if started and self.stopping.is_set():
-            # The stop came while leasing: give these back rather than start them.
-            self.heartbeat.give_back(started)
-            self.slots.release(started)
-            return []
-        return started
-
-    def _finish(self, outcomes: Outcomes) -> dict[int, ScyllaError]:
-        """Write the outcomes; return why each one not written was refused, by pk."""
-        using = self.options.using
-        with self.connection.used():
-            db.use_worker_plans(connections[using])  # a connection of the worker's own
-            written = Task.objects.using(using).finish_many(
-                self.worker, [outcome for _, outcome in outcomes]
-            )
-            return self._refusals(outcomes, written)
-
-    def _finish_and_lease(
-        self, outcomes: Outcomes, limit: int
-    ) -> tuple[dict[int, ScyllaError], list[Task]]:
-        """Write the outcomes and lease up to `limit` tasks: why each outcome not
-        written was refused, by pk, and the tasks leased."""
-        using = self.options.using
-        with self.connection.used():
-            db.use_worker_plans(connections[using])  # a connection of the worker's own
-            queues = plain_queues(self.options)  # a bundle handler's queue is its bundler's
-            written, tasks = Task.objects.using(using).finish_and_lease(
-                self.worker,
-                [outcome for _, outcome in outcomes],
-                queues,
-                limit=limit,
-                lease_length=self.options.lease_length,
-                timeouts=self.options.registry.queue_timeouts(queues),
-                timeout_grace=self.options.timeout_grace,
-                reservation=self.options.reservation,
-            )
-            try:
-                return self._refusals(outcomes, written), tasks
-            except DatabaseError as exc:  # the tasks are leased: keep them, whatever the reason
-                db.discard_connection(using)
-                unknown = ScyllaError(f"it was refused, and reading why failed: {exc}")
-                return {o.pk: unknown for _, o in outcomes if o.pk not in written}, tasks
-
-    def _refusals(self, outcomes: Outcomes, written: set[int]) -> dict[int, ScyllaError]:
-        refused = {o.pk: o.lease for _, o in outcomes if o.pk not in written}
-        if not refused:
-            return {}
-        return Task.objects.using(self.options.using).refusals(self.worker, refused)
-
-    # -- reporting --------------------------------------------------------------------------
-
-    def _settle(self, outcomes: Outcomes, errors: dict[int, ScyllaError]) -> None:
-        """Report outcomes once written and free their slots."""
-        self._report(outcomes, errors)
-        self.slots.release([ctx for ctx, _ in outcomes])
-        self.slots.hooks.note("written", len(outcomes))
-
-    def _report(self, outcomes: Outcomes, errors: dict[int, ScyllaError]) -> None:
-        """Count and log `outcomes` once written (`errors`: those refused); a
-        failure to log is logged, never raised (the outcomes are written)."""
-        try:
-            self._count_and_log(outcomes, errors)
-        except Exception:
-            logger.exception("%s: reporting %d outcome(s) failed", self.worker.name, len(outcomes))
-
-    def _count_and_log(self, outcomes: Outcomes, errors: dict[int, ScyllaError]) -> None:
-        name = self.worker.name
-        for ctx, outcome in outcomes:
-            task = ctx.task
-            error = errors.get(outcome.pk)
-            if error is None:
-                done = ended(outcome)
-                self.summary.count(done)
-                logger.debug("%s %s %s (queue %s)", name, done, task.rn, task.queue)
-            elif type(error) is InvalidTransition:
-                self.summary.count(ended(outcome))
-                logger.debug("%s: %s", name, error)  # an earlier write of ours committed
-            else:
-                self.summary.count("not written")
-                logger.info("%s could not finish %s: %s", name, task.rn, error)
-
-    def _not_written(self, exc: Exception, outcomes: Outcomes) -> None:
-        """Log a write of `outcomes` that failed (retried later), dropping a lost connection."""
-        logger.warning(
-            "%s could not write %d outcome(s) (%s); retrying", self.worker.name, len(outcomes), exc
-        )
-        if isinstance(exc, DatabaseError):
-            self.connection.discard()
-
-    def _failed_after_sending(self, outcomes: Outcomes) -> None:
-        """Log an error other than the database's raised by a write of `outcomes`: most often a
-        receiver of `task_finished`, run once the outcomes are committed. Never the tasks'
-        errors: their slots are freed (an outcome that was not written leaves its task to its
-        lease's expiry)."""
-        logger.exception(
-            "%s: writing the outcome(s) of %s raised an error that is not the database's "
-            "(a task_finished receiver?); their slots are freed",
-            self.worker.name,
-            ", ".join(ctx.task.rn for ctx, _ in outcomes),
-        )
-
-
-def ended(outcome: Outcome) -> str:
-    """How `outcome` ends its lease, as the summary counts it."""
-    if outcome.snooze is not None:
-        return "snoozed"
-    return "completed" if outcome.errors is None else "aborted"
+        self.retry.write(outcomes)

@@ -99,10 +99,11 @@ def test_checkpoints_ride_the_next_heartbeat_unless_asked_to_commit_now(now):
         assert handler_statements >= 2 * CHECKPOINTS
         return
     assert handler_statements == 0
-    # The heartbeat thread wrote the cursor, not once per checkpoint.
+    # The heartbeat thread wrote the cursor, a few times, not once per checkpoint: inside its
+    # statement on PostgreSQL, an update (and an insert, the first time) elsewhere.
     heartbeat = [sql for name, sql in seen if name == "scylla-heartbeat"]
     writes = [sql for sql in heartbeat if "scylla_django_step" in sql]
-    assert 1 <= len(writes) <= 3, writes
+    assert 1 <= len(writes) <= CHECKPOINTS // 10, writes
     if connection.vendor == "postgresql":
         # In the heartbeat's own statement: the lease extended and the cursor written at once.
         assert all('UPDATE "scylla_django_task"' in sql for sql in writes), writes

@@ -20,8 +20,8 @@ from ...models import Schedule, Task, WaitingRun
 from ...schedules import calendars, firings, triggers
 from ...validation import validate_schedule_name
 from ..base import positive_int, reader_may_leave
+from ..tasks.formats import message, when
 from ..terminal import plain_table, rich_console, rich_table
-from .scylla_tasks import message, when
 
 LIST_COLUMNS = ("name", "kind", "state", "next run (UTC)", "last run (UTC)")
 CALENDAR_COLUMNS = ("tick (UTC)", "local time", "DST", "runs (UTC)", "note")
