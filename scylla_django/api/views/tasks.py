@@ -28,17 +28,11 @@ from ..filters import FILTER_BODY_SCHEMA, RN_SCHEMA, TaskFilter, filter_from_bod
 from ..pagination import TaskCursorPagination
 from ..permissions import ActsAsOwnWorker, HasActionPermission
 from ..schema import detail_post, document, errors
-from ..serializers import (
-    MAX_CANCEL_RNS,
-    BulkCancelSerializer,
-    BulkOutcomeSerializer,
-    CancelledSerializer,
-    CancelSerializer,
-    ForecastSerializer,
-    SubmitSerializer,
-    TaskDetailSerializer,
-    TaskSerializer,
-)
+from ..serializers.base import CancelSerializer
+from ..serializers.cancellation import MAX_CANCEL_RNS, BulkCancelSerializer, CancelledSerializer
+from ..serializers.forecast import ForecastSerializer
+from ..serializers.submission import BulkOutcomeSerializer, SubmitSerializer
+from ..serializers.tasks import TaskDetailSerializer, TaskSerializer
 from .base import ScyllaView, get_task, submitter_of, warn_if_unserved
 from .durable import DurableRoutes
 from .leases import LeaseRoutes
