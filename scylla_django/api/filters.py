@@ -37,7 +37,7 @@ from ..validation import (
     rn_validator,
     schedule_name_validator,
 )
-from .serializers import clamp_utc
+from .serializers.base import clamp_utc
 
 
 def string_schema(validator: RegexValidator, max_length: int, description: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.decorators import action
 
-from .serializers import ErrorSerializer
+from .serializers.errors import ErrorSerializer
 
 # Applied only while `GET /schema/` generates the schema (`custom_settings`), so a project's
 # own SPECTACULAR_SETTINGS and schema views are left alone.
@@ -35,7 +35,7 @@ SCHEMA_SETTINGS: dict[str, Any] = {
         "TaskStatusEnum": "scylla_django.enums.Status",
         "EventTypeEnum": "scylla_django.enums.EventType",
         "WorkerStateEnum": "scylla_django.enums.Liveness",
-        "BatchStateEnum": "scylla_django.api.serializers.BATCH_STATES",
+        "BatchStateEnum": "scylla_django.api.serializers.batches.BATCH_STATES",
     },
     "ENUM_ADD_EXPLICIT_BLANK_NULL_CHOICE": False,
 }
@@ -132,7 +132,7 @@ def _needs_body(schema: dict[str, Any]) -> bool:
 class StrictSerializerExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
     """Request bodies declare `additionalProperties: false`: unknown keys are rejected."""
 
-    target_class = "scylla_django.api.serializers.StrictSerializer"
+    target_class = "scylla_django.api.serializers.base.StrictSerializer"
     match_subclasses = True
 
     def map_serializer(self, auto_schema: AutoSchema, direction: Any) -> dict[str, Any]:
@@ -149,7 +149,7 @@ class JSONValueFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[
     OpenAPI 3.0 has no "null" type to exclude, so a non-null JSON value is each other type.
     """
 
-    target_class = "scylla_django.api.serializers.JSONValueField"
+    target_class = "scylla_django.api.serializers.base.JSONValueField"
 
     def map_serializer_field(self, auto_schema: AutoSchema, direction: Any) -> dict[str, Any]:
         if self.target.allow_null:

@@ -17,14 +17,14 @@ from ...models import Batch as BatchRow
 from .. import permissions
 from ..pagination import strict_page_size
 from ..schema import detail_post, document, errors
-from ..serializers import (
+from ..serializers.base import CancelSerializer
+from ..serializers.batches import (
     BatchResultsSerializer,
     BatchSerializer,
     BatchSubmitSerializer,
     BatchSubmittedSerializer,
-    BulkOutcomeSerializer,
-    CancelSerializer,
 )
+from ..serializers.submission import BulkOutcomeSerializer
 from .base import ScyllaView, warn_if_unserved
 
 MAX_RESULTS_PAGE = 1000

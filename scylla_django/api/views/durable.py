@@ -20,7 +20,7 @@ from ...models.waits import WaitFor, durable_record, read_signal_token
 from ...schedules.events import validate_kind, validate_match
 from ...validation import validate_delay
 from ..schema import detail_post, document, errors
-from ..serializers import (
+from ..serializers.durable import (
     CheckpointInputSerializer,
     DurableSerializer,
     SignalInputSerializer,

@@ -18,7 +18,7 @@ from .. import permissions
 from ..filters import EventFilter
 from ..pagination import EventCursorPagination
 from ..schema import document, errors
-from ..serializers import EventInputSerializer, EventOutSerializer, EventSerializer
+from ..serializers.events import EventInputSerializer, EventOutSerializer, EventSerializer
 from .base import ScyllaView, listing_params
 
 

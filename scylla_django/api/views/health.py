@@ -14,10 +14,7 @@ from rest_framework.response import Response
 from ...health import run_checks
 from ...routers import reading_from
 from ..schema import document, errors
-from ..serializers import (
-    HealthQuerySerializer,
-    HealthSerializer,
-)
+from ..serializers.health import HealthQuerySerializer, HealthSerializer
 from .base import ScyllaView
 
 

@@ -15,8 +15,8 @@ from ...models import Limit, Rate, Task, key_control
 from ...validation import key_name
 from .. import permissions
 from ..schema import document, errors
-from ..serializers import (
-    CancelSerializer,
+from ..serializers.base import CancelSerializer
+from ..serializers.keys import (
     LimitChangeSerializer,
     LimitInputSerializer,
     LimitSerializer,

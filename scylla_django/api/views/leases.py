@@ -7,15 +7,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ..schema import detail_post
-from ..serializers import (
+from ..serializers.leases import (
     AbortedSerializer,
     AbortSerializer,
     CompleteSerializer,
     HeartbeatSerializer,
     SnoozeSerializer,
-    TaskSerializer,
     WorkerActionSerializer,
 )
+from ..serializers.tasks import TaskSerializer
 from .base import WORKER_ERRORS, ScyllaView
 
 

@@ -14,8 +14,8 @@ from ...models.serving import live_worker_queues
 from ...validation import validate_queue
 from .. import permissions
 from ..schema import document, errors
-from ..serializers import (
-    CancelSerializer,
+from ..serializers.base import CancelSerializer
+from ..serializers.queues import (
     QueueCapSerializer,
     QueueLimitSerializer,
     QueueSerializer,

@@ -10,7 +10,9 @@ from rest_framework.response import Response
 from ...exceptions import InvalidTransition
 from ...models import Task, key_control
 from ..schema import detail_post, errors
-from ..serializers import CancelSerializer, ResetLeaseSerializer, TaskSerializer
+from ..serializers.base import CancelSerializer
+from ..serializers.repairs import ResetLeaseSerializer
+from ..serializers.tasks import TaskSerializer
 from .base import ScyllaView, get_task
 
 

@@ -20,15 +20,15 @@ from ...schedules import calendars, constraints, firings
 from .. import permissions
 from ..pagination import strict_page_size
 from ..schema import detail_post, document, errors
-from ..serializers import (
+from ..serializers.base import CancelSerializer
+from ..serializers.schedules import (
     CalendarEntrySerializer,
-    CancelSerializer,
     ScheduleDetailSerializer,
     ScheduleInputSerializer,
     ScheduleSerializer,
-    TaskSerializer,
     WhySerializer,
 )
+from ..serializers.tasks import TaskSerializer
 from .base import ScyllaView
 
 

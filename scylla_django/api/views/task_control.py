@@ -9,7 +9,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ..schema import detail_post, document, errors
-from ..serializers import CancelSerializer, TaskDeletionSerializer, TaskDetailSerializer
+from ..serializers.base import CancelSerializer
+from ..serializers.task_control import TaskDeletionSerializer
+from ..serializers.tasks import TaskDetailSerializer
 from .base import ScyllaView, get_task
 
 

@@ -18,8 +18,8 @@ from ..filters import WorkerFilter
 from ..pagination import WorkerCursorPagination
 from ..permissions import ActsAsOwnWorker, HasActionPermission
 from ..schema import detail_post, document, errors
-from ..serializers import (
-    CancelSerializer,
+from ..serializers.base import CancelSerializer
+from ..serializers.workers import (
     LeasedSerializer,
     LeaseSerializer,
     RegisterSerializer,
