@@ -108,8 +108,8 @@ def release(task: Any) -> None:
         )
         kept.delete()  # committed either way: a hold outlives no release
         status = tasks.filter(pk=task.pk).values_list("status", flat=True).first()
-        if released and db.can_listen(using):
-            db.postgresql_notify(using, db.READY_CHANNEL, [task.queue])
+        if released:
+            db.notify_ready(using, [task.queue])
     if not released:
         raise NotHeld(
             f"Task {task.rn} is {status}, not held: its hold is dropped.", rn=task.rn, status=status

@@ -70,7 +70,16 @@ def test_a_json_list_holds_a_string_or_an_object_with_a_key(worker):
 
 @pytest.mark.django_db
 def test_only_postgresql_listens_and_estimates(vendor):
-    assert db.can_listen("default") is (vendor == "postgresql")
-    assert db.has_planner_estimates("default") is (vendor == "postgresql")
-    assert db.uses_single_statement_transitions(connection) is (vendor == "postgresql")
+    driver = db.driver("default")
+    assert driver.listens is (vendor == "postgresql")
+    assert driver.estimates_rows is (vendor == "postgresql")
+    assert driver.finishes_and_leases_at_once is (vendor == "postgresql")
     assert (db.planned_rows(Task.objects.all()) is None) is (vendor != "postgresql")
+
+
+@pytest.mark.django_db
+def test_a_database_s_driver_is_chosen_once(vendor):
+    assert db.driver("default") is db.driver("default")
+    expected = {"postgresql": "PostgresqlDriver", "sqlite": "SqliteDriver", "mysql": "MysqlDriver"}
+    assert type(db.driver("default")).__name__ == expected[vendor]
+    assert type(db.driver("default")) is db.driver_class(connection.settings_dict)
