@@ -24,8 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
+from importlib import import_module
 from typing import Any, ClassVar, Protocol
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.db import connections, models
 from django.db.models import QuerySet
@@ -236,10 +238,24 @@ def driver_class(database: Mapping[str, Any]) -> type[Driver]:
     """The driver class of `database`, an entry of `settings.DATABASES`, read from its ENGINE
     without connecting (for the system checks: compare its capabilities)."""
     engine = str(database.get("ENGINE", ""))
-    for word, vendor in (("postgres", "postgresql"), ("sqlite", "sqlite"), ("mysql", "mysql")):
+    try:
+        # The backend's wrapper class names its vendor (postgis is "postgresql"), unconnected.
+        vendor = str(import_module(f"{engine}.base").DatabaseWrapper.vendor)
+    except (ImportError, AttributeError, ImproperlyConfigured, TypeError):
+        vendor = _vendor_named(engine)  # a backend not installed here
+    return _choose(vendor)
+
+
+def _vendor_named(engine: str) -> str:
+    """The vendor an ENGINE's name says, for a backend that cannot be imported here."""
+    for word, vendor in _ENGINE_WORDS:
         if word in engine:
-            return _choose(vendor)
-    return _choose(engine)
+            return vendor
+    return engine
+
+
+_ENGINE_WORDS = (("postgres", "postgresql"), ("postgis", "postgresql"), ("sqlite", "sqlite"))
+_ENGINE_WORDS += (("spatialite", "sqlite"), ("mysql", "mysql"))
 
 
 #: The driver of each vendor; any other takes the ORM's portable path.

@@ -83,3 +83,19 @@ def test_a_database_s_driver_is_chosen_once(vendor):
     expected = {"postgresql": "PostgresqlDriver", "sqlite": "SqliteDriver", "mysql": "MysqlDriver"}
     assert type(db.driver("default")).__name__ == expected[vendor]
     assert type(db.driver("default")) is db.driver_class(connection.settings_dict)
+
+
+@pytest.mark.parametrize(
+    ("engine", "driver"),
+    [
+        ("django.db.backends.postgresql", "PostgresqlDriver"),
+        ("django.contrib.gis.db.backends.postgis", "PostgresqlDriver"),
+        ("django.db.backends.sqlite3", "SqliteDriver"),
+        ("django.db.backends.mysql", "MysqlDriver"),
+        ("some.other.backend", "OrmDriver"),
+    ],
+)
+def test_the_checks_read_a_driver_from_settings_without_connecting(engine, driver):
+    assert db.driver_class({"ENGINE": engine}).__name__ == driver
+    pooled = {"ENGINE": engine, "DISABLE_SERVER_SIDE_CURSORS": True}
+    assert db.transaction_pooled(pooled) is (driver == "PostgresqlDriver")
