@@ -254,8 +254,14 @@ def _vendor_named(engine: str) -> str:
     return engine
 
 
-_ENGINE_WORDS = (("postgres", "postgresql"), ("postgis", "postgresql"), ("sqlite", "sqlite"))
-_ENGINE_WORDS += (("spatialite", "sqlite"), ("mysql", "mysql"))
+#: Words of an ENGINE's name and the vendor each says.
+_ENGINE_WORDS: tuple[tuple[str, str], ...] = (
+    ("postgres", "postgresql"),
+    ("postgis", "postgresql"),
+    ("sqlite", "sqlite"),
+    ("spatialite", "sqlite"),
+    ("mysql", "mysql"),
+)
 
 
 #: The driver of each vendor; any other takes the ORM's portable path.
