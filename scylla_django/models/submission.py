@@ -93,9 +93,10 @@ def insert_submission(
     """The insertion of `submit`: the task, inserted (or the holder of its unique key), and
     the traceparent of a traced one beside it, in the same transaction.
 
-    With `unless_capped` (no `after`): the task only if PostgreSQL's one statement inserted
-    it; None, having written nothing, when the queue has a cap on ready tasks, the task has a
-    unique key, or the database is another (the caller then submits it through
+    With `unless_capped` (no `after`): the task only if the driver's insert, which judges the
+    caps (`Driver.judges_caps_in_insert`: PostgreSQL's one statement), inserted it; None,
+    having written nothing, when the queue has a cap on ready tasks, the task has a unique
+    key, or the driver's insert does not judge caps (the caller then submits it through
     `admission`)."""
     if unless_capped and not db.driver(tasks.db).judges_caps_in_insert:
         return None
