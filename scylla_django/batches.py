@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any, Unpack
 
 from django.core.exceptions import ValidationError
-from django.db import connections, transaction
+from django.db import transaction
 from django.db.models import Q
 
 from . import db, signals
@@ -293,8 +293,8 @@ def _release_callback(pk: int, using: str) -> int:
         )
         if done:
             queue = tasks.filter(pk=pk).values_list("queue", flat=True).first()
-            if queue is not None and db.uses_single_statement_transitions(connections[using]):
-                db.postgresql_notify(using, db.READY_CHANNEL, [queue])
+            if queue is not None:
+                db.notify_ready(using, [queue])
     if done and signals.task_submitted.has_listeners(Task):
         task = tasks.filter(pk=pk).first()
         if task is not None:

@@ -93,7 +93,7 @@ def check_sqlite() -> Iterator[CheckMessage]:
     for it instead of failing with "database is locked".
     """
     for alias, config in settings.DATABASES.items():
-        if not db.configures_sqlite(config):
+        if not db.driver_class(config).locks_whole_database:
             continue
         options = config.get("OPTIONS", {})
         missing = []
@@ -122,7 +122,7 @@ def check_unique_keys() -> Iterator[CheckMessage]:
     refused (NotSupportedError) rather than run without its guarantee.
     """
     for alias, config in settings.DATABASES.items():
-        if db.configures_mysql(config):
+        if not db.driver_class(config).has_partial_indexes:
             yield Warning(
                 _(
                     "Database %(alias)r (MySQL/MariaDB) has no partial indexes: tasks with a "
@@ -150,10 +150,10 @@ def check_listen_database() -> Iterator[CheckMessage]:
     except ImproperlyConfigured:
         return  # scylla_django.E001 says so
     for alias, config in settings.DATABASES.items():
-        if not db.configures_transaction_pooling(config):
+        if not db.transaction_pooled(config):
             continue
         listen_alias = scylla_settings.listen_alias(alias)
-        if db.configures_transaction_pooling(settings.DATABASES[listen_alias]):
+        if db.transaction_pooled(settings.DATABASES[listen_alias]):
             yield Warning(
                 _(
                     "Database %(alias)r goes through a transaction-mode pooler "
@@ -550,7 +550,7 @@ def check_idle_in_transaction_timeout(
         return messages  # scylla_django.E001 says so
     for alias in databases or ():
         config = settings.DATABASES.get(alias)
-        if alias not in holding or config is None or not db.configures_postgresql(config):
+        if alias not in holding or config is None or not db.driver_class(config).has_vacuum_horizon:
             continue
         try:
             timeout = db.idle_in_transaction_timeout(alias)

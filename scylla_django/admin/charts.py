@@ -32,7 +32,6 @@ from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from django.core.cache import cache
-from django.db import connections
 from django.db.models import Count, Q
 from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
@@ -193,8 +192,8 @@ def intervals(
         "completed": Count("pk", filter=Q(typ=EventType.COMPLETION)),
         "aborted": Count("pk", filter=Q(typ=EventType.ABORT)),
     }
-    postgresql = db.is_postgresql(connections[events.db])
-    if postgresql:
+    in_database = db.driver(events.db).computes_percentiles
+    if in_database:
         aggregates["p50"] = db.Percentile(wait, 0.5, filter=first_lease())
         aggregates["p95"] = db.Percentile(wait, 0.95, filter=first_lease())
     rows: Any = events.values("interval", "task__queue").annotate(**aggregates).order_by()
@@ -208,7 +207,7 @@ def intervals(
             p50.total_seconds() if p50 is not None else None,
             p95.total_seconds() if p95 is not None else None,
         )
-    if postgresql:
+    if in_database:
         return found
     grouped: dict[tuple[datetime, str], list[float]] = defaultdict(list)
     for interval, queue, value in (

@@ -1,22 +1,30 @@
 """The database room: every SQL statement of the app and every difference between vendors.
 
 Nothing outside this package (migrations aside) writes SQL, asks `connection.vendor` or opens
-a cursor; it calls the names below (`from scylla_django import db`). The room stands on
-`enums`, `conf` and `retries` only and never imports the models: each function receives the
-queryset, the model or the `Tables` it works on.
+a cursor, nor asks which database it is on: it asks `driver(using)` for the database's driver
+and calls its operations, or names the capability it needs (`driver(using).listens`), and
+calls the names below (`from scylla_django import db`). The room stands on `enums`, `conf`
+and `retries` only and never imports the models: each function receives the queryset, the
+model or the `Tables` it works on.
 
-- PostgreSQL: every transition is one statement (`postgresql`), submissions are one
-  statement each, or a pipeline of them (`inserts`), the hot statements are prepared
-  (`prepared`), and `pg_notify` tells listening workers which queues got leasable tasks
-  (`notifications`).
-- SQLite: no row locks, so every write transaction of this app begins with `BEGIN IMMEDIATE`
-  (`transactions`); timestamps are text, written with microseconds (`clock`).
-- Anything else (MySQL/MariaDB 10.6+): the portable ORM path, `SELECT … FOR UPDATE SKIP
-  LOCKED` then a conditional UPDATE, and one savepoint per row for bulk submission.
+- PostgreSQL (`PostgresqlDriver`): every transition is one statement (`postgresql`),
+  submissions are one statement each, or a pipeline of them (`inserts`), the hot statements
+  are prepared (`prepared`), and `pg_notify` tells listening workers which queues got
+  leasable tasks (`notifications`).
+- SQLite (`SqliteDriver`): the ORM's path (`orm_driver`); no row locks, so every write
+  transaction of this app begins with `BEGIN IMMEDIATE` (`transactions`); timestamps are
+  text, written with microseconds (`clock`).
+- Anything else (MySQL/MariaDB 10.6+, `MysqlDriver`): the ORM's path, `SELECT … FOR UPDATE
+  SKIP LOCKED` then a conditional UPDATE, and one savepoint per row for bulk submission.
 
 | module | holds |
 |---|---|
-| `vendors` | which path a database takes (the only `connection.vendor` tests) |
+| `driver` | `Driver`: a database's operations and capabilities; `driver(using)` picks one |
+| `postgresql_driver` | `PostgresqlDriver`: each operation a statement of `postgresql`/`inserts` |
+| `orm_driver` | `OrmDriver`, `SqliteDriver`, `MysqlDriver`: the operations through the ORM |
+| `vendors` | which vendor a connection is (the only `connection.vendor` tests; this room's own) |
+| `conditions` | `due()`, `unexpired()`, `NOT_YIELDED`, `capped_deadline()`: a lease's rows |
+| `tallies` | `count_finished()`: the batch counters a finish moves |
 | `clock` | `Now`, `Clock`, `now_plus()`, `read_clock()`: the database clock |
 | `transactions` | `write_atomic()`: the transaction of a state change |
 | `connections` | `discard_connection()`, `ping()` |
@@ -41,8 +49,10 @@ from . import fairness, inserts, keys
 from .admission import lock_admission_key
 from .aggregates import Percentile
 from .clock import CLOCK_CTE, Clock, Now, now_plus, read_clock
+from .conditions import NOT_YIELDED, capped_deadline, due, unexpired
 from .connections import discard_connection, has_table, ping
 from .counts import capped_counts, estimator, planned_rows, queues_present
+from .driver import CAPPED, Driver, driver, driver_class, transaction_pooled
 from .each import add_each, update_each
 from .notifications import READY_CHANNEL, STOP_CHANNEL, listen, notify_ready, postgresql_notify
 from .portable import json_contained_in, json_list_contains, lock_rows, update_returning_pks, upsert
@@ -64,6 +74,7 @@ from .replicas import ReplicaLag, replica_lag
 from .retry import DatabaseRetry, migrate_hint
 from .sqlite import sqlite_json_each
 from .tables import Tables
+from .tallies import count_finished
 from .transactions import write_atomic
 from .vacuum import (
     IDLE_SHOWN,
@@ -74,28 +85,18 @@ from .vacuum import (
     idle_in_transaction_timeout,
     vacuum_report,
 )
-from .vendors import (
-    can_listen,
-    configures_mysql,
-    configures_postgresql,
-    configures_sqlite,
-    configures_transaction_pooling,
-    enforces_unique_keys,
-    has_planner_estimates,
-    is_postgresql,
-    is_sqlite,
-    returns_written_rows,
-    uses_single_statement_transitions,
-)
 
 __all__ = [
+    "CAPPED",
     "CLOCK_CTE",
     "IDLE_SHOWN",
+    "NOT_YIELDED",
     "READY_CHANNEL",
     "STOP_CHANNEL",
     "Clock",
     "Cursors",
     "DatabaseRetry",
+    "Driver",
     "HorizonHolder",
     "IdleSession",
     "Now",
@@ -105,25 +106,21 @@ __all__ = [
     "Tables",
     "VacuumReport",
     "add_each",
-    "can_listen",
     "capped_counts",
+    "capped_deadline",
     "compact",
-    "configures_mysql",
-    "configures_postgresql",
-    "configures_sqlite",
-    "configures_transaction_pooling",
+    "count_finished",
     "discard_connection",
-    "enforces_unique_keys",
+    "driver",
+    "driver_class",
+    "due",
     "estimator",
     "fairness",
     "finish_statement",
-    "has_planner_estimates",
     "has_table",
     "heartbeat_statement",
     "idle_in_transaction_timeout",
     "inserts",
-    "is_postgresql",
-    "is_sqlite",
     "json_contained_in",
     "json_list_contains",
     "keys",
@@ -148,13 +145,13 @@ __all__ = [
     "queues_present",
     "read_clock",
     "replica_lag",
-    "returns_written_rows",
     "sqlite_json_each",
+    "transaction_pooled",
+    "unexpired",
     "update_each",
     "update_returning_pks",
     "upsert",
     "use_worker_plans",
-    "uses_single_statement_transitions",
     "vacuum_report",
     "write_atomic",
 ]

@@ -17,7 +17,7 @@ from django.db.models import Value, sql
 from django.db.models.functions import Now as DjangoNow
 from django.utils.deconstruct import deconstructible
 
-from .vendors import uses_single_statement_transitions
+from .vendors import is_postgresql
 
 
 @deconstructible(path="scylla_django.db.Now")
@@ -65,7 +65,7 @@ def read_clock(using: str) -> datetime:
     connection = connections[using]
     expression = Now(output_field=models.DateTimeField())
     statement, params = sql.Query(None).get_compiler(using).compile(expression)
-    if uses_single_statement_transitions(connection):
+    if is_postgresql(connection):
         statement, params = "clock_timestamp()", []
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {statement}", params)

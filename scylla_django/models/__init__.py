@@ -3,12 +3,12 @@ dependencies, schedules and queue rollups. Import them from here:
 `from scylla_django.models import Task`.
 """
 
+from ..db import NOT_YIELDED
 from . import key_control, task_pauses
 from .batches import CALLBACKS, Batch, BatchQuerySet, count_finished, count_requeued
 from .deletions import TaskDeletion
 from .dependencies import AFTER_PARENTS, MAX_PARENTS, Dependency
 from .events import Consumption, Event, Firing, FiringOutcome, Watermark
-from .held import NOT_YIELDED
 from .history import History
 from .inputs import SubmitDefaults, SubmitOutcome, TaskOptions, new_rn
 from .keys import Hold, Key, Limit, LockNotFree, Rate

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from django.db import models
 from django.db.models import F, Q
 
+from .. import db
 from ..db import Now
 from ..enums import Status
 
@@ -139,21 +140,8 @@ class Batch(models.Model):
 
 def count_finished(using: str, rows: Iterable[Mapping[str, Any]]) -> None:
     """Move the counters of the batches of `rows` (each `{batch_id, status}` of a task just
-    finished for good: completed, or aborted with no retry, or cancelled), in the finishing
-    transaction: one UPDATE per batch, in batch order (so concurrent finishes lock the batch
-    rows in one order)."""
-    tallies: dict[int, list[int]] = {}
-    for row in rows:
-        batch = row["batch_id"]
-        if batch is None:
-            continue
-        tally = tallies.setdefault(batch, [0, 0])
-        tally[0 if row["status"] == Status.COMPLETED else 1] += 1
-    batches = Batch.objects.using(using)
-    for batch, (completed, failed) in sorted(tallies.items()):
-        batches.filter(pk=batch).update(
-            completed=F("completed") + completed, failed=F("failed") + failed
-        )
+    finished for good), in the finishing transaction: see `db.count_finished`."""
+    db.count_finished(Batch, using, rows)
 
 
 def count_requeued(using: str, batch: int | None) -> None:

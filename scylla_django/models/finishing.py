@@ -11,14 +11,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from django.db import connections
 from django.db.models import QuerySet
 
 from .. import db, retries, signals, validation
 from ..conf import scylla_settings
 from ..exceptions import WorkerNotFound
 from ..validation import validate_limit, validate_queues, validate_timeout, validate_timeouts
-from . import children, portable, successors
+from . import children, successors
 from .notices import send_each_on_commit
 from .outcomes import Outcome, outcome_rows
 from .processes import Worker, worker_name
@@ -93,10 +92,10 @@ def finish_and_lease(
     reserved = None if reservation is None else validate_timeout(reservation)
     rows = outcome_rows(outcomes)
     pk = validation.worker_id(name)
-    single = db.uses_single_statement_transitions(connections[tasks.db])
+    driver = db.driver(tasks.db)
     aborting = any(row["errors"] is not None for row in rows)
     spawning = any(outcome.children for outcome in outcomes)
-    if not single or pk is None or not rows or aborting or spawning:
+    if not driver.finishes_and_leases_at_once or pk is None or not rows or aborting or spawning:
         finished = snoozed | finish_rows(tasks, name, outcomes, rows)
         try:
             leased = tasks.lease(  # type: ignore[attr-defined]  # a TaskQuerySet
@@ -111,20 +110,18 @@ def finish_and_lease(
             return finished, leased
         except WorkerNotFound:
             return finished, []
-    done, leased = db.postgresql_lease(
+    done, leased_tasks = driver.finish_and_lease(
         tables(tasks.model),
-        tasks.db,
         worker_id=pk,
         worker=name,
+        rows=rows,
         queues=queues,
         limit=limit,
         lease_length=lease_length,
-        timeouts=[limits.get(queue) for queue in queues],
+        timeouts=limits,
         timeout_grace=grace,
-        finish=rows,
         reservation=reserved,
     )
-    leased_tasks = leased or []
     announce(tasks, outcomes, rows, done)
     send_each_on_commit(
         signals.task_leased, tasks.db, tasks.model, [(task, {}) for task in leased_tasks]
@@ -134,9 +131,7 @@ def finish_and_lease(
 
 def write(tasks: QuerySet[Any], name: str, rows: list[dict[str, Any]]) -> dict[int, datetime]:
     """Write `rows` for the worker called `name`: each task written, with its `updated`."""
-    if db.uses_single_statement_transitions(connections[tasks.db]):
-        return db.postgresql_finish(tables(tasks.model), tasks.db, name, rows)
-    return portable.finish(tasks, name, rows)
+    return db.driver(tasks.db).finish(tables(tasks.model), name, rows)
 
 
 def announce(

@@ -32,13 +32,14 @@ from django.core.exceptions import ValidationError
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from .. import db
+from ..db import due, unexpired
 from ..durations import short
 from ..enums import EventType, Liveness, Status
 from .dependencies import AFTER_PARENTS
 from .history import History
 from .keys import Key, Limit, Rate
 from .processes import Worker
-from .queues import QueueSetting, due, unexpired
+from .queues import QueueSetting
 
 #: Completed tasks of a queue whose run times make its measured run time.
 SAMPLES = 50

@@ -10,13 +10,12 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from django.db import connections, models
-from django.db.models import BooleanField, Case, DateTimeField, F, FloatField, Q, Value, When
-from django.db.models.functions import Coalesce, Least
+from django.db import models
+from django.db.models import Q
 
 from .. import db
 from ..conf import scylla_settings
-from ..db import Now
+from ..db import NOT_YIELDED
 from ..enums import Operation, sources
 from ..exceptions import ScyllaError
 from ..validation import validate_progress, validate_timeout
@@ -26,26 +25,6 @@ from .processes import Worker, worker_name
 from .refusals import refusal_errors
 from .steps import CURSOR, Step, cursor_row, write_cursor
 from .tables import tables
-
-# A yield is the only write that sets a task's deadline before its own `updated` time (but
-# for a heartbeat capped at a limit already past, whose lease is over anyway), so a running
-# task with `deadline >= updated` has not been given back. A heartbeat is fenced on this row
-# condition rather than on History: PostgreSQL re-checks a row condition against the version a
-# concurrent yield committed, so even a heartbeat already waiting for the row cannot undo a yield.
-NOT_YIELDED = Q(deadline__gte=F("updated"))
-
-
-def capped_deadline(extended: Any) -> Any:
-    """The deadline a heartbeat writes: `extended` (a datetime expression), or the row's
-    `timeout_at` if that is earlier: the run-time limit its lease was given (null: none), past
-    which no heartbeat takes the lease. A lease that expires there ran into its limit: the
-    monitor aborts its task with `timeout` (`reset_expired`), never makes it ready again."""
-    return Least(extended, Coalesce(F("timeout_at"), extended), output_field=DateTimeField())
-
-
-#: Leases per heartbeat statement where it names each lease (not PostgreSQL, whose one
-#: statement takes arrays): a pair of parameters each, well under every vendor's limit.
-HEARTBEAT_CHUNK = 500
 
 #: Leases per statement of `lost_leases`, a read by key (one parameter each).
 LOOKUP_CHUNK = 5000
@@ -86,8 +65,8 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
 
         `cursors` (task pk → cursor, JSON validated by the caller) are the checkpoints the
         handlers made since the last heartbeat (`ctx.checkpoint()`): written for the leases
-        extended only, in the same statement on PostgreSQL, elsewhere in a fenced transaction
-        of their own right after (`save_cursors`).
+        extended only, in the same statement where the driver can (PostgreSQL), elsewhere in a
+        fenced transaction of their own right after (`save_cursors`).
         """
         name = worker_name(worker)
         lease_length = validate_timeout(
@@ -97,28 +76,20 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
         if not leases:
             return set()
         begun = set(started)
-        if db.uses_single_statement_transitions(connections[self.db]):
-            rows = [
-                (pk, lease, None if value is None else validate_progress(value), pk in begun)
-                for pk, (lease, value) in leases.items()
-            ]
-            held = None
-            if cursors:
-                held = db.Cursors(
-                    Step._meta.db_table,
-                    CURSOR,
-                    [cursor_row(pk, value) for pk, value in cursors.items() if pk in leases],
-                )
-            return db.postgresql_heartbeat(
-                tables(self.model), self.db, name, rows, lease_length, reserved, held
+        rows = [
+            (pk, lease, None if value is None else validate_progress(value), pk in begun)
+            for pk, (lease, value) in leases.items()
+        ]
+        driver = db.driver(self.db)
+        riding = None
+        if cursors and driver.writes_cursors_in_heartbeat:
+            riding = db.Cursors(
+                Step._meta.db_table,
+                CURSOR,
+                [cursor_row(pk, value) for pk, value in cursors.items() if pk in leases],
             )
-        extended: set[int] = set()
-        chunk = list(leases.items())
-        for start in range(0, len(chunk), HEARTBEAT_CHUNK):
-            part = dict(chunk[start : start + HEARTBEAT_CHUNK])
-            begun_here = begun & part.keys()
-            extended |= self._heartbeat_chunk(name, part, lease_length, begun_here, reserved)
-        if cursors:
+        extended = driver.heartbeat(tables(self.model), name, rows, lease_length, reserved, riding)
+        if cursors and riding is None:
             self.save_cursors(
                 name, {pk: (leases[pk][0], cursors[pk]) for pk in extended if pk in cursors}
             )
@@ -147,50 +118,6 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
                 write_cursor(self.db, pk, lease, value)
         return locked
 
-    def _heartbeat_chunk(
-        self,
-        name: str,
-        leases: Mapping[int, tuple[int, float | None]],
-        lease_length: timedelta,
-        started: set[int],
-        reservation: timedelta | None,
-    ) -> set[int]:
-        """`heartbeat_many` for up to `HEARTBEAT_CHUNK` leases, through the ORM (not
-        PostgreSQL): a statement with a pair of parameters per lease."""
-        held = Q()
-        for pk, (lease, _) in leases.items():
-            held |= Q(pk=pk, leases=lease)
-        fenced = (
-            self.model._default_manager.using(self.db)
-            .filter(held, status__in=sources(Operation.HEARTBEAT), owner=name)
-            .filter(NOT_YIELDED)
-        )
-        full = capped_deadline(db.now_plus(lease_length))
-        values: dict[str, Any] = {"deadline": full, "updated": Now()}
-        if reservation is not None:
-            # A lease whose handler has not started (nor is told now to have) stays a
-            # reservation.
-            begun = Q(handler_started=True) | Q(pk__in=sorted(started))
-            values["deadline"] = Case(
-                When(begun, then=full),
-                default=capped_deadline(db.now_plus(reservation)),
-                output_field=DateTimeField(),
-            )
-        if started:
-            values["handler_started"] = Case(
-                When(pk__in=sorted(started), then=Value(True)),
-                default=F("handler_started"),
-                output_field=BooleanField(),
-            )
-        progress = [
-            When(pk=pk, then=Value(validate_progress(value)))
-            for pk, (_, value) in leases.items()
-            if value is not None
-        ]
-        if progress:
-            values["progress"] = Case(*progress, default=F("progress"), output_field=FloatField())
-        return db.update_returning_pks(fenced, values)
-
     def lost_leases(self, worker: Worker | str, leases: Mapping[int, int]) -> set[int]:
         """The pks of `leases` (task pk → lease number) that `worker` no longer holds: read,
         not written (a task cancelled, reset, finished, yielded or taken over); `refusals()`
@@ -214,24 +141,13 @@ class HeldLeaseQuerySet(models.QuerySet[_T]):
         `Task.yield_lease()` gives one back; return the pks yielded. A pk missing from the
         result is no longer held by this lease: `refusals()` says why.
 
-        On PostgreSQL one statement for them all; elsewhere one transition per task.
+        One statement for them all where the driver can (PostgreSQL); else one transition per
+        task.
         """
         name = worker_name(worker)
         if not leases:
             return set()
-        if db.uses_single_statement_transitions(connections[self.db]):
-            return db.postgresql_yield(tables(self.model), self.db, name, list(leases.items()))
-        yielded: set[int] = set()
-        held: list[Any] = list(
-            self.model._default_manager.using(self.db).filter(pk__in=list(leases))
-        )
-        for task in held:  # each a Task, whose transition yields it
-            try:
-                task.yield_lease(name, lease=leases[task.pk])
-            except ScyllaError:
-                continue
-            yielded.add(task.pk)
-        return yielded
+        return db.driver(self.db).yield_leases(tables(self.model), name, list(leases.items()))
 
     def finish_many(self, worker: Worker | str, outcomes: Sequence[Outcome]) -> set[int]:
         """Complete or abort several leases of `worker` at once; return the pks finished.

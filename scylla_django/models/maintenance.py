@@ -10,12 +10,12 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from django.db import connections, models
-from django.db.models import Case, Count, F, Max, When
+from django.db import models
+from django.db.models import F
 
 from .. import db, signals
 from ..conf import scylla_settings
-from ..enums import TRANSITIONS, EventType, Operation, event, sources
+from ..enums import TRANSITIONS, Operation, event, sources
 from ..exceptions import TaskTimedOut, error_record
 from ..retries import MAX_LEASES_CODE
 from .history import History
@@ -119,13 +119,14 @@ def reset_chunk(tasks: models.QuerySet[Any], size: int) -> int:
     `MAX_LEASES` leases with `max_leases_exceeded`; the others are made ready. A lease whose
     handler was not known to have started (a reservation: its worker crashed before it ran
     the task) is never counted, and makes the task ready with `unstarted` up by one (see
-    `expiry_kind`). An abort is followed by a retry where the task's policy covers it, as a
-    worker's abort is.
+    `db.orm_driver.expiry_kind`). An abort is followed by a retry where the task's policy
+    covers it, as a worker's abort is.
 
     The expired rows are locked first (SKIP LOCKED: a row another monitor or a writer holds
-    is passed over), then judged and written. On PostgreSQL the resets, their History rows
-    and the ready notifications are one statement (`db.postgresql_reset`); elsewhere a few
-    statements per chunk. The aborts, rare, are written the same way everywhere.
+    is passed over), then judged and written by the database's driver (`Driver.reset`: on
+    PostgreSQL the resets, their History rows and the ready notifications are one statement;
+    elsewhere a few statements per chunk; `db.orm_driver.expiry_kind` says how each lease is
+    judged). The aborts, rare, are written the same way everywhere.
     """
     manager = tasks.model.objects.using(tasks.db)
     with db.write_atomic(tasks.db):
@@ -151,12 +152,7 @@ def reset_chunk(tasks: models.QuerySet[Any], size: int) -> int:
         if not rows:
             return 0
         max_leases = scylla_settings.MAX_LEASES
-        if db.uses_single_statement_transitions(connections[tasks.db]):
-            clock, kinds = db.postgresql_reset(
-                tables(tasks.model), tasks.db, list(rows), max_leases
-            )
-        else:
-            clock, kinds = reset_portable(manager, rows, max_leases)
+        clock, kinds = db.driver(tasks.db).reset(tables(tasks.model), rows, max_leases)
         timed_out = {pk for pk, kind in kinds.items() if kind == "timed_out"}
         exhausted = {pk for pk, kind in kinds.items() if kind == "exhausted"}
         if clock is not None:
@@ -167,110 +163,6 @@ def reset_chunk(tasks: models.QuerySet[Any], size: int) -> int:
             signal = signals.task_finished if task.pk in aborted else signals.task_reset
             send_on_commit(signal, tasks.db, task=task, status=task.status)
     return len(rows)
-
-
-def reset_portable(
-    manager: models.QuerySet[Any], rows: dict[int, dict[str, Any]], max_leases: int | None
-) -> tuple[datetime | None, dict[int, str]]:
-    """`db.postgresql_reset` through the ORM (SQLite, MySQL): judge the locked expired
-    `rows` (by pk), make the expired, unstarted and yielded ones ready (an unstarted one's
-    `unstarted` up by one) with a TaskTimeout row for each expired and unstarted one; return
-    the clock written and each task's kind."""
-    using = manager.db
-    # Only a task whose deadline is before its `updated` can have been given back (see
-    # NOT_YIELDED); History is read for those alone, after the rows were locked (a fresh
-    # snapshot), so a yield that committed while we waited is seen.
-    given_back = [pk for pk, row in rows.items() if row["deadline"] < row["updated"]]
-    last_ids = (
-        History.objects.using(using)
-        .filter(task_id__in=given_back)
-        .values("task_id")
-        .annotate(last=Max("id"))
-        .values("last")
-    )
-    yielded = (
-        set(
-            History.objects.using(using)
-            .filter(pk__in=last_ids, typ=EventType.YIELD)
-            .values_list("task_id", flat=True)
-        )
-        if given_back
-        else set()
-    )
-    yields: dict[int, int] = (
-        dict(
-            History.objects.using(using)
-            .filter(task_id__in=list(rows), typ=EventType.YIELD)
-            .values("task_id")
-            .annotate(n=Count("id"))
-            .values_list("task_id", "n")
-        )
-        if max_leases is not None
-        else {}
-    )
-    kinds = {
-        pk: expiry_kind(row, pk in yielded, max_leases, yields.get(pk, 0))
-        for pk, row in rows.items()
-    }
-    now = db.read_clock(using)
-    ready = [pk for pk, kind in kinds.items() if kind in READY_KINDS]
-    fenced = manager.filter(pk__in=ready, status__in=sources(Operation.RESET), deadline__lt=now)
-    changed = set(fenced.values_list("pk", flat=True))
-    unstarted = [pk for pk in ready if kinds[pk] == "unstarted"]
-    fenced.update(
-        status=TRANSITIONS[Operation.RESET].target,
-        owner=None,
-        deadline=None,
-        timeout_at=None,
-        progress=0.0,
-        updated=now,
-        unstarted=Case(
-            When(pk__in=unstarted, then=F("unstarted") + 1),
-            default=F("unstarted"),
-            output_field=models.PositiveIntegerField(),
-        ),
-    )
-    History.objects.using(using).bulk_create(
-        History.of(rows[pk], event(Operation.RESET), now)
-        for pk in sorted(changed)
-        if kinds[pk] in ("expired", "unstarted")
-    )
-    kinds = {pk: kind for pk, kind in kinds.items() if pk in changed or pk not in ready}
-    return now, kinds
-
-
-def expiry_kind(row: dict[str, Any], yielded: bool, max_leases: int | None, yields: int) -> str:
-    """How an expired lease is dealt with, as `db.postgresql_reset` judges it: `timed_out`
-    (it expired at its run-time limit, the cap its lease was given, given back or not: aborted
-    with `timeout`, as its worker would have done), `yielded` (given back: made ready without
-    a TaskTimeout), `unstarted` (a reservation: its handler was not known to have started, so
-    its worker's crash was not the task's doing; made ready with a TaskTimeout, `unstarted` up
-    by one, never counted), `exhausted` (the task has had `max_leases` leases; a lease its own
-    handler ended with a snooze is not counted, nor one of the task's `yields` earlier leases
-    given back, nor its unstarted leases but the first), or `expired` (made ready with a
-    TaskTimeout).
-
-    The first unstarted lease of a task counts once the task's handler is known to have run
-    when its lease expired: that first one may have been a run of its own that killed its
-    worker before the heartbeat could report its start. Every later lease of the task records
-    its start before its handler runs (the worker sees `unstarted > 0`), so its later
-    unstarted leases are ones its handler surely never began. A poison pill that kills its
-    worker at once is thus aborted after `max_leases` runs of its own; a task stranded beside
-    it, whose handler never started, is never counted."""
-    if row["timeout_at"] is not None and row["deadline"] == row["timeout_at"]:
-        return "timed_out"
-    if yielded:
-        return "yielded"
-    if not row["handler_started"]:
-        return "unstarted"
-    forgiven = max(row["unstarted"] - 1, 0)
-    if max_leases is not None and row["leases"] - row["snoozes"] - forgiven - yields >= max_leases:
-        return "exhausted"
-    return "expired"
-
-
-#: The kinds of expired leases that make their tasks ready again (`expiry_kind`).
-READY_KINDS = ("expired", "unstarted", "yielded")
 
 
 def abort_expired(

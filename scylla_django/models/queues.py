@@ -8,12 +8,12 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError
-from django.db import connections, models
+from django.db import models
 from django.db.models import ExpressionWrapper, F, Min, Q
 from django.db.models.functions import Coalesce, Greatest
 
 from .. import db
-from ..db import Now
+from ..db import Now, due
 from ..enums import Status
 from ..text import DurationError, positive_duration
 from ..validation import (
@@ -66,8 +66,7 @@ class QueueSettingQuerySet(models.QuerySet["QueueSetting"]):
     def resume(self, queue: str) -> QueueSetting:
         """Lease from `queue` again, and wake the workers that listen for it."""
         setting = self._set(queue, paused=False)
-        if db.uses_single_statement_transitions(connections[self.db]):
-            db.postgresql_notify(self.db, db.READY_CHANNEL, [setting.queue])
+        db.notify_ready(self.db, [setting.queue])
         return setting
 
     def limit(self, queue: str, max_running: int | None) -> QueueSetting:
@@ -230,17 +229,6 @@ def age_ready(tasks: models.QuerySet[Any], chunk_size: int = 5000) -> int:
         while pks := list(waited.order_by().values_list("pk", flat=True)[:chunk_size]):
             raised += waited.filter(pk__in=pks).update(priority=F("priority") + 1, updated=Now())
     return raised
-
-
-def due() -> Q:
-    """A task whose `not_before` has passed (or that has none): leasable if it is ready."""
-    return Q(not_before__isnull=True) | Q(not_before__lte=Now())
-
-
-def unexpired() -> Q:
-    """A task whose `expires_at` has not come (or that has none): a ready task past it is
-    never leased, and the monitor cancels it (`TaskQuerySet.expire`)."""
-    return Q(expires_at__isnull=True) | Q(expires_at__gt=Now())
 
 
 def _waiting_since() -> Greatest:

@@ -15,13 +15,11 @@ from django.db import (
     IntegrityError,
     NotSupportedError,
     OperationalError,
-    connections,
     transaction,
 )
 from django.db.models import QuerySet
 
 from .. import db, signals
-from ..db import inserts
 from ..exceptions import DuplicateKey, DuplicateTask, QueueFull, TaskNotFound
 from . import admission, serving, unique
 from .admission import NONE, Admission
@@ -95,11 +93,12 @@ def insert_submission(
     """The insertion of `submit`: the task, inserted (or the holder of its unique key), and
     the traceparent of a traced one beside it, in the same transaction.
 
-    With `unless_capped` (no `after`): the task only if PostgreSQL's one statement inserted
-    it; None, having written nothing, when the queue has a cap on ready tasks, the task has a
-    unique key, or the database is another (the caller then submits it through
+    With `unless_capped` (no `after`): the task only if the driver's insert, which judges the
+    caps (`Driver.judges_caps_in_insert`: PostgreSQL's one statement), inserted it; None,
+    having written nothing, when the queue has a cap on ready tasks, the task has a unique
+    key, or the driver's insert does not judge caps (the caller then submits it through
     `admission`)."""
-    if unless_capped and not db.uses_single_statement_transitions(connections[tasks.db]):
+    if unless_capped and not db.driver(tasks.db).judges_caps_in_insert:
         return None
     conflict = on_conflict_of(on_conflict)
     values = task_values(queue, spec, **options)
@@ -124,25 +123,19 @@ def insert_values(
     """Insert the task of the validated `values` (or return the holder of its unique key);
     with `unless_capped`, None if the queue is capped or the task keyed (see
     `insert_submission`)."""
-    single = db.uses_single_statement_transitions(connections[tasks.db])
     if "unique_key" in values:
         if unless_capped:
             return None
         return submit_keyed(tasks, values, conflict, after)
     if after is not None:
         return submit_after(tasks, tasks.model(**values), after)
-    if single:
-        inserted = inserts.postgresql_submit(tasks, values, unless_capped=unless_capped)
-        if inserted == inserts.CAPPED:
-            return None
-        if not isinstance(inserted, tuple):
-            raise DuplicateTask(f"A task with rn {values['rn']!r} exists.", rn=values["rn"])
-        pk, created, updated = inserted
-        task = tasks.model.inserted(tasks.db, values, id=pk, created=created, updated=updated)
-        send_on_commit(signals.task_submitted, tasks.db, task=task)
-        return unique.mark(task, "inserted")
-    task = tasks.model(**values)
-    insert_new(tasks, task)
+    inserted = db.driver(tasks.db).submit(tasks, values, unless_capped=unless_capped)
+    if inserted == db.CAPPED:
+        return None
+    if not isinstance(inserted, tuple):
+        raise DuplicateTask(f"A task with rn {values['rn']!r} exists.", rn=values["rn"])
+    pk, created, updated = inserted
+    task = tasks.model.inserted(tasks.db, values, id=pk, created=created, updated=updated)
     send_on_commit(signals.task_submitted, tasks.db, task=task)
     return unique.mark(task, "inserted")
 
@@ -156,22 +149,22 @@ def submit_keyed(
     """Submit a task with a unique key: inserted if no task holds the key, else what
     `on_conflict` says (`unique.resolve_conflict`).
 
-    PostgreSQL: one statement (`inserts.postgresql_submit_keyed`) in which the unique index
-    decides; a second one only when the holder committed after the first one's snapshot, or
-    finished longer than its window ago (then the key is released first). Elsewhere the
-    submission is one write transaction: SQLite serialises those, so nothing can take the key
-    between the look-up and the insert, and the index stands behind it.
+    Where the driver can (PostgreSQL): one statement (`Driver.submit_keyed`) in which the
+    unique index decides; a second one only when the holder committed after the first one's
+    snapshot, or finished longer than its window ago (then the key is released first).
+    Elsewhere the submission is one write transaction: SQLite serialises those, so nothing can
+    take the key between the look-up and the insert, and the index stands behind it.
     """
-    connection = connections[tasks.db]
-    if not db.enforces_unique_keys(connection):
+    driver = db.driver(tasks.db)
+    if not driver.enforces_unique_keys:
         raise NotSupportedError(
             "Unique keys need partial unique indexes, which this database (MySQL/MariaDB) "
             "lacks; submit without unique_key."
         )
     key = values["unique_key"]
-    if after is None and db.uses_single_statement_transitions(connection):
+    if after is None and driver.submits_keyed_in_one_statement:
         for _ in range(KEYED_TRIES):
-            found = inserts.postgresql_submit_keyed(tasks, values)
+            found = driver.submit_keyed(tasks, values)
             if found is None:
                 if tasks.filter(rn=values["rn"]).exists():
                     raise DuplicateTask(f"A task with rn {values['rn']!r} exists.", rn=values["rn"])
@@ -270,42 +263,21 @@ def _submit_many(
     tasks: QuerySet[Any], items: Iterable[Mapping[str, Any]], submitter: Submitter | None
 ) -> list[SubmitOutcome]:
     bulk = BulkSubmission(items)
-    inserted: set[str] = set()
-    connection = connections[tasks.db]
     keyed: list[dict[str, Any]] = []
     gated: list[dict[str, Any]] = []
     traced: dict[str, str] = {}
-    single = db.uses_single_statement_transitions(connection)
-    # PostgreSQL's statement leaves out the items of capped queues (found after it, below);
-    # elsewhere the capped queues are looked up first.
-    capped = _CappedQueues(tasks.db, look_up=not single)
+    driver = db.driver(tasks.db)
+    # A driver whose insert judges the caps leaves out the items of capped queues (found
+    # after it, below); elsewhere the capped queues are looked up first.
+    capped = _CappedQueues(tasks.db, look_up=not driver.judges_caps_in_insert)
 
     def keyless(size: int) -> Iterator[list[dict[str, Any]]]:
         return _keyless(bulk.chunks(size), keyed, gated, capped, traced)
 
-    if single:
-        # Validated a chunk at a time as the statements go out (see there).
-        left_out: set[str] = set()
-        inserted = inserts.postgresql_submit_many(
-            tasks, keyless(inserts.SUBMIT_CHUNK), capped=left_out
-        )
-        if left_out:
-            gated += [values for _, values in bulk.pending if values["rn"] in left_out]
-    elif inserts.can_insert_returning_on_conflict(connection):
-        with db.write_atomic(tasks.db):
-            for chunk in keyless(CHUNK):
-                new = [tasks.model(**values) for values in chunk]
-                inserted |= inserts.insert_ignoring_duplicates(tasks, new)
-    else:
-        with db.write_atomic(tasks.db):
-            for chunk in keyless(CHUNK):
-                for values in chunk:
-                    try:
-                        with transaction.atomic(using=tasks.db):
-                            tasks.model(**values).save(force_insert=True, using=tasks.db)
-                        inserted.add(values["rn"])
-                    except IntegrityError:
-                        pass
+    left_out: set[str] = set()
+    inserted = driver.submit_many(tasks, keyless, left_out)
+    if left_out:
+        gated += [values for _, values in bulk.pending if values["rn"] in left_out]
     if submitter is not None and inserted:
         admission.record_origins(tasks, inserted, submitter)
     # Keyed items, and those a cap on ready tasks counts, one at a time, each as `submit`

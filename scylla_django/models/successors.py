@@ -11,11 +11,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.db import IntegrityError, connections, models, transaction
+from django.db import IntegrityError, models, transaction
 from django.db.models import Q
 
 from .. import db, retries, signals
-from ..db import Now, inserts
+from ..db import Now
 from ..durations import short
 from ..enums import Status
 from ..exceptions import DuplicateKey, DuplicateTask, InvalidTransition, TaskNotFound
@@ -152,22 +152,18 @@ def submit_retry(task: Any, policy: retries.Retry | None, using: str) -> Any:
         created = _insert_keyed(manager, successor)
         if created is None:
             return None
-        if delay is None and db.uses_single_statement_transitions(connections[using]):
-            db.postgresql_notify(using, db.READY_CHANNEL, [created.queue])
-    elif db.uses_single_statement_transitions(connections[using]):
-        # As `submit`: one statement, and listening workers are notified if it is due now.
-        inserted = inserts.postgresql_submit(manager, values)
+        if delay is None:
+            db.notify_ready(using, [created.queue])
+    else:
+        # As `submit`: one statement where the driver can, and listening workers are notified
+        # if it is due now.
+        inserted = db.driver(using).submit(manager, values)
         if not isinstance(inserted, tuple):
             return None
         successor.pk, successor.created, successor.updated = inserted
         successor._state.adding = False
         successor._state.db = using
         created = successor
-    else:
-        manager.bulk_create([successor], ignore_conflicts=True)
-        created = manager.filter(rn=successor.rn, retry_of=task.rn).first()
-        if created is None:
-            return None
     Dependency.objects.using(using).filter(parent_id=task.pk).update(
         parent_id=created.pk, parent_rn=created.rn
     )

@@ -8,7 +8,7 @@ after its concept, and the queryset methods here are their public face: `submiss
 submit_many), `held` (a worker's set operations on the leases it holds: heartbeat_many,
 yield_many, finish_many, finish_and_lease, the base of TaskQuerySet), `finishing` (what
 finish_many and finish_and_lease write), `successors` (retries), `maintenance` (reset_expired,
-purge), `portable` (lease and finish off PostgreSQL).
+purge). Every statement a vendor writes its own way is its driver's (`db.driver`).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar, Unpack
 
-from django.db import connections, models, router, transaction
+from django.db import models, router, transaction
 from django.db.models import Exists, F, Q
 from django.utils import timezone
 
 from .. import db, logs, signals, validation
 from ..conf import scylla_settings
-from ..db import Clock, Now
+from ..db import NOT_YIELDED, Clock, Now, capped_deadline, due, unexpired
 from ..enums import (
     TERMINAL_STATUSES,
     TRANSITIONS,
@@ -65,7 +65,6 @@ from . import (
     deletions,
     keys,
     maintenance,
-    portable,
     steps,
     submission,
     successors,
@@ -77,13 +76,13 @@ from .batches import count_finished
 from .children import spawn, validate_children
 from .dependencies import AFTER_PARENTS
 from .forecast import Forecast, WhatIf, forecast
-from .held import NOT_YIELDED, HeldLeaseQuerySet, capped_deadline
+from .held import HeldLeaseQuerySet
 from .history import History
 from .inputs import SubmitOutcome, TaskOptions, task_values, validate_terminal_statuses
 from .notices import send_each_on_commit, send_on_commit
 from .origins import Submitter, TaskOrigin
 from .processes import Worker, required_worker_id, worker_name
-from .queues import QueueSummary, due, queue_summaries, ready_summary, unexpired
+from .queues import QueueSummary, queue_summaries, ready_summary
 from .refusals import lease_reset_refusal
 from .steps import Step
 from .tables import tables
@@ -278,23 +277,17 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
             scylla_settings.TIMEOUT_GRACE if timeout_grace is None else timeout_grace
         )
         reserved = None if reservation is None else validate_timeout(reservation)
-        if db.uses_single_statement_transitions(connections[self.db]):
-            _, leased = db.postgresql_lease(
-                TABLES,
-                self.db,
-                worker_id=pk,
-                worker=name,
-                queues=queues,
-                limit=limit,
-                lease_length=lease_length,
-                timeouts=[limits.get(queue) for queue in queues],
-                timeout_grace=grace,
-                reservation=reserved,
-            )
-        else:
-            leased = portable.lease(
-                self, pk, name, queues, limit, lease_length, limits, grace, reserved
-            )
+        leased = db.driver(self.db).lease(
+            TABLES,
+            worker_id=pk,
+            worker=name,
+            queues=queues,
+            limit=limit,
+            lease_length=lease_length,
+            timeouts=limits,
+            timeout_grace=grace,
+            reservation=reserved,
+        )
         if leased is None:
             raise WorkerNotFound(f"No registered, running worker is called {name!r}.")
         send_each_on_commit(signals.task_leased, self.db, self.model, [(t, {}) for t in leased])
@@ -324,8 +317,8 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
                 f"Task {rn} waits for its parents to complete.", rn=rn, status=current.status
             )
         if task_pauses.is_paused(current):
-            raise TaskPaused(f"Task {rn} is held: release it first.", rn=rn, status=current.status)
-        task: Task | None = portable.lease_rn(self, pk, name, rn, length)
+            raise TaskPaused(f"Task {rn} is paused: resume it first.", rn=rn, status=current.status)
+        task: Task | None = db.driver(self.db).lease_rn(TABLES, pk, name, rn, length)
         if task is None:
             if not Worker.objects.using(self.db).filter(pk=pk, stopped__isnull=True).exists():
                 raise WorkerNotFound(f"No registered, running worker is called {name!r}.")
@@ -370,12 +363,10 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
             count_finished(
                 self.db, [{"batch_id": row["batch_id"], "status": Status.CANCELLED} for row in rows]
             )
-            if db.uses_single_statement_transitions(connections[self.db]):
-                db.postgresql_notify(
-                    self.db,
-                    db.STOP_CHANNEL,
-                    [r["owner"] for r in rows if r["status"] == Status.RUNNING and r["owner"]],
-                )
+            db.driver(self.db).notify(
+                db.STOP_CHANNEL,
+                [r["owner"] for r in rows if r["status"] == Status.RUNNING and r["owner"]],
+            )
         if signals.task_finished.has_listeners(Task):
             for task in manager.filter(pk__in=ids):
                 send_on_commit(signals.task_finished, self.db, task=task, status=task.status)
@@ -1189,33 +1180,19 @@ class Task(models.Model):
         fields = [*refresh, "updated"]
         # The History row names the owner: the worker itself for a worker operation (the fence
         # checked owner = worker), the worker it is taken from for a cancel.
-        if db.uses_single_statement_transitions(connections[using]):
-            row = db.postgresql_transition(
-                fenced,
-                History,
-                {"updated": Clock(), **values},
-                fields,
-                operation,
-                notify,
-                worker=logged_worker,
-            )
-            if row is None:
-                raise self._refusal(operation, name, held, using)
-            for field_name, value in row.items():
-                setattr(self, field_name, value)
-        else:
-            with db.write_atomic(using):
-                if fenced.update(updated=Clock(), **values) != 1:
-                    raise self._refusal(operation, name, held, using)
-                self.refresh_from_db(using=using, fields=[*fields, "owner", "progress"])
-                if transition.event is not None:
-                    History.objects.using(using).create(
-                        task=self,
-                        typ=transition.event,
-                        worker=logged_worker or self.owner,
-                        progress=self.progress,
-                        time=self.updated,
-                    )
+        row = db.driver(using).transition(
+            fenced,
+            History,
+            {"updated": Clock(), **values},
+            fields,
+            operation,
+            notify,
+            worker=logged_worker,
+        )
+        if row is None:
+            raise self._refusal(operation, name, held, using)
+        for field_name, value in row.items():
+            setattr(self, field_name, value)
         if transition.target in TERMINAL_STATUSES:
             send_on_commit(signals.task_finished, using, task=self, status=self.status)
 

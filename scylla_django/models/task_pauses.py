@@ -110,8 +110,8 @@ def resume(task: Any) -> None:
         )
         kept.delete()  # committed either way: a pause outlives no resume
         status = tasks.filter(pk=task.pk).values_list("status", flat=True).first()
-        if resumed and db.can_listen(using):
-            db.postgresql_notify(using, db.READY_CHANNEL, [task.queue])
+        if resumed:
+            db.notify_ready(using, [task.queue])
     if not resumed:
         raise NotPaused(
             f"Task {task.rn} is {status}, not paused: its pause is dropped.",

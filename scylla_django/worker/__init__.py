@@ -245,7 +245,7 @@ class TaskWorker:
             start_daemon(bundler.run, f"scylla-bundle-{bundler.queue}")
             for bundler in self._bundlers
         ]
-        if options.listen and db.can_listen(options.using):
+        if options.listen and db.driver(options.using).listens:
             self.listener = Listener(
                 on_ready=self._on_ready,
                 on_stop=self._on_stop,

@@ -336,6 +336,76 @@ def test_sql_vendor_tests_and_cursors_live_in_the_database_room():
     assert not stale, f"Gone: delete these entries from ALLOWED_OUTSIDE_THE_ROOM: {stale}"
 
 
+# The questions a caller would ask to learn which database it is on; outside the room, a caller
+# asks `db.driver(using)` for an operation or names a capability (`driver.listens`).
+VENDOR_QUESTIONS = {
+    "is_postgresql",
+    "is_sqlite",
+    "is_mysql",
+    "uses_single_statement_transitions",
+    "returns_written_rows",
+    "can_listen",
+    "has_planner_estimates",
+    "vendors",
+}
+VENDOR_PREFIXES = ("configures_", "postgresql_", "sqlite_", "mysql_")
+
+
+def _vendor_word(name: str) -> bool:
+    return name in VENDOR_QUESTIONS or name.startswith(VENDOR_PREFIXES)
+
+
+def vendor_questions(path: Path) -> list[tuple[int, str]]:
+    """Where `path` asks which database it is on: a vendor question of `db`, or a statement of
+    one vendor called by name, read, imported or named (line, name) pairs."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _vendor_word(node.attr):
+            found.append((node.lineno, node.attr))
+        elif isinstance(node, ast.Name) and _vendor_word(node.id):
+            found.append((node.lineno, node.id))
+        elif isinstance(node, ast.ImportFrom):
+            found += [(node.lineno, alias.name) for alias in node.names if _vendor_word(alias.name)]
+            if (node.module or "").rsplit(".", 1)[-1] == "vendors":
+                found.append((node.lineno, node.module or ""))
+    return sorted(set(found))
+
+
+def test_the_vendor_check_sees_what_it_looks_for(tmp_path):
+    """The reader finds each kind of vendor question, so that the test below can fail."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from scylla_django.db.vendors import is_sqlite\n"
+        "if db.uses_single_statement_transitions(connection):\n"
+        "    db.postgresql_notify(using, 'c', [])\n"
+        "ok = db.configures_sqlite(config) or is_postgresql(connection)\n"
+        "fine = db.driver(using).listens\n"
+    )
+    assert vendor_questions(sample) == [
+        (1, "is_sqlite"),
+        (1, "scylla_django.db.vendors"),
+        (2, "uses_single_statement_transitions"),
+        (3, "postgresql_notify"),
+        (4, "configures_sqlite"),
+        (4, "is_postgresql"),
+    ]
+
+
+def test_no_vendor_question_is_asked_outside_the_database_room():
+    """Outside `scylla_django/db/` (and the migrations) no module asks which database it is on
+    (`is_postgresql`, `uses_single_statement_transitions`, `configures_sqlite`, …) nor calls
+    one vendor's statement by name (`db.postgresql_lease`): it calls the operations of
+    `db.driver(using)`, or names the capability it needs (`driver.listens`)."""
+    offenders: list[str] = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = module_name(path)
+        if module == DB_ROOM or module.startswith(f"{DB_ROOM}.") or ".migrations" in module:
+            continue
+        offenders += [f"{module}, line {line}: {name}" for line, name in vendor_questions(path)]
+    assert not offenders, "Ask db.driver(using) instead:\n  " + "\n  ".join(offenders)
+
+
 def test_every_module_the_architecture_page_names_exists():
     """docs/discussions/architecture.md names modules by path (`worker/slots.py`) or by name
     within the package it describes (`slots.py`): each must be a file of the checkout."""

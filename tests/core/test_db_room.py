@@ -70,7 +70,32 @@ def test_a_json_list_holds_a_string_or_an_object_with_a_key(worker):
 
 @pytest.mark.django_db
 def test_only_postgresql_listens_and_estimates(vendor):
-    assert db.can_listen("default") is (vendor == "postgresql")
-    assert db.has_planner_estimates("default") is (vendor == "postgresql")
-    assert db.uses_single_statement_transitions(connection) is (vendor == "postgresql")
+    driver = db.driver("default")
+    assert driver.listens is (vendor == "postgresql")
+    assert driver.estimates_rows is (vendor == "postgresql")
+    assert driver.finishes_and_leases_at_once is (vendor == "postgresql")
     assert (db.planned_rows(Task.objects.all()) is None) is (vendor != "postgresql")
+
+
+@pytest.mark.django_db
+def test_a_database_s_driver_is_chosen_once(vendor):
+    assert db.driver("default") is db.driver("default")
+    expected = {"postgresql": "PostgresqlDriver", "sqlite": "SqliteDriver", "mysql": "MysqlDriver"}
+    assert type(db.driver("default")).__name__ == expected[vendor]
+    assert type(db.driver("default")) is db.driver_class(connection.settings_dict)
+
+
+@pytest.mark.parametrize(
+    ("engine", "driver"),
+    [
+        ("django.db.backends.postgresql", "PostgresqlDriver"),
+        ("django.contrib.gis.db.backends.postgis", "PostgresqlDriver"),
+        ("django.db.backends.sqlite3", "SqliteDriver"),
+        ("django.db.backends.mysql", "MysqlDriver"),
+        ("some.other.backend", "OrmDriver"),
+    ],
+)
+def test_the_checks_read_a_driver_from_settings_without_connecting(engine, driver):
+    assert db.driver_class({"ENGINE": engine}).__name__ == driver
+    pooled = {"ENGINE": engine, "DISABLE_SERVER_SIDE_CURSORS": True}
+    assert db.transaction_pooled(pooled) is (driver == "PostgresqlDriver")

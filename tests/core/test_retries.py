@@ -11,7 +11,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 
-from scylla_django import Abort, Exponential, Fixed, Retry, handler
+from scylla_django import Abort, Exponential, Fixed, Retry, db, handler
 from scylla_django.enums import Status
 from scylla_django.exceptions import (
     DuplicateTask,
@@ -237,8 +237,7 @@ def test_a_failing_successor_insert_rolls_the_abort_back(worker, monkeypatch):
     def broken(*args, **kwargs):
         raise IntegrityError("boom")
 
-    monkeypatch.setattr("django.db.models.query.QuerySet.bulk_create", broken)
-    monkeypatch.setattr("scylla_django.db.inserts.postgresql_submit", broken)
+    monkeypatch.setattr(type(db.driver("default")), "submit", broken)
     with pytest.raises(IntegrityError):
         task.abort(worker, [exception_error(ValueError())])
     assert Task.objects.get(rn="atomic").status == Status.RUNNING
@@ -271,8 +270,7 @@ def test_a_failing_successor_insert_rolls_finish_many_back(worker, monkeypatch):
     def broken(*args, **kwargs):
         raise IntegrityError("boom")
 
-    monkeypatch.setattr("django.db.models.query.QuerySet.bulk_create", broken)
-    monkeypatch.setattr("scylla_django.db.inserts.postgresql_submit", broken)
+    monkeypatch.setattr(type(db.driver("default")), "submit", broken)
     with pytest.raises(IntegrityError):
         Task.objects.finish_many(
             worker, [Outcome(task.pk, 1, errors=[exception_error(KeyError())])]

@@ -8,10 +8,10 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count, Q
 
-from ...db import Now
+from ...db import Now, due
 from ...enums import Status
 from ...models import AFTER_PARENTS, QueueSetting, Task
-from ...models.queues import QUEUE_ON_FULL, due
+from ...models.queues import QUEUE_ON_FULL
 from ..base import non_negative_int, queue_name, reader_may_leave
 
 
