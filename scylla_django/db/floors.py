@@ -26,13 +26,14 @@ and without a floor row it walks the whole index as before.
 
 A raise must not pass a ready task it cannot see yet: one written by a transaction still in
 progress, whose trigger found the floor low enough and left it. So each trigger holds a shared
-advisory lock of the queue until its transaction ends, and a raise first tries the exclusive
-one (never waiting: while any writer of the queue is in flight, the floor stays where it is),
-then reads the first ready task in a statement of its own, whose snapshot sees every writer
-that held the lock. A writer that comes after waits for the raise's commit and compares with
-the new floor: its statement's snapshot, taken after the lock, sees it (at READ COMMITTED; at
-REPEATABLE READ and above it first locks the floor row, and a floor raised since its snapshot
-makes it fail with a serialization error, to be retried as any such conflict).
+advisory lock of the queue until its transaction ends, and a raise first takes the exclusive
+one (waiting a moment at most, `LOCK_WAIT`: a queue whose writers stay in flight longer keeps
+its floor until the next raise), then reads the first ready task in a statement of its own,
+whose snapshot sees every writer that held the lock. A writer that comes after waits for
+the raise's commit and compares with the new floor: its statement's snapshot, taken after
+the lock, sees it (at READ COMMITTED; at REPEATABLE READ and above it first locks the floor
+row, and a floor raised since its snapshot makes it fail with a serialization error, to be
+retried as any such conflict).
 
 The portable path (SQLite, MariaDB) has no floors: its lease walks as it always did.
 """
@@ -43,7 +44,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import OperationalError, connections, transaction
 
 from .vendors import is_postgresql
 
@@ -53,6 +54,12 @@ FLOOR_TABLE = "scylla_django_lease_floor"
 #: How often a process raises the floors of the queues it leases from, in seconds. Between two
 #: raises a lease walks at most the entries of the tasks leased since the last one.
 RAISE_EVERY = 1.0
+
+#: How long a raise waits for the writers in flight on its queue, in seconds (writers that come
+#: meanwhile wait behind it).
+LOCK_WAIT = 0.2
+_LOCK_TIMEOUT = f"{int(LOCK_WAIT * 1000)}ms"
+_LOCK_NOT_AVAILABLE = "55P03"
 
 #: The namespace of the floors' advisory locks (`pg_advisory_xact_lock_shared` on the 64-bit
 #: hash of this and the queue's name), so that they meet no other lock.
@@ -166,29 +173,36 @@ def raise_floors_now_and_then(using: str, queues: Sequence[str]) -> None:
 
 def raise_floors(using: str, queues: Sequence[str]) -> list[str]:
     """Raise the floors of `queues` to their first ready task (the priority -1 when none is
-    ready), in one transaction of two statements; returns the queues whose floor was looked at.
+    ready), each in a transaction of its own; returns the queues whose floor was looked at.
 
-    A queue whose advisory lock some writer holds (a task made ready in a transaction still in
-    progress) is left as it is. The floor row is written only when it moves and its last raise
-    is a second old or more: under a pinned horizon every version of it stays, and each lease
-    reads it.
+    Each raise first waits for the writers in flight on its queue (those that made a task ready
+    in a transaction still in progress hold the queue's advisory lock), for at most
+    `LOCK_WAIT`: writers that come meanwhile wait behind it, no longer. A queue whose writers
+    do not finish by then is left as it is, until the next raise. The floor row is written only
+    when it moves and its last raise is a second old or more: under a pinned horizon every
+    version of it stays, and each lease reads it.
     """
     connection = connections[using]
     if not is_postgresql(connection):
         return []
-    with transaction.atomic(using=using), connection.cursor() as cursor:
-        # Each statement its own snapshot, whatever the connection's isolation level: the
-        # second one's must be taken after the locks.
-        cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        cursor.execute(
-            "SELECT coalesce(array_agg(q), '{}') FROM unnest(%s::text[]) AS q "
-            "WHERE pg_try_advisory_xact_lock(hashtextextended(%s || q, 0))",
-            [list(queues), _NAMESPACE],
-        )
-        [locked] = cursor.fetchone()
-        if locked:
-            cursor.execute(_RAISE, {"queues": locked, "above": ABOVE_ALL})
-    return list(locked)
+    looked = []
+    for queue in queues:
+        try:
+            with transaction.atomic(using=using), connection.cursor() as cursor:
+                # Each statement its own snapshot, whatever the connection's isolation level:
+                # the raise's must be taken once the lock is held.
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                cursor.execute("SELECT set_config('lock_timeout', %s, true)", [_LOCK_TIMEOUT])
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_NAMESPACE + queue]
+                )
+                cursor.execute(_RAISE, {"queues": [queue], "above": ABOVE_ALL})
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
+                raise
+        else:
+            looked.append(queue)
+    return looked
 
 
 # The first ready task of each queue, from its floor on (the whole index without one), written
