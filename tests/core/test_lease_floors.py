@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from scylla_django.db import floors
 from scylla_django.models import Task, Worker
-from tests.helpers import expire
+from tests.helpers import expire, task_scans
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -138,3 +138,24 @@ def test_a_raise_inside_a_transaction_is_left_for_later(queue):
     with transaction.atomic():
         floors.raise_floors_now_and_then("default", [queue])
     assert floor_of(queue) is None
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_the_walk_starts_at_the_floor_in_the_ready_index(queue, mode):
+    """The floor is where the index scan starts (an index condition), not a filter applied to
+    each entry read: the entries before it are never read."""
+    from tests.core.test_lease_backlog import lease_plan
+
+    submit(queue, 3)
+    worker = Worker.objects.register(queues=[queue])
+    floors.raise_floors("default", [queue])
+
+    plan = lease_plan(worker, [queue], 2, mode)
+
+    conditions = [
+        scan.get("Index Cond", "")
+        for scan in task_scans(plan["Plan"], Task._meta.db_table)
+        if scan.get("Index Name") == "scylla_task_ready_idx"
+    ]
+    assert any("priority = " in c and "ROW(turn, created, id) >= ROW(" in c for c in conditions)
+    assert any("priority < " in c for c in conditions)  # then the lower priorities
