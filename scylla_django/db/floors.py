@@ -178,7 +178,8 @@ def raise_floors(using: str, queues: Sequence[str]) -> list[str]:
     Each raise first waits for the writers in flight on its queue (those that made a task ready
     in a transaction still in progress hold the queue's advisory lock), for at most
     `LOCK_WAIT`: writers that come meanwhile wait behind it, no longer. A queue whose writers
-    do not finish by then is left as it is, until the next raise. The floor row is written only
+    do not finish by then is left as it is, until the next raise; so is one that another
+    process raised less than `RAISE_EVERY` seconds ago. The floor row is written only
     when it moves and its last raise is a second old or more: under a pinned horizon every
     version of it stays, and each lease reads it.
     """
@@ -192,6 +193,14 @@ def raise_floors(using: str, queues: Sequence[str]) -> list[str]:
                 # Each statement its own snapshot, whatever the connection's isolation level:
                 # the raise's must be taken once the lock is held.
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                # Raised within the second by another process: not again (writers would wait).
+                cursor.execute(
+                    f"SELECT 1 FROM {FLOOR_TABLE} WHERE queue = %s "
+                    "AND raised > clock_timestamp() - make_interval(secs => %s)",
+                    [queue, RAISE_EVERY],
+                )
+                if cursor.fetchone() is not None:
+                    continue
                 cursor.execute("SELECT set_config('lock_timeout', %s, true)", [_LOCK_TIMEOUT])
                 cursor.execute(
                     "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_NAMESPACE + queue]
