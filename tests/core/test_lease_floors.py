@@ -14,9 +14,10 @@ import pytest
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from scylla_django import db
 from scylla_django.db import floors
-from scylla_django.models import Task, Worker
-from tests.helpers import expire, task_scans
+from scylla_django.models import TABLES, Task, Worker
+from tests.helpers import expire, prepared_plan, task_scans
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -144,13 +145,22 @@ def test_a_raise_inside_a_transaction_is_left_for_later(queue):
 def test_the_walk_starts_at_the_floor_in_the_ready_index(queue, mode):
     """The floor is where the index scan starts (an index condition), not a filter applied to
     each entry read: the entries before it are never read."""
-    from tests.core.test_lease_backlog import lease_plan
-
     submit(queue, 3)
     worker = Worker.objects.register(queues=[queue])
     floors.raise_floors("default", [queue])
+    statement, params = db.lease_statement(TABLES, "default", locked=False)
+    params.update(
+        worker_id=worker.pk,
+        worker=worker.name,
+        queues=[queue],
+        limit=2,
+        lease_length=timedelta(seconds=30),
+        timeouts=[None],
+        timeout_grace=timedelta(seconds=10),
+        locked=False,
+    )
 
-    plan = lease_plan(worker, [queue], 2, mode)
+    plan = prepared_plan(statement, params, mode)
 
     conditions = [
         scan.get("Index Cond", "")
