@@ -575,11 +575,13 @@ def create_pgbench_tables() -> None:
 
 
 def empty() -> None:
-    """Delete every task, History row and worker row."""
+    """Delete every task, History row and worker row (and the rows that name them)."""
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE scylla_django_history, scylla_django_task, scylla_django_worker")
+        cursor.execute(
+            "TRUNCATE scylla_django_history, scylla_django_task, scylla_django_worker CASCADE"
+        )
 
 
 def cpu_of(pids: Sequence[int]) -> float:

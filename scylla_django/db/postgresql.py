@@ -30,6 +30,7 @@ from django.db.models import QuerySet, sql
 
 from ..enums import TRANSITIONS, Operation
 from .clock import CLOCK_CTE
+from .floors import FLOOR_TABLE, walk_from_floor
 from .keys import BUSY, crowded
 from .notifications import READY_CHANNEL
 from .prepared import prepared_cursor
@@ -268,6 +269,22 @@ def _lease_sql(
         "clock.now + COALESCE(t.timeout, (SELECT g.timeout FROM gate AS g "
         "WHERE g.name = t.queue)) + %(timeout_grace)s::interval"
     )
+    # Each queue's walk, from its floor (`db.floors`): the ready tasks in lease order, but
+    # those not yet due, past their expiry, with keys that look busy or locked by another lease.
+    walk = walk_from_floor(
+        "t.ctid, t.id, t.priority, t.turn, t.created, t.keys",
+        task_table,
+        f"""t.status = {ready} AND t.queue = q.name
+            AND (t.not_before IS NULL OR t.not_before <= statement_timestamp())
+            -- A task past its expiry is never leased (the monitor cancels it).
+            AND (t.expires_at IS NULL OR t.expires_at > statement_timestamp())
+            -- A task whose keys look busy is passed over (the take trigger decides).
+            AND (t.keys IS NULL OR NOT {BUSY})
+            AND EXISTS (SELECT 1 FROM lessee)
+            AND (%(locked)s OR NOT EXISTS (SELECT 1 FROM gate WHERE limited))""",
+        "ORDER BY t.priority DESC, t.turn ASC, t.created ASC, t.id ASC "
+        "LIMIT %(limit)s FOR UPDATE OF t SKIP LOCKED",
+    )
     statement = f"""
         WITH {finish + ", " if finish else ""}lessee AS MATERIALIZED (
             SELECT 1 FROM {quote(tables.worker._meta.db_table)}
@@ -280,27 +297,17 @@ def _lease_sql(
                         SELECT count(*) FROM {task_table} AS r
                         WHERE r.status = %(target)s AND r.queue = q.name)))
                 END AS budget,
-                q.timeout
+                q.timeout, f.priority AS floor_priority, f.turn AS floor_turn,
+                f.created AS floor_created, f.id AS floor_id
             FROM unnest(%(queues)s::text[], %(timeouts)s::interval[]) AS q(name, timeout)
             LEFT JOIN {quote(tables.queue_setting._meta.db_table)} AS s ON s.queue = q.name
+            -- Where the queue's walk starts (`db.floors`; none: at the head of the index).
+            LEFT JOIN {FLOOR_TABLE} AS f ON f.queue = q.name
             WHERE s.paused IS NOT TRUE
         ), picked AS MATERIALIZED (
             SELECT c.ctid, c.id, c.priority, c.turn, c.created, c.keys FROM gate AS q
             CROSS JOIN LATERAL (
-                {"SELECT * FROM (" if locked else ""}
-                SELECT t.ctid, t.id, t.priority, t.turn, t.created, t.keys FROM {task_table} AS t
-                WHERE t.status = {ready} AND t.queue = q.name
-                  AND (t.not_before IS NULL OR t.not_before <= statement_timestamp())
-                  -- A task past its expiry is never leased (the monitor cancels it).
-                  AND (t.expires_at IS NULL OR t.expires_at > statement_timestamp())
-                  -- A task whose keys look busy is passed over (the take trigger decides).
-                  AND (t.keys IS NULL OR NOT {BUSY})
-                  AND EXISTS (SELECT 1 FROM lessee)
-                  AND (%(locked)s OR NOT EXISTS (SELECT 1 FROM gate WHERE limited))
-                ORDER BY t.priority DESC, t.turn ASC, t.created ASC, t.id ASC
-                LIMIT %(limit)s
-                FOR UPDATE OF t SKIP LOCKED
-                {") AS w LIMIT q.budget" if locked else ""}
+                SELECT * FROM ({walk}) AS w LIMIT {"q.budget" if locked else "%(limit)s"}
             ) AS c
             ORDER BY c.priority DESC, c.turn ASC, c.created ASC, c.id ASC
             LIMIT %(limit)s
