@@ -91,6 +91,12 @@ class Driver(Protocol):
         """Tell the listeners of `channel` each payload (nothing where nobody listens)."""
         ...
 
+    def raise_floors(self, queues: Sequence[str]) -> None:
+        """Now and then, move each of `queues`' lease floor up to its first ready task, where
+        the next leases start their walks (`floors`; nothing where the lease keeps no floor).
+        A floor left where it was costs walks, never tasks."""
+        ...
+
     # -- one task ---------------------------------------------------------------------------
 
     def transition(

@@ -78,6 +78,9 @@ class OrmDriver:
     def notify(self, channel: str, payloads: Sequence[str]) -> None:
         """Nobody listens here: workers poll."""
 
+    def raise_floors(self, queues: Sequence[str]) -> None:
+        """The portable lease keeps no floor."""
+
     # -- one task ---------------------------------------------------------------------------
 
     def transition(

@@ -12,7 +12,7 @@ from django.db import connections, models
 from django.db.models import QuerySet
 
 from ..enums import Operation
-from . import inserts, orm_driver, postgresql
+from . import floors, inserts, orm_driver, postgresql
 from .notifications import postgresql_notify
 from .tables import Tables
 
@@ -43,6 +43,9 @@ class PostgresqlDriver:
 
     def notify(self, channel: str, payloads: Sequence[str]) -> None:
         postgresql_notify(self.using, channel, payloads)
+
+    def raise_floors(self, queues: Sequence[str]) -> None:
+        floors.raise_floors_now_and_then(self.using, queues)
 
     def transition(
         self,

@@ -15,7 +15,6 @@ from django.db import Error as DatabaseError
 from django.db import connections
 
 from .. import db
-from ..db.floors import raise_floors_now_and_then
 from ..handlers import TaskContext
 from ..models import Task, Worker
 from .bundles import plain_queues
@@ -140,10 +139,10 @@ class LeaseLoop:
                     reservation=self.options.reservation,
                 )
                 # Now and then, each queue's lease floor up to its first ready task, so that
-                # the next leases start their walks there (`db.floors`; PostgreSQL). A floor
+                # the next leases start their walks there (`Driver.raise_floors`). A floor
                 # left where it was costs walks, not tasks: a failure is only logged.
                 try:
-                    raise_floors_now_and_then(using, self.queues)
+                    db.driver(using).raise_floors(self.queues)
                 except DatabaseError as exc:
                     logger.warning("%s cannot raise its lease floors (%s)", self.worker.name, exc)
         finally:
