@@ -33,6 +33,11 @@ def _stop_signals_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+def _past_its_work(signum: int, frame: object) -> None:
+    """A child's answer to a stop before its target handles them (never: they are blocked
+    until it does) and after (nothing: it is already exiting)."""
+
+
 class WorkerProcesses:
     """Runs `target` in `processes` forked child processes and supervises them.
 
@@ -91,7 +96,12 @@ class WorkerProcesses:
         # once (a child seeing it twice would exit at once).
         os.setpgrp()
         for signum in STOP_SIGNALS:
-            signal.signal(signum, signal.SIG_DFL)  # not the parent's; the target installs its own
+            # Not the parent's (they write to its pipe). Not SIG_DFL either: the target's own
+            # handlers come and go with its work (`StopSignals.installed()`), and put this one
+            # back when it ends; a stop that reaches the child after that, on its way out (a
+            # recycled child exits as the stop comes), must not kill it: the child has no work
+            # left to stop, and would report death by SIGTERM instead of its own status.
+            signal.signal(signum, _past_its_work)
         sys.exit(self.target())
 
     def run(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from django.db import connection
@@ -161,29 +163,71 @@ def _output(process: subprocess.Popen) -> str:
         return str(output.read())
 
 
-def start_lessees(tmp_path: Path, count: int, seconds: float, queue: str) -> list[subprocess.Popen]:
-    """`count` lessees of `queue` (`tests.keys_child`: leasing 3 at a time and finishing them
-    for `seconds`), started together once each has registered its worker."""
-    go = tmp_path / f"go-{queue}"
-    ready = [tmp_path / f"ready-{queue}-{i}" for i in range(count)]
+def start_together(
+    tmp_path: Path,
+    count: int,
+    module: str,
+    *args: str,
+    after: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> list[subprocess.Popen]:
+    """Start `count` children `python -m <module> <args> <ready> <go> <after>` with the test
+    database, and let them go at one moment: each touches its file `ready` once it is set up
+    (its connection open, its worker registered), then waits for the file `go`, touched here
+    once every child is ready (within `timeout` seconds: tens of processes starting Django on
+    a busy machine take a while). What they print is piped (`reports()` reads it)."""
+    room = Path(tempfile.mkdtemp(prefix="together-", dir=tmp_path))
+    go = room / "go"
+    ready = [room / f"ready-{i}" for i in range(count)]
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.keys_child", queue, str(flag), str(go), str(seconds)],
+            [sys.executable, "-m", module, *args, str(flag), str(go), *after],
             cwd=ROOT,
-            env=child_env(),
+            env=env or child_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         for flag in ready
     ]
+    _started.extend(children)
     wait_until(
         lambda: (
             all(flag.exists() for flag in ready)
             or any(child.poll() is not None for child in children)
         ),
-        what="the lessees to register",
+        timeout,
+        f"the {module} children to get ready",
     )
-    assert all(child.poll() is None for child in children), "a lessee died early"
+    dead = [child for child in children if child.poll() is not None]
+    if dead:
+        kill_all(children)
+        raise AssertionError(f"a {module} child died early: {dead[0].communicate()[1]}")
     go.touch()
     return children
+
+
+def reports(children: list[subprocess.Popen], timeout: float = 120) -> list[Any]:
+    """Wait for the children of `start_together()`; each must exit 0; what each printed on
+    its standard output, as JSON."""
+    try:
+        outputs = [child.communicate(timeout=timeout) for child in children]
+    finally:
+        kill_all(children)
+    for child, (_, err) in zip(children, outputs, strict=True):
+        assert child.returncode == 0, err
+    return [json.loads(out) for out, _ in outputs]
+
+
+def kill_all(children: list[subprocess.Popen]) -> None:
+    """Kill, by pid, each of `children` still running, and reap them all."""
+    signal_each([child.pid for child in children if child.poll() is None], signal.SIGKILL)
+    for child in children:
+        child.wait()
+
+
+def start_lessees(tmp_path: Path, count: int, seconds: float, queue: str) -> list[subprocess.Popen]:
+    """`count` lessees of `queue` (`tests.keys_child`: leasing 3 at a time and finishing them
+    for `seconds`), started together once each has registered its worker."""
+    return start_together(tmp_path, count, "tests.keys_child", queue, after=(str(seconds),))

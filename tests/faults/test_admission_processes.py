@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +10,7 @@ from django.db import connection
 from scylla_django.enums import Status
 from scylla_django.models import QueueSetting, Task
 from scylla_django.models.admission import SHED
-from tests.processes import ROOT, child_env, signal_each
+from tests.processes import reports, start_together
 
 pytestmark = [
     pytest.mark.concurrency,
@@ -30,34 +26,10 @@ def submit_at_once(tmp_path: Path, jobs: list[str]) -> list[dict[str, dict[str, 
     """Start PROCESSES children that each submit EACH tasks per job at the same moment
     (`tests.admission_child`); their reports."""
     assert not connection.in_atomic_block  # autocommit: the children see each other's commits
-    go = tmp_path / "go"
-    ready = [tmp_path / f"ready-{i}" for i in range(PROCESSES)]
-    children = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.admission_child", str(EACH), str(flag), str(go), *jobs],
-            cwd=ROOT,
-            env=child_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for flag in ready
-    ]
-    try:
-        give_up = time.monotonic() + 120
-        while not all(flag.exists() for flag in ready):
-            assert all(child.poll() is None for child in children), "a child died early"
-            assert time.monotonic() < give_up, "the children did not get ready"
-            time.sleep(0.01)
-        go.touch()
-        outputs = [child.communicate(timeout=120) for child in children]
-    finally:
-        signal_each([child.pid for child in children if child.poll() is None], 9)
-        for child in children:
-            child.wait()
-    for child, (_, err) in zip(children, outputs, strict=True):
-        assert child.returncode == 0, err
-    return [json.loads(out) for out, _ in outputs]
+    children = start_together(
+        tmp_path, PROCESSES, "tests.admission_child", str(EACH), after=tuple(jobs)
+    )
+    return reports(children)
 
 
 def test_caps_hold_under_concurrent_submitters(tmp_path: Path) -> None:

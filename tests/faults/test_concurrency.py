@@ -7,11 +7,7 @@ runs on SQLite too, where writers are serialised by `BEGIN IMMEDIATE`.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import timedelta
@@ -26,7 +22,7 @@ from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import InvalidTransition, LeaseLost, TaskCancelled
 from scylla_django.models import History, Task, Worker
 from tests.helpers import expire, run_in_threads
-from tests.processes import ROOT, child_env
+from tests.processes import child_env, reports, start_together
 
 pytestmark = [pytest.mark.concurrency, pytest.mark.django_db(transaction=True)]
 
@@ -402,50 +398,25 @@ def test_lease_is_exclusive_across_processes(
     pks = submit("proc", total)
     assert not connection.in_atomic_block  # autocommit: the children can see the tasks
 
-    go = tmp_path / "go"
     env = child_env()
-    extra = []
+    extra: tuple[str, ...] = ()
     if reconnecting_without_transaction_mode:
         env["SCYLLA_TEST_SQLITE_NO_TRANSACTION_MODE"] = "1"
-        extra = ["reconnect"]
-    ready = [tmp_path / f"ready-{i}" for i in range(processes)]
-    children = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.lease_child", "proc", str(flag), str(go), *extra],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for flag in ready
-    ]
-    try:
-        give_up = time.monotonic() + 60
-        while not all(flag.exists() for flag in ready):
-            assert all(child.poll() is None for child in children), "a child died early"
-            assert time.monotonic() < give_up, "the children did not get ready"
-            time.sleep(0.01)
-        go.touch()
-        outputs = [child.communicate(timeout=120) for child in children]
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-    for child, (_, err) in zip(children, outputs, strict=True):
-        assert child.returncode == 0, err
-    reports = [json.loads(out) for out, _ in outputs]
+        extra = ("reconnect",)
+    children = start_together(
+        tmp_path, processes, "tests.lease_child", "proc", after=extra, env=env
+    )
+    outcomes = reports(children)
 
     owner: dict[int, str] = {}
     duplicates: list[int] = []
-    for report in reports:
+    for report in outcomes:
         assert all(1 <= len(batch) <= 5 for batch in report["batches"])
         for pk in (pk for batch in report["batches"] for pk in batch):
             if pk in owner:
                 duplicates.append(pk)
             owner[pk] = report["worker"]
-    shares = [sum(map(len, r["batches"])) for r in reports]
+    shares = [sum(map(len, r["batches"])) for r in outcomes]
     print(f"{connection.vendor}: tasks per process {shares}")
     assert duplicates == [], f"leased by both processes: {duplicates[:20]}"
     assert sorted(owner) == pks, "some tasks were never leased"

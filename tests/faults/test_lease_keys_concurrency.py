@@ -8,9 +8,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -21,7 +18,7 @@ from django.db.models import Q
 
 from scylla_django.models import History, Task, Worker, keys
 from tests.helpers import expire
-from tests.processes import ROOT, child_env
+from tests.processes import kill_all, reports, start_together
 
 pytestmark = [
     pytest.mark.postgres,
@@ -82,42 +79,8 @@ def holders(element: str) -> list[int]:
 def start_children(
     tmp_path: Path, count: int, seconds: float, *extra: str, queue: str = "keys"
 ) -> list[Any]:
-    go = tmp_path / "go"
-    ready = [tmp_path / f"ready-{i}" for i in range(count)]
-    children = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.keys_child",
-                queue,
-                str(flag),
-                str(go),
-                str(seconds),
-                *list(extra),
-            ],
-            cwd=ROOT,
-            env=child_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for flag in ready
-    ]
-    give_up = time.monotonic() + 60
-    while not all(flag.exists() for flag in ready):
-        assert all(child.poll() is None for child in children), "a child died early"
-        assert time.monotonic() < give_up, "the children did not get ready"
-        time.sleep(0.01)
-    go.touch()
-    return children
-
-
-def stop(children: list[Any]) -> None:
-    for child in children:
-        if child.poll() is None:
-            os.kill(child.pid, signal.SIGKILL)
-            child.wait()
+    """`count` lessees of `queue` (`tests.keys_child`), started at one moment."""
+    return start_together(tmp_path, count, "tests.keys_child", queue, after=(str(seconds), *extra))
 
 
 def test_eight_lessees_never_break_a_lock_or_a_limit(settings, tmp_path: Path) -> None:
@@ -135,22 +98,17 @@ def test_eight_lessees_never_break_a_lock_or_a_limit(settings, tmp_path: Path) -
         if rng.random() < 0.3:
             order = {"order_key": f"customer:{rng.randrange(3)}", "order_on_failure": "continue"}
         Task.objects.submit("keys", n, locks=locks, limits=limits, **order)
-    children = start_children(tmp_path, 8, 3.0)
-    try:
-        checks, bad, busiest = 0, [], Counter[str]()
-        while any(child.poll() is None for child in children):
-            running = snapshot()
-            bad += violations(running)
-            checks += 1
-            for _, elements, status in running:
-                if status == "running":
-                    busiest.update(e for e in elements if e.startswith(("C:", "S:", "O:")))
-        outputs = [child.communicate(timeout=60) for child in children]
-    finally:
-        stop(children)
-    for child, (_, err) in zip(children, outputs, strict=True):
-        assert child.returncode == 0, err
-    leased = sum(json.loads(out)["leased"] for out, _ in outputs)
+    children = start_children(tmp_path, 8, 3.0)  # killed after the test if it fails early
+    checks, bad, busiest = 0, [], Counter[str]()
+    while any(child.poll() is None for child in children):
+        running = snapshot()
+        bad += violations(running)
+        checks += 1
+        for _, elements, status in running:
+            if status == "running":
+                busiest.update(e for e in elements if e.startswith(("C:", "S:", "O:")))
+    outcomes = reports(children, timeout=60)
+    leased = sum(outcome["leased"] for outcome in outcomes)
     print(f"{leased} leases, {checks} snapshots, {busiest.most_common(3)}")
     assert bad == [], bad[:10]
     assert checks > 20 and leased > 100
@@ -169,7 +127,7 @@ def test_a_killed_holders_keys_are_freed_by_the_monitors_reset(settings, tmp_pat
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
     finally:
-        stop([child])
+        kill_all([child])
     expire(Task.objects.get(pk=first.pk))
     assert Task.objects.reset_expired() == 1
     assert holders("L:invoice:7") == holders("C:stripe") == []
@@ -188,12 +146,7 @@ def test_eight_lessees_never_start_more_than_a_rate_in_any_window(settings, tmp_
     for n in range(100):  # tasks without the rate, leased beside them
         Task.objects.submit("rates", -n)
     children = start_children(tmp_path, 8, 4.0, queue="rates")
-    try:
-        outputs = [child.communicate(timeout=60) for child in children]
-    finally:
-        stop(children)
-    for child, (_, err) in zip(children, outputs, strict=True):
-        assert child.returncode == 0, err
+    reports(children, timeout=60)
     # Every start, as History records it on the database clock (the lease's time).
     starts = sorted(
         History.objects.filter(task_id__in=rated, typ="TaskAssignment").values_list(
@@ -233,7 +186,7 @@ def test_a_killed_holders_lock_slot_and_order_turn_go_to_the_tasks_waiting_for_t
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
     finally:
-        stop([child])
+        kill_all([child])
     worker = Worker.objects.register(queues=["keys"], capacity=5, pid=os.getpid())
     assert Task.objects.lease(worker, ["keys"], limit=5) == []
     assert [r["code"] for t in waiting for r in t.waiting_reasons()] == [
