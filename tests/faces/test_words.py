@@ -23,16 +23,17 @@ RETIRED = {
     r"\bTaskHeld\b|\btask_held\b": "TaskPaused / task_paused",
     r"\bNotHeld\b|\bnot_held\b": "NotPaused / not_paused",
     r"(?<!force_)\brelease_hold\(": "Task.resume()",
-    r"\.hold\(by=|\bhold_selected\b|/tasks/\{rn\}/hold/": "pause",
+    r"\.hold\(by=|\bhold_selected\b|/tasks/\{+rn\}+/hold/": "pause",
     r"scylla_tasks (hold|release) ": "scylla_tasks pause|resume",
     r"\bHELD\b": "AFTER_PARENTS",
 }
 
 
 def sources() -> list[Path]:
-    """The package (its first migration aside: it names what 0.1.0 shipped), the docs, the
-    README and the changelog."""
+    """The package (its migrations aside), the tests (this file aside), the docs, the README
+    and the changelog."""
     found = [p for p in (ROOT / "scylla_django").rglob("*") if p.suffix in {".py", ".html", ".js"}]
+    found += [p for p in (ROOT / "tests").rglob("*.py") if p != Path(__file__).resolve()]
     found += list((ROOT / "docs").rglob("*.md"))
     found += [ROOT / "README.md", ROOT / "CHANGELOG.md"]
     return [p for p in found if p.is_file() and "migrations" not in p.parts]
