@@ -82,7 +82,8 @@ def test_weights_three_to_one_over_a_window(tmp_path: Path) -> None:
         for key in ("gold", "lead")
         for n in range(600)
     )
-    children = start_lessees(tmp_path, LESSEES, 3.0, queue="fair")
+    # Long enough for 200 starts on a busy machine (both keys stay backlogged with 600 each).
+    children = start_lessees(tmp_path, LESSEES, 8.0, queue="fair")
     finish_children(children)
     starts = list(
         History.objects.filter(typ="TaskAssignment", task__queue="fair")
