@@ -21,7 +21,12 @@ from scylla_django.models import PARKED, Task, Wait, WaitKind
 from scylla_django.models.waits import nested_match
 from tests.processes import finish, start, wait_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.concurrency,
+    # The counting triggers are written for PostgreSQL and SQLite.
+    pytest.mark.skipif(connection.vendor == "mysql", reason="PostgreSQL and SQLite triggers"),
+]
 
 POSTGRES = connection.vendor == "postgresql"
 #: Tasks parked by hand (as a worker parks them), beside those a worker process parks.
