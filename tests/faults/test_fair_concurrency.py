@@ -53,7 +53,15 @@ def test_a_late_tenant_starts_within_a_bound_of_an_early_tenants_backlog(tmp_pat
             assert time.monotonic() < deadline, "the lessees lease nothing"
             time.sleep(0.05)
         mark = History.objects.order_by("-id").values_list("id", flat=True).first()
-        small = [Task.objects.submit("fair", n, fair_key="small").pk for n in range(10)]
+        # One statement: the late tenant's 10 tasks arrive together, so no lease between two of
+        # its submissions takes the big tenant's tasks while none of the small one's is ready.
+        rns = [
+            outcome.rn
+            for outcome in Task.objects.submit_many(
+                {"queue": "fair", "spec": n, "fair_key": "small"} for n in range(10)
+            )
+        ]
+        small = list(Task.objects.filter(rn__in=rns).values_list("pk", flat=True))
         while Task.objects.filter(pk__in=small, status="ready").exists():
             assert time.monotonic() < deadline, "the late tenant's tasks never started"
             time.sleep(0.05)

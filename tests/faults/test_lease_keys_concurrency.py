@@ -98,7 +98,8 @@ def test_eight_lessees_never_break_a_lock_or_a_limit(settings, tmp_path: Path) -
         if rng.random() < 0.3:
             order = {"order_key": f"customer:{rng.randrange(3)}", "order_on_failure": "continue"}
         Task.objects.submit("keys", n, locks=locks, limits=limits, **order)
-    children = start_children(tmp_path, 8, 3.0)  # killed after the test if it fails early
+    # Each leases for 3 s and goes on until it has leased 15 (killed after the test if it fails).
+    children = start_children(tmp_path, 8, 3.0, "at-least=15")
     checks, bad, busiest = 0, [], Counter[str]()
     while any(child.poll() is None for child in children):
         running = snapshot()
