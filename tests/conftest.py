@@ -8,6 +8,9 @@ import pytest
 from django.db import connection
 
 from scylla_django.models import Worker
+from tests import flush
+
+flush.install()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -74,17 +74,17 @@ class PostgresqlDriver:
         timeout_grace: timedelta,
         reservation: timedelta | None = None,
     ) -> list[Any] | None:
-        _, leased = postgresql.postgresql_lease(
+        _, leased = self._finish_and_lease(
             tables,
-            self.using,
-            worker_id=worker_id,
-            worker=worker,
-            queues=queues,
-            limit=limit,
-            lease_length=lease_length,
-            timeouts=[timeouts.get(queue) for queue in queues],
-            timeout_grace=timeout_grace,
-            reservation=reservation,
+            worker_id,
+            worker,
+            (),
+            queues,
+            limit,
+            lease_length,
+            timeouts,
+            timeout_grace,
+            reservation,
         )
         return leased
 
@@ -108,7 +108,36 @@ class PostgresqlDriver:
         timeout_grace: timedelta,
         reservation: timedelta | None = None,
     ) -> tuple[dict[int, datetime], list[Any]]:
-        done, leased = postgresql.postgresql_lease(
+        done, leased = self._finish_and_lease(
+            tables,
+            worker_id,
+            worker,
+            rows,
+            queues,
+            limit,
+            lease_length,
+            timeouts,
+            timeout_grace,
+            reservation,
+        )
+        return done, leased or []
+
+    def _finish_and_lease(
+        self,
+        tables: Tables,
+        worker_id: int,
+        worker: str,
+        rows: Sequence[dict[str, Any]],
+        queues: Sequence[str],
+        limit: int,
+        lease_length: timedelta,
+        timeouts: Mapping[str, timedelta],
+        timeout_grace: timedelta,
+        reservation: timedelta | None,
+    ) -> tuple[dict[int, datetime], list[Any] | None]:
+        """The one lease statement, finishing `rows` first when there are any: the run-time
+        limits are given per queue, in the order of `queues`."""
+        return postgresql.postgresql_lease(
             tables,
             self.using,
             worker_id=worker_id,
@@ -121,7 +150,6 @@ class PostgresqlDriver:
             finish=rows,
             reservation=reservation,
         )
-        return done, leased or []
 
     def finish(
         self, tables: Tables, worker: str, rows: Sequence[dict[str, Any]]
