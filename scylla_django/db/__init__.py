@@ -54,6 +54,7 @@ from .connections import discard_connection, has_table, ping
 from .counts import capped_counts, estimator, planned_rows, queues_present
 from .driver import CAPPED, Driver, driver, driver_class, transaction_pooled
 from .each import add_each, update_each
+from .lease_terms import LeaseTerms
 from .notifications import READY_CHANNEL, STOP_CHANNEL, listen, notify_ready, postgresql_notify
 from .portable import json_contained_in, json_list_contains, lock_rows, update_returning_pks, upsert
 from .postgresql import (
@@ -99,6 +100,7 @@ __all__ = [
     "Driver",
     "HorizonHolder",
     "IdleSession",
+    "LeaseTerms",
     "Now",
     "Percentile",
     "ReplicaLag",

@@ -34,12 +34,13 @@ from django.db.models import QuerySet
 
 from ..enums import Operation
 from .inserts import CAPPED
+from .lease_terms import LeaseTerms
 from .orm_driver import MysqlDriver, OrmDriver, SqliteDriver
 from .postgresql import Cursors
 from .postgresql_driver import PostgresqlDriver
 from .tables import Tables
 
-__all__ = ["CAPPED", "Driver", "driver", "driver_class", "transaction_pooled"]
+__all__ = ["CAPPED", "Driver", "LeaseTerms", "driver", "driver_class", "transaction_pooled"]
 
 
 class Driver(Protocol):
@@ -118,25 +119,13 @@ class Driver(Protocol):
 
     # -- leases -----------------------------------------------------------------------------
 
-    def lease(
-        self,
-        tables: Tables,
-        *,
-        worker_id: int,
-        worker: str,
-        queues: Sequence[str],
-        limit: int,
-        lease_length: timedelta,
-        timeouts: Mapping[str, timedelta],
-        timeout_grace: timedelta,
-        reservation: timedelta | None = None,
-    ) -> list[Any] | None:
-        """Lease up to `limit` ready tasks of `queues` for the worker `worker` (pk
-        `worker_id`), best first (priority, then fair-share turn, then age); None if that
-        worker is not registered or has stopped. A task with a run-time limit (its own
-        `timeout`, else its queue's in `timeouts`) gets `timeout_at = now + limit +
-        timeout_grace` and a deadline no later; with a `reservation`, the deadline is now plus
-        it and `handler_started` false."""
+    def lease(self, tables: Tables, terms: LeaseTerms) -> list[Any] | None:
+        """Lease up to `terms.limit` ready tasks of `terms.queues` for the worker of `terms`,
+        best first (priority, then fair-share turn, then age); None if that worker is not
+        registered or has stopped. A task with a run-time limit (its own `timeout`, else its
+        queue's in `terms.timeouts`) gets `timeout_at = now + limit + timeout_grace` and a
+        deadline no later; with a `reservation`, the deadline is now plus it and
+        `handler_started` false."""
         ...
 
     def lease_rn(
@@ -147,18 +136,7 @@ class Driver(Protocol):
         ...
 
     def finish_and_lease(
-        self,
-        tables: Tables,
-        *,
-        worker_id: int,
-        worker: str,
-        rows: Sequence[dict[str, Any]],
-        queues: Sequence[str],
-        limit: int,
-        lease_length: timedelta,
-        timeouts: Mapping[str, timedelta],
-        timeout_grace: timedelta,
-        reservation: timedelta | None = None,
+        self, tables: Tables, terms: LeaseTerms, rows: Sequence[dict[str, Any]]
     ) -> tuple[dict[int, datetime], list[Any]]:
         """Complete the leases of `rows` (as `finish`) and lease as `lease` does, in one
         statement (only where `finishes_and_leases_at_once`): the pks written, each with its

@@ -35,6 +35,7 @@ from ..enums import TRANSITIONS, EventType, Operation, Status, event, sources
 from . import inserts, keys
 from .clock import Clock, Now, now_plus, read_clock
 from .conditions import NOT_YIELDED, capped_deadline, due, unexpired
+from .lease_terms import LeaseTerms
 from .portable import update_returning_pks
 from .tables import Tables
 from .tallies import count_finished
@@ -116,20 +117,9 @@ class OrmDriver:
 
     # -- leases -----------------------------------------------------------------------------
 
-    def lease(
-        self,
-        tables: Tables,
-        *,
-        worker_id: int,
-        worker: str,
-        queues: Sequence[str],
-        limit: int,
-        lease_length: timedelta,
-        timeouts: Mapping[str, timedelta],
-        timeout_grace: timedelta,
-        reservation: timedelta | None = None,
-    ) -> list[Any] | None:
+    def lease(self, tables: Tables, terms: LeaseTerms) -> list[Any] | None:
         """As PostgreSQL's lease, with the limited queues' settings locked first."""
+        limit = terms.limit
         transition = TRANSITIONS[Operation.LEASE]
         order = ("-priority", "turn", "created", "id")
         using = self.using
@@ -139,17 +129,17 @@ class OrmDriver:
             # tasks counted below cannot change until this lease commits.
             settings = list(
                 tables.queue_setting._default_manager.using(using)
-                .filter(queue__in=queues)
+                .filter(queue__in=terms.queues)
                 .select_for_update()
                 .order_by("queue")
                 .values_list("queue", "paused", "max_running")
             )
             workers = tables.worker._default_manager.using(using)
-            if not workers.filter(pk=worker_id, stopped__isnull=True).exists():
+            if not workers.filter(pk=terms.worker_id, stopped__isnull=True).exists():
                 return None
             paused = {queue for queue, is_paused, _ in settings if is_paused}
             limits = {q: n for q, is_paused, n in settings if n is not None and not is_paused}
-            free = [q for q in queues if q not in paused and q not in limits]
+            free = [q for q in terms.queues if q not in paused and q not in limits]
             budgets = dict.fromkeys(free, limit)
             if limits:
                 running = dict(
@@ -188,20 +178,21 @@ class OrmDriver:
             now = read_clock(using)
             values = {
                 "status": transition.target,
-                "owner": worker,
-                "lease_length": lease_length,
+                "owner": terms.worker,
+                "lease_length": terms.lease_length,
                 "leases": F("leases") + 1,
-                "handler_started": reservation is None,
+                "handler_started": terms.reservation is None,
                 "updated": now,
             }
             # The time past which each lease is never extended (None: no run-time limit).
             caps: dict[int, datetime | None] = {}
             for row in found[:limit]:
-                timeout = row[6] if row[6] is not None else timeouts.get(row[5])
-                caps[row[1]] = None if timeout is None else now + timeout + timeout_grace
+                timeout = row[6] if row[6] is not None else terms.timeouts.get(row[5])
+                caps[row[1]] = None if timeout is None else now + timeout + terms.timeout_grace
 
             def capped(cap: datetime | None) -> dict[str, Any]:
-                deadline = now + (lease_length if reservation is None else reservation)
+                first = terms.lease_length if terms.reservation is None else terms.reservation
+                deadline = now + first
                 return {
                     "deadline": deadline if cap is None else min(deadline, cap),
                     "timeout_at": cap,
@@ -222,12 +213,16 @@ class OrmDriver:
                 leased += base.filter(pk=pk).update(**values, **capped(caps[pk]))
             if leased != len(ids):  # the key trigger passed over tasks whose keys are not free
                 ids = list(
-                    tasks.filter(pk__in=ids, status=transition.target, owner=worker, updated=now)
+                    tasks.filter(
+                        pk__in=ids, status=transition.target, owner=terms.worker, updated=now
+                    )
                     .order_by()
                     .values_list("pk", flat=True)
                 )
             tables.history._default_manager.using(using).bulk_create(
-                tables.history(task_id=pk, typ=event(Operation.LEASE), worker=worker, time=now)
+                tables.history(
+                    task_id=pk, typ=event(Operation.LEASE), worker=terms.worker, time=now
+                )
                 for pk in ids
             )
             return list(tasks.filter(pk__in=ids).order_by(*order))
@@ -238,18 +233,7 @@ class OrmDriver:
         return lease_rn(tables, self.using, worker_id, worker, rn, lease_length)
 
     def finish_and_lease(
-        self,
-        tables: Tables,
-        *,
-        worker_id: int,
-        worker: str,
-        rows: Sequence[dict[str, Any]],
-        queues: Sequence[str],
-        limit: int,
-        lease_length: timedelta,
-        timeouts: Mapping[str, timedelta],
-        timeout_grace: timedelta,
-        reservation: timedelta | None = None,
+        self, tables: Tables, terms: LeaseTerms, rows: Sequence[dict[str, Any]]
     ) -> tuple[dict[int, datetime], list[Any]]:
         raise NotImplementedError(
             "The ORM's path finishes, then leases (finishes_and_leases_at_once is false)."

@@ -13,6 +13,7 @@ from django.db.models import QuerySet
 
 from ..enums import Operation
 from . import floors, inserts, orm_driver, postgresql
+from .lease_terms import LeaseTerms
 from .notifications import postgresql_notify
 from .tables import Tables
 
@@ -61,31 +62,8 @@ class PostgresqlDriver:
             fenced, history, values, fields, operation, notify, worker=worker
         )
 
-    def lease(
-        self,
-        tables: Tables,
-        *,
-        worker_id: int,
-        worker: str,
-        queues: Sequence[str],
-        limit: int,
-        lease_length: timedelta,
-        timeouts: Mapping[str, timedelta],
-        timeout_grace: timedelta,
-        reservation: timedelta | None = None,
-    ) -> list[Any] | None:
-        _, leased = self._finish_and_lease(
-            tables,
-            worker_id,
-            worker,
-            (),
-            queues,
-            limit,
-            lease_length,
-            timeouts,
-            timeout_grace,
-            reservation,
-        )
+    def lease(self, tables: Tables, terms: LeaseTerms) -> list[Any] | None:
+        _, leased = self._finish_and_lease(tables, terms, ())
         return leased
 
     def lease_rn(
@@ -95,60 +73,28 @@ class PostgresqlDriver:
         return orm_driver.lease_rn(tables, self.using, worker_id, worker, rn, lease_length)
 
     def finish_and_lease(
-        self,
-        tables: Tables,
-        *,
-        worker_id: int,
-        worker: str,
-        rows: Sequence[dict[str, Any]],
-        queues: Sequence[str],
-        limit: int,
-        lease_length: timedelta,
-        timeouts: Mapping[str, timedelta],
-        timeout_grace: timedelta,
-        reservation: timedelta | None = None,
+        self, tables: Tables, terms: LeaseTerms, rows: Sequence[dict[str, Any]]
     ) -> tuple[dict[int, datetime], list[Any]]:
-        done, leased = self._finish_and_lease(
-            tables,
-            worker_id,
-            worker,
-            rows,
-            queues,
-            limit,
-            lease_length,
-            timeouts,
-            timeout_grace,
-            reservation,
-        )
+        done, leased = self._finish_and_lease(tables, terms, rows)
         return done, leased or []
 
     def _finish_and_lease(
-        self,
-        tables: Tables,
-        worker_id: int,
-        worker: str,
-        rows: Sequence[dict[str, Any]],
-        queues: Sequence[str],
-        limit: int,
-        lease_length: timedelta,
-        timeouts: Mapping[str, timedelta],
-        timeout_grace: timedelta,
-        reservation: timedelta | None,
+        self, tables: Tables, terms: LeaseTerms, rows: Sequence[dict[str, Any]]
     ) -> tuple[dict[int, datetime], list[Any] | None]:
         """The one lease statement, finishing `rows` first when there are any: the run-time
-        limits are given per queue, in the order of `queues`."""
+        limits are given per queue, in the order of the queues."""
         return postgresql.postgresql_lease(
             tables,
             self.using,
-            worker_id=worker_id,
-            worker=worker,
-            queues=queues,
-            limit=limit,
-            lease_length=lease_length,
-            timeouts=[timeouts.get(queue) for queue in queues],
-            timeout_grace=timeout_grace,
+            worker_id=terms.worker_id,
+            worker=terms.worker,
+            queues=terms.queues,
+            limit=terms.limit,
+            lease_length=terms.lease_length,
+            timeouts=[terms.timeouts.get(queue) for queue in terms.queues],
+            timeout_grace=terms.timeout_grace,
             finish=rows,
-            reservation=reservation,
+            reservation=terms.reservation,
         )
 
     def finish(

@@ -110,18 +110,8 @@ def finish_and_lease(
             return finished, leased
         except WorkerNotFound:
             return finished, []
-    done, leased_tasks = driver.finish_and_lease(
-        tables(tasks.model),
-        worker_id=pk,
-        worker=name,
-        rows=rows,
-        queues=queues,
-        limit=limit,
-        lease_length=lease_length,
-        timeouts=limits,
-        timeout_grace=grace,
-        reservation=reserved,
-    )
+    terms = db.LeaseTerms(pk, name, queues, limit, lease_length, limits, grace, reserved)
+    done, leased_tasks = driver.finish_and_lease(tables(tasks.model), terms, rows)
     announce(tasks, outcomes, rows, done)
     send_each_on_commit(
         signals.task_leased, tasks.db, tasks.model, [(task, {}) for task in leased_tasks]

@@ -277,17 +277,8 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
             scylla_settings.TIMEOUT_GRACE if timeout_grace is None else timeout_grace
         )
         reserved = None if reservation is None else validate_timeout(reservation)
-        leased = db.driver(self.db).lease(
-            TABLES,
-            worker_id=pk,
-            worker=name,
-            queues=queues,
-            limit=limit,
-            lease_length=lease_length,
-            timeouts=limits,
-            timeout_grace=grace,
-            reservation=reserved,
-        )
+        terms = db.LeaseTerms(pk, name, queues, limit, lease_length, limits, grace, reserved)
+        leased = db.driver(self.db).lease(TABLES, terms)
         if leased is None:
             raise WorkerNotFound(f"No registered, running worker is called {name!r}.")
         send_each_on_commit(signals.task_leased, self.db, self.model, [(t, {}) for t in leased])

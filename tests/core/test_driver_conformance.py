@@ -34,14 +34,11 @@ def driver() -> db.Driver:
 def lease(driver, worker: Worker, queues=("default",), limit=10, **options):
     settings = {"lease_length": MINUTE, "timeouts": {}, "timeout_grace": timedelta(0)}
     settings.update(options)
-    return driver.lease(
-        TABLES,
-        worker_id=worker.pk,
-        worker=worker.name,
-        queues=list(queues),
-        limit=limit,
-        **settings,
-    )
+    return driver.lease(TABLES, terms(worker, queues, limit, **settings))
+
+
+def terms(worker: Worker, queues=("default",), limit=10, **settings) -> db.LeaseTerms:
+    return db.LeaseTerms(worker.pk, worker.name, list(queues), limit, **settings)
 
 
 def history(task: Task) -> list[str]:
@@ -274,26 +271,10 @@ def test_finish_and_lease_finishes_then_leases_the_next(driver, worker):
     settings = {"lease_length": MINUTE, "timeouts": {}, "timeout_grace": timedelta(0)}
     rows = [outcome(first, held.leases)]
     if driver.finishes_and_leases_at_once:
-        done, leased = driver.finish_and_lease(
-            TABLES,
-            worker_id=worker.pk,
-            worker=worker.name,
-            rows=rows,
-            queues=["default"],
-            limit=1,
-            **settings,
-        )
+        done, leased = driver.finish_and_lease(TABLES, terms(worker, limit=1, **settings), rows)
     else:  # the composition the models make here
         with pytest.raises(NotImplementedError):
-            driver.finish_and_lease(
-                TABLES,
-                worker_id=worker.pk,
-                worker=worker.name,
-                rows=rows,
-                queues=["default"],
-                limit=1,
-                **settings,
-            )
+            driver.finish_and_lease(TABLES, terms(worker, limit=1, **settings), rows)
         done = driver.finish(TABLES, worker.name, rows)
         leased = lease(driver, worker, limit=1)
     assert set(done) == {first.pk}
