@@ -10,6 +10,7 @@ import pytest
 
 from scylla_django import handlers
 from scylla_django.checks import check_settings
+from scylla_django.handlers import handler_registry
 from tests.processes import ROOT
 
 
@@ -41,7 +42,9 @@ def test_a_shell_sees_the_handlers_without_importing_them(tmp_path):
 
 def test_the_handler_modules_setting_names_the_modules(settings, monkeypatch):
     imported: list[tuple[str, ...]] = []
-    monkeypatch.setattr(handlers, "autodiscover_modules", lambda *names: imported.append(names))
+    monkeypatch.setattr(
+        handler_registry, "autodiscover_modules", lambda *names: imported.append(names)
+    )
     handlers.autodiscover()
     settings.SCYLLA = {"HANDLER_MODULES": ["handlers", "jobs.scylla"]}
     handlers.autodiscover()

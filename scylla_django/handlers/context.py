@@ -1,14 +1,6 @@
-"""The registry of task handlers: one function per queue, found in each app's `handlers.py`.
-
-```python
-# myapp/handlers.py
-from scylla_django import handler
-
-@handler("reports")
-def build_report(ctx):
-    ...
-```
-"""
+"""`TaskContext`, what a handler gets: its task, spec and worker, progress, stops, children,
+a logger kept in the task's log, and the durable steps, cursors, sleeps and waits (the
+`Durable` of `scylla_django.durable` does their work)."""
 
 from __future__ import annotations
 
@@ -18,19 +10,15 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, Unpack, cast, overload
 
-from django.core.exceptions import ValidationError
 from django.db import connections
-from django.utils.module_loading import autodiscover_modules
 
-from . import db, queue_keys, retries, spec_versions, tracing
-from .conf import scylla_settings
-from .exceptions import (
+from .. import db, tracing
+from ..exceptions import (
     Abort,
     InvalidTransition,
     LeaseLost,
@@ -39,19 +27,14 @@ from .exceptions import (
     TaskCancelled,
     exception_error,
 )
-from .notify import NOTIFY_QUEUE, register_notify
-from .validation import validate_delay, validate_progress, validate_queue, validate_timeout
+from ..validation import validate_delay, validate_progress
 
 if TYPE_CHECKING:
-    from .durable import Durable, StepBlock
-    from .models import Task, TaskOptions, Worker
-
-Handler = Callable[["TaskContext"], Any]
+    from ..durable import Durable, StepBlock
+    from ..models import Task, TaskOptions, Worker
 
 # The logger of `ctx.logger`: what a handler logs there is kept in its task's log.
 TASK_LOGGER = "scylla_django.task"
-H = TypeVar("H", bound=Handler)
-M = TypeVar("M", bound=Callable[[Any], Any])
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -144,7 +127,7 @@ class TaskContext:
     @functools.cached_property
     def durable(self) -> Durable:
         """This run's durable state: its task's recorded steps, read once when first asked."""
-        from .durable import Durable  # it reads models: imported once Django is set up
+        from ..durable import Durable  # it reads models: imported once Django is set up
 
         return Durable(self)
 
@@ -166,7 +149,7 @@ class TaskContext:
         together (it tests `step.done`: a Python block cannot be skipped); `@ctx.step(name)`
         makes a function a step. ValidationError for a bad name or a result that is not JSON
         within the result size limit (nothing is committed)."""
-        from .durable import StepBlock
+        from ..durable import StepBlock
 
         synchronous("ctx.step()", "astep(name, func)")
         block = StepBlock(self, name)
@@ -275,7 +258,7 @@ class TaskContext:
         recorded in a fenced transaction of its own, its writes apart)."""
         if not inspect.iscoroutinefunction(func):
             return await apart(self.step, name, func, *args, **kwargs)
-        from .durable import StepBlock
+        from ..durable import StepBlock
 
         block = StepBlock(self, name)
         found = await apart(lambda: self.durable.recorded().get(block.name))
@@ -361,7 +344,7 @@ class TaskContext:
         returned is that of the task `submit()` returned: with a held unique key, the holder).
         `options` are `submit()`'s (`priority`, `rn`, `not_before`, `unique_key`, ...).
         """
-        from .models import Task, new_rn
+        from ..models import Task, new_rn
 
         using = self.task._state.db or "default"
         options["parent"] = self.task.rn
@@ -387,7 +370,7 @@ class TaskContext:
         this task does not complete. Callbacks are as `Batch`'s, validated now
         (ValidationError). Used as a context manager, a block left by an exception drops the
         batch."""
-        from .batches import validate_callback
+        from ..batches import validate_callback
 
         using = self.task._state.db or "default"
         callbacks: dict[str, Any] = {}
@@ -421,7 +404,7 @@ class TaskContext:
         that was retried gives the result of the attempt that completed. Empty for a task
         submitted without `after`."""
         if self._parent_results is None:
-            from .followups import parent_results
+            from ..followups import parent_results
 
             self._parent_results = parent_results(self.task)
         return self._parent_results
@@ -577,7 +560,7 @@ class SpawnedBatch:
     def submit(self, queue: str, spec: Any, **options: Unpack[TaskOptions]) -> str:
         """Add a task to the batch (`submit()`'s options, validated now: ValidationError);
         its `parent` is the handler's task. Return its rn."""
-        from .models import Task, new_rn
+        from ..models import Task, new_rn
 
         options["parent"] = self.ctx.task.rn
         options["rn"] = options.get("rn") or new_rn()
@@ -592,343 +575,3 @@ class SpawnedBatch:
     def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
         if exc_type is not None and self.entry in self.ctx.children:
             self.ctx.children.remove(self.entry)
-
-
-class HandlerAlreadyRegistered(Exception):
-    """Two different functions were registered for one queue."""
-
-
-class HandlerRegistry:
-    """Maps queue names to the function that runs their tasks."""
-
-    def __init__(self) -> None:
-        self._handlers: dict[str, Handler] = {}
-        self._timeouts: dict[str, timedelta] = {}
-        self._bundling: dict[str, Bundling] = {}
-        self._snoozes: dict[str, retries.Backoff] = {}
-        self._cpu_limits: dict[str, timedelta] = {}
-
-    def register(self, queue: str, func: Handler) -> None:
-        queue = validate_queue(queue)
-        existing = self._handlers.get(queue)
-        if existing is not None and qualname(existing) != qualname(func):
-            raise HandlerAlreadyRegistered(
-                f"Queue {queue!r} already has the handler {qualname(existing)}; "
-                f"cannot register {qualname(func)} too."
-            )
-        self._handlers[queue] = func
-
-    def get(self, queue: str) -> Handler | None:
-        return self._handlers.get(queue)
-
-    def set_timeout(self, queue: str, timeout: timedelta | None) -> None:
-        """Make `timeout` the run-time limit of `queue`'s tasks that set none (None: unset)."""
-        queue = validate_queue(queue)
-        if timeout is None:
-            self._timeouts.pop(queue, None)
-        else:
-            self._timeouts[queue] = timeout
-
-    def timeout_of(self, task: Task) -> timedelta | None:
-        """The run-time limit of `task`: its own `timeout`, else its handler's, else its
-        queue's (`SCYLLA['TIMEOUTS']`), else None (no limit)."""
-        if task.timeout is not None:
-            return task.timeout
-        return self.queue_timeout(task.queue)
-
-    def queue_timeout(self, queue: str) -> timedelta | None:
-        """The run-time limit of `queue`'s tasks that set none: its handler's, else the
-        queue's (`SCYLLA['TIMEOUTS']`), else None (no limit)."""
-        return self._timeouts.get(queue) or scylla_settings.TIMEOUTS.get(queue)
-
-    def queue_timeouts(self, queues: Sequence[str]) -> dict[str, timedelta | None]:
-        """`queue_timeout` of each of `queues`: what a lease of them is given (`timeouts`)."""
-        configured = scylla_settings.TIMEOUTS  # read once: it is parsed on every access
-        return {queue: self._timeouts.get(queue) or configured.get(queue) for queue in queues}
-
-    def set_bundling(self, queue: str, bundling: Bundling | None) -> None:
-        """Make `queue`'s handler a bundle handler (None: a plain one)."""
-        queue = validate_queue(queue)
-        if bundling is None:
-            self._bundling.pop(queue, None)
-        else:
-            self._bundling[queue] = bundling
-
-    def bundling_of(self, queue: str) -> Bundling | None:
-        """How `queue`'s tasks are bundled, if its handler takes bundles."""
-        return self._bundling.get(queue)
-
-    def set_snooze(self, queue: str, backoff: retries.Backoff | None) -> None:
-        """Make `backoff` the snooze policy of `queue`'s handler (None: unset)."""
-        queue = validate_queue(queue)
-        if backoff is None:
-            self._snoozes.pop(queue, None)
-        else:
-            self._snoozes[queue] = backoff
-
-    def snooze_delay(self, task: Task) -> timedelta:
-        """How long `task` waits for a snooze without a delay (`raise Snooze()`): what its
-        handler's snooze policy says for its next snooze, number `task.snoozes + 1`.
-        ValidationError `invalid_delay` if its handler has no snooze policy."""
-        backoff = self._snoozes.get(task.queue)
-        if backoff is None:
-            raise ValidationError(
-                f"A snooze without a delay needs a snooze policy on the handler of queue "
-                f"{task.queue!r}: @handler({task.queue!r}, snooze=Exponential(...)) or "
-                "snooze=Fixed(seconds).",
-                code="invalid_delay",
-            )
-        return validate_delay(backoff.delay(task.snoozes + 1))
-
-    def set_cpu_limit(self, queue: str, limit: timedelta | None) -> None:
-        """Make `limit` the CPU time a run of `queue`'s handler may use under `--isolation
-        process` (None: unset)."""
-        queue = validate_queue(queue)
-        if limit is None:
-            self._cpu_limits.pop(queue, None)
-        else:
-            self._cpu_limits[queue] = limit
-
-    def cpu_limit_of(self, queue: str) -> timedelta | None:
-        """The CPU time a run of `queue`'s handler may use in its child process, if limited."""
-        return self._cpu_limits.get(queue)
-
-    def serves(self, queue: str) -> bool:
-        """Whether a handler is registered for `queue`."""
-        return queue in self._handlers
-
-    def queues(self) -> list[str]:
-        return sorted(self._handlers)
-
-
-@dataclass(frozen=True)
-class Bundling:
-    """A bundle handler's bundles: up to `size` tasks, leased once one is ready and `wait`
-    has passed or `size` are ready, whichever comes first."""
-
-    size: int
-    wait: timedelta
-
-    #: The largest bundle: one lease statement, one heartbeat, one outcome write for all.
-    MAX_SIZE = 1000
-
-    @classmethod
-    def of(cls, size: object, wait: object) -> Bundling | None:
-        """The bundling `@handler(bundle_size=…, bundle_wait=…)` asks for (None: no bundles);
-        ValidationError when either is out of range."""
-        if size is None:
-            if wait is not None:
-                raise ValidationError(
-                    "bundle_wait needs a bundle_size.", code="invalid_bundle_size"
-                )
-            return None
-        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= cls.MAX_SIZE:
-            raise ValidationError(
-                f"bundle_size must be an integer 1..{cls.MAX_SIZE}, not {size!r}.",
-                code="invalid_bundle_size",
-            )
-        if wait is None or wait == 0 or wait == timedelta(0):
-            return cls(size, timedelta(0))
-        try:
-            waited = validate_timeout(wait)
-        except ValidationError:
-            raise ValidationError(
-                f"bundle_wait must be a duration of 0 or more, not {wait!r}.",
-                code="invalid_bundle_wait",
-            ) from None
-        return cls(size, waited)
-
-
-registry = HandlerRegistry()
-
-
-class HandlerDecorator:
-    """`@handler(...)` registers a queue's handler; `@handler.migrates(...)` a migration of
-    its spec (see each)."""
-
-    def __call__(
-        self,
-        *queues: str,
-        registry: HandlerRegistry = registry,
-        retry: retries.Retry | None = None,
-        unique_key: Callable[[Any], str] | None = None,
-        locks: Any = None,
-        limits: Any = None,
-        order_key: Any = None,
-        order_on_failure: Any = None,
-        rate_key: Any = None,
-        timeout: timedelta | float | str | None = None,
-        bundle_size: int | None = None,
-        bundle_wait: timedelta | float | str | None = None,
-        notify: str | None = None,
-        snooze: retries.Backoff | None = None,
-        version: int | None = None,
-        schema: Mapping[str, Any] | None = None,
-        cpu_limit: timedelta | float | str | None = None,
-    ) -> Callable[[H], H]:
-        """Register the decorated function as the handler of `queues`.
-
-        The function gets a `TaskContext`; its return value (JSON) becomes the task's result.
-        `retry` is the queues' retry policy for tasks that have none of their own: an abort it
-        covers is followed by a new task (see `scylla_django.retries`).
-
-        `unique_key(spec)` is the unique key of a task submitted to the queues without one;
-        `locks`, `limits`, `order_key`, `order_on_failure` and `rate_key` are the keys of a task
-        submitted without them, each a value or a function of the spec (docs/howto/keys.md,
-        "Locks, limits and order keys"). They apply in every process that imports the handler.
-        A value that no submission could take is a TypeError here; a limit or rate that is not
-        configured is reported by `manage.py check` (`scylla_django.W020`).
-        `timeout` is the run-time limit of the queues' tasks that set none
-        (docs/howto/timeouts.md); ValidationError if it is not positive.
-
-        `bundle_size` makes it a bundle handler (docs/howto/bundle-handlers.md): it is called
-        with a list of up to `bundle_size` contexts, leased in one statement once one task is
-        ready and `bundle_wait` (default 0) has passed or the bundle is full.
-        `notify` is the URL that the outcome of the queues' tasks submitted without one is POSTed
-        to once final (docs/howto/notifications.md); it is checked at submission.
-        `snooze` (`Exponential(...)` or `Fixed(seconds)`) is how long a snooze without a delay
-        (`raise Snooze()`, `ctx.snooze()`) waits, by the task's snooze count: its first snooze
-        waits `backoff.delay(1)`, its nth `backoff.delay(n)`. TypeError if it is not a backoff,
-        ValidationError (`invalid_delay`) if a wait it gives is not a positive delay.
-        `cpu_limit` is the CPU time (user and system) one run of the handler may use under
-        `scylla_worker --isolation process`: past it the kernel stops its child process
-        (`RLIMIT_CPU`, in whole seconds, rounded up) and the task is aborted with the code
-        `cpu_limit`; the worker goes on. Ignored by a worker without process isolation (its
-        handlers share one process); ValidationError if it is not positive.
-
-        `version` (an integer from 1; none declared is 1) is the version of the spec the
-        function reads: every task submitted to the queues is stamped with it, and a task
-        stored at an older version has its spec upgraded by the queues' migrations
-        (`handler.migrates`) when it is leased, before the function runs (docs/howto/deploy.md).
-        `schema` is a JSON Schema of the spec it reads: `manage.py check --deploy` reports the
-        stored tasks whose spec (upgraded, if older) no longer validates (the `jsonschema`
-        package: the `schema` extra).
-        """
-        if retry is not None and not isinstance(retry, retries.Retry):
-            raise TypeError(f"retry must be a Retry(...), not {retry!r}")
-        if not queues:
-            raise TypeError("@handler needs at least one queue name: @handler('reports')")
-        check_snooze_policy(snooze)
-        defaults = queue_keys.check_defaults(
-            {
-                "unique_key": unique_key,
-                "locks": locks,
-                "limits": limits,
-                "order_key": order_key,
-                "order_on_failure": order_on_failure,
-                "rate_key": rate_key,
-            }
-        )
-        limit = None if timeout is None else validate_timeout(timeout)
-        cpu = None if cpu_limit is None else validate_timeout(cpu_limit)
-        bundling = Bundling.of(bundle_size, bundle_wait)
-        if notify is not None and not isinstance(notify, str):
-            raise TypeError(f"notify must be a URL string, not {notify!r}")
-        if version is not None:
-            spec_versions.validate_version(version)
-
-        def decorate(func: H) -> H:
-            for queue in queues:
-                spec_versions.register_spec(queue, version, schema)
-                registry.register(queue, func)
-                registry.set_timeout(queue, limit)
-                registry.set_bundling(queue, bundling)
-                retries.register_policy(queue, retry)
-                queue_keys.register_keys(queue, **defaults)
-                register_notify(queue, notify)
-                registry.set_snooze(queue, snooze)
-                registry.set_cpu_limit(queue, cpu)
-            return func
-
-        return decorate
-
-    def migrates(self, *queues: str, from_version: int) -> Callable[[M], M]:
-        """Register the decorated function as the migration of the `queues`' specs from
-        `from_version` to the next version: it takes a spec of `from_version` and returns one
-        of `from_version + 1`.
-
-        ```python
-        @handler("reports", version=2)
-        def build_report(ctx): ...
-
-        @handler.migrates("reports", from_version=1)
-        def name_the_day(spec):
-            return {**spec, "day": spec.pop("date")}
-        ```
-
-        A worker runs the chain of migrations from a task's stored version to its handler's
-        when it leases the task, and writes the upgraded spec and version fenced on the lease
-        before the handler runs (see `worker/execution.py`). A migration should be a pure
-        function of the spec: it may run again if the lease is lost before the write. What it
-        raises aborts the task (`spec_migration_failed`). TypeError for a `from_version` that
-        is not an integer from 1; ValueError for a second, different function of one step.
-        """
-        if not queues:
-            raise TypeError(
-                "@handler.migrates needs at least one queue name: "
-                "@handler.migrates('reports', from_version=1)"
-            )
-        spec_versions.validate_version(from_version, "from_version")
-
-        def decorate(func: M) -> M:
-            for queue in queues:
-                spec_versions.register_migration(queue, from_version, func)
-            return func
-
-        return decorate
-
-
-handler = HandlerDecorator()
-
-
-def check_snooze_policy(backoff: object) -> None:
-    """A snooze policy is `Exponential(...)` or `Fixed(...)` (TypeError otherwise) whose waits
-    are all positive delays (ValidationError `invalid_delay` otherwise): `Fixed.seconds`,
-    and `Exponential`'s `initial` and `cap`, the shortest and longest of its waits."""
-    if backoff is None:
-        return
-    if not isinstance(backoff, retries.Fixed | retries.Exponential):
-        raise TypeError(f"snooze must be Exponential(...) or Fixed(seconds), not {backoff!r}")
-    bounds = (
-        [backoff.seconds] if isinstance(backoff, retries.Fixed) else [backoff.initial, backoff.cap]
-    )
-    for seconds in bounds:
-        try:
-            validate_delay(seconds)
-        except ValidationError:
-            raise ValidationError(
-                f"snooze={backoff!r} would wait {seconds!r} s: every wait of a snooze policy "
-                "must be a positive delay.",
-                code="invalid_delay",
-            ) from None
-
-
-def deliver_notification(ctx: TaskContext) -> Any:
-    """The built-in handler of the queue `scylla.notify`: POST the outcome a delivery task
-    names (`scylla_django.deliveries.deliver`). The app registers it in every process."""
-    from .deliveries import deliver
-
-    return deliver(ctx.task)
-
-
-def register_builtin(registry: HandlerRegistry = registry) -> None:
-    """Register the handlers of the app's own queues (`scylla.notify`)."""
-    registry.register(NOTIFY_QUEUE, deliver_notification)
-
-
-def autodiscover() -> None:
-    """Import `handlers.py` of every installed app, registering their handlers.
-
-    The module names are the `HANDLER_MODULES` setting (default `["handlers"]`). The app's
-    `ready()` calls this, so the registry is full in every process (a shell, the web server);
-    calling it again imports nothing new.
-
-    The queues of a `django.tasks` ScyllaBackend are registered by `scylla_worker`, which calls
-    `scylla_django.backends.register_handlers()` too: the registry knows nothing of the adapter.
-    """
-    autodiscover_modules(*scylla_settings.HANDLER_MODULES)
-
-
-def qualname(func: Handler) -> str:
-    """The dotted name of `func` (module and qualified name), as error messages show it."""
-    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"

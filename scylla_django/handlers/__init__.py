@@ -1,0 +1,48 @@
+"""The registry of task handlers: one function per queue, found in each app's `handlers.py`.
+
+```python
+# myapp/handlers.py
+from scylla_django import handler
+
+@handler("reports")
+def build_report(ctx):
+    ...
+```
+"""
+
+from __future__ import annotations
+
+from .context import TASK_LOGGER, SpawnedBatch, TaskContext, TaskLogger, apart, synchronous
+from .decorator import HandlerDecorator, check_snooze_policy, handler
+from .handler_registry import (
+    Bundling,
+    Handler,
+    HandlerAlreadyRegistered,
+    HandlerRegistry,
+    autodiscover,
+    deliver_notification,
+    qualname,
+    register_builtin,
+    registry,
+)
+
+__all__ = [
+    "TASK_LOGGER",
+    "Bundling",
+    "Handler",
+    "HandlerAlreadyRegistered",
+    "HandlerDecorator",
+    "HandlerRegistry",
+    "SpawnedBatch",
+    "TaskContext",
+    "TaskLogger",
+    "apart",
+    "autodiscover",
+    "check_snooze_policy",
+    "deliver_notification",
+    "handler",
+    "qualname",
+    "register_builtin",
+    "registry",
+    "synchronous",
+]
