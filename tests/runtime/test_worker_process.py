@@ -85,9 +85,12 @@ def test_sigusr1_prints_every_threads_stack_and_the_worker_carries_on():
     # are those of the moment the signal comes.
     wait_until(lambda: Task.objects.get(pk=task.pk).progress > 0, what="the handler's progress")
     process.send_signal(signal.SIGUSR1)
-    wait_until(lambda: "worker_handlers.py" in output_so_far(process), what="the stacks")
-    output = output_so_far(process)
-    assert "in sleep" in output and "heartbeat.py" in output, output  # the heartbeat thread
+    # The stacks are printed one thread after another: wait for the handler's (in sleep) and
+    # the heartbeat thread's, whichever comes last.
+    wait_until(
+        lambda: all(part in output_so_far(process) for part in ("in sleep", "heartbeat.py")),
+        what="the stacks of the handler's thread and the heartbeat's",
+    )
     assert Task.objects.get(pk=task.pk).status == Status.RUNNING
     process.send_signal(signal.SIGTERM)
     code, output = finish(process)
