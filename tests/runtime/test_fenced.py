@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models.functions import Now
 
 from scylla_django.enums import Status
@@ -22,11 +22,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def expire_and_reset(task: Task) -> int:
-    """What the monitor does once the task's lease has run out (as if it had)."""
-    Task.objects.filter(pk=task.pk).update(
-        deadline=Now() - timedelta(seconds=1), updated=Now() - timedelta(seconds=2)
-    )
-    return Task.objects.reset_expired()
+    """What the monitor does once the task's lease has run out (as if it had). One transaction:
+    the worker's heartbeat, every 0.2 s, renews the lease of a running task, and one that came
+    between the two statements would leave nothing expired to reset."""
+    with transaction.atomic():
+        Task.objects.filter(pk=task.pk).update(
+            deadline=Now() - timedelta(seconds=1), updated=Now() - timedelta(seconds=2)
+        )
+        return Task.objects.reset_expired()
 
 
 def run(registry: HandlerRegistry, queue: str) -> tuple[TaskWorker, threading.Thread]:
