@@ -316,14 +316,24 @@ def signals() -> str:
 
 
 def task_columns() -> str:
-    """The `Task` model's columns, as Django defines them."""
+    """The `Task` model's columns, as Django defines them: first those `Task` declares (the
+    state machine's), then each feature's, under the abstract model that declares them
+    (`models/task_columns.py`)."""
     from scylla_django.models import Task
 
-    rows = ["| column | Django field | null |", "|---|---|---|"]
-    for field in Task._meta.concrete_fields:
-        rows.append(
-            f"| `{field.name}` | `{type(field).__name__}` | {'yes' if field.null else 'no'} |"
-        )
+    declared_by: dict[str, str] = {}
+    for base in Task.__mro__[1:]:
+        meta = getattr(base, "_meta", None)
+        if meta is not None and meta.abstract:
+            for field in meta.local_fields:
+                declared_by.setdefault(field.name, base.__name__)
+    own = [f for f in Task._meta.concrete_fields if f.name not in declared_by]
+    features = [f for f in Task._meta.concrete_fields if f.name in declared_by]
+    rows = ["| column | Django field | null | declared by |", "|---|---|---|---|"]
+    for field in [*own, *features]:
+        null = "yes" if field.null else "no"
+        owner = declared_by.get(field.name, "Task")
+        rows.append(f"| `{field.name}` | `{type(field).__name__}` | {null} | `{owner}` |")
     return "\n".join(rows)
 
 

@@ -44,11 +44,9 @@ from ..exceptions import (
     WorkerNotFound,
     error_record,
 )
-from ..notify import URL_MAX_LENGTH
 from ..validation import (
     QUEUE_MAX_LENGTH,
     RN_MAX_LENGTH,
-    UNIQUE_KEY_MAX_LENGTH,
     queue_validator,
     rn_validator,
     validate_delay,
@@ -86,6 +84,19 @@ from .queues import QueueSummary, queue_summaries, ready_summary
 from .refusals import lease_reset_refusal
 from .steps import Step
 from .tables import tables
+from .task_columns import (
+    BatchColumns,
+    DeadLetterColumns,
+    FairShareColumns,
+    FamilyColumns,
+    LeaseKeyColumns,
+    NotificationColumns,
+    RetryColumns,
+    SpecVersionColumns,
+    TaskLogColumns,
+    UniqueKeyColumns,
+    UsageColumns,
+)
 from .traces import forget_traces, take_traceparent
 from .unique import UNIQUE_HOLDER, Submitted
 from .waits import TaskSignal, Wait, WaitFor
@@ -474,10 +485,25 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
         return self.filter(db.json_list_contains(self.model, "errors", {"code": code}, self.db))
 
 
-class Task(models.Model):
+class Task(
+    RetryColumns,
+    FamilyColumns,
+    UniqueKeyColumns,
+    LeaseKeyColumns,
+    FairShareColumns,
+    UsageColumns,
+    BatchColumns,
+    DeadLetterColumns,
+    TaskLogColumns,
+    NotificationColumns,
+    SpecVersionColumns,
+):
     """A unit of work: submitted by a client, leased and finished by a worker.
 
-    Its fields are described in docs/reference/task.md.
+    The class declares the state machine's own columns: status, lease, run-time limit, the
+    handler's start, expiry. Each feature's columns are declared by an abstract model of
+    `task_columns` (the lease reads some of them too: the keys, the turn). Its fields are
+    described in docs/reference/task.md.
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -507,17 +533,6 @@ class Task(models.Model):
     # time ran into its limit: the monitor aborts the task with `timeout` instead of making it
     # ready again.
     timeout_at = models.DateTimeField(null=True, blank=True, editable=False)
-    # Retry chains (scylla_django.retries): a retry is a new task, linked by rn to the task it
-    # follows and to the first task of its chain (the first task too, once it has a retry;
-    # null on a task never retried).
-    retry_of = models.CharField(max_length=RN_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
-    root = models.CharField(max_length=RN_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
-    attempt = models.PositiveIntegerField(default=1)
-    retry_policy = models.JSONField(null=True, blank=True)
-    # How many times the task's own handler put it back to ready (`Snooze`): a snooze spends
-    # no attempt, and `MAX_LEASES` counts the leases that ended neither in one nor in a yield,
-    # nor expired before their handler started (`unstarted`).
-    snoozes = models.PositiveIntegerField(default=0)
     # Whether the database knows that the current lease's handler has started. A worker's
     # lease is first a reservation (`lease(reservation=...)`: prefetched or leased beside
     # others, the task may wait for a handler); the heartbeat that reports its handler's
@@ -528,97 +543,17 @@ class Task(models.Model):
     # Leases of the task that expired before their handler was known to have started (its
     # worker crashed with the task prefetched, or running another task): the monitor made it
     # ready again, and `MAX_LEASES` does not count them (but the first, once the task has
-    # killed a worker with its start recorded: see `maintenance.expiry_kind`).
+    # killed a worker with its start recorded: see `db.expiry.expiry_kind`).
     unstarted = models.PositiveIntegerField(
         "unstarted leases", default=0, db_default=0, editable=False
     )
-    # A child's link: the rn of the running task that spawned it (`ctx.spawn`).
-    parent = models.CharField(max_length=RN_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
-    # The rns a follow-up named in `after`, kept past its release for `ctx.parent_results`.
-    after = models.JSONField(null=True, blank=True, editable=False)
     # A ready task not started by then is never leased, and the monitor cancels it (`expired`).
     expires_at = models.DateTimeField(null=True, blank=True)
-
-    # -- unique keys (docs/howto/keys.md) -----------------------------------------------
-    # At most one task holds a key: the partial unique index `scylla_task_unique_key` admits
-    # one row per key among the ready and running tasks and those that still hold it
-    # (`unique_held`). With a window, a task holds its key from its submission until a
-    # submission of the same key finds it finished for `unique_window` and clears the flag (a
-    # conditional write on the database clock); without one, leaving ready/running frees the
-    # key in the same write. A retry takes its key over from the task it follows.
-    unique_key = models.CharField(  # noqa: DJ001  # null, not "": keyless tasks stay out
-        max_length=UNIQUE_KEY_MAX_LENGTH, null=True, blank=True
-    )
-    unique_window = models.DurationField(null=True, blank=True)
-    # A database default too: a row inserted by SQL that does not name the column holds nothing.
-    unique_held = models.BooleanField(default=False, db_default=False)
-    # -- end of unique keys ------------------------------------------------------------------
 
     #: What the `submit()` that returned this task did: "inserted" it, found it holding the
     #: unique key asked for ("duplicate", returned as it is) or "replaced" its spec; None on a
     #: task that was read, not submitted.
     submit_outcome: Submitted | None = None
-
-    # -- keys taken by the lease (scylla_django.db.keys) --------------------------------------
-    # The task's locks and limit slots as key elements ("L:invoice:7" exclusive, "S:ledger"
-    # shared, "C:stripe" a limit's slot); null for a task without keys. The lease takes them
-    # with the task, every transition out of running frees them.
-    keys = models.JSONField(null=True, blank=True, editable=False)
-    # An order key: its tasks run one at a time, in submit order (by id, or by `order_seq`,
-    # the place a retry keeps of its predecessor). `order_block`: an abort for good holds the
-    # key until the task is retried or the key released (order_on_failure="block").
-    order_key = models.CharField(max_length=200, null=True, blank=True, editable=False)  # noqa: DJ001
-    order_seq = models.BigIntegerField(null=True, blank=True, editable=False)
-    order_block = models.BooleanField(null=True, blank=True, editable=False)
-    # A weighted rate: what the task's start costs against its rate (`rate_key=(name,
-    # {"cost": n})`); null costs 1.
-    rate_cost = models.PositiveIntegerField(null=True, blank=True, editable=False)
-    # -- end of the keys block ----------------------------------------------------------------
-    # -- fair shares (scylla_django.db.fairness) ----------------------------------------------
-    # The value of the key its queue shares its capacity by ("42" of a tenant), null for a
-    # task outside any share, and the task's turn within its priority: the lease takes lower
-    # turns first, before age. A trigger gives each new task with a fair key its turn, after
-    # the last ready turn of its key's and never before the first ready turn of its priority.
-    fair_key = models.CharField(  # noqa: DJ001  # null, not "": tasks outside a share
-        max_length=200, null=True, blank=True, editable=False
-    )
-    turn = models.FloatField(default=0.0, db_default=0.0, editable=False)
-    # -- end of fair shares ----------------------------------------------------------------
-    # What the handler's last run used, as the worker measured it: CPU seconds (its thread's,
-    # or its child process's under process isolation) and the peak resident memory in bytes
-    # (measured under process isolation only). Written with the outcome; null before.
-    cpu_time = models.FloatField(null=True, blank=True, editable=False)
-    peak_memory = models.BigIntegerField(null=True, blank=True, editable=False)
-
-    # The batch the task was submitted in (`scylla_django.batches`); a retry stays in it. No
-    # index of its own: `scylla_task_batch_idx` (partial, batched tasks only) serves every
-    # lookup by batch, so a task outside a batch costs no index entry on each transition.
-    batch = models.ForeignKey(
-        "Batch",
-        on_delete=models.DO_NOTHING,
-        db_constraint=False,
-        db_index=False,
-        null=True,
-        blank=True,
-        related_name="tasks",
-        editable=False,
-    )
-    # Dead letters: when an aborted task was given up (no retry policy, or its retries were
-    # used up). Kept past RETENTION until an operator requeues or discards it.
-    dead = models.DateTimeField(null=True, blank=True, editable=False)
-    # The name of the task's log in storage (scylla_django.logs), once a run logged something.
-    log = models.CharField(max_length=255, null=True, blank=True, editable=False)  # noqa: DJ001
-    # Completion notifications (scylla_django.notify): the URL to POST the outcome to once
-    # the task is final, and when its delivery task was submitted.
-    notify = models.CharField(  # noqa: DJ001
-        max_length=URL_MAX_LENGTH, null=True, blank=True, editable=False
-    )
-    notified = models.DateTimeField(null=True, blank=True, editable=False)
-    # The version of the spec (scylla_django.spec_versions): its handler's `version` when it
-    # was submitted, moved up by the worker that upgraded it; null for a queue whose handler
-    # declares none (read as 1). On the row, not beside it: the worker reads it with every
-    # lease it takes, to know whether the spec needs upgrading before its handler runs.
-    version = models.PositiveSmallIntegerField(null=True, blank=True, editable=False)
 
     objects: ClassVar[TaskQuerySet] = TaskQuerySet.as_manager()  # type: ignore[assignment]
 
