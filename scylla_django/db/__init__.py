@@ -22,6 +22,11 @@ model or the `Tables` it works on.
 | `driver` | `Driver`: a database's operations and capabilities; `driver(using)` picks one |
 | `postgresql_driver` | `PostgresqlDriver`: each operation a statement of `postgresql`/`inserts` |
 | `orm_driver` | `OrmDriver`, `SqliteDriver`, `MysqlDriver`: the operations through the ORM |
+| `portable_lease` | the ORM's lease, one write transaction |
+| `portable_finish` | the ORM's finish of a worker's leases |
+| `portable_heartbeat` | the ORM's heartbeat of many leases |
+| `expiry` | `expiry_kind()`: how an expired lease is judged; the ORM's reset of expired leases |
+| `lease_rn` | `lease_rn()`: a task leased by its rn, for a run by hand |
 | `vendors` | which vendor a connection is (the only `connection.vendor` tests; this room's own) |
 | `conditions` | `due()`, `unexpired()`, `NOT_YIELDED`, `capped_deadline()`: a lease's rows |
 | `tallies` | `count_finished()`: the batch counters a finish moves |

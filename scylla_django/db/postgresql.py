@@ -651,7 +651,7 @@ def postgresql_reset(
     and unstarted leases not counted, `exhausted`; the others `expired`. Of the unstarted
     leases, the first counts (`unstarted - 1` are left out): its handler may have started and
     killed its worker before a heartbeat could tell, and every later lease of the task records
-    its start before its handler runs (see `orm_driver.expiry_kind`). The expired,
+    its start before its handler runs (see `expiry.expiry_kind`). The expired,
     unstarted and yielded ones are made ready (owner, deadline and limit cleared, progress 0;
     an unstarted one's `unstarted` up by one), fenced on still running with a deadline before
     the clock, read once after the caller's locks; each expired and unstarted one gets its

@@ -12,7 +12,8 @@ from django.db import connections, models
 from django.db.models import QuerySet
 
 from ..enums import Operation
-from . import floors, inserts, orm_driver, postgresql
+from . import floors, inserts, postgresql
+from .lease_rn import lease_rn
 from .lease_terms import LeaseTerms
 from .notifications import postgresql_notify
 from .tables import Tables
@@ -70,7 +71,7 @@ class PostgresqlDriver:
         self, tables: Tables, worker_id: int, worker: str, rn: str, lease_length: timedelta
     ) -> Any | None:
         # A lease by hand is rare and the same everywhere: the ORM's conditional UPDATE.
-        return orm_driver.lease_rn(tables, self.using, worker_id, worker, rn, lease_length)
+        return lease_rn(tables, self.using, worker_id, worker, rn, lease_length)
 
     def finish_and_lease(
         self, tables: Tables, terms: LeaseTerms, rows: Sequence[dict[str, Any]]

@@ -119,13 +119,13 @@ def reset_chunk(tasks: models.QuerySet[Any], size: int) -> int:
     `MAX_LEASES` leases with `max_leases_exceeded`; the others are made ready. A lease whose
     handler was not known to have started (a reservation: its worker crashed before it ran
     the task) is never counted, and makes the task ready with `unstarted` up by one (see
-    `db.orm_driver.expiry_kind`). An abort is followed by a retry where the task's policy
+    `db.expiry.expiry_kind`). An abort is followed by a retry where the task's policy
     covers it, as a worker's abort is.
 
     The expired rows are locked first (SKIP LOCKED: a row another monitor or a writer holds
     is passed over), then judged and written by the database's driver (`Driver.reset`: on
     PostgreSQL the resets, their History rows and the ready notifications are one statement;
-    elsewhere a few statements per chunk; `db.orm_driver.expiry_kind` says how each lease is
+    elsewhere a few statements per chunk; `db.expiry.expiry_kind` says how each lease is
     judged). The aborts, rare, are written the same way everywhere.
     """
     manager = tasks.model.objects.using(tasks.db)
