@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from django.apps import apps
 from django.db import models
 
@@ -12,9 +14,11 @@ from .processes import Worker
 from .queues import QueueSetting
 
 
+@functools.cache
 def tables(task: type[models.Model]) -> db.Tables:
     """The `db.Tables` of the statements that lease and finish tasks of `task` (the Task
-    model): its History, Worker, QueueSetting and Batch beside it."""
+    model): its History, Worker, QueueSetting and Batch beside it. One value per model, made
+    once: the statements built from it are cached by it."""
     return db.Tables(
         task=task, history=History, worker=Worker, queue_setting=QueueSetting, batch=Batch
     )
