@@ -97,7 +97,30 @@ def wait_until(predicate: Callable[[], object], timeout: float = 60, what: str =
         if predicate():
             return
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what or predicate}{_outputs_so_far()}"
+    )
+
+
+#: How much of each process's output a timed-out wait shows (its end).
+_TAIL = 4000
+
+
+def _outputs_so_far() -> str:
+    """The end of what each process of `start()` not yet stopped has printed so far, for the
+    message of a wait that timed out (a worker that never started says why there). Read with
+    `pread`: the process shares the file's offset, which a seek would move under it."""
+    parts = []
+    for process in _started:
+        output = getattr(process, "output", None)
+        if output is None or output.closed:
+            continue
+        size = os.fstat(output.fileno()).st_size
+        start_at = max(0, size - _TAIL)
+        text = os.pread(output.fileno(), size - start_at, start_at).decode(errors="replace")
+        state = "running" if process.poll() is None else f"exited {process.returncode}"
+        parts.append(f"\n--- {' '.join(map(str, process.args[2:]))} ({state}):\n{text}")
+    return "".join(parts)
 
 
 def finish(process: subprocess.Popen, timeout: float = 60) -> tuple[int, str]:
