@@ -46,6 +46,7 @@ from .validation import validate_delay
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
+    from .handlers.pending_checkpoint import PendingCheckpoint
     from .models import Task, Worker
 
 
@@ -55,7 +56,7 @@ class Run(Protocol):
 
     task: Task
     worker: Worker
-    checkpoints_ride_heartbeats: bool
+    pending_checkpoint: PendingCheckpoint
     bundled: bool
 
     @property
@@ -63,13 +64,6 @@ class Run(Protocol):
 
     @property
     def stopped(self) -> bool: ...
-
-    @property
-    def holds_checkpoint(self) -> bool: ...
-
-    def hold_checkpoint(self, cursor: Any) -> bool: ...
-
-    def take_checkpoint(self) -> tuple[Any] | None: ...
 
     def check(self) -> None: ...
 
@@ -121,11 +115,11 @@ class Durable:
         ctx = self.ctx
         ctx.check()
         value = validate_cursor(cursor)
-        if now or not ctx.checkpoints_ride_heartbeats:
-            ctx.take_checkpoint()  # replaced by this one
+        if now or not ctx.pending_checkpoint.rides_heartbeats:
+            ctx.pending_checkpoint.take()  # replaced by this one
             self.add(save_cursor(ctx.task, ctx.worker, ctx.task.leases, value))
             return
-        if not ctx.hold_checkpoint(value):
+        if not ctx.pending_checkpoint.keep(value):
             ctx.check()  # stopped meanwhile: raises its reason
         # Read back by `ctx.cursor` at once, written with the next heartbeat.
         self.add(Step(task_id=ctx.task.pk, name=CURSOR, result=value, lease=ctx.task.leases))
@@ -133,7 +127,7 @@ class Durable:
     def write_held(self) -> None:
         """Write the checkpoint kept for the heartbeat now, if any (fenced on the lease)."""
         ctx = self.ctx
-        held = ctx.take_checkpoint()
+        held = ctx.pending_checkpoint.take()
         if held is not None:
             save_cursor(ctx.task, ctx.worker, ctx.task.leases, held[0])
 
@@ -278,7 +272,7 @@ def write_held_checkpoint(ctx: Run) -> None:
     if any and if the run was not stopped (a yield wrote it; a lost lease writes nothing), so
     that a snooze, a retry that resumes or a run that raised takes up the loop from it. A
     refusal or a database error is logged, not raised: the run's outcome goes on."""
-    if ctx.stopped or not ctx.holds_checkpoint:
+    if ctx.stopped or not ctx.pending_checkpoint.waiting:
         return
     try:
         ctx.durable.write_held()

@@ -28,6 +28,7 @@ from ..exceptions import (
     exception_error,
 )
 from ..validation import validate_delay, validate_progress
+from .pending_checkpoint import PendingCheckpoint
 
 if TYPE_CHECKING:
     from ..durable import Durable, StepBlock
@@ -117,10 +118,8 @@ class TaskContext:
         # children it spawns are traced under (None: no tracer configured).
         self.span: Any = None
         self.traceparent: str | None = None
-        self.checkpoints_ride_heartbeats = False
-        """Whether this run's checkpoints wait for the worker's next heartbeat, which writes
-        them (set by a worker that heartbeats the run; else each is written at once)."""
-        self._held_cursor: tuple[Any] | None = None  # a checkpoint not written yet
+        self.pending_checkpoint = PendingCheckpoint(self._lock, lambda: self._stop is not None)
+        """The checkpoint waiting for the worker's next heartbeat (`checkpoint()`)."""
 
     # -- durable execution (docs/howto/durable.md) ----------------------------------------
 
@@ -187,32 +186,6 @@ class TaskContext:
         or TaskCancelled (nothing written) when the lease is not held any more."""
         synchronous("ctx.checkpoint()", "acheckpoint(cursor)")
         self.durable.checkpoint(cursor, now=now)
-
-    def hold_checkpoint(self, cursor: Any) -> bool:
-        """Keep `cursor` for the next heartbeat to write; False (nothing kept) if the run was
-        stopped (a yield takes what is kept once it has stopped the run, so none is lost)."""
-        with self._lock:
-            if self._stop is not None:
-                return False
-            self._held_cursor = (cursor,)
-            return True
-
-    @property
-    def holds_checkpoint(self) -> bool:
-        """Whether a checkpoint waits for the heartbeat (`checkpoint()`)."""
-        return self._held_cursor is not None
-
-    def take_checkpoint(self) -> tuple[Any] | None:
-        """The checkpoint kept for the heartbeat, as `(cursor,)`, taken away (None: none)."""
-        with self._lock:
-            held, self._held_cursor = self._held_cursor, None
-            return held
-
-    def return_checkpoint(self, held: tuple[Any]) -> None:
-        """Put back a checkpoint whose write failed, unless a later one was kept meanwhile."""
-        with self._lock:
-            if self._held_cursor is None:
-                self._held_cursor = held
 
     def durable_sleep(self, duration: timedelta | float | str, *, name: str | None = None) -> None:
         """Sleep `duration` without holding the task: the task gives its lease back (no

@@ -182,7 +182,8 @@ class Bundler:
         contexts = [TaskContext(task, self.worker) for task in tasks]
         for ctx in contexts:
             ctx.bundled = True
-            ctx.checkpoints_ride_heartbeats = True  # the heartbeat of the bundle writes them
+            # The heartbeat of the bundle writes their checkpoints.
+            ctx.pending_checkpoint.rides_heartbeats = True
             self.watchdog.track(ctx)  # its run-time limit; lease keeping
         with self._lock:
             self._hand = contexts

@@ -106,7 +106,7 @@ class HandlerLoop:
                 if spec_upgrade.upgrades(ctx):
                     await asyncio.to_thread(spec_upgrade.upgrade_apart, ctx, outcomes.name())
                 run.result = await run.handler(ctx)
-        if ctx.holds_checkpoint:
+        if ctx.pending_checkpoint.waiting:
             await apart(write_held_checkpoint, ctx)
         if run.log is not None and run.log.size:
             await asyncio.to_thread(outcomes.logs.keep_apart, ctx, run.log)

@@ -141,7 +141,7 @@ class Heartbeat:
         held = {
             ctx.task.pk: (ctx.task.leases, kept[0])
             for ctx in given
-            if (kept := ctx.take_checkpoint())
+            if (kept := ctx.pending_checkpoint.take())
         }
         try:
             with self.connection.used():
@@ -265,7 +265,9 @@ class Heartbeat:
                 for ctx in live
             }
             # The checkpoints made since the last heartbeat ride it (`ctx.checkpoint()`).
-            kept = {ctx.task.pk: (ctx, held) for ctx in live if (held := ctx.take_checkpoint())}
+            kept = {
+                ctx.task.pk: (ctx, held) for ctx in live if (held := ctx.pending_checkpoint.take())
+            }
             cursors = {pk: held[0] for pk, (_, held) in kept.items()}
             # The handlers started since the last heartbeat: their reservations become leases.
             started = {
@@ -291,7 +293,7 @@ class Heartbeat:
             except Exception as exc:  # the database, mostly; never let this thread die
                 self.connection.discard()
                 for ctx, held in kept.values():
-                    ctx.return_checkpoint(held)  # for the next heartbeat
+                    ctx.pending_checkpoint.put_back(held)  # for the next heartbeat
                 for ctx in live:
                     ctx.failed_heartbeats += 1
                     if ctx.failed_heartbeats >= max_failures:

@@ -164,7 +164,8 @@ class Slots:
         return their contexts. (Whether to lease again into the rest is the caller's call.)"""
         started = [TaskContext(task, worker) for task in tasks]
         for ctx in started:
-            ctx.checkpoints_ride_heartbeats = True  # the heartbeat of what is in hand writes them
+            # The heartbeat of what is in hand writes their checkpoints.
+            ctx.pending_checkpoint.rides_heartbeats = True
         with self._changed:
             self._claimed -= claim.size
             for ctx in started:
