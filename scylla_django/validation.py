@@ -426,7 +426,7 @@ def validate_locks(locks: object) -> list[str]:
     for lock in locks:
         mode = "exclusive"
         if isinstance(lock, (tuple, list)):
-            if len(lock) != 2 or lock[1] not in LOCK_MODES:
+            if len(lock) != 2 or not isinstance(lock[1], str) or lock[1] not in LOCK_MODES:
                 raise ValidationError(
                     'A lock is a name or (name, "exclusive" | "shared").', code="invalid_key"
                 )

@@ -56,6 +56,8 @@ def test_an_order_key_blocks_on_failure_by_default(api):
         ({"locks": [7]}, "locks", "invalid_key"),
         ({"locks": "invoice:7"}, "locks", "invalid_key"),
         ({"locks": [["a", "sometimes"]]}, "locks", "invalid_key"),
+        ({"locks": [["a", ["shared"]]]}, "locks", "invalid_key"),
+        ({"locks": [["a", {"mode": "shared"}]]}, "locks", "invalid_key"),
         ({"locks": ["a", ["a", "shared"]]}, "locks", "invalid_key"),
         ({"limits": ["nope"]}, "limits", "unknown_limit"),
         ({"limits": [""]}, "limits", "invalid_key"),

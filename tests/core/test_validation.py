@@ -18,6 +18,7 @@ from scylla_django.validation import (
     _check_json,
     validate_errors,
     validate_json,
+    validate_locks,
 )
 from tests.factories import TaskFactory
 
@@ -54,6 +55,18 @@ def test_bad_queues_are_rejected(queue):
 @pytest.mark.parametrize("queue", ["q", "Q" * 100, "reports.daily:eu-1", "a_c", "0"])
 def test_good_queues_are_accepted(queue):
     assert Task.objects.submit(queue, {}).queue == queue
+
+
+@pytest.mark.parametrize(
+    "locks",
+    ["a", [7], [["a"]], [["a", "sometimes"]], [["a", ["shared"]]], [["a", {"m": 1}]], [("a", 1)]],
+)
+def test_bad_locks_are_rejected_with_a_code(locks):
+    """A lock's mode that is not a text (a list, an object, a number) is refused as any bad
+    mode is, before anything compares it with the modes."""
+    with pytest.raises(ValidationError) as info:
+        validate_locks(locks)
+    assert info.value.code == "invalid_key"
 
 
 @pytest.mark.parametrize("priority", [-1, 256, 10**20, 1.5, "5", True, None])
