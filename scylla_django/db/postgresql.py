@@ -200,7 +200,8 @@ def _leased(model: type[_Row], using: str, rows: list[tuple[Any, ...]], skip: in
     """The tasks of a lease statement's `rows` (each row's task columns follow `skip` others;
     a row without a task, as when nothing was leased, is left out)."""
     fields = list(model._meta.concrete_fields)
-    values = [row[skip:] for row in rows if row[skip] is not None]
+    pk = skip + fields.index(model._meta.pk)  # null in the row without a task
+    values = [row[skip:] for row in rows if row[pk] is not None]
     names = [f.attname for f in fields]
     return [model.from_db(using, names, row) for row in convert_rows(model, using, fields, values)]
 
