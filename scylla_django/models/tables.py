@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 from django.apps import apps
 from django.db import models
 
@@ -13,15 +11,19 @@ from .history import History
 from .processes import Worker
 from .queues import QueueSetting
 
+#: The `db.Tables` of each Task model, made once (the statements built from one are cached by it).
+_TABLES: dict[type[models.Model], db.Tables] = {}
 
-@functools.cache
+
 def tables(task: type[models.Model]) -> db.Tables:
     """The `db.Tables` of the statements that lease and finish tasks of `task` (the Task
-    model): its History, Worker, QueueSetting and Batch beside it. One value per model, made
-    once: the statements built from it are cached by it."""
-    return db.Tables(
-        task=task, history=History, worker=Worker, queue_setting=QueueSetting, batch=Batch
-    )
+    model): its History, Worker, QueueSetting and Batch beside it."""
+    found = _TABLES.get(task)
+    if found is None:
+        found = _TABLES[task] = db.Tables(
+            task=task, history=History, worker=Worker, queue_setting=QueueSetting, batch=Batch
+        )
+    return found
 
 
 def queue_tables() -> list[str]:

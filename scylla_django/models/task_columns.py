@@ -134,7 +134,7 @@ class BatchColumns(models.Model):
     """
 
     batch = models.ForeignKey(
-        "Batch",
+        "scylla_django.Batch",
         on_delete=models.DO_NOTHING,
         db_constraint=False,
         db_index=False,
