@@ -46,8 +46,8 @@ from .validation import validate_delay
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
-    from .handlers.pending_checkpoint import PendingCheckpoint
     from .models import Task, Worker
+    from .pending_checkpoint import PendingCheckpoint
 
 
 class Run(Protocol):

@@ -27,8 +27,8 @@ from ..exceptions import (
     TaskCancelled,
     exception_error,
 )
+from ..pending_checkpoint import PendingCheckpoint
 from ..validation import validate_delay, validate_progress
-from .pending_checkpoint import PendingCheckpoint
 
 if TYPE_CHECKING:
     from ..durable import Durable, StepBlock

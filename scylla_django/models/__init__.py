@@ -48,9 +48,8 @@ from .rollups import (
 from .schedules import CatchUp, OnTimeout, Schedule, WhenUnmet
 from .steps import Step
 from .tables import queue_tables
-from .task import TABLES, Task
+from .task import TABLES, Task, TaskQuerySet
 from .task_pauses import PAUSED, TaskPause
-from .task_queryset import TaskQuerySet
 from .traces import TaskTrace
 from .waiting import WaitingRun
 from .waits import PARKED, TaskSignal, Wait, WaitKind, WaitOutcome

@@ -51,6 +51,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "runtime": (
         "handlers",
         "durable",
+        "pending_checkpoint",
         "listener",
         "worker",
         "supervisor",
