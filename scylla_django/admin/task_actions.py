@@ -88,9 +88,7 @@ def purge_selected(
         return purge_confirmation(model_admin, request, selected, total)
     run = TimedPurge(model_admin.purge_time_budget)
     # Whatever their age, dead letters too: the selection, not the retention, says what goes.
-    finished = run.run(
-        lambda **kw: selected.purge(older_than=timedelta.resolution, dead=True, **kw)
-    )
+    finished = run.run(lambda **kw: selected.purge(older_than=timedelta(0), dead=True, **kw))
     logger.info("%s purged %d of %d selected tasks", request.user, run.deleted, total)
     if finished:
         model_admin.message_user(

@@ -402,12 +402,16 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
         *,
         dead: bool = False,
     ) -> TaskQuerySet:
-        """Terminal tasks not updated for `older_than` (default `SCYLLA['RETENTION']`). Dead
-        letters are kept until an operator requeues or discards them, unless `dead` (an
-        operator deleting the tasks chosen)."""
-        age = validate_timeout(scylla_settings.RETENTION if older_than is None else older_than)
+        """Terminal tasks not updated for `older_than` (default `SCYLLA['RETENTION']`;
+        `timedelta(0)`: whatever their age, even one finished this instant, which a clock of
+        millisecond steps, SQLite's, cannot tell from now). Dead letters are kept until an
+        operator requeues or discards them, unless `dead` (an operator deleting the tasks
+        chosen)."""
         chosen = validate_terminal_statuses(statuses)
-        qs = self.filter(status__in=chosen, updated__lt=db.now_plus(-age))
+        qs = self.filter(status__in=chosen)
+        if not (isinstance(older_than, timedelta) and older_than == timedelta(0)):
+            age = validate_timeout(scylla_settings.RETENTION if older_than is None else older_than)
+            qs = qs.filter(updated__lt=db.now_plus(-age))
         if not dead:
             qs = qs.filter(dead__isnull=True)
         return qs.filter(queue=validate_queue(queue)) if queue is not None else qs

@@ -61,6 +61,16 @@ def test_purge_uses_the_retention_setting(mixed, settings):
     assert Task.objects.purge() == 3
 
 
+def test_an_age_of_zero_purges_every_terminal_task_even_one_finished_this_instant(mixed):
+    """`timedelta(0)` (`scylla_cleanup --older-than 0`) sets no age at all: a task whose
+    last write is not before now on the database's clock (a clock of millisecond steps,
+    SQLite's, cannot tell one finished this instant from now) goes too."""
+    Task.objects.filter(rn__startswith="new-").update(updated=Now() + timedelta(seconds=5))
+    assert Task.objects.purgeable(timedelta(0)).count() == 6
+    assert Task.objects.purge(timedelta(0)) == 6
+    assert remaining() == {"old-ready", "old-running", "new-ready", "new-running"}
+
+
 def test_purge_by_status_and_queue(mixed):
     assert Task.objects.purge(timedelta(days=1), statuses=["aborted"]) == 1
     assert "old-aborted" not in remaining()

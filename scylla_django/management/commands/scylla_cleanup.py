@@ -15,9 +15,8 @@ from ...models import Task
 from ...text import plural
 from ..base import add_setting_option, age, configure_logging, positive_int, queue_name
 
-# `--older-than 0`: every terminal task, i.e. those last updated before the database's now.
-# The purge takes a positive age, and nothing is updated a microsecond ahead of now.
-ANY_AGE = timedelta(microseconds=1)
+# `--older-than 0`: every terminal task, whatever its age (`Task.objects.purgeable`).
+ANY_AGE = timedelta(0)
 
 STATUS_CHOICES = sorted(status.value for status in TERMINAL_STATUSES)
 
