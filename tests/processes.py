@@ -108,16 +108,13 @@ _TAIL = 4000
 
 def _outputs_so_far() -> str:
     """The end of what each process of `start()` not yet stopped has printed so far, for the
-    message of a wait that timed out (a worker that never started says why there). Read with
-    `pread`: the process shares the file's offset, which a seek would move under it."""
+    message of a wait that timed out (a worker that never started says why there)."""
     parts = []
     for process in _started:
         output = getattr(process, "output", None)
         if output is None or output.closed:
             continue
-        size = os.fstat(output.fileno()).st_size
-        start_at = max(0, size - _TAIL)
-        text = os.pread(output.fileno(), size - start_at, start_at).decode(errors="replace")
+        text = output_so_far(process)[-_TAIL:]
         state = "running" if process.poll() is None else f"exited {process.returncode}"
         parts.append(f"\n--- {' '.join(map(str, process.args[2:]))} ({state}):\n{text}")
     return "".join(parts)

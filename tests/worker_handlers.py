@@ -20,7 +20,13 @@ def echo(ctx):
 
 @handler("t-sleep")
 def sleep(ctx):
-    """Work for spec["seconds"] in small steps, reporting progress and checking for a stop."""
+    """Work for spec["seconds"] in small steps, reporting progress and checking for a stop;
+    with spec["until"], a path, until that file exists instead (a test's release)."""
+    if "until" in ctx.spec:
+        while not os.path.exists(ctx.spec["until"]):
+            ctx.check()
+            time.sleep(0.05)
+        return {"slept": "until released"}
     steps = max(1, int(ctx.spec.get("seconds", 1) / 0.05))
     for step in range(steps):
         ctx.check()
@@ -280,11 +286,17 @@ async def batch_async(batch):
 async def hold(ctx):
     """Hold the task for spec["seconds"], awaiting spec["step"] (0.2 s) at a time and checking
     for a stop between steps, without a thread of its own; with spec["wake"], in
-    `ctx.sleep()`, which a stop ends at once."""
+    `ctx.sleep()`, which a stop ends at once; with spec["until"], a path, until that file
+    exists instead (a test's release)."""
     import asyncio
 
     step = ctx.spec.get("step", 0.2)
     loop = asyncio.get_running_loop()
+    if "until" in ctx.spec:
+        while not os.path.exists(ctx.spec["until"]):
+            ctx.check()
+            await asyncio.sleep(step)
+        return "held"
     until = loop.time() + ctx.spec.get("seconds", 1)
     while loop.time() < until:
         if ctx.spec.get("wake"):

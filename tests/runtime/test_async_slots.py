@@ -80,9 +80,13 @@ def test_a_worker_holds_2000_async_tasks_on_a_few_threads_cancel_and_sigterm_rea
     assert not History.objects.filter(typ=EventType.TIMEOUT).exists()
 
 
-def test_async_and_plain_handlers_in_one_worker_threads_only_for_the_plain_ones():
-    Task.objects.submit_many({"queue": "t-hold", "spec": {"seconds": 3}} for _ in range(300))
-    Task.objects.submit_many({"queue": "t-sleep", "spec": {"seconds": 2}} for _ in range(4))
+def test_async_and_plain_handlers_in_one_worker_threads_only_for_the_plain_ones(tmp_path):
+    # Every handler holds its task until the test releases them all (a file appears): all
+    # are running at once however long the worker takes to lease them.
+    release = str(tmp_path / "release")
+    spec = {"until": release}
+    Task.objects.submit_many({"queue": "t-hold", "spec": spec} for _ in range(300))
+    Task.objects.submit_many({"queue": "t-sleep", "spec": spec} for _ in range(4))
     process = worker("t-hold", "t-sleep", concurrency=400)
     try:
         wait_until(
@@ -90,18 +94,17 @@ def test_async_and_plain_handlers_in_one_worker_threads_only_for_the_plain_ones(
                 statuses("t-hold")[Status.RUNNING] == 300
                 and statuses("t-sleep")[Status.RUNNING] == 4
             ),
-            30,
-            "all running",
+            what="all running",
         )
         count = threads(process.pid)
         assert count < 30, count  # 4 handler threads, no thread per coroutine
+        (tmp_path / "release").touch()
         wait_until(
             lambda: (
                 statuses("t-hold") == {Status.COMPLETED: 300}
                 and statuses("t-sleep") == {Status.COMPLETED: 4}
             ),
-            30,
-            "all completed",
+            what="all completed",
         )
     finally:
         process.send_signal(signal.SIGTERM)
