@@ -65,6 +65,9 @@ def test_a_late_tenant_starts_within_a_bound_of_an_early_tenants_backlog(tmp_pat
         while Task.objects.filter(pk__in=small, status="ready").exists():
             assert time.monotonic() < deadline, "the late tenant's tasks never started"
             time.sleep(0.05)
+        # Counted once the late tenant's tasks have all started: the lessees go on leasing
+        # until their time is up, and a fast machine drains the rest of the backlog by then.
+        big_waiting = Task.objects.filter(queue="fair", fair_key="big", status="ready").count()
     finally:
         finish_children(children)
     starts = list(
@@ -79,8 +82,8 @@ def test_a_late_tenant_starts_within_a_bound_of_an_early_tenants_backlog(tmp_pat
     bound = len(small) + LESSEES * LEASE_SIZE
     print(f"the late tenant's 10 tasks started among the big one's next {big_before}")
     assert big_before <= bound
-    # Without fairness, its first task would wait for the big tenant's whole backlog.
-    assert Task.objects.filter(queue="fair", fair_key="big", status="ready").count() > 100
+    # Without fairness, its first task would have waited for the big tenant's whole backlog.
+    assert big_waiting > 100
 
 
 def test_weights_three_to_one_over_a_window(tmp_path: Path) -> None:
