@@ -40,7 +40,8 @@ class Listener:
     dsn: str | None = None
     name: str = "scylla_django"
     connected: threading.Event = field(default_factory=threading.Event, init=False)
-    """Set while the LISTEN is established (tests wait on it)."""
+    """Set while the LISTEN is established, once `on_connect()` has returned (tests wait on
+    it)."""
     connections: int = field(default=0, init=False)
     """How many times the LISTEN was established."""
     _closed: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
@@ -65,10 +66,10 @@ class Listener:
             try:
                 connection = listen(self.using, self.dsn, self.name)
                 self.connections += 1
-                self.connected.set()
                 if retry.succeeded():
                     logger.info("%s: listening again", self.name)
                 self.on_connect()
+                self.connected.set()
                 while not self._closed.is_set():
                     for note in connection.notifies(timeout=0.5):
                         if note.channel == READY_CHANNEL:

@@ -130,6 +130,14 @@ class TaskWorker:
         self.stopping.set()
         self._wakeup.set()
 
+    def idle(self) -> bool:
+        """Whether the lease loop waits for a wake-up with none pending: it takes a new task
+        only when something wakes it (a notification, a freed slot, the next poll). Tests
+        wait on it before submitting what only a wake-up should start."""
+        if self._wakeup.is_set():
+            return False
+        return self.hooks.idle()
+
     def wake(self) -> None:
         """Lease at once (a slot was freed, or tasks became ready), if there are free slots."""
         self._wakeup.set()

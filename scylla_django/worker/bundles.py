@@ -145,6 +145,15 @@ class Bundler:
             now = time.monotonic()
             if first is None:
                 first = now
+                if ready < size:
+                    logger.debug(
+                        "%s: %d of a bundle of %d ready in %s; waiting up to %gs for more",
+                        self.worker.name,
+                        ready,
+                        size,
+                        self.queue,
+                        wait,
+                    )
             if ready >= size or now >= first + wait:
                 return True
             self.stopping.wait(min(FILL_POLL, first + wait - now))

@@ -15,7 +15,11 @@ in a slot before `leased` counts it):
 - `yielded`: tasks given back (on shutdown, or prefetched tasks behind slow ones);
 - `given_up`: handlers given up (past their run-time limit, or their lease lost);
 - `held_back`: passes of the lease loop that leased nothing because the host's load was over
-  `--max-load`.
+  `--max-load`;
+- `passes`: passes of the lease loop begun;
+- `idle`: passes of the lease loop that ended waiting for a wake-up (a notification, a freed
+  slot, the next poll). When `passes` equals `idle` and no wake-up is pending, the worker
+  takes a new task only when something wakes it.
 
 Counting costs a lock and an integer: production workers count too, and nothing reads them.
 """
@@ -26,7 +30,16 @@ import threading
 from typing import Literal
 
 HookName = Literal[
-    "leased", "started", "written", "beat", "recorded", "yielded", "given_up", "held_back"
+    "leased",
+    "started",
+    "written",
+    "beat",
+    "recorded",
+    "yielded",
+    "given_up",
+    "held_back",
+    "passes",
+    "idle",
 ]
 NAMES: tuple[HookName, ...] = (
     "leased",
@@ -37,6 +50,8 @@ NAMES: tuple[HookName, ...] = (
     "yielded",
     "given_up",
     "held_back",
+    "passes",
+    "idle",
 )
 
 
@@ -69,6 +84,12 @@ class WorkerHooks:
             raise ValueError(f"no worker hook named {name!r}: one of {', '.join(NAMES)}")
         with self._changed:
             return self._changed.wait_for(lambda: self._counts[name] >= count, timeout)
+
+    def idle(self) -> bool:
+        """Whether every pass of the lease loop begun so far has ended waiting for a wake-up
+        (read under one lock: no pass begins between the two counts)."""
+        with self._changed:
+            return self._counts["passes"] == self._counts["idle"] >= 1
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{name} {self._counts[name]}" for name in NAMES)

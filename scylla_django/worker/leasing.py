@@ -67,6 +67,7 @@ class LeaseLoop:
         while not self.stopping.is_set():
             if self.slots.exhausted() or (once and not self.queues):
                 break
+            self.hooks.note("passes")
             self._wakeup.clear()  # before leasing: a wake-up during the lease is not lost
             if self.load.over():
                 self.hooks.note("held_back")
@@ -100,7 +101,9 @@ class LeaseLoop:
                     break
                 if len(started) == claim.size:
                     continue  # there may be more ready tasks: fill the free slots at once
-            self._wakeup.wait(self._give_back_stuck())
+            wait = self._give_back_stuck()
+            self.hooks.note("idle")
+            self._wakeup.wait(wait)
 
     def _give_back_stuck(self) -> float:
         """Give back the prefetched tasks waiting behind handlers that are all busy with slow
