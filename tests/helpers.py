@@ -17,6 +17,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from scylla_django.db.clock import read_clock
 from scylla_django.enums import EventType, Status
 from scylla_django.models import History, Task, Worker
 from scylla_django.models.rollups import hour_of
@@ -137,6 +138,43 @@ def expire(task: Task, by: timedelta = timedelta(seconds=1)) -> None:
     Task.objects.filter(pk=task.pk).update(
         deadline=Now() - by, updated=Now() - by - timedelta(seconds=1)
     )
+
+
+def lock_waits() -> int:
+    """How many sessions wait for a lock another holds, as the database shows them:
+    PostgreSQL's `pg_stat_activity` (the test database's sessions), InnoDB's transactions in
+    `LOCK WAIT` (the server's). SQLite shows none (a writer that waits for its one write lock
+    retries inside the library): there this is always 0, and a test sees the wait otherwise."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            )
+        elif connection.vendor == "mysql":
+            # Not INNODB_TRX: it is a cache that a read within 0.1 s of the last one keeps.
+            cursor.execute("SHOW ENGINE INNODB STATUS")
+            return cursor.fetchone()[2].count("LOCK WAIT")
+        else:
+            return 0
+        return int(cursor.fetchone()[0])
+
+
+class Stopwatch:
+    """Seconds passed on the database clock since it was made. A test bounds an age it reads
+    (made `n` seconds old, then read) by `n` and `n` plus what really passed, not by a
+    constant a loaded machine could exceed."""
+
+    def __init__(self) -> None:
+        self.started = read_clock(connection.alias)
+
+    def seconds(self) -> float:
+        return (read_clock(connection.alias) - self.started).total_seconds()
+
+    def bounds(self, age: float, seconds: float, slack: float = 0.01) -> bool:
+        """Whether `age` is at least `seconds` and at most `seconds` plus the time since
+        (`slack` for the columns' and the clock's rounding)."""
+        return seconds - slack <= age <= seconds + self.seconds() + slack
 
 
 THREAD_TIMEOUT = 120.0  # seconds a concurrent job may take before the test fails

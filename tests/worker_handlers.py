@@ -237,6 +237,13 @@ def sum_parents(ctx):
 # -- bundle handlers (docs/howto/bundle-handlers.md) ------------------------------------------
 
 
+@handler("t-bundle-fill", bundle_size=3, bundle_wait=timedelta(minutes=10))
+def fill(bundle):
+    """Each member's bundle: its size and the call's id."""
+    call = uuid.uuid4().hex
+    return {ctx.task.rn: {"size": len(bundle), "call": call} for ctx in bundle}
+
+
 @handler("t-bundle", bundle_size=5, bundle_wait=timedelta(seconds=1))
 def batch(batch):
     """Decide each member by its spec: abort "fail", complete "done" with its own result; the

@@ -4,7 +4,6 @@ their History times follow causal order."""
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -16,6 +15,7 @@ from scylla_django.exceptions import LeaseLost, WorkerNotFound
 from scylla_django.models import History, Task, Worker
 from tests.factories import TaskFactory, running_task
 from tests.helpers import expire
+from tests.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -134,7 +134,16 @@ def test_an_assignment_is_never_stamped_before_the_timeout_that_freed_the_task()
                 cursor.execute(f"LOCK TABLE {History._meta.db_table} IN EXCLUSIVE MODE")
                 held.set()
                 assert lease_sent.wait(30)
-                time.sleep(0.3)  # the lease statement is waiting for the lock meanwhile
+
+                def lease_waits() -> bool:  # the lease statement is waiting for the lock
+                    cursor.execute(
+                        "SELECT count(*) FROM pg_locks WHERE relation = %s::regclass "
+                        "AND NOT granted",
+                        [History._meta.db_table],
+                    )
+                    return cursor.fetchone()[0] > 0
+
+                wait_until(lease_waits, 30, "the lease statement to wait for the lock")
                 assert Task.objects.reset_expired() == 1
         except BaseException as exc:
             errors.append(exc)

@@ -12,6 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 import scylla_django
+from scylla_django import pytest_plugin
 from scylla_django.enums import Operation, event
 from scylla_django.exceptions import LeaseLost
 from scylla_django.models import History, Hold, Key, Limit, Outcome, Rate, Task, keys
@@ -19,6 +20,8 @@ from tests.factories import WorkerFactory
 from tests.helpers import expire
 
 pytestmark = [pytest.mark.django_db, pytest.mark.keys]
+
+scylla_clock = pytest_plugin.scylla_clock
 
 LIMITS = {"SCYLLA": {"LIMITS": {"stripe": 2}}}
 
@@ -396,7 +399,7 @@ def test_bad_order_options_are_refused(options, field):
 # -- rates --------------------------------------------------------------------------------------
 
 
-def test_a_rate_starts_at_most_count_tasks_per_period(settings):
+def test_a_rate_starts_at_most_count_tasks_per_period(settings, scylla_clock):
     settings.SCYLLA = {"RATES": {"stripe": "2/h"}}
     worker = WorkerFactory()
     tasks = [Task.objects.submit("default", n, rate_key="stripe") for n in range(5)]
@@ -405,8 +408,9 @@ def test_a_rate_starts_at_most_count_tasks_per_period(settings):
     for task in leased:
         task.complete(worker)
     assert lease(worker) == []  # finished, but their starts are still within the hour
-    Rate.objects.filter(name="stripe").update(seconds=0.2)
-    time.sleep(0.3)
+    scylla_clock.advance(timedelta(minutes=59))
+    assert lease(worker) == []
+    scylla_clock.advance(timedelta(minutes=1, seconds=1))
     # A new window: two more start, in one lease, and the fifth waits.
     assert [t.pk for t in lease(worker)] == [tasks[2].pk, tasks[3].pk]
     assert Task.objects.get(pk=tasks[4].pk).status == "ready"
@@ -487,12 +491,14 @@ def test_shared_holds_coexist_and_keep_writers_out():
     assert [t.pk for t in lease(worker)] == [writer.pk]
 
 
-def test_a_hold_ends_by_itself_after_its_ttl():
+def test_a_hold_ends_by_itself_after_its_ttl(scylla_clock):
     worker = WorkerFactory()
     task = Task.objects.submit("default", 1, locks=["invoice:7"])
-    assert keys.acquire_lock("invoice:7", ttl=0.2)
+    assert keys.acquire_lock("invoice:7", ttl=60)
     assert lease(worker) == []
-    time.sleep(0.3)
+    scylla_clock.advance(timedelta(seconds=59))
+    assert lease(worker) == []
+    scylla_clock.advance(timedelta(seconds=2))
     assert [t.pk for t in lease(worker)] == [task.pk]
 
 

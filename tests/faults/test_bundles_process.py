@@ -5,13 +5,12 @@ cancellation."""
 from __future__ import annotations
 
 import signal
-import time
 
 import pytest
 
 from scylla_django.enums import EventType, Status
-from scylla_django.models import History, Task, Worker
-from tests.processes import finish, start, wait_until
+from scylla_django.models import History, Task
+from tests.processes import finish, output_so_far, start, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
 
@@ -66,16 +65,18 @@ def test_tasks_are_leased_in_bundles_and_each_gets_its_own_outcome():
 
 
 def test_a_bundle_waits_up_to_bundle_wait_to_fill():
-    first = Task.objects.submit("t-bundle", {"n": 0})
-    process = worker("t-bundle")
+    """`t-bundle-fill` bundles 3 and waits up to ten minutes for them: the bundle runs once
+    full, not before and not ten minutes later."""
+    first = Task.objects.submit("t-bundle-fill", {"n": 0}, rn="f0")
+    process = worker("t-bundle-fill")
     try:
-        wait_until(lambda: Worker.objects.exists(), timeout=30, what="the worker's start")
-        time.sleep(0.3)  # the worker saw one ready task: it waits up to a second for more
-        more = [Task.objects.submit("t-bundle", {"n": n}) for n in (1, 2)]
         wait_until(
-            lambda: Task.objects.filter(status=Status.COMPLETED).count() == 3,
-            timeout=30,
-            what="the bundle",
+            lambda: "1 of a bundle of 3 ready" in output_so_far(process),
+            what="the worker waiting for more",
+        )
+        more = [Task.objects.submit("t-bundle-fill", {"n": n}, rn=f"f{n}") for n in (1, 2)]
+        wait_until(
+            lambda: Task.objects.filter(status=Status.COMPLETED).count() == 3, what="the bundle"
         )
     finally:
         stop(process)
@@ -115,7 +116,13 @@ def test_each_member_has_its_own_heartbeat_and_cancellation():
             timeout=30,
             what="the bundle running",
         )
-        time.sleep(0.5)
+        leased = dict(Task.objects.values_list("rn", "deadline"))
+        wait_until(
+            lambda: all(
+                deadline > leased[rn] for rn, deadline in Task.objects.values_list("rn", "deadline")
+            ),
+            what="a heartbeat of each member",
+        )
         Task.objects.get(rn="s1").cancel()
         wait_until(
             lambda: not Task.objects.filter(status=Status.RUNNING).exists(),

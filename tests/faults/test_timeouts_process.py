@@ -245,14 +245,24 @@ def test_no_handler_works_on_past_its_reset_after_the_connection_starves(tmp_pat
         wait_until(
             lambda: Task.objects.filter(status=Status.RUNNING).count() == 3, what="3 running"
         )
-        time.sleep(1)
-        proxy.flowing.clear()  # starve the worker for three leases
+        wait_until(
+            lambda: (
+                path.exists()
+                and {line.split()[0] for line in path.read_text().splitlines()}
+                == {t.rn for t in tasks}
+            ),
+            what="every handler at work",
+        )
+        proxy.flowing.clear()  # starve the worker until its leases expire
         stalled = time.time()
-        reset = 0
-        while time.time() < stalled + 9:
-            reset += Task.objects.reset_expired()  # the monitor, on a connection of its own
-            time.sleep(0.05)
-        assert reset == 3
+        reset = [0]
+
+        def all_reset() -> bool:  # the monitor, on a connection of its own
+            reset[0] += Task.objects.reset_expired()
+            return reset[0] >= 3
+
+        wait_until(all_reset, what="the three expired leases reset")
+        assert reset == [3]
         proxy.flowing.set()
         wait_until(lambda: Task.objects.filter(leases=2).count() == 3, timeout=20, what="leases")
     finally:

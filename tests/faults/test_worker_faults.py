@@ -9,6 +9,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 from django.db.models.functions import Now
 
 from scylla_django.enums import EventType, Status
@@ -22,7 +23,13 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.concurrency]
 FAST = ["--poll-interval", "0.1", "-v", "2", "--handlers=tests.worker_handlers"]
 
 
-def worker(*queues: str, lease: str = "5s", heartbeat: str = "0.3", extra: tuple = ()):
+def worker(
+    *queues: str,
+    lease: str = "5s",
+    heartbeat: str = "0.3",
+    extra: tuple = (),
+    env: dict[str, str] | None = None,
+):
     return start(
         "scylla_worker",
         *(f"--queue={q}" for q in queues),
@@ -30,7 +37,20 @@ def worker(*queues: str, lease: str = "5s", heartbeat: str = "0.3", extra: tuple
         f"--heartbeat-interval={heartbeat}",
         *FAST,
         *extra,
+        env=env,
     )
+
+
+def deadlines(tasks: list[Task]) -> list[datetime]:
+    found = dict(Task.objects.filter(pk__in=[t.pk for t in tasks]).values_list("pk", "deadline"))
+    return [found[t.pk] for t in tasks]
+
+
+def sessions_named(name: str) -> int:
+    """The test database's sessions whose `application_name` is `name` (PostgreSQL)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [name])
+        return int(cursor.fetchone()[0])
 
 
 def running(n: int) -> bool:
@@ -84,13 +104,27 @@ def test_a_heartbeat_in_flight_never_undoes_a_yield():
     n = 8
     for round_ in range(3):
         tasks = [Task.objects.submit("t-sleep", {"seconds": 60}) for _ in range(n)]
-        process = worker("t-sleep", lease="3s", heartbeat="0.01", extra=("--concurrency", str(n)))
+        name = f"heartbeats-{round_}"  # the worker's sessions, in pg_stat_activity
+        process = worker(
+            "t-sleep",
+            lease="3s",
+            heartbeat="0.01",
+            extra=("--concurrency", str(n)),
+            env={"PGAPPNAME": name},
+        )
         wait_until(lambda: running(n), what=f"{n} running tasks")
-        time.sleep(0.2)  # heartbeats under way
+        first = deadlines(tasks)
+        wait_until(
+            lambda tasks=tasks, first=first: all(
+                a > b for a, b in zip(deadlines(tasks), first, strict=True)
+            ),
+            what="every lease heartbeated",
+        )
         process.send_signal(signal.SIGTERM)
         code, output = finish(process, timeout=60)
         assert code == 0, output
-        time.sleep(0.1)  # a heartbeat that undid a yield would have committed by now
+        # A heartbeat in flight when the process ended runs to its end on the server.
+        wait_until(lambda name=name: not sessions_named(name), what="the worker's sessions to end")
         for task in tasks:
             assert last_event(task) == EventType.YIELD, (round_, output)
         # Every deadline is in the past: the monitor resets all at once, no waiting a lease.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -16,6 +15,7 @@ from scylla_django.exceptions import LeaseLost
 from scylla_django.handlers import HandlerRegistry, TaskContext, handler
 from scylla_django.models import Task, Worker
 from scylla_django.worker import TaskWorker, WorkerOptions
+from tests.helpers import lock_waits
 from tests.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -110,16 +110,25 @@ def test_a_reset_waits_for_a_fenced_block_to_commit():
     worker, thread = run(registry, "f-slow")
     assert inside.wait(10)
     resets: list[int] = []
+    sent = threading.Event()
 
     def reset() -> None:
+        def noted(execute, sql, params, many, context):
+            sent.set()
+            return execute(sql, params, many, context)
+
         try:
-            resets.append(expire_and_reset(task))
+            with connections["default"].execute_wrapper(noted):
+                resets.append(expire_and_reset(task))
         finally:
             connections.close_all()
 
     resetter = threading.Thread(target=reset, daemon=True)
     resetter.start()
-    time.sleep(0.5)
+    assert sent.wait(30)
+    # SQLite has one write lock, which the block holds: there the reset waits once it is sent.
+    if connections["default"].vendor != "sqlite":
+        wait_until(lambda: lock_waits() > 0, what="the reset to wait for the fenced block's lock")
     assert resetter.is_alive()  # waiting for the fenced block's lock
     proceed.set()
     resetter.join(25)

@@ -8,8 +8,6 @@ import logging
 import math
 import signal
 import threading
-import time
-from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -24,21 +22,12 @@ from scylla_django.models import History, Task, TaskQuerySet
 from scylla_django.monitor import ExpiredLeases, Monitor, MonitorPass
 from tests.factories import TaskFactory, running_task
 from tests.helpers import expire
-from tests.processes import finish, output_so_far, start
+from tests.processes import finish, output_so_far, start, wait_until
 
 
 def age(*rns: str, days: int = 30) -> None:
     """Make tasks look last updated `days` ago."""
     Task.objects.filter(rn__in=rns).update(updated=Now() - timedelta(days=days))
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 60.0, what: str = "") -> None:
-    """Poll `predicate` until it is true, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(0.02)
 
 
 def scripted_wait(monitor: Monitor, stop: threading.Event, passes: int) -> list[float]:
@@ -144,16 +133,24 @@ def test_monitor_rejects_bad_arguments(kwargs):
 def test_run_repeats_passes_and_stops_promptly_when_the_event_is_set(worker):
     """A loop in a thread keeps resetting leases that expire, and returns at once on stop."""
     monitor = Monitor(interval=0.05)
-    stop = threading.Event()
+    stop, long_wait = threading.Event(), threading.Event()
+    wait = monitor._wait
+
+    def noted_wait(event: threading.Event, timeout: float) -> bool:
+        if timeout > 0.5:  # ten times the passes' interval: services of their own may be sooner
+            long_wait.set()
+        return wait(event, timeout)
+
+    monitor._wait = noted_wait  # type: ignore[method-assign]
     thread = threading.Thread(target=monitor.run, kwargs={"stop": stop}, daemon=True)
     thread.start()
     try:
         assert monitor.leases.wait_for_run(1), "the first pass"
         task = running_task(worker)
         expire(task)
-        wait_for(lambda: Task.objects.get(pk=task.pk).status == Status.READY, what="a later pass")
+        wait_until(lambda: Task.objects.get(pk=task.pk).status == Status.READY, what="a later pass")
         monitor.interval = 3600.0  # now it sits in a long wait
-        time.sleep(0.2)
+        assert long_wait.wait(60), "the monitor never began a long wait"
     finally:
         stop.set()
         thread.join(timeout=60)  # far less than the hour it would wait if it missed the stop
@@ -385,7 +382,7 @@ def test_monitor_process_resets_a_lease_and_exits_0_on_sigterm(worker):
     expire(task)
     process = start("scylla_monitor", "--interval", "0.2")
     try:
-        wait_for(
+        wait_until(
             lambda: (
                 process.poll() is not None
                 or History.objects.filter(task=task, typ=EventType.TIMEOUT).exists()
@@ -407,9 +404,9 @@ def test_monitor_process_resets_a_lease_and_exits_0_on_sigterm(worker):
 def test_monitor_process_prints_every_threads_stack_on_sigusr1_and_carries_on():
     process = start("scylla_monitor", "--interval", "0.2")
     try:
-        wait_for(lambda: "monitor started" in output_so_far(process), timeout=60, what="the start")
+        wait_until(lambda: "monitor started" in output_so_far(process), what="the start")
         process.send_signal(signal.SIGUSR1)
-        wait_for(
+        wait_until(
             lambda: (
                 "monitor/monitor.py" in output_so_far(process)
                 and "stops.py" in output_so_far(process)

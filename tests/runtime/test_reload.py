@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import pytest
 
@@ -72,10 +71,18 @@ def test_a_code_change_yields_the_task_and_restarts_the_worker(tmp_path):
     try:
         wait_until(lambda: Task.objects.filter(status=Status.RUNNING).exists(), what="a lease")
         first = Worker.objects.get_by_name(Task.objects.get(rn="r").owner)
-        # The reloader notes the files' times once a second: change the file after its first look.
+        # The reloader notes the files' times once a second, and a change before its first
+        # look goes unseen: the file's time moves on at each poll until the worker has seen it.
         wait_until(lambda: any("watching for code changes" in x for x in lines), timeout=20)
-        time.sleep(1.5)
         module.write_text(HANDLERS.replace("VERSION = 1", "VERSION = 2"))
+
+        def seen() -> bool:
+            if any("changed: yielding" in x for x in lines):
+                return True
+            os.utime(module)
+            return False
+
+        wait_until(seen, what="the change seen")
         wait_until(
             lambda: Worker.objects.filter(pk__gt=first.pk).exists(),
             timeout=30,

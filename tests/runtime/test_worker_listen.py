@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 
 import psycopg
@@ -34,7 +33,9 @@ def started(**options) -> tuple[TaskWorker, threading.Thread]:
     wait_until(lambda: worker.listener is not None, what="the listener")
     assert worker.listener is not None
     assert worker.listener.connected.wait(10), "the listener never connected"
-    time.sleep(0.2)  # past the first (empty) lease: the worker is waiting for a poll
+    # Past the first (empty) lease and the one the LISTEN's start asked for: from now on only
+    # a notification (or an hour's poll) makes the worker lease.
+    wait_until(worker.idle, what="the worker waiting for a wake-up")
     return worker, thread
 
 
@@ -54,10 +55,14 @@ def test_a_ready_notification_leases_at_once():
         task = Task.objects.submit("t-echo", {"n": 1})
         notify(db.READY_CHANNEL, "t-echo")
         wait_until(lambda: completed(task), timeout=60, what="the task, without a poll")
-        # A notification for a queue the worker does not serve is ignored.
+        # A notification for a queue the worker does not serve is ignored. The connection
+        # delivers notifications in order: once the next one's task is done, the first was
+        # handled.
         other = Task.objects.submit("t-fail", {})
         notify(db.READY_CHANNEL, "t-fail")
-        time.sleep(0.3)
+        after = Task.objects.submit("t-echo", {"n": 2})
+        notify(db.READY_CHANNEL, "t-echo")
+        wait_until(lambda: completed(after), timeout=60, what="the next notification's task")
         assert Task.objects.get(pk=other.pk).status == Status.READY
     finally:
         stopped(worker, thread)
@@ -93,7 +98,7 @@ def test_the_listener_survives_losing_its_connection():
             assert cursor.fetchone() == (True,)
         wait_until(lambda: worker.listener.connections == 2, timeout=60, what="a new LISTEN")
         assert worker.listener.connected.wait(5)
-        time.sleep(0.2)
+        wait_until(worker.idle, what="the worker waiting again after the new LISTEN's lease")
         task = Task.objects.submit("t-echo", {"after": "reconnect"})
         notify(db.READY_CHANNEL, "t-echo")
         wait_until(lambda: completed(task), timeout=60, what="the task, without a poll")
