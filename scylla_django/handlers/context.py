@@ -27,6 +27,7 @@ from ..exceptions import (
     TaskCancelled,
     exception_error,
 )
+from ..lease_in_hand import LeaseInHand
 from ..pending_checkpoint import PendingCheckpoint
 from ..validation import validate_delay, validate_progress
 
@@ -88,25 +89,8 @@ class TaskContext:
         self._lock = threading.Lock()
         self._ended = False
         self._wakers: set[Callable[[], None]] = set()  # what wakes a `sleep()` in progress
-        # Kept by the worker: heartbeats failed in a row, progress the database has, whether
-        # the lease was given back, whether the handler is still running.
-        self.failed_heartbeats = 0
-        self.sent_progress = task.progress
-        self.yielded = False
-        self.handler_running = False
-        self.started = time.monotonic()
-        """When the lease was taken, on this process's monotonic clock."""
-        self.handler_started: float | None = None
-        """When its handler started (monotonic; None: not yet, a prefetched task waits)."""
-        self.start_recorded = task.handler_started
-        """Whether the database knows that its handler has started (`Task.handler_started`):
-        a heartbeat told it, or the start was recorded before the handler ran. Until then the
-        lease is a reservation (see `WorkerOptions.reservation`)."""
-        self.timeout: timedelta | None = None
-        """The task's run-time limit, as the worker resolved it (None: no limit)."""
-        self.lease_kept_until: float | None = None
-        """Until when (monotonic) the lease is surely held, as the last heartbeat that was
-        answered tells; past it, `check()` raises LeaseLost (None: not tracked)."""
+        self.in_hand = LeaseInHand(start_recorded=task.handler_started, sent_progress=task.progress)
+        """What the worker keeps about the lease it holds for this run (`LeaseInHand`)."""
         # The children spawned so far, submitted with the task's completion (`spawn`).
         self.children: list[dict[str, Any]] = []
         self._parent_results: dict[str, Any] | None = None
@@ -388,9 +372,10 @@ class TaskContext:
 
         Call it between steps of long work. The worker writes nothing more for a stopped task
         (but the abort `timeout` for one that timed out). LeaseLost is raised too once the
-        lease may have expired because heartbeats failed (`lease_kept_until` has passed).
+        lease may have expired because heartbeats failed (`in_hand.lease_kept_until` has
+        passed).
         """
-        kept = self.lease_kept_until
+        kept = self.in_hand.lease_kept_until
         if kept is not None and time.monotonic() >= kept:
             self.stop(
                 LeaseLost(

@@ -301,7 +301,10 @@ class TaskWorker:
             thread.join(max(0.0, deadline - time.monotonic()))
         self._grace_over.set()
         running = self._slots.running() + [
-            ctx.task.rn for b in self._bundlers for ctx in b.in_hand() if ctx.handler_running
+            ctx.task.rn
+            for b in self._bundlers
+            for ctx in b.in_hand()
+            if ctx.in_hand.handler_running
         ]
         self.abandoned = running
         if running:

@@ -68,8 +68,8 @@ class BundleCall:
         meter = ThreadMeter()
         started = time.monotonic()
         for ctx in live:
-            ctx.handler_running = True
-            ctx.handler_started = started
+            ctx.in_hand.handler_running = True
+            ctx.in_hand.handler_started = started
         outcomes.hooks.note("started", len(live))
         traceparents: list[str | None] = [None] * len(live)
         if tracing.enabled():
@@ -77,7 +77,7 @@ class BundleCall:
                 live[0].task._state.db or "default", [ctx.task.rn for ctx in live]
             )
             traceparents = [stored.get(ctx.task.rn) for ctx in live]
-        leased = min(ctx.started for ctx in live)
+        leased = min(ctx.in_hand.started for ctx in live)
         with (
             tracing.process_span(
                 queue, [c.task for c in live], traceparents, name(), leased
@@ -100,7 +100,7 @@ class BundleCall:
                 logger.warning("%s: bundle handler of %s raised %r", name(), queue, exc)
             finally:
                 for ctx in live:
-                    ctx.handler_running = False
+                    ctx.in_hand.handler_running = False
                     ctx.span = None
             if raised is not None and not isinstance(raised, STOPS):
                 tracing.finish(span, "aborted", exception_error(raised))

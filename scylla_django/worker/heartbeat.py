@@ -123,10 +123,10 @@ class Heartbeat:
         told (WorkerStopping; default: the worker is stopping)."""
         why = why or f"{self.worker.name} is stopping"
         with self._lock:  # a yield waits for this heartbeat, and is then not undone
-            given = [ctx for ctx in contexts if not ctx.yielded]
+            given = [ctx for ctx in contexts if not ctx.in_hand.yielded]
             # All stopped first: a prefetched task is not started while the others are yielded.
             for ctx in given:
-                ctx.yielded = True  # first: a handler returning now still gets its outcome
+                ctx.in_hand.yielded = True  # first: a handler returning now still gets its outcome
                 ctx.stop(WorkerStopping(why, rn=ctx.task.rn))
             if given:
                 self._yield(given)
@@ -204,8 +204,8 @@ class Heartbeat:
                 logger.info("%s: %s", self.worker.name, errors[pk])
                 ctx.stop(errors[pk])
                 return False
-            ctx.start_recorded = True
-            ctx.failed_heartbeats = 0
+            ctx.in_hand.start_recorded = True
+            ctx.in_hand.failed_heartbeats = 0
             if self.watchdog is not None:
                 self.watchdog.kept(ctx, sent)
         self.hooks.note("recorded")
@@ -237,7 +237,7 @@ class Heartbeat:
         """Stop each of `contexts` whose lease was refused, for the reason in `errors`."""
         for ctx in contexts:
             error = errors[ctx.task.pk]
-            if type(error) is InvalidTransition and not ctx.handler_running:
+            if type(error) is InvalidTransition and not ctx.in_hand.handler_running:
                 continue  # its outcome was written since we looked
             # Any other refusal means stop: cancelled, reset, aborted by the monitor, taken over.
             logger.info("%s: %s", self.worker.name, error)
@@ -260,7 +260,7 @@ class Heartbeat:
             leases = {
                 ctx.task.pk: (
                     ctx.task.leases,
-                    None if ctx.progress == ctx.sent_progress else ctx.progress,
+                    None if ctx.progress == ctx.in_hand.sent_progress else ctx.progress,
                 )
                 for ctx in live
             }
@@ -273,7 +273,7 @@ class Heartbeat:
             started = {
                 ctx.task.pk
                 for ctx in live
-                if ctx.handler_started is not None and not ctx.start_recorded
+                if ctx.in_hand.handler_started is not None and not ctx.in_hand.start_recorded
             }
             try:
                 with self.connection.used():
@@ -295,8 +295,8 @@ class Heartbeat:
                 for ctx, held in kept.values():
                     ctx.pending_checkpoint.put_back(held)  # for the next heartbeat
                 for ctx in live:
-                    ctx.failed_heartbeats += 1
-                    if ctx.failed_heartbeats >= max_failures:
+                    ctx.in_hand.failed_heartbeats += 1
+                    if ctx.in_hand.failed_heartbeats >= max_failures:
                         ctx.stop(
                             LeaseLost(
                                 f"{max_failures} heartbeats in a row failed; giving the task up",
@@ -307,7 +307,7 @@ class Heartbeat:
                     "%s: heartbeat of %d task(s) failed (%d/%d): %r",
                     self.worker.name,
                     len(live),
-                    max(ctx.failed_heartbeats for ctx in live),
+                    max(ctx.in_hand.failed_heartbeats for ctx in live),
                     max_failures,
                     exc,
                 )
@@ -315,12 +315,12 @@ class Heartbeat:
         beaten: set[int] = set()
         for ctx in live:
             if ctx.task.pk in extended:
-                ctx.failed_heartbeats = 0
+                ctx.in_hand.failed_heartbeats = 0
                 if ctx.task.pk in started:
-                    ctx.start_recorded = True
+                    ctx.in_hand.start_recorded = True
                 progress = leases[ctx.task.pk][1]
                 if progress is not None:
-                    ctx.sent_progress = progress
+                    ctx.in_hand.sent_progress = progress
                 if self.watchdog is not None:
                     self.watchdog.kept(ctx, sent)
                 if ctx.span is not None and id(ctx.span) not in beaten:

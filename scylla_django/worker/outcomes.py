@@ -143,13 +143,13 @@ class RunOutcomes:
             raise RuntimeError("leased a task of a queue without a handler")
         run = HandlerRun(handler)
         outcome: Outcome | None
-        ctx.handler_running = True
-        started = ctx.handler_started = time.monotonic()
+        ctx.in_hand.handler_running = True
+        started = ctx.in_hand.handler_started = time.monotonic()
         self.hooks.note("started")
         stop: BaseException | None = None
         task = ctx.task
         with tracing.process_span(
-            task.queue, [task], [traceparent], self.name(), ctx.started
+            task.queue, [task], [traceparent], self.name(), ctx.in_hand.started
         ) as span:
             ctx.span, ctx.traceparent = span, tracing.current_traceparent()
             with captured() as run.log:
@@ -166,7 +166,7 @@ class RunOutcomes:
                             self.post_mortem(exc)
                         outcome = self.raised(ctx, exc)
                 finally:
-                    ctx.handler_running = False
+                    ctx.in_hand.handler_running = False
             ctx.span = None
             trace_finish(span, outcome)
         if stop is not None:
@@ -231,13 +231,13 @@ class RunOutcomes:
         """The outcome to write: none for a task stopped while its handler ran, the abort
         `timeout` for one that ran past its run-time limit."""
         reason = ctx.stop_reason
-        if outcome is not None and isinstance(reason, TaskTimedOut) and not ctx.yielded:
+        if outcome is not None and isinstance(reason, TaskTimedOut) and not ctx.in_hand.yielded:
             if outcome.errors != [reason.as_error()]:
                 logger.info(
                     "%s: %s timed out; its outcome is the abort timeout", self.name(), ctx.task.rn
                 )
             return dataclasses.replace(outcome, result=None, errors=[reason.as_error()])
-        if outcome is not None and ctx.stopped and not ctx.yielded:
+        if outcome is not None and ctx.stopped and not ctx.in_hand.yielded:
             logger.info("%s: %s was stopped; its outcome is not written", self.name(), ctx.task.rn)
             return None
         return outcome
@@ -254,9 +254,9 @@ def member_outcome(
     """What to write for one member of a bundle: (result, None) or (None, errors); None for
     none."""
     reason = ctx.stop_reason
-    if isinstance(reason, TaskTimedOut) and not ctx.yielded:
+    if isinstance(reason, TaskTimedOut) and not ctx.in_hand.yielded:
         return None, [reason.as_error()]
-    if ctx.stopped and not ctx.yielded:
+    if ctx.stopped and not ctx.in_hand.yielded:
         return None  # cancelled or lost: its lease is not ours to end
     if ctx.decision is not None:
         result, errors = ctx.decision

@@ -125,9 +125,9 @@ class Slots:
             for ctx in self._hand.values():
                 if ctx.stopped:
                     continue
-                if ctx.handler_started is None:
+                if ctx.in_hand.handler_started is None:
                     waiting.append(ctx)
-                elif ctx.handler_running and now - ctx.handler_started >= GIVE_BACK:
+                elif ctx.in_hand.handler_running and now - ctx.in_hand.handler_started >= GIVE_BACK:
                     busy += 1
             if not waiting or busy < self.concurrency:
                 return []
@@ -260,7 +260,7 @@ class Slots:
     def running(self) -> list[str]:
         """The rns of the tasks in hand whose handlers are still running."""
         with self._changed:
-            return [ctx.task.rn for ctx in self._hand.values() if ctx.handler_running]
+            return [ctx.task.rn for ctx in self._hand.values() if ctx.in_hand.handler_running]
 
     def wait_until_empty(self, give_up: Callable[[], bool]) -> None:
         """Wait until no task is in hand and no lease in progress, or `give_up()`."""

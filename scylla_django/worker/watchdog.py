@@ -8,7 +8,7 @@
   run's handler runs on its caller's thread, which nothing can replace: it is waited for, and
   its task is aborted with `timeout` once it returns.
 - **Lease keeping**: every heartbeat the database answers tells until when the lease is surely
-  held (`ctx.lease_kept_until`, a margin before the lease can expire). When heartbeats fail
+  held (`ctx.in_hand.lease_kept_until`, a margin before the lease can expire). When heartbeats fail
   (the database is unreachable, or a heartbeat hangs) and that time comes, the task is given
   up before its lease can expire and be reset: `ctx.check()` raises LeaseLost, nothing is
   written for it, and a handler still running `timeout_grace` later loses its slot and thread
@@ -84,20 +84,22 @@ class Watchdog:
         """Set the limits of a task just leased (called as it is put in hand), and watch it:
         its run-time limit (not with `limit` False: a debugger's run) and the keeping of its
         lease (not with `lease` False: a lease no heartbeat extends)."""
-        ctx.timeout = self.options.registry.timeout_of(ctx.task) if limit else None
+        ctx.in_hand.timeout = self.options.registry.timeout_of(ctx.task) if limit else None
         length = self._length(ctx)
-        ctx.lease_kept_until = ctx.started + length - self.margin if lease else None
+        ctx.in_hand.lease_kept_until = ctx.in_hand.started + length - self.margin if lease else None
         self._push(self._next_look(ctx), ctx, None)
 
     def kept(self, ctx: TaskContext, sent: float) -> None:
         """A heartbeat sent at `sent` (monotonic) extended `ctx`'s lease."""
-        ctx.lease_kept_until = sent + self._length(ctx) - self.margin
+        ctx.in_hand.lease_kept_until = sent + self._length(ctx) - self.margin
 
     def _length(self, ctx: TaskContext) -> float:
         """How long `ctx`'s lease lasts from its last extension: a full lease once the
         database knows its handler has started, a reservation before."""
         options = self.options
-        return (options.lease_length if ctx.start_recorded else options.reservation).total_seconds()
+        return (
+            options.lease_length if ctx.in_hand.start_recorded else options.reservation
+        ).total_seconds()
 
     def watched(self) -> int:
         """How many tasks the watchdog is waiting to look at (the tasks given back to the
@@ -135,9 +137,13 @@ class Watchdog:
 
     def _next_look(self, ctx: TaskContext) -> float:
         """When a running task's timeout or the end of its kept lease comes, whichever first."""
-        when = ctx.lease_kept_until if ctx.lease_kept_until is not None else float("inf")
-        if ctx.timeout is not None:
-            when = min(when, ctx.started + ctx.timeout.total_seconds())
+        when = (
+            ctx.in_hand.lease_kept_until
+            if ctx.in_hand.lease_kept_until is not None
+            else float("inf")
+        )
+        if ctx.in_hand.timeout is not None:
+            when = min(when, ctx.in_hand.started + ctx.in_hand.timeout.total_seconds())
         return when
 
     def _push(self, when: float, ctx: TaskContext, stopped_at: float | None) -> None:
@@ -154,7 +160,7 @@ class Watchdog:
                 if not self._due or self._due[0][0] > now:
                     return
                 _, _, ctx, stopped_at = heapq.heappop(self._due)
-            if not holds(ctx) or ctx.yielded:
+            if not holds(ctx) or ctx.in_hand.yielded:
                 continue
             if stopped_at is None:
                 stopped_at = self._stop_when_due(ctx, now)
@@ -162,15 +168,18 @@ class Watchdog:
                     self._push(max(self._next_look(ctx), now + TICK), ctx, None)
                 else:
                     self._push(stopped_at + grace, ctx, stopped_at)
-            elif ctx.handler_running:
+            elif ctx.in_hand.handler_running:
                 self._give_up(ctx, execution, grace)
 
     def _stop_when_due(self, ctx: TaskContext, now: float) -> float | None:
         """Stop `ctx` if its timeout came, or its lease may lapse while its handler runs;
         return when it was stopped (None: not stopped)."""
         task = ctx.task
-        if ctx.timeout is not None and now >= ctx.started + ctx.timeout.total_seconds():
-            seconds = ctx.timeout.total_seconds()
+        if (
+            ctx.in_hand.timeout is not None
+            and now >= ctx.in_hand.started + ctx.in_hand.timeout.total_seconds()
+        ):
+            seconds = ctx.in_hand.timeout.total_seconds()
             ctx.stop(
                 TaskTimedOut(f"ran past its {seconds:g}s timeout", rn=task.rn, timeout=seconds)
             )
@@ -182,8 +191,8 @@ class Watchdog:
                 seconds,
             )
             return now
-        kept = ctx.lease_kept_until
-        if kept is not None and now >= kept and ctx.handler_running:
+        kept = ctx.in_hand.lease_kept_until
+        if kept is not None and now >= kept and ctx.in_hand.handler_running:
             ctx.stop(
                 LeaseLost(
                     "heartbeats failed and the lease may expire: giving the task up",
@@ -227,7 +236,7 @@ class Watchdog:
                 grace,
             )
             errors = [reason.as_error()]
-            duration = time.monotonic() - ctx.started
+            duration = time.monotonic() - ctx.in_hand.started
             outcome = Outcome(task.pk, task.leases, errors=errors, duration=duration, task=task)
             execution.sink.hand_over(ctx, outcome)
         else:

@@ -122,7 +122,7 @@ class OutcomeWriter:
         # The slot stays taken until the outcome is written: a task is the worker's until then.
         with self._ready:
             self._outcomes.append((ctx, outcome))
-            if ctx.start_recorded:
+            if ctx.in_hand.start_recorded:
                 self._recorded.add(ctx.task.pk)
             # The first wakes the writer; `write_size` waiting, or the last task in hand, flushes.
             if len(self._outcomes) in (1, self.options.write_size) or self._all_handled():
@@ -178,7 +178,7 @@ class OutcomeWriter:
         """Whether something must be written before `ctx`'s handler starts: an outcome
         waiting whose task's start the database knows, or `ctx`'s own start (its earlier
         lease expired unstarted). A look without a lock, on every handler's start."""
-        return bool(self._recorded) or (not ctx.start_recorded and ctx.task.unstarted > 0)
+        return bool(self._recorded) or (not ctx.in_hand.start_recorded and ctx.task.unstarted > 0)
 
     def write_before_start(self, ctx: TaskContext) -> bool:
         """On the thread about to run `ctx`'s handler: have the outcomes waiting whose tasks'
@@ -186,7 +186,7 @@ class OutcomeWriter:
         outage the handler is not held up longer), then record `ctx`'s start if its earlier
         lease expired unstarted; whether the handler may run."""
         self._write_now(self.options.heartbeat_seconds)
-        if ctx.start_recorded or ctx.task.unstarted == 0:
+        if ctx.in_hand.start_recorded or ctx.task.unstarted == 0:
             return True
         return self.heartbeat.record_start(ctx)
 

@@ -52,6 +52,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "handlers",
         "durable",
         "pending_checkpoint",
+        "lease_in_hand",
         "listener",
         "worker",
         "supervisor",

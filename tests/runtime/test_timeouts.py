@@ -214,7 +214,7 @@ def test_a_task_whose_heartbeats_are_not_answered_is_given_up_before_its_lease_e
         wait_until(lambda: worker._slots.in_hand(), what="the task in hand")
         [ctx] = worker._slots.in_hand()
         # As if every heartbeat since the lease had gone unanswered.
-        ctx.lease_kept_until = time.monotonic()
+        ctx.in_hand.lease_kept_until = time.monotonic()
         # Out of the slots (a lease in progress may claim free slots meanwhile).
         wait_until(lambda: not worker._slots.in_hand(), timeout=60, what="the task given up")
         assert isinstance(ctx.stop_reason, LeaseLost)
