@@ -14,13 +14,11 @@ from typing import Any, cast
 from django.db.models import QuerySet
 
 from .. import db, retries, signals, validation
-from ..conf import scylla_settings
 from ..exceptions import WorkerNotFound
-from ..validation import validate_limit, validate_queues, validate_timeout, validate_timeouts
 from . import children, successors
 from .notices import send_each_on_commit
 from .outcomes import Outcome, outcome_rows
-from .processes import Worker, worker_name
+from .processes import Worker, lease_terms, worker_name
 from .tables import tables
 
 
@@ -80,18 +78,20 @@ def finish_and_lease(
     name = worker_name(worker)
     snoozed = children.snooze_outcomes(tasks, name, [o for o in outcomes if o.snooze is not None])
     outcomes = [o for o in outcomes if o.snooze is None]
-    queues = validate_queues(queues)
-    limit = validate_limit(limit)
-    lease_length = validate_timeout(
-        scylla_settings.LEASE_LENGTH if lease_length is None else lease_length
-    )
-    limits = validate_timeouts(timeouts)
-    grace = validate_timeout(
-        scylla_settings.TIMEOUT_GRACE if timeout_grace is None else timeout_grace
-    )
-    reserved = None if reservation is None else validate_timeout(reservation)
-    rows = outcome_rows(outcomes)
     pk = validation.worker_id(name)
+    # Validated before anything is finished. A name that is no worker's (pk None) is refused
+    # by the lease below, after the outcomes are written: 0 stands in for its pk meanwhile.
+    terms = lease_terms(
+        0 if pk is None else pk,
+        name,
+        queues,
+        limit,
+        lease_length,
+        timeouts,
+        timeout_grace,
+        reservation,
+    )
+    rows = outcome_rows(outcomes)
     driver = db.driver(tasks.db)
     aborting = any(row["errors"] is not None for row in rows)
     spawning = any(outcome.children for outcome in outcomes)
@@ -100,17 +100,16 @@ def finish_and_lease(
         try:
             leased = tasks.lease(  # type: ignore[attr-defined]  # a TaskQuerySet
                 worker,
-                queues,
-                limit=limit,
-                lease_length=lease_length,
-                timeouts=limits,
-                timeout_grace=grace,
-                reservation=reserved,
+                terms.queues,
+                limit=terms.limit,
+                lease_length=terms.lease_length,
+                timeouts=terms.timeouts,
+                timeout_grace=terms.timeout_grace,
+                reservation=terms.reservation,
             )
             return finished, leased
         except WorkerNotFound:
             return finished, []
-    terms = db.LeaseTerms(pk, name, queues, limit, lease_length, limits, grace, reserved)
     done, leased_tasks = driver.finish_and_lease(tables(tasks.model), terms, rows)
     announce(tasks, outcomes, rows, done)
     send_each_on_commit(

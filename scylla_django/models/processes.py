@@ -3,7 +3,7 @@ silent, dead, stopped) judged on the database clock."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Self, TypeVar
@@ -24,9 +24,11 @@ from ..exceptions import (
     WorkerNotFound,
 )
 from ..validation import (
+    validate_limit,
     validate_queue,
     validate_queues,
     validate_timeout,
+    validate_timeouts,
 )
 
 WORKER_PREFIX = validation.WORKER_PREFIX
@@ -44,6 +46,33 @@ def required_worker_id(name: str) -> int:
     if pk is None:
         raise WorkerNotFound(f"{name!r} is not a worker name.")
     return pk
+
+
+def lease_terms(
+    worker_id: int,
+    name: str,
+    queues: Sequence[str],
+    limit: int,
+    lease_length: timedelta | float | None,
+    timeouts: Mapping[str, timedelta | float | str | None] | None,
+    timeout_grace: timedelta | float | None,
+    reservation: timedelta | float | None,
+) -> db.LeaseTerms:
+    """The terms of a lease for the worker `name` (its pk `worker_id`), validated (a
+    ValidationError names what is wrong) and defaulted from the settings (`LEASE_LENGTH`,
+    `TIMEOUT_GRACE`): what `TaskQuerySet.lease` and `finish_and_lease` hand a driver."""
+    lease_length = scylla_settings.LEASE_LENGTH if lease_length is None else lease_length
+    grace = scylla_settings.TIMEOUT_GRACE if timeout_grace is None else timeout_grace
+    return db.LeaseTerms(
+        worker_id,
+        name,
+        validate_queues(queues),
+        validate_limit(limit),
+        validate_timeout(lease_length),
+        validate_timeouts(timeouts),
+        validate_timeout(grace),
+        None if reservation is None else validate_timeout(reservation),
+    )
 
 
 _Registered = TypeVar("_Registered", bound=models.Model)

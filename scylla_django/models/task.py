@@ -52,12 +52,9 @@ from ..validation import (
     validate_delay,
     validate_errors,
     validate_json,
-    validate_limit,
     validate_progress,
     validate_queue,
-    validate_queues,
     validate_timeout,
-    validate_timeouts,
 )
 from . import (
     deletions,
@@ -79,7 +76,7 @@ from .history import History
 from .inputs import SubmitOutcome, TaskOptions, task_values, validate_terminal_statuses
 from .notices import send_each_on_commit, send_on_commit
 from .origins import Submitter, TaskOrigin
-from .processes import Worker, required_worker_id, worker_name
+from .processes import Worker, lease_terms, required_worker_id, worker_name
 from .queues import QueueSummary, queue_summaries, ready_summary
 from .refusals import lease_reset_refusal
 from .steps import Step
@@ -277,18 +274,16 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
         on PostgreSQL, the same transaction elsewhere); otherwise WorkerNotFound is raised.
         """
         name = worker_name(worker)
-        pk = required_worker_id(name)
-        queues = validate_queues(queues)
-        limit = validate_limit(limit)
-        lease_length = validate_timeout(
-            scylla_settings.LEASE_LENGTH if lease_length is None else lease_length
+        terms = lease_terms(
+            required_worker_id(name),
+            name,
+            queues,
+            limit,
+            lease_length,
+            timeouts,
+            timeout_grace,
+            reservation,
         )
-        limits = validate_timeouts(timeouts)
-        grace = validate_timeout(
-            scylla_settings.TIMEOUT_GRACE if timeout_grace is None else timeout_grace
-        )
-        reserved = None if reservation is None else validate_timeout(reservation)
-        terms = db.LeaseTerms(pk, name, queues, limit, lease_length, limits, grace, reserved)
         leased = db.driver(self.db).lease(TABLES, terms)
         if leased is None:
             raise WorkerNotFound(f"No registered, running worker is called {name!r}.")
