@@ -9,12 +9,13 @@ postgres://postgres@127.0.0.1:5432/scylla_bench_durable, created if missing):
 
 - **a step**: one task runs `--steps` steps (`ctx.step(name, func)`, each recording a small
   JSON result in its fenced transaction) on the caller's thread (`run_task`, the worker's own
-  execution code); printed: the statements per step (counted by Django) and the time per
-  step, and, beside it, pgbench running the same statements (BEGIN, the lease's row locked
-  FOR SHARE, the step's INSERT, COMMIT) as the floor of any fenced step.
+  execution code); printed: the statements per step (counted by Django), the time per step
+  and PostgreSQL's CPU per step (the CPU of the one backend that runs them, from /proc),
+  and, beside it, pgbench running the same statements (BEGIN, the lease's row locked FOR
+  SHARE, the step's INSERT, COMMIT) as the floor of any fenced step, with its backend's CPU.
 - **a wait/wake cycle**: `--tasks` tasks each run to a `ctx.wait_for(kind, match=...)` and
-  park, an `emit()` per task wakes it, each runs again and completes; printed: the time per
-  park, per wake (one emit in its own transaction) and per resume.
+  park, an `emit()` per task wakes it, each runs again and completes; printed: the time and
+  PostgreSQL's CPU per park, per wake (one emit in its own transaction) and per resume.
 - **at scale** (`--scale`): `--parked` tasks parked (half waiting for an event of their own,
   half in a durable sleep of a day; written as a park writes them) beside `--running` ready
   tasks run by `--workers` worker processes (`scylla_worker --concurrency 10`, a step each).
@@ -65,25 +66,49 @@ def main() -> None:
     if args.scale:
         durable_scale.run(args)
         return
-    per_step, statements = [], 0.0
+    per_step, step_cpu, statements = [], [], 0.0
     for _ in range(args.runs):
-        seconds, statements = time_steps(args.steps)
+        seconds, cpu, statements = time_steps(args.steps)
         per_step.append(seconds / args.steps * 1e6)
-    print(f"a step: {statements:.1f} statements, {postgres.spread(per_step)} µs")
-    parks, wakes, resumes = [], [], []
+        step_cpu.append(cpu / args.steps * 1e6)
+    print(
+        f"a step: {statements:.1f} statements, {postgres.spread(per_step)} µs; "
+        f"PostgreSQL CPU {postgres.spread(step_cpu)} µs"
+    )
+    phases: dict[str, list[float]] = {"park": [], "wake": [], "resume": []}
+    cpus: dict[str, list[float]] = {"park": [], "wake": [], "resume": []}
     for _ in range(args.runs):
-        park, wake, resume = time_waits(args.tasks)
-        parks.append(park / args.tasks * 1e6)
-        wakes.append(wake / args.tasks * 1e6)
-        resumes.append(resume / args.tasks * 1e6)
-    print(f"a park (run to the wait): {postgres.spread(parks)} µs")
-    print(f"a wake (one emit): {postgres.spread(wakes)} µs")
-    print(f"a resume (run past the wait to completion): {postgres.spread(resumes)} µs")
+        for phase, (seconds, cpu) in time_waits(args.tasks).items():
+            phases[phase].append(seconds / args.tasks * 1e6)
+            cpus[phase].append(cpu / args.tasks * 1e6)
+    for phase, what in (
+        ("park", "a park (run to the wait)"),
+        ("wake", "a wake (one emit)"),
+        ("resume", "a resume (run past the wait to completion)"),
+    ):
+        print(
+            f"{what}: {postgres.spread(phases[phase])} µs; "
+            f"PostgreSQL CPU {postgres.spread(cpus[phase])} µs"
+        )
     time_pgbench(args.steps)
 
 
-def time_steps(steps: int) -> tuple[float, float]:
-    """Seconds of a run of `steps` steps, and the statements per step."""
+def backend_cpu() -> float:
+    """CPU seconds used so far by the backend of Django's connection (this thread's), read
+    from /proc on this machine (nanoseconds: /proc/<pid>/schedstat)."""
+    from pathlib import Path
+
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+
+
+def time_steps(steps: int) -> tuple[float, float, float]:
+    """Seconds of a run of `steps` steps, PostgreSQL's CPU seconds for them (the backend
+    that runs them), and the statements per step."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -102,21 +127,24 @@ def time_steps(steps: int) -> tuple[float, float]:
             for n in range(COUNTED):
                 ctx.step(f"c{n}", lambda n=n: {"n": n})
         timed["statements"] = len(queries) / COUNTED
+        cpu = backend_cpu()
         started = time.perf_counter()
         for n in range(steps):
             ctx.step(f"s{n}", lambda n=n: {"n": n})
         timed["seconds"] = time.perf_counter() - started
+        timed["cpu"] = backend_cpu() - cpu
         return None
 
     task = Task.objects.submit("bench-steps", {})
     done = run_task(task.rn, registry=registry)
     assert done.status == "completed", done.errors
     assert Step.objects.filter(task=task).count() == steps + COUNTED + 1
-    return timed["seconds"], timed["statements"]
+    return timed["seconds"], timed["cpu"], timed["statements"]
 
 
-def time_waits(tasks: int) -> tuple[float, float, float]:
-    """Seconds to park `tasks` tasks, to wake them (an emit each), and to run them on."""
+def time_waits(tasks: int) -> dict[str, tuple[float, float]]:
+    """Seconds, and PostgreSQL's CPU seconds (the backend that runs them), to park `tasks`
+    tasks, to wake them (an emit each), and to run them on, by phase."""
     from scylla_django import emit
     from scylla_django.handlers import HandlerRegistry, handler
     from scylla_django.models import Task, Wait
@@ -130,21 +158,19 @@ def time_waits(tasks: int) -> tuple[float, float, float]:
         return ctx.wait_for("bench.go", match={"n": ctx.spec["n"]})
 
     rns = [Task.objects.submit("bench-waits", {"n": n}).rn for n in range(tasks)]
-    started = time.perf_counter()
-    for rn in rns:
-        run_task(rn, registry=registry)
-    park = time.perf_counter() - started
-    started = time.perf_counter()
-    for n in range(tasks):
-        emit("bench.go", {"n": n})
-    wake = time.perf_counter() - started
+    phases: dict[str, tuple[float, float]] = {}
+
+    def timed(phase: str, work) -> None:
+        cpu, started = backend_cpu(), time.perf_counter()
+        work()
+        phases[phase] = (time.perf_counter() - started, backend_cpu() - cpu)
+
+    timed("park", lambda: [run_task(rn, registry=registry) for rn in rns])
+    timed("wake", lambda: [emit("bench.go", {"n": n}) for n in range(tasks)])
     assert Wait.objects.filter(outcome="woken").count() == tasks
-    started = time.perf_counter()
-    for rn in rns:
-        run_task(rn, registry=registry)
-    resume = time.perf_counter() - started
+    timed("resume", lambda: [run_task(rn, registry=registry) for rn in rns])
     assert Task.objects.filter(queue="bench-waits", status="completed").count() == tasks
-    return park, wake, resume
+    return phases
 
 
 def time_pgbench(steps: int) -> None:
@@ -152,6 +178,7 @@ def time_pgbench(steps: int) -> None:
     from datetime import timedelta
 
     from django.db.models.functions import Now
+    from throughput import BackendSampler
 
     from scylla_django.models import Task
 
@@ -174,11 +201,15 @@ INSERT INTO scylla_django_step (task_id, name, result, size, lease, time)
     VALUES ({task.pk}, 's' || :n, '{{"n": 1}}', 8, 1, now()) ON CONFLICT DO NOTHING;
 COMMIT;
 """
+    sampler = BackendSampler()
+    sampler.start()
     tps, latencies = postgres.pgbench(script, transactions=steps)
+    cpu = sampler.finish()
     latencies.sort()
     print(
         f"pgbench, the step's statements ({steps:,} runs, one client): "
-        f"{1e6 / tps:,.0f} µs each, p50 {latencies[len(latencies) // 2] * 1000:,.0f} µs"
+        f"{1e6 / tps:,.0f} µs each, p50 {latencies[len(latencies) // 2] * 1000:,.0f} µs; "
+        f"PostgreSQL CPU {cpu / steps * 1e6:,.0f} µs each"
     )
 
 

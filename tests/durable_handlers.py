@@ -29,16 +29,18 @@ def ten_steps(ctx):
 @handler("d-cursor")
 def long_loop(ctx):
     """Rows `0..rows` from the cursor on, each appended to the file `spec["out"]` once it is
-    processed, a checkpoint every `spec["every"]` rows, a stop check at each row."""
+    processed (after `spec["pause"]` seconds), a checkpoint every `spec["every"]` rows, a stop
+    check at each row."""
     every = ctx.spec["every"]
+    pause = ctx.spec.get("pause", 0.001)
     out = Path(ctx.spec["out"])
     row = ctx.cursor or 0
-    with out.open("a") as processed:
+    with out.open("a") as processed:  # written through when the loop ends, however it ends
         while row < ctx.spec["rows"]:
             ctx.check()
-            time.sleep(ctx.spec.get("pause", 0.001))
+            if pause:
+                time.sleep(pause)
             processed.write(f"{row}\n")
-            processed.flush()
             row += 1
             if row % every == 0:
                 ctx.checkpoint(row)

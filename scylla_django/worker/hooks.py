@@ -27,7 +27,7 @@ Counting costs a lock and an integer: production workers count too, and nothing 
 from __future__ import annotations
 
 import threading
-from typing import Literal
+from typing import Literal, get_args
 
 HookName = Literal[
     "leased",
@@ -41,18 +41,7 @@ HookName = Literal[
     "passes",
     "idle",
 ]
-NAMES: tuple[HookName, ...] = (
-    "leased",
-    "started",
-    "written",
-    "beat",
-    "recorded",
-    "yielded",
-    "given_up",
-    "held_back",
-    "passes",
-    "idle",
-)
+NAMES: tuple[HookName, ...] = get_args(HookName)
 
 
 class WorkerHooks:
