@@ -84,6 +84,7 @@ def run(args: Any) -> None:
             f"lease at the backlog ({len(latencies):,} probes, one task each): "
             f"p50 {percentile(latencies, 0.5):,.1f} ms, p99 {percentile(latencies, 0.99):,.1f} ms"
         )
+    lease_floor(min(2000, PROBES - len(latencies)))
     burst(min(args.burst, args.parked // 2))
 
 
@@ -196,6 +197,39 @@ def lease_probe(latencies: list[float], done: threading.Event) -> None:
             leased[0].complete(probe)
     finally:
         connections.close_all()
+
+
+#: The bare lease, beside the probe's: the ready task of the probe's queue first in the lease's
+#: order locked (SKIP LOCKED) and made running, and its TaskAssignment row, in one transaction.
+LEASE_FLOOR = f"""\
+BEGIN;
+WITH picked AS (
+  SELECT id FROM scylla_django_task
+  WHERE status = 'ready' AND queue = '{PROBE_QUEUE}' AND (not_before IS NULL OR not_before <= now())
+  ORDER BY priority DESC, turn, created, id LIMIT 1 FOR UPDATE SKIP LOCKED
+)
+UPDATE scylla_django_task t SET status = 'running', owner = 'pgbench-' || :client_id,
+  deadline = now() + interval '60 seconds', leases = t.leases + 1, updated = now()
+FROM picked WHERE t.id = picked.id RETURNING t.id AS task_id \\gset
+INSERT INTO scylla_django_history (task_id, typ, worker, time)
+VALUES (:task_id, 'TaskAssignment', 'pgbench-' || :client_id, now());
+COMMIT;
+"""
+
+
+def lease_floor(transactions: int) -> None:
+    """pgbench leasing `transactions` tasks of the probe's queue, one at a time, at the same
+    backlog (the parked tasks are still there): the floor of the probe's lease."""
+    import postgres  # benchmarks/postgres.py, beside this script
+
+    if transactions <= 0:
+        return
+    _, latencies = postgres.pgbench(LEASE_FLOOR, transactions=transactions)
+    latencies.sort()
+    print(
+        f"pgbench, the bare lease at the same backlog ({transactions:,} runs, one client): "
+        f"p50 {percentile(latencies, 0.5):,.1f} ms, p99 {percentile(latencies, 0.99):,.1f} ms"
+    )
 
 
 def burst(count: int) -> None:

@@ -13,9 +13,12 @@ from scylla_django import handler
 
 @handler("d-steps")
 def ten_steps(ctx):
-    """Ten steps, each writing one row of the app's own table (a user named after the step
-    and the task) in the step's transaction, then pausing there (where a kill lands)."""
+    """Ten steps, each after `spec["work"]` seconds of work outside it, writing one row of the
+    app's own table (a user named after the step and the task) in the step's transaction, then
+    pausing there `spec["pause"]` seconds (a kill lands in either)."""
     for n in range(ctx.spec.get("steps", 10)):
+        if f"s{n}" not in ctx.steps:
+            time.sleep(ctx.spec.get("work", 0))
         with ctx.step(f"s{n}") as step:
             if not step.done:
                 User.objects.create(
