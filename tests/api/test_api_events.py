@@ -112,6 +112,10 @@ def test_listing_needs_the_view_permission():
         ("?until=2026-13-01T00:00:00Z", "until", "invalid"),
         ("?kind=has%20space", "kind", "invalid_kind"),
         ("?kind=a%00b", "kind", "invalid_kind"),
+        # A refused value quoted in its message, with a `%` in it (was a 500).
+        ("?kind=%25%3CS", "kind", "invalid_kind"),
+        ("?kind=50%25s", "kind", "invalid_kind"),
+        ("?schedule=100%25%25", "schedule", "invalid_schedule_name"),
         ("?kind=", "kind", "blank"),
         ("?consumed=maybe", "consumed", "invalid_choice"),
         ("?schedule=no%20such", "schedule", "invalid_schedule_name"),
@@ -136,3 +140,15 @@ def test_a_bad_cursor_is_a_404(api, route, raw):
 def test_posting_takes_no_query_parameters(api):
     response = api.post(f"{API}/events/?kind=x", {"kind": "x"}, format="json")
     assert_field_error(response, "kind", "unknown_parameter")
+
+
+@pytest.mark.parametrize(
+    ("route", "query", "field", "code"),
+    [
+        ("/tasks/", "?queue=50%25s", "queue", "invalid_queue"),
+        ("/tasks/", "?rn=%25%3CS", "rn", "invalid_rn"),
+        ("/workers/", "?queue=50%25s", "queue", "invalid_queue"),
+    ],
+)
+def test_a_refused_filter_value_holding_a_percent_sign_is_a_400(api, route, query, field, code):
+    assert_field_error(api.get(f"{API}{route}{query}"), field, code)

@@ -7,7 +7,6 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Prefetch
-from django_filters.rest_framework import DjangoFilterBackend  # type: ignore[import-untyped, unused-ignore]
 from rest_framework import generics, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -15,7 +14,7 @@ from rest_framework.response import Response
 from ...models import Consumption, Event
 from ...schedules import events
 from .. import permissions
-from ..filters import EventFilter
+from ..filters import EventFilter, FilterBackend
 from ..pagination import EventCursorPagination
 from ..schema import document, errors
 from ..serializers.events import EventInputSerializer, EventOutSerializer, EventSerializer
@@ -31,7 +30,7 @@ class EventView(ScyllaView, generics.GenericAPIView[Event]):
         "head": permissions.VIEW,
         "post": permissions.SUBMIT,
     }
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [FilterBackend]
     filterset_class = EventFilter
     pagination_class = EventCursorPagination
 

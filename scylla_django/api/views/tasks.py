@@ -5,9 +5,6 @@ the routes of each other concept from the module named after it: `submission`, `
 
 from __future__ import annotations
 
-from django_filters.rest_framework import (  # type: ignore[import-untyped, unused-ignore]
-    DjangoFilterBackend,
-)
 from rest_framework import viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -15,7 +12,7 @@ from rest_framework.response import Response
 from ...models import Task
 from ...models.forecast import WHAT_IF_NAMES
 from .. import permissions
-from ..filters import TaskFilter
+from ..filters import FilterBackend, TaskFilter
 from ..pagination import TaskCursorPagination
 from ..permissions import ActsAsOwnWorker, HasActionPermission
 from ..schema import document, errors
@@ -60,7 +57,7 @@ class TaskViewSet(
     http_method_names = ["get", "post", "delete", "head"]  # DELETE: `destroy` alone
     lookup_field = "rn"
     lookup_value_regex = "[^/]+"
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [FilterBackend]
     filterset_class = TaskFilter
     pagination_class = TaskCursorPagination
     permission_classes = [HasActionPermission, ActsAsOwnWorker]

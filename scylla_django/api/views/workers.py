@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_filters.rest_framework import (  # type: ignore[import-untyped, unused-ignore]
-    DjangoFilterBackend,
-)
 from rest_framework import status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,7 +11,7 @@ from rest_framework.response import Response
 from ...enums import Status
 from ...models import Task, Worker
 from .. import permissions
-from ..filters import WorkerFilter
+from ..filters import FilterBackend, WorkerFilter
 from ..pagination import WorkerCursorPagination
 from ..permissions import ActsAsOwnWorker, HasActionPermission
 from ..schema import detail_post, document, errors
@@ -47,7 +44,7 @@ class WorkerViewSet(ScyllaView, viewsets.GenericViewSet[Worker]):
         "retrieve": permissions.VIEW,
         "stop": permissions.WORK,
     }
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [FilterBackend]
     filterset_class = WorkerFilter
     pagination_class = WorkerCursorPagination
 
