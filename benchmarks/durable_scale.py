@@ -118,12 +118,15 @@ def seed(queue: str, count: int, *, parked: bool = False) -> None:
         cursor.execute("DELETE FROM scylla_django_task WHERE id = %s", [template.pk])
         if parked:
             cursor.execute(
-                "INSERT INTO scylla_django_wait (task_id, name, kind, event_kind, match, lease, "
-                "started, timeout) "
+                "INSERT INTO scylla_django_wait (task_id, name, kind, event_kind, match, "
+                "match_key, lease, started, timeout) "
                 "SELECT id, CASE WHEN n %% 2 = 0 THEN 'event:bench.go' ELSE 'sleep' END, "
                 "CASE WHEN n %% 2 = 0 THEN 'event' ELSE 'sleep' END, "
                 "CASE WHEN n %% 2 = 0 THEN 'bench.go' END, "
-                "CASE WHEN n %% 2 = 0 THEN jsonb_build_object('n', n) END, 1, now(), "
+                "CASE WHEN n %% 2 = 0 THEN jsonb_build_object('n', n) END, "
+                # models.waits.match_key({"n": n}), as PostgreSQL computes it.
+                "CASE WHEN n %% 2 = 0 THEN "
+                "left(encode(sha256(convert_to('n=' || n, 'UTF8')), 'hex'), 32) END, 1, now(), "
                 "CASE WHEN n %% 2 = 1 THEN not_before END "
                 "FROM (SELECT id, not_before, (spec->>'n')::int AS n FROM scylla_django_task "
                 "WHERE queue = %s) AS t",

@@ -61,7 +61,7 @@ from .driver import CAPPED, Driver, driver, driver_class, transaction_pooled
 from .each import add_each, update_each
 from .lease_terms import LeaseTerms
 from .notifications import READY_CHANNEL, STOP_CHANNEL, listen, notify_ready, postgresql_notify
-from .portable import json_contained_in, json_list_contains, lock_rows, update_returning_pks, upsert
+from .portable import json_list_contains, lock_rows, update_returning_pks, upsert
 from .postgresql import (
     Cursors,
     compact,
@@ -128,7 +128,6 @@ __all__ = [
     "heartbeat_statement",
     "idle_in_transaction_timeout",
     "inserts",
-    "json_contained_in",
     "json_list_contains",
     "keys",
     "lease_statement",

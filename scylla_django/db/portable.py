@@ -36,16 +36,6 @@ def json_list_contains(
     return Q(sqlite_json_each(model, field_name, condition, value))
 
 
-def json_contained_in(field_name: str, document: Any, using: str) -> Q:
-    """Rows whose JSON object `field_name` is contained in `document` (every key of the row's
-    object has the same value in `document`, nested objects alike): JSON containment
-    (`field__contained_by`) where Django has it; on SQLite, which has none, every row (the
-    caller checks each one it reads)."""
-    if is_sqlite(connections[using]):
-        return Q()
-    return Q(**{f"{field_name}__contained_by": document})
-
-
 def update_returning_pks(fenced: QuerySet[Any], values: dict[str, Any]) -> set[int]:
     """Apply `values` to the rows `fenced` selects, in one statement; return their pks.
 

@@ -13,7 +13,9 @@ wake and a park of the same task never interleave.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -68,6 +70,8 @@ class Wait(models.Model):
     kind = models.CharField(max_length=6, choices=WaitKind.choices)
     event_kind = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     match = models.JSONField(null=True, blank=True)
+    # An event wait's key (`match_key`): the events that may wake it are found by it.
+    match_key = models.CharField(max_length=32, null=True, blank=True)  # noqa: DJ001
     signal = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
     lease = models.PositiveIntegerField()
     started = models.DateTimeField(db_default=Now())
@@ -87,8 +91,8 @@ class Wait(models.Model):
         ]
         indexes = [
             models.Index(
-                fields=["event_kind"],
-                name="scylla_wait_open_event_idx",
+                fields=["event_kind", "match_key"],
+                name="scylla_wait_open_key_idx",
                 condition=Q(outcome__isnull=True, kind="event"),
             ),
         ]
@@ -167,6 +171,7 @@ def begin_wait(task: LeasedTask, worker: Worker | str, lease: int, wanted: WaitF
                 kind=wanted.kind,
                 event_kind=wanted.event_kind,
                 match=nested_match(wanted.match),
+                match_key=None if wanted.event_kind is None else match_key(wanted.match),
                 signal=wanted.signal,
                 lease=lease,
                 started=now,
@@ -210,6 +215,60 @@ def nested_match(match: Mapping[str, Any] | None) -> dict[str, Any]:
             )
         level[last] = wanted
     return nested
+
+
+def match_key(match: Mapping[str, Any] | None) -> str:
+    """The key an event wait is found by (`Wait.match_key`): one (path, value) pair of its
+    `match`, hashed (`pair_key`); "" for a wait that any event of its kind wakes.
+
+    An event reads only the open waits of its kind keyed by one of its payload's pairs
+    (`payload_keys`), through an index, and checks each one's whole match: the waits read are
+    those sharing the key's pair, not every wait of the kind. The pair is a guess of the value
+    fewest waits share (`telling`)."""
+    pairs = sorted(flat_pairs(nested_match(match)), key=telling)
+    return pair_key(*pairs[0]) if pairs else ""
+
+
+def telling(pair: tuple[str, str]) -> tuple[int, int, str]:
+    """How a match's (path, canonical value) pair ranks as its key, first first: a number
+    (an id, most often), then a string, the longest first (a UUID before a word such as
+    "paid"), a boolean last (half the waits, at best, share one); then by path."""
+    path, value = pair
+    rank = 2 if value in ("true", "false") else 1 if value.startswith('"') else 0
+    return rank, -len(value), path
+
+
+def payload_keys(payload: Mapping[str, Any]) -> set[str]:
+    """The keys of the waits an event with `payload` may wake: "" and each of its pairs'
+    (`match_key`). A wait whose match the payload holds has its key among them: its key's
+    pair is one of the payload's, the value written alike (`canonical`)."""
+    return {""} | {pair_key(path, value) for path, value in flat_pairs(payload)}
+
+
+def flat_pairs(document: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(path, value) of each string, number and boolean in the JSON object `document`: the
+    keys of nested objects joined by dots, the value as `canonical` writes it (lists and nulls,
+    which no match holds, are left out)."""
+    for key, value in document.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from flat_pairs(value, path + ".")
+        elif isinstance(value, str | int | float):
+            yield path, canonical(value)
+
+
+def canonical(value: str | int | float) -> str:
+    """A match value as JSON, one way for each value `payload_matches` holds equal: a whole
+    float as the integer (7.0 is 7), a boolean as `true`/`false` (never equal to 1 or 0)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def pair_key(path: str, value: str) -> str:
+    """A (path, canonical value) pair in 32 characters: its SHA-256, in hex, cut short (a
+    collision would only add a wait for the event to check and leave)."""
+    return hashlib.sha256(f"{path}={value}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def payload_matches(payload: Any, match: Mapping[str, Any] | None) -> bool:
@@ -277,19 +336,20 @@ def wake_all(waits: Sequence[Wait], payload: Any, using: str, *, event: int | No
 def wake_on_event(event_id: int, kind: str, payload: Mapping[str, Any], using: str) -> int:
     """Wake the open waits for events of `kind` that `payload` matches, in the emitter's
     transaction; return how many this call woke. A wait sees the events emitted once it is
-    committed: an event emitted before the wait began never wakes it. The database finds the
-    waits whose match the payload contains (JSON containment; SQLite reads the waits of the
-    kind and each match is checked here, as it is everywhere); they are woken together
+    committed: an event emitted before the wait began never wakes it. The database reads the
+    open waits of the kind keyed by one of the payload's pairs (`payload_keys`, an index's
+    range per key), each one's whole match is checked here, and they are woken together
     (`wake_all`), a few statements for all of them."""
-    candidates = Wait.objects.using(using).filter(
-        db.json_contained_in("match", dict(payload), using),
-        kind=WaitKind.EVENT,
-        event_kind=kind,
-        outcome__isnull=True,
+    keys = sorted(payload_keys(payload))
+    open_waits = Wait.objects.using(using).filter(
+        kind=WaitKind.EVENT, event_kind=kind, outcome__isnull=True
     )
     matched = [
         wait
-        for wait in candidates.only("id", "task_id", "match")
+        for start in range(0, len(keys), WAKE_CHUNK)
+        for wait in open_waits.filter(match_key__in=keys[start : start + WAKE_CHUNK]).only(
+            "id", "task_id", "match"
+        )
         if payload_matches(payload, wait.match)
     ]
     return wake_all(matched, dict(payload), using, event=event_id) if matched else 0

@@ -18,7 +18,7 @@ from django.db import connection
 
 from scylla_django.enums import Status
 from scylla_django.models import PARKED, Task, Wait, WaitKind
-from scylla_django.models.waits import nested_match
+from scylla_django.models.waits import match_key, nested_match
 from tests.processes import finish, start, wait_until
 
 pytestmark = [
@@ -92,6 +92,7 @@ def seed_waiting(count: int) -> list[int]:
                 kind=WaitKind.EVENT,
                 event_kind="wake.group",
                 match=nested_match({"group": spec["group"]}),
+                match_key=match_key({"group": spec["group"]}),
                 lease=1,
             )
             for pk, spec in rows
