@@ -22,10 +22,11 @@ postgres://postgres@127.0.0.1:5432/scylla_bench_durable, created if missing):
   Printed: the sessions open on the database while the workers run and once they are idle
   (parked tasks hold none), the time to run the running tasks, the lease's latency at the
   backlog (p50 and p99 of a probe leasing and completing one task of its own queue, over and
-  over, while the workers run) and pgbench's bare lease on the same queue at the same
-  backlog once they are done (its floor), and a burst of `--burst` events each matching one
-  waiting task, emitted by four processes at once: the time for all of them, and the waits
-  woken (exactly `--burst`, each once).
+  over, while the workers run, and again once they are idle) and pgbench's bare lease on the
+  same queue at the same backlog once they are done (its floor), and a burst of `--burst`
+  events each matching one waiting task, emitted by four processes at once: the time for all
+  of them, and the waits woken (exactly `--burst`, each once, by its own event).
+  `--running 0` leaves the workers out: the parked tasks, the idle probe and the burst.
 """
 
 from __future__ import annotations

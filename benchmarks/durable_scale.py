@@ -44,6 +44,26 @@ def run(args: Any) -> None:
         f"seeded {args.parked:,} parked ({args.parked // 2:,} waiting for an event, the rest "
         f"sleeping), {args.running:,} ready to run, in {time.perf_counter() - started:,.0f} s"
     )
+    latencies = run_workers(args) if args.running else []
+    # The same probe with nothing else running: the lease at the backlog itself.
+    idle: list[float] = []
+    lease_probe(idle, threading.Event(), count=min(2000, PROBES - len(latencies)))
+    idle.sort()
+    if idle:
+        print(
+            f"lease at the backlog with the workers idle ({len(idle):,} probes, one task each): "
+            f"p50 {percentile(idle, 0.5):,.1f} ms, p99 {percentile(idle, 0.99):,.1f} ms"
+        )
+    lease_floor(min(2000, PROBES - len(latencies) - len(idle)))
+    burst(min(args.burst, args.parked // 2))
+
+
+def run_workers(args: Any) -> list[float]:
+    """Run the ready tasks on `args.workers` worker processes beside the parked ones, the
+    probe leasing meanwhile; print their rate and the sessions held; return the probe's
+    latencies."""
+    from durable_handlers import RUN
+
     idle = sessions()
     workers = [worker(RUN) for _ in range(args.workers)]
     seen: list[int] = []
@@ -84,8 +104,7 @@ def run(args: Any) -> None:
             f"lease at the backlog ({len(latencies):,} probes, one task each): "
             f"p50 {percentile(latencies, 0.5):,.1f} ms, p99 {percentile(latencies, 0.99):,.1f} ms"
         )
-    lease_floor(min(2000, PROBES - len(latencies)))
-    burst(min(args.burst, args.parked // 2))
+    return latencies
 
 
 def seed(queue: str, count: int, *, parked: bool = False) -> None:
@@ -182,16 +201,16 @@ def worker(queue: str) -> subprocess.Popen[bytes]:
     )
 
 
-def lease_probe(latencies: list[float], done: threading.Event) -> None:
-    """Lease one probe task at a time, complete it, until `done`: the lease's latency, in ms,
-    while the workers run."""
+def lease_probe(latencies: list[float], done: threading.Event, count: int | None = None) -> None:
+    """Lease one probe task at a time, complete it, until `done` (or `count` leases): the
+    lease's latency, in ms."""
     from django.db import connections
 
     from scylla_django.models import Task, Worker
 
     try:
         probe = Worker.objects.register(queues=[PROBE_QUEUE], capacity=1)
-        while not done.is_set():
+        while not done.is_set() and (count is None or len(latencies) < count):
             started = time.perf_counter()
             leased = Task.objects.lease(probe, [PROBE_QUEUE], limit=1)
             latencies.append((time.perf_counter() - started) * 1000)
@@ -238,6 +257,8 @@ def lease_floor(transactions: int) -> None:
 def burst(count: int) -> None:
     """`count` events, each matching one waiting task, emitted by EMITTERS processes at once;
     the waits they woke counted in the database."""
+    from django.db.models import F
+
     from scylla_django.models import Wait
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -266,11 +287,13 @@ def burst(count: int) -> None:
     elapsed = max(float(process.communicate()[0].split("emitted in")[1]) for process in emitters)
     woken = Wait.objects.filter(outcome="woken", event_kind="bench.go")
     events = woken.values("event").distinct().count()
+    # Exact: each woken wait's payload is the event of its own number.
+    others = woken.exclude(payload=F("match")).count()
     print(
         f"a burst of {count:,} events by {EMITTERS} processes, each matching one waiting task: "
         f"{elapsed:,.1f} s ({count / elapsed:,.0f} events/s, the slowest emitter's own time); "
-        f"waits woken {woken.count():,}, "
-        f"by {events:,} distinct events"
+        f"waits woken {woken.count():,}, by {events:,} distinct events, "
+        f"{others:,} by an event not their own"
     )
 
 
