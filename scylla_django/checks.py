@@ -4,7 +4,12 @@ handlers naming limits or rates that are not configured, handlers' spec schemas 
 migrations, and (a database check, run by `migrate` and `check --database`) a PostgreSQL
 database that lets a session stay idle in a transaction for ever; with `--deploy`, the stored
 tasks a deploy of this code would strand (a queue no handler serves, specs that no longer
-validate)."""
+validate).
+
+Every check here but the database's carries the tag `TAG`: `manage.py check --tag
+scylla_django` runs them alone, and the app's commands run them at start with Django's
+model checks and its check of the `django.tasks` backends (`management.base.COMMAND_CHECKS`).
+"""
 
 from __future__ import annotations
 
@@ -28,6 +33,19 @@ from .schedules import schedule_errors
 
 Check = Callable[..., list[CheckMessage]]
 
+#: The tag of this app's checks.
+TAG = "scylla_django"
+#: The tag given to Django's check of the `django.tasks` backends (Django 6), which has none:
+#: a worker serving their queues checks them when it starts.
+TASKS_TAG = "tasks"
+
+try:
+    from django.tasks.checks import check_tasks
+except ImportError:  # Django 5.2: no django.tasks
+    pass
+else:
+    register(check_tasks, TASKS_TAG)
+
 
 def system_check(messages: Callable[[], Iterator[CheckMessage]]) -> Check:
     """Register a check that yields its messages (it looks at the settings, not at apps)."""
@@ -38,7 +56,7 @@ def system_check(messages: Callable[[], Iterator[CheckMessage]]) -> Check:
     # Not functools.wraps: Django reads the signature, which must take **kwargs.
     check.__name__ = check.__qualname__ = messages.__name__
     check.__doc__ = messages.__doc__
-    register()(check)
+    register(TAG)(check)
     return check
 
 
@@ -406,7 +424,7 @@ def deploy_check(messages: Callable[[list[str]], Iterator[CheckMessage]]) -> Che
 
     check.__name__ = check.__qualname__ = messages.__name__
     check.__doc__ = messages.__doc__
-    register(deploy=True)(check)
+    register(TAG, deploy=True)(check)
     return check
 
 

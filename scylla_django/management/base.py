@@ -13,16 +13,26 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.checks import Tags
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.core.management.base import CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS
 
+from .. import checks
 from ..conf import LEASE_MIN, scylla_settings
 from ..durations import short
 from ..text import DurationError, positive_duration
 from ..validation import validate_queue
 
 logger = logging.getLogger("scylla_django")
+
+#: The system checks the app's commands run before they start (`requires_system_checks`):
+#: this app's own (`checks.TAG`: its settings, handlers and schedules), Django's checks of the
+#: models and of the `django.tasks` backends. Not the web's (templates, URLs, the admin,
+#: static files): a worker, a monitor or a command line serves no page, and those checks
+#: import the whole web stack, a third of a second of every start. A check of the project's
+#: own runs there if it has one of these tags. `manage.py check` runs them all.
+COMMAND_CHECKS = [Tags.models, checks.TAG, checks.TASKS_TAG]
 
 DURATION_MAX = timedelta(days=100 * 365)
 _ZERO = re.compile(r"\A\s*[+]?0+(?:\.0*)?\s*(?:ms|s|m|h|d|w)?\s*\Z")

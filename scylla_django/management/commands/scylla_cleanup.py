@@ -13,7 +13,14 @@ from ...durations import short
 from ...enums import TERMINAL_STATUSES
 from ...models import Task
 from ...text import plural
-from ..base import add_setting_option, age, configure_logging, positive_int, queue_name
+from ..base import (
+    COMMAND_CHECKS,
+    add_setting_option,
+    age,
+    configure_logging,
+    positive_int,
+    queue_name,
+)
 
 # `--older-than 0`: every terminal task, whatever its age (`Task.objects.purgeable`).
 ANY_AGE = timedelta(0)
@@ -22,6 +29,7 @@ STATUS_CHOICES = sorted(status.value for status in TERMINAL_STATUSES)
 
 
 class Command(BaseCommand):
+    requires_system_checks = COMMAND_CHECKS
     help = (
         "Delete terminal tasks (completed, aborted, cancelled) not updated for --older-than, "
         "with their history, in chunks of --chunk-size tasks (one transaction each). Ready "

@@ -13,6 +13,7 @@ from ...conf import scylla_settings
 from ...handlers import autodiscover
 from ...monitor import Monitor
 from ..base import (
+    COMMAND_CHECKS,
     add_database_option,
     add_setting_option,
     configure_logging,
@@ -24,6 +25,7 @@ from ..stops import StopSignals, print_stacks_on_sigusr1
 
 
 class Command(BaseCommand):
+    requires_system_checks = COMMAND_CHECKS
     help = (
         "Run the scylla_django monitor: every --interval seconds (every second at most), give "
         "expired leases back (running tasks whose deadline passed become ready again, with a "

@@ -12,10 +12,11 @@ from ...db import Now, due
 from ...enums import Status
 from ...models import AFTER_PARENTS, QueueSetting, Task
 from ...models.queues import QUEUE_ON_FULL
-from ..base import non_negative_int, queue_name, reader_may_leave
+from ..base import COMMAND_CHECKS, non_negative_int, queue_name, reader_may_leave
 
 
 class Command(BaseCommand):
+    requires_system_checks = COMMAND_CHECKS
     help = (
         "Pause a queue (no task of it is leased; submissions still go in), resume it, set or "
         "clear its limit on running tasks across all workers, set or clear its cap on ready "

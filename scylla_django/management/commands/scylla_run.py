@@ -17,7 +17,7 @@ from ...exceptions import Parked, ScyllaError
 from ...handlers import autodiscover
 from ...models import Task
 from ...worker.foreground import run_task
-from ..base import configure_logging, lease_length
+from ..base import COMMAND_CHECKS, configure_logging, lease_length
 
 
 def post_mortem(exc: BaseException) -> None:
@@ -26,6 +26,7 @@ def post_mortem(exc: BaseException) -> None:
 
 
 class Command(BaseCommand):
+    requires_system_checks = COMMAND_CHECKS
     help = (
         "Lease the ready task RN (as a worker registered for this run), run its handler here "
         "with its logs on the console and write its outcome; exit 0 if the task completed, 1 "

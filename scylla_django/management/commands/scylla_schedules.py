@@ -19,7 +19,7 @@ from ...exceptions import ScyllaError
 from ...models import Schedule, Task, WaitingRun
 from ...schedules import calendars, firings, triggers
 from ...validation import validate_schedule_name
-from ..base import positive_int, reader_may_leave
+from ..base import COMMAND_CHECKS, positive_int, reader_may_leave
 from ..tasks.formats import message, when
 from ..terminal import plain_table, rich_console, rich_table
 
@@ -37,6 +37,7 @@ def schedule_name(text: str) -> str:
 
 
 class Command(BaseCommand):
+    requires_system_checks = COMMAND_CHECKS
     help = (
         "Schedules from the command line: list them, show one with its state and recent "
         "firings, pause and resume, run one now (as the admin's and the API's 'Run now'), say "

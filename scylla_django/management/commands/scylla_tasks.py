@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
 from ...exceptions import ScyllaError
-from ..base import duration, positive_int, reader_may_leave
+from ..base import COMMAND_CHECKS, duration, positive_int, reader_may_leave
 from ..tasks import forecasting, listing, operations, showing, watching
 from ..tasks.arguments import rn_argument, what_if_argument
 from ..tasks.filters import add_filters
@@ -36,6 +36,7 @@ OPERATIONS: dict[str, Callable[[OutputWrapper, dict[str, Any]], None]] = {
 
 
 class Command(BaseCommand):
+    requires_system_checks = COMMAND_CHECKS
     help = (
         "Tasks from the command line: list them with the API's filters, show one with its "
         "history and errors, forecast when a ready one starts (eta), watch the running ones' "

@@ -19,6 +19,7 @@ from ...supervisor import EXIT_RECYCLED, WorkerProcesses
 from ...worker import TaskWorker, WorkerOptions
 from ...worker.options import ISOLATIONS
 from ..base import (
+    COMMAND_CHECKS,
     add_database_option,
     configure_logging,
     database_alias,
@@ -39,6 +40,7 @@ logger = logging.getLogger("scylla_django")
 
 
 class Command(BaseCommand):
+    requires_system_checks = COMMAND_CHECKS
     help = (
         "Run a worker: lease tasks of the given queues while there is free capacity, run their "
         "handlers (from each app's handlers.py), heartbeat them and finish them. The first "
