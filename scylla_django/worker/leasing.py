@@ -64,6 +64,7 @@ class LeaseLoop:
         return."""
         options = self.options
         failures = db.DatabaseRetry(options.using)
+        waiting = False  # since the last pass that leased a task
         while not self.stopping.is_set():
             if self.slots.exhausted() or (once and not self.queues):
                 break
@@ -97,11 +98,20 @@ class LeaseLoop:
                     continue
                 for ctx in started:
                     self.execution.dispatch(ctx)
+                waiting = waiting and not started
                 if once:
                     break
                 if len(started) == claim.size:
                     continue  # there may be more ready tasks: fill the free slots at once
             wait = self._give_back_stuck()
+            if not waiting:
+                # Once per stretch without work: at -v 2, when the worker began waiting.
+                logger.debug(
+                    "%s waits for a task (a notification, or another look in %gs)",
+                    self.worker.name,
+                    wait,
+                )
+                waiting = True
             self.hooks.note("idle")
             self._wakeup.wait(wait)
 

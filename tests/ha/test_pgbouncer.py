@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 
 import pytest
 from django.db import connection
@@ -19,7 +18,7 @@ from scylla_django.enums import Status
 from scylla_django.models import History, Task, Worker
 from scylla_django.validation import worker_id
 from tests.ha.pgbouncer import PgBouncer, available
-from tests.processes import finish, start, wait_until
+from tests.processes import finish, output_so_far, start, wait_until
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -167,7 +166,8 @@ def test_a_task_is_taken_at_once_through_the_direct_listen(bouncer):
     process = worker(env)
     try:
         wait_until(lambda: listening_sessions() >= 1, timeout=60, what="the worker listening")
-        time.sleep(0.5)
+        # Past its first lease, waiting (-v 2 says so): only a notification wakes it now.
+        wait_until(lambda: "waits for a task" in output_so_far(process), what="the worker waiting")
         task = Task.objects.submit("t-echo", {"now": True})
         wait_until(
             lambda: Task.objects.get(pk=task.pk).status == Status.COMPLETED,
