@@ -249,12 +249,14 @@ _TABLES = """
 """
 
 # Ages are measured on clock_timestamp(): now() is the asking transaction's start, which may
-# be older than what it measures.
+# be older than what it measures. Every snapshot taken while a transaction holds its id has
+# that id for its xmin, so the sessions that began after it are as old by their transactions:
+# of those, the one whose transaction began first (the one to end) comes first.
 _HOLDERS = """
     SELECT * FROM (
         SELECT 'session' AS kind, pid, application_name, state, usename::text,
                GREATEST(age(backend_xid), age(backend_xmin)) AS transactions,
-               clock_timestamp() - xact_start, left(query, %s)
+               clock_timestamp() - xact_start AS held, left(query, %s)
           FROM pg_stat_activity
          WHERE (datname = current_database() OR backend_type = 'walsender')
            AND pid <> pg_backend_pid()
@@ -271,7 +273,7 @@ _HOLDERS = """
           FROM pg_replication_slots
          WHERE xmin IS NOT NULL AND (database IS NULL OR database = current_database())
     ) AS holders
-    ORDER BY transactions DESC NULLS LAST, pid
+    ORDER BY transactions DESC NULLS LAST, held DESC NULLS LAST, pid
     LIMIT %s
 """
 

@@ -49,19 +49,24 @@ def scrape(client) -> dict[str, list]:
     return {family.name: family.samples for family in text_string_to_metric_families(body)}
 
 
-@pytest.fixture
-def idle_session(db) -> Iterator[int]:
-    """A second connection to the test database, named REPORT, idle in a REPEATABLE READ
-    transaction that holds a transaction id: what an analytics report left open does. Its pid."""
+def connect(name: str) -> psycopg.Connection:
+    """Another connection to the test database, its application name `name`."""
     settings = connection.settings_dict
-    held = psycopg.connect(
+    return psycopg.connect(
         host=settings["HOST"] or None,
         port=settings["PORT"] or None,
         user=settings["USER"] or None,
         password=settings["PASSWORD"] or None,
         dbname=settings["NAME"],
-        application_name=REPORT,
+        application_name=name,
     )
+
+
+@pytest.fixture
+def idle_session(db) -> Iterator[int]:
+    """A second connection to the test database, named REPORT, idle in a REPEATABLE READ
+    transaction that holds a transaction id: what an analytics report left open does. Its pid."""
+    held = connect(REPORT)
     try:
         held.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         held.execute("SELECT count(*) FROM scylla_django_task").fetchone()
@@ -80,6 +85,27 @@ def test_scylla_health_names_the_session_that_holds_vacuum_back(idle_session):
     assert horizon.startswith("ok horizon: the oldest transaction holding back vacuum is")
     idle = next(line for line in output.splitlines() if "idle_in_transaction:" in line)
     assert f"session {idle_session} ({REPORT})" in idle and "holding back vacuum" in idle
+
+
+@pytest.mark.postgres
+def test_the_holder_named_is_the_transaction_the_others_snapshots_wait_on(db):
+    """Every snapshot taken while a transaction holds its id has that id as its xmin: a
+    session that began later, with a lower pid, is as old by that measure. The report names
+    the one whose transaction began first, the one to end."""
+    later = connect("later-reader")  # connected first: the lower pid, as a rule
+    pin = connect(REPORT)
+    try:
+        pin.execute("BEGIN")
+        pin.execute("SELECT txid_current()").fetchone()
+        later.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        later.execute("SELECT count(*) FROM scylla_django_task").fetchone()
+        report = db_vacuum.vacuum_report("default", [Task._meta.db_table])
+        assert report is not None and report.oldest is not None
+        assert report.oldest.pid == pin.info.backend_pid, report.holders
+        assert [h.pid for h in report.holders[:2]] == [pin.info.backend_pid, later.info.backend_pid]
+    finally:
+        later.close()
+        pin.close()
 
 
 @pytest.mark.postgres
