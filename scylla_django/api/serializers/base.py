@@ -105,7 +105,8 @@ class StrictSerializer(serializers.Serializer[Any]):
             value = super().to_internal_value(data)
         except serializers.ValidationError as exc:
             if unknown and isinstance(exc.detail, dict):
-                raise serializers.ValidationError({**exc.detail, **unknown}) from None
+                errors: dict[Any, Any] = {**exc.detail, **unknown}
+                raise serializers.ValidationError(errors) from None
             raise
         if unknown:
             raise serializers.ValidationError(unknown)
