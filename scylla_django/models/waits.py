@@ -200,7 +200,7 @@ def task_model() -> Any:
 def nested_match(match: Mapping[str, Any] | None) -> dict[str, Any]:
     """A match `{path: value}` (paths of keys joined by dots) as the JSON object an event's
     payload contains when it matches: `{"order.id": 7}` is `{"order": {"id": 7}}`. Stored so
-    on a wait, for the database to find the waits an event wakes by JSON containment."""
+    on a wait, as `payload_matches` reads it."""
     nested: dict[str, Any] = {}
     for path, wanted in sorted((match or {}).items()):
         *parents, last = path.split(".")
