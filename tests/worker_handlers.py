@@ -81,10 +81,17 @@ def bad_result(ctx):
 
 @handler("t-stubborn")
 def stubborn(ctx):
-    """Sleep without ever checking for a stop (having made the file `started` names, if any)."""
+    """Sleep without ever checking for a stop (having made the file `started` names, if any),
+    `seconds` long, or until the file `until` names exists (at most `seconds`)."""
     if "started" in ctx.spec:
         open(ctx.spec["started"], "w").close()
-    time.sleep(ctx.spec.get("seconds", 60))
+    seconds = ctx.spec.get("seconds", 60)
+    if "until" not in ctx.spec:
+        time.sleep(seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(ctx.spec["until"]) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 @handler("t-exit")

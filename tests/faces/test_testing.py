@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+from pathlib import Path
 
 import pytest
 from django.test import override_settings
@@ -111,15 +113,35 @@ def test_eager_mode_submits_what_handlers_spawn_and_runs_it():
     assert (snoozer.status, snoozer.snoozes) == (Status.READY, 1)
 
 
+class TouchOn(logging.Handler):
+    """Make the file `path` when a record says `words`."""
+
+    def __init__(self, words: str, path: Path) -> None:
+        super().__init__()
+        self.words, self.path = words, path
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.words in record.getMessage():
+            self.path.touch()
+
+
 def test_run_task_stops_a_task_at_its_run_time_limit_and_waits_for_a_handler_that_runs_on(
-    settings, caplog
+    settings, caplog, tmp_path
 ):
     settings.SCYLLA = {**settings.SCYLLA, "TIMEOUT_GRACE": 0.2}
     checks = Task.objects.submit("t-sleep", {"seconds": 5}, timeout=0.3)
     stopped = run_task(checks.rn)
     assert stopped.status == Status.ABORTED and stopped.errors[0]["code"] == "timeout"
-    ignores = Task.objects.submit("t-stubborn", {"seconds": 1}, timeout=0.2)
-    waited = run_task(ignores.rn)
+    # The stubborn handler runs on until the grace has passed and it was said (however late
+    # a loaded machine runs the watchdog), then returns.
+    said = tmp_path / "said"
+    ignores = Task.objects.submit("t-stubborn", {"seconds": 60, "until": str(said)}, timeout=0.2)
+    touch = TouchOn("still runs", said)
+    logging.getLogger("scylla_django").addHandler(touch)
+    try:
+        waited = run_task(ignores.rn)
+    finally:
+        logging.getLogger("scylla_django").removeHandler(touch)
     assert waited.status == Status.ABORTED and waited.errors[0]["code"] == "timeout"
     assert f"the handler of {ignores.rn} still runs" in caplog.text
     assert "which waits for it" in caplog.text
