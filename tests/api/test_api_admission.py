@@ -97,6 +97,19 @@ def test_the_submitter_is_recorded_and_shown(api, client_user):
     }
 
 
+def test_the_submitters_words_are_kept_as_sent_and_measured_so(api):
+    """The schema's maxLength holds for what was sent: 151 characters whose first is a
+    control character (whitespace to Python) are refused, not trimmed to 150 and taken."""
+    too_long = submit(api, "q", rn="long", submitter_name="\x1d" + "*" * 150)
+    assert too_long.status_code == 400 and "submitter_name" in too_long.json()["errors"]
+    assert not Task.objects.filter(rn="long").exists()
+    assert submit(api, "q", rn="number", submitter_name=7).status_code == 400
+    kept = submit(api, "q", rn="kept", submitter_name=" nightly ", submitter_description="d ")
+    assert kept.status_code == 201
+    origin = TaskOrigin.objects.get(task__rn="kept")
+    assert (origin.name, origin.description) == (" nightly ", "d ")
+
+
 def test_my_tasks_filter(api, client_user):
     other = client_for(make_user("other", "view_task", "submit_task"))
     submit(api, "q", rn="mine")

@@ -258,13 +258,15 @@ class SubmitSerializer(StrictSerializer):
         "`shed_oldest` (the oldest ready task is cancelled with the code `shed`); the cap's "
         "own choice when omitted.",
     )
-    submitter_name = serializers.CharField(
+    # Strict: kept as sent (DRF's trimming ran before the length check, so 151 characters
+    # whose first was a control character passed a maxLength of 150).
+    submitter_name = StrictCharField(
         required=False,
         allow_blank=True,
         max_length=150,
         help_text="A display name for who submitted the task (else the user's name).",
     )
-    submitter_description = serializers.CharField(
+    submitter_description = StrictCharField(
         required=False,
         allow_blank=True,
         max_length=1000,
