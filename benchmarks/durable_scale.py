@@ -114,6 +114,7 @@ def seed(queue: str, count: int, *, parked: bool = False) -> None:
     from django.db import connection
 
     from scylla_django.models import PARKED, Task
+    from scylla_django.models.waits import match_key
 
     template = Task.objects.submit(queue, {"n": 0}, rn=f"{queue}-template")
     fields = [f.column for f in Task._meta.concrete_fields if f.column not in ("id", "rn")]
@@ -151,6 +152,12 @@ def seed(queue: str, count: int, *, parked: bool = False) -> None:
                 "WHERE queue = %s) AS t",
                 [queue],
             )
+            # The SQL above computes the key as the app does: a wait it missed would never wake.
+            cursor.execute(
+                "SELECT match_key FROM scylla_django_wait WHERE match = %s::jsonb",
+                ['{"n": 2}'],
+            )
+            assert cursor.fetchone() == (match_key({"n": 2}),), "the seeded keys are not the app's"
 
 
 def analyze() -> None:
