@@ -119,8 +119,20 @@ class StopSignals:
 def print_stacks_on_sigusr1() -> None:
     """`kill -USR1 <pid>` prints every thread's stack to stderr: where a stuck process is.
 
-    faulthandler writes them from C, without the locks a Python handler could wait on. The
-    children of --processes inherit it.
+    The stacks are written by faulthandler, straight to the file descriptor, without the
+    locks of Python's streams. They are written from a Python handler, in the main thread and
+    with the GIL held, while the other threads stand still: faulthandler's own C handler reads
+    the other threads' frames while they run, and a frame that changed under it crashed the
+    process. The children of --processes inherit the handler. From a thread other than the
+    main one nothing is installed.
     """
-    if hasattr(signal, "SIGUSR1") and sys.__stderr__ is not None:
-        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
+    if not hasattr(signal, "SIGUSR1") or sys.__stderr__ is None:
+        return
+    if threading.current_thread() is not threading.main_thread():
+        return
+    stream = sys.__stderr__
+
+    def print_stacks(signum: int, frame: FrameType | None) -> None:
+        faulthandler.dump_traceback(file=stream, all_threads=True)
+
+    signal.signal(signal.SIGUSR1, print_stacks)
