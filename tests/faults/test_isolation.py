@@ -22,10 +22,14 @@ MB = 1024 * 1024
 
 
 def worker(*queues: str, extra: tuple[str, ...] = ()):
+    # A long lease: nothing here waits for one to expire (a dead child's lapses at once), and
+    # on a loaded machine a heartbeat may take seconds to be answered; with a short one the
+    # worker rightly gives up a task whose lease it can no longer vouch for, and the task
+    # these tests expect to see finished stays running.
     return start(
         "scylla_worker",
         *(f"--queue={q}" for q in queues),
-        "--lease-length=5s",
+        "--lease-length=60s",
         "--handlers=tests.isolation_handlers",
         *FAST,
         *extra,
@@ -145,7 +149,7 @@ def test_cpu_time_and_peak_memory_are_recorded(isolation):
     assert code == 0, output
     for task in (busy, small, large):
         task.refresh_from_db()
-        assert task.status == Status.COMPLETED, task.errors
+        assert task.status == Status.COMPLETED, (task.queue, task.errors, output)
     assert 0.2 <= busy.cpu_time < 5, busy.cpu_time
     assert 0 <= small.cpu_time < busy.cpu_time
     if isolation == "thread":  # threads share the worker's memory: not measured
