@@ -28,6 +28,9 @@ from .db import Now
 from .enums import EventType, Status
 from .models import AFTER_PARENTS, Dependency, History, Task, count_finished, send_on_commit
 
+ORPHANS_AT_ONCE = 1000
+"""Rows of follow-ups no longer held deleted per statement (more are deleted in turn)."""
+
 
 @dataclass(frozen=True)
 class FollowUpPass:
@@ -162,11 +165,33 @@ def release_followups(using: str = "default") -> FollowUpPass:
     cancelled = 0
     for child_id in waiting.filter(Exists(failed)).values_list("pk", flat=True)[:1000]:
         cancelled += _cancel_child(child_id, using)
-    # Follow-ups cancelled (or purged) by hand while they waited leave their rows behind.
-    dependencies.exclude(
-        Exists(tasks.filter(pk=OuterRef("child_id"), status=Status.READY, not_before=AFTER_PARENTS))
-    ).delete()
+    _delete_orphans(using)
     return FollowUpPass(released=released, cancelled=cancelled)
+
+
+def _delete_orphans(using: str) -> None:
+    """Delete the rows of follow-ups no longer held: cancelled (or purged) by hand while they
+    waited.
+
+    The rows are found by a read that locks nothing, then deleted by primary key, their child
+    looked at again. A pass that releases a follow-up meanwhile deletes that follow-up's rows in
+    its own transaction, and they are not among these: its child is still held in this read's
+    snapshot, or its rows are already gone. One DELETE over the whole table with the condition
+    would lock every row it reads on MariaDB, theirs too, and two passes deadlocked.
+    """
+    dependencies = Dependency.objects.using(using)
+    held = Exists(
+        Task.objects.using(using).filter(
+            pk=OuterRef("child_id"), status=Status.READY, not_before=AFTER_PARENTS
+        )
+    )
+    while True:
+        orphans = list(dependencies.exclude(held).values_list("pk", flat=True)[:ORPHANS_AT_ONCE])
+        if not orphans:
+            return
+        deleted, _ = dependencies.filter(pk__in=orphans).exclude(held).delete()
+        if len(orphans) < ORPHANS_AT_ONCE or not deleted:
+            return
 
 
 def _cancel_child(child_id: int, using: str) -> int:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import connection
+from django.db import connection, transaction
 
-from scylla_django import Fixed, Retry
+from scylla_django import Fixed, Retry, followups
 from scylla_django.enums import EventType, Status
 from scylla_django.exceptions import TaskNotFound, exception_error
 from scylla_django.followups import FollowUpPass, release_followups
@@ -97,6 +98,15 @@ def test_a_follow_up_cancelled_by_hand_leaves_no_rows(parents):
     assert not Dependency.objects.exists()
 
 
+def test_the_rows_of_follow_ups_cancelled_by_hand_are_deleted_in_turns(parents, monkeypatch):
+    monkeypatch.setattr(followups, "ORPHANS_AT_ONCE", 2)
+    for n in range(5):
+        Task.objects.submit("c", {}, rn=f"child-{n}", after=parents).cancel()
+    kept = Task.objects.submit("c", {}, rn="kept", after=parents)
+    assert release_followups() == FollowUpPass(0, 0)
+    assert set(Dependency.objects.values_list("child_id", flat=True)) == {kept.pk}
+
+
 def test_follow_ups_chain(worker):
     Task.objects.submit("p", {}, rn="one")
     Task.objects.submit("p", {}, rn="two", after=["one"])
@@ -167,4 +177,40 @@ def test_a_fan_in_of_10000_parents_releases_once(worker):
 
     assert sum(p.released for p in passes) == 1
     assert Task.objects.get(rn="fan-in").not_before is None
+    assert not Dependency.objects.exists()
+
+
+@pytest.mark.concurrency
+def test_a_pass_deleting_orphan_rows_takes_no_lock_a_release_in_progress_holds(parents):
+    """One pass releases a follow-up (its task row locked and updated, its rows about to be
+    deleted) while another deletes the rows of a follow-up cancelled by hand. On MariaDB a
+    DELETE over the whole table locked the releasing pass's rows as it read them and waited
+    for its task row: the two passes deadlocked."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite's writers take turns: the delete waits for the release's commit")
+    child = Task.objects.submit("c", {}, rn="child", after=parents)
+    Task.objects.submit("c", {}, rn="gone", after=parents).cancel()
+    Task.objects.filter(rn__in=parents).update(status=Status.COMPLETED)
+    cleaned = threading.Event()
+
+    def release(barrier: threading.Barrier) -> bool:
+        # The statements of `release_followups()` for `child`, held open.
+        with transaction.atomic():
+            held = Task.objects.select_for_update(skip_locked=True).filter(pk=child.pk)
+            assert list(held.values_list("pk", flat=True)) == [child.pk]
+            Task.objects.filter(pk=child.pk).update(not_before=None)
+            barrier.wait()
+            # Only a failure waits this long: the other pass finishes at once.
+            done_meanwhile = cleaned.wait(60)
+            Dependency.objects.filter(child_id=child.pk).delete()
+        return done_meanwhile
+
+    def clean(barrier: threading.Barrier) -> None:
+        barrier.wait()
+        followups._delete_orphans("default")
+        cleaned.set()
+
+    done_meanwhile, _ = run_in_threads([release, clean])
+
+    assert done_meanwhile, "the orphans' delete waited for the release's locks"
     assert not Dependency.objects.exists()
