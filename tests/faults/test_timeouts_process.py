@@ -138,7 +138,7 @@ def test_a_worker_frozen_before_its_first_heartbeat_cannot_hold_a_task_past_its_
     frozen = worker("t-record", lease=f"{lease}s", env=env, extra=("--prefetch", "0"))
     others = []
     try:
-        wait_until(starts.exists, timeout=30, what="the handler's start")
+        wait_until(starts.exists, what="the handler's start")
         frozen.send_signal(signal.SIGSTOP)
         held = Task.objects.get(pk=task.pk)
         # A worker that would run the task again if its lease were reset, and the monitor.
