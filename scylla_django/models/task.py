@@ -8,7 +8,9 @@ after its concept, and the queryset methods here are their public face: `submiss
 submit_many), `held` (a worker's set operations on the leases it holds: heartbeat_many,
 yield_many, finish_many, finish_and_lease, the base of TaskQuerySet), `finishing` (what
 finish_many and finish_and_lease write), `successors` (retries), `maintenance` (reset_expired,
-purge). Every statement a vendor writes its own way is its driver's (`db.driver`).
+purge). The operations of a lease's holder other than its heartbeat and finish (lock, yield,
+lapse, snooze, park, a step, a cursor, a wait) are `lease_holder`'s, a base of Task. Every
+statement a vendor writes its own way is its driver's (`db.driver`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from datetime import timedelta
 from typing import Any, ClassVar, Unpack
 
 from django.db import models, router, transaction
-from django.db.models import Exists, F, Q
+from django.db.models import Exists, Q
 from django.utils import timezone
 
 from .. import db, logs, signals, validation
@@ -37,19 +39,15 @@ from ..enums import (
 )
 from ..exceptions import (
     InvalidTransition,
-    LeaseLost,
-    StepAlreadyRecorded,
     TaskNotFound,
     TaskPaused,
     WorkerNotFound,
-    error_record,
 )
 from ..validation import (
     QUEUE_MAX_LENGTH,
     RN_MAX_LENGTH,
     queue_validator,
     rn_validator,
-    validate_delay,
     validate_errors,
     validate_json,
     validate_progress,
@@ -60,7 +58,6 @@ from . import (
     deletions,
     keys,
     maintenance,
-    steps,
     submission,
     successors,
     task_pauses,
@@ -74,6 +71,7 @@ from .forecast import Forecast, WhatIf, forecast
 from .held import HeldLeaseQuerySet
 from .history import History
 from .inputs import SubmitOutcome, TaskOptions, task_values, validate_terminal_statuses
+from .lease_holder import LeaseHolderOperations
 from .notices import send_each_on_commit, send_on_commit
 from .origins import Submitter, TaskOrigin
 from .processes import Worker, lease_terms, required_worker_id, worker_name
@@ -96,7 +94,7 @@ from .task_columns import (
 )
 from .traces import forget_traces, take_traceparent
 from .unique import UNIQUE_HOLDER, Submitted
-from .waits import TaskSignal, Wait, WaitFor
+from .waits import TaskSignal, Wait
 
 # What a form says of an rn that is taken (the constraint on Task.rn).
 _RN_TAKEN = "A task with this rn exists."
@@ -485,6 +483,7 @@ class TaskQuerySet(HeldLeaseQuerySet["Task"]):
 
 
 class Task(
+    LeaseHolderOperations,
     RetryColumns,
     FamilyColumns,
     UniqueKeyColumns,
@@ -875,175 +874,6 @@ class Task(
         each lock, limit, order key or rate that is not free): see `keys.waiting_reasons`."""
         return keys.waiting_reasons(self)
 
-    def lock_lease(self, worker: Worker | str, *, lease: int | None = None) -> None:
-        """Inside a transaction: lock this task's row while `worker` holds its lease (running,
-        owned by `worker`, lease number `lease`, else this object's `leases`), until the
-        transaction ends. A reset, a takeover or a cancel of the task waits for that commit,
-        so what the transaction writes commits only while the lease is held.
-
-        Raises LeaseLost (the lease was reset or taken over) or TaskCancelled, the transaction
-        to be rolled back (see `TaskContext.fenced()`).
-        """
-        name = worker_name(worker)
-        held = self.leases if lease is None else lease
-        using = self._state.db or "default"
-        fenced = Task.objects.using(using).filter(
-            pk=self.pk, status__in=sources(Operation.COMPLETE), owner=name, leases=held
-        )
-        if not db.lock_rows(fenced):
-            raise self._refusal(Operation.COMPLETE, name, held, using)
-
-    def yield_lease(self, worker: Worker | str, *, lease: int | None = None) -> None:
-        """Give the task back: `deadline = now - 1 s` and a TaskYield{worker, progress} row.
-
-        The task stays running until the monitor's next pass makes it ready, without writing a
-        TaskTimeout. Used by a worker shutting down gracefully. A lease that already ran into
-        its run-time limit keeps its deadline there (`timeout_at`): the monitor aborts the
-        task with `timeout` instead.
-        """
-        self._apply(
-            Operation.YIELD,
-            worker,
-            {"deadline": capped_deadline(db.now_plus(timedelta(seconds=-1), Clock))},
-            notify=(db.READY_CHANNEL, "queue"),
-            lease=lease,
-        )
-
-    def lapse_lease(self, worker: Worker | str, *, lease: int | None = None) -> None:
-        """End the lease as a lost one: `deadline = now - 1 s`, nothing else written.
-
-        For a worker whose run of the task failed with no outcome from the handler (the child
-        process running it under `--isolation process` died): the monitor's next pass then
-        treats the lease exactly as the lease of a worker that died, at once instead of when
-        the lease would have run out: back to ready with a TaskTimeout{worker, progress} row,
-        counted toward `MAX_LEASES` (aborted `max_leases_exceeded` at the cap). Unlike
-        `yield_lease()`, no TaskYield row is written, so the lease counts. A lease that
-        already ran into its run-time limit keeps its deadline there (the monitor aborts the
-        task with `timeout`). The lease is marked started (`handler_started`): a child process
-        runs this task alone, so its death is this task's, and counts even when it came before
-        the heartbeat reported the start (a reservation's expiry would not count).
-
-        Raises LeaseLost or TaskCancelled when `worker` does not hold the lease.
-        """
-        self._apply(
-            Operation.LAPSE,
-            worker,
-            {
-                "deadline": capped_deadline(db.now_plus(timedelta(seconds=-1), Clock)),
-                "handler_started": True,
-            },
-            lease=lease,
-        )
-
-    def snooze(
-        self, worker: Worker | str, delay: timedelta | float | str, *, lease: int | None = None
-    ) -> bool:
-        """running → ready with `not_before = now + delay` (database clock); True if snoozed.
-
-        The lease ends (owner, deadline cleared, progress 0; keys freed as by any transition
-        out of running) and `snoozes` goes up by one, in one write fenced on the lease, with a
-        History `TaskSnooze{worker}` row. No attempt is spent, and the lease does not count
-        toward `MAX_LEASES`. A task that has snoozed `SCYLLA["MAX_SNOOZES"]` times is aborted
-        instead with the error `too_many_snoozes` (never retried), and False is returned.
-
-        Raises ValidationError (`invalid_delay`) for a delay that is not a positive duration,
-        LeaseLost or TaskCancelled when `worker` does not hold the lease.
-        """
-        length = validate_delay(delay)
-        name = worker_name(worker)
-        held = self.leases if lease is None else lease
-        cap = scylla_settings.MAX_SNOOZES
-        values = {
-            "status": TRANSITIONS[Operation.SNOOZE].target,
-            "owner": None,
-            "deadline": None,
-            "progress": 0.0,
-            "not_before": db.now_plus(length, Clock),
-            "snoozes": F("snoozes") + 1,
-        }
-        try:
-            self._apply(
-                Operation.SNOOZE,
-                name,
-                values,
-                refresh=["status", "progress", "deadline", "owner", "not_before", "snoozes"],
-                fence=Q(snoozes__lt=cap),
-                lease=held,
-                logged_worker=name,
-            )
-            return True
-        except LeaseLost:
-            using = self._state.db or "default"
-            still_held = Task.objects.using(using).filter(
-                pk=self.pk, status=Status.RUNNING, owner=name, leases=held, snoozes__gte=cap
-            )
-            if not still_held.exists():
-                raise
-        error = error_record(
-            "too_many_snoozes",
-            f"The task snoozed {cap} times (SCYLLA['MAX_SNOOZES']).",
-            {"max_snoozes": cap},
-        )
-        self.abort(name, [error], retry=False, lease=held)
-        return False
-
-    def park(self, worker: Worker | str, until: Any, *, lease: int | None = None) -> None:
-        """running → ready with `not_before = until`: a durable sleep's or wait's give-back
-        (`scylla_django.durable`), written in the transaction that records the wait.
-
-        As a snooze (History `TaskSnooze{worker}`, `snoozes` up by one, no attempt spent, the
-        lease not counted toward `MAX_LEASES`), but never refused by `MAX_SNOOZES`: a task may
-        wait as often as its work needs. Raises LeaseLost or TaskCancelled when `worker` does
-        not hold the lease.
-        """
-        name = worker_name(worker)
-        values = {
-            "status": TRANSITIONS[Operation.SNOOZE].target,
-            "owner": None,
-            "deadline": None,
-            "progress": 0.0,
-            "not_before": until,
-            "snoozes": F("snoozes") + 1,
-        }
-        self._apply(
-            Operation.SNOOZE,
-            name,
-            values,
-            refresh=["status", "progress", "deadline", "owner", "not_before", "snoozes"],
-            lease=lease,
-            logged_worker=name,
-        )
-
-    def record_step(
-        self, worker: Worker | str, name: str, result: Any = None, *, lease: int | None = None
-    ) -> Step:
-        """Record the step `name` of this task with `result` (JSON), fenced on `worker`'s
-        lease (an HTTP worker's step; a handler's is `ctx.step()`). StepAlreadyRecorded if
-        the task has one of that name, ValidationError for a bad name or result, LeaseLost or
-        TaskCancelled when the lease is not held; nothing is written when it raises."""
-        held = self.leases if lease is None else lease
-        using = self._state.db or "default"
-        with db.write_atomic(using):
-            self.lock_lease(worker, lease=held)
-            if Step.objects.using(using).filter(task_id=self.pk, name=name).exists():
-                raise StepAlreadyRecorded(
-                    f"{self.rn} recorded the step {name!r} already.", rn=self.rn
-                )
-            return steps.record_step(self, held, name, result)
-
-    def checkpoint(self, worker: Worker | str, cursor: Any, *, lease: int | None = None) -> Step:
-        """Write this task's cursor, fenced on `worker`'s lease (see `ctx.checkpoint()`)."""
-        held = self.leases if lease is None else lease
-        return steps.save_cursor(self, worker, held, cursor)
-
-    def begin_wait(
-        self, worker: Worker | str, wanted: WaitFor, *, lease: int | None = None
-    ) -> Wait:
-        """Begin the durable wait `wanted` (or take it up again), fenced on `worker`'s lease;
-        an open wait parks the task (see `waits.begin_wait`)."""
-        held = self.leases if lease is None else lease
-        return waits.begin_wait(self, worker, held, wanted)
-
     def signal(self, name: str, payload: Any = None) -> None:
         """Send the signal `name` with `payload` (JSON) to this task: kept for it until a
         `ctx.wait_for(signal=name)` takes it, and waking the task at once if it waits for it
@@ -1165,7 +995,7 @@ class Task(
             and self.deadline < timezone.now()
         )
 
-    # -- logs -------------------------------------------------------------------------------
+    # -- the spec -------------------------------------------------------------------------
 
     def upgrade_spec(self, worker: Worker | str, spec: Any, version: int) -> None:
         """Write `spec` as this task's spec of `version`, upgraded by its queue's migrations
@@ -1180,7 +1010,8 @@ class Task(
         using = self._state.db or "default"
         value = validate_json(spec, "spec", limit=scylla_settings.SPEC_SIZE_LIMIT)
         written = (
-            Task.objects.using(using)
+            type(self)
+            ._default_manager.using(using)
             .filter(
                 pk=self.pk,
                 status__in=sources(Operation.COMPLETE),
@@ -1192,6 +1023,8 @@ class Task(
         if not written:
             raise self._refusal(Operation.COMPLETE, name, self.leases, using)
         self.spec, self.version = value, version
+
+    # -- logs -------------------------------------------------------------------------------
 
     def keep_log(self, text: str) -> None:
         """Store `text` as this task's log (see `scylla_django.logs`) and name it on the row;
