@@ -12,8 +12,9 @@ def build_report(ctx):
 
 from __future__ import annotations
 
-from .context import TASK_LOGGER, SpawnedBatch, TaskContext, TaskLogger, apart, synchronous
+from .context import TASK_LOGGER, SpawnedBatch, TaskContext, TaskLogger
 from .decorator import HandlerDecorator, check_snooze_policy, handler
+from .durable_context import DurableContext, apart, synchronous
 from .handler_registry import (
     Bundling,
     Handler,
@@ -29,6 +30,7 @@ from .handler_registry import (
 __all__ = [
     "TASK_LOGGER",
     "Bundling",
+    "DurableContext",
     "Handler",
     "HandlerAlreadyRegistered",
     "HandlerDecorator",
