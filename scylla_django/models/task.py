@@ -995,7 +995,7 @@ class Task(
             and self.deadline < timezone.now()
         )
 
-    # -- the spec -------------------------------------------------------------------------
+    # -- the spec ---------------------------------------------------------------------------
 
     def upgrade_spec(self, worker: Worker | str, spec: Any, version: int) -> None:
         """Write `spec` as this task's spec of `version`, upgraded by its queue's migrations
@@ -1010,8 +1010,7 @@ class Task(
         using = self._state.db or "default"
         value = validate_json(spec, "spec", limit=scylla_settings.SPEC_SIZE_LIMIT)
         written = (
-            type(self)
-            ._default_manager.using(using)
+            Task.objects.using(using)
             .filter(
                 pk=self.pk,
                 status__in=sources(Operation.COMPLETE),
