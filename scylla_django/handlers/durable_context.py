@@ -50,9 +50,9 @@ def synchronous(what: str, instead: str) -> None:
 
 
 class DurableContext:
-    """The durable calls of a handler's context (the base of `TaskContext`): each reads or
-    writes the task's durable records through `durable`, and refuses to run on an event
-    loop's thread, where its `a`-prefixed form is awaited instead."""
+    """The durable calls of a handler's context (the base of `TaskContext`), each through
+    `durable`; the ones that read or write the database refuse to run on an event loop's
+    thread, where their `a`-prefixed forms are awaited instead."""
 
     # -- durable execution (docs/howto/durable.md) ----------------------------------------
 
