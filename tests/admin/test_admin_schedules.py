@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.contrib.messages.storage.fallback import FallbackStorage
 from django.test import RequestFactory
 from django.urls import reverse
+from django.utils import timezone
 
 from scylla_django.admin.schedules import chain, retry_selected
 from scylla_django.enums import Status
@@ -103,8 +104,11 @@ def test_upcoming_lists_the_next_runs_soonest_first(schedule):
     from scylla_django.admin.schedules import upcoming
     from scylla_django.schedules import reschedule
 
-    later = Schedule.objects.create(name="later", queue="q", cron="0 3 * * *")
-    Schedule.objects.create(name="off", queue="q", cron="0 3 * * *", enabled=False)
+    # Once a day, twelve hours from now: after the 5-minute schedule's next run whatever the
+    # time of day (a fixed hour came first in the five minutes before it, once a day).
+    daily = f"0 {(timezone.now().hour + 12) % 24} * * *"
+    later = Schedule.objects.create(name="later", queue="q", cron=daily)
+    Schedule.objects.create(name="off", queue="q", cron=daily, enabled=False)
     reschedule(schedule)
     reschedule(later)
     assert [s.name for s in upcoming()] == ["sync", "later"]
