@@ -15,7 +15,7 @@ from scylla_django.admin import charts, dashboard
 from scylla_django.enums import Status
 from scylla_django.models import History, QueueRollup, Task, Worker
 from tests.factories import TaskFactory, running_task
-from tests.helpers import finished, hour_ago
+from tests.helpers import Stopwatch, finished, hour_ago
 
 pytestmark = pytest.mark.django_db
 
@@ -61,6 +61,7 @@ def test_queue_table_counts_every_status_per_queue(worker):
 
 
 def test_queue_table_measures_the_longest_wait_of_leasable_tasks(worker):
+    clock = Stopwatch()
     old = TaskFactory(rn="old", queue="a")
     TaskFactory(rn="new", queue="a")
     Task.objects.filter(pk=old.pk).update(created=Now() - timedelta(hours=2))
@@ -73,9 +74,9 @@ def test_queue_table_measures_the_longest_wait_of_leasable_tasks(worker):
     TaskFactory(rn="later", queue="c", not_before=timezone.now() + timedelta(hours=1))
 
     waits = {row.queue: row.waiting_since for row in dashboard.queue_table()}
-    now = timezone.now()
-    assert timedelta(hours=2) <= now - waits["a"] < timedelta(hours=2, minutes=1)
-    assert timedelta(minutes=10) <= now - waits["b"] < timedelta(minutes=11)
+    now = clock.started + timedelta(seconds=clock.seconds())  # the database clock's now
+    assert clock.bounds((now - waits["a"]).total_seconds(), 2 * 3600)
+    assert clock.bounds((now - waits["b"]).total_seconds(), 10 * 60)
     assert waits["c"] is None
     assert dashboard.totals(dashboard.queue_table()).waiting_since == waits["a"]
 
